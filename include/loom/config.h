@@ -1,0 +1,158 @@
+/*
+ * loom/config.h: loom's configuration, from one YAML file and the
+ * environment.
+ *
+ * A config is immutable once built and owned by whoever loaded it; a reload
+ * builds a new one. Strings in the file may use ${ENV_VAR} (and
+ * ${ENV_VAR:-default}), replaced when the file is read. Every error names
+ * the file, the line and the key ("loom.yaml:12: agents.helper.model: ...").
+ *
+ * Without a file (loom_config_from_env), the `openai` provider exists when
+ * OPENAI_API_KEY is set, with OPENAI_BASE_URL (default
+ * https://api.openai.com/v1) as its base URL. A file adds providers,
+ * models and agents, and overrides those of the environment by name.
+ *
+ * Models are referred to as "provider/model" ("openai/gpt-4o-mini"). A
+ * model that is not listed under `models` still resolves when its provider
+ * exists: the part after the first '/' is sent as the upstream id.
+ *
+ * The file's shape (see loom.example.yaml):
+ *
+ *   log: {level: info, format: text}
+ *   providers:
+ *     openai:
+ *       kind: openai            # the wire format; only "openai" for now
+ *       base_url: https://api.openai.com/v1
+ *       api_key: ${OPENAI_API_KEY}
+ *       headers: {X-Extra: v}   # optional extra request headers
+ *       timeouts: {connect_ms: 10000, first_byte_ms: 60000, idle_ms: 60000}
+ *       retries: {max: 2, base_delay_ms: 500, max_delay_ms: 8000}
+ *   models:
+ *     openai/gpt-4o-mini:
+ *       upstream: gpt-4o-mini   # id sent upstream (default: after '/')
+ *       context_window: 128000
+ *       max_output_tokens: 16384
+ *   agents:
+ *     helper:
+ *       model: openai/gpt-4o-mini
+ *       system_prompt: You are helpful.
+ *       tools: [get_time]
+ *       max_iterations: 10
+ *       tool_choice: auto       # auto | none | required | <tool name>
+ *       parallel_tool_calls: true
+ *       tool_concurrency: 8
+ *   default_agent: helper
+ *   tools:
+ *     get_time: {default_timezone: UTC}   # free-form settings per tool
+ */
+#ifndef LOOM_CONFIG_H
+#define LOOM_CONFIG_H
+
+#include "common.h"
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    char *name;     /* key under `providers` */
+    char *kind;     /* wire format: "openai" */
+    char *base_url; /* no trailing slash */
+    char *api_key;  /* may be NULL (local servers need none) */
+    json_t *headers; /* object of extra headers, never NULL */
+    long connect_timeout_ms;    /* default 10000 */
+    long first_byte_timeout_ms; /* default 120000 */
+    long idle_timeout_ms;       /* default 120000 */
+    int max_retries;            /* default 2 */
+    long retry_base_delay_ms;   /* default 500 */
+    long retry_max_delay_ms;    /* default 30000 */
+} loom_provider_config;
+
+typedef struct {
+    char *name;        /* "provider/model" */
+    char *provider;    /* provider name */
+    char *upstream;    /* model id sent upstream */
+    long context_window;    /* tokens, 0 when unknown */
+    long max_output_tokens; /* tokens, 0 when unknown */
+} loom_model_config;
+
+typedef enum {
+    LOOM_TOOL_CHOICE_AUTO = 0,
+    LOOM_TOOL_CHOICE_NONE,
+    LOOM_TOOL_CHOICE_REQUIRED,
+    LOOM_TOOL_CHOICE_FUNCTION
+} loom_tool_choice_kind;
+
+typedef struct {
+    loom_tool_choice_kind kind;
+    char *function; /* the tool's name, for LOOM_TOOL_CHOICE_FUNCTION */
+} loom_tool_choice;
+
+typedef struct {
+    char *name;
+    char *model;         /* "provider/model" */
+    char *system_prompt; /* may be NULL */
+    char **tools;        /* tool names; NULL with tools_all set */
+    size_t tools_len;
+    int tools_all;       /* no `tools` key: every registered tool */
+    int max_iterations;  /* default 10 */
+    loom_tool_choice tool_choice;
+    int parallel_tool_calls; /* default 1 */
+    int tool_concurrency;    /* default 8 */
+} loom_agent_config;
+
+typedef struct {
+    char *path; /* file it came from, NULL for environment only */
+    loom_provider_config *providers;
+    size_t providers_len;
+    loom_model_config *models;
+    size_t models_len;
+    loom_agent_config *agents;
+    size_t agents_len;
+    char *default_agent; /* may be NULL */
+    json_t *tools;       /* object: tool name -> settings object; never NULL */
+    char *log_level;     /* may be NULL */
+    char *log_format;    /* may be NULL */
+} loom_config;
+
+/* A config from the environment alone (OPENAI_API_KEY, OPENAI_BASE_URL). */
+int loom_config_from_env(loom_config **out);
+
+/*
+ * Reads the YAML file at path over the environment's config. Errors:
+ * LOOM_ENOTFOUND (no such file), LOOM_EINVALID with "file:line: key:
+ * problem" for a bad value, unknown key, missing ${VAR}, wrong type, or a
+ * reference to a provider, model or agent that does not exist.
+ */
+int loom_config_load(loom_config **out, const char *path);
+
+/* Same, from YAML text; name is used in messages in place of a path. */
+int loom_config_load_string(loom_config **out, const char *yaml,
+                            const char *name);
+
+void loom_config_free(loom_config *cfg);
+
+/* Lookups; NULL when absent. Borrowed from cfg. */
+const loom_provider_config *loom_config_provider(const loom_config *cfg,
+                                                 const char *name);
+const loom_agent_config *loom_config_agent(const loom_config *cfg,
+                                           const char *name);
+
+/*
+ * Resolves "provider/model" to a model entry. A listed model is returned
+ * as is; an unlisted one whose provider exists is filled into *tmp
+ * (strings borrowed from `name` are copied into tmp: free with
+ * loom_model_config_clear). LOOM_ENOTFOUND names what is missing.
+ */
+int loom_config_model(const loom_model_config **out, loom_model_config *tmp,
+                      const loom_config *cfg, const char *name);
+void loom_model_config_clear(loom_model_config *m);
+
+/* Parses "auto", "none", "required" or a tool name. */
+int loom_tool_choice_parse(loom_tool_choice *out, const char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,220 @@
+/*
+ * loom/llm.h: the provider-neutral model interface.
+ *
+ * A run speaks to every model through this header: a loom_llm_request
+ * (messages, tools, tool choice, limits) goes in; one normalised stream of
+ * loom_llm_event comes back through a callback, whatever the provider's
+ * wire format, and the whole answer is collected into a loom_llm_response.
+ * Adapters (llm/openai.c, ...) implement loom_provider.
+ */
+#ifndef LOOM_LLM_H
+#define LOOM_LLM_H
+
+#include "cancel.h"
+#include "common.h"
+#include "config.h"
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    LOOM_ROLE_SYSTEM = 0,
+    LOOM_ROLE_USER,
+    LOOM_ROLE_ASSISTANT,
+    LOOM_ROLE_TOOL
+} loom_role;
+
+const char *loom_role_name(loom_role role);
+
+typedef struct {
+    char *id;        /* provider's call id ("call_abc") */
+    char *name;      /* tool name */
+    char *arguments; /* JSON text as the model produced it (may be invalid) */
+} loom_tool_call;
+
+/* One conversation message. Every pointer is owned by the message. */
+typedef struct {
+    loom_role role;
+    char *content;   /* text; may be NULL (assistant with only tool calls) */
+    char *reasoning; /* assistant reasoning text, may be NULL */
+    loom_tool_call *tool_calls; /* assistant only */
+    size_t tool_calls_len;
+    char *tool_call_id; /* tool only: the call this answers */
+    char *name;         /* tool only: the tool's name */
+} loom_message;
+
+/* A growable list of messages that owns them. */
+typedef struct {
+    loom_message *items;
+    size_t len;
+    size_t cap;
+} loom_messages;
+
+/* Appends a message of role with a copy of content (may be NULL). */
+int loom_messages_add(loom_messages *m, loom_role role, const char *content);
+/* Appends a tool result answering call_id. */
+int loom_messages_add_tool_result(loom_messages *m, const char *call_id,
+                                  const char *name, const char *content);
+/* Appends an assistant message, copying text, reasoning and calls. */
+int loom_messages_add_assistant(loom_messages *m, const char *content,
+                                const char *reasoning,
+                                const loom_tool_call *calls, size_t ncalls);
+/* Deep-copies every message of src onto the end of dst. */
+int loom_messages_append(loom_messages *dst, const loom_messages *src);
+void loom_messages_free(loom_messages *m);
+void loom_tool_call_clear(loom_tool_call *c);
+void loom_message_clear(loom_message *msg);
+
+/* A tool as offered to the model. Borrowed by the request. */
+typedef struct {
+    const char *name;
+    const char *description;
+    const json_t *parameters; /* JSON Schema object */
+} loom_tool_def;
+
+typedef struct {
+    const char *model; /* upstream model id */
+    const loom_message *messages;
+    size_t messages_len;
+    const loom_tool_def *tools; /* NULL/0: no tools sent */
+    size_t tools_len;
+    loom_tool_choice tool_choice;
+    int parallel_tool_calls; /* -1 unset, 0 false, 1 true */
+    long max_tokens;         /* 0: unset */
+    double temperature;      /* < 0: unset */
+    int stream;              /* 1: stream (default); 0: one JSON answer */
+} loom_llm_request;
+
+#define LOOM_LLM_REQUEST_INIT                                                \
+    { NULL, NULL, 0, NULL, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, -1.0, 1 }
+
+typedef struct {
+    long prompt_tokens;
+    long completion_tokens;
+    long cached_tokens;    /* prompt tokens served from the cache */
+    long reasoning_tokens; /* completion tokens spent reasoning */
+    long total_tokens;
+} loom_usage;
+
+/* Adds b into a, field by field. */
+void loom_usage_add(loom_usage *a, const loom_usage *b);
+
+typedef enum {
+    LOOM_LLM_TEXT = 0,       /* text delta */
+    LOOM_LLM_REASONING,      /* reasoning delta */
+    LOOM_LLM_TOOL_CALL_DELTA, /* a fragment of one tool call */
+    LOOM_LLM_TOOL_CALLS,     /* every tool call of the answer, complete */
+    LOOM_LLM_USAGE,          /* token counts */
+    LOOM_LLM_FINISH,         /* finish reason */
+    LOOM_LLM_ERROR           /* an error in the stream (also returned) */
+} loom_llm_event_type;
+
+/* One normalised event. Every pointer is borrowed for the callback. */
+typedef struct {
+    loom_llm_event_type type;
+    const char *text; /* TEXT, REASONING: the delta */
+    size_t text_len;
+    int tool_index;           /* TOOL_CALL_DELTA: position of the call */
+    const char *tool_id;      /* TOOL_CALL_DELTA: on the first fragment */
+    const char *tool_name;    /* TOOL_CALL_DELTA: on the first fragment */
+    const char *args_delta;   /* TOOL_CALL_DELTA: argument text, may be "" */
+    const loom_tool_call *calls; /* TOOL_CALLS */
+    size_t calls_len;
+    loom_usage usage;          /* USAGE */
+    const char *finish_reason; /* FINISH: "stop", "tool_calls", "length" */
+    int error_code;            /* ERROR */
+    const char *error_message; /* ERROR */
+} loom_llm_event;
+
+/* Non-zero return aborts the call; complete() then returns LOOM_ECANCELED. */
+typedef int (*loom_llm_event_cb)(const loom_llm_event *ev, void *payload);
+
+/* What an upstream error was, for callers that handle them. */
+typedef enum {
+    LOOM_UPSTREAM_NONE = 0,
+    LOOM_UPSTREAM_BAD_REQUEST,   /* 400 */
+    LOOM_UPSTREAM_AUTH,          /* 401 */
+    LOOM_UPSTREAM_PERMISSION,    /* 403 */
+    LOOM_UPSTREAM_NOT_FOUND,     /* 404 */
+    LOOM_UPSTREAM_TIMEOUT,       /* 408, or a loom-side time limit */
+    LOOM_UPSTREAM_CONFLICT,      /* 409 */
+    LOOM_UPSTREAM_TOO_LARGE,     /* 413 */
+    LOOM_UPSTREAM_UNPROCESSABLE, /* 422 */
+    LOOM_UPSTREAM_RATE_LIMIT,    /* 429 */
+    LOOM_UPSTREAM_SERVER,        /* 5xx */
+    LOOM_UPSTREAM_CONNECTION,    /* could not connect, or dropped */
+    LOOM_UPSTREAM_STREAM,        /* an error event inside the stream */
+    LOOM_UPSTREAM_PROTOCOL       /* a body loom could not parse */
+} loom_upstream_kind;
+
+const char *loom_upstream_kind_name(loom_upstream_kind kind);
+
+typedef struct {
+    loom_upstream_kind kind;
+    int http_status; /* 0 when none */
+    char *type;      /* provider's error type/code, may be NULL */
+    char *message;   /* provider's message, or loom's description */
+    char *request_id; /* x-request-id or similar, may be NULL */
+    int attempts;    /* requests made, retries included */
+} loom_upstream_error;
+
+/* Everything one model call produced. Owned by the caller. */
+typedef struct {
+    char *text;      /* joined text deltas, "" when none */
+    char *reasoning; /* joined reasoning deltas, NULL when none */
+    loom_tool_call *tool_calls;
+    size_t tool_calls_len;
+    loom_usage usage;
+    char *finish_reason; /* NULL when the stream ended without one */
+    char *response_id;   /* provider's id for the answer, may be NULL */
+    int output_started;  /* any text, reasoning or tool call was received */
+    loom_upstream_error error; /* filled when complete() fails upstream */
+} loom_llm_response;
+
+void loom_llm_response_clear(loom_llm_response *r);
+
+typedef struct loom_provider loom_provider;
+
+typedef struct {
+    /*
+     * Makes one model call (retrying as configured before output starts),
+     * emitting events to cb as they arrive and filling *resp (zeroed by the
+     * caller). Returns 0, LOOM_ECANCELED when cancel is set or cb aborted,
+     * LOOM_ETIMEDOUT, LOOM_EUPSTREAM (details in resp->error), LOOM_EPROTO.
+     */
+    int (*complete)(loom_provider *p, const loom_llm_request *req,
+                    loom_llm_event_cb cb, void *payload,
+                    loom_llm_response *resp, loom_cancel *cancel);
+    void (*free)(loom_provider *p);
+} loom_provider_vtable;
+
+struct loom_provider {
+    const loom_provider_vtable *vt;
+    char *name; /* provider name from the config */
+};
+
+/* Builds the adapter that config->kind names. LOOM_EINVALID when unknown. */
+int loom_provider_new(loom_provider **out, const loom_provider_config *config);
+
+/* The OpenAI Chat Completions adapter (kind "openai"). */
+int loom_provider_openai_new(loom_provider **out,
+                             const loom_provider_config *config);
+
+static inline int loom_provider_complete(loom_provider *p,
+                                         const loom_llm_request *req,
+                                         loom_llm_event_cb cb, void *payload,
+                                         loom_llm_response *resp,
+                                         loom_cancel *cancel)
+{
+    return p->vt->complete(p, req, cb, payload, resp, cancel);
+}
+
+/* NULL is a no-op. */
+void loom_provider_free(loom_provider *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,157 @@
+/*
+ * loom/run.h: the run loop and its event stream.
+ *
+ * A run takes a conversation, calls the model, runs the tools the model
+ * asks for (in parallel, bounded), feeds the results back and repeats
+ * until the model answers or a limit ends it (seed 000, "The Orchestration
+ * Flow"). Everything it does is reported, in order, as events to a sink.
+ *
+ * Threads: loom_run_execute() runs the whole loop on the calling thread
+ * (tools of a turn run on short-lived worker threads it starts and joins).
+ * loom_run_cancel() may be called from any thread, or a signal handler.
+ * The sink is called from the thread that runs execute, one event at a
+ * time, never concurrently.
+ */
+#ifndef LOOM_RUN_H
+#define LOOM_RUN_H
+
+#include "cancel.h"
+#include "common.h"
+#include "config.h"
+#include "llm.h"
+#include "tools.h"
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    LOOM_EV_RUN_STARTED = 0,
+    LOOM_EV_MESSAGE_DELTA,
+    LOOM_EV_REASONING_DELTA,
+    LOOM_EV_TOOL_CALLS,
+    LOOM_EV_TOOL_STARTED,
+    LOOM_EV_TOOL_PROGRESS,
+    LOOM_EV_TOOL_DELTA,
+    LOOM_EV_TOOL_COMPLETED,
+    LOOM_EV_TOOL_FAILED,
+    LOOM_EV_TOOL_METRIC,
+    LOOM_EV_PLAN_UPDATED,
+    LOOM_EV_REVIEW,
+    LOOM_EV_CITATION,
+    LOOM_EV_USAGE,
+    LOOM_EV_RUN_COMPLETED,
+    LOOM_EV_RUN_FAILED,
+    LOOM_EV__COUNT
+} loom_event_type;
+
+/* The wire name of an event type ("tool.completed"). */
+const char *loom_event_type_name(loom_event_type type);
+
+/*
+ * One event. seq is monotonic per run from 1 (the SSE id). index is the
+ * content position: it starts at 0 and grows by one with every model turn,
+ * so text and tool events of one turn share an index. data holds the
+ * event's fields (see docs/events.md); it is borrowed for the sink call
+ * (json_incref to keep it).
+ */
+typedef struct {
+    loom_event_type type;
+    uint64_t seq;
+    uint32_t index;
+    const char *run_id;
+    json_t *data;
+} loom_event;
+
+/* A non-zero return cancels the run (a disconnected client, say). */
+typedef int (*loom_event_fn)(const loom_event *ev, void *payload);
+
+typedef struct {
+    loom_event_fn emit;
+    void *payload;
+} loom_sink;
+
+/* Renders ev as one JSON object: {"type","seq","index","run_id",...data}. */
+json_t *loom_event_to_json(const loom_event *ev);
+
+typedef enum {
+    LOOM_RUN_PENDING = 0,
+    LOOM_RUN_RUNNING,
+    LOOM_RUN_COMPLETED,
+    LOOM_RUN_FAILED,
+    LOOM_RUN_CANCELLED
+} loom_run_status;
+
+const char *loom_run_status_name(loom_run_status status);
+
+typedef struct {
+    unsigned version;
+    /* What the run talks to. All borrowed: they must outlive the run. */
+    loom_provider *provider;
+    const char *model;          /* "provider/model", reported in events */
+    const char *upstream_model; /* id sent upstream */
+    const loom_tool_registry *tools; /* may be NULL: no tools */
+    const json_t *tool_settings;     /* config `tools` object, may be NULL */
+    /* The agent. */
+    const char *agent;          /* name, reported in events; may be NULL */
+    const char *system_prompt;  /* may be NULL */
+    const char *const *tool_names; /* subset of tools offered; NULL: all */
+    size_t tool_names_len;
+    int max_iterations;         /* model calls at most; default 10 */
+    loom_tool_choice tool_choice; /* applies to the first call only */
+    int parallel_tool_calls;    /* sent upstream; -1 unset */
+    int tool_concurrency;       /* tools run at once; default 8 */
+    size_t max_tool_result;     /* bytes of one result; default 64 KiB */
+    size_t max_tool_error;      /* bytes of an error shown; default 2 KiB */
+    long max_output_tokens;     /* 0: unset */
+    double temperature;         /* < 0: unset */
+    /* Events go here; emit may be NULL. */
+    loom_sink sink;
+} loom_run_options;
+
+#define LOOM_RUN_OPTIONS_VERSION 1
+#define LOOM_RUN_OPTIONS_INIT                                                \
+    { LOOM_RUN_OPTIONS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL,  \
+      NULL, 0, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, 0, 0, 0, -1.0,     \
+      {NULL, NULL} }
+
+typedef struct loom_run loom_run;
+
+/*
+ * Creates a run over a copy of history (the conversation so far, ending
+ * with the user's message). LOOM_EINVALID when the options are unusable
+ * (no provider, no model, empty history).
+ */
+int loom_run_new(loom_run **out, const loom_run_options *opts,
+                 const loom_messages *history);
+
+/*
+ * Runs the loop to its end. Returns 0 when the run completed,
+ * LOOM_ECANCELED when cancelled, or the error that failed it (the message
+ * is in loom_error_last and in the run.failed event). In every case the
+ * run's status, text, usage and new messages are readable afterwards.
+ */
+int loom_run_execute(loom_run *run);
+
+/* Asks the run to stop; safe from any thread and from signal handlers. */
+void loom_run_cancel(loom_run *run);
+
+loom_run_status loom_run_status_get(const loom_run *run);
+const char *loom_run_id(const loom_run *run);
+/* The final answer (or what was streamed before a failure); never NULL. */
+const char *loom_run_text(const loom_run *run);
+const loom_usage *loom_run_usage(const loom_run *run);
+/* Model calls made. */
+int loom_run_iterations(const loom_run *run);
+/* Messages the run added after history (assistant turns, tool results). */
+const loom_messages *loom_run_messages(const loom_run *run);
+/* The error message of a failed run, "" otherwise. */
+const char *loom_run_error(const loom_run *run);
+
+void loom_run_free(loom_run *run);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,100 @@
+/*
+ * loom/tools.h: tools, the tool registry, and argument validation.
+ *
+ * A tool is a name, a description, a JSON Schema for its arguments and an
+ * execute function. The run loop validates the model's arguments against
+ * the schema before execute() is called, so a tool sees only arguments
+ * that fit its schema. execute() runs on a worker thread, possibly beside
+ * other tools of the same turn: it must be thread-safe with respect to its
+ * payload.
+ *
+ * A registry maps names to tools. It is built at start and then only read
+ * (DESIGN.md: registries are immutable once built); add/remove/clear are
+ * not safe while a run is using it.
+ */
+#ifndef LOOM_TOOLS_H
+#define LOOM_TOOLS_H
+
+#include "buf.h"
+#include "cancel.h"
+#include "common.h"
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a tool is given besides its arguments. All borrowed. */
+typedef struct {
+    const char *call_id;     /* the model's tool call id */
+    const char *tool_name;
+    loom_cancel *cancel;     /* set when the run is cancelled; poll it */
+    const json_t *settings;  /* this tool's config settings, or NULL */
+} loom_tool_ctx;
+
+/*
+ * Runs the tool. On success returns 0 and writes the result text (what the
+ * model reads) into out. On failure returns a negative code and writes a
+ * message into out (or leaves it empty and sets loom_error_last); the
+ * model is shown "Error: <message>". out has a size limit: hitting it
+ * (LOOM_ETOOLARGE) is a failure the loop reports, not a crash.
+ */
+typedef int (*loom_tool_execute_fn)(const json_t *args,
+                                    const loom_tool_ctx *ctx, loom_buf *out,
+                                    void *payload);
+
+typedef struct {
+    const char *name;        /* [a-zA-Z0-9_-]{1,64} */
+    const char *description;
+    const json_t *parameters; /* JSON Schema object; NULL: no arguments */
+    loom_tool_execute_fn execute;
+    void *payload;                 /* passed to execute */
+    void (*free_payload)(void *payload); /* called on removal, may be NULL */
+} loom_tool;
+
+typedef struct loom_tool_registry loom_tool_registry;
+
+int loom_tool_registry_new(loom_tool_registry **out);
+/* Frees every tool (and their payloads). NULL is a no-op. */
+void loom_tool_registry_free(loom_tool_registry *reg);
+
+/*
+ * Copies the tool (name, description, a reference to parameters) into the
+ * registry. LOOM_EEXISTS for a duplicate name, LOOM_EINVALID for a bad
+ * name or missing execute. On failure free_payload is not called: the
+ * caller still owns the payload.
+ */
+int loom_tool_registry_add(loom_tool_registry *reg, const loom_tool *tool);
+/* LOOM_ENOTFOUND when absent. */
+int loom_tool_registry_remove(loom_tool_registry *reg, const char *name);
+/* Borrowed; NULL when absent. */
+const loom_tool *loom_tool_registry_get(const loom_tool_registry *reg,
+                                        const char *name);
+size_t loom_tool_registry_count(const loom_tool_registry *reg);
+/* The i-th tool in the order added, NULL past the end. */
+const loom_tool *loom_tool_registry_at(const loom_tool_registry *reg,
+                                       size_t i);
+void loom_tool_registry_clear(loom_tool_registry *reg);
+/* Names in order, joined with ", " ("a, b"); caller frees. */
+char *loom_tool_registry_names(const loom_tool_registry *reg);
+
+/*
+ * Validates value against a JSON Schema subset: type (string, number,
+ * integer, boolean, object, array, null, or a list of them), required,
+ * properties, additionalProperties (false or a schema), enum, const,
+ * items, minItems/maxItems, minimum/maximum, exclusiveMinimum/Maximum,
+ * minLength/maxLength (in code points), pattern is ignored. Returns 0 when
+ * valid; otherwise LOOM_EINVALID and *msg (caller frees) says what to fix
+ * in words a model can act on: "`query` is required and must be a
+ * string", "`items[2].count` must be at most 10".
+ */
+int loom_schema_validate(const json_t *schema, const json_t *value,
+                         char **msg);
+
+/* Adds loom's built-in tools (get_time, ...). */
+int loom_tools_add_builtins(loom_tool_registry *reg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,20 @@
+#!/bin/sh
+# Installs every Debian package loom's build, tests and benchmarks need.
+# Idempotent: does nothing when all are present; runs apt-get update only
+# when something is missing. Needs root (or sudo) on Debian 12.
+set -eu
+PKGS="build-essential cmake pkg-config git ca-certificates tzdata
+libcurl4-openssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev
+libcmocka-dev libsqlite3-dev libpcre2-dev libssl-dev valgrind"
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "deps: installing:$missing" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >&2

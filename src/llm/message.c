@@ -1,0 +1,204 @@
+/*
+ * Conversation messages, usage arithmetic and response cleanup: the small
+ * owned data structures that every provider adapter and the run loop share.
+ */
+#include "loom/llm.h"
+#include "core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const role_names[] = {"system", "user", "assistant",
+                                         "tool"};
+
+const char *loom_role_name(loom_role role)
+{
+    return (unsigned)role < 4 ? role_names[role] : "user";
+}
+
+static int dup_opt(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (src && !(*dst = strdup(src)))
+        return loom__error_oom();
+    return 0;
+}
+
+static int reserve(loom_messages *m)
+{
+    loom_message *p;
+    size_t cap;
+
+    if (m->len < m->cap)
+        return 0;
+    cap = m->cap ? m->cap * 2 : 8;
+    p = realloc(m->items, cap * sizeof(*p));
+    if (!p)
+        return loom__error_oom();
+    m->items = p;
+    m->cap = cap;
+    return 0;
+}
+
+void loom_tool_call_clear(loom_tool_call *c)
+{
+    free(c->id);
+    free(c->name);
+    free(c->arguments);
+    c->id = c->name = c->arguments = NULL;
+}
+
+void loom_message_clear(loom_message *msg)
+{
+    free(msg->content);
+    free(msg->reasoning);
+    for (size_t i = 0; i < msg->tool_calls_len; i++)
+        loom_tool_call_clear(&msg->tool_calls[i]);
+    free(msg->tool_calls);
+    free(msg->tool_call_id);
+    free(msg->name);
+    memset(msg, 0, sizeof(*msg));
+}
+
+static int copy_calls(loom_message *msg, const loom_tool_call *calls,
+                      size_t n)
+{
+    if (!n)
+        return 0;
+    msg->tool_calls = calloc(n, sizeof(*calls));
+    if (!msg->tool_calls)
+        return loom__error_oom();
+    for (size_t i = 0; i < n; i++) {
+        msg->tool_calls_len = i + 1;
+        if (dup_opt(&msg->tool_calls[i].id, calls[i].id) ||
+            dup_opt(&msg->tool_calls[i].name, calls[i].name) ||
+            dup_opt(&msg->tool_calls[i].arguments,
+                    calls[i].arguments ? calls[i].arguments : "{}"))
+            return LOOM_ENOMEM;
+    }
+    return 0;
+}
+
+static int message_copy(loom_message *dst, const loom_message *src)
+{
+    memset(dst, 0, sizeof(*dst));
+    dst->role = src->role;
+    if (dup_opt(&dst->content, src->content) ||
+        dup_opt(&dst->reasoning, src->reasoning) ||
+        dup_opt(&dst->tool_call_id, src->tool_call_id) ||
+        dup_opt(&dst->name, src->name) ||
+        copy_calls(dst, src->tool_calls, src->tool_calls_len)) {
+        loom_message_clear(dst);
+        return LOOM_ENOMEM;
+    }
+    return 0;
+}
+
+int loom_messages_add(loom_messages *m, loom_role role, const char *content)
+{
+    loom_message msg = {0};
+
+    msg.role = role;
+    msg.content = (char *)content;
+    return loom_messages_append(
+        m, &(loom_messages){.items = &msg, .len = 1, .cap = 1});
+}
+
+int loom_messages_add_tool_result(loom_messages *m, const char *call_id,
+                                  const char *name, const char *content)
+{
+    loom_message msg = {0};
+
+    msg.role = LOOM_ROLE_TOOL;
+    msg.content = (char *)content;
+    msg.tool_call_id = (char *)call_id;
+    msg.name = (char *)name;
+    return loom_messages_append(
+        m, &(loom_messages){.items = &msg, .len = 1, .cap = 1});
+}
+
+int loom_messages_add_assistant(loom_messages *m, const char *content,
+                                const char *reasoning,
+                                const loom_tool_call *calls, size_t ncalls)
+{
+    loom_message msg = {0};
+
+    msg.role = LOOM_ROLE_ASSISTANT;
+    msg.content = (char *)content;
+    msg.reasoning = (char *)reasoning;
+    msg.tool_calls = (loom_tool_call *)calls;
+    msg.tool_calls_len = ncalls;
+    return loom_messages_append(
+        m, &(loom_messages){.items = &msg, .len = 1, .cap = 1});
+}
+
+int loom_messages_append(loom_messages *dst, const loom_messages *src)
+{
+    for (size_t i = 0; i < src->len; i++) {
+        int rc = reserve(dst);
+        if (rc || (rc = message_copy(&dst->items[dst->len], &src->items[i])))
+            return rc;
+        dst->len++;
+    }
+    return 0;
+}
+
+void loom_messages_free(loom_messages *m)
+{
+    for (size_t i = 0; i < m->len; i++)
+        loom_message_clear(&m->items[i]);
+    free(m->items);
+    m->items = NULL;
+    m->len = m->cap = 0;
+}
+
+void loom_usage_add(loom_usage *a, const loom_usage *b)
+{
+    a->prompt_tokens += b->prompt_tokens;
+    a->completion_tokens += b->completion_tokens;
+    a->cached_tokens += b->cached_tokens;
+    a->reasoning_tokens += b->reasoning_tokens;
+    a->total_tokens += b->total_tokens;
+}
+
+void loom_llm_response_clear(loom_llm_response *r)
+{
+    free(r->text);
+    free(r->reasoning);
+    for (size_t i = 0; i < r->tool_calls_len; i++)
+        loom_tool_call_clear(&r->tool_calls[i]);
+    free(r->tool_calls);
+    free(r->finish_reason);
+    free(r->response_id);
+    free(r->error.type);
+    free(r->error.message);
+    free(r->error.request_id);
+    memset(r, 0, sizeof(*r));
+}
+
+const char *loom_upstream_kind_name(loom_upstream_kind kind)
+{
+    static const char *const names[] = {
+        "none",          "bad_request", "authentication", "permission",
+        "not_found",     "timeout",     "conflict",       "too_large",
+        "unprocessable", "rate_limit",  "server",         "connection",
+        "stream",        "protocol"};
+    return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind]
+                                                             : "unknown";
+}
+
+void loom_provider_free(loom_provider *p)
+{
+    if (p && p->vt && p->vt->free)
+        p->vt->free(p);
+}
+
+int loom_provider_new(loom_provider **out, const loom_provider_config *config)
+{
+    *out = NULL;
+    if (!config->kind || strcmp(config->kind, "openai") == 0)
+        return loom_provider_openai_new(out, config);
+    return loom__error_set(LOOM_EINVALID,
+                           "provider '%s': unknown kind '%s' (known: openai)",
+                           config->name ? config->name : "?", config->kind);
+}
