@@ -1,0 +1,68 @@
+/*
+ * Event names and their JSON rendering. Every front end (the CLI's --json
+ * printer, later the HTTP API and the store recorder) sees events through
+ * loom_event_to_json, so the wire shape of an event is defined here once:
+ * the envelope {type, seq, index, run_id} followed by the event's fields.
+ */
+#include "loom/run.h"
+
+static const char *const event_names[LOOM_EV__COUNT] = {
+    [LOOM_EV_RUN_STARTED] = "run.started",
+    [LOOM_EV_MESSAGE_DELTA] = "message.delta",
+    [LOOM_EV_REASONING_DELTA] = "reasoning.delta",
+    [LOOM_EV_TOOL_CALLS] = "tool_calls",
+    [LOOM_EV_TOOL_STARTED] = "tool.started",
+    [LOOM_EV_TOOL_PROGRESS] = "tool.progress",
+    [LOOM_EV_TOOL_DELTA] = "tool.delta",
+    [LOOM_EV_TOOL_COMPLETED] = "tool.completed",
+    [LOOM_EV_TOOL_FAILED] = "tool.failed",
+    [LOOM_EV_TOOL_METRIC] = "tool.metric",
+    [LOOM_EV_PLAN_UPDATED] = "plan.updated",
+    [LOOM_EV_REVIEW] = "review",
+    [LOOM_EV_CITATION] = "citation",
+    [LOOM_EV_USAGE] = "usage",
+    [LOOM_EV_RUN_COMPLETED] = "run.completed",
+    [LOOM_EV_RUN_FAILED] = "run.failed",
+};
+
+const char *loom_event_type_name(loom_event_type type)
+{
+    return (unsigned)type < LOOM_EV__COUNT ? event_names[type] : "unknown";
+}
+
+json_t *loom_event_to_json(const loom_event *ev)
+{
+    json_t *o = json_object();
+
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "type",
+                        json_string(loom_event_type_name(ev->type)));
+    json_object_set_new(o, "seq", json_integer((json_int_t)ev->seq));
+    json_object_set_new(o, "index", json_integer(ev->index));
+    if (ev->run_id)
+        json_object_set_new(o, "run_id", json_string(ev->run_id));
+    if (ev->data && json_is_object(ev->data)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(ev->data, k, v)
+        {
+            /* The envelope wins: data never overrides type/seq/index. */
+            if (!json_object_get(o, k))
+                json_object_set(o, k, v);
+        }
+    }
+    return o;
+}
+
+const char *loom_run_status_name(loom_run_status status)
+{
+    switch (status) {
+    case LOOM_RUN_PENDING: return "pending";
+    case LOOM_RUN_RUNNING: return "running";
+    case LOOM_RUN_COMPLETED: return "completed";
+    case LOOM_RUN_FAILED: return "failed";
+    case LOOM_RUN_CANCELLED: return "cancelled";
+    }
+    return "unknown";
+}

@@ -1,0 +1,574 @@
+/*
+ * The run loop (seed 000 "The Orchestration Flow", seed 001 "The Main
+ * Loop", seed 003 "Multi-Turn Tool Loop").
+ *
+ * One run is straight-line code on one thread: build the request from the
+ * conversation plus the messages of this run, stream the model's answer
+ * (emitting deltas as they arrive), and if the model asked for tools, run
+ * them (in parallel, bounded), append their results in call order and go
+ * round again. A tool failure of any kind becomes a tool result the model
+ * can read; it never ends the run. The last permitted model call is sent
+ * without tools and with an instruction to answer from what has been
+ * gathered, so a run that reaches its limit still ends with an answer.
+ *
+ * Ownership: the run owns copies of the history and every message it adds;
+ * provider, registry and sink are borrowed from the caller.
+ */
+#include "loom/run.h"
+#include "agent/toolexec.h"
+#include "core/error.h"
+#include "loom/buf.h"
+#include "loom/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#define DEFAULT_MAX_ITERATIONS 10
+#define DEFAULT_CONCURRENCY 8
+#define DEFAULT_MAX_RESULT (256 * 1024)
+#define DEFAULT_MAX_ERROR 2048
+
+struct loom_run {
+    loom_run_options opts;
+    char id[40];
+    loom_cancel cancel;
+    loom_run_status status;
+    loom_messages all;   /* system prompt + history + this run's messages */
+    loom_messages added; /* this run's messages only */
+    loom_tool_def *defs; /* the tools offered to the model */
+    const loom_tool **offered;
+    size_t ndefs;
+    char *available; /* offered names, "a, b" */
+    loom_tool_choice choice; /* for the next model call */
+    char *choice_fn;
+    loom_buf text;   /* text of the current turn */
+    char *final_text;
+    loom_usage usage;
+    int iterations;
+    uint64_t seq;
+    uint32_t index;
+    char *error;
+};
+
+#define LIMIT_PROMPT                                                         \
+    "You have reached the limit of %d model calls for this request, so "     \
+    "tools are no longer available. Do not call any tools. Write your "      \
+    "final answer to the user now, using the information gathered so far, " \
+    "and say briefly if anything could not be completed."
+
+
+/* Sends one event; a sink's non-zero answer cancels the run. Takes data. */
+static void emit(loom_run *run, loom_event_type type, json_t *data)
+{
+    loom_event ev;
+
+    if (!run->opts.sink.emit) {
+        json_decref(data);
+        return;
+    }
+    ev.type = type;
+    ev.seq = ++run->seq;
+    ev.index = run->index;
+    ev.run_id = run->id;
+    ev.data = data ? data : json_object();
+    if (run->opts.sink.emit(&ev, run->opts.sink.payload) != 0)
+        loom_cancel_set(&run->cancel);
+    json_decref(ev.data);
+}
+
+static json_t *usage_json(const loom_usage *u)
+{
+    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "prompt_tokens",
+                     (json_int_t)u->prompt_tokens, "completion_tokens",
+                     (json_int_t)u->completion_tokens, "cached_tokens",
+                     (json_int_t)u->cached_tokens, "reasoning_tokens",
+                     (json_int_t)u->reasoning_tokens, "total_tokens",
+                     (json_int_t)u->total_tokens);
+}
+
+static void make_id(char *out, size_t size)
+{
+    unsigned char r[12];
+    size_t off;
+
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+        /* No entropy source: fall back to an address/time mix. */
+        unsigned long long x = (unsigned long long)(uintptr_t)out ^
+                               (unsigned long long)time(NULL) * 2654435761u;
+        for (size_t i = 0; i < sizeof(r); i++, x >>= 5)
+            r[i] = (unsigned char)x;
+    }
+    off = (size_t)snprintf(out, size, "run_");
+    for (size_t i = 0; i < sizeof(r) && off + 2 < size; i++)
+        off += (size_t)snprintf(out + off, size - off, "%02x", r[i]);
+}
+
+static int find_tool_name(const loom_run_options *o, const char *name)
+{
+    for (size_t i = 0; i < o->tool_names_len; i++)
+        if (strcmp(o->tool_names[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Builds the tool definitions offered to the model. */
+static int build_tools(loom_run *run)
+{
+    const loom_run_options *o = &run->opts;
+    size_t n = o->tools ? loom_tool_registry_count(o->tools) : 0;
+    loom_buf names = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    int rc = 0;
+
+    /* Every name the agent lists must exist: a typo is a config error. */
+    for (size_t i = 0; o->tool_names && i < o->tool_names_len; i++)
+        if (!o->tools || !loom_tool_registry_get(o->tools, o->tool_names[i]))
+            return loom__error_set(LOOM_EINVALID,
+                                   "agent '%s': unknown tool '%s'",
+                                   o->agent ? o->agent : "default",
+                                   o->tool_names[i]);
+    if (n) {
+        run->defs = calloc(n, sizeof(*run->defs));
+        run->offered = calloc(n, sizeof(*run->offered));
+        if (!run->defs || !run->offered)
+            return loom__error_oom();
+    }
+    for (size_t i = 0; i < n; i++) {
+        const loom_tool *t = loom_tool_registry_at(o->tools, i);
+        if (o->tool_names && !find_tool_name(o, t->name))
+            continue;
+        run->offered[run->ndefs] = t;
+        run->defs[run->ndefs].name = t->name;
+        run->defs[run->ndefs].description = t->description;
+        run->defs[run->ndefs].parameters = t->parameters;
+        run->ndefs++;
+        if ((rc = loom_buf_printf(&names, "%s%s", run->ndefs > 1 ? ", " : "",
+                                  t->name)) != 0)
+            break;
+    }
+    run->available = loom_buf_detach(&names);
+    if (!rc && !run->available)
+        rc = loom__error_oom();
+    return rc;
+}
+
+static const loom_tool *offered_tool(const loom_run *run, const char *name)
+{
+    for (size_t i = 0; name && i < run->ndefs; i++)
+        if (strcmp(run->offered[i]->name, name) == 0)
+            return run->offered[i];
+    return NULL;
+}
+
+int loom_run_new(loom_run **out, const loom_run_options *opts,
+                 const loom_messages *history)
+{
+    loom_run *run;
+    int rc;
+
+    *out = NULL;
+    if (!opts || opts->version != LOOM_RUN_OPTIONS_VERSION)
+        return loom__error_set(LOOM_EINVALID, "run options: bad version");
+    if (!opts->provider || !opts->upstream_model)
+        return loom__error_set(LOOM_EINVALID,
+                               "run options: a provider and a model are "
+                               "required");
+    if (!history || history->len == 0)
+        return loom__error_set(LOOM_EINVALID,
+                               "run: the conversation is empty");
+    run = calloc(1, sizeof(*run));
+    if (!run)
+        return loom__error_oom();
+    run->opts = *opts;
+    if (run->opts.max_iterations <= 0)
+        run->opts.max_iterations = DEFAULT_MAX_ITERATIONS;
+    if (run->opts.tool_concurrency <= 0)
+        run->opts.tool_concurrency = DEFAULT_CONCURRENCY;
+    if (run->opts.max_tool_result == 0)
+        run->opts.max_tool_result = DEFAULT_MAX_RESULT;
+    if (run->opts.max_tool_error == 0)
+        run->opts.max_tool_error = DEFAULT_MAX_ERROR;
+    make_id(run->id, sizeof(run->id));
+    loom_buf_init(&run->text, LOOM_BUF_UNLIMITED);
+    run->choice = opts->tool_choice;
+    if (opts->tool_choice.function &&
+        !(run->choice_fn = strdup(opts->tool_choice.function))) {
+        rc = loom__error_oom();
+        goto fail;
+    }
+    run->choice.function = run->choice_fn;
+    if ((rc = build_tools(run)) != 0)
+        goto fail;
+    if (run->choice.kind == LOOM_TOOL_CHOICE_FUNCTION &&
+        !offered_tool(run, run->choice.function)) {
+        rc = loom__error_set(LOOM_EINVALID,
+                             "tool_choice names '%s', which is not offered "
+                             "(available: %s)",
+                             run->choice.function ? run->choice.function : "",
+                             run->available);
+        goto fail;
+    }
+    if (opts->system_prompt && *opts->system_prompt &&
+        (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
+                                opts->system_prompt)) != 0)
+        goto fail;
+    if ((rc = loom_messages_append(&run->all, history)) != 0)
+        goto fail;
+    *out = run;
+    return 0;
+fail:
+    loom_run_free(run);
+    return rc;
+}
+
+/* Adds a message to both the request history and this run's messages. */
+static int add_message(loom_run *run, const loom_messages *one)
+{
+    int rc = loom_messages_append(&run->all, one);
+
+    return rc ? rc : loom_messages_append(&run->added, one);
+}
+
+static int on_llm_event(const loom_llm_event *ev, void *payload)
+{
+    loom_run *run = payload;
+
+    switch (ev->type) {
+    case LOOM_LLM_TEXT:
+        if (loom_buf_put(&run->text, ev->text, ev->text_len) != 0)
+            return LOOM_ENOMEM;
+        emit(run, LOOM_EV_MESSAGE_DELTA,
+             json_pack("{s:s%}", "delta", ev->text, ev->text_len));
+        break;
+    case LOOM_LLM_REASONING:
+        emit(run, LOOM_EV_REASONING_DELTA,
+             json_pack("{s:s%}", "delta", ev->text, ev->text_len));
+        break;
+    default:
+        break;
+    }
+    return loom_cancel_is_set(&run->cancel);
+}
+
+static json_t *call_json(const loom_tool_call *c)
+{
+    return json_pack("{s:s,s:s,s:s}", "id", c->id ? c->id : "", "name",
+                     c->name ? c->name : "", "arguments",
+                     c->arguments ? c->arguments : "");
+}
+
+static void on_tool_notice(loom__tool_job *job, int done, void *payload)
+{
+    loom_run *run = payload;
+    const loom_tool_call *c = job->call;
+
+    if (!done) {
+        emit(run, LOOM_EV_TOOL_STARTED,
+             json_pack("{s:s,s:s,s:O}", "id", c->id, "name", c->name,
+                       "arguments", job->args ? job->args : json_null()));
+    } else if (job->failed) {
+        emit(run, LOOM_EV_TOOL_FAILED,
+             json_pack("{s:s,s:s,s:s,s:s,s:s,s:f}", "id", c->id, "name",
+                       c->name ? c->name : "", "stage", job->stage, "error",
+                       job->error ? job->error : "", "output",
+                       job->output ? job->output : "", "duration_ms",
+                       job->duration_ms));
+    } else {
+        emit(run, LOOM_EV_TOOL_COMPLETED,
+             json_pack("{s:s,s:s,s:s,s:b,s:I,s:f}", "id", c->id, "name",
+                       c->name, "output", job->output ? job->output : "",
+                       "truncated", job->truncated, "output_size",
+                       (json_int_t)job->output_size, "duration_ms",
+                       job->duration_ms));
+    }
+}
+
+/* Every call needs an id to be answered; models rarely omit it. */
+static int ensure_call_ids(loom_tool_call *calls, size_t n, int iteration)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (calls[i].id && *calls[i].id)
+            continue;
+        free(calls[i].id);
+        if (asprintf(&calls[i].id, "call_loom_%d_%zu", iteration, i) < 0) {
+            calls[i].id = NULL;
+            return loom__error_oom();
+        }
+    }
+    return 0;
+}
+
+/* Runs the tool calls of one turn and appends their results in order. */
+static int run_tools(loom_run *run, const loom_message *assistant)
+{
+    size_t n = assistant->tool_calls_len;
+    loom__tool_job *jobs = calloc(n, sizeof(*jobs));
+    loom__tool_exec_opts xo;
+    json_t *calls;
+    int rc = 0;
+
+    if (!jobs)
+        return loom__error_oom();
+    calls = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(calls, call_json(&assistant->tool_calls[i]));
+    emit(run, LOOM_EV_TOOL_CALLS, json_pack("{s:o}", "calls", calls));
+
+    memset(&xo, 0, sizeof(xo));
+    xo.settings = run->opts.tool_settings;
+    xo.cancel = &run->cancel;
+    xo.max_result = run->opts.max_tool_result;
+    xo.max_error = run->opts.max_tool_error;
+    for (size_t i = 0; i < n; i++) {
+        jobs[i].call = &assistant->tool_calls[i];
+        loom__tool_job_prepare(&jobs[i],
+                               offered_tool(run, jobs[i].call->name),
+                               run->available, &xo);
+        if (jobs[i].done)
+            on_tool_notice(&jobs[i], 1, run);
+    }
+    rc = loom__tools_execute(jobs, n, run->opts.tool_concurrency, &xo,
+                             on_tool_notice, run);
+    /* Results go back in call order, each matched to its call id. */
+    for (size_t i = 0; i < n; i++) {
+        loom_message m = {0};
+        int rc2;
+        m.role = LOOM_ROLE_TOOL;
+        m.tool_call_id = jobs[i].call->id;
+        m.name = jobs[i].call->name;
+        m.content = jobs[i].output ? jobs[i].output : "Error: no result";
+        rc2 = add_message(run, &(loom_messages){&m, 1, 1});
+        if (rc2 && !rc)
+            rc = rc2;
+    }
+    for (size_t i = 0; i < n; i++)
+        loom__tool_job_clear(&jobs[i]);
+    free(jobs);
+    return rc;
+}
+
+static void finish_failed(loom_run *run, int rc,
+                          const loom_llm_response *resp)
+{
+    json_t *err;
+    int cancelled = rc == LOOM_ECANCELED || loom_cancel_is_set(&run->cancel);
+
+    run->status = cancelled ? LOOM_RUN_CANCELLED : LOOM_RUN_FAILED;
+    free(run->error);
+    run->error = strdup(cancelled ? "run cancelled" : loom_error_last());
+    err = json_pack("{s:s,s:s}", "code",
+                    cancelled ? "cancelled" : loom_error_name(rc), "message",
+                    run->error ? run->error : "");
+    if (!cancelled && resp && resp->error.kind != LOOM_UPSTREAM_NONE) {
+        json_object_set_new(
+            err, "kind",
+            json_string(loom_upstream_kind_name(resp->error.kind)));
+        if (resp->error.http_status)
+            json_object_set_new(err, "http_status",
+                                json_integer(resp->error.http_status));
+        if (resp->error.request_id)
+            json_object_set_new(err, "request_id",
+                                json_string(resp->error.request_id));
+        json_object_set_new(err, "attempts",
+                            json_integer(resp->error.attempts));
+    }
+    emit(run, LOOM_EV_RUN_FAILED,
+         json_pack("{s:s,s:o,s:s,s:i,s:o}", "status",
+                   loom_run_status_name(run->status), "error", err, "text",
+                   run->final_text ? run->final_text : "", "iterations",
+                   run->iterations, "usage", usage_json(&run->usage)));
+}
+
+/* Keeps what the model had said when a turn breaks off. */
+static void keep_partial(loom_run *run)
+{
+    free(run->final_text);
+    run->final_text = strdup(loom_buf_cstr(&run->text));
+    if (run->text.len) {
+        loom_message m = {0};
+        m.role = LOOM_ROLE_ASSISTANT;
+        m.content = run->text.ptr;
+        (void)add_message(run, &(loom_messages){&m, 1, 1});
+    }
+}
+
+int loom_run_execute(loom_run *run)
+{
+    const loom_run_options *o = &run->opts;
+    loom_llm_response resp;
+    int rc = 0, limit_injected = 0;
+
+    memset(&resp, 0, sizeof(resp));
+    run->status = LOOM_RUN_RUNNING;
+    emit(run, LOOM_EV_RUN_STARTED,
+         json_pack("{s:s?,s:s?,s:i,s:i}", "agent", o->agent, "model",
+                   o->model ? o->model : o->upstream_model, "max_iterations",
+                   o->max_iterations, "tools", (int)run->ndefs));
+    for (;;) {
+        loom_llm_request req = LOOM_LLM_REQUEST_INIT;
+        int last = run->iterations + 1 >= o->max_iterations;
+
+        if (loom_cancel_is_set(&run->cancel)) {
+            rc = LOOM_ECANCELED;
+            break;
+        }
+        if (last && run->iterations > 0 && run->ndefs && !limit_injected) {
+            char *p = NULL;
+            if (asprintf(&p, LIMIT_PROMPT, o->max_iterations) < 0 ||
+                (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, p))) {
+                free(p);
+                rc = rc ? rc : loom__error_oom();
+                break;
+            }
+            free(p);
+            limit_injected = 1;
+        }
+        req.model = o->upstream_model;
+        req.messages = run->all.items;
+        req.messages_len = run->all.len;
+        if (!last && run->ndefs) {
+            req.tools = run->defs;
+            req.tools_len = run->ndefs;
+            req.tool_choice = run->choice;
+            req.parallel_tool_calls = o->parallel_tool_calls;
+        }
+        req.max_tokens = o->max_output_tokens;
+        req.temperature = o->temperature;
+        req.stream = 1;
+
+        loom_buf_clear(&run->text);
+        loom_llm_response_clear(&resp);
+        run->iterations++;
+        rc = loom_provider_complete(o->provider, &req, on_llm_event, run,
+                                    &resp, &run->cancel);
+        /* A forced tool choice applies to one call, then returns to auto. */
+        run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
+        run->choice.function = NULL;
+        if (resp.usage.total_tokens || resp.usage.prompt_tokens ||
+            resp.usage.completion_tokens) {
+            loom_usage_add(&run->usage, &resp.usage);
+            json_t *u = usage_json(&resp.usage);
+            json_object_set_new(u, "iteration",
+                                json_integer(run->iterations));
+            json_object_set_new(u, "cumulative", usage_json(&run->usage));
+            emit(run, LOOM_EV_USAGE, u);
+        }
+        if (rc != 0)
+            break;
+        if (resp.tool_calls_len && !last) {
+            loom_message m = {0};
+            if ((rc = ensure_call_ids(resp.tool_calls, resp.tool_calls_len,
+                                      run->iterations)) != 0)
+                break;
+            m.role = LOOM_ROLE_ASSISTANT;
+            m.content = resp.text && *resp.text ? resp.text : NULL;
+            m.reasoning = resp.reasoning;
+            m.tool_calls = resp.tool_calls;
+            m.tool_calls_len = resp.tool_calls_len;
+            if ((rc = add_message(run, &(loom_messages){&m, 1, 1})) != 0)
+                break;
+            /* The turn's text now lives in the stored message. */
+            loom_buf_clear(&run->text);
+            if ((rc = run_tools(run, &run->all.items[run->all.len - 1])) !=
+                0)
+                break;
+            run->index++;
+            continue;
+        }
+        /* No tool calls (or tools no longer allowed): the answer. */
+        {
+            loom_message m = {0};
+            m.role = LOOM_ROLE_ASSISTANT;
+            m.content = resp.text ? resp.text : "";
+            m.reasoning = resp.reasoning;
+            free(run->final_text);
+            run->final_text = strdup(m.content);
+            if (!run->final_text ||
+                (rc = add_message(run, &(loom_messages){&m, 1, 1})) != 0) {
+                rc = rc ? rc : loom__error_oom();
+                break;
+            }
+        }
+        break;
+    }
+    if (rc == 0) {
+        run->status = LOOM_RUN_COMPLETED;
+        emit(run, LOOM_EV_RUN_COMPLETED,
+             json_pack("{s:s,s:s,s:i,s:s?,s:o}", "status", "completed",
+                       "text", run->final_text, "iterations",
+                       run->iterations, "finish_reason", resp.finish_reason,
+                       "usage", usage_json(&run->usage)));
+    } else {
+        /* Keep the message of the failure before other calls reset it. */
+        char *msg = strdup(loom_error_last());
+        keep_partial(run);
+        loom__error_set(rc, "%s", msg ? msg : "run failed");
+        free(msg);
+        finish_failed(run, rc, &resp);
+        if (run->status == LOOM_RUN_CANCELLED)
+            rc = loom__error_set(LOOM_ECANCELED, "run cancelled");
+        else
+            loom__error_set(rc, "%s", run->error ? run->error : "");
+    }
+    loom_llm_response_clear(&resp);
+    return rc;
+}
+
+void loom_run_cancel(loom_run *run)
+{
+    if (run)
+        loom_cancel_set(&run->cancel);
+}
+
+loom_run_status loom_run_status_get(const loom_run *run)
+{
+    return run->status;
+}
+
+const char *loom_run_id(const loom_run *run)
+{
+    return run->id;
+}
+
+const char *loom_run_text(const loom_run *run)
+{
+    return run->final_text ? run->final_text : "";
+}
+
+const loom_usage *loom_run_usage(const loom_run *run)
+{
+    return &run->usage;
+}
+
+int loom_run_iterations(const loom_run *run)
+{
+    return run->iterations;
+}
+
+const loom_messages *loom_run_messages(const loom_run *run)
+{
+    return &run->added;
+}
+
+const char *loom_run_error(const loom_run *run)
+{
+    return run->error ? run->error : "";
+}
+
+void loom_run_free(loom_run *run)
+{
+    if (!run)
+        return;
+    loom_messages_free(&run->all);
+    loom_messages_free(&run->added);
+    free(run->defs);
+    free(run->offered);
+    free(run->available);
+    free(run->choice_fn);
+    loom_buf_free(&run->text);
+    free(run->final_text);
+    free(run->error);
+    free(run);
+}

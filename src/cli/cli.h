@@ -1,0 +1,50 @@
+/*
+ * The loom command's internals: each subcommand is a function taking its
+ * own argv; shared pieces (config loading, the offline fake upstream, the
+ * event printers) live beside them.
+ */
+#ifndef LOOM_CLI_H
+#define LOOM_CLI_H
+
+#include "loom/config.h"
+#include "loom/run.h"
+
+/* Exit codes of the loom command. */
+#define CLI_OK 0
+#define CLI_FAILED 1
+#define CLI_USAGE 2
+#define CLI_INTERRUPTED 130
+
+int cli_run(int argc, char **argv);
+int cli_config(int argc, char **argv);
+
+/*
+ * Loads the config: path (may be NULL: $LOOM_CONFIG, else the environment
+ * alone). Prints the error and returns CLI_USAGE on failure.
+ */
+int cli_load_config(loom_config **out, const char *path);
+
+/* Applies the config's log settings unless the command line set them. */
+void cli_setup_log(const loom_config *cfg, const char *level_arg,
+                   const char *format_arg);
+
+/*
+ * The offline demo: starts the fake upstream with a scripted conversation
+ * and adds an `offline` provider pointing at it. Returns the fake's pid,
+ * or -1 (message printed).
+ */
+int cli_offline_start(loom_provider_config *out, int *pid);
+void cli_offline_stop(int pid);
+
+/* Sinks. */
+typedef struct {
+    int json;        /* --json: one JSON object per line on stdout */
+    int tty;         /* stderr is a terminal: live tool lines */
+    int color;
+    int ended_nl;    /* the answer text so far ends with a newline */
+    int wrote_text;
+} cli_printer;
+
+int cli_printer_emit(const loom_event *ev, void *payload);
+
+#endif

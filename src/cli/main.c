@@ -1,0 +1,50 @@
+/*
+ * The loom command: dispatches to subcommands. Every subcommand answers
+ * --help, and the exit codes are the same everywhere: 0 done, 1 the run
+ * failed, 2 usage or config error, 130 interrupted.
+ */
+#include "cli/cli.h"
+#include "loom/common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: loom <command> [options]\n"
+    "\n"
+    "loom runs LLM agents: it calls a model, runs the tools the model asks\n"
+    "for, feeds the results back and repeats until the model answers.\n"
+    "\n"
+    "commands:\n"
+    "  run \"question\"       run an agent once and print its answer\n"
+    "  config check FILE    validate a config file without running\n"
+    "  version              print loom's version\n"
+    "\n"
+    "Run `loom <command> --help` for a command's options.\n"
+    "Environment: OPENAI_API_KEY, OPENAI_BASE_URL (any OpenAI-compatible\n"
+    "server), LOOM_CONFIG (config file). With no key and no config, loom\n"
+    "runs against its built-in fake model and says so.\n";
+
+int main(int argc, char **argv)
+{
+    const char *cmd = argc > 1 ? argv[1] : NULL;
+
+    if (!cmd) {
+        fputs(usage, stderr);
+        return CLI_USAGE;
+    }
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(usage, stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("loom %s\n", loom_version());
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "run"))
+        return cli_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "config"))
+        return cli_config(argc - 1, argv + 1);
+    fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd, usage);
+    return CLI_USAGE;
+}

@@ -1,0 +1,139 @@
+/*
+ * The offline demo. With no API key and no config there is no model to
+ * talk to, so `loom run` starts the fake upstream (the same program the
+ * tests use) with a short scripted conversation: the fake model calls
+ * get_time, loom runs it, and the fake model answers. It shows the whole
+ * loop working on a fresh machine, and says plainly that it is a demo.
+ */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char demo_script[] =
+    "{\"loop\": true, \"responses\": ["
+    "{\"tool_calls\": [{\"id\": \"call_demo_1\", \"name\": \"get_time\","
+    " \"arguments\": [\"{\\\"timezone\\\":\", \"\\\"UTC\\\"}\"]}],"
+    " \"usage\": {\"prompt_tokens\": 52, \"completion_tokens\": 9,"
+    " \"total_tokens\": 61}},"
+    "{\"text\": [\"This is loom's offline demo: \", \"no model API key was "
+    "given, so a fake model answered. \", \"It asked for the get_time tool; "
+    "loom ran it on this machine and fed the result back. \", \"Set "
+    "OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible "
+    "server) to talk to a real model.\\n\"],"
+    " \"usage\": {\"prompt_tokens\": 98, \"completion_tokens\": 40,"
+    " \"total_tokens\": 138}}]}";
+
+static char *fake_path(void)
+{
+    char self[PATH_MAX], *slash, *p = NULL;
+    const char *env = getenv("LOOM_FAKE_UPSTREAM");
+    ssize_t n;
+
+    if (env && *env)
+        return strdup(env);
+    n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        if ((slash = strrchr(self, '/')) != NULL) {
+            *slash = '\0';
+            if (asprintf(&p, "%s/loom-fake-upstream", self) >= 0 &&
+                access(p, X_OK) == 0)
+                return p;
+            free(p);
+        }
+    }
+    return strdup("loom-fake-upstream");
+}
+
+int cli_offline_start(loom_provider_config *out, int *pid)
+{
+    char script[] = "/tmp/loom-demo-XXXXXX";
+    char line[128], *bin = NULL;
+    int fds[2] = {-1, -1}, fd, port = 0;
+    posix_spawn_file_actions_t fa;
+    pid_t child;
+    FILE *in = NULL;
+
+    *pid = -1;
+    fd = mkstemp(script);
+    if (fd < 0 || write(fd, demo_script, sizeof(demo_script) - 1) !=
+                      (ssize_t)sizeof(demo_script) - 1) {
+        fprintf(stderr, "loom: cannot write the demo script: %s\n",
+                strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    bin = fake_path();
+    if (!bin || pipe(fds) != 0)
+        goto fail;
+    char *args[] = {bin, "--script", script, "--max-seconds", "600", NULL};
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    int rc = posix_spawnp(&child, bin, &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    fds[1] = -1;
+    if (rc != 0) {
+        fprintf(stderr, "loom: cannot start %s: %s\n", bin, strerror(rc));
+        goto fail;
+    }
+    *pid = child;
+    in = fdopen(fds[0], "r");
+    fds[0] = -1;
+    if (!in || !fgets(line, sizeof(line), in) ||
+        sscanf(line, "listening 127.0.0.1:%d", &port) != 1 || port <= 0) {
+        fprintf(stderr, "loom: the fake upstream (%s) did not start\n", bin);
+        goto fail;
+    }
+    fclose(in);
+    /* The script was read at start; the fake needs the file no more. */
+    unlink(script);
+    memset(out, 0, sizeof(*out));
+    out->name = strdup("offline");
+    out->kind = strdup("openai");
+    if (asprintf(&out->base_url, "http://127.0.0.1:%d/v1", port) < 0)
+        out->base_url = NULL;
+    out->headers = json_object();
+    out->connect_timeout_ms = 5000;
+    out->first_byte_timeout_ms = 30000;
+    out->idle_timeout_ms = 30000;
+    out->max_retries = 0;
+    out->retry_base_delay_ms = 100;
+    out->retry_max_delay_ms = 1000;
+    free(bin);
+    return 0;
+fail:
+    if (in)
+        fclose(in);
+    if (fds[0] >= 0)
+        close(fds[0]);
+    if (fds[1] >= 0)
+        close(fds[1]);
+    cli_offline_stop(*pid);
+    *pid = -1;
+    unlink(script);
+    free(bin);
+    return -1;
+}
+
+void cli_offline_stop(int pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+}

@@ -1,0 +1,118 @@
+/*
+ * Event printers for `loom run`. --json writes every event as one JSON
+ * object per line on stdout (for scripts). Plain mode streams the answer
+ * to stdout as it arrives and reports tools on stderr: as they start and
+ * end when stderr is a terminal, one line per finished tool otherwise.
+ */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARGS_SHOWN 120
+#define OUTPUT_SHOWN 160
+
+/* Prints s on one line, at most max bytes, with newlines flattened. */
+static void print_short(FILE *f, const char *s, size_t max)
+{
+    size_t n = 0;
+
+    for (; s && *s && n < max; s++, n++)
+        fputc(*s == '\n' || *s == '\r' ? ' ' : *s, f);
+    if (s && *s)
+        fputs("...", f);
+}
+
+static const char *str(const json_t *data, const char *key)
+{
+    const char *s = json_string_value(json_object_get(data, key));
+    return s ? s : "";
+}
+
+static void tool_line(cli_printer *p, const loom_event *ev)
+{
+    const char *name = str(ev->data, "name");
+    double ms = json_number_value(json_object_get(ev->data, "duration_ms"));
+    const char *on = p->color ? "\033[2m" : "", *off = p->color ? "\033[0m" : "";
+
+    if (p->wrote_text && !p->ended_nl) {
+        fputc('\n', stdout);
+        fflush(stdout);
+        p->ended_nl = 1;
+    }
+    switch (ev->type) {
+    case LOOM_EV_TOOL_STARTED: {
+        char *args = json_dumps(json_object_get(ev->data, "arguments"),
+                                JSON_COMPACT | JSON_ENCODE_ANY);
+        fprintf(stderr, "%s> %s ", on, name);
+        print_short(stderr, args, ARGS_SHOWN);
+        fprintf(stderr, "%s\n", off);
+        free(args);
+        break;
+    }
+    case LOOM_EV_TOOL_COMPLETED:
+        fprintf(stderr, "%s< %s ok (%.0f ms): ", on, name, ms);
+        print_short(stderr, str(ev->data, "output"), OUTPUT_SHOWN);
+        fprintf(stderr, "%s\n", off);
+        break;
+    case LOOM_EV_TOOL_FAILED:
+        fprintf(stderr, "%s! %s failed (%s): ", p->color ? "\033[33m" : "",
+                *name ? name : "?", str(ev->data, "stage"));
+        print_short(stderr, str(ev->data, "error"), OUTPUT_SHOWN);
+        fprintf(stderr, "%s\n", off);
+        break;
+    default:
+        break;
+    }
+    fflush(stderr);
+}
+
+int cli_printer_emit(const loom_event *ev, void *payload)
+{
+    cli_printer *p = payload;
+
+    if (p->json) {
+        json_t *o = loom_event_to_json(ev);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (s) {
+            fputs(s, stdout);
+            fputc('\n', stdout);
+            fflush(stdout);
+        }
+        free(s);
+        json_decref(o);
+        return 0;
+    }
+    switch (ev->type) {
+    case LOOM_EV_MESSAGE_DELTA: {
+        json_t *d = json_object_get(ev->data, "delta");
+        size_t n = json_string_length(d);
+        if (n) {
+            fwrite(json_string_value(d), 1, n, stdout);
+            fflush(stdout);
+            p->wrote_text = 1;
+            p->ended_nl = json_string_value(d)[n - 1] == '\n';
+        }
+        break;
+    }
+    case LOOM_EV_TOOL_STARTED:
+        if (p->tty)
+            tool_line(p, ev);
+        break;
+    case LOOM_EV_TOOL_COMPLETED:
+    case LOOM_EV_TOOL_FAILED:
+        tool_line(p, ev);
+        break;
+    case LOOM_EV_RUN_COMPLETED:
+    case LOOM_EV_RUN_FAILED:
+        if (p->wrote_text && !p->ended_nl) {
+            fputc('\n', stdout);
+            fflush(stdout);
+        }
+        break;
+    default:
+        break;
+    }
+    return 0;
+}

@@ -1,0 +1,423 @@
+/*
+ * `loom run "question"`: one run of an agent from the terminal, and
+ * `loom config check FILE`.
+ *
+ * The agent comes from --agent (or the config's default_agent); without
+ * one, the default agent offers every built-in tool. The model comes from
+ * --model, else the agent's, else $LOOM_MODEL, else openai/gpt-4o-mini.
+ * With no provider at all (no OPENAI_API_KEY, no config) the run goes to
+ * the offline demo (offline.c) and says so on stderr.
+ *
+ * Ctrl-C cancels the run cleanly (the upstream request is aborted and the
+ * command exits 130); a second Ctrl-C exits at once.
+ */
+#include "cli/cli.h"
+#include "loom/log.h"
+#include "loom/tools.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_MODEL "openai/gpt-4o-mini"
+#define MAX_QUESTION (8 * 1024 * 1024)
+
+static const char run_usage[] =
+    "usage: loom run [options] \"question\"\n"
+    "       echo \"question\" | loom run [options] -\n"
+    "\n"
+    "Runs an agent once: streams the answer to stdout and reports tool\n"
+    "calls on stderr.\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE        config file (default: $LOOM_CONFIG, else\n"
+    "                           the environment alone)\n"
+    "  -a, --agent NAME         agent from the config (default: the\n"
+    "                           config's default_agent, else every\n"
+    "                           built-in tool)\n"
+    "  -m, --model PROVIDER/M   model, e.g. openai/gpt-4o-mini\n"
+    "  -n, --max-iterations N   model calls at most (default 10)\n"
+    "  -s, --system TEXT        system prompt (overrides the agent's)\n"
+    "      --json               print every event as a JSON line on stdout\n"
+    "      --log-level LEVEL    debug, info, warn (default), error, off\n"
+    "      --log-format FORMAT  text (default) or json\n"
+    "  -h, --help               this help\n"
+    "\n"
+    "exit codes: 0 done, 1 the run failed, 2 usage or config error,\n"
+    "130 interrupted\n";
+
+static const char config_usage[] =
+    "usage: loom config check FILE\n"
+    "\n"
+    "Validates a config file (syntax, keys, types, references, tool names)\n"
+    "without running anything. Exit 0 when valid, 2 otherwise.\n";
+
+static loom_run *volatile current_run;
+static volatile sig_atomic_t interrupts;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    if (++interrupts > 1)
+        _exit(CLI_INTERRUPTED);
+    if (current_run)
+        loom_run_cancel(current_run);
+}
+
+int cli_load_config(loom_config **out, const char *path)
+{
+    int rc;
+
+    if (!path || !*path)
+        path = getenv("LOOM_CONFIG");
+    rc = path && *path ? loom_config_load(out, path)
+                       : loom_config_from_env(out);
+    if (rc) {
+        fprintf(stderr, "loom: config: %s\n", loom_error_last());
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
+void cli_setup_log(const loom_config *cfg, const char *level_arg,
+                   const char *format_arg)
+{
+    const char *lv = level_arg ? level_arg : cfg ? cfg->log_level : NULL;
+    const char *fm = format_arg ? format_arg : cfg ? cfg->log_format : NULL;
+    int level = lv ? loom_log_level_parse(lv) : LOOM_LOG_WARN;
+
+    loom_log_set(stderr, level < 0 ? LOOM_LOG_WARN : (loom_log_level)level,
+                 fm && !strcmp(fm, "json") ? LOOM_LOG_JSON : LOOM_LOG_TEXT);
+}
+
+/* Checks the agents' tool names against the built-in registry. */
+static int check_agent_tools(const loom_config *cfg,
+                             const loom_tool_registry *reg)
+{
+    for (size_t i = 0; i < cfg->agents_len; i++) {
+        const loom_agent_config *a = &cfg->agents[i];
+        for (size_t j = 0; j < a->tools_len; j++) {
+            if (!loom_tool_registry_get(reg, a->tools[j])) {
+                char *names = loom_tool_registry_names(reg);
+                fprintf(stderr,
+                        "loom: config: %s: agents.%s.tools: unknown tool "
+                        "'%s' (available: %s)\n",
+                        cfg->path ? cfg->path : "environment", a->name,
+                        a->tools[j], names ? names : "");
+                free(names);
+                return CLI_USAGE;
+            }
+        }
+    }
+    return 0;
+}
+
+int cli_config(int argc, char **argv)
+{
+    loom_tool_registry *reg = NULL;
+    loom_config *cfg = NULL;
+    int rc;
+
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(config_usage, stdout);
+        return CLI_OK;
+    }
+    if (argc != 3 || strcmp(argv[1], "check") != 0) {
+        fputs(config_usage, stderr);
+        return CLI_USAGE;
+    }
+    if (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
+        fputs(config_usage, stdout);
+        return CLI_OK;
+    }
+    if (loom_config_load(&cfg, argv[2]) != 0) {
+        fprintf(stderr, "loom: config: %s\n", loom_error_last());
+        return CLI_USAGE;
+    }
+    if (loom_tool_registry_new(&reg) || loom_tools_add_builtins(reg)) {
+        fprintf(stderr, "loom: %s\n", loom_error_last());
+        rc = CLI_FAILED;
+    } else if ((rc = check_agent_tools(cfg, reg)) == 0) {
+        printf("%s: ok (%zu providers, %zu models, %zu agents)\n", argv[2],
+               cfg->providers_len, cfg->models_len, cfg->agents_len);
+    }
+    loom_tool_registry_free(reg);
+    loom_config_free(cfg);
+    return rc;
+}
+
+/* Reads the question from stdin ("-" or no argument with a pipe). */
+static char *read_stdin(void)
+{
+    loom_buf b = LOOM_BUF_INIT(MAX_QUESTION);
+    char chunk[8192];
+    size_t n;
+
+    while ((n = fread(chunk, 1, sizeof(chunk), stdin)) > 0) {
+        if (loom_buf_put(&b, chunk, n) != 0) {
+            fprintf(stderr, "loom: the question is larger than %d bytes\n",
+                    MAX_QUESTION);
+            loom_buf_free(&b);
+            return NULL;
+        }
+    }
+    while (b.len && (b.ptr[b.len - 1] == '\n' || b.ptr[b.len - 1] == '\r'))
+        b.ptr[--b.len] = '\0';
+    return loom_buf_detach(&b);
+}
+
+typedef struct {
+    const char *config, *agent, *model, *system, *log_level, *log_format;
+    int max_iterations, json;
+    char *question;
+} run_args;
+
+static int parse_args(run_args *a, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"agent", required_argument, NULL, 'a'},
+        {"model", required_argument, NULL, 'm'},
+        {"max-iterations", required_argument, NULL, 'n'},
+        {"system", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"log-format", required_argument, NULL, 'F'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    loom_buf q = LOOM_BUF_INIT(MAX_QUESTION);
+    int c, from_stdin = 0;
+    char *end;
+
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":c:a:m:n:s:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': a->config = optarg; break;
+        case 'a': a->agent = optarg; break;
+        case 'm': a->model = optarg; break;
+        case 's': a->system = optarg; break;
+        case 'j': a->json = 1; break;
+        case 'L': a->log_level = optarg; break;
+        case 'F': a->log_format = optarg; break;
+        case 'n':
+            a->max_iterations = (int)strtol(optarg, &end, 10);
+            if (*end || a->max_iterations < 1 || a->max_iterations > 1000) {
+                fprintf(stderr, "loom run: --max-iterations must be a "
+                                "number from 1 to 1000, got '%s'\n", optarg);
+                return CLI_USAGE;
+            }
+            break;
+        case 'h':
+            fputs(run_usage, stdout);
+            return -1;
+        case ':':
+            fprintf(stderr, "loom run: option '%s' needs a value\n\n%s",
+                    argv[optind - 1], run_usage);
+            return CLI_USAGE;
+        default:
+            fprintf(stderr, "loom run: unknown option '%s'\n\n%s",
+                    argv[optind - 1], run_usage);
+            return CLI_USAGE;
+        }
+    }
+    if (a->log_level && loom_log_level_parse(a->log_level) < 0) {
+        fprintf(stderr, "loom run: unknown log level '%s'\n", a->log_level);
+        return CLI_USAGE;
+    }
+    if (a->log_format && strcmp(a->log_format, "text") &&
+        strcmp(a->log_format, "json")) {
+        fprintf(stderr, "loom run: --log-format is text or json\n");
+        return CLI_USAGE;
+    }
+    for (int i = optind; i < argc; i++) {
+        if (!strcmp(argv[i], "-"))
+            from_stdin = 1;
+        else if (loom_buf_printf(&q, "%s%s", q.len ? " " : "", argv[i]))
+            break;
+    }
+    if (from_stdin || (optind >= argc && !isatty(STDIN_FILENO))) {
+        loom_buf_free(&q);
+        a->question = read_stdin();
+        if (!a->question)
+            return CLI_USAGE;
+    } else {
+        a->question = loom_buf_detach(&q);
+    }
+    if (!a->question || !*a->question) {
+        fprintf(stderr, "loom run: no question given\n\n%s", run_usage);
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
+int cli_run(int argc, char **argv)
+{
+    run_args a;
+    loom_config *cfg = NULL;
+    const loom_agent_config *agent = NULL;
+    const loom_model_config *model = NULL;
+    const loom_provider_config *pcfg;
+    loom_model_config tmp_model;
+    loom_provider_config offline;
+    loom_tool_registry *reg = NULL;
+    loom_provider *provider = NULL;
+    loom_messages history = {0};
+    loom_run *run = NULL;
+    cli_printer printer;
+    int rc, fake_pid = -1, have_offline = 0;
+    const char *model_name;
+    struct sigaction sa;
+
+    memset(&a, 0, sizeof(a));
+    memset(&tmp_model, 0, sizeof(tmp_model));
+    memset(&offline, 0, sizeof(offline));
+    if ((rc = parse_args(&a, argc, argv)) != 0) {
+        free(a.question);
+        return rc < 0 ? CLI_OK : rc;
+    }
+    if ((rc = cli_load_config(&cfg, a.config)) != 0)
+        goto done;
+    cli_setup_log(cfg, a.log_level, a.log_format);
+    if ((rc = loom_tool_registry_new(&reg)) || (rc = loom_tools_add_builtins(reg))) {
+        fprintf(stderr, "loom: %s\n", loom_error_last());
+        rc = CLI_FAILED;
+        goto done;
+    }
+    if ((rc = check_agent_tools(cfg, reg)) != 0)
+        goto done;
+    if (a.agent) {
+        agent = loom_config_agent(cfg, a.agent);
+        if (!agent) {
+            fprintf(stderr, "loom run: no agent named '%s' in the config\n",
+                    a.agent);
+            rc = CLI_USAGE;
+            goto done;
+        }
+    } else if (cfg->default_agent) {
+        agent = loom_config_agent(cfg, cfg->default_agent);
+    }
+    model_name = a.model ? a.model
+                 : agent ? agent->model
+                 : getenv("LOOM_MODEL") && *getenv("LOOM_MODEL")
+                     ? getenv("LOOM_MODEL")
+                     : DEFAULT_MODEL;
+    if (cfg->providers_len == 0 && !a.model) {
+        fprintf(stderr,
+                "loom: no model provider is configured (OPENAI_API_KEY is "
+                "not set and no config names one): running the OFFLINE "
+                "DEMO against loom's built-in fake model.\n"
+                "loom: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
+                "OpenAI-compatible server) or pass --config to use a real "
+                "model.\n");
+        if (cli_offline_start(&offline, &fake_pid) != 0) {
+            rc = CLI_FAILED;
+            goto done;
+        }
+        have_offline = 1;
+        pcfg = &offline;
+        tmp_model.name = strdup("offline/fake-model");
+        tmp_model.provider = strdup("offline");
+        tmp_model.upstream = strdup("fake-model");
+        model = &tmp_model;
+    } else {
+        if (loom_config_model(&model, &tmp_model, cfg, model_name) != 0) {
+            fprintf(stderr, "loom run: %s\n", loom_error_last());
+            rc = CLI_USAGE;
+            goto done;
+        }
+        pcfg = loom_config_provider(cfg, model->provider);
+        if (!pcfg) {
+            fprintf(stderr, "loom run: provider '%s' is not configured\n",
+                    model->provider);
+            rc = CLI_USAGE;
+            goto done;
+        }
+    }
+    if (loom_provider_new(&provider, pcfg) != 0) {
+        fprintf(stderr, "loom run: %s\n", loom_error_last());
+        rc = CLI_USAGE;
+        goto done;
+    }
+    if (loom_messages_add(&history, LOOM_ROLE_USER, a.question) != 0) {
+        rc = CLI_FAILED;
+        goto done;
+    }
+
+    memset(&printer, 0, sizeof(printer));
+    printer.json = a.json;
+    printer.tty = isatty(STDERR_FILENO);
+    printer.color = printer.tty && !getenv("NO_COLOR");
+    printer.ended_nl = 1;
+
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    ro.provider = provider;
+    ro.model = model->name;
+    ro.upstream_model = model->upstream;
+    ro.tools = reg;
+    ro.tool_settings = cfg->tools;
+    ro.agent = agent ? agent->name : "default";
+    ro.system_prompt = a.system ? a.system : agent ? agent->system_prompt
+                                                   : NULL;
+    if (agent && !agent->tools_all) {
+        ro.tool_names = (const char *const *)agent->tools;
+        ro.tool_names_len = agent->tools_len;
+    }
+    ro.max_iterations = a.max_iterations ? a.max_iterations
+                        : agent ? agent->max_iterations : 0;
+    if (agent) {
+        ro.tool_choice = agent->tool_choice;
+        ro.parallel_tool_calls = agent->parallel_tool_calls;
+        ro.tool_concurrency = agent->tool_concurrency;
+    }
+    ro.max_output_tokens = model->max_output_tokens;
+    ro.sink.emit = cli_printer_emit;
+    ro.sink.payload = &printer;
+    if (loom_run_new(&run, &ro, &history) != 0) {
+        fprintf(stderr, "loom run: %s\n", loom_error_last());
+        rc = CLI_USAGE;
+        goto done;
+    }
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    current_run = run;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    rc = loom_run_execute(run);
+    current_run = NULL;
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+
+    if (rc == 0) {
+        rc = CLI_OK;
+    } else if (loom_run_status_get(run) == LOOM_RUN_CANCELLED) {
+        if (!a.json)
+            fprintf(stderr, "loom: run cancelled\n");
+        rc = interrupts ? CLI_INTERRUPTED : CLI_FAILED;
+    } else {
+        if (!a.json)
+            fprintf(stderr, "loom: run failed: %s\n", loom_run_error(run));
+        rc = CLI_FAILED;
+    }
+done:
+    loom_run_free(run);
+    loom_messages_free(&history);
+    loom_provider_free(provider);
+    loom_tool_registry_free(reg);
+    loom_model_config_clear(&tmp_model);
+    if (have_offline) {
+        free(offline.name);
+        free(offline.kind);
+        free(offline.base_url);
+        json_decref(offline.headers);
+    }
+    cli_offline_stop(fake_pid);
+    loom_config_free(cfg);
+    free(a.question);
+    return rc;
+}
