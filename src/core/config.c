@@ -1,0 +1,562 @@
+/*
+ * Configuration: the public side. A config is the environment's `openai`
+ * provider (OPENAI_API_KEY, OPENAI_BASE_URL) with one YAML file read over
+ * it: the file adds providers, models, agents and tool settings and
+ * replaces providers of the same name. This file holds what does not
+ * depend on YAML: building and freeing configs, the environment, reading
+ * the file under its 4 MiB limit, the lookups and model resolution.
+ * config_yaml.c turns the YAML text into the config.
+ */
+#include "loom/config.h"
+#include "core/config_internal.h"
+#include "core/error.h"
+#include "loom/buf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_OPENAI_URL "https://api.openai.com/v1"
+
+/* ---- helpers shared with config_yaml.c ---------------------------- */
+
+static char *dup_str(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* Copies s for an error message: at most 48 bytes, control characters
+ * shown as '?', "..." when cut. Returns dst. */
+const char *loom__config_shown(char *dst, size_t cap, const char *s)
+{
+    size_t i = 0, max = cap - 4 < 48 ? cap - 4 : 48;
+
+    for (; s[i] && i < max; i++)
+        dst[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
+    if (s[i]) {
+        memcpy(dst + i, "...", 3);
+        i += 3;
+    }
+    dst[i] = '\0';
+    return dst;
+}
+
+/* [A-Za-z0-9_-]{1,64} plus '.' when dots is set. */
+int loom__config_valid_name(const char *s, int dots)
+{
+    size_t n = 0;
+
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              (dots && c == '.')))
+            return 0;
+    }
+    return n >= 1 && n <= LOOM__CONFIG_NAME_MAX;
+}
+
+/* Appends name to a ", "-separated list in dst (cap bytes, at least 8),
+ * ending it with "..." once it is full. */
+void loom__config_names_add(char *dst, size_t cap, const char *name)
+{
+    size_t len = strlen(dst), need = strlen(name) + (len ? 2 : 0);
+
+    if (len >= 3 && strcmp(dst + len - 3, "...") == 0)
+        return;
+    if (len + need + 4 >= cap) {
+        snprintf(dst + len, cap - len, "%s...", len ? ", " : "");
+        return;
+    }
+    snprintf(dst + len, cap - len, "%s%s", len ? ", " : "", name);
+}
+
+const char *loom__config_provider_names(char *dst, size_t cap,
+                                        const loom_config *cfg)
+{
+    dst[0] = '\0';
+    for (size_t i = 0; i < cfg->providers_len; i++)
+        loom__config_names_add(dst, cap, cfg->providers[i].name);
+    return cfg->providers_len ? dst : "none";
+}
+
+/* ---- the public lookups ----------------------------------------------- */
+
+const loom_provider_config *loom_config_provider(const loom_config *cfg,
+                                                 const char *name)
+{
+    if (!cfg || !name)
+        return NULL;
+    for (size_t i = 0; i < cfg->providers_len; i++)
+        if (strcmp(cfg->providers[i].name, name) == 0)
+            return &cfg->providers[i];
+    return NULL;
+}
+
+const loom_agent_config *loom_config_agent(const loom_config *cfg,
+                                           const char *name)
+{
+    if (!cfg || !name)
+        return NULL;
+    for (size_t i = 0; i < cfg->agents_len; i++)
+        if (strcmp(cfg->agents[i].name, name) == 0)
+            return &cfg->agents[i];
+    return NULL;
+}
+
+static const loom_model_config *find_model(const loom_config *cfg,
+                                           const char *name)
+{
+    for (size_t i = 0; i < cfg->models_len; i++)
+        if (strcmp(cfg->models[i].name, name) == 0)
+            return &cfg->models[i];
+    return NULL;
+}
+
+/* Length of the provider part of "provider/model", 0 when name is not of
+ * that form (no '/', or an empty side). */
+size_t loom__config_provider_part(const char *name)
+{
+    const char *slash = strchr(name, '/');
+
+    if (!slash || slash == name || slash[1] == '\0')
+        return 0;
+    return (size_t)(slash - name);
+}
+
+const loom_provider_config *loom__config_find_provider_n(const loom_config *cfg,
+                                                         const char *name,
+                                                         size_t len)
+{
+    for (size_t i = 0; i < cfg->providers_len; i++)
+        if (strlen(cfg->providers[i].name) == len &&
+            memcmp(cfg->providers[i].name, name, len) == 0)
+            return &cfg->providers[i];
+    return NULL;
+}
+
+/*
+ * Why name does not resolve, written into why; 0 when it does (listed, or
+ * "provider/model" with a known provider).
+ */
+int loom__config_model_unresolved(const loom_config *cfg, const char *name,
+                                  char *why, size_t cap)
+{
+    char shown_name[64], known[256];
+    size_t plen;
+
+    if (find_model(cfg, name))
+        return 0;
+    plen = loom__config_provider_part(name);
+    if (plen == 0) {
+        snprintf(why, cap,
+                 "model '%s' is not listed under models and is not of the "
+                 "form provider/model",
+                 loom__config_shown(shown_name, sizeof(shown_name), name));
+        return 1;
+    }
+    if (loom__config_find_provider_n(cfg, name, plen))
+        return 0;
+    snprintf(why, cap,
+             "model '%s' is not listed under models and its provider "
+             "'%.*s' is not defined (providers: %s)",
+             loom__config_shown(shown_name, sizeof(shown_name), name),
+             (int)(plen < 64 ? plen : 64), name,
+             loom__config_provider_names(known, sizeof(known), cfg));
+    return 1;
+}
+
+void loom_model_config_clear(loom_model_config *m)
+{
+    if (!m)
+        return;
+    free(m->name);
+    free(m->provider);
+    free(m->upstream);
+    memset(m, 0, sizeof(*m));
+}
+
+/*
+ * A listed model is returned as is. An unlisted "provider/model" whose
+ * provider exists is built in tmp (name, provider and upstream copied,
+ * token counts 0): the caller frees it with loom_model_config_clear. tmp
+ * is zeroed first whenever it is given, so clearing it is always safe.
+ * LOOM_ENOTFOUND when the model does not resolve (the message says why),
+ * LOOM_EINVALID for NULL arguments or an unlisted model without tmp.
+ */
+int loom_config_model(const loom_model_config **out, loom_model_config *tmp,
+                      const loom_config *cfg, const char *name)
+{
+    const loom_model_config *m;
+    char why[512];
+    size_t plen;
+
+    if (out)
+        *out = NULL;
+    if (tmp)
+        memset(tmp, 0, sizeof(*tmp));
+    if (!out || !cfg || !name)
+        return loom__error_set(LOOM_EINVALID, "loom_config_model: NULL "
+                                              "argument");
+    if ((m = find_model(cfg, name)) != NULL) {
+        *out = m;
+        return 0;
+    }
+    if (loom__config_model_unresolved(cfg, name, why, sizeof(why)))
+        return loom__error_set(LOOM_ENOTFOUND, "%s", why);
+    if (!tmp)
+        return loom__error_set(LOOM_EINVALID,
+                               "loom_config_model: model "
+                               "'%s' is not listed and no tmp was given",
+                               name);
+    plen = loom__config_provider_part(name);
+    tmp->name = strdup(name);
+    tmp->provider = strndup(name, plen);
+    tmp->upstream = strdup(name + plen + 1);
+    if (!tmp->name || !tmp->provider || !tmp->upstream) {
+        loom_model_config_clear(tmp);
+        return loom__error_oom();
+    }
+    *out = tmp;
+    return 0;
+}
+
+/*
+ * "auto", "none" and "required" give those kinds with function NULL; any
+ * other valid tool name ([a-zA-Z0-9_-]{1,64}) gives LOOM_TOOL_CHOICE_FUNCTION
+ * with a malloc'd copy in out->function, which the caller frees.
+ * LOOM_EINVALID for NULL, "" or an invalid name; out is then {AUTO, NULL}.
+ */
+int loom_tool_choice_parse(loom_tool_choice *out, const char *s)
+{
+    char tmp[64];
+
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "tool_choice: NULL argument");
+    out->kind = LOOM_TOOL_CHOICE_AUTO;
+    out->function = NULL;
+    if (!s)
+        return loom__error_set(LOOM_EINVALID, "tool_choice: NULL argument");
+    if (strcmp(s, "auto") == 0)
+        return 0;
+    if (strcmp(s, "none") == 0) {
+        out->kind = LOOM_TOOL_CHOICE_NONE;
+        return 0;
+    }
+    if (strcmp(s, "required") == 0) {
+        out->kind = LOOM_TOOL_CHOICE_REQUIRED;
+        return 0;
+    }
+    if (!loom__config_valid_name(s, 0))
+        return loom__error_set(LOOM_EINVALID,
+                               "tool_choice must be auto, none, required or "
+                               "a tool name ([a-zA-Z0-9_-]{1,64}), got '%s'",
+                               loom__config_shown(tmp, sizeof(tmp), s));
+    if (!(out->function = strdup(s)))
+        return loom__error_oom();
+    out->kind = LOOM_TOOL_CHOICE_FUNCTION;
+    return 0;
+}
+
+/* ---- building and freeing --------------------------------------------- */
+
+void loom__config_provider_clear(loom_provider_config *p)
+{
+    free(p->name);
+    free(p->kind);
+    free(p->base_url);
+    free(p->api_key);
+    json_decref(p->headers);
+    memset(p, 0, sizeof(*p));
+}
+
+static void agent_clear(loom_agent_config *a)
+{
+    free(a->name);
+    free(a->model);
+    free(a->system_prompt);
+    for (size_t i = 0; i < a->tools_len; i++)
+        free(a->tools[i]);
+    free(a->tools);
+    free(a->tool_choice.function);
+    memset(a, 0, sizeof(*a));
+}
+
+void loom_config_free(loom_config *cfg)
+{
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < cfg->providers_len; i++)
+        loom__config_provider_clear(&cfg->providers[i]);
+    free(cfg->providers);
+    for (size_t i = 0; i < cfg->models_len; i++)
+        loom_model_config_clear(&cfg->models[i]);
+    free(cfg->models);
+    for (size_t i = 0; i < cfg->agents_len; i++)
+        agent_clear(&cfg->agents[i]);
+    free(cfg->agents);
+    free(cfg->path);
+    free(cfg->default_agent);
+    json_decref(cfg->tools);
+    free(cfg->log_level);
+    free(cfg->log_format);
+    free(cfg);
+}
+
+/* Defaults of a provider, and an empty headers object. */
+int loom__config_provider_init(loom_provider_config *p, const char *name)
+{
+    memset(p, 0, sizeof(*p));
+    p->connect_timeout_ms = 10000;
+    p->first_byte_timeout_ms = 120000;
+    p->idle_timeout_ms = 120000;
+    p->max_retries = 2;
+    p->retry_base_delay_ms = 500;
+    p->retry_max_delay_ms = 30000;
+    p->name = strdup(name);
+    p->kind = strdup("openai");
+    p->headers = json_object();
+    if (!p->name || !p->kind || !p->headers)
+        return loom__error_oom();
+    return 0;
+}
+
+/* Adds p to cfg (taking its contents), replacing a provider of the same
+ * name: that is how the file overrides the environment. */
+int loom__config_provider_install(loom_config *cfg, loom_provider_config *p)
+{
+    loom_provider_config *v;
+
+    for (size_t i = 0; i < cfg->providers_len; i++) {
+        if (strcmp(cfg->providers[i].name, p->name) == 0) {
+            loom__config_provider_clear(&cfg->providers[i]);
+            cfg->providers[i] = *p;
+            memset(p, 0, sizeof(*p));
+            return 0;
+        }
+    }
+    v = realloc(cfg->providers, (cfg->providers_len + 1) * sizeof(*v));
+    if (!v)
+        return loom__error_oom();
+    cfg->providers = v;
+    v[cfg->providers_len++] = *p;
+    memset(p, 0, sizeof(*p));
+    return 0;
+}
+
+/* "http://" or "https://" and something after; no spaces or controls. */
+int loom__config_valid_url(const char *s)
+{
+    size_t skip;
+
+    if (strncasecmp(s, "http://", 7) == 0)
+        skip = 7;
+    else if (strncasecmp(s, "https://", 8) == 0)
+        skip = 8;
+    else
+        return 0;
+    if (s[skip] == '\0' || s[skip] == '/')
+        return 0;
+    for (; *s; s++)
+        if ((unsigned char)*s <= 0x20 || *s == 0x7f)
+            return 0;
+    return 1;
+}
+
+void loom__config_strip_slashes(char *s)
+{
+    size_t n = strlen(s);
+
+    while (n > 0 && s[n - 1] == '/')
+        s[--n] = '\0';
+}
+
+static loom_config *config_new(void)
+{
+    loom_config *cfg = calloc(1, sizeof(*cfg));
+
+    if (!cfg)
+        return NULL;
+    if (!(cfg->tools = json_object())) {
+        free(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
+static const char *env_nonempty(const char *name)
+{
+    const char *v = getenv(name);
+
+    return v && *v ? v : NULL;
+}
+
+/*
+ * The `openai` provider exists when OPENAI_API_KEY or OPENAI_BASE_URL is
+ * set and not empty: a base URL alone is enough because local servers
+ * (Ollama, llama.cpp, vLLM) need no key. Nothing else comes from the
+ * environment. LOOM_EINVALID when OPENAI_BASE_URL is not an http(s) URL.
+ */
+int loom_config_from_env(loom_config **out)
+{
+    loom_provider_config p;
+    const char *key = env_nonempty("OPENAI_API_KEY");
+    const char *url = env_nonempty("OPENAI_BASE_URL");
+    loom_config *cfg = NULL;
+    char tmp[64];
+    int rc = 0;
+
+    memset(&p, 0, sizeof(p));
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "loom_config_from_env: NULL "
+                                              "argument");
+    *out = NULL;
+    if (!(cfg = config_new())) {
+        rc = loom__error_oom();
+        goto cleanup;
+    }
+    if (!key && !url)
+        goto cleanup;
+    if (url && !loom__config_valid_url(url)) {
+        rc = loom__error_set(LOOM_EINVALID,
+                             "environment: OPENAI_BASE_URL: must be an "
+                             "http:// or https:// URL, got '%s'",
+                             loom__config_shown(tmp, sizeof(tmp), url));
+        goto cleanup;
+    }
+    if ((rc = loom__config_provider_init(&p, "openai")) != 0)
+        goto cleanup;
+    p.base_url = strdup(url ? url : DEFAULT_OPENAI_URL);
+    p.api_key = dup_str(key);
+    if (!p.base_url || (key && !p.api_key)) {
+        rc = loom__error_oom();
+        goto cleanup;
+    }
+    loom__config_strip_slashes(p.base_url);
+    rc = loom__config_provider_install(cfg, &p);
+
+cleanup:
+    loom__config_provider_clear(&p);
+    if (rc)
+        loom_config_free(cfg);
+    else
+        *out = cfg;
+    return rc;
+}
+
+static int load_text(loom_config **out, const char *data, size_t len,
+                     const char *name, const char *path)
+{
+    loom_config *cfg = NULL;
+    int rc;
+
+    *out = NULL;
+    if (len > LOOM__CONFIG_MAX_BYTES)
+        return loom__error_set(LOOM_ETOOLARGE,
+                               "%s: larger than the %zu MiB limit for a "
+                               "config file",
+                               name, LOOM__CONFIG_MAX_BYTES >> 20);
+    if ((rc = loom_config_from_env(&cfg)) != 0)
+        return rc;
+    if (path && !(cfg->path = strdup(path))) {
+        rc = loom__error_oom();
+        goto cleanup;
+    }
+    rc = loom__config_parse_yaml(cfg, data, len, name);
+
+cleanup:
+    if (rc)
+        loom_config_free(cfg);
+    else
+        *out = cfg;
+    return rc;
+}
+
+/*
+ * Reads the YAML text over the environment's config. name (default
+ * "<string>") stands for the file in messages; cfg->path stays NULL.
+ * LOOM_ETOOLARGE past 4 MiB, else as loom_config_load.
+ */
+int loom_config_load_string(loom_config **out, const char *yaml,
+                            const char *name)
+{
+    size_t len;
+
+    if (!out || !yaml)
+        return loom__error_set(LOOM_EINVALID, "loom_config_load_string: "
+                                              "NULL argument");
+    *out = NULL;
+    len = strnlen(yaml, LOOM__CONFIG_MAX_BYTES + 1);
+    return load_text(out, yaml, len, name ? name : "<string>", NULL);
+}
+
+/*
+ * Reads the file at path (at most 4 MiB) over the environment's config.
+ * LOOM_ENOTFOUND when it does not exist, LOOM_EIO when it cannot be read,
+ * LOOM_ETOOLARGE past 4 MiB or a nesting/expansion limit, LOOM_EINVALID
+ * with "file:line: key: problem" for anything wrong inside.
+ */
+int loom_config_load(loom_config **out, const char *path)
+{
+    loom_buf b = LOOM_BUF_INIT(LOOM__CONFIG_MAX_BYTES);
+    struct stat st;
+    char chunk[65536];
+    int fd = -1, rc = 0;
+    ssize_t n;
+
+    if (!out || !path)
+        return loom__error_set(LOOM_EINVALID, "loom_config_load: NULL "
+                                              "argument");
+    *out = NULL;
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return loom__error_set(LOOM_ENOTFOUND, "%s: no such file", path);
+        return loom__error_set(LOOM_EIO, "%s: %s", path, strerror(errno));
+    }
+    if (fstat(fd, &st) != 0) {
+        rc = loom__error_set(LOOM_EIO, "%s: %s", path, strerror(errno));
+        goto cleanup;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        rc = loom__error_set(LOOM_EINVALID, "%s: is a directory", path);
+        goto cleanup;
+    }
+    /* The size check up front spares reading a huge file; the buffer's
+     * limit still holds for pipes and files that grow meanwhile. */
+    if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size >
+                                   (unsigned long long)LOOM__CONFIG_MAX_BYTES)
+        goto too_large;
+    for (;;) {
+        n = read(fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = loom__error_set(LOOM_EIO, "%s: %s", path, strerror(errno));
+            goto cleanup;
+        }
+        if (n == 0)
+            break;
+        if ((rc = loom_buf_put(&b, chunk, (size_t)n)) == LOOM_ETOOLARGE)
+            goto too_large;
+        if (rc)
+            goto cleanup;
+    }
+    rc = load_text(out, loom_buf_cstr(&b), b.len, path, path);
+    goto cleanup;
+
+too_large:
+    rc = loom__error_set(LOOM_ETOOLARGE,
+                         "%s: larger than the %zu MiB limit for a config file",
+                         path, LOOM__CONFIG_MAX_BYTES >> 20);
+
+cleanup:
+    if (fd >= 0)
+        close(fd);
+    loom_buf_free(&b);
+    return rc;
+}

@@ -1,0 +1,50 @@
+/*
+ * Internal: what config.c and config_yaml.c share. config.c owns building,
+ * freeing and the environment; config_yaml.c reads YAML into a config
+ * with these helpers.
+ */
+#ifndef LOOM_CORE_CONFIG_INTERNAL_H
+#define LOOM_CORE_CONFIG_INTERNAL_H
+
+#include "loom/config.h"
+
+#define LOOM__CONFIG_MAX_BYTES ((size_t)4 << 20)
+#define LOOM__CONFIG_NAME_MAX 64 /* tool, provider and agent names */
+
+/* Reads the YAML text into cfg over what it holds (config_yaml.c). On
+ * error cfg may be half filled; the caller frees it. */
+int loom__config_parse_yaml(loom_config *cfg, const char *data, size_t len,
+                            const char *name);
+
+/* Copies s for an error message into dst (cap >= 8): at most 48 bytes,
+ * control characters as '?', "..." when cut. Returns dst. */
+const char *loom__config_shown(char *dst, size_t cap, const char *s);
+/* [A-Za-z0-9_-]{1,64}, plus '.' when dots is set. */
+int loom__config_valid_name(const char *s, int dots);
+/* An http:// or https:// URL with a host part and no spaces. */
+int loom__config_valid_url(const char *s);
+void loom__config_strip_slashes(char *s);
+/* Appends name to the ", "-separated list in dst, "..." once full. */
+void loom__config_names_add(char *dst, size_t cap, const char *name);
+/* The providers' names for messages ("none" when there are none). */
+const char *loom__config_provider_names(char *dst, size_t cap,
+                                        const loom_config *cfg);
+
+/* Length of the provider part of "provider/model"; 0 when name does not
+ * have that form. */
+size_t loom__config_provider_part(const char *name);
+const loom_provider_config *loom__config_find_provider_n(const loom_config *cfg,
+                                                         const char *name,
+                                                         size_t len);
+/* 0 when name resolves (listed, or provider/model with a known provider);
+ * else 1 with the reason in why. */
+int loom__config_model_unresolved(const loom_config *cfg, const char *name,
+                                  char *why, size_t cap);
+
+/* A provider with its defaults, kind "openai" and empty headers. */
+int loom__config_provider_init(loom_provider_config *p, const char *name);
+void loom__config_provider_clear(loom_provider_config *p);
+/* Moves p into cfg, replacing a provider of the same name. */
+int loom__config_provider_install(loom_config *cfg, loom_provider_config *p);
+
+#endif

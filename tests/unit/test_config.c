@@ -1,0 +1,1231 @@
+/*
+ * Tests of loom's configuration (include/loom/config.h): a file using
+ * every key, ${VAR} interpolation, every kind of error with the file, line
+ * and key it must name, references between sections, the merge over the
+ * environment, model resolution, and each limit (file size, nesting,
+ * alias expansion, expanded text) crossed. Every test starts from an
+ * environment without OPENAI_* so results do not depend on the machine.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "loom/config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MIB ((size_t)1 << 20)
+
+static int reset_env(void **state)
+{
+    (void)state;
+    unsetenv("OPENAI_API_KEY");
+    unsetenv("OPENAI_BASE_URL");
+    unsetenv("LOOM_TEST_VAR");
+    unsetenv("LOOM_TEST_EMPTY");
+    unsetenv("LOOM_TEST_UNSET");
+    unsetenv("LOOM_TEST_N");
+    unsetenv("LOOM_TEST_BIG");
+    unsetenv("LOOM_TEST_FULL_KEY");
+    loom_error_clear();
+    return 0;
+}
+
+/* Loads yaml as "t.yaml" and checks it fails with code and a message
+ * containing every string of the NULL-terminated list. */
+static void expect_fail(const char *yaml, int code, ...)
+{
+    loom_config *cfg = (loom_config *)0x1;
+    const char *part;
+    va_list ap;
+    int rc;
+
+    rc = loom_config_load_string(&cfg, yaml, "t.yaml");
+    if (rc != code)
+        print_error("rc %d, message: %s\n", rc, loom_error_last());
+    assert_int_equal(rc, code);
+    assert_null(cfg);
+    va_start(ap, code);
+    while ((part = va_arg(ap, const char *)) != NULL) {
+        if (!strstr(loom_error_last(), part))
+            print_error("'%s' not in: %s\n", part, loom_error_last());
+        assert_non_null(strstr(loom_error_last(), part));
+    }
+    va_end(ap);
+}
+
+static loom_config *load_ok(const char *yaml)
+{
+    loom_config *cfg = NULL;
+    int rc = loom_config_load_string(&cfg, yaml, "t.yaml");
+
+    if (rc != 0)
+        print_error("unexpected error: %s\n", loom_error_last());
+    assert_int_equal(rc, 0);
+    assert_non_null(cfg);
+    return cfg;
+}
+
+/* A directory for files this test writes, under LOOM_TEST_TMP when set. */
+static char *tmp_dir(void)
+{
+    const char *base = getenv("LOOM_TEST_TMP");
+    char tmpl[4096];
+    char *dir;
+
+    if (!base || !*base)
+        base = "/tmp";
+    mkdir(base, 0700);
+    snprintf(tmpl, sizeof(tmpl), "%s/loom-config-XXXXXX", base);
+    dir = mkdtemp(tmpl);
+    assert_non_null(dir);
+    return strdup(dir);
+}
+
+static char *write_file(const char *dir, const char *name, const char *data,
+                        size_t len)
+{
+    char path[4096];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    return strdup(path);
+}
+
+/* ---- a complete file ---------------------------------------------------- */
+
+static void test_full_file(void **state)
+{
+    const char *path = LOOM_SOURCE_DIR "/tests/data/config/full.yaml";
+    const loom_provider_config *p;
+    const loom_agent_config *a;
+    const loom_model_config *m;
+    loom_model_config tmp;
+    loom_config *cfg = NULL;
+    json_t *t;
+
+    (void)state;
+    setenv("LOOM_TEST_FULL_KEY", "sk-full", 1);
+    if (loom_config_load(&cfg, path) != 0)
+        print_error("%s\n", loom_error_last());
+    assert_non_null(cfg);
+    assert_string_equal(cfg->path, path);
+    assert_string_equal(cfg->log_level, "debug");
+    assert_string_equal(cfg->log_format, "json");
+
+    assert_int_equal(cfg->providers_len, 2);
+    p = loom_config_provider(cfg, "openai");
+    assert_non_null(p);
+    assert_string_equal(p->name, "openai");
+    assert_string_equal(p->kind, "openai");
+    assert_string_equal(p->base_url, "https://api.example.com/v1");
+    assert_string_equal(p->api_key, "sk-full");
+    assert_string_equal(
+        json_string_value(json_object_get(p->headers, "X-Extra")),
+        "extra value");
+    assert_string_equal(
+        json_string_value(json_object_get(p->headers, "X-Count")), "3");
+    assert_int_equal(p->connect_timeout_ms, 1500);
+    assert_int_equal(p->first_byte_timeout_ms, 2500);
+    assert_int_equal(p->idle_timeout_ms, 3500);
+    assert_int_equal(p->max_retries, 4);
+    assert_int_equal(p->retry_base_delay_ms, 100);
+    assert_int_equal(p->retry_max_delay_ms, 900);
+
+    p = loom_config_provider(cfg, "local");
+    assert_non_null(p);
+    assert_string_equal(p->kind, "openai");
+    assert_string_equal(p->base_url, "http://127.0.0.1:11434/v1");
+    assert_null(p->api_key);
+    assert_int_equal(json_object_size(p->headers), 0);
+    /* Defaults from the header. */
+    assert_int_equal(p->connect_timeout_ms, 10000);
+    assert_int_equal(p->first_byte_timeout_ms, 120000);
+    assert_int_equal(p->idle_timeout_ms, 120000);
+    assert_int_equal(p->max_retries, 2);
+    assert_int_equal(p->retry_base_delay_ms, 500);
+    assert_int_equal(p->retry_max_delay_ms, 30000);
+
+    assert_int_equal(cfg->models_len, 2);
+    assert_int_equal(loom_config_model(&m, &tmp, cfg, "openai/gpt-4o-mini"), 0);
+    assert_ptr_equal(m, &cfg->models[0]);
+    assert_string_equal(m->provider, "openai");
+    assert_string_equal(m->upstream, "gpt-4o-mini-2024-07-18");
+    assert_int_equal(m->context_window, 128000);
+    assert_int_equal(m->max_output_tokens, 16384);
+    m = &cfg->models[1];
+    assert_string_equal(m->name, "local/llama3");
+    assert_string_equal(m->provider, "local");
+    assert_string_equal(m->upstream, "llama3");
+    assert_int_equal(m->context_window, 0);
+    assert_int_equal(m->max_output_tokens, 0);
+
+    assert_int_equal(cfg->agents_len, 2);
+    a = loom_config_agent(cfg, "helper");
+    assert_non_null(a);
+    assert_string_equal(a->model, "openai/gpt-4o-mini");
+    assert_string_equal(a->system_prompt, "You are helpful.\nBe brief.\n");
+    assert_int_equal(a->tools_all, 0);
+    assert_int_equal(a->tools_len, 2);
+    assert_string_equal(a->tools[0], "get_time");
+    assert_string_equal(a->tools[1], "web_search");
+    assert_int_equal(a->max_iterations, 25);
+    assert_int_equal(a->tool_choice.kind, LOOM_TOOL_CHOICE_FUNCTION);
+    assert_string_equal(a->tool_choice.function, "get_time");
+    assert_int_equal(a->parallel_tool_calls, 0);
+    assert_int_equal(a->tool_concurrency, 3);
+
+    a = loom_config_agent(cfg, "offline");
+    assert_non_null(a);
+    assert_string_equal(a->model, "local/qwen2.5");
+    assert_null(a->system_prompt);
+    assert_int_equal(a->tools_all, 0);
+    assert_int_equal(a->tools_len, 0);
+    assert_int_equal(a->tool_choice.kind, LOOM_TOOL_CHOICE_NONE);
+    assert_int_equal(a->max_iterations, 10);
+    assert_int_equal(a->parallel_tool_calls, 1);
+    assert_int_equal(a->tool_concurrency, 8);
+    assert_null(loom_config_agent(cfg, "nobody"));
+
+    assert_string_equal(cfg->default_agent, "helper");
+
+    t = json_object_get(cfg->tools, "get_time");
+    assert_non_null(t);
+    assert_string_equal(json_string_value(json_object_get(t, "default_"
+                                                             "timezone")),
+                        "Europe/Paris");
+    assert_string_equal(json_string_value(json_object_get(t, "quoted")), "42");
+    assert_true(json_is_integer(json_object_get(t, "number")));
+    assert_int_equal(json_integer_value(json_object_get(t, "number")), 42);
+    assert_true(json_is_real(json_object_get(t, "ratio")));
+    assert_true(json_real_value(json_object_get(t, "ratio")) == 0.5);
+    assert_true(json_is_true(json_object_get(t, "enabled")));
+    assert_true(json_is_null(json_object_get(t, "nothing")));
+    {
+        json_t *want = json_loads("[1, \"two\", {\"three\": 3}]", 0, NULL);
+        assert_true(json_equal(json_object_get(t, "list"), want));
+        json_decref(want);
+    }
+    t = json_object_get(cfg->tools, "web_search");
+    assert_true(json_is_object(t));
+    assert_int_equal(json_object_size(t), 0);
+    loom_config_free(cfg);
+}
+
+static void test_defaults_and_tools_all(void **state)
+{
+    loom_config *cfg;
+    const loom_agent_config *a;
+
+    (void)state;
+    cfg = load_ok("providers:\n"
+                  "  p: {base_url: 'http://h'}\n"
+                  "agents:\n"
+                  "  a: {model: p/m}\n");
+    a = loom_config_agent(cfg, "a");
+    assert_non_null(a);
+    assert_int_equal(a->tools_all, 1);
+    assert_null(a->tools);
+    assert_int_equal(a->tools_len, 0);
+    assert_int_equal(a->tool_choice.kind, LOOM_TOOL_CHOICE_AUTO);
+    assert_null(a->tool_choice.function);
+    assert_null(cfg->default_agent);
+    assert_null(cfg->log_level);
+    assert_null(cfg->log_format);
+    assert_null(cfg->path);
+    assert_true(json_is_object(cfg->tools));
+    assert_int_equal(json_object_size(cfg->tools), 0);
+    loom_config_free(cfg);
+}
+
+static void test_log_case(void **state)
+{
+    loom_config *cfg;
+
+    (void)state;
+    cfg = load_ok("log: {level: WARNING, format: JSON}\n");
+    assert_string_equal(cfg->log_level, "warning");
+    assert_string_equal(cfg->log_format, "json");
+    loom_config_free(cfg);
+}
+
+static void test_empty_file(void **state)
+{
+    static const char *const texts[] = {"", "# only a comment\n", "~\n",
+                                        "---\n", "\n\n"};
+    char *dir = tmp_dir(), *path;
+    loom_config *cfg;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        cfg = load_ok(texts[i]);
+        assert_int_equal(cfg->providers_len, 0);
+        assert_int_equal(cfg->models_len, 0);
+        assert_int_equal(cfg->agents_len, 0);
+        assert_null(cfg->default_agent);
+        assert_int_equal(json_object_size(cfg->tools), 0);
+        loom_config_free(cfg);
+    }
+    path = write_file(dir, "empty.yaml", "", 0);
+    cfg = NULL;
+    assert_int_equal(loom_config_load(&cfg, path), 0);
+    assert_string_equal(cfg->path, path);
+    assert_int_equal(cfg->providers_len, 0);
+    loom_config_free(cfg);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    free(dir);
+}
+
+/* ---- interpolation --------------------------------------------------------
+ */
+
+static void test_interpolation(void **state)
+{
+    loom_config *cfg;
+    const loom_provider_config *p;
+    const loom_agent_config *a;
+
+    (void)state;
+    setenv("LOOM_TEST_VAR", "secret", 1);
+    setenv("LOOM_TEST_EMPTY", "", 1);
+    setenv("LOOM_TEST_N", "42", 1);
+    cfg = load_ok(
+        "providers:\n"
+        "  p:\n"
+        "    base_url: http://${LOOM_TEST_UNSET:-127.0.0.1}:${LOOM_TEST_N}\n"
+        "    api_key: ${LOOM_TEST_VAR}\n"
+        "    headers:\n"
+        "      Authorization: Bearer ${LOOM_TEST_VAR}!\n"
+        "      X-Literal: '$${LOOM_TEST_VAR} costs $5 $$ ok'\n"
+        "      X-Empty: \"[${LOOM_TEST_EMPTY}]\"\n"
+        "      X-Empty-Default: ${LOOM_TEST_EMPTY:-fallback}\n"
+        "      X-Empty-Default2: ${LOOM_TEST_UNSET:-}\n"
+        "agents:\n"
+        "  a:\n"
+        "    model: p/${LOOM_TEST_VAR}\n"
+        "    max_iterations: ${LOOM_TEST_N}\n"
+        "    tool_concurrency: \"${LOOM_TEST_UNSET:-7}\"\n"
+        "    parallel_tool_calls: ${LOOM_TEST_UNSET:-false}\n"
+        "tools:\n"
+        "  t:\n"
+        "    n: '${LOOM_TEST_N}'\n"
+        "    m: ${LOOM_TEST_N}\n");
+    p = loom_config_provider(cfg, "p");
+    assert_string_equal(p->base_url, "http://127.0.0.1:42");
+    assert_string_equal(p->api_key, "secret");
+    assert_string_equal(
+        json_string_value(json_object_get(p->headers, "Authorization")),
+        "Bearer secret!");
+    assert_string_equal(
+        json_string_value(json_object_get(p->headers, "X-Literal")),
+        "${LOOM_TEST_VAR} costs $5 $$ ok");
+    assert_string_equal(
+        json_string_value(json_object_get(p->headers, "X-Empty")), "[]");
+    assert_string_equal(
+        json_string_value(json_object_get(p->headers, "X-Empty-Default")),
+        "fallback");
+    assert_string_equal(
+        json_string_value(json_object_get(p->headers, "X-Empty-Default2")), "");
+    a = loom_config_agent(cfg, "a");
+    assert_string_equal(a->model, "p/secret");
+    assert_int_equal(a->max_iterations, 42);
+    assert_int_equal(a->tool_concurrency, 7);
+    assert_int_equal(a->parallel_tool_calls, 0);
+    /* Interpolated before typing: a quoted value stays a string. */
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(cfg->tools, "t"), "n")),
+                        "42");
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(cfg->tools, "t"), "m")),
+                     42);
+    loom_config_free(cfg);
+}
+
+static void test_interpolation_errors(void **state)
+{
+    (void)state;
+    expect_fail("providers:\n"
+                "  p:\n"
+                "    base_url: http://h\n"
+                "    api_key: ${LOOM_TEST_UNSET}\n",
+                LOOM_EINVALID, "t.yaml:4: ", "providers.p.api_key: ",
+                "LOOM_TEST_UNSET is not set", NULL);
+    expect_fail("log:\n  level: ${LOOM_TEST_VAR\n", LOOM_EINVALID,
+                "t.yaml:2: log.level: ", "unterminated", NULL);
+    expect_fail("log:\n  level: ${LOOM TEST}\n", LOOM_EINVALID,
+                "t.yaml:2: log.level: ", "bad variable reference", NULL);
+    expect_fail("log:\n  level: ${}\n", LOOM_EINVALID,
+                "t.yaml:2:", "bad variable reference", NULL);
+    expect_fail("log:\n  level: ${1ABC}\n", LOOM_EINVALID,
+                "t.yaml:2:", "bad variable reference", NULL);
+    expect_fail("log:\n  level: ${A:x}\n", LOOM_EINVALID,
+                "t.yaml:2:", "bad variable reference", NULL);
+    /* In free-form tool settings too. */
+    expect_fail("tools:\n  t:\n    a: [x, '${LOOM_TEST_UNSET}']\n",
+                LOOM_EINVALID,
+                "t.yaml:3: tools.t.a[1]: ", "LOOM_TEST_UNSET is not set", NULL);
+    /* Interpolated text is then typed: a bad number names the value. */
+    setenv("LOOM_TEST_N", "ten", 1);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  a:\n"
+                "    model: p/m\n"
+                "    max_iterations: ${LOOM_TEST_N}\n",
+                LOOM_EINVALID, "t.yaml:5: agents.a.max_iterations: ",
+                "must be an integer from 1 to 1000, got 'ten'", NULL);
+}
+
+/* ---- syntax, unknown keys, types, ranges -------------------------------- */
+
+static void test_syntax_errors(void **state)
+{
+    char *dir = tmp_dir(), *path;
+    loom_config *cfg = NULL;
+    const char *bad = "log:\n  level: info\n  format: [text\n";
+
+    (void)state;
+    expect_fail("log:\n  level: info\n   format: text\n", LOOM_EINVALID,
+                "t.yaml:3: ", "mapping values are not allowed", NULL);
+    expect_fail(bad, LOOM_EINVALID,
+                "t.yaml:4: did not find expected ',' or ']' (while parsing a "
+                "flow sequence started on line 3)",
+                NULL);
+    expect_fail("a: 1\n---\nb: 2\n", LOOM_EINVALID,
+                "t.yaml:2: only one YAML document", NULL);
+    expect_fail("log: {level: \"\\0\"}\n", LOOM_EINVALID,
+                "t.yaml:1: log.level: must not contain NUL", NULL);
+    expect_fail("log:\n  level: \x01\n", LOOM_EINVALID, "t.yaml:2: ", NULL);
+    expect_fail("- a\n- b\n", LOOM_EINVALID,
+                "t.yaml:1: the top level must be a mapping, got a list", NULL);
+    /* From a file, the message names the path. */
+    path = write_file(dir, "bad.yaml", bad, strlen(bad));
+    assert_int_equal(loom_config_load(&cfg, path), LOOM_EINVALID);
+    assert_null(cfg);
+    assert_non_null(strstr(loom_error_last(), path));
+    assert_non_null(strstr(loom_error_last(), "bad.yaml:4: "));
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    free(dir);
+}
+
+static void test_unknown_keys(void **state)
+{
+    (void)state;
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  helper:\n"
+                "    modle: p/m\n",
+                LOOM_EINVALID, "t.yaml:4: agents.helper: ",
+                "unknown key 'modle' (known: model, system_prompt, tools, "
+                "max_iterations, tool_choice, parallel_tool_calls, "
+                "tool_concurrency)",
+                NULL);
+    expect_fail("log: {level: info}\nserver: {port: 80}\n", LOOM_EINVALID,
+                "t.yaml:2: unknown key 'server' (known: log, providers, "
+                "models, agents, default_agent, tools)",
+                NULL);
+    expect_fail("providers:\n"
+                "  p:\n"
+                "    base_url: http://h\n"
+                "    timeouts: {connect: 5}\n",
+                LOOM_EINVALID, "t.yaml:4: providers.p.timeouts: ",
+                "unknown key 'connect' (known: connect_ms, first_byte_ms, "
+                "idle_ms)",
+                NULL);
+    expect_fail("providers:\n"
+                "  p:\n"
+                "    base_url: http://h\n"
+                "    retries:\n"
+                "      attempts: 1\n",
+                LOOM_EINVALID,
+                "t.yaml:5: providers.p.retries: ", "unknown key 'attempts'",
+                NULL);
+    expect_fail("providers:\n"
+                "  p:\n"
+                "    base_url: http://h\n"
+                "    key: x\n",
+                LOOM_EINVALID, "t.yaml:4: providers.p: unknown key 'key'",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "models:\n"
+                "  p/m: {window: 5}\n",
+                LOOM_EINVALID, "t.yaml:3: models.p/m: unknown key 'window'",
+                NULL);
+    expect_fail("log:\n  lvl: info\n", LOOM_EINVALID,
+                "t.yaml:2: log: unknown key 'lvl' (known: level, format)",
+                NULL);
+}
+
+static void test_duplicate_keys(void **state)
+{
+    (void)state;
+    expect_fail("log: {level: info}\nlog: {level: debug}\n", LOOM_EINVALID,
+                "t.yaml:2: duplicate key 'log'", NULL);
+    expect_fail("providers:\n"
+                "  p: {base_url: 'http://a'}\n"
+                "  p: {base_url: 'http://b'}\n",
+                LOOM_EINVALID, "t.yaml:3: providers: duplicate key 'p'", NULL);
+    expect_fail("providers:\n"
+                "  p:\n"
+                "    base_url: http://a\n"
+                "    headers: {A: 1, A: 2}\n",
+                LOOM_EINVALID, "t.yaml:4: providers.p.headers: duplicate",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  a:\n"
+                "    model: p/m\n"
+                "    tools: [x, y, x]\n",
+                LOOM_EINVALID, "t.yaml:5: agents.a.tools[2]: ", "listed twice",
+                NULL);
+    expect_fail("tools:\n  t: {a: 1, b: 2, a: 3}\n", LOOM_EINVALID,
+                "t.yaml:2: tools.t: duplicate key 'a'", NULL);
+}
+
+static void test_wrong_types(void **state)
+{
+    (void)state;
+    expect_fail("providers:\n  - p\n", LOOM_EINVALID,
+                "t.yaml:2: providers: must be a mapping, got a list", NULL);
+    expect_fail("providers:\n"
+                "  p:\n"
+                "    base_url: [http://h]\n",
+                LOOM_EINVALID,
+                "t.yaml:3: providers.p.base_url: ", "must be a URL, got a list",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  a:\n"
+                "    model: p/m\n"
+                "    max_iterations: {n: 1}\n",
+                LOOM_EINVALID, "t.yaml:5: agents.a.max_iterations: ",
+                "must be an integer from 1 to 1000, got a mapping", NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  a:\n"
+                "    model: p/m\n"
+                "    tools: get_time\n",
+                LOOM_EINVALID, "t.yaml:5: agents.a.tools: ",
+                "must be a list of tool names, got a scalar", NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  a:\n"
+                "    model: p/m\n"
+                "    tools: [{name: x}]\n",
+                LOOM_EINVALID, "t.yaml:5: agents.a.tools[0]: ",
+                "must be a tool name, got a mapping", NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  a:\n"
+                "    model: p/m\n"
+                "    parallel_tool_calls: sometimes\n",
+                LOOM_EINVALID, "t.yaml:5: agents.a.parallel_tool_calls: ",
+                "must be true or false, got 'sometimes'", NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  a:\n"
+                "    model: p/m\n"
+                "    tool_choice: [auto]\n",
+                LOOM_EINVALID, "t.yaml:5: agents.a.tool_choice: ", "got a list",
+                NULL);
+    expect_fail("tools:\n  t: [1, 2]\n", LOOM_EINVALID,
+                "t.yaml:2: tools.t: must be a mapping of settings, got a "
+                "list",
+                NULL);
+    expect_fail("agents: 5\n", LOOM_EINVALID,
+                "t.yaml:1: agents: must be a mapping, got a scalar", NULL);
+    expect_fail("providers:\n  [a]: {base_url: 'http://h'}\n", LOOM_EINVALID,
+                "t.yaml:2: providers: keys must be strings", NULL);
+    expect_fail("default_agent: [a]\n", LOOM_EINVALID,
+                "t.yaml:1: default_agent: must be an agent name, got a list",
+                NULL);
+}
+
+static void test_bad_values(void **state)
+{
+    (void)state;
+    expect_fail("log: {level: loud}\n", LOOM_EINVALID,
+                "t.yaml:1: log.level: must be debug, info, warn, error or "
+                "off, got 'loud'",
+                NULL);
+    expect_fail("log:\n  format: xml\n", LOOM_EINVALID,
+                "t.yaml:2: log.format: must be text or json, got 'xml'", NULL);
+    expect_fail("providers:\n  p:\n    kind: anthropic\n"
+                "    base_url: http://h\n",
+                LOOM_EINVALID,
+                "t.yaml:3: providers.p.kind: must be one of: openai, got "
+                "'anthropic'",
+                NULL);
+    expect_fail("providers:\n  p:\n    api_key: k\n", LOOM_EINVALID,
+                "t.yaml:2: providers.p: missing required key 'base_url'", NULL);
+    expect_fail("providers:\n  p:\n", LOOM_EINVALID,
+                "t.yaml:2: providers.p: missing required key 'base_url'", NULL);
+    expect_fail("providers:\n  p:\n    base_url: ftp://h\n", LOOM_EINVALID,
+                "t.yaml:3: providers.p.base_url: must be an http:// or "
+                "https:// URL, got 'ftp://h'",
+                NULL);
+    expect_fail("providers:\n  p:\n    base_url: http://h\n"
+                "    headers:\n      'Bad Name': x\n",
+                LOOM_EINVALID,
+                "t.yaml:5: providers.p.headers: 'Bad Name' is not a valid "
+                "HTTP header name",
+                NULL);
+    expect_fail("providers:\n  p:\n    base_url: http://h\n"
+                "    headers:\n      X-A: \"a\\r\\nX-Evil: 1\"\n",
+                LOOM_EINVALID,
+                "t.yaml:5: providers.p.headers.X-A: header values must not "
+                "contain line breaks",
+                NULL);
+    expect_fail("providers:\n  'a/b': {base_url: 'http://h'}\n", LOOM_EINVALID,
+                "t.yaml:2: providers: 'a/b' is not a valid provider name",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n  'a b': {model: p/m}\n",
+                LOOM_EINVALID,
+                "t.yaml:3: agents: 'a b' is not a valid agent name", NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n  a:\n    model: p/m\n    tools: ['get time']\n",
+                LOOM_EINVALID,
+                "t.yaml:5: agents.a.tools[0]: 'get time' is not a valid "
+                "tool name",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n  a:\n    model: p/m\n    tool_choice: 'no way'\n",
+                LOOM_EINVALID,
+                "t.yaml:5: agents.a.tool_choice: must be auto, none, "
+                "required or a tool name, got 'no way'",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "models:\n  p/m:\n    upstream: ''\n",
+                LOOM_EINVALID,
+                "t.yaml:4: models.p/m.upstream: must not be "
+                "empty",
+                NULL);
+    expect_fail("tools:\n  'a.b': {}\n", LOOM_EINVALID,
+                "t.yaml:2: tools: 'a.b' is not a valid tool name", NULL);
+}
+
+/* A range case: the field's line is "    <pre><value><post>" after head. */
+typedef struct {
+    const char *head, *pre, *post, *key, *range;
+    const char *lo, *hi, *below, *above;
+} range_case;
+
+static void check_range(const range_case *c, const char *value, int ok)
+{
+    char yaml[1024], want[256], got[128];
+
+    snprintf(yaml, sizeof(yaml), "%s    %s%s%s\n", c->head, c->pre, value,
+             c->post);
+    if (ok) {
+        loom_config_free(load_ok(yaml));
+        return;
+    }
+    snprintf(want, sizeof(want), "%s: must be an integer from %s", c->key,
+             c->range);
+    snprintf(got, sizeof(got), "got '%s'", value);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:", want,
+                value[0] == '\'' ? "got ' 5'" : got, NULL);
+}
+
+static void test_ranges(void **state)
+{
+    static const char agent[] = "providers: {p: {base_url: 'http://h'}}\n"
+                                "agents:\n"
+                                "  a:\n"
+                                "    model: p/m\n";
+    static const char prov[] = "providers:\n"
+                               "  p:\n"
+                               "    base_url: http://h\n";
+    static const char model[] = "providers: {p: {base_url: 'http://h'}}\n"
+                                "models:\n"
+                                "  p/m:\n";
+    static const range_case cases[] = {
+        {agent, "max_iterations: ", "", "agents.a.max_iterations", "1 to 1000",
+         "1", "1000", "0", "1001"},
+        {agent, "tool_concurrency: ", "", "agents.a.tool_concurrency",
+         "1 to 64", "1", "64", "0", "65"},
+        {prov, "timeouts: {connect_ms: ", "}",
+         "providers.p.timeouts.connect_ms", "1 to 3600000", "1", "3600000", "0",
+         "3600001"},
+        {prov, "timeouts: {first_byte_ms: ", "}",
+         "providers.p.timeouts.first_byte_ms", "1 to 3600000", "1", "3600000",
+         "-5", "99999999999999999999"},
+        {prov, "timeouts: {idle_ms: ", "}", "providers.p.timeouts.idle_ms",
+         "1 to 3600000", "1", "3600000", "0", "3600001"},
+        {prov, "retries: {max: ", "}", "providers.p.retries.max", "0 to 10",
+         "0", "10", "-1", "11"},
+        {prov, "retries: {max_delay_ms: 3600000, base_delay_ms: ", "}",
+         "providers.p.retries.base_delay_ms", "0 to 3600000", "0", "3600000",
+         "-1", "3600001"},
+        {prov, "retries: {base_delay_ms: 0, max_delay_ms: ", "}",
+         "providers.p.retries.max_delay_ms", "0 to 3600000", "0", "3600000",
+         "-1", "3600001"},
+        {model, "context_window: ", "", "models.p/m.context_window",
+         "0 to 1000000000", "0", "1000000000", "-1", "1000000001"},
+        {model, "max_output_tokens: ", "", "models.p/m.max_output_tokens",
+         "0 to 1000000000", "0", "1000000000", "-1", "1000000001"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const range_case *c = &cases[i];
+
+        check_range(c, c->lo, 1);
+        check_range(c, c->hi, 1);
+        check_range(c, c->below, 0);
+        check_range(c, c->above, 0);
+        check_range(c, "ten", 0);
+        check_range(c, "1.5", 0);
+        check_range(c, "0x10", 0);
+        check_range(c, "' 5'", 0);
+    }
+    expect_fail("providers:\n"
+                "  p:\n"
+                "    base_url: http://h\n"
+                "    retries:\n"
+                "      base_delay_ms: 1000\n"
+                "      max_delay_ms: 999\n",
+                LOOM_EINVALID, "t.yaml:6: providers.p.retries.max_delay_ms: ",
+                "must be at least base_delay_ms (1000), got 999", NULL);
+    {
+        /* Without max_delay_ms, a long base delay raises the cap. */
+        loom_config *cfg = load_ok("providers:\n"
+                                   "  p:\n"
+                                   "    base_url: http://h\n"
+                                   "    retries: {base_delay_ms: 60000}\n");
+        assert_int_equal(cfg->providers[0].retry_base_delay_ms, 60000);
+        assert_int_equal(cfg->providers[0].retry_max_delay_ms, 60000);
+        loom_config_free(cfg);
+    }
+}
+
+/* ---- references -----------------------------------------------------------
+ */
+
+static void test_references(void **state)
+{
+    loom_config *cfg;
+
+    (void)state;
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  a:\n"
+                "    model: q/m\n",
+                LOOM_EINVALID, "t.yaml:4: agents.a.model: ",
+                "model 'q/m' is not listed under models and its provider "
+                "'q' is not defined (providers: p)",
+                NULL);
+    expect_fail("agents:\n  a:\n    model: gpt-4o\n", LOOM_EINVALID,
+                "t.yaml:3: agents.a.model: ",
+                "model 'gpt-4o' is not listed under models and is not of "
+                "the form provider/model",
+                NULL);
+    expect_fail("agents:\n  a:\n    system_prompt: hi\n", LOOM_EINVALID,
+                "t.yaml:2: agents.a: missing required key 'model'", NULL);
+    expect_fail("models:\n  x/m: {}\n", LOOM_EINVALID,
+                "t.yaml:2: models.x/m: provider 'x' is not defined "
+                "(providers: none)",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "models:\n  justaname: {}\n",
+                LOOM_EINVALID,
+                "t.yaml:3: models: 'justaname' is not of the form "
+                "provider/model",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n  a: {model: p/m}\n"
+                "default_agent: b\n",
+                LOOM_EINVALID,
+                "t.yaml:4: default_agent: agent 'b' is not defined under "
+                "agents (agents: a)",
+                NULL);
+    expect_fail("default_agent: b\n", LOOM_EINVALID,
+                "t.yaml:1: default_agent: agent 'b' is not defined under "
+                "agents (agents: none)",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n  a:\n    model: p/m\n    tools: [x]\n"
+                "    tool_choice: y\n",
+                LOOM_EINVALID,
+                "t.yaml:6: agents.a.tool_choice: tool 'y' is not in this "
+                "agent's tools",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n  a:\n    model: p/m\n    tools: []\n"
+                "    tool_choice: required\n",
+                LOOM_EINVALID, "t.yaml:6: agents.a.tool_choice: ",
+                "'required' needs at least one tool", NULL);
+    /* Sections may come in any order in the file. */
+    cfg = load_ok("default_agent: a\n"
+                  "agents:\n  a: {model: p/listed, tool_choice: required}\n"
+                  "models:\n  p/listed: {upstream: real}\n"
+                  "providers: {p: {base_url: 'http://h'}}\n");
+    assert_string_equal(cfg->default_agent, "a");
+    assert_int_equal(loom_config_agent(cfg, "a")->tool_choice.kind,
+                     LOOM_TOOL_CHOICE_REQUIRED);
+    loom_config_free(cfg);
+}
+
+/* ---- the environment ------------------------------------------------------
+ */
+
+static void test_from_env(void **state)
+{
+    loom_config *cfg = NULL;
+    const loom_provider_config *p;
+
+    (void)state;
+    assert_int_equal(loom_config_from_env(&cfg), 0);
+    assert_int_equal(cfg->providers_len, 0);
+    assert_null(cfg->path);
+    assert_true(json_is_object(cfg->tools));
+    loom_config_free(cfg);
+
+    setenv("OPENAI_API_KEY", "sk-env", 1);
+    assert_int_equal(loom_config_from_env(&cfg), 0);
+    assert_int_equal(cfg->providers_len, 1);
+    p = loom_config_provider(cfg, "openai");
+    assert_non_null(p);
+    assert_string_equal(p->kind, "openai");
+    assert_string_equal(p->base_url, "https://api.openai.com/v1");
+    assert_string_equal(p->api_key, "sk-env");
+    assert_int_equal(json_object_size(p->headers), 0);
+    assert_int_equal(p->connect_timeout_ms, 10000);
+    assert_int_equal(p->first_byte_timeout_ms, 120000);
+    assert_int_equal(p->idle_timeout_ms, 120000);
+    assert_int_equal(p->max_retries, 2);
+    assert_int_equal(p->retry_base_delay_ms, 500);
+    assert_int_equal(p->retry_max_delay_ms, 30000);
+    assert_int_equal(cfg->models_len, 0);
+    assert_int_equal(cfg->agents_len, 0);
+    assert_null(cfg->default_agent);
+    loom_config_free(cfg);
+
+    setenv("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1//", 1);
+    assert_int_equal(loom_config_from_env(&cfg), 0);
+    assert_string_equal(loom_config_provider(cfg, "openai")->base_url,
+                        "http://127.0.0.1:8080/v1");
+    loom_config_free(cfg);
+
+    /* A base URL alone is enough: local servers need no key. */
+    unsetenv("OPENAI_API_KEY");
+    assert_int_equal(loom_config_from_env(&cfg), 0);
+    p = loom_config_provider(cfg, "openai");
+    assert_non_null(p);
+    assert_null(p->api_key);
+    loom_config_free(cfg);
+
+    /* Empty counts as unset. */
+    setenv("OPENAI_BASE_URL", "", 1);
+    setenv("OPENAI_API_KEY", "", 1);
+    assert_int_equal(loom_config_from_env(&cfg), 0);
+    assert_int_equal(cfg->providers_len, 0);
+    loom_config_free(cfg);
+
+    setenv("OPENAI_BASE_URL", "localhost:11434", 1);
+    cfg = (loom_config *)0x1;
+    assert_int_equal(loom_config_from_env(&cfg), LOOM_EINVALID);
+    assert_null(cfg);
+    assert_non_null(strstr(loom_error_last(), "OPENAI_BASE_URL"));
+    /* And a file load reports it too. */
+    expect_fail("", LOOM_EINVALID, "OPENAI_BASE_URL", NULL);
+}
+
+static void test_merge_over_env(void **state)
+{
+    loom_config *cfg;
+    const loom_provider_config *p;
+
+    (void)state;
+    setenv("OPENAI_API_KEY", "sk-env", 1);
+    /* The environment's provider serves the file's agents. */
+    cfg = load_ok("agents:\n  a: {model: openai/gpt-4o-mini}\n"
+                  "providers: {local: {base_url: 'http://127.0.0.1:1/v1'}}\n");
+    assert_int_equal(cfg->providers_len, 2);
+    p = loom_config_provider(cfg, "openai");
+    assert_string_equal(p->api_key, "sk-env");
+    assert_string_equal(p->base_url, "https://api.openai.com/v1");
+    assert_non_null(loom_config_provider(cfg, "local"));
+    loom_config_free(cfg);
+
+    /* A file provider of the same name replaces it entirely. */
+    cfg = load_ok("providers:\n"
+                  "  openai:\n"
+                  "    base_url: https://proxy.example/v1\n"
+                  "    timeouts: {connect_ms: 5}\n");
+    assert_int_equal(cfg->providers_len, 1);
+    p = loom_config_provider(cfg, "openai");
+    assert_string_equal(p->base_url, "https://proxy.example/v1");
+    assert_null(p->api_key);
+    assert_int_equal(p->connect_timeout_ms, 5);
+    loom_config_free(cfg);
+}
+
+/* ---- lookups --------------------------------------------------------------
+ */
+
+static void test_model_resolution(void **state)
+{
+    const loom_model_config *m = NULL;
+    loom_model_config tmp;
+    loom_config *cfg;
+
+    (void)state;
+    cfg = load_ok("providers:\n"
+                  "  p: {base_url: 'http://h'}\n"
+                  "models:\n"
+                  "  p/listed: {upstream: up-id, context_window: 8192}\n");
+    assert_int_equal(loom_config_model(&m, &tmp, cfg, "p/listed"), 0);
+    assert_ptr_equal(m, &cfg->models[0]);
+    assert_string_equal(m->upstream, "up-id");
+    assert_int_equal(m->context_window, 8192);
+    assert_null(tmp.name);
+    loom_model_config_clear(&tmp);
+
+    /* Unlisted: the upstream id is everything after the first '/'. */
+    assert_int_equal(loom_config_model(&m, &tmp, cfg, "p/org/model-x"), 0);
+    assert_ptr_equal(m, &tmp);
+    assert_string_equal(tmp.name, "p/org/model-x");
+    assert_string_equal(tmp.provider, "p");
+    assert_string_equal(tmp.upstream, "org/model-x");
+    assert_int_equal(tmp.context_window, 0);
+    assert_int_equal(tmp.max_output_tokens, 0);
+    loom_model_config_clear(&tmp);
+    assert_null(tmp.name);
+    loom_model_config_clear(&tmp); /* twice is fine */
+    loom_model_config_clear(NULL);
+
+    assert_int_equal(loom_config_model(&m, &tmp, cfg, "q/model"),
+                     LOOM_ENOTFOUND);
+    assert_null(m);
+    assert_non_null(strstr(loom_error_last(), "'q'"));
+    assert_int_equal(loom_config_model(&m, &tmp, cfg, "model"), LOOM_ENOTFOUND);
+    assert_non_null(strstr(loom_error_last(), "provider/model"));
+    assert_int_equal(loom_config_model(&m, &tmp, cfg, "p/"), LOOM_ENOTFOUND);
+    assert_int_equal(loom_config_model(&m, &tmp, cfg, "/m"), LOOM_ENOTFOUND);
+    assert_int_equal(loom_config_model(&m, NULL, cfg, "p/other"),
+                     LOOM_EINVALID);
+    assert_int_equal(loom_config_model(&m, NULL, cfg, "p/listed"), 0);
+    assert_int_equal(loom_config_model(&m, &tmp, NULL, "p/x"), LOOM_EINVALID);
+
+    assert_null(loom_config_provider(cfg, "nope"));
+    assert_null(loom_config_provider(cfg, NULL));
+    assert_null(loom_config_provider(NULL, "p"));
+    assert_null(loom_config_agent(NULL, "a"));
+    loom_config_free(cfg);
+}
+
+static void test_tool_choice_parse(void **state)
+{
+    loom_tool_choice tc;
+
+    (void)state;
+    assert_int_equal(loom_tool_choice_parse(&tc, "auto"), 0);
+    assert_int_equal(tc.kind, LOOM_TOOL_CHOICE_AUTO);
+    assert_null(tc.function);
+    assert_int_equal(loom_tool_choice_parse(&tc, "none"), 0);
+    assert_int_equal(tc.kind, LOOM_TOOL_CHOICE_NONE);
+    assert_int_equal(loom_tool_choice_parse(&tc, "required"), 0);
+    assert_int_equal(tc.kind, LOOM_TOOL_CHOICE_REQUIRED);
+    assert_null(tc.function);
+    assert_int_equal(loom_tool_choice_parse(&tc, "get_time"), 0);
+    assert_int_equal(tc.kind, LOOM_TOOL_CHOICE_FUNCTION);
+    assert_string_equal(tc.function, "get_time");
+    free(tc.function);
+    assert_int_equal(loom_tool_choice_parse(&tc, ""), LOOM_EINVALID);
+    assert_int_equal(loom_tool_choice_parse(&tc, NULL), LOOM_EINVALID);
+    assert_int_equal(loom_tool_choice_parse(&tc, "a b"), LOOM_EINVALID);
+    assert_int_equal(loom_tool_choice_parse(&tc, "Auto-1_x"), 0);
+    free(tc.function);
+    assert_int_equal(
+        loom_tool_choice_parse(&tc, "x123456789012345678901234567890123456789"
+                                    "0123456789012345678901234"),
+        LOOM_EINVALID); /* 65 characters */
+    assert_int_equal(tc.kind, LOOM_TOOL_CHOICE_AUTO);
+    assert_null(tc.function);
+}
+
+/* ---- files and limits -----------------------------------------------------
+ */
+
+static void test_file_errors(void **state)
+{
+    loom_config *cfg = (loom_config *)0x1;
+    char *dir = tmp_dir();
+
+    (void)state;
+    assert_int_equal(loom_config_load(&cfg, "/nonexistent/loom.yaml"),
+                     LOOM_ENOTFOUND);
+    assert_null(cfg);
+    assert_non_null(strstr(loom_error_last(), "/nonexistent/loom.yaml"));
+    assert_int_equal(loom_config_load(&cfg, dir), LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "directory"));
+    assert_int_equal(loom_config_load(&cfg, NULL), LOOM_EINVALID);
+    assert_int_equal(loom_config_load_string(&cfg, NULL, "x"), LOOM_EINVALID);
+    loom_config_free(NULL);
+    rmdir(dir);
+    free(dir);
+}
+
+static void test_file_too_large(void **state)
+{
+    size_t max = 4 * MIB;
+    char *data = malloc(max + 2), *dir = tmp_dir(), *path;
+    loom_config *cfg = NULL;
+
+    (void)state;
+    assert_non_null(data);
+    /* Exactly 4 MiB of comments is a valid, empty config. */
+    memset(data, '#', max);
+    for (size_t i = 1023; i < max; i += 1024)
+        data[i] = '\n';
+    data[max] = '\0';
+    path = write_file(dir, "big.yaml", data, max);
+    assert_int_equal(loom_config_load(&cfg, path), 0);
+    loom_config_free(cfg);
+    cfg = load_ok(data);
+    loom_config_free(cfg);
+    unlink(path);
+    free(path);
+
+    /* One byte more is refused, from a file and from a string. */
+    data[max] = '#';
+    data[max + 1] = '\0';
+    path = write_file(dir, "big.yaml", data, max + 1);
+    cfg = (loom_config *)0x1;
+    assert_int_equal(loom_config_load(&cfg, path), LOOM_ETOOLARGE);
+    assert_null(cfg);
+    assert_non_null(strstr(loom_error_last(), "big.yaml"));
+    assert_non_null(strstr(loom_error_last(), "4 MiB"));
+    expect_fail(data, LOOM_ETOOLARGE, "t.yaml", "4 MiB", NULL);
+    unlink(path);
+    free(path);
+
+    /* Through a pipe the size is not known up front: the read limit holds. */
+    {
+        int fds[2];
+        pid_t pid;
+        char fdpath[64];
+
+        assert_int_equal(pipe(fds), 0);
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            size_t off = 0;
+            close(fds[0]);
+            while (off < max + 1) {
+                ssize_t n = write(fds[1], data + off, max + 1 - off);
+                if (n <= 0)
+                    _exit(0);
+                off += (size_t)n;
+            }
+            _exit(0);
+        }
+        close(fds[1]);
+        snprintf(fdpath, sizeof(fdpath), "/dev/fd/%d", fds[0]);
+        assert_int_equal(loom_config_load(&cfg, fdpath), LOOM_ETOOLARGE);
+        close(fds[0]);
+        waitpid(pid, NULL, 0);
+    }
+    rmdir(dir);
+    free(dir);
+    free(data);
+}
+
+/* "<head>[[...1...]]<tail>": `lists` nested lists. */
+static void nested(char *dst, size_t cap, const char *head, int lists,
+                   const char *tail)
+{
+    size_t n = strlen(head);
+
+    assert_true(n + 2 * (size_t)lists + strlen(tail) + 2 <= cap);
+    memcpy(dst, head, n);
+    for (int i = 0; i < lists; i++)
+        dst[n++] = '[';
+    dst[n++] = '1';
+    for (int i = 0; i < lists; i++)
+        dst[n++] = ']';
+    strcpy(dst + n, tail);
+}
+
+static void test_nesting_limit(void **state)
+{
+    char yaml[512];
+    loom_config *cfg;
+    json_t *v;
+    int depth = 0;
+
+    (void)state;
+    /* The top mapping, tools' mapping and t's mapping are 3 levels: with
+     * 61 lists inside, the deepest is level 64, which is allowed. */
+    nested(yaml, sizeof(yaml), "tools: {t: {a: ", 61, "}}\n");
+    cfg = load_ok(yaml);
+    v = json_object_get(json_object_get(cfg->tools, "t"), "a");
+    while (json_is_array(v)) {
+        depth++;
+        v = json_array_get(v, 0);
+    }
+    assert_int_equal(depth, 61);
+    assert_int_equal(json_integer_value(v), 1);
+    loom_config_free(cfg);
+
+    nested(yaml, sizeof(yaml), "tools: {t: {a: ", 62, "}}\n");
+    expect_fail(yaml, LOOM_ETOOLARGE, "t.yaml:1: nesting deeper than 64", NULL);
+
+    /* Aliases can nest deeper than the text does; that is caught too:
+     * the lists under t.a reach level 64, under u.b they land at 65. */
+    nested(yaml, sizeof(yaml), "tools: {t: {a: &x ", 61, "}, u: {b: [*x]}}\n");
+    expect_fail(yaml, LOOM_ETOOLARGE, "t.yaml:1: tools.u.b[0]",
+                "nesting deeper than 64", NULL);
+}
+
+static void test_alias_expansion_limit(void **state)
+{
+    /* Ten levels of ten aliases each: 10^10 nodes if expanded. */
+    const char *yaml = "tools:\n"
+                       "  t:\n"
+                       "    a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+                       "    b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                       "    c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+                       "    d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+                       "    e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+                       "    f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+                       "    g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\n"
+                       "    h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g, *g]\n";
+    loom_config *cfg;
+
+    (void)state;
+    expect_fail(yaml, LOOM_ETOOLARGE, "t.yaml:", "more than 100000 nodes",
+                NULL);
+    /* A few aliases are fine. */
+    cfg = load_ok("tools:\n"
+                  "  t: &s {zone: UTC}\n"
+                  "  u: *s\n");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(cfg->tools, "u"), "zone")),
+                        "UTC");
+    loom_config_free(cfg);
+    /* A recursive alias ends in an error, not a loop. */
+    {
+        loom_config *c2 = NULL;
+        int rc =
+            loom_config_load_string(&c2, "tools:\n  t: &r {a: *r}\n", "t.yaml");
+        assert_true(rc < 0);
+        assert_null(c2);
+    }
+}
+
+static void test_text_limit(void **state)
+{
+    size_t len = MIB;
+    char *big = malloc(len + 1), yaml[2048], *p = yaml;
+    loom_config *cfg;
+
+    (void)state;
+    assert_non_null(big);
+    memset(big, 'x', len);
+    big[len] = '\0';
+    assert_int_equal(setenv("LOOM_TEST_BIG", big, 1), 0);
+    free(big);
+    /* 15 copies of 1 MiB fit under 16 MiB... */
+    p += sprintf(p, "tools:\n  t:\n    v: [");
+    for (int i = 0; i < 15; i++)
+        p += sprintf(p, "%s'${LOOM_TEST_BIG}'", i ? ", " : "");
+    strcpy(p, "]\n");
+    cfg = load_ok(yaml);
+    assert_int_equal(
+        json_array_size(json_object_get(json_object_get(cfg->tools, "t"), "v")),
+        15);
+    loom_config_free(cfg);
+    /* ...17 do not. */
+    p = yaml;
+    p += sprintf(p, "tools:\n  t:\n    v: [");
+    for (int i = 0; i < 17; i++)
+        p += sprintf(p, "%s'${LOOM_TEST_BIG}'", i ? ", " : "");
+    strcpy(p, "]\n");
+    expect_fail(yaml, LOOM_ETOOLARGE, "t.yaml:3: tools.t.v[",
+                "more than 16 MiB of text", NULL);
+    unsetenv("LOOM_TEST_BIG");
+}
+
+/* ---- the shipped example ---------------------------------------------- */
+
+static void test_example_loads(void **state)
+{
+    loom_config *cfg = NULL;
+    const loom_agent_config *a;
+
+    (void)state;
+    setenv("OPENAI_API_KEY", "sk-example", 1);
+    if (loom_config_load(&cfg, LOOM_SOURCE_DIR "/loom.example.yaml") != 0)
+        print_error("%s\n", loom_error_last());
+    assert_non_null(cfg);
+    assert_string_equal(loom_config_provider(cfg, "openai")->api_key,
+                        "sk-example");
+    assert_null(loom_config_provider(cfg, "ollama")->api_key);
+    assert_string_equal(loom_config_provider(cfg, "ollama")->base_url,
+                        "http://127.0.0.1:11434/v1");
+    assert_int_equal(cfg->models_len, 2);
+    assert_int_equal(cfg->agents_len, 2);
+    a = loom_config_agent(cfg, cfg->default_agent);
+    assert_non_null(a);
+    assert_int_equal(a->tools_len, 1);
+    assert_string_equal(a->tools[0], "get_time");
+    assert_non_null(json_object_get(cfg->tools, "get_time"));
+    loom_config_free(cfg);
+
+    /* Without the key it fails, naming the variable. */
+    unsetenv("OPENAI_API_KEY");
+    assert_int_equal(
+        loom_config_load(&cfg, LOOM_SOURCE_DIR "/loom.example.yaml"),
+        LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "OPENAI_API_KEY"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_full_file, reset_env),
+        cmocka_unit_test_setup(test_defaults_and_tools_all, reset_env),
+        cmocka_unit_test_setup(test_log_case, reset_env),
+        cmocka_unit_test_setup(test_empty_file, reset_env),
+        cmocka_unit_test_setup(test_interpolation, reset_env),
+        cmocka_unit_test_setup(test_interpolation_errors, reset_env),
+        cmocka_unit_test_setup(test_syntax_errors, reset_env),
+        cmocka_unit_test_setup(test_unknown_keys, reset_env),
+        cmocka_unit_test_setup(test_duplicate_keys, reset_env),
+        cmocka_unit_test_setup(test_wrong_types, reset_env),
+        cmocka_unit_test_setup(test_bad_values, reset_env),
+        cmocka_unit_test_setup(test_ranges, reset_env),
+        cmocka_unit_test_setup(test_references, reset_env),
+        cmocka_unit_test_setup(test_from_env, reset_env),
+        cmocka_unit_test_setup(test_merge_over_env, reset_env),
+        cmocka_unit_test_setup(test_model_resolution, reset_env),
+        cmocka_unit_test_setup(test_tool_choice_parse, reset_env),
+        cmocka_unit_test_setup(test_file_errors, reset_env),
+        cmocka_unit_test_setup(test_file_too_large, reset_env),
+        cmocka_unit_test_setup(test_nesting_limit, reset_env),
+        cmocka_unit_test_setup(test_alias_expansion_limit, reset_env),
+        cmocka_unit_test_setup(test_text_limit, reset_env),
+        cmocka_unit_test_setup(test_example_loads, reset_env),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
