@@ -1,0 +1,543 @@
+/*
+ * The internal HTTP client (see core/http.h for the contract).
+ *
+ * libcurl does the protocol work. What lives here is what it lacks for
+ * model APIs: a first-byte timeout and an idle timeout measured on body
+ * bytes (CURLOPT_LOW_SPEED_* is too coarse and CURLOPT_TIMEOUT would cut a
+ * long but healthy stream), cancellation through a shared flag, a cap on
+ * the error bodies kept in memory, and typed failures. The transfer runs
+ * in a curl_multi_poll loop with a LOOM_HTTP_TICK_MS tick: each tick checks
+ * the cancel flag and the timers, so both act within one tick.
+ *
+ * A pool keeps idle (easy, multi) pairs, newest first. The multi handle
+ * owns the connection cache, so reusing the pair reuses its keep-alive
+ * connection; the CURLSH shares only the DNS and TLS session caches
+ * (libcurl does not support sharing the connection cache itself between
+ * concurrent threads).
+ */
+#include "core/http.h"
+#include "core/error.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+/* Idle pairs kept per pool; more concurrent calls make and drop extras. */
+#define POOL_MAX_IDLE 8
+#define DEFAULT_MAX_BODY ((size_t)64 << 20)
+
+typedef struct pair {
+    CURL *easy;
+    CURLM *multi;
+    struct pair *next;
+} pair;
+
+struct loom__http_pool {
+    pthread_mutex_t lock;
+    pair *idle;
+    size_t idle_len;
+    CURLSH *share;
+    pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+};
+
+/* State of one transfer, shared with the curl callbacks. */
+typedef struct {
+    const loom__http_request *req;
+    loom__http_response *resp;
+    CURL *easy;
+    long long sent_at;      /* request about to go out; 0: not yet */
+    long long last_byte_at; /* last body byte */
+    int body_started;
+    int status_known;
+    int cb_rc;     /* on_body's return, or our own abort reason */
+    int error_cut; /* stopped reading an error body at its limit */
+    size_t max_error_body;
+    size_t max_body;
+} transfer;
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc = CURLE_FAILED_INIT;
+
+static void global_init(void)
+{
+    global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+long long loom__http_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access,
+                       void *userptr)
+{
+    loom__http_pool *pool = userptr;
+
+    (void)h;
+    (void)access;
+    if ((unsigned)data < CURL_LOCK_DATA_LAST)
+        pthread_mutex_lock(&pool->share_locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *userptr)
+{
+    loom__http_pool *pool = userptr;
+
+    (void)h;
+    if ((unsigned)data < CURL_LOCK_DATA_LAST)
+        pthread_mutex_unlock(&pool->share_locks[data]);
+}
+
+int loom__http_pool_new(loom__http_pool **out)
+{
+    loom__http_pool *pool;
+
+    *out = NULL;
+    pthread_once(&global_once, global_init);
+    if (global_rc != CURLE_OK)
+        return loom__error_set(LOOM_ERROR, "libcurl failed to start: %s",
+                               curl_easy_strerror(global_rc));
+    pool = calloc(1, sizeof(*pool));
+    if (!pool)
+        return loom__error_oom();
+    pthread_mutex_init(&pool->lock, NULL);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&pool->share_locks[i], NULL);
+    pool->share = curl_share_init();
+    if (!pool->share) {
+        loom__http_pool_free(pool);
+        return loom__error_oom();
+    }
+    curl_share_setopt(pool->share, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(pool->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    curl_share_setopt(pool->share, CURLSHOPT_USERDATA, pool);
+    curl_share_setopt(pool->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(pool->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    *out = pool;
+    return 0;
+}
+
+static void pair_free(pair *pr)
+{
+    if (!pr)
+        return;
+    if (pr->multi)
+        curl_multi_cleanup(pr->multi);
+    if (pr->easy)
+        curl_easy_cleanup(pr->easy);
+    free(pr);
+}
+
+void loom__http_pool_free(loom__http_pool *pool)
+{
+    if (!pool)
+        return;
+    while (pool->idle) {
+        pair *pr = pool->idle;
+        pool->idle = pr->next;
+        pair_free(pr);
+    }
+    /* Every easy handle is gone, so the share is no longer in use. */
+    if (pool->share)
+        curl_share_cleanup(pool->share);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&pool->share_locks[i]);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+}
+
+static pair *pool_take(loom__http_pool *pool)
+{
+    pair *pr;
+
+    pthread_mutex_lock(&pool->lock);
+    pr = pool->idle;
+    if (pr) {
+        pool->idle = pr->next;
+        pool->idle_len--;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    if (pr) {
+        pr->next = NULL;
+        return pr;
+    }
+    pr = calloc(1, sizeof(*pr));
+    if (!pr)
+        return NULL;
+    pr->easy = curl_easy_init();
+    pr->multi = curl_multi_init();
+    if (!pr->easy || !pr->multi) {
+        pair_free(pr);
+        return NULL;
+    }
+    /* curl_easy_reset() keeps the share, so it is set once. */
+    curl_easy_setopt(pr->easy, CURLOPT_SHARE, pool->share);
+    return pr;
+}
+
+static void pool_give(loom__http_pool *pool, pair *pr)
+{
+    pthread_mutex_lock(&pool->lock);
+    if (pool->idle_len < POOL_MAX_IDLE) {
+        pr->next = pool->idle;
+        pool->idle = pr;
+        pool->idle_len++;
+        pr = NULL;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    pair_free(pr);
+}
+
+void loom__http_response_clear(loom__http_response *resp)
+{
+    free(resp->request_id);
+    free(resp->retry_after);
+    free(resp->retry_after_ms);
+    free(resp->content_type);
+    loom_buf_free(&resp->body);
+    memset(resp, 0, sizeof(*resp));
+}
+
+/* Copies a header value, cut at LOOM_HTTP_MAX_HEADER. NULL on OOM. */
+static void keep_header(char **dst, const char *v, size_t len)
+{
+    if (len > LOOM_HTTP_MAX_HEADER)
+        len = LOOM_HTTP_MAX_HEADER;
+    free(*dst);
+    *dst = strndup(v, len);
+}
+
+static int name_is(const char *data, size_t nlen, const char *name)
+{
+    return strlen(name) == nlen && strncasecmp(data, name, nlen) == 0;
+}
+
+static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
+{
+    transfer *t = ud;
+    loom__http_response *r = t->resp;
+    size_t len = size * nmemb, nlen;
+    const char *colon, *v, *end;
+
+    /* A new status line (after 100 Continue or a proxy CONNECT) starts a
+     * new header block: forget the headers of the previous one. */
+    if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
+        free(r->request_id);
+        free(r->retry_after);
+        free(r->retry_after_ms);
+        free(r->content_type);
+        r->request_id = r->retry_after = r->retry_after_ms = NULL;
+        r->content_type = NULL;
+        return len;
+    }
+    colon = memchr(data, ':', len);
+    if (!colon)
+        return len;
+    nlen = (size_t)(colon - data);
+    v = colon + 1;
+    end = data + len;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' ||
+                       end[-1] == '\t'))
+        end--;
+    if (name_is(data, nlen, "x-request-id") ||
+        (name_is(data, nlen, "request-id") && !r->request_id))
+        keep_header(&r->request_id, v, (size_t)(end - v));
+    else if (name_is(data, nlen, "retry-after"))
+        keep_header(&r->retry_after, v, (size_t)(end - v));
+    else if (name_is(data, nlen, "retry-after-ms"))
+        keep_header(&r->retry_after_ms, v, (size_t)(end - v));
+    else if (name_is(data, nlen, "content-type"))
+        keep_header(&r->content_type, v, (size_t)(end - v));
+    return len;
+}
+
+static int is_2xx(long status)
+{
+    return status >= 200 && status < 300;
+}
+
+static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
+{
+    transfer *t = ud;
+    loom__http_response *r = t->resp;
+    size_t len = size * nmemb;
+    int rc;
+
+    t->last_byte_at = loom__http_now_ms();
+    t->body_started = 1;
+    if (!t->status_known) {
+        curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &r->status);
+        t->status_known = 1;
+    }
+    r->body_bytes += len;
+    if (is_2xx(r->status) && t->req->on_body) {
+        rc = t->req->on_body(data, len, t->req->payload);
+        if (rc) {
+            t->cb_rc = rc;
+            return len ? 0 : 1;
+        }
+        return len;
+    }
+    if (is_2xx(r->status)) {
+        if (r->body.len + len > t->max_body)
+            t->cb_rc = loom__error_set(LOOM_ETOOLARGE,
+                                       "response body larger than %zu "
+                                       "bytes",
+                                       t->max_body);
+        else if (loom_buf_put(&r->body, data, len) != 0)
+            t->cb_rc = LOOM_ENOMEM;
+        else
+            return len;
+        return len ? 0 : 1;
+    }
+    /* An error body: keep the head, then stop reading (an endless error
+     * body must not pin the call). */
+    if (r->body.len + len > t->max_error_body) {
+        loom_buf_put(&r->body, data, t->max_error_body - r->body.len);
+        r->body_truncated = 1;
+        t->error_cut = 1;
+        return len ? 0 : 1;
+    }
+    if (loom_buf_put(&r->body, data, len) != 0) {
+        t->cb_rc = LOOM_ENOMEM;
+        return len ? 0 : 1;
+    }
+    return len;
+}
+
+static int on_prereq(void *ud, char *primary_ip, char *local_ip,
+                     int primary_port, int local_port)
+{
+    transfer *t = ud;
+
+    (void)primary_ip;
+    (void)local_ip;
+    (void)primary_port;
+    (void)local_port;
+    t->sent_at = loom__http_now_ms();
+    return CURL_PREREQFUNC_OK;
+}
+
+static int has_header(const loom__http_request *req, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (size_t i = 0; i < req->headers_len; i++)
+        if (strncasecmp(req->headers[i], name, n) == 0 &&
+            req->headers[i][n] == ':')
+            return 1;
+    return 0;
+}
+
+static int setup(transfer *t, struct curl_slist **hdrs, char *errbuf)
+{
+    const loom__http_request *req = t->req;
+    CURL *e = t->easy;
+    struct curl_slist *l;
+
+    for (size_t i = 0; i < req->headers_len; i++) {
+        if (!(l = curl_slist_append(*hdrs, req->headers[i])))
+            return loom__error_oom();
+        *hdrs = l;
+    }
+    /* curl would wait for "100 Continue" before sending a large body. */
+    if (!has_header(req, "Expect")) {
+        if (!(l = curl_slist_append(*hdrs, "Expect:")))
+            return loom__error_oom();
+        *hdrs = l;
+    }
+    curl_easy_reset(e);
+    curl_easy_setopt(e, CURLOPT_URL, req->url);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, *hdrs);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, t);
+    if (req->connect_timeout_ms > 0)
+        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);
+    if (req->body || (req->method && strcmp(req->method, "POST") == 0)) {
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+                         (curl_off_t)req->body_len);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body ? req->body : "");
+    } else {
+        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    }
+    if (req->method && strcmp(req->method, "POST") != 0 &&
+        strcmp(req->method, "GET") != 0)
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method);
+    return 0;
+}
+
+/* Turns curl's result into loom's. */
+static int finish(transfer *t, CURLcode res, const char *errbuf)
+{
+    loom__http_response *r = t->resp;
+    const char *msg = errbuf[0] ? errbuf : curl_easy_strerror(res);
+    int answered;
+
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_easy_getinfo(t->easy, CURLINFO_NUM_CONNECTS, &r->new_connections);
+    if (res == CURLE_OK || (res == CURLE_WRITE_ERROR && t->error_cut))
+        return 0;
+    if (res == CURLE_WRITE_ERROR && t->cb_rc) {
+        r->failure = LOOM_HTTP_FAIL_CALLBACK;
+        return t->cb_rc;
+    }
+    if (res == CURLE_OPERATION_TIMEDOUT) {
+        r->failure = LOOM_HTTP_FAIL_TIMEOUT_CONNECT;
+        return loom__error_set(LOOM_ETIMEDOUT,
+                               "connect timeout: no connection within %ld "
+                               "ms",
+                               t->req->connect_timeout_ms);
+    }
+    answered = r->status != 0 || r->body_bytes > 0;
+    switch (res) {
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_SSL_CONNECT_ERROR:
+        r->failure =
+            answered ? LOOM_HTTP_FAIL_TRUNCATED : LOOM_HTTP_FAIL_CONNECT;
+        if (answered)
+            return loom__error_set(LOOM_EIO,
+                                   "connection dropped after %zu body "
+                                   "bytes: %s",
+                                   r->body_bytes, msg);
+        return loom__error_set(LOOM_EIO, "connection failed: %s", msg);
+    default:
+        r->failure = LOOM_HTTP_FAIL_OTHER;
+        return loom__error_set(LOOM_EIO, "http: %s", msg);
+    }
+}
+
+/* Checks the cancel flag and the timers; non-zero ends the transfer. */
+static int check(transfer *t, long *wait_ms)
+{
+    const loom__http_request *req = t->req;
+    long long now = loom__http_now_ms(), left = LOOM_HTTP_TICK_MS;
+
+    if (loom_cancel_is_set(req->cancel)) {
+        t->resp->failure = LOOM_HTTP_FAIL_CANCELED;
+        return loom__error_set(LOOM_ECANCELED, "request canceled");
+    }
+    if (t->body_started && req->idle_timeout_ms > 0) {
+        left = t->last_byte_at + req->idle_timeout_ms - now;
+        if (left <= 0) {
+            t->resp->failure = LOOM_HTTP_FAIL_TIMEOUT_IDLE;
+            return loom__error_set(LOOM_ETIMEDOUT,
+                                   "idle timeout: no data for %ld ms",
+                                   req->idle_timeout_ms);
+        }
+    } else if (!t->body_started && t->sent_at &&
+               req->first_byte_timeout_ms > 0) {
+        left = t->sent_at + req->first_byte_timeout_ms - now;
+        if (left <= 0) {
+            t->resp->failure = LOOM_HTTP_FAIL_TIMEOUT_FIRST_BYTE;
+            return loom__error_set(LOOM_ETIMEDOUT,
+                                   "first-byte timeout: no response data "
+                                   "within %ld ms",
+                                   req->first_byte_timeout_ms);
+        }
+    }
+    *wait_ms = left < LOOM_HTTP_TICK_MS ? (long)left : LOOM_HTTP_TICK_MS;
+    return 0;
+}
+
+int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
+                       loom__http_response *resp)
+{
+    char errbuf[CURL_ERROR_SIZE];
+    struct curl_slist *hdrs = NULL;
+    transfer t;
+    pair *pr = NULL;
+    CURLcode res = CURLE_OK;
+    CURLMcode mc;
+    CURLMsg *msg;
+    int rc = 0, added = 0, running = 1, done = 0, q;
+    long wait_ms;
+
+    memset(&t, 0, sizeof(t));
+    t.req = req;
+    t.resp = resp;
+    t.max_error_body =
+        req->max_error_body ? req->max_error_body : LOOM_HTTP_MAX_ERROR_BODY;
+    t.max_body = req->max_body ? req->max_body : DEFAULT_MAX_BODY;
+    loom_buf_init(&resp->body, LOOM_BUF_UNLIMITED);
+    errbuf[0] = '\0';
+
+    if (loom_cancel_is_set(req->cancel)) {
+        resp->failure = LOOM_HTTP_FAIL_CANCELED;
+        return loom__error_set(LOOM_ECANCELED, "request canceled");
+    }
+    if (!(pr = pool_take(pool))) {
+        rc = loom__error_set(LOOM_ENOMEM, "cannot make a curl handle");
+        goto cleanup;
+    }
+    t.easy = pr->easy;
+    if ((rc = setup(&t, &hdrs, errbuf)) != 0)
+        goto cleanup;
+    if ((mc = curl_multi_add_handle(pr->multi, pr->easy)) != CURLM_OK) {
+        rc = loom__error_set(LOOM_ERROR, "curl: %s", curl_multi_strerror(mc));
+        goto cleanup;
+    }
+    added = 1;
+    while (!done) {
+        mc = curl_multi_perform(pr->multi, &running);
+        if (mc != CURLM_OK) {
+            resp->failure = LOOM_HTTP_FAIL_OTHER;
+            rc = loom__error_set(LOOM_EIO, "curl: %s", curl_multi_strerror(mc));
+            goto cleanup;
+        }
+        while ((msg = curl_multi_info_read(pr->multi, &q)) != NULL) {
+            if (msg->msg == CURLMSG_DONE && msg->easy_handle == pr->easy) {
+                res = msg->data.result;
+                done = 1;
+            }
+        }
+        if (done || !running)
+            break;
+        if ((rc = check(&t, &wait_ms)) != 0)
+            goto cleanup;
+        mc = curl_multi_poll(pr->multi, NULL, 0, (int)wait_ms, NULL);
+        if (mc != CURLM_OK) {
+            resp->failure = LOOM_HTTP_FAIL_OTHER;
+            rc = loom__error_set(LOOM_EIO, "curl: %s", curl_multi_strerror(mc));
+            goto cleanup;
+        }
+    }
+    rc = finish(&t, res, errbuf);
+
+cleanup:
+    if (pr && rc && !resp->status)
+        curl_easy_getinfo(pr->easy, CURLINFO_RESPONSE_CODE, &resp->status);
+    if (added)
+        curl_multi_remove_handle(pr->multi, pr->easy);
+    curl_slist_free_all(hdrs);
+    if (pr) {
+        /* Drop pointers into this call's stack before pooling. */
+        curl_easy_reset(pr->easy);
+        pool_give(pool, pr);
+    }
+    return rc;
+}

@@ -1,0 +1,747 @@
+/*
+ * The OpenAI Chat Completions adapter (provider kind "openai"): any server
+ * that speaks POST {base_url}/chat/completions, which includes OpenAI,
+ * Azure-style gateways, vLLM, llama.cpp's server, Ollama and most proxies.
+ *
+ * This file does the parts with I/O and policy: building the request body
+ * and headers, sending through core/http, classifying failures into
+ * loom_upstream_error, and retrying. Retries happen only while nothing has
+ * reached the caller's callback (a retried answer would show text twice),
+ * on 408, 409, 429, 5xx, a connection that failed or dropped, and a
+ * connect timeout; the server's retry-after-ms / Retry-After wins over
+ * loom's backoff, up to LOOM_RETRY_MAX_HONOURED_MS. Decoding the answer
+ * is llm/openai_stream.c's job, which does no I/O.
+ */
+#include "llm/openai.h"
+#include "core/error.h"
+#include "core/http.h"
+#include "llm/retry.h"
+#include "loom/buf.h"
+#include "loom/log.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+typedef struct {
+    loom_provider base;
+    char *url;
+    char **headers; /* fixed request header lines */
+    size_t headers_len;
+    int has_accept; /* the config sets Accept itself */
+    long connect_ms, first_byte_ms, idle_ms;
+    int max_retries;
+    long base_delay_ms, max_delay_ms;
+    loom__openai_limits limits;
+    loom__http_pool *pool;
+} openai_provider;
+
+/* ---- request body ---------------------------------------------------- */
+
+/*
+ * jansson refuses strings that are not UTF-8, but message content (tool
+ * output above all) may hold any bytes: replace each invalid byte with
+ * U+FFFD rather than fail the call. Written by hand because jansson has no
+ * lossy mode.
+ */
+static json_t *utf8_string(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    json_t *j = json_string((const char *)p);
+    size_t i = 0, n, len;
+
+    if (j)
+        return j;
+    len = strlen((const char *)p);
+    while (i < len) {
+        unsigned c = p[i];
+        unsigned cp = 0;
+        n = c < 0x80         ? 1
+            : (c >> 5) == 6  ? 2
+            : (c >> 4) == 14 ? 3
+            : (c >> 3) == 30 ? 4
+                             : 0;
+        if (n > 1 && i + n <= len) {
+            cp = c & (0x7F >> n);
+            for (size_t k = 1; k < n; k++) {
+                if ((p[i + k] & 0xC0) != 0x80) {
+                    n = 0;
+                    break;
+                }
+                cp = (cp << 6) | (p[i + k] & 0x3F);
+            }
+            if (n && ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) ||
+                      (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+                      (cp >= 0xD800 && cp <= 0xDFFF)))
+                n = 0;
+        } else if (n > 1) {
+            n = 0;
+        }
+        if (n == 0) {
+            if (loom_buf_put(&b, "\xEF\xBF\xBD", 3))
+                break;
+            i++;
+        } else {
+            if (loom_buf_put(&b, p + i, n))
+                break;
+            i += n;
+        }
+    }
+    j = i >= len ? json_string(loom_buf_cstr(&b)) : NULL;
+    loom_buf_free(&b);
+    return j;
+}
+
+/* Sets o[key] = v, stealing v; -1 when v is NULL or on OOM. */
+static int put(json_t *o, const char *key, json_t *v)
+{
+    if (!v)
+        return -1;
+    return json_object_set_new(o, key, v);
+}
+
+static json_t *tool_call_json(const loom_tool_call *c)
+{
+    const char *args = c->arguments && *c->arguments ? c->arguments : "{}";
+    json_t *fn = json_object();
+
+    if (!fn || put(fn, "name", utf8_string(c->name)) ||
+        put(fn, "arguments", utf8_string(args))) {
+        json_decref(fn);
+        return NULL;
+    }
+    return json_pack("{s:o,s:s,s:o}", "id", utf8_string(c->id), "type",
+                     "function", "function", fn);
+}
+
+static json_t *message_json(const loom_message *m)
+{
+    json_t *o = json_object(), *calls;
+    int bad = !o;
+
+    if (bad)
+        return NULL;
+    bad |= put(o, "role", json_string(loom_role_name(m->role)));
+    switch (m->role) {
+    case LOOM_ROLE_ASSISTANT:
+        /* OpenAI wants null, not "", beside tool calls. */
+        if ((!m->content || !*m->content) && m->tool_calls_len)
+            bad |= put(o, "content", json_null());
+        else
+            bad |= put(o, "content", utf8_string(m->content));
+        if (!m->tool_calls_len)
+            break;
+        bad |= put(o, "tool_calls", calls = json_array());
+        for (size_t i = 0; !bad && i < m->tool_calls_len; i++)
+            bad |=
+                json_array_append_new(calls, tool_call_json(&m->tool_calls[i]));
+        break;
+    case LOOM_ROLE_TOOL:
+        bad |= put(o, "tool_call_id", utf8_string(m->tool_call_id));
+        bad |= put(o, "content", utf8_string(m->content));
+        break;
+    default:
+        bad |= put(o, "content", utf8_string(m->content));
+        break;
+    }
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_t *tool_json(const loom_tool_def *t)
+{
+    json_t *fn = json_object(), *params;
+
+    if (!fn)
+        return NULL;
+    if (t->parameters)
+        params = json_deep_copy(t->parameters);
+    else
+        params = json_pack("{s:s,s:{}}", "type", "object", "properties");
+    if (put(fn, "parameters", params) ||
+        put(fn, "name", utf8_string(t->name)) ||
+        (t->description &&
+         put(fn, "description", utf8_string(t->description)))) {
+        json_decref(fn);
+        return NULL;
+    }
+    return json_pack("{s:s,s:o}", "type", "function", "function", fn);
+}
+
+static json_t *tool_choice_json(const loom_tool_choice *tc)
+{
+    switch (tc->kind) {
+    case LOOM_TOOL_CHOICE_NONE:
+        return json_string("none");
+    case LOOM_TOOL_CHOICE_REQUIRED:
+        return json_string("required");
+    case LOOM_TOOL_CHOICE_FUNCTION:
+        return json_pack("{s:s,s:{s:o}}", "type", "function", "function",
+                         "name", utf8_string(tc->function));
+    default:
+        return json_string("auto");
+    }
+}
+
+int loom__openai_build_body(json_t **out, const loom_llm_request *req)
+{
+    json_t *body = NULL, *arr;
+    int bad = 0;
+
+    *out = NULL;
+    if (!req->model || !*req->model)
+        return loom__error_set(LOOM_EINVALID, "request has no model");
+    if (req->tools_len && req->tool_choice.kind == LOOM_TOOL_CHOICE_FUNCTION &&
+        (!req->tool_choice.function || !*req->tool_choice.function))
+        return loom__error_set(LOOM_EINVALID, "tool choice names no function");
+    if (!(body = json_object()))
+        return loom__error_oom();
+    bad |= put(body, "model", utf8_string(req->model));
+    bad |= put(body, "messages", arr = json_array());
+    for (size_t i = 0; !bad && i < req->messages_len; i++)
+        bad |= json_array_append_new(arr, message_json(&req->messages[i]));
+    if (!bad && req->tools_len) {
+        bad |= put(body, "tools", arr = json_array());
+        for (size_t i = 0; !bad && i < req->tools_len; i++)
+            bad |= json_array_append_new(arr, tool_json(&req->tools[i]));
+        bad |= put(body, "tool_choice", tool_choice_json(&req->tool_choice));
+        if (req->parallel_tool_calls >= 0)
+            bad |= put(body, "parallel_tool_calls",
+                       json_boolean(req->parallel_tool_calls));
+    }
+    if (req->max_tokens > 0)
+        bad |= put(body, "max_tokens", json_integer(req->max_tokens));
+    if (req->temperature >= 0)
+        bad |= put(body, "temperature", json_real(req->temperature));
+    if (req->stream) {
+        bad |= put(body, "stream", json_true());
+        bad |=
+            put(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    }
+    if (bad) {
+        json_decref(body);
+        return loom__error_oom();
+    }
+    *out = body;
+    return 0;
+}
+
+/* ---- error answers --------------------------------------------------- */
+
+loom_upstream_kind loom__openai_status_kind(long status)
+{
+    switch (status) {
+    case 400:
+        return LOOM_UPSTREAM_BAD_REQUEST;
+    case 401:
+        return LOOM_UPSTREAM_AUTH;
+    case 403:
+        return LOOM_UPSTREAM_PERMISSION;
+    case 404:
+        return LOOM_UPSTREAM_NOT_FOUND;
+    case 408:
+        return LOOM_UPSTREAM_TIMEOUT;
+    case 409:
+        return LOOM_UPSTREAM_CONFLICT;
+    case 413:
+        return LOOM_UPSTREAM_TOO_LARGE;
+    case 422:
+        return LOOM_UPSTREAM_UNPROCESSABLE;
+    case 429:
+        return LOOM_UPSTREAM_RATE_LIMIT;
+    default:
+        break;
+    }
+    if (status >= 200 && status < 300)
+        return LOOM_UPSTREAM_NONE;
+    if (status >= 500 && status < 600)
+        return LOOM_UPSTREAM_SERVER;
+    if (status >= 400 && status < 500)
+        return LOOM_UPSTREAM_BAD_REQUEST;
+    return LOOM_UPSTREAM_PROTOCOL;
+}
+
+int loom__openai_status_retryable(long status)
+{
+    return status == 408 || status == 409 || status == 429 ||
+           (status >= 500 && status < 600);
+}
+
+/* The raw body as a message: cut on a UTF-8 boundary, blanks trimmed. */
+static char *raw_message(const char *body, size_t len)
+{
+    size_t n = len;
+
+    if (n > LOOM_OPENAI_MAX_ERROR_TEXT) {
+        n = LOOM_OPENAI_MAX_ERROR_TEXT;
+        while (n > 0 && ((unsigned char)body[n] & 0xC0) == 0x80)
+            n--;
+    }
+    while (n > 0 && (body[n - 1] == '\n' || body[n - 1] == '\r' ||
+                     body[n - 1] == ' ' || body[n - 1] == '\t'))
+        n--;
+    while (n > 0 && (*body == '\n' || *body == '\r' || *body == ' ')) {
+        body++;
+        n--;
+    }
+    return n ? strndup(body, n) : NULL;
+}
+
+int loom__openai_error_from_http(loom_upstream_error *err, long status,
+                                 const char *body, size_t len,
+                                 const char *request_id)
+{
+    json_t *o = body && len ? json_loadb(body, len, 0, NULL) : NULL;
+    json_t *e = json_object_get(o, "error"), *detail;
+    const char *msg = NULL, *type = NULL;
+    char *dumped = NULL;
+    int rc = 0;
+
+    loom__upstream_error_clear(err);
+    err->kind = loom__openai_status_kind(status);
+    err->http_status = (int)status;
+    if (json_is_object(e)) {
+        msg = json_string_value(json_object_get(e, "message"));
+        type = json_string_value(json_object_get(e, "type"));
+        if (!type)
+            type = json_string_value(json_object_get(e, "code"));
+    } else if (json_is_string(e)) {
+        msg = json_string_value(e);
+    } else if (json_is_object(o)) {
+        /* vLLM: {"object":"error","message":..}; FastAPI: {"detail":..} */
+        msg = json_string_value(json_object_get(o, "message"));
+        type = json_string_value(json_object_get(o, "type"));
+        detail = json_object_get(o, "detail");
+        if (!msg && json_is_string(detail))
+            msg = json_string_value(detail);
+        else if (!msg && detail)
+            msg = dumped = json_dumps(detail, JSON_COMPACT);
+    }
+    if (msg && *msg)
+        err->message = strdup(msg);
+    else if (body && len)
+        err->message = raw_message(body, len);
+    if (!err->message) {
+        char s[32];
+        snprintf(s, sizeof(s), "HTTP %ld", status);
+        err->message = strdup(s);
+    }
+    if (type && *type)
+        err->type = strdup(type);
+    if (request_id)
+        err->request_id = strdup(request_id);
+    if (!err->message || (type && *type && !err->type) ||
+        (request_id && !err->request_id))
+        rc = loom__error_oom();
+    free(dumped);
+    json_decref(o);
+    return rc;
+}
+
+/* ---- the adapter ----------------------------------------------------- */
+
+void loom__openai_provider_set_limits(loom_provider *base,
+                                      const loom__openai_limits *limits)
+{
+    openai_provider *p = (openai_provider *)base;
+
+    p->limits = *limits;
+}
+
+static size_t max_body(const openai_provider *p)
+{
+    size_t text =
+        p->limits.max_text ? p->limits.max_text : LOOM_OPENAI_MAX_TEXT;
+
+    return p->limits.max_body ? p->limits.max_body
+                              : 2 * text + ((size_t)1 << 20);
+}
+
+/* What the body callback needs during one attempt. */
+typedef struct {
+    loom__openai_decoder *d;
+    loom__http_response *hr;
+    int stream;
+    int json_mode; /* streaming asked, but the server answered JSON */
+    int mode_known;
+    loom_buf json;
+} attempt_ctx;
+
+static int on_body(const char *data, size_t len, void *payload)
+{
+    attempt_ctx *a = payload;
+    const char *ct;
+
+    if (!a->mode_known) {
+        /* A server that ignores "stream": true sends one JSON answer. */
+        ct = a->hr->content_type;
+        a->json_mode = ct && strncasecmp(ct, "application/json", 16) == 0;
+        a->mode_known = 1;
+    }
+    if (!a->json_mode)
+        return loom__openai_decoder_feed(a->d, data, len);
+    if (len > a->json.max - a->json.len)
+        return loom__error_set(
+            LOOM_ETOOLARGE, "answer body larger than %zu bytes", a->json.max);
+    return loom_buf_put(&a->json, data, len);
+}
+
+static int set_error(loom_upstream_error *err, loom_upstream_kind kind,
+                     long status, const char *msg, const char *type,
+                     const char *request_id)
+{
+    loom__upstream_error_clear(err);
+    err->kind = kind;
+    err->http_status = (int)status;
+    err->message = strdup(msg ? msg : "");
+    if (type)
+        err->type = strdup(type);
+    if (request_id)
+        err->request_id = strdup(request_id);
+    if (!err->message || (type && !err->type) ||
+        (request_id && !err->request_id))
+        return loom__error_oom();
+    return 0;
+}
+
+/* Sets the thread's error message for err and returns code. */
+static int raise_error(const openai_provider *p, const loom_upstream_error *err,
+                       int code)
+{
+    char rid[LOOM_HTTP_MAX_HEADER + 16] = "";
+    char tries[48] = "";
+
+    if (err->request_id)
+        snprintf(rid, sizeof(rid), " (request %s)", err->request_id);
+    if (err->attempts > 1)
+        snprintf(tries, sizeof(tries), " after %d attempts", err->attempts);
+    /* The status tells something only when it is the error itself. */
+    if (err->http_status >= 300)
+        return loom__error_set(
+            code, "%s: %d %s: %s%s%s", p->base.name, err->http_status,
+            loom_upstream_kind_name(err->kind), err->message, rid, tries);
+    return loom__error_set(code, "%s: %s: %s%s%s", p->base.name,
+                           loom_upstream_kind_name(err->kind), err->message,
+                           rid, tries);
+}
+
+/* Puts the provider's name before the thread's error message. */
+static int prefix_error(const openai_provider *p, int code)
+{
+    char msg[1024];
+
+    snprintf(msg, sizeof(msg), "%s", loom_error_last());
+    return loom__error_set(code, "%s: %s", p->base.name, msg);
+}
+
+/*
+ * Classifies the outcome of one attempt. Returns 0 on success, or the
+ * error to return, with resp->error filled and *retry set when another
+ * attempt may help.
+ */
+static int outcome(attempt_ctx *a, int rc, const loom__http_response *hr,
+                   loom_llm_response *resp, int *retry)
+{
+    loom_upstream_error *err = &resp->error;
+    const loom_upstream_error *de;
+    char msg[1024];
+
+    *retry = 0;
+    if (rc == 0 && hr->status >= 200 && hr->status < 300) {
+        if (a->stream && !a->json_mode)
+            rc = loom__openai_decoder_finish(a->d);
+        else if (a->json_mode)
+            rc = loom__openai_decoder_complete(a->d, loom_buf_cstr(&a->json),
+                                               a->json.len);
+        else
+            rc = loom__openai_decoder_complete(a->d, loom_buf_cstr(&hr->body),
+                                               hr->body.len);
+        if (rc == 0) {
+            loom__upstream_error_clear(err);
+            return 0;
+        }
+    } else if (rc == 0) {
+        if (loom__openai_error_from_http(err, hr->status,
+                                         loom_buf_cstr(&hr->body), hr->body.len,
+                                         hr->request_id))
+            return LOOM_ENOMEM;
+        *retry = loom__openai_status_retryable(hr->status);
+        return LOOM_EUPSTREAM;
+    }
+    snprintf(msg, sizeof(msg), "%s", loom_error_last());
+    switch (rc) {
+    case LOOM_EUPSTREAM: /* from the decoder: in-stream error, early end */
+        de = loom__openai_decoder_error(a->d);
+        if (set_error(err, de->kind, hr->status, de->message, de->type,
+                      hr->request_id))
+            return LOOM_ENOMEM;
+        *retry = de->kind == LOOM_UPSTREAM_CONNECTION;
+        return rc;
+    case LOOM_EIO:
+        if (set_error(err, LOOM_UPSTREAM_CONNECTION, hr->status, msg, NULL,
+                      hr->request_id))
+            return LOOM_ENOMEM;
+        *retry = 1;
+        return LOOM_EUPSTREAM;
+    case LOOM_ETIMEDOUT:
+        if (set_error(err, LOOM_UPSTREAM_TIMEOUT, hr->status, msg, NULL,
+                      hr->request_id))
+            return LOOM_ENOMEM;
+        *retry = hr->failure == LOOM_HTTP_FAIL_TIMEOUT_CONNECT;
+        return rc;
+    case LOOM_EPROTO:
+        if (set_error(err, LOOM_UPSTREAM_PROTOCOL, hr->status, msg, NULL,
+                      hr->request_id))
+            return LOOM_ENOMEM;
+        return rc;
+    default: /* canceled, too large, out of memory: as they are */
+        return rc;
+    }
+}
+
+static int openai_complete(loom_provider *base, const loom_llm_request *req,
+                           loom_llm_event_cb cb, void *payload,
+                           loom_llm_response *resp, loom_cancel *cancel)
+{
+    openai_provider *p = (openai_provider *)base;
+    const char **hdrs = NULL;
+    loom__http_request hreq = {0};
+    loom__http_response hr = {0};
+    attempt_ctx a = {0};
+    json_t *body = NULL;
+    char *text = NULL;
+    unsigned seed;
+    int rc, retry, nh = 0;
+    long delay;
+
+    resp->error.attempts = 0;
+    seed = (unsigned)loom__http_now_ms() ^ (unsigned)(uintptr_t)&seed;
+    if ((rc = loom__openai_build_body(&body, req)) != 0)
+        goto cleanup;
+    if (!(text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15)))) {
+        rc = loom__error_oom();
+        goto cleanup;
+    }
+    if (!(hdrs = calloc(p->headers_len + 1, sizeof(*hdrs)))) {
+        rc = loom__error_oom();
+        goto cleanup;
+    }
+    for (size_t i = 0; i < p->headers_len; i++)
+        hdrs[nh++] = p->headers[i];
+    if (!p->has_accept)
+        hdrs[nh++] = req->stream ? "Accept: text/event-stream"
+                                 : "Accept: application/json";
+    hreq.method = "POST";
+    hreq.url = p->url;
+    hreq.headers = hdrs;
+    hreq.headers_len = (size_t)nh;
+    hreq.body = text;
+    hreq.body_len = strlen(text);
+    hreq.connect_timeout_ms = p->connect_ms;
+    hreq.first_byte_timeout_ms = p->first_byte_ms;
+    hreq.idle_timeout_ms = p->idle_ms;
+    hreq.max_body = max_body(p);
+    hreq.on_body = req->stream ? on_body : NULL;
+    hreq.payload = &a;
+    hreq.cancel = cancel;
+    a.stream = req->stream;
+    a.hr = &hr;
+    loom_buf_init(&a.json, max_body(p));
+
+    for (int attempt = 1;; attempt++) {
+        loom__openai_decoder_free(a.d);
+        a.d = NULL;
+        loom__http_response_clear(&hr);
+        loom_buf_clear(&a.json);
+        a.mode_known = a.json_mode = 0;
+        resp->error.attempts = attempt;
+        if ((rc = loom__openai_decoder_new(&a.d, &p->limits, cb, payload)))
+            goto cleanup;
+        rc = loom__http_perform(p->pool, &hreq, &hr);
+        rc = outcome(&a, rc, &hr, resp, &retry);
+        if (rc == 0 || !retry || attempt > p->max_retries ||
+            loom__openai_decoder_output_started(a.d))
+            break;
+        delay =
+            loom__retry_after(hr.retry_after_ms, hr.retry_after, time(NULL));
+        if (delay > LOOM_RETRY_MAX_HONOURED_MS) {
+            loom_warn("%s: server asks to retry in %ld ms, more than %ld: "
+                      "not retrying",
+                      p->base.name, delay, LOOM_RETRY_MAX_HONOURED_MS);
+            break;
+        }
+        if (delay < 0)
+            delay = loom__retry_backoff(attempt, p->base_delay_ms,
+                                        p->max_delay_ms, &seed);
+        loom_warn("%s: %s: %s; retry %d of %d in %ld ms", p->base.name,
+                  loom_upstream_kind_name(resp->error.kind),
+                  resp->error.message ? resp->error.message : "", attempt,
+                  p->max_retries, delay);
+        if ((rc = loom__retry_sleep(delay, cancel)) != 0)
+            goto cleanup;
+    }
+    if (rc == LOOM_EUPSTREAM || rc == LOOM_ETIMEDOUT || rc == LOOM_EPROTO)
+        rc = raise_error(p, &resp->error, rc);
+    else if (rc == LOOM_ETOOLARGE)
+        rc = prefix_error(p, rc);
+
+cleanup:
+    if (a.d && loom__openai_decoder_export(a.d, resp) != 0 && rc == 0)
+        rc = LOOM_ENOMEM;
+    if (!resp->text && !(resp->text = strdup("")) && rc == 0)
+        rc = loom__error_oom();
+    loom__openai_decoder_free(a.d);
+    loom__http_response_clear(&hr);
+    loom_buf_free(&a.json);
+    free(hdrs);
+    free(text);
+    json_decref(body);
+    return rc;
+}
+
+static void openai_free(loom_provider *base)
+{
+    openai_provider *p = (openai_provider *)base;
+
+    loom__http_pool_free(p->pool);
+    for (size_t i = 0; i < p->headers_len; i++)
+        free(p->headers[i]);
+    free(p->headers);
+    free(p->url);
+    free(p->base.name);
+    free(p);
+}
+
+static const loom_provider_vtable openai_vtable = {openai_complete,
+                                                   openai_free};
+
+/* A header name is an RFC 9110 token; a value has no line breaks. */
+static int header_ok(const char *name, const char *value)
+{
+    if (!*name)
+        return 0;
+    for (const char *s = name; *s; s++)
+        if (*s <= ' ' || *s >= 127 || strchr("\"(),/:;<=>?@[\\]{}", *s))
+            return 0;
+    return strpbrk(value, "\r\n") == NULL;
+}
+
+static int add_header(openai_provider *p, const char *name, const char *prefix,
+                      const char *value)
+{
+    char *line;
+
+    if (asprintf(&line, "%s: %s%s", name, prefix, value) < 0)
+        return loom__error_oom();
+    p->headers[p->headers_len++] = line;
+    return 0;
+}
+
+static int config_has(const json_t *headers, const char *name)
+{
+    const char *k;
+    json_t *v;
+
+    json_object_foreach((json_t *)headers, k, v)
+    {
+        if (strcasecmp(k, name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int build_headers(openai_provider *p, const loom_provider_config *c,
+                         const char *name)
+{
+    const json_t *h = json_is_object(c->headers) ? c->headers : NULL;
+    const char *k;
+    json_t *v;
+    char ua[64], num[32];
+    int rc = 0;
+
+    p->headers = calloc(json_object_size(h) + 3, sizeof(*p->headers));
+    if (!p->headers)
+        return loom__error_oom();
+    if (c->api_key && *c->api_key && !config_has(h, "Authorization")) {
+        if (strpbrk(c->api_key, "\r\n"))
+            return loom__error_set(
+                LOOM_EINVALID, "provider '%s': api_key has a line break", name);
+        if ((rc = add_header(p, "Authorization", "Bearer ", c->api_key)))
+            return rc;
+    }
+    if (!config_has(h, "Content-Type") &&
+        (rc = add_header(p, "Content-Type", "", "application/json")))
+        return rc;
+    snprintf(ua, sizeof(ua), "loom/%s", loom_version());
+    if (!config_has(h, "User-Agent") &&
+        (rc = add_header(p, "User-Agent", "", ua)))
+        return rc;
+    p->has_accept = config_has(h, "Accept");
+    json_object_foreach((json_t *)h, k, v)
+    {
+        const char *s = json_string_value(v);
+        if (json_is_integer(v)) {
+            snprintf(num, sizeof(num), "%lld",
+                     (long long)json_integer_value(v));
+            s = num;
+        }
+        if (!s || !header_ok(k, s))
+            return loom__error_set(LOOM_EINVALID,
+                                   "provider '%s': header '%s' must be a "
+                                   "token name with a one-line string value",
+                                   name, k);
+        if ((rc = add_header(p, k, "", s)))
+            return rc;
+    }
+    return 0;
+}
+
+int loom_provider_openai_new(loom_provider **out,
+                             const loom_provider_config *config)
+{
+    const char *name = config->name ? config->name : "openai";
+    openai_provider *p;
+    size_t n;
+    int rc;
+
+    *out = NULL;
+    if (!config->base_url || !*config->base_url)
+        return loom__error_set(LOOM_EINVALID, "provider '%s': no base_url",
+                               name);
+    if (!(p = calloc(1, sizeof(*p))))
+        return loom__error_oom();
+    p->base.vt = &openai_vtable;
+    n = strlen(config->base_url);
+    while (n > 0 && config->base_url[n - 1] == '/')
+        n--;
+    if (!(p->base.name = strdup(name)) ||
+        asprintf(&p->url, "%.*s/chat/completions", (int)n, config->base_url) <
+            0) {
+        p->url = NULL;
+        rc = loom__error_oom();
+        goto fail;
+    }
+    if ((rc = build_headers(p, config, name)) != 0)
+        goto fail;
+    p->connect_ms = config->connect_timeout_ms;
+    p->first_byte_ms = config->first_byte_timeout_ms;
+    p->idle_ms = config->idle_timeout_ms;
+    p->max_retries = config->max_retries > 0 ? config->max_retries : 0;
+    p->base_delay_ms = config->retry_base_delay_ms;
+    p->max_delay_ms = config->retry_max_delay_ms;
+    if ((rc = loom__http_pool_new(&p->pool)) != 0)
+        goto fail;
+    *out = &p->base;
+    return 0;
+
+fail:
+    openai_free(&p->base);
+    return rc;
+}

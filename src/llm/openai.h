@@ -1,0 +1,124 @@
+/*
+ * llm/openai.h: the OpenAI Chat Completions wire format, without I/O.
+ *
+ * The adapter (llm/openai.c) moves bytes; everything that understands
+ * them is here so that tests and fuzzers can drive it directly: building
+ * the request body, decoding a streamed answer (bytes -> SSE events ->
+ * chunk JSON -> loom_llm_event), parsing a non-streamed answer, and turning
+ * an HTTP error body into a loom_upstream_error.
+ */
+#ifndef LOOM_LLM_OPENAI_H
+#define LOOM_LLM_OPENAI_H
+
+#include "loom/llm.h"
+
+#include <jansson.h>
+
+/* Default limits of one answer. */
+#define LOOM_OPENAI_MAX_TOOL_CALLS 128
+#define LOOM_OPENAI_MAX_ARGS ((size_t)1 << 20)  /* per tool call */
+#define LOOM_OPENAI_MAX_TEXT ((size_t)16 << 20) /* text, and reasoning */
+/* Upstream error text kept when the body is not JSON. */
+#define LOOM_OPENAI_MAX_ERROR_TEXT 500
+
+typedef struct {
+    size_t max_tool_calls; /* 0: LOOM_OPENAI_MAX_TOOL_CALLS */
+    size_t max_args;       /* 0: LOOM_OPENAI_MAX_ARGS */
+    size_t max_text;       /* 0: LOOM_OPENAI_MAX_TEXT */
+    size_t max_body;       /* a non-streamed body; 0: 2 * max_text + 1 MiB */
+} loom__openai_limits;
+
+/*
+ * Builds the /chat/completions body for req. *out is a new reference.
+ * LOOM_EINVALID when the model is missing or a tool choice names no
+ * function; LOOM_ENOMEM.
+ */
+int loom__openai_build_body(json_t **out, const loom_llm_request *req);
+
+typedef struct loom__openai_decoder loom__openai_decoder;
+
+/*
+ * A decoder for one answer. Events go to cb (may be NULL) as they are
+ * decoded; a non-zero return from cb makes the decoder fail with
+ * LOOM_ECANCELED. limits may be NULL for the defaults.
+ *
+ * Event order: TEXT / REASONING / TOOL_CALL_DELTA as they come, then at
+ * the end USAGE (once, the last counts seen), TOOL_CALLS (once, when the
+ * answer has calls, in index order) and FINISH (last).
+ */
+int loom__openai_decoder_new(loom__openai_decoder **out,
+                             const loom__openai_limits *limits,
+                             loom_llm_event_cb cb, void *payload);
+void loom__openai_decoder_free(loom__openai_decoder *d);
+
+/*
+ * Feeds streamed body bytes, at any split. Returns 0, or an error (the
+ * decoder is then finished): LOOM_EUPSTREAM for an error inside the stream
+ * (details: loom__openai_decoder_error), LOOM_EPROTO for a chunk that is
+ * not JSON, LOOM_ETOOLARGE past a limit, LOOM_ECANCELED when cb aborted.
+ */
+int loom__openai_decoder_feed(loom__openai_decoder *d, const char *data,
+                              size_t len);
+
+/*
+ * Ends a streamed body (the connection closed cleanly). A stream without
+ * `data: [DONE]` and without a finish reason fails with LOOM_EUPSTREAM,
+ * kind LOOM_UPSTREAM_CONNECTION. Emits the closing events. Returns like
+ * feed().
+ */
+int loom__openai_decoder_finish(loom__openai_decoder *d);
+
+/*
+ * Decodes a whole non-streamed chat.completion body into the same events
+ * (one TEXT, one REASONING, one TOOL_CALL_DELTA per call, then the closing
+ * events). Returns like feed(); an {"error":...} body is LOOM_EUPSTREAM.
+ */
+int loom__openai_decoder_complete(loom__openai_decoder *d, const char *body,
+                                  size_t len);
+
+/* Whether any text, reasoning or tool call was emitted. */
+int loom__openai_decoder_output_started(const loom__openai_decoder *d);
+
+/* Whether the answer ended (finish reason, [DONE] or a whole body). */
+int loom__openai_decoder_done(const loom__openai_decoder *d);
+
+/* The in-stream error after LOOM_EUPSTREAM (borrowed). */
+const loom_upstream_error *
+loom__openai_decoder_error(const loom__openai_decoder *d);
+
+/*
+ * Moves what was decoded into resp: text (always, "" when none), reasoning,
+ * usage, finish reason, response id, output_started, and the tool calls,
+ * which are moved only when the answer completed (partial calls must not
+ * be run). Frees what resp held in those fields. LOOM_ENOMEM.
+ */
+int loom__openai_decoder_export(loom__openai_decoder *d,
+                                loom_llm_response *resp);
+
+/* The kind for an HTTP status (LOOM_UPSTREAM_NONE for 2xx). */
+loom_upstream_kind loom__openai_status_kind(long status);
+
+/* Whether a status is worth retrying (408, 409, 429, 5xx). */
+int loom__openai_status_retryable(long status);
+
+/*
+ * Fills *err (cleared first) from an HTTP error answer: kind from status,
+ * message from error.message (or "message"/"detail", or the raw body cut
+ * to LOOM_OPENAI_MAX_ERROR_TEXT bytes, or the status), type from
+ * error.type or error.code, request_id copied. LOOM_ENOMEM.
+ */
+int loom__openai_error_from_http(loom_upstream_error *err, long status,
+                                 const char *body, size_t len,
+                                 const char *request_id);
+
+/* Frees the strings of err and zeroes it (attempts kept). */
+void loom__upstream_error_clear(loom_upstream_error *err);
+
+/*
+ * Replaces the limits of an "openai" provider (for tests that cross them
+ * without megabytes of input). Not thread-safe against running calls.
+ */
+void loom__openai_provider_set_limits(loom_provider *p,
+                                      const loom__openai_limits *limits);
+
+#endif

@@ -1,0 +1,878 @@
+/*
+ * The "openai" provider end to end against loom-fake-upstream: what loom
+ * sends, streamed and non-streamed answers, retries (and when not to
+ * retry), timeouts, cancellation, limits, and the HTTP client's connection
+ * reuse and error-body cap. Time checks are lower bounds or generous upper
+ * bounds only, so a loaded machine cannot make them flaky.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "core/http.h"
+#include "fake.h"
+#include "llm/openai.h"
+#include "loom/buf.h"
+#include "loom/llm.h"
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    loom_fake *fake;
+    loom_provider_config cfg;
+    loom_provider *p;
+    loom_messages msgs;
+    loom_llm_request req;
+    loom_llm_response resp;
+    loom_buf events_text;
+    int nevents;
+    int abort_on_text;
+} ctx;
+
+static int on_event(const loom_llm_event *ev, void *payload)
+{
+    ctx *c = payload;
+
+    c->nevents++;
+    if (ev->type == LOOM_LLM_TEXT) {
+        loom_buf_put(&c->events_text, ev->text, ev->text_len);
+        if (c->abort_on_text)
+            return 1;
+    }
+    return 0;
+}
+
+/* Starts a fake with script and a provider in front of it. base_url NULL:
+ * the fake's. */
+static ctx *setup(const char *script, const char *base_url, int retries)
+{
+    ctx *c = calloc(1, sizeof(*c));
+
+    assert_non_null(c);
+    if (script) {
+        c->fake = fake_start_script(script);
+        assert_non_null(c->fake);
+    }
+    c->cfg.name = "openai";
+    c->cfg.kind = "openai";
+    c->cfg.base_url = (char *)(base_url ? base_url : fake_base_url(c->fake));
+    c->cfg.api_key = "sk-test";
+    c->cfg.headers = json_pack("{s:s}", "X-Extra", "v1");
+    c->cfg.connect_timeout_ms = 5000;
+    c->cfg.first_byte_timeout_ms = 30000;
+    c->cfg.idle_timeout_ms = 30000;
+    c->cfg.max_retries = retries;
+    c->cfg.retry_base_delay_ms = 10;
+    c->cfg.retry_max_delay_ms = 50;
+    assert_int_equal(loom_provider_new(&c->p, &c->cfg), 0);
+    assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_USER, "Hi"), 0);
+    c->req = (loom_llm_request)LOOM_LLM_REQUEST_INIT;
+    c->req.model = "gpt-test";
+    c->req.messages = c->msgs.items;
+    c->req.messages_len = c->msgs.len;
+    loom_buf_init(&c->events_text, LOOM_BUF_UNLIMITED);
+    return c;
+}
+
+/* Rebuilds the provider after a change to c->cfg. */
+static void reconfigure(ctx *c)
+{
+    loom_provider_free(c->p);
+    assert_int_equal(loom_provider_new(&c->p, &c->cfg), 0);
+}
+
+static int run(ctx *c, loom_cancel *cancel)
+{
+    int rc;
+
+    loom_llm_response_clear(&c->resp);
+    loom_buf_clear(&c->events_text);
+    rc = loom_provider_complete(c->p, &c->req, on_event, c, &c->resp, cancel);
+    if (getenv("LOOM_TEST_VERBOSE"))
+        fprintf(stderr, "  rc %s: %s\n", loom_error_name(rc),
+                rc ? loom_error_last() : "");
+    return rc;
+}
+
+static void teardown(ctx *c)
+{
+    loom_provider_free(c->p);
+    json_decref(c->cfg.headers);
+    loom_messages_free(&c->msgs);
+    loom_llm_response_clear(&c->resp);
+    loom_buf_free(&c->events_text);
+    fake_stop(c->fake);
+    free(c);
+}
+
+static size_t nreq(ctx *c)
+{
+    return fake_request_count(c->fake);
+}
+
+/* ---- happy paths ----------------------------------------------------- */
+
+static void test_stream_text(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"text\":[\"Hel\",\"lo\"],\"usage\":"
+                   "{\"prompt_tokens\":3,\"completion_tokens\":2,"
+                   "\"total_tokens\":5}}]}",
+                   NULL, 2);
+    json_t *r, *h, *b;
+
+    (void)state;
+    assert_int_equal(run(c, NULL), 0);
+    assert_string_equal(c->resp.text, "Hello");
+    assert_string_equal(loom_buf_cstr(&c->events_text), "Hello");
+    assert_string_equal(c->resp.finish_reason, "stop");
+    assert_non_null(c->resp.response_id);
+    assert_int_equal(c->resp.usage.prompt_tokens, 3);
+    assert_int_equal(c->resp.usage.completion_tokens, 2);
+    assert_int_equal(c->resp.usage.total_tokens, 5);
+    assert_int_equal(c->resp.error.attempts, 1);
+    assert_int_equal(c->resp.output_started, 1);
+
+    /* what loom sent */
+    assert_int_equal(nreq(c), 1);
+    r = fake_request(c->fake, 0);
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "method")),
+                        "POST");
+    assert_string_equal(json_string_value(json_object_get(r, "path")),
+                        "/v1/chat/completions");
+    h = json_object_get(r, "headers");
+    assert_string_equal(json_string_value(json_object_get(h, "authorization")),
+                        "Bearer sk-test");
+    assert_string_equal(json_string_value(json_object_get(h, "content-type")),
+                        "application/json");
+    assert_string_equal(json_string_value(json_object_get(h, "accept")),
+                        "text/event-stream");
+    assert_string_equal(json_string_value(json_object_get(h, "x-extra")), "v1");
+    assert_memory_equal(json_string_value(json_object_get(h, "user-agent")),
+                        "loom/", 5);
+    assert_null(json_object_get(h, "expect"));
+    b = json_object_get(r, "body");
+    assert_string_equal(json_string_value(json_object_get(b, "model")),
+                        "gpt-test");
+    assert_true(json_is_true(json_object_get(b, "stream")));
+    assert_true(json_is_true(json_object_get(
+        json_object_get(b, "stream_options"), "include_usage")));
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_array_get(json_object_get(b, "messages"), 0), "content")),
+        "Hi");
+    assert_null(json_object_get(b, "tools"));
+    json_decref(r);
+    teardown(c);
+}
+
+static void test_no_api_key(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"text\":[\"ok\"]}]}", NULL, 0);
+    json_t *r;
+
+    (void)state;
+    c->cfg.api_key = NULL;
+    reconfigure(c);
+    assert_int_equal(run(c, NULL), 0);
+    r = fake_request(c->fake, 0);
+    assert_null(
+        json_object_get(json_object_get(r, "headers"), "authorization"));
+    json_decref(r);
+    teardown(c);
+}
+
+static void test_config_headers(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"text\":[\"ok\"]}]}", NULL, 0);
+    char url[256];
+    json_t *r, *h;
+
+    (void)state;
+    /* a configured Authorization replaces the key's; a trailing slash in
+     * base_url is ignored */
+    snprintf(url, sizeof(url), "%s/", fake_base_url(c->fake));
+    c->cfg.base_url = url;
+    json_decref(c->cfg.headers);
+    c->cfg.headers =
+        json_pack("{s:s,s:i}", "Authorization", "Token abc", "X-Num", 7);
+    reconfigure(c);
+    assert_int_equal(run(c, NULL), 0);
+    r = fake_request(c->fake, 0);
+    h = json_object_get(r, "headers");
+    assert_string_equal(json_string_value(json_object_get(r, "path")),
+                        "/v1/chat/completions");
+    assert_string_equal(json_string_value(json_object_get(h, "authorization")),
+                        "Token abc");
+    assert_string_equal(json_string_value(json_object_get(h, "x-num")), "7");
+    json_decref(r);
+    teardown(c);
+}
+
+static void test_config_invalid(void **state)
+{
+    loom_provider_config cfg = {0};
+    loom_provider *p = NULL;
+    const char *bad[] = {"{\"Bad Name\":\"x\"}", "{\"X-A\":\"a\\r\\nb\"}",
+                         "{\"X-A\":true}", "{\"X:A\":\"x\"}"};
+
+    (void)state;
+    cfg.name = "p";
+    cfg.kind = "openai";
+    cfg.base_url = "http://127.0.0.1:1/v1";
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cfg.headers = json_loads(bad[i], 0, NULL);
+        assert_non_null(cfg.headers);
+        assert_int_equal(loom_provider_new(&p, &cfg), LOOM_EINVALID);
+        assert_null(p);
+        assert_non_null(strstr(loom_error_last(), "provider 'p'"));
+        json_decref(cfg.headers);
+    }
+    cfg.headers = NULL;
+    cfg.api_key = "sk\nx";
+    assert_int_equal(loom_provider_new(&p, &cfg), LOOM_EINVALID);
+    cfg.api_key = NULL;
+    cfg.base_url = NULL;
+    assert_int_equal(loom_provider_new(&p, &cfg), LOOM_EINVALID);
+}
+
+static void test_tool_calls_streamed(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"interleave\":true,\"tool_calls\":["
+                   "{\"id\":\"call_a\",\"name\":\"get_weather\",\"arguments\":"
+                   "[\"{\\\"city\\\":\",\"\\\"Paris\\\"}\"]},"
+                   "{\"id\":\"call_b\",\"name\":\"get_time\",\"arguments\":"
+                   "[\"{\\\"tz\\\":\",\"\\\"UTC\\\"}\"]}]}]}",
+                   NULL, 0);
+
+    (void)state;
+    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(c->resp.tool_calls_len, 2);
+    assert_string_equal(c->resp.tool_calls[0].id, "call_a");
+    assert_string_equal(c->resp.tool_calls[0].name, "get_weather");
+    assert_string_equal(c->resp.tool_calls[0].arguments,
+                        "{\"city\":\"Paris\"}");
+    assert_string_equal(c->resp.tool_calls[1].id, "call_b");
+    assert_string_equal(c->resp.tool_calls[1].arguments, "{\"tz\":\"UTC\"}");
+    assert_string_equal(c->resp.finish_reason, "tool_calls");
+    teardown(c);
+}
+
+static void test_non_streamed(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"text\":[\"Hel\",\"lo\"],\"reasoning\":"
+                   "[\"hm\"],\"tool_calls\":[{\"id\":\"c1\",\"name\":\"f\","
+                   "\"arguments\":[\"{}\"]}],\"usage\":{\"prompt_tokens\":4,"
+                   "\"completion_tokens\":1,\"total_tokens\":5}}]}",
+                   NULL, 0);
+    json_t *r, *h, *b;
+
+    (void)state;
+    c->req.stream = 0;
+    assert_int_equal(run(c, NULL), 0);
+    assert_string_equal(c->resp.text, "Hello");
+    assert_string_equal(c->resp.reasoning, "hm");
+    assert_int_equal(c->resp.tool_calls_len, 1);
+    assert_string_equal(c->resp.tool_calls[0].name, "f");
+    assert_int_equal(c->resp.usage.total_tokens, 5);
+    r = fake_request(c->fake, 0);
+    h = json_object_get(r, "headers");
+    b = json_object_get(r, "body");
+    assert_string_equal(json_string_value(json_object_get(h, "accept")),
+                        "application/json");
+    assert_null(json_object_get(b, "stream"));
+    assert_null(json_object_get(b, "stream_options"));
+    json_decref(r);
+    teardown(c);
+}
+
+static void test_stream_answered_with_json(void **state)
+{
+    /* a server that ignores "stream": true */
+    ctx *c = setup("{\"responses\":[{\"content_type\":\"application/json\","
+                   "\"body\":\"{\\\"id\\\":\\\"x\\\",\\\"choices\\\":[{"
+                   "\\\"index\\\":0,\\\"message\\\":{\\\"content\\\":"
+                   "\\\"plain\\\"},\\\"finish_reason\\\":\\\"stop\\\"}]}\"}]}",
+                   NULL, 0);
+
+    (void)state;
+    assert_int_equal(run(c, NULL), 0);
+    assert_string_equal(c->resp.text, "plain");
+    assert_string_equal(c->resp.finish_reason, "stop");
+    teardown(c);
+}
+
+/* ---- errors and retries ---------------------------------------------- */
+
+static void test_429_retry_after(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"status\":429,\"headers\":{"
+                   "\"Retry-After\":\"1\"},\"error\":{\"message\":\"slow "
+                   "down\",\"type\":\"rate_limit\"}},{\"text\":[\"ok\"]}]}",
+                   NULL, 2);
+    long long t0 = test_now_ms();
+
+    (void)state;
+    assert_int_equal(run(c, NULL), 0);
+    assert_true(test_now_ms() - t0 >= 950);
+    assert_string_equal(c->resp.text, "ok");
+    assert_int_equal(c->resp.error.attempts, 2);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_NONE);
+    assert_int_equal(nreq(c), 2);
+    teardown(c);
+}
+
+static void test_retry_after_ms(void **state)
+{
+    /* retry-after-ms wins over Retry-After */
+    ctx *c = setup("{\"responses\":[{\"status\":429,\"headers\":{"
+                   "\"retry-after-ms\":\"300\",\"Retry-After\":\"40\"},"
+                   "\"error\":{\"message\":\"x\"}},{\"text\":[\"ok\"]}]}",
+                   NULL, 1);
+    long long t0 = test_now_ms(), dt;
+
+    (void)state;
+    assert_int_equal(run(c, NULL), 0);
+    dt = test_now_ms() - t0;
+    assert_true(dt >= 290);
+    assert_true(dt < 30000);
+    assert_int_equal(nreq(c), 2);
+    teardown(c);
+}
+
+static void test_retry_after_too_long(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"status\":429,\"headers\":{"
+                   "\"Retry-After\":\"120\",\"x-request-id\":\"req_9\"},"
+                   "\"error\":{\"message\":\"quota\",\"type\":\"tokens\"}},"
+                   "{\"text\":[\"ok\"]}]}",
+                   NULL, 2);
+
+    (void)state;
+    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(nreq(c), 1);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_RATE_LIMIT);
+    assert_int_equal(c->resp.error.http_status, 429);
+    assert_string_equal(c->resp.error.message, "quota");
+    assert_string_equal(c->resp.error.type, "tokens");
+    assert_string_equal(c->resp.error.request_id, "req_9");
+    assert_string_equal(loom_error_last(),
+                        "openai: 429 rate_limit: quota (request req_9)");
+    teardown(c);
+}
+
+static void test_500_then_ok(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"status\":500,\"error\":{\"message\":"
+                   "\"oops\"}},{\"status\":503,\"body\":\"busy\"},"
+                   "{\"text\":[\"ok\"]}]}",
+                   NULL, 2);
+
+    (void)state;
+    assert_int_equal(run(c, NULL), 0);
+    assert_string_equal(c->resp.text, "ok");
+    assert_int_equal(c->resp.error.attempts, 3);
+    assert_int_equal(nreq(c), 3);
+    teardown(c);
+}
+
+static void test_retries_exhausted(void **state)
+{
+    ctx *c = setup("{\"loop\":true,\"responses\":[{\"status\":502,\"body\":"
+                   "\"bad gateway\"}]}",
+                   NULL, 2);
+
+    (void)state;
+    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(nreq(c), 3);
+    assert_int_equal(c->resp.error.attempts, 3);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_SERVER);
+    assert_string_equal(c->resp.error.message, "bad gateway");
+    assert_non_null(strstr(loom_error_last(), "after 3 attempts"));
+    assert_string_equal(c->resp.text, "");
+    teardown(c);
+}
+
+static void test_max_retries_zero(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"status\":500,\"error\":{\"message\":"
+                   "\"oops\"}},{\"text\":[\"ok\"]}]}",
+                   NULL, 0);
+
+    (void)state;
+    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(nreq(c), 1);
+    assert_int_equal(c->resp.error.attempts, 1);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_SERVER);
+    teardown(c);
+}
+
+static void test_401_not_retried(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"status\":401,\"error\":{\"message\":"
+                   "\"Incorrect API key provided\",\"type\":"
+                   "\"invalid_request_error\"}},{\"text\":[\"ok\"]}]}",
+                   NULL, 2);
+
+    (void)state;
+    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(nreq(c), 1);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_AUTH);
+    assert_int_equal(c->resp.error.http_status, 401);
+    assert_string_equal(c->resp.error.message, "Incorrect API key provided");
+    assert_string_equal(c->resp.error.type, "invalid_request_error");
+    assert_non_null(strstr(loom_error_last(), "401 authentication: "
+                                              "Incorrect API key provided"));
+    teardown(c);
+}
+
+static void test_stream_error_after_output(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"text\":[\"Hel\"],\"stream_error\":"
+                   "{\"message\":\"overloaded\",\"type\":\"server_error\"}},"
+                   "{\"text\":[\"ok\"]}]}",
+                   NULL, 2);
+
+    (void)state;
+    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(nreq(c), 1);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_STREAM);
+    assert_string_equal(c->resp.error.message, "overloaded");
+    assert_string_equal(c->resp.text, "Hel");
+    assert_int_equal(c->resp.output_started, 1);
+    teardown(c);
+}
+
+static void test_disconnect_after_output(void **state)
+{
+    /* chunk 0 is the role chunk, chunk 1 "a": cut after them */
+    ctx *c = setup("{\"responses\":[{\"text\":[\"a\",\"b\",\"c\"],"
+                   "\"disconnect_after_chunks\":2},{\"text\":[\"ok\"]}]}",
+                   NULL, 2);
+
+    (void)state;
+    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(nreq(c), 1);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_CONNECTION);
+    assert_string_equal(c->resp.text, "a");
+    assert_int_equal(c->resp.output_started, 1);
+    assert_null(c->resp.finish_reason);
+    teardown(c);
+}
+
+static void test_disconnect_before_output(void **state)
+{
+    /* only the role chunk (no text) came: safe to retry */
+    ctx *c = setup("{\"responses\":[{\"text\":[\"a\"],"
+                   "\"disconnect_after_chunks\":1},{\"text\":[\"ok\"]}]}",
+                   NULL, 2);
+
+    (void)state;
+    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(nreq(c), 2);
+    assert_string_equal(c->resp.text, "ok");
+    assert_string_equal(loom_buf_cstr(&c->events_text), "ok");
+    teardown(c);
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+    assert_true(fd >= 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    port = ntohs(sa.sin_port);
+    close(fd); /* nothing listens there now */
+    return port;
+}
+
+static void test_connection_refused(void **state)
+{
+    char url[64];
+    ctx *c;
+
+    (void)state;
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1", free_port());
+    c = setup(NULL, url, 2);
+    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_CONNECTION);
+    assert_int_equal(c->resp.error.attempts, 3);
+    assert_int_equal(c->resp.error.http_status, 0);
+    assert_non_null(c->resp.error.message);
+    assert_non_null(strstr(loom_error_last(), "openai: connection: "));
+    assert_string_equal(c->resp.text, "");
+    teardown(c);
+}
+
+/* ---- timeouts and cancellation --------------------------------------- */
+
+/*
+ * A listening socket whose accept queue is full and never drained: the
+ * kernel drops further SYNs, so a new connect hangs. Returns the port;
+ * the descriptors are closed by the caller.
+ */
+static int stuck_listener(int fds[4])
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    int port;
+
+    fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fds[0] >= 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fds[0], (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(fds[0], 0), 0);
+    assert_int_equal(getsockname(fds[0], (struct sockaddr *)&sa, &len), 0);
+    port = ntohs(sa.sin_port);
+    for (int i = 1; i < 4; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        assert_true(fds[i] >= 0);
+        connect(fds[i], (struct sockaddr *)&sa, sizeof(sa));
+    }
+    return port;
+}
+
+static void test_connect_timeout(void **state)
+{
+    char url[64];
+    int fds[4];
+    long long t0;
+    ctx *c;
+
+    (void)state;
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1", stuck_listener(fds));
+    c = setup(NULL, url, 1);
+    c->cfg.connect_timeout_ms = 200;
+    reconfigure(c);
+    t0 = test_now_ms();
+    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    assert_true(test_now_ms() - t0 >= 2 * 190);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_TIMEOUT);
+    /* a connect timeout is retried: nothing was sent */
+    assert_int_equal(c->resp.error.attempts, 2);
+    assert_non_null(strstr(loom_error_last(), "connect timeout"));
+    teardown(c);
+    for (int i = 0; i < 4; i++)
+        close(fds[i]);
+}
+
+static void test_first_byte_timeout(void **state)
+{
+    ctx *c =
+        setup("{\"responses\":[{\"hang\":true},{\"text\":[\"ok\"]}]}", NULL, 2);
+    long long t0;
+
+    (void)state;
+    c->cfg.first_byte_timeout_ms = 300;
+    reconfigure(c);
+    t0 = test_now_ms();
+    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    assert_true(test_now_ms() - t0 >= 290);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_TIMEOUT);
+    assert_non_null(strstr(loom_error_last(), "first-byte timeout"));
+    assert_int_equal(nreq(c), 1); /* a slow model is not retried */
+    teardown(c);
+}
+
+static void test_idle_timeout(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"text\":[\"a\",\"b\"],\"hang\":true,"
+                   "\"hang_after_chunks\":2}]}",
+                   NULL, 2);
+    long long t0;
+
+    (void)state;
+    c->cfg.idle_timeout_ms = 300;
+    reconfigure(c);
+    t0 = test_now_ms();
+    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    assert_true(test_now_ms() - t0 >= 290);
+    assert_non_null(strstr(loom_error_last(), "idle timeout"));
+    assert_string_equal(c->resp.text, "a");
+    assert_int_equal(nreq(c), 1);
+    teardown(c);
+}
+
+static void test_slow_chunks_within_idle(void **state)
+{
+    /* gaps shorter than the idle timeout are fine, whatever the total */
+    ctx *c = setup("{\"responses\":[{\"text\":[\"a\",\"b\",\"c\"],"
+                   "\"chunk_delay_ms\":150}]}",
+                   NULL, 0);
+
+    (void)state;
+    c->cfg.idle_timeout_ms = 2000;
+    c->cfg.first_byte_timeout_ms = 2000;
+    reconfigure(c);
+    assert_int_equal(run(c, NULL), 0);
+    assert_string_equal(c->resp.text, "abc");
+    teardown(c);
+}
+
+static void *cancel_after(void *arg)
+{
+    struct timespec ts = {0, 200 * 1000000L};
+
+    nanosleep(&ts, NULL);
+    loom_cancel_set(arg);
+    return NULL;
+}
+
+static void test_cancel_during_hang(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"text\":[\"a\"],\"hang\":true,"
+                   "\"hang_after_chunks\":2}]}",
+                   NULL, 2);
+    loom_cancel cancel = LOOM_CANCEL_INIT;
+    pthread_t th;
+    long long t0 = test_now_ms();
+
+    (void)state;
+    assert_int_equal(pthread_create(&th, NULL, cancel_after, &cancel), 0);
+    assert_int_equal(run(c, &cancel), LOOM_ECANCELED);
+    pthread_join(th, NULL);
+    assert_true(test_now_ms() - t0 < 5000);
+    assert_string_equal(c->resp.text, "a"); /* what came is kept */
+    assert_int_equal(nreq(c), 1);
+    teardown(c);
+}
+
+static void test_cancel_during_backoff(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"status\":429,\"headers\":{"
+                   "\"Retry-After\":\"30\"},\"error\":{\"message\":\"x\"}},"
+                   "{\"text\":[\"ok\"]}]}",
+                   NULL, 2);
+    loom_cancel cancel = LOOM_CANCEL_INIT;
+    pthread_t th;
+    long long t0 = test_now_ms();
+
+    (void)state;
+    assert_int_equal(pthread_create(&th, NULL, cancel_after, &cancel), 0);
+    assert_int_equal(run(c, &cancel), LOOM_ECANCELED);
+    pthread_join(th, NULL);
+    assert_true(test_now_ms() - t0 < 20000);
+    assert_int_equal(nreq(c), 1);
+    teardown(c);
+}
+
+static void test_cancel_before_start(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"text\":[\"ok\"]}]}", NULL, 2);
+    loom_cancel cancel = LOOM_CANCEL_INIT;
+
+    (void)state;
+    loom_cancel_set(&cancel);
+    assert_int_equal(run(c, &cancel), LOOM_ECANCELED);
+    assert_int_equal(nreq(c), 0);
+    teardown(c);
+}
+
+static void test_callback_abort(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"text\":[\"a\",\"b\"]},"
+                   "{\"text\":[\"ok\"]}]}",
+                   NULL, 2);
+
+    (void)state;
+    c->abort_on_text = 1;
+    assert_int_equal(run(c, NULL), LOOM_ECANCELED);
+    assert_int_equal(nreq(c), 1);
+    teardown(c);
+}
+
+/* ---- limits ---------------------------------------------------------- */
+
+static void test_non_streamed_body_limit(void **state)
+{
+    ctx *c = setup("{\"responses\":[{\"text\":[\"0123456789"
+                   "0123456789012345678901234567890123456789\"]},"
+                   "{\"content_type\":\"application/json\",\"body\":"
+                   "\"{\\\"choices\\\":[{\\\"index\\\":0,"
+                   "\\\"message\\\":{\\\"content\\\":\\\"0123456789"
+                   "0123456789012345678901234567890123456789012345678901"
+                   "234567890123456789\\\"}}]}\"}]}",
+                   NULL, 0);
+    loom__openai_limits lim = {0, 0, 0, 100};
+
+    (void)state;
+    loom__openai_provider_set_limits(c->p, &lim);
+    c->req.stream = 0;
+    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    /* the same limit holds when a streamed call gets JSON back */
+    c->req.stream = 1;
+    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    assert_non_null(strstr(loom_error_last(), "100 bytes"));
+    assert_int_equal(nreq(c), 2);
+    teardown(c);
+}
+
+static void test_stream_text_limit(void **state)
+{
+    ctx *c =
+        setup("{\"responses\":[{\"text\":[\"0123\",\"45678\"]}]}", NULL, 2);
+    loom__openai_limits lim = {0, 0, 8, 0};
+
+    (void)state;
+    loom__openai_provider_set_limits(c->p, &lim);
+    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    assert_string_equal(c->resp.text, "0123");
+    assert_int_equal(nreq(c), 1);
+    teardown(c);
+}
+
+static void test_error_body_cap(void **state)
+{
+    size_t big = LOOM_HTTP_MAX_ERROR_BODY + 512 * 1024;
+    loom_buf script = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom__http_pool *pool;
+    loom__http_request hreq = {0};
+    loom__http_response hr = {0};
+    char url[256], *fill = malloc(big + 1);
+    loom_fake *f;
+    ctx *c;
+
+    (void)state;
+    memset(fill, 'e', big);
+    fill[big] = '\0';
+    assert_int_equal(loom_buf_printf(&script,
+                                     "{\"loop\":true,\"responses\":[{"
+                                     "\"status\":400,\"body\":\"%s\"}]}",
+                                     fill),
+                     0);
+    free(fill);
+    f = fake_start_script(script.ptr);
+    assert_non_null(f);
+    loom_buf_free(&script);
+
+    /* the HTTP client keeps 1 MiB of it */
+    assert_int_equal(loom__http_pool_new(&pool), 0);
+    snprintf(url, sizeof(url), "%s/chat/completions", fake_base_url(f));
+    hreq.url = url;
+    hreq.body = "{}";
+    hreq.body_len = 2;
+    assert_int_equal(loom__http_perform(pool, &hreq, &hr), 0);
+    assert_int_equal(hr.status, 400);
+    assert_int_equal(hr.body.len, LOOM_HTTP_MAX_ERROR_BODY);
+    assert_int_equal(hr.body_truncated, 1);
+    loom__http_response_clear(&hr);
+    loom__http_pool_free(pool);
+
+    /* the provider reports its head */
+    c = setup(NULL, fake_base_url(f), 0);
+    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_BAD_REQUEST);
+    assert_int_equal(strlen(c->resp.error.message), LOOM_OPENAI_MAX_ERROR_TEXT);
+    teardown(c);
+    fake_stop(f);
+}
+
+/* ---- the HTTP client itself ------------------------------------------ */
+
+static void test_http_reuse(void **state)
+{
+    loom_fake *f = fake_start_script("{\"loop\":true,\"responses\":[{"
+                                     "\"text\":[\"ok\"]}]}");
+    const char *hdrs[] = {"Content-Type: application/json"};
+    const char *body = "{\"stream\":false}";
+    loom__http_pool *pool;
+    loom__http_request hreq = {0};
+    loom__http_response hr = {0};
+    char url[256];
+
+    (void)state;
+    assert_non_null(f);
+    assert_int_equal(loom__http_pool_new(&pool), 0);
+    snprintf(url, sizeof(url), "%s/chat/completions", fake_base_url(f));
+    hreq.url = url;
+    hreq.headers = hdrs;
+    hreq.headers_len = 1;
+    hreq.body = body;
+    hreq.body_len = strlen(body);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(loom__http_perform(pool, &hreq, &hr), 0);
+        assert_int_equal(hr.status, 200);
+        assert_non_null(strstr(loom_buf_cstr(&hr.body), "chat.completion"));
+        assert_non_null(hr.content_type);
+        /* the first call connects, the next ones reuse it */
+        assert_int_equal(hr.new_connections, i == 0 ? 1 : 0);
+        loom__http_response_clear(&hr);
+    }
+    /* GET, with the body kept in memory */
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/_fake/stats", fake_port(f));
+    hreq.method = "GET";
+    hreq.body = NULL;
+    hreq.body_len = 0;
+    assert_int_equal(loom__http_perform(pool, &hreq, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    assert_non_null(strstr(loom_buf_cstr(&hr.body), "\"requests\":"));
+    loom__http_response_clear(&hr);
+    hreq.method = NULL;
+    hreq.body = body;
+    hreq.body_len = strlen(body);
+    snprintf(url, sizeof(url), "%s/chat/completions", fake_base_url(f));
+    /* a 2xx body kept in memory has a limit too */
+    hreq.max_body = 10;
+    assert_int_equal(loom__http_perform(pool, &hreq, &hr), LOOM_ETOOLARGE);
+    loom__http_response_clear(&hr);
+    loom__http_pool_free(pool);
+    fake_stop(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stream_text),
+        cmocka_unit_test(test_no_api_key),
+        cmocka_unit_test(test_config_headers),
+        cmocka_unit_test(test_config_invalid),
+        cmocka_unit_test(test_tool_calls_streamed),
+        cmocka_unit_test(test_non_streamed),
+        cmocka_unit_test(test_stream_answered_with_json),
+        cmocka_unit_test(test_429_retry_after),
+        cmocka_unit_test(test_retry_after_ms),
+        cmocka_unit_test(test_retry_after_too_long),
+        cmocka_unit_test(test_500_then_ok),
+        cmocka_unit_test(test_retries_exhausted),
+        cmocka_unit_test(test_max_retries_zero),
+        cmocka_unit_test(test_401_not_retried),
+        cmocka_unit_test(test_stream_error_after_output),
+        cmocka_unit_test(test_disconnect_after_output),
+        cmocka_unit_test(test_disconnect_before_output),
+        cmocka_unit_test(test_connection_refused),
+        cmocka_unit_test(test_connect_timeout),
+        cmocka_unit_test(test_first_byte_timeout),
+        cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_slow_chunks_within_idle),
+        cmocka_unit_test(test_cancel_during_hang),
+        cmocka_unit_test(test_cancel_during_backoff),
+        cmocka_unit_test(test_cancel_before_start),
+        cmocka_unit_test(test_callback_abort),
+        cmocka_unit_test(test_non_streamed_body_limit),
+        cmocka_unit_test(test_stream_text_limit),
+        cmocka_unit_test(test_error_body_cap),
+        cmocka_unit_test(test_http_reuse),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
