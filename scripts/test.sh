@@ -1,0 +1,58 @@
+#!/bin/sh
+# Builds loom and runs every test, twice: a normal build with -Werror, then
+# the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (leak
+# checking on). Installs what it needs first (scripts/deps.sh).
+# The last line is "N passed, N failed" over both passes.
+# LOOM_TEST_QUICK=1 skips the sanitizer pass (for a fast local loop).
+set -u
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs=${LOOM_JOBS:-2}
+
+sh scripts/deps.sh || { echo "deps failed"; echo "0 passed, 1 failed"; exit 1; }
+
+passed=0
+failed=0
+status=0
+
+# run_pass NAME BUILD_DIR CMAKE_ARGS...
+run_pass() {
+    name=$1 dir=$2
+    shift 2
+    echo "== $name: configure and build ($dir)"
+    if ! cmake -S "$root" -B "$dir" -DLOOM_WERROR=ON "$@" >"$dir.log" 2>&1 ||
+       ! cmake --build "$dir" -j"$jobs" >>"$dir.log" 2>&1; then
+        cat "$dir.log"
+        echo "== $name: BUILD FAILED"
+        failed=$((failed + 1))
+        status=1
+        return
+    fi
+    echo "== $name: test"
+    (cd "$dir" && ctest --output-on-failure -j"$jobs" --timeout 300) \
+        >"$dir.ctest.log" 2>&1
+    rc=$?
+    cat "$dir.ctest.log"
+    line=$(grep -E "tests passed, [0-9]+ tests? failed out of" "$dir.ctest.log" | tail -n 1)
+    total=$(echo "$line" | sed -E 's/.*out of ([0-9]+).*/\1/')
+    nfail=$(echo "$line" | sed -E 's/.*tests passed, ([0-9]+) tests? failed.*/\1/')
+    if [ -z "$line" ]; then
+        failed=$((failed + 1))
+        status=1
+        return
+    fi
+    passed=$((passed + total - nfail))
+    failed=$((failed + nfail))
+    [ "$rc" -ne 0 ] && status=1
+}
+
+run_pass "release" "$root/build-test" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+if [ "${LOOM_TEST_QUICK:-0}" != 1 ]; then
+    export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    run_pass "asan+ubsan" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug \
+        -DLOOM_ASAN=ON
+fi
+[ "$failed" -gt 0 ] && status=1
+echo "$passed passed, $failed failed"
+exit $status

@@ -1,0 +1,178 @@
+#!/bin/sh
+# Shell tests of the loom command: help, version, exit codes, --json
+# events, plain output, config errors, the offline demo, and Ctrl-C.
+# Needs LOOM_BIN and LOOM_FAKE_BIN (set by CTest).
+set -u
+: "${LOOM_BIN:?}" "${LOOM_FAKE_BIN:?}"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom-cli-XXXXXX")
+fails=0
+checks=0
+fake_pid=""
+
+cleanup() {
+    [ -n "$fake_pid" ] && kill "$fake_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok() { checks=$((checks + 1)); }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*"; }
+expect_rc() { # expected actual what
+    if [ "$1" -eq "$2" ]; then ok; else bad "$3: exit $2, expected $1"; fi
+}
+expect_grep() { # pattern file what
+    if grep -q -- "$1" "$2"; then ok; else
+        bad "$3: '$1' not in $2:"; sed 's/^/    /' "$2" | head -20; fi
+}
+
+# Starts the fake upstream with a script; sets fake_pid and base_url.
+start_fake() {
+    printf '%s' "$1" > "$tmp/script.json"
+    rm -f "$tmp/fake.out" "$tmp/requests.jsonl"
+    "$LOOM_FAKE_BIN" --script "$tmp/script.json" --max-seconds 60 \
+        --record "$tmp/requests.jsonl" > "$tmp/fake.out" 2>&1 &
+    fake_pid=$!
+    i=0
+    while ! grep -q listening "$tmp/fake.out" 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 200 ] && { bad "fake did not start"; return 1; }
+        sleep 0.05
+    done
+    port=$(sed -n 's/^listening 127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/fake.out")
+    base_url="http://127.0.0.1:$port/v1"
+}
+stop_fake() {
+    [ -n "$fake_pid" ] && kill "$fake_pid" 2>/dev/null && wait "$fake_pid" 2>/dev/null
+    fake_pid=""
+}
+
+# Runs loom against the fake with a clean environment.
+loom_fake() {
+    env -i PATH="$PATH" HOME="$tmp" OPENAI_API_KEY=sk-test \
+        OPENAI_BASE_URL="$base_url" "$LOOM_BIN" "$@"
+}
+
+# --- help and version ---
+"$LOOM_BIN" --help > "$tmp/out" 2>&1; expect_rc 0 $? "loom --help"
+expect_grep "usage: loom" "$tmp/out" "loom --help"
+"$LOOM_BIN" run --help > "$tmp/out" 2>&1; expect_rc 0 $? "loom run --help"
+expect_grep "max-iterations" "$tmp/out" "loom run --help"
+"$LOOM_BIN" config --help > "$tmp/out" 2>&1; expect_rc 0 $? "config --help"
+"$LOOM_BIN" version > "$tmp/out" 2>&1; expect_rc 0 $? "loom version"
+expect_grep "^loom [0-9]*\.[0-9]*\.[0-9]*" "$tmp/out" "loom version"
+
+# --- usage errors exit 2 ---
+"$LOOM_BIN" > /dev/null 2>&1; expect_rc 2 $? "no command"
+"$LOOM_BIN" frobnicate > "$tmp/out" 2>&1; expect_rc 2 $? "unknown command"
+expect_grep "unknown command 'frobnicate'" "$tmp/out" "unknown command"
+"$LOOM_BIN" run --bogus x > "$tmp/out" 2>&1; expect_rc 2 $? "unknown option"
+"$LOOM_BIN" run -n zero x > "$tmp/out" 2>&1; expect_rc 2 $? "bad -n"
+"$LOOM_BIN" run < /dev/null > "$tmp/out" 2>&1; expect_rc 2 $? "no question"
+"$LOOM_BIN" run --config /nonexistent.yaml hi > "$tmp/out" 2>&1
+expect_rc 2 $? "missing config"
+
+# --- config check ---
+cat > "$tmp/good.yaml" <<'EOF'
+providers:
+  local:
+    kind: openai
+    base_url: http://127.0.0.1:9/v1
+agents:
+  helper:
+    model: local/some-model
+    tools: [get_time]
+EOF
+"$LOOM_BIN" config check "$tmp/good.yaml" > "$tmp/out" 2>&1
+expect_rc 0 $? "config check good"
+expect_grep "ok" "$tmp/out" "config check good"
+cat > "$tmp/bad.yaml" <<'EOF'
+providers:
+  local:
+    kind: openai
+    base_url: http://127.0.0.1:9/v1
+agents:
+  helper:
+    model: local/some-model
+    max_iterations: ten
+EOF
+"$LOOM_BIN" config check "$tmp/bad.yaml" > "$tmp/out" 2>&1
+expect_rc 2 $? "config check bad value"
+expect_grep "bad.yaml:8" "$tmp/out" "config error names file and line"
+expect_grep "max_iterations" "$tmp/out" "config error names the key"
+sed 's/tools: \[get_time\]/tools: [get_tiem]/' "$tmp/good.yaml" > "$tmp/badtool.yaml"
+"$LOOM_BIN" config check "$tmp/badtool.yaml" > "$tmp/out" 2>&1
+expect_rc 2 $? "config check unknown tool"
+expect_grep "unknown tool 'get_tiem'" "$tmp/out" "unknown tool named"
+
+# --- a run with a tool, plain mode ---
+start_fake '{"responses":[
+ {"tool_calls":[{"id":"c1","name":"get_time","arguments":"{\"timezone\":\"Asia/Tokyo\"}"}]},
+ {"text":["It is ","late ","in Tokyo."],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}]}'
+loom_fake run "time in Tokyo?" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "plain run"
+expect_grep "It is late in Tokyo." "$tmp/out" "answer on stdout"
+expect_grep "get_time" "$tmp/err" "tool shown on stderr"
+if grep -q get_time "$tmp/out"; then bad "tool lines leaked to stdout"; else ok; fi
+expect_grep '"model":"gpt-4o-mini"' "$tmp/requests.jsonl" "default model sent"
+expect_grep '"authorization":"Bearer sk-test"' "$tmp/requests.jsonl" "key sent"
+stop_fake
+
+# --- --json events ---
+start_fake '{"responses":[
+ {"tool_calls":[{"id":"c1","name":"get_time","arguments":"{}"}]},
+ {"text":["done"]}]}'
+loom_fake run --json -m openai/gpt-4.1-nano "time?" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "json run"
+for t in run.started tool_calls tool.started tool.completed message.delta run.completed; do
+    expect_grep "\"type\":\"$t\"" "$tmp/out" "--json has $t"
+done
+expect_grep '"seq":1,' "$tmp/out" "--json seq"
+expect_grep '"index":1' "$tmp/out" "--json index"
+expect_grep '"model":"gpt-4.1-nano"' "$tmp/requests.jsonl" "--model sent"
+# Every line is one JSON object.
+if awk '!/^\{.*\}$/ { exit 1 }' "$tmp/out"; then ok; else bad "--json lines"; fi
+stop_fake
+
+# --- --max-iterations: the last call has no tools and still answers ---
+start_fake '{"responses":[
+ {"tool_calls":[{"id":"c1","name":"get_time","arguments":"{}"}]},
+ {"text":["final"]}]}'
+loom_fake run -n 2 "loop" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "max-iterations run"
+expect_grep "final" "$tmp/out" "answer at the limit"
+if tail -n 1 "$tmp/requests.jsonl" | grep -q '"tools"'; then
+    bad "tools sent on the last permitted call"; else ok; fi
+stop_fake
+
+# --- a failed run exits 1 with the upstream message ---
+start_fake '{"responses":[{"status":401,"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}]}'
+loom_fake run "hi" > "$tmp/out" 2> "$tmp/err"
+expect_rc 1 $? "401 run"
+expect_grep "Incorrect API key provided" "$tmp/err" "upstream message shown"
+stop_fake
+
+# --- Ctrl-C cancels cleanly: exit 130 ---
+start_fake '{"responses":[{"text":["thinking"],"hang":true,"hang_after_chunks":2}]}'
+# Not through loom_fake: $! must be loom's own pid (env execs it).
+env -i PATH="$PATH" HOME="$tmp" OPENAI_API_KEY=sk-test \
+    OPENAI_BASE_URL="$base_url" "$LOOM_BIN" run "hang" > "$tmp/out" 2> "$tmp/err" &
+loom_pid=$!
+i=0
+while ! grep -q thinking "$tmp/out" 2>/dev/null && [ $i -lt 200 ]; do
+    i=$((i + 1)); sleep 0.05
+done
+kill -INT $loom_pid
+wait $loom_pid
+expect_rc 130 $? "Ctrl-C"
+expect_grep "cancelled" "$tmp/err" "Ctrl-C message"
+stop_fake
+
+# --- offline demo without a key ---
+env -i PATH="$PATH" HOME="$tmp" LOOM_FAKE_UPSTREAM="$LOOM_FAKE_BIN" \
+    "$LOOM_BIN" run "hello" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "offline demo"
+expect_grep "OFFLINE DEMO" "$tmp/err" "offline demo says so"
+expect_grep "offline demo" "$tmp/out" "offline demo answers"
+expect_grep "get_time" "$tmp/err" "offline demo runs a tool"
+
+echo "cli: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]
