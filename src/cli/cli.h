@@ -30,10 +30,12 @@ void cli_setup_log(const loom_config *cfg, const char *level_arg,
 
 /*
  * The offline demo: starts the fake upstream with a scripted conversation
- * and adds an `offline` provider pointing at it. Returns the fake's pid,
- * or -1 (message printed).
+ * and builds a config whose `offline` provider points at it (model
+ * CLI_OFFLINE_MODEL). Returns 0 and the fake's pid, or -1 (message
+ * printed).
  */
-int cli_offline_start(loom_provider_config *out, int *pid);
+#define CLI_OFFLINE_MODEL "offline/fake-model"
+int cli_offline_start(loom_config **out, int *pid);
 void cli_offline_stop(int pid);
 
 /* Sinks. */

@@ -56,16 +56,17 @@ static char *fake_path(void)
     return strdup("loom-fake-upstream");
 }
 
-int cli_offline_start(loom_provider_config *out, int *pid)
+int cli_offline_start(loom_config **out, int *pid)
 {
     char script[] = "/tmp/loom-demo-XXXXXX";
-    char line[128], *bin = NULL;
+    char line[128], *bin = NULL, *yaml = NULL;
     int fds[2] = {-1, -1}, fd, port = 0;
     posix_spawn_file_actions_t fa;
     pid_t child;
     FILE *in = NULL;
 
     *pid = -1;
+    *out = NULL;
     fd = mkstemp(script);
     if (fd < 0 || write(fd, demo_script, sizeof(demo_script) - 1) !=
                       (ssize_t)sizeof(demo_script) - 1) {
@@ -100,20 +101,27 @@ int cli_offline_start(loom_provider_config *out, int *pid)
         goto fail;
     }
     fclose(in);
+    in = NULL;
     /* The script was read at start; the fake needs the file no more. */
     unlink(script);
-    memset(out, 0, sizeof(*out));
-    out->name = strdup("offline");
-    out->kind = strdup("openai");
-    if (asprintf(&out->base_url, "http://127.0.0.1:%d/v1", port) < 0)
-        out->base_url = NULL;
-    out->headers = json_object();
-    out->connect_timeout_ms = 5000;
-    out->first_byte_timeout_ms = 30000;
-    out->idle_timeout_ms = 30000;
-    out->max_retries = 0;
-    out->retry_base_delay_ms = 100;
-    out->retry_max_delay_ms = 1000;
+    /* A real config, so the run takes the same path as any other. */
+    if (asprintf(&yaml,
+                 "providers:\n"
+                 "  offline:\n"
+                 "    kind: openai\n"
+                 "    base_url: http://127.0.0.1:%d/v1\n"
+                 "    timeouts: {connect_ms: 5000, first_byte_ms: 30000,"
+                 " idle_ms: 30000}\n"
+                 "    retries: {max: 0}\n",
+                 port) < 0) {
+        yaml = NULL;
+        goto fail;
+    }
+    if (loom_config_load_string(out, yaml, "offline demo") != 0) {
+        fprintf(stderr, "loom: offline demo: %s\n", loom_error_last());
+        goto fail;
+    }
+    free(yaml);
     free(bin);
     return 0;
 fail:
@@ -126,6 +134,7 @@ fail:
     cli_offline_stop(*pid);
     *pid = -1;
     unlink(script);
+    free(yaml);
     free(bin);
     return -1;
 }

@@ -262,19 +262,17 @@ int cli_run(int argc, char **argv)
     const loom_model_config *model = NULL;
     const loom_provider_config *pcfg;
     loom_model_config tmp_model;
-    loom_provider_config offline;
     loom_tool_registry *reg = NULL;
     loom_provider *provider = NULL;
     loom_messages history = {0};
     loom_run *run = NULL;
     cli_printer printer;
-    int rc, fake_pid = -1, have_offline = 0;
+    int rc, fake_pid = -1;
     const char *model_name;
     struct sigaction sa;
 
     memset(&a, 0, sizeof(a));
     memset(&tmp_model, 0, sizeof(tmp_model));
-    memset(&offline, 0, sizeof(offline));
     if ((rc = parse_args(&a, argc, argv)) != 0) {
         free(a.question);
         return rc < 0 ? CLI_OK : rc;
@@ -313,29 +311,26 @@ int cli_run(int argc, char **argv)
                 "loom: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
                 "OpenAI-compatible server) or pass --config to use a real "
                 "model.\n");
-        if (cli_offline_start(&offline, &fake_pid) != 0) {
+        /* No provider means no agent either (an agent needs a model). */
+        agent = NULL;
+        loom_config_free(cfg);
+        if (cli_offline_start(&cfg, &fake_pid) != 0) {
             rc = CLI_FAILED;
             goto done;
         }
-        have_offline = 1;
-        pcfg = &offline;
-        tmp_model.name = strdup("offline/fake-model");
-        tmp_model.provider = strdup("offline");
-        tmp_model.upstream = strdup("fake-model");
-        model = &tmp_model;
-    } else {
-        if (loom_config_model(&model, &tmp_model, cfg, model_name) != 0) {
-            fprintf(stderr, "loom run: %s\n", loom_error_last());
-            rc = CLI_USAGE;
-            goto done;
-        }
-        pcfg = loom_config_provider(cfg, model->provider);
-        if (!pcfg) {
-            fprintf(stderr, "loom run: provider '%s' is not configured\n",
-                    model->provider);
-            rc = CLI_USAGE;
-            goto done;
-        }
+        model_name = CLI_OFFLINE_MODEL;
+    }
+    if (loom_config_model(&model, &tmp_model, cfg, model_name) != 0) {
+        fprintf(stderr, "loom run: %s\n", loom_error_last());
+        rc = CLI_USAGE;
+        goto done;
+    }
+    pcfg = loom_config_provider(cfg, model->provider);
+    if (!pcfg) {
+        fprintf(stderr, "loom run: provider '%s' is not configured\n",
+                model->provider);
+        rc = CLI_USAGE;
+        goto done;
     }
     if (loom_provider_new(&provider, pcfg) != 0) {
         fprintf(stderr, "loom run: %s\n", loom_error_last());
@@ -410,12 +405,6 @@ done:
     loom_provider_free(provider);
     loom_tool_registry_free(reg);
     loom_model_config_clear(&tmp_model);
-    if (have_offline) {
-        free(offline.name);
-        free(offline.kind);
-        free(offline.base_url);
-        json_decref(offline.headers);
-    }
     cli_offline_stop(fake_pid);
     loom_config_free(cfg);
     free(a.question);

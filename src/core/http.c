@@ -475,7 +475,7 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
     CURLMcode mc;
     CURLMsg *msg;
     int rc = 0, added = 0, running = 1, done = 0, q;
-    long wait_ms;
+    long wait_ms = 0;
 
     memset(&t, 0, sizeof(t));
     t.req = req;

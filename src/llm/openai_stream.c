@@ -321,7 +321,7 @@ static int tool_fragment(loom__openai_decoder *d, const json_t *tc)
     const char *id = str_of(tc, "id"), *name = str_of(fn, "name");
     const char *args = "";
     char *dumped = NULL;
-    size_t idx, args_len = 0;
+    size_t idx = 0, args_len = 0;
     loom_llm_event ev = {0};
     call_slot *s;
     int rc;
