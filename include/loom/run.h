@@ -108,13 +108,22 @@ typedef struct {
     double temperature;         /* < 0: unset */
     /* Events go here; emit may be NULL. */
     loom_sink sink;
+    /*
+     * Client tools: offered to the model but not run by loom (OpenAI's
+     * function calling as a client sees it). When the model calls one, loom
+     * runs the turn's server tools, then ends the run with finish reason
+     * "tool_calls" and the client calls pending (loom_run_pending_calls).
+     * Borrowed. A name may not also be a server tool's.
+     */
+    const loom_tool_def *client_tools;
+    size_t client_tools_len;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1
 #define LOOM_RUN_OPTIONS_INIT                                                \
     { LOOM_RUN_OPTIONS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL,  \
       NULL, 0, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, 0, 0, 0, -1.0,     \
-      {NULL, NULL} }
+      {NULL, NULL}, NULL, 0 }
 
 typedef struct loom_run loom_run;
 
@@ -146,6 +155,17 @@ const loom_usage *loom_run_usage(const loom_run *run);
 int loom_run_iterations(const loom_run *run);
 /* Messages the run added after history (assistant turns, tool results). */
 const loom_messages *loom_run_messages(const loom_run *run);
+/*
+ * Client tool calls the run ended on (see client_tools), in call order;
+ * *n is 0 when none. Borrowed from the run.
+ */
+const loom_tool_call *loom_run_pending_calls(const loom_run *run, size_t *n);
+/* Finish reason of the last model call ("stop", "tool_calls", ...), or
+ * NULL. */
+const char *loom_run_finish_reason(const loom_run *run);
+/* The model the run used ("provider/model", or the upstream id). */
+const char *loom_run_model(const loom_run *run);
+
 /* The error message of a failed run, "" otherwise. */
 const char *loom_run_error(const loom_run *run);
 

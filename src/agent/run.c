@@ -38,9 +38,13 @@ struct loom_run {
     loom_run_status status;
     loom_messages all;   /* system prompt + history + this run's messages */
     loom_messages added; /* this run's messages only */
-    loom_tool_def *defs; /* the tools offered to the model */
-    const loom_tool **offered;
+    loom_tool_def *defs; /* offered: server tools, then client tools */
+    const loom_tool **offered; /* the server tools, defs[0..nserver) */
     size_t ndefs;
+    size_t nserver;
+    loom_tool_call *pending; /* client calls the run ended on */
+    size_t npending;
+    char *finish_reason;
     char *available; /* offered names, "a, b" */
     loom_tool_choice choice; /* for the next model call */
     char *choice_fn;
@@ -114,7 +118,16 @@ static int find_tool_name(const loom_run_options *o, const char *name)
     return 0;
 }
 
-/* Builds the tool definitions offered to the model. */
+static int is_server_tool_name(const loom_run *run, const char *name)
+{
+    for (size_t i = 0; i < run->nserver; i++)
+        if (strcmp(run->offered[i]->name, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Builds the tool definitions offered to the model: the agent's server
+ * tools, then the caller's client tools. */
 static int build_tools(loom_run *run)
 {
     const loom_run_options *o = &run->opts;
@@ -129,9 +142,9 @@ static int build_tools(loom_run *run)
                                    "agent '%s': unknown tool '%s'",
                                    o->agent ? o->agent : "default",
                                    o->tool_names[i]);
-    if (n) {
-        run->defs = calloc(n, sizeof(*run->defs));
-        run->offered = calloc(n, sizeof(*run->offered));
+    if (n + o->client_tools_len) {
+        run->defs = calloc(n + o->client_tools_len, sizeof(*run->defs));
+        run->offered = calloc(n + 1, sizeof(*run->offered));
         if (!run->defs || !run->offered)
             return loom__error_oom();
     }
@@ -139,24 +152,46 @@ static int build_tools(loom_run *run)
         const loom_tool *t = loom_tool_registry_at(o->tools, i);
         if (o->tool_names && !find_tool_name(o, t->name))
             continue;
-        run->offered[run->ndefs] = t;
+        run->offered[run->nserver++] = t;
         run->defs[run->ndefs].name = t->name;
         run->defs[run->ndefs].description = t->description;
         run->defs[run->ndefs].parameters = t->parameters;
         run->ndefs++;
-        if ((rc = loom_buf_printf(&names, "%s%s", run->ndefs > 1 ? ", " : "",
-                                  t->name)) != 0)
-            break;
     }
+    for (size_t i = 0; i < o->client_tools_len; i++) {
+        const char *name = o->client_tools[i].name;
+        if (!name || !*name)
+            return loom__error_set(LOOM_EINVALID, "a client tool has no name");
+        if (is_server_tool_name(run, name))
+            return loom__error_set(LOOM_EINVALID,
+                                   "tool '%s' is both a server tool and a "
+                                   "client tool", name);
+        for (size_t j = run->nserver; j < run->ndefs; j++)
+            if (strcmp(run->defs[j].name, name) == 0)
+                return loom__error_set(LOOM_EINVALID,
+                                       "client tool '%s' is given twice",
+                                       name);
+        run->defs[run->ndefs++] = o->client_tools[i];
+    }
+    for (size_t i = 0; i < run->ndefs && !rc; i++)
+        rc = loom_buf_printf(&names, "%s%s", i ? ", " : "", run->defs[i].name);
     run->available = loom_buf_detach(&names);
     if (!rc && !run->available)
         rc = loom__error_oom();
     return rc;
 }
 
+static int is_client_tool(const loom_run *run, const char *name)
+{
+    for (size_t i = run->nserver; name && i < run->ndefs; i++)
+        if (strcmp(run->defs[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
 static const loom_tool *offered_tool(const loom_run *run, const char *name)
 {
-    for (size_t i = 0; name && i < run->ndefs; i++)
+    for (size_t i = 0; name && i < run->nserver; i++)
         if (strcmp(run->offered[i]->name, name) == 0)
             return run->offered[i];
     return NULL;
@@ -202,7 +237,8 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
     if ((rc = build_tools(run)) != 0)
         goto fail;
     if (run->choice.kind == LOOM_TOOL_CHOICE_FUNCTION &&
-        !offered_tool(run, run->choice.function)) {
+        !offered_tool(run, run->choice.function) &&
+        !is_client_tool(run, run->choice.function)) {
         rc = loom__error_set(LOOM_EINVALID,
                              "tool_choice names '%s', which is not offered "
                              "(available: %s)",
@@ -300,15 +336,42 @@ static int ensure_call_ids(loom_tool_call *calls, size_t n, int iteration)
     return 0;
 }
 
-/* Runs the tool calls of one turn and appends their results in order. */
-static int run_tools(loom_run *run, const loom_message *assistant)
+/* Copies the client calls of a turn into run->pending. */
+static int keep_pending(loom_run *run, const loom_message *assistant)
 {
     size_t n = assistant->tool_calls_len;
+
+    run->pending = calloc(n, sizeof(*run->pending));
+    if (!run->pending)
+        return loom__error_oom();
+    for (size_t i = 0; i < n; i++) {
+        const loom_tool_call *c = &assistant->tool_calls[i];
+        loom_tool_call *p = &run->pending[run->npending];
+        if (!is_client_tool(run, c->name))
+            continue;
+        run->npending++;
+        if (!(p->id = strdup(c->id)) || !(p->name = strdup(c->name)) ||
+            !(p->arguments = strdup(c->arguments ? c->arguments : "{}")))
+            return loom__error_oom();
+    }
+    return 0;
+}
+
+/*
+ * Runs the server tool calls of one turn and appends their results in
+ * call order. Client calls are left for the client: *client_calls says
+ * how many there were.
+ */
+static int run_tools(loom_run *run, const loom_message *assistant,
+                     size_t *client_calls)
+{
+    size_t n = assistant->tool_calls_len, nj = 0;
     loom__tool_job *jobs = calloc(n, sizeof(*jobs));
     loom__tool_exec_opts xo;
     json_t *calls;
     int rc = 0;
 
+    *client_calls = 0;
     if (!jobs)
         return loom__error_oom();
     calls = json_array();
@@ -322,17 +385,22 @@ static int run_tools(loom_run *run, const loom_message *assistant)
     xo.max_result = run->opts.max_tool_result;
     xo.max_error = run->opts.max_tool_error;
     for (size_t i = 0; i < n; i++) {
-        jobs[i].call = &assistant->tool_calls[i];
-        loom__tool_job_prepare(&jobs[i],
-                               offered_tool(run, jobs[i].call->name),
+        const loom_tool_call *c = &assistant->tool_calls[i];
+        if (is_client_tool(run, c->name)) {
+            (*client_calls)++;
+            continue;
+        }
+        jobs[nj].call = c;
+        loom__tool_job_prepare(&jobs[nj], offered_tool(run, c->name),
                                run->available, &xo);
-        if (jobs[i].done)
-            on_tool_notice(&jobs[i], 1, run);
+        if (jobs[nj].done)
+            on_tool_notice(&jobs[nj], 1, run);
+        nj++;
     }
-    rc = loom__tools_execute(jobs, n, run->opts.tool_concurrency, &xo,
+    rc = loom__tools_execute(jobs, nj, run->opts.tool_concurrency, &xo,
                              on_tool_notice, run);
     /* Results go back in call order, each matched to its call id. */
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < nj; i++) {
         loom_message m = {0};
         int rc2;
         m.role = LOOM_ROLE_TOOL;
@@ -343,9 +411,11 @@ static int run_tools(loom_run *run, const loom_message *assistant)
         if (rc2 && !rc)
             rc = rc2;
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < nj; i++)
         loom__tool_job_clear(&jobs[i]);
     free(jobs);
+    if (!rc && *client_calls)
+        rc = keep_pending(run, assistant);
     return rc;
 }
 
@@ -409,6 +479,7 @@ int loom_run_execute(loom_run *run)
     for (;;) {
         loom_llm_request req = LOOM_LLM_REQUEST_INIT;
         int last = run->iterations + 1 >= o->max_iterations;
+        size_t nclient = 0;
 
         if (loom_cancel_is_set(&run->cancel)) {
             rc = LOOM_ECANCELED;
@@ -471,9 +542,17 @@ int loom_run_execute(loom_run *run)
                 break;
             /* The turn's text now lives in the stored message. */
             loom_buf_clear(&run->text);
-            if ((rc = run_tools(run, &run->all.items[run->all.len - 1])) !=
-                0)
+            if ((rc = run_tools(run, &run->all.items[run->all.len - 1],
+                                &nclient)) != 0)
                 break;
+            if (nclient) {
+                /* The client runs its own tools: the run ends here. */
+                free(run->final_text);
+                run->final_text = strdup(resp.text ? resp.text : "");
+                if (!run->final_text)
+                    rc = loom__error_oom();
+                break;
+            }
             run->index++;
             continue;
         }
@@ -493,13 +572,22 @@ int loom_run_execute(loom_run *run)
         }
         break;
     }
+    free(run->finish_reason);
+    run->finish_reason = resp.finish_reason ? strdup(resp.finish_reason)
+                                            : NULL;
     if (rc == 0) {
+        json_t *done = json_pack(
+            "{s:s,s:s,s:i,s:s?,s:o}", "status", "completed", "text",
+            run->final_text, "iterations", run->iterations, "finish_reason",
+            run->finish_reason, "usage", usage_json(&run->usage));
         run->status = LOOM_RUN_COMPLETED;
-        emit(run, LOOM_EV_RUN_COMPLETED,
-             json_pack("{s:s,s:s,s:i,s:s?,s:o}", "status", "completed",
-                       "text", run->final_text, "iterations",
-                       run->iterations, "finish_reason", resp.finish_reason,
-                       "usage", usage_json(&run->usage)));
+        if (run->npending) {
+            json_t *pc = json_array();
+            for (size_t i = 0; i < run->npending; i++)
+                json_array_append_new(pc, call_json(&run->pending[i]));
+            json_object_set_new(done, "pending_tool_calls", pc);
+        }
+        emit(run, LOOM_EV_RUN_COMPLETED, done);
     } else {
         /* Keep the message of the failure before other calls reset it. */
         char *msg = strdup(loom_error_last());
@@ -552,6 +640,22 @@ const loom_messages *loom_run_messages(const loom_run *run)
     return &run->added;
 }
 
+const loom_tool_call *loom_run_pending_calls(const loom_run *run, size_t *n)
+{
+    *n = run->npending;
+    return run->npending ? run->pending : NULL;
+}
+
+const char *loom_run_finish_reason(const loom_run *run)
+{
+    return run->finish_reason;
+}
+
+const char *loom_run_model(const loom_run *run)
+{
+    return run->opts.model ? run->opts.model : run->opts.upstream_model;
+}
+
 const char *loom_run_error(const loom_run *run)
 {
     return run->error ? run->error : "";
@@ -565,6 +669,10 @@ void loom_run_free(loom_run *run)
     loom_messages_free(&run->added);
     free(run->defs);
     free(run->offered);
+    for (size_t i = 0; i < run->npending; i++)
+        loom_tool_call_clear(&run->pending[i]);
+    free(run->pending);
+    free(run->finish_reason);
     free(run->available);
     free(run->choice_fn);
     loom_buf_free(&run->text);

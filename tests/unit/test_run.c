@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "loom/recorder.h"
 #include "loom/run.h"
 
 #include <pthread.h>
@@ -744,6 +745,122 @@ static void test_missing_call_ids_are_filled(void **state)
     harness_free(&h);
 }
 
+static void test_client_tools_end_the_run(void **state)
+{
+    static const mock_answer a[] = {
+        {.text = "Looking.",
+         .calls = {{"c1", "echo", "{\"text\":\"srv\"}"},
+                   {"c2", "lookup_order", "{\"order\":42}"}},
+         .ncalls = 2},
+        {.text = "never"}};
+    json_t *schema = json_pack("{s:s}", "type", "object");
+    loom_tool_def client = {"lookup_order", "Looks up an order.", schema};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    const loom_tool_call *pending;
+    size_t npending;
+    harness h;
+    json_t *done;
+    (void)state;
+
+    ro.client_tools = &client;
+    ro.client_tools_len = 1;
+    run_with(&h, a, 2, &ro);
+    assert_int_equal(h.rc, 0);
+    /* The client tool was offered beside the server tools. */
+    assert_int_equal(h.mock.seen[0].tools_len, 6);
+    /* The server tool ran; the client one is handed back; no second call. */
+    assert_int_equal(h.mock.next, 1);
+    assert_string_equal(tool_result(&h, 0), "echo:srv");
+    assert_null(tool_result(&h, 1));
+    pending = loom_run_pending_calls(h.run, &npending);
+    assert_int_equal(npending, 1);
+    assert_string_equal(pending[0].id, "c2");
+    assert_string_equal(pending[0].name, "lookup_order");
+    assert_string_equal(pending[0].arguments, "{\"order\":42}");
+    assert_string_equal(loom_run_finish_reason(h.run), "tool_calls");
+    assert_string_equal(loom_run_text(h.run), "Looking.");
+    done = nth_type(&h, "run.completed", 0);
+    assert_int_equal(
+        json_array_size(json_object_get(done, "pending_tool_calls")), 1);
+    assert_string_equal(json_string_value(json_object_get(done,
+                                                          "finish_reason")),
+                        "tool_calls");
+    harness_free(&h);
+
+    /* A client tool may not shadow a server tool. */
+    {
+        loom_tool_def clash = {"echo", "mine", schema};
+        loom_messages hist = {0};
+        mock_provider mock;
+        loom_tool_registry *reg = make_tools();
+        loom_run *run = NULL;
+        mock_init(&mock, a, 2);
+        ro = (loom_run_options)LOOM_RUN_OPTIONS_INIT;
+        ro.provider = &mock.base;
+        ro.upstream_model = "m";
+        ro.tools = reg;
+        ro.client_tools = &clash;
+        ro.client_tools_len = 1;
+        assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "hi"), 0);
+        assert_int_equal(loom_run_new(&run, &ro, &hist), LOOM_EINVALID);
+        assert_non_null(strstr(loom_error_last(), "both a server tool"));
+        loom_messages_free(&hist);
+        loom_tool_registry_free(reg);
+    }
+    json_decref(schema);
+}
+
+static void test_recorder(void **state)
+{
+    static const mock_answer a[] = {
+        {.text = "Let me see.",
+         .calls = {{"c1", "echo", "{\"text\":\"x\"}"},
+                   {"c2", "nope", "{}"}},
+         .ncalls = 2, .prompt = 10, .completion = 4},
+        {.text = "Done.", .prompt = 30, .completion = 2}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    loom_recorder *rec;
+    recorder inner = {json_array()};
+    loom_turn turn;
+    harness h;
+    (void)state;
+
+    /* The recorder forwards every event to the inner sink. */
+    assert_int_equal(loom_recorder_new(&rec, (loom_sink){record, &inner}), 0);
+    ro.sink = loom_recorder_sink(rec);
+    {
+        loom_messages hist = {0};
+        mock_init(&h.mock, a, 2);
+        h.reg = make_tools();
+        h.rec.events = json_array();
+        ro.provider = &h.mock.base;
+        ro.upstream_model = "m";
+        ro.model = "mock/m";
+        ro.tools = h.reg;
+        assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "hi"), 0);
+        assert_int_equal(loom_run_new(&h.run, &ro, &hist), 0);
+        loom_messages_free(&hist);
+        assert_int_equal(loom_run_execute(h.run), 0);
+    }
+    assert_int_equal(loom_recorder_turn(rec, h.run, &turn), 0);
+    assert_int_equal(turn.status, LOOM_TURN_OK);
+    assert_string_equal(turn.model, "mock/m");
+    assert_string_equal(turn.finish_reason, "stop");
+    assert_int_equal(turn.output->len, 4); /* assistant, 2 tools, answer */
+    assert_int_equal(turn.calls_len, 2);
+    assert_string_equal(turn.calls[0].tool_call_id, "c1");
+    assert_int_equal(turn.calls[0].text_offset, strlen("Let me see."));
+    assert_int_equal(turn.tools_len, 2);
+    assert_false(turn.tools[0].failed == turn.tools[1].failed);
+    assert_int_equal(turn.usage_len, 2);
+    assert_int_equal(turn.usage[1].iteration, 2);
+    assert_int_equal(turn.usage[1].usage.prompt_tokens, 30);
+    assert_true(json_array_size(inner.events) > 6);
+    json_decref(inner.events);
+    loom_recorder_free(rec);
+    harness_free(&h);
+}
+
 static void test_bad_options(void **state)
 {
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
@@ -778,6 +895,8 @@ int main(void)
         cmocka_unit_test(test_sink_cancels),
         cmocka_unit_test(test_result_limit),
         cmocka_unit_test(test_missing_call_ids_are_filled),
+        cmocka_unit_test(test_client_tools_end_the_run),
+        cmocka_unit_test(test_recorder),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

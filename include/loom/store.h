@@ -1,0 +1,160 @@
+/*
+ * loom/store.h: conversations, turns and usage, behind one interface.
+ *
+ * A store keeps conversations: their messages (with reasoning, model,
+ * finish reason, status and token counts), the tool calls inside
+ * assistant messages (with the offset in the assistant text where each
+ * call appeared), tool outputs (status, duration) and one usage row per
+ * model call. SQLite (WAL, one file) is the first backend; the interface
+ * is shaped so a PostgreSQL backend can follow without touching callers.
+ *
+ * Persistence is final-only (seed 003): a run buffers its turn and hands
+ * it to loom_store_save_turn() once, at the end, which writes it in one
+ * transaction. A failed or cancelled turn is saved too, marked so.
+ *
+ * Threads: a store may be used from any number of threads at once (each
+ * call takes what it needs; SQLite connections are per thread or pooled
+ * inside the backend).
+ */
+#ifndef LOOM_STORE_H
+#define LOOM_STORE_H
+
+#include "common.h"
+#include "llm.h"
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_store loom_store;
+
+/*
+ * Opens the store at location: a file path for SQLite ("./data/loom.db";
+ * "sqlite:" prefix optional; parent folders are created). Creates the
+ * schema or migrates an older one (versioned migrations, recorded in the
+ * database). LOOM_EIO when the file cannot be opened, LOOM_EINVALID when
+ * the schema is newer than this loom knows.
+ */
+int loom_store_open(loom_store **out, const char *location);
+/* NULL is a no-op. */
+void loom_store_free(loom_store *st);
+/* 0 when the store answers a trivial query (for /readyz). */
+int loom_store_ping(loom_store *st);
+/* The schema version in use. */
+int loom_store_schema_version(loom_store *st);
+
+/* A conversation's summary. Strings owned by the struct. */
+typedef struct {
+    char *id;       /* "conv_" + 24 hex digits */
+    char *title;    /* first user text, cut to 80 characters; may be "" */
+    char *agent;    /* agent of the last turn, may be NULL */
+    char *model;    /* model of the last turn, may be NULL */
+    int64_t created_at; /* Unix milliseconds */
+    int64_t updated_at;
+    int64_t message_count;
+} loom_conversation_info;
+
+void loom_conversation_info_clear(loom_conversation_info *c);
+
+/* Creates an empty conversation; *id_out (caller frees) is its id. */
+int loom_store_conversation_create(loom_store *st, char **id_out);
+/* LOOM_ENOTFOUND when absent. */
+int loom_store_conversation_info(loom_store *st, const char *id,
+                                 loom_conversation_info *out);
+/*
+ * Lists conversations newest first (by updated_at, then id), at most
+ * limit (1..100) of them, starting after the conversation whose id is
+ * `after` (NULL: from the newest). *out is a JSON object:
+ * {"data": [info...], "has_more": bool, "next": id or null}.
+ */
+int loom_store_conversation_list(loom_store *st, const char *after,
+                                 int limit, json_t **out);
+/*
+ * The whole conversation as JSON: the info fields plus "messages": each
+ * {id, role, content, reasoning, model, finish_reason, status, error,
+ * prompt_tokens, completion_tokens, cost, created_at, run_id,
+ * tool_calls: [{id, name, arguments, text_offset}],
+ * tool_call_id, name, tool_status, duration_ms (tool messages)}
+ * and "usage": [{run_id, model, iteration, prompt_tokens,
+ * completion_tokens, cached_tokens, reasoning_tokens, total_tokens,
+ * cost}]. LOOM_ENOTFOUND when absent.
+ */
+int loom_store_conversation_get(loom_store *st, const char *id,
+                                json_t **out);
+/* Deletes it with everything it holds. LOOM_ENOTFOUND when absent. */
+int loom_store_conversation_delete(loom_store *st, const char *id);
+
+/*
+ * Loads the conversation's messages in order into out (appended), as the
+ * run loop needs them: user, assistant (with tool calls and reasoning),
+ * tool results. Messages of failed or cancelled turns are included with
+ * whatever text they had. LOOM_ENOTFOUND when absent.
+ */
+int loom_store_load_history(loom_store *st, const char *id,
+                            loom_messages *out);
+
+typedef enum {
+    LOOM_TURN_OK = 0,
+    LOOM_TURN_ERROR,
+    LOOM_TURN_CANCELLED
+} loom_turn_status;
+
+const char *loom_turn_status_name(loom_turn_status s);
+
+/* Per tool result: how it went. Indexed like the tool messages. */
+typedef struct {
+    const char *tool_call_id;
+    int failed;
+    double duration_ms;
+} loom_turn_tool;
+
+/* Per assistant tool call: where in the assistant text it appeared. */
+typedef struct {
+    const char *tool_call_id;
+    size_t text_offset; /* bytes of assistant text before the call */
+} loom_turn_call;
+
+/* One model call's usage. */
+typedef struct {
+    int iteration;
+    loom_usage usage;
+    double cost; /* < 0 when unknown */
+} loom_turn_usage;
+
+/*
+ * One turn: the new input messages (usually one user message) and what
+ * the run added. Everything is borrowed for the call.
+ */
+typedef struct {
+    const char *conversation_id; /* must exist */
+    const char *run_id;
+    const char *agent;           /* may be NULL */
+    const char *model;           /* "provider/model" */
+    const loom_messages *input;  /* new user/system/tool messages */
+    const loom_messages *output; /* assistant and tool messages */
+    loom_turn_status status;
+    const char *error;           /* reason, for ERROR/CANCELLED */
+    const char *finish_reason;   /* of the last model call, may be NULL */
+    const loom_turn_tool *tools; /* may be NULL */
+    size_t tools_len;
+    const loom_turn_call *calls; /* may be NULL */
+    size_t calls_len;
+    const loom_turn_usage *usage; /* may be NULL */
+    size_t usage_len;
+    double cost; /* total, < 0 when unknown */
+} loom_turn;
+
+/*
+ * Writes the turn in one transaction: all of it or nothing. The status,
+ * error and finish reason land on the last assistant message (or, with no
+ * assistant message, on a stored empty assistant message, so a failed
+ * turn is always visible). LOOM_ENOTFOUND for an unknown conversation,
+ * LOOM_EIO when the write fails (disk full, ...): nothing is written then.
+ */
+int loom_store_save_turn(loom_store *st, const loom_turn *turn);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,181 @@
+/*
+ * The turn recorder (see loom/recorder.h). It keeps small arrays of what
+ * it saw; the strings it keeps are copies, since event data is borrowed
+ * only for the sink call.
+ */
+#include "loom/recorder.h"
+#include "core/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct loom_recorder {
+    loom_sink inner;
+    loom_turn_tool *tools;
+    size_t ntools, captools;
+    loom_turn_call *calls;
+    size_t ncalls, capcalls;
+    loom_turn_usage *usage;
+    size_t nusage, capusage;
+    uint32_t text_index; /* index of the turn text_len counts */
+    size_t text_len;     /* assistant text bytes in that turn so far */
+    int failed;          /* out of memory while recording */
+};
+
+/* Grows *arr (of elem-sized items) to hold one more. */
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+    void *p;
+    size_t c;
+
+    if (n < *cap)
+        return 0;
+    c = *cap ? *cap * 2 : 8;
+    p = realloc(*arr, c * elem);
+    if (!p)
+        return loom__error_oom();
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
+static long field_long(const json_t *o, const char *k)
+{
+    return (long)json_integer_value(json_object_get(o, k));
+}
+
+static void note(loom_recorder *r, const loom_event *ev)
+{
+    const json_t *d = ev->data;
+
+    if (ev->index != r->text_index) {
+        r->text_index = ev->index;
+        r->text_len = 0;
+    }
+    switch (ev->type) {
+    case LOOM_EV_MESSAGE_DELTA:
+        r->text_len += json_string_length(json_object_get(d, "delta"));
+        break;
+    case LOOM_EV_TOOL_CALLS: {
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(d, "calls"), i, c)
+        {
+            const char *id = json_string_value(json_object_get(c, "id"));
+            if (grow((void **)&r->calls, &r->capcalls, r->ncalls,
+                     sizeof(*r->calls)) ||
+                !(r->calls[r->ncalls].tool_call_id = strdup(id ? id : ""))) {
+                r->failed = 1;
+                return;
+            }
+            r->calls[r->ncalls++].text_offset = r->text_len;
+        }
+        break;
+    }
+    case LOOM_EV_TOOL_COMPLETED:
+    case LOOM_EV_TOOL_FAILED: {
+        const char *id = json_string_value(json_object_get(d, "id"));
+        loom_turn_tool *t;
+        if (grow((void **)&r->tools, &r->captools, r->ntools,
+                 sizeof(*r->tools))) {
+            r->failed = 1;
+            return;
+        }
+        t = &r->tools[r->ntools];
+        if (!(t->tool_call_id = strdup(id ? id : ""))) {
+            r->failed = 1;
+            return;
+        }
+        t->failed = ev->type == LOOM_EV_TOOL_FAILED;
+        t->duration_ms = json_number_value(json_object_get(d, "duration_ms"));
+        r->ntools++;
+        break;
+    }
+    case LOOM_EV_USAGE: {
+        loom_turn_usage *u;
+        if (grow((void **)&r->usage, &r->capusage, r->nusage,
+                 sizeof(*r->usage))) {
+            r->failed = 1;
+            return;
+        }
+        u = &r->usage[r->nusage++];
+        memset(u, 0, sizeof(*u));
+        u->iteration = (int)field_long(d, "iteration");
+        u->usage.prompt_tokens = field_long(d, "prompt_tokens");
+        u->usage.completion_tokens = field_long(d, "completion_tokens");
+        u->usage.cached_tokens = field_long(d, "cached_tokens");
+        u->usage.reasoning_tokens = field_long(d, "reasoning_tokens");
+        u->usage.total_tokens = field_long(d, "total_tokens");
+        u->cost = -1;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static int on_event(const loom_event *ev, void *payload)
+{
+    loom_recorder *r = payload;
+
+    note(r, ev);
+    return r->inner.emit ? r->inner.emit(ev, r->inner.payload) : 0;
+}
+
+int loom_recorder_new(loom_recorder **out, loom_sink inner)
+{
+    loom_recorder *r = calloc(1, sizeof(*r));
+
+    *out = NULL;
+    if (!r)
+        return loom__error_oom();
+    r->inner = inner;
+    *out = r;
+    return 0;
+}
+
+loom_sink loom_recorder_sink(loom_recorder *rec)
+{
+    loom_sink s = {on_event, rec};
+    return s;
+}
+
+int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
+                       loom_turn *turn)
+{
+    loom_run_status st = loom_run_status_get(run);
+
+    if (rec->failed)
+        return loom__error_oom();
+    memset(turn, 0, sizeof(*turn));
+    turn->run_id = loom_run_id(run);
+    turn->model = loom_run_model(run);
+    turn->output = loom_run_messages(run);
+    turn->status = st == LOOM_RUN_COMPLETED   ? LOOM_TURN_OK
+                   : st == LOOM_RUN_CANCELLED ? LOOM_TURN_CANCELLED
+                                              : LOOM_TURN_ERROR;
+    turn->error = turn->status == LOOM_TURN_OK ? NULL : loom_run_error(run);
+    turn->finish_reason = loom_run_finish_reason(run);
+    turn->tools = rec->tools;
+    turn->tools_len = rec->ntools;
+    turn->calls = rec->calls;
+    turn->calls_len = rec->ncalls;
+    turn->usage = rec->usage;
+    turn->usage_len = rec->nusage;
+    turn->cost = -1;
+    return 0;
+}
+
+void loom_recorder_free(loom_recorder *rec)
+{
+    if (!rec)
+        return;
+    for (size_t i = 0; i < rec->ntools; i++)
+        free((char *)rec->tools[i].tool_call_id);
+    for (size_t i = 0; i < rec->ncalls; i++)
+        free((char *)rec->calls[i].tool_call_id);
+    free(rec->tools);
+    free(rec->calls);
+    free(rec->usage);
+    free(rec);
+}
