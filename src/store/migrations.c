@@ -1,0 +1,88 @@
+/*
+ * The SQLite schema, as an ordered list of migrations.
+ *
+ * Migration N (1-based) takes a database from schema version N - 1 to N;
+ * the version lives in the file header (PRAGMA user_version) and each step
+ * runs in its own transaction together with the version bump, so a crash
+ * mid-migration leaves the previous version intact. Steps are never edited
+ * once released: a change to the schema is a new step at the end. See
+ * docs/store.md for what each column means.
+ */
+#include "store/sqlite_internal.h"
+
+const char *const loom__sqlite_migrations[] = {
+    /* 1: conversations, messages, tool calls, tool outputs, usage. */
+    "CREATE TABLE conversations ("
+    "  id TEXT PRIMARY KEY,"
+    "  title TEXT NOT NULL DEFAULT '',"
+    "  agent TEXT,"
+    "  model TEXT,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  message_count INTEGER NOT NULL DEFAULT 0"
+    ");"
+    "CREATE TABLE messages ("
+    "  id TEXT PRIMARY KEY,"
+    "  conversation_id TEXT NOT NULL"
+    "    REFERENCES conversations(id) ON DELETE CASCADE,"
+    "  position INTEGER NOT NULL,"
+    "  run_id TEXT,"
+    "  role TEXT NOT NULL"
+    "    CHECK (role IN ('system', 'user', 'assistant', 'tool')),"
+    "  content TEXT,"
+    "  reasoning TEXT,"
+    "  model TEXT,"
+    "  finish_reason TEXT,"
+    "  status TEXT NOT NULL DEFAULT 'ok'"
+    "    CHECK (status IN ('ok', 'error', 'cancelled')),"
+    "  error TEXT,"
+    "  prompt_tokens INTEGER,"
+    "  completion_tokens INTEGER,"
+    "  cost REAL,"
+    "  tool_call_id TEXT,"
+    "  name TEXT,"
+    "  placeholder INTEGER NOT NULL DEFAULT 0,"
+    "  created_at INTEGER NOT NULL,"
+    "  UNIQUE (conversation_id, position)"
+    ");"
+    "CREATE TABLE tool_calls ("
+    "  message_id TEXT NOT NULL REFERENCES messages(id) ON DELETE CASCADE,"
+    "  position INTEGER NOT NULL,"
+    "  call_id TEXT NOT NULL,"
+    "  name TEXT NOT NULL,"
+    "  arguments TEXT NOT NULL,"
+    "  text_offset INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (message_id, position)"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE tool_outputs ("
+    "  message_id TEXT PRIMARY KEY"
+    "    REFERENCES messages(id) ON DELETE CASCADE,"
+    "  call_id TEXT NOT NULL,"
+    "  status TEXT CHECK (status IN ('success', 'error')),"
+    "  duration_ms REAL"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE usage ("
+    "  id INTEGER PRIMARY KEY,"
+    "  conversation_id TEXT NOT NULL"
+    "    REFERENCES conversations(id) ON DELETE CASCADE,"
+    "  run_id TEXT,"
+    "  model TEXT,"
+    "  iteration INTEGER NOT NULL,"
+    "  prompt_tokens INTEGER NOT NULL,"
+    "  completion_tokens INTEGER NOT NULL,"
+    "  cached_tokens INTEGER NOT NULL,"
+    "  reasoning_tokens INTEGER NOT NULL,"
+    "  total_tokens INTEGER NOT NULL,"
+    "  cost REAL,"
+    "  created_at INTEGER NOT NULL"
+    ");",
+
+    /* 2: indexes for listing conversations and reading or deleting a
+     * conversation's usage. */
+    "CREATE INDEX conversations_by_update"
+    "  ON conversations (updated_at, id);"
+    "CREATE INDEX usage_by_conversation ON usage (conversation_id, id);",
+};
+
+const int loom__sqlite_migrations_len =
+    (int)(sizeof(loom__sqlite_migrations) / sizeof(loom__sqlite_migrations[0]));

@@ -1,0 +1,495 @@
+/*
+ * The store's backend-neutral front (see loom/store.h).
+ *
+ * Every public call lands here first: arguments and limits are checked,
+ * ids and times are made, and a turn is turned into a "plan" in which each
+ * message already knows its status, tool outcome, token counts and the
+ * text offsets of its tool calls. The backend behind the vtable
+ * (store_internal.h) then only writes rows, so a second backend
+ * (PostgreSQL) shares all of this logic and callers never change.
+ */
+#include "core/error.h"
+#include "store/store_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+static const char *const turn_status_names[] = {"ok", "error", "cancelled"};
+
+const char *loom_turn_status_name(loom_turn_status s)
+{
+    return (unsigned)s < 3 ? turn_status_names[s] : "error";
+}
+
+void loom_conversation_info_clear(loom_conversation_info *c)
+{
+    if (!c)
+        return;
+    free(c->id);
+    free(c->title);
+    free(c->agent);
+    free(c->model);
+    memset(c, 0, sizeof(*c));
+}
+
+/* ---- helpers for backends ------------------------------------------ */
+
+int loom__store_new_id(char id[LOOM__STORE_ID_SIZE], const char *prefix)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char raw[12];
+    size_t got = 0, plen = strlen(prefix);
+
+    if (plen + 2 * sizeof(raw) + 1 > LOOM__STORE_ID_SIZE)
+        return loom__error_set(LOOM_EINVALID, "id prefix too long");
+    while (got < sizeof(raw)) {
+        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return loom__error_set(LOOM_EIO, "getrandom: %s", strerror(errno));
+        }
+        got += (size_t)n;
+    }
+    memcpy(id, prefix, plen);
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        id[plen + 2 * i] = hex[raw[i] >> 4];
+        id[plen + 2 * i + 1] = hex[raw[i] & 15];
+    }
+    id[plen + 2 * sizeof(raw)] = '\0';
+    return 0;
+}
+
+int64_t loom__store_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Length of the valid UTF-8 sequence at p (at most left bytes), or 0 when
+ * the bytes there are not one. Rejects what jansson rejects: overlong
+ * forms, surrogates and code points past U+10FFFF.
+ */
+static size_t utf8_seq(const unsigned char *p, size_t left)
+{
+    unsigned c = p[0];
+    unsigned lo = 0x80, hi = 0xBF;
+    size_t n;
+
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF)
+        n = 3;
+    else if (c >= 0xF0 && c <= 0xF4)
+        n = 4;
+    else
+        return 0;
+    if (c == 0xE0)
+        lo = 0xA0;
+    else if (c == 0xED)
+        hi = 0x9F;
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F;
+    if (n > left || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t k = 2; k < n; k++)
+        if ((p[k] & 0xC0) != 0x80)
+            return 0;
+    return n;
+}
+
+/* Written by hand: jansson has no lossy mode for invalid UTF-8. */
+json_t *loom__store_json_text(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    unsigned char *fixed, *w;
+    json_t *j;
+    size_t i = 0;
+
+    if (!s)
+        return json_null();
+    if ((j = json_stringn(s, len)) != NULL)
+        return j;
+    if (len > ((size_t)-1 - 1) / 3 || !(fixed = malloc(len * 3 + 1)))
+        return NULL;
+    w = fixed;
+    while (i < len) {
+        size_t n = utf8_seq(p + i, len - i);
+        if (n == 0) {
+            *w++ = 0xEF;
+            *w++ = 0xBF;
+            *w++ = 0xBD;
+            i++;
+            continue;
+        }
+        memcpy(w, p + i, n);
+        w += n;
+        i += n;
+    }
+    j = json_stringn((const char *)fixed, (size_t)(w - fixed));
+    free(fixed);
+    return j;
+}
+
+static json_t *opt_string(const char *s)
+{
+    return loom__store_json_text(s, s ? strlen(s) : 0);
+}
+
+json_t *loom__store_info_json(const loom_conversation_info *c)
+{
+    return json_pack("{s:o,s:o,s:o,s:o,s:I,s:I,s:I}", "id", opt_string(c->id),
+                     "title", opt_string(c->title ? c->title : ""), "agent",
+                     opt_string(c->agent), "model", opt_string(c->model),
+                     "created_at", (json_int_t)c->created_at, "updated_at",
+                     (json_int_t)c->updated_at, "message_count",
+                     (json_int_t)c->message_count);
+}
+
+/* ---- dispatch ------------------------------------------------------- */
+
+static int has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+int loom_store_open(loom_store **out, const char *location)
+{
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *out = NULL;
+    if (!location)
+        location = LOOM__STORE_DEFAULT_PATH;
+    if (has_prefix(location, "postgres://") ||
+        has_prefix(location, "postgresql://"))
+        return loom__error_set(LOOM_EINVALID,
+                               "store '%s': the PostgreSQL backend is not "
+                               "built into this loom; use a SQLite path",
+                               location);
+    if (has_prefix(location, "sqlite:"))
+        location += strlen("sqlite:");
+    if (!*location)
+        return loom__error_set(LOOM_EINVALID, "store: empty location");
+    return loom__store_sqlite_open(out, location);
+}
+
+void loom_store_free(loom_store *st)
+{
+    if (st)
+        st->vt->free(st);
+}
+
+int loom_store_ping(loom_store *st)
+{
+    if (!st)
+        return loom__error_set(LOOM_EINVALID, "store: NULL store");
+    return st->vt->ping(st);
+}
+
+int loom_store_schema_version(loom_store *st)
+{
+    return st ? st->vt->schema_version(st) : 0;
+}
+
+static int check_id(loom_store *st, const char *id)
+{
+    if (!st)
+        return loom__error_set(LOOM_EINVALID, "store: NULL store");
+    if (!id)
+        return loom__error_set(LOOM_EINVALID, "store: NULL conversation id");
+    return 0;
+}
+
+int loom_store_conversation_create(loom_store *st, char **id_out)
+{
+    char id[LOOM__STORE_ID_SIZE];
+    int rc;
+
+    if (!id_out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *id_out = NULL;
+    if (!st)
+        return loom__error_set(LOOM_EINVALID, "store: NULL store");
+    if ((rc = loom__store_new_id(id, "conv_")) != 0 ||
+        (rc = st->vt->conversation_create(st, id, loom__store_now_ms())) != 0)
+        return rc;
+    if (!(*id_out = strdup(id)))
+        return loom__error_oom();
+    return 0;
+}
+
+int loom_store_conversation_info(loom_store *st, const char *id,
+                                 loom_conversation_info *out)
+{
+    int rc;
+
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    memset(out, 0, sizeof(*out));
+    if ((rc = check_id(st, id)) != 0)
+        return rc;
+    return st->vt->conversation_info(st, id, out);
+}
+
+int loom_store_conversation_list(loom_store *st, const char *after, int limit,
+                                 json_t **out)
+{
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *out = NULL;
+    if (!st)
+        return loom__error_set(LOOM_EINVALID, "store: NULL store");
+    if (limit < 1 || limit > 100)
+        return loom__error_set(
+            LOOM_EINVALID, "limit must be between 1 and 100, got %d", limit);
+    return st->vt->conversation_list(st, after, limit, out);
+}
+
+int loom_store_conversation_get(loom_store *st, const char *id, json_t **out)
+{
+    int rc;
+
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *out = NULL;
+    if ((rc = check_id(st, id)) != 0)
+        return rc;
+    return st->vt->conversation_get(st, id, out);
+}
+
+int loom_store_conversation_delete(loom_store *st, const char *id)
+{
+    int rc = check_id(st, id);
+
+    return rc ? rc : st->vt->conversation_delete(st, id);
+}
+
+int loom_store_load_history(loom_store *st, const char *id, loom_messages *out)
+{
+    int rc;
+
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    if ((rc = check_id(st, id)) != 0)
+        return rc;
+    return st->vt->load_history(st, id, out);
+}
+
+/* ---- planning a turn ------------------------------------------------ */
+
+/*
+ * A title from the first user text: on one line (control characters
+ * become spaces, runs of blanks one space), trimmed, cut to
+ * LOOM__STORE_TITLE_MAX code points without splitting one.
+ */
+static int make_title(const char *text, char **out)
+{
+    size_t len = strlen(text), chars = 0, w = 0;
+    /* The loop never writes past 4 * LOOM__STORE_TITLE_MAX bytes. */
+    char *t = malloc(4 * LOOM__STORE_TITLE_MAX + 1);
+
+    *out = NULL;
+    if (!t)
+        return loom__error_oom();
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c < 0x20 || c == 0x7F || c == ' ') {
+            if (w == 0 || t[w - 1] == ' ')
+                continue;
+            c = ' ';
+        }
+        /* A lead byte (not 10xxxxxx) starts a new character; the byte
+         * cap only bites on invalid UTF-8 (stray continuation bytes). */
+        if (((c & 0xC0) != 0x80 && chars++ == LOOM__STORE_TITLE_MAX) ||
+            w >= 4 * LOOM__STORE_TITLE_MAX)
+            break;
+        t[w++] = (char)c;
+    }
+    while (w > 0 && t[w - 1] == ' ')
+        w--;
+    t[w] = '\0';
+    *out = t;
+    return 0;
+}
+
+static size_t msgs_len(const loom_messages *m)
+{
+    return m ? m->len : 0;
+}
+
+static int too_many(const char *what, size_t n)
+{
+    return loom__error_set(LOOM_ETOOLARGE,
+                           "a turn holds at most %d %s, this one has %zu",
+                           LOOM__STORE_MAX_TURN_ITEMS, what, n);
+}
+
+/* The outcome of the tool message answering id; hint is its likely slot
+ * (the recorder keeps tools in tool-message order). */
+static const loom_turn_tool *find_tool(const loom_turn *t, const char *id,
+                                       size_t hint)
+{
+    if (!id)
+        return NULL;
+    if (hint < t->tools_len && t->tools[hint].tool_call_id &&
+        strcmp(t->tools[hint].tool_call_id, id) == 0)
+        return &t->tools[hint];
+    for (size_t i = 0; i < t->tools_len; i++)
+        if (t->tools[i].tool_call_id &&
+            strcmp(t->tools[i].tool_call_id, id) == 0)
+            return &t->tools[i];
+    return NULL;
+}
+
+static size_t find_offset(const loom_turn *t, const char *id, size_t hint)
+{
+    if (!id)
+        return 0;
+    if (hint < t->calls_len && t->calls[hint].tool_call_id &&
+        strcmp(t->calls[hint].tool_call_id, id) == 0)
+        return t->calls[hint].text_offset;
+    for (size_t i = 0; i < t->calls_len; i++)
+        if (t->calls[i].tool_call_id &&
+            strcmp(t->calls[i].tool_call_id, id) == 0)
+            return t->calls[i].text_offset;
+    return 0;
+}
+
+static int check_turn(const loom_turn *t)
+{
+    size_t nin = msgs_len(t->input), nout = msgs_len(t->output), ncalls = 0;
+
+    if (!t->conversation_id)
+        return loom__error_set(LOOM_EINVALID, "turn: no conversation id");
+    if ((unsigned)t->status > LOOM_TURN_CANCELLED)
+        return loom__error_set(LOOM_EINVALID, "turn: unknown status %d",
+                               (int)t->status);
+    if ((t->tools_len && !t->tools) || (t->calls_len && !t->calls) ||
+        (t->usage_len && !t->usage))
+        return loom__error_set(LOOM_EINVALID, "turn: NULL array");
+    if (nin + nout > LOOM__STORE_MAX_TURN_ITEMS)
+        return too_many("messages", nin + nout);
+    if (t->tools_len > LOOM__STORE_MAX_TURN_ITEMS)
+        return too_many("tool outcomes", t->tools_len);
+    if (t->calls_len > LOOM__STORE_MAX_TURN_ITEMS)
+        return too_many("call offsets", t->calls_len);
+    if (t->usage_len > LOOM__STORE_MAX_TURN_ITEMS)
+        return too_many("usage rows", t->usage_len);
+    for (size_t i = 0; i < nout; i++) {
+        ncalls += t->output->items[i].tool_calls_len;
+        if (ncalls > LOOM__STORE_MAX_TURN_ITEMS)
+            return too_many("tool calls", ncalls);
+    }
+    return 0;
+}
+
+static void plan_free(loom__store_plan *p)
+{
+    free(p->msgs);
+    free(p->offsets);
+    free(p->title);
+}
+
+/* The empty assistant message that carries a failed turn's status. */
+static const loom_message placeholder_msg = {.role = LOOM_ROLE_ASSISTANT};
+
+static int plan_turn(const loom_turn *t, loom__store_plan *p)
+{
+    size_t nin = msgs_len(t->input), nout = msgs_len(t->output);
+    size_t carrier = (size_t)-1, ntool = 0, ncall = 0, noff = 0;
+    loom__store_msg *m;
+    int rc;
+
+    memset(p, 0, sizeof(*p));
+    p->turn = t;
+    p->now = loom__store_now_ms();
+    for (size_t i = 0; i < nout; i++) {
+        if (t->output->items[i].role == LOOM_ROLE_ASSISTANT)
+            carrier = nin + i;
+        noff += t->output->items[i].tool_calls_len;
+    }
+    for (size_t i = 0; i < nin; i++)
+        noff += t->input->items[i].tool_calls_len;
+    p->len = nin + nout + (carrier == (size_t)-1);
+    if (carrier == (size_t)-1)
+        carrier = nin + nout;
+    p->msgs = calloc(p->len, sizeof(*p->msgs));
+    p->offsets = calloc(noff ? noff : 1, sizeof(*p->offsets));
+    if (!p->msgs || !p->offsets)
+        return loom__error_oom();
+    p->offsets_len = noff;
+    noff = 0;
+    for (size_t i = 0; i < p->len; i++) {
+        int out = i >= nin;
+        m = &p->msgs[i];
+        if (i < nin)
+            m->msg = &t->input->items[i];
+        else if (i < nin + nout)
+            m->msg = &t->output->items[i - nin];
+        else {
+            m->msg = &placeholder_msg;
+            m->placeholder = 1;
+        }
+        if ((rc = loom__store_new_id(m->id, "msg_")) != 0)
+            return rc;
+        m->status = "ok";
+        m->cost = -1;
+        m->duration_ms = -1;
+        m->offsets_at = noff;
+        if (m->msg->role == LOOM_ROLE_ASSISTANT)
+            m->model = t->model;
+        for (size_t k = 0; k < m->msg->tool_calls_len; k++, noff++)
+            p->offsets[noff] =
+                out ? find_offset(t, m->msg->tool_calls[k].id, ncall++) : 0;
+        if (m->msg->role == LOOM_ROLE_TOOL && out) {
+            const loom_turn_tool *tt =
+                find_tool(t, m->msg->tool_call_id, ntool++);
+            if (tt) {
+                m->tool_status = tt->failed ? "error" : "success";
+                m->duration_ms = tt->duration_ms;
+            }
+        }
+        if (!p->title && m->msg->role == LOOM_ROLE_USER && m->msg->content &&
+            *m->msg->content &&
+            (rc = make_title(m->msg->content, &p->title)) != 0)
+            return rc;
+    }
+    m = &p->msgs[carrier];
+    m->status = loom_turn_status_name(t->status);
+    if (t->status != LOOM_TURN_OK)
+        m->error = t->error ? t->error : "";
+    m->finish_reason = t->finish_reason;
+    if (t->usage_len) {
+        m->has_tokens = 1;
+        m->prompt_tokens = t->usage[t->usage_len - 1].usage.prompt_tokens;
+        m->completion_tokens =
+            t->usage[t->usage_len - 1].usage.completion_tokens;
+    }
+    m->cost = t->cost;
+    return 0;
+}
+
+int loom_store_save_turn(loom_store *st, const loom_turn *turn)
+{
+    loom__store_plan plan;
+    int rc;
+
+    if (!st || !turn)
+        return loom__error_set(LOOM_EINVALID, "store: NULL argument");
+    if ((rc = check_turn(turn)) != 0)
+        return rc;
+    if ((rc = plan_turn(turn, &plan)) == 0)
+        rc = st->vt->save_turn(st, &plan);
+    plan_free(&plan);
+    return rc;
+}

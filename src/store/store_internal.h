@@ -1,0 +1,105 @@
+/*
+ * Internal: the seam between the store's front (store.c) and its backends.
+ *
+ * The front owns everything that does not depend on the database: argument
+ * checks, limits, ids, clocks, titles and the "plan" of a turn (which
+ * message carries the status, which tool outcome and text offset belongs
+ * to which message). A backend only moves rows in and out. A backend
+ * embeds `loom_store` as its first member and fills `vt`; to add one
+ * (PostgreSQL), implement loom__store_vtable and route a location prefix
+ * to its open function in loom_store_open(). See docs/store.md.
+ */
+#ifndef LOOM_STORE_INTERNAL_H
+#define LOOM_STORE_INTERNAL_H
+
+#include "loom/store.h"
+
+/* A turn may hold at most this many messages, tool calls (over all its
+ * messages), tool outcomes, call offsets and usage rows. */
+#define LOOM__STORE_MAX_TURN_ITEMS 10000
+
+/* Title length, in characters (UTF-8 code points). */
+#define LOOM__STORE_TITLE_MAX 80
+
+/* "conv_" or "msg_" + 24 hex digits + NUL fits. */
+#define LOOM__STORE_ID_SIZE 32
+
+/* Where the store lives when loom_store_open() is given NULL. */
+#define LOOM__STORE_DEFAULT_PATH "./data/loom.db"
+
+/* One message of a planned turn, with everything resolved. */
+typedef struct {
+    char id[LOOM__STORE_ID_SIZE];
+    const loom_message *msg;   /* borrowed from the turn, or the placeholder */
+    int placeholder;           /* the empty assistant message the front adds */
+    const char *status;        /* "ok", "error", "cancelled" */
+    const char *error;         /* NULL unless this carries a failed status */
+    const char *finish_reason; /* NULL unless this is the status carrier */
+    const char *model;         /* assistant messages: the turn's model */
+    int has_tokens;
+    long prompt_tokens;
+    long completion_tokens;
+    double cost;             /* < 0 unknown */
+    const char *tool_status; /* tool messages: "success", "error", NULL */
+    double duration_ms;      /* tool messages: < 0 unknown */
+    size_t offsets_at;       /* assistant: first of its calls in offsets */
+} loom__store_msg;
+
+/* A turn ready to write: messages in order (input, output, placeholder). */
+typedef struct {
+    const loom_turn *turn;
+    loom__store_msg *msgs;
+    size_t len;
+    size_t *offsets; /* text offset of every tool call, message order */
+    size_t offsets_len;
+    char *title; /* NULL when the turn has no user text */
+    int64_t now; /* Unix ms */
+} loom__store_plan;
+
+typedef struct {
+    const char *name; /* "sqlite" */
+    /* Closes everything; no call may be in flight. */
+    void (*free)(loom_store *st);
+    int (*ping)(loom_store *st);
+    int (*schema_version)(loom_store *st);
+    /* Inserts an empty conversation with this id. */
+    int (*conversation_create)(loom_store *st, const char *id, int64_t now);
+    int (*conversation_info)(loom_store *st, const char *id,
+                             loom_conversation_info *out);
+    /* limit is already checked (1..100). */
+    int (*conversation_list)(loom_store *st, const char *after, int limit,
+                             json_t **out);
+    int (*conversation_get)(loom_store *st, const char *id, json_t **out);
+    int (*conversation_delete)(loom_store *st, const char *id);
+    int (*load_history)(loom_store *st, const char *id, loom_messages *out);
+    /* Writes the plan in one transaction, all or nothing. */
+    int (*save_turn)(loom_store *st, const loom__store_plan *plan);
+} loom__store_vtable;
+
+struct loom_store {
+    const loom__store_vtable *vt;
+};
+
+/* The SQLite backend (sqlite.c); path has no "sqlite:" prefix. */
+int loom__store_sqlite_open(loom_store **out, const char *path);
+
+/* ---- helpers the front gives every backend ---------------------------- */
+
+/* Fills id with prefix + 24 random hex digits. LOOM_EIO when the kernel
+ * gives no randomness. */
+int loom__store_new_id(char id[LOOM__STORE_ID_SIZE], const char *prefix);
+
+/* Wall clock in Unix milliseconds. */
+int64_t loom__store_now_ms(void);
+
+/*
+ * A JSON string of len bytes of s, any invalid UTF-8 byte replaced with
+ * U+FFFD (stored text may hold any bytes; jansson takes only UTF-8).
+ * json null when s is NULL. NULL only when out of memory.
+ */
+json_t *loom__store_json_text(const char *s, size_t len);
+
+/* info as the JSON object the API shows. NULL when out of memory. */
+json_t *loom__store_info_json(const loom_conversation_info *info);
+
+#endif
