@@ -197,6 +197,50 @@ static const loom_tool *offered_tool(const loom_run *run, const char *name)
     return NULL;
 }
 
+/*
+ * Copies history into run->all, answering any tool call that has no
+ * result (a turn cancelled mid-tools, stored as it was): providers refuse
+ * an assistant tool call that is not followed by its result.
+ */
+static int add_history(loom_run *run, const loom_messages *history)
+{
+    const loom_message *h = history->items;
+    size_t n = history->len;
+
+    for (size_t i = 0; i < n; i++) {
+        int rc = loom_messages_append(
+            &run->all, &(loom_messages){(loom_message *)&h[i], 1, 1});
+        size_t end = i + 1;
+        if (rc)
+            return rc;
+        if (h[i].role != LOOM_ROLE_ASSISTANT || !h[i].tool_calls_len)
+            continue;
+        while (end < n && h[end].role == LOOM_ROLE_TOOL)
+            end++;
+        /* The results that are there come first, as they were. */
+        for (size_t j = i + 1; j < end; j++)
+            if ((rc = loom_messages_append(
+                     &run->all,
+                     &(loom_messages){(loom_message *)&h[j], 1, 1})) != 0)
+                return rc;
+        for (size_t c = 0; c < h[i].tool_calls_len; c++) {
+            const loom_tool_call *call = &h[i].tool_calls[c];
+            int found = 0;
+            for (size_t j = i + 1; j < end && !found; j++)
+                found = h[j].tool_call_id && call->id &&
+                        strcmp(h[j].tool_call_id, call->id) == 0;
+            if (!found &&
+                (rc = loom_messages_add_tool_result(
+                     &run->all, call->id ? call->id : "", call->name,
+                     "Error: this tool call was interrupted before it "
+                     "returned a result.")) != 0)
+                return rc;
+        }
+        i = end - 1;
+    }
+    return 0;
+}
+
 int loom_run_new(loom_run **out, const loom_run_options *opts,
                  const loom_messages *history)
 {
@@ -250,7 +294,7 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
         (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
                                 opts->system_prompt)) != 0)
         goto fail;
-    if ((rc = loom_messages_append(&run->all, history)) != 0)
+    if ((rc = add_history(run, history)) != 0)
         goto fail;
     *out = run;
     return 0;

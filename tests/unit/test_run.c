@@ -861,6 +861,36 @@ static void test_recorder(void **state)
     harness_free(&h);
 }
 
+static void test_history_with_unanswered_calls(void **state)
+{
+    static const mock_answer a[] = {{.text = "ok"}};
+    static const loom_tool_call calls[] = {{"k1", "echo", "{}"},
+                                           {"k2", "echo", "{}"}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    loom_messages hist = {0};
+    mock_provider mock;
+    loom_run *run;
+    (void)state;
+
+    /* A stored cancelled turn: two calls, only the first answered. */
+    mock_init(&mock, a, 1);
+    ro.provider = &mock.base;
+    ro.upstream_model = "m";
+    assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "q1"), 0);
+    assert_int_equal(
+        loom_messages_add_assistant(&hist, NULL, NULL, calls, 2), 0);
+    assert_int_equal(
+        loom_messages_add_tool_result(&hist, "k1", "echo", "r1"), 0);
+    assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "q2"), 0);
+    assert_int_equal(loom_run_new(&run, &ro, &hist), 0);
+    assert_int_equal(loom_run_execute(run), 0);
+    /* The model saw every call answered, in order, before "q2". */
+    assert_string_equal(mock.seen[0].all_roles, "uattu");
+    loom_run_free(run);
+    loom_messages_free(&hist);
+    mock_clear(&mock);
+}
+
 static void test_bad_options(void **state)
 {
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
@@ -897,6 +927,7 @@ int main(void)
         cmocka_unit_test(test_missing_call_ids_are_filled),
         cmocka_unit_test(test_client_tools_end_the_run),
         cmocka_unit_test(test_recorder),
+        cmocka_unit_test(test_history_with_unanswered_calls),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
