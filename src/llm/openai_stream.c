@@ -171,14 +171,28 @@ static const char *str_of(const json_t *o, const char *key)
     return json_string_value(json_object_get(o, key));
 }
 
+/* Token counts beyond this are nonsense from a broken server; clamping
+ * keeps sums of them (usage totals over a run) from overflowing. */
+#define MAX_TOKEN_COUNT 1000000000000L
+
+/* A non-negative count from o[key], clamped; 0 when absent or not a
+ * number. */
 static long num_of(const json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
+    double r;
 
-    if (json_is_integer(v))
-        return (long)json_integer_value(v);
-    if (json_is_real(v))
-        return (long)json_real_value(v);
+    if (json_is_integer(v)) {
+        json_int_t i = json_integer_value(v);
+        return i < 0 ? 0 : i > MAX_TOKEN_COUNT ? MAX_TOKEN_COUNT : (long)i;
+    }
+    if (json_is_real(v)) {
+        r = json_real_value(v);
+        /* NaN fails both comparisons and lands on 0. */
+        return r >= 1.0 ? r < (double)MAX_TOKEN_COUNT ? (long)r
+                                                       : MAX_TOKEN_COUNT
+                        : 0;
+    }
     return 0;
 }
 
