@@ -34,7 +34,8 @@ int loom_buf_puts(loom_buf *b, const char *s);
 int loom_buf_putc(loom_buf *b, char c);
 int loom_buf_printf(loom_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-int loom_buf_vprintf(loom_buf *b, const char *fmt, va_list ap);
+int loom_buf_vprintf(loom_buf *b, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 /* Content as a string: "" for an empty buffer, never NULL. */
 const char *loom_buf_cstr(const loom_buf *b);
 /* Empties the buffer and keeps its memory. */

@@ -1,0 +1,1018 @@
+/*
+ * Unit tests of the small core modules every other layer stands on:
+ * limited buffers (core/buf.c), the per-thread error state (core/error.c),
+ * logging (core/log.c, written to an open_memstream FILE and read back)
+ * and the owned message structures of the model interface
+ * (llm/message.c). Limits are crossed by a byte; copies are checked to be
+ * deep by changing or freeing the source and reading the copy under ASan.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "core/error.h"
+#include "loom/buf.h"
+#include "loom/llm.h"
+#include "loom/log.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- buf -------------------------------------------------------------- */
+
+/* A snapshot of a buffer, to check that a failed write changed nothing. */
+typedef struct {
+    char *ptr;
+    size_t len, cap, max;
+    char content[64];
+} buf_snap;
+
+static void snap(buf_snap *s, const loom_buf *b)
+{
+    s->ptr = b->ptr;
+    s->len = b->len;
+    s->cap = b->cap;
+    s->max = b->max;
+    assert_true(b->len < sizeof(s->content));
+    memcpy(s->content, loom_buf_cstr(b), b->len + 1);
+}
+
+static void assert_unchanged(const buf_snap *s, const loom_buf *b)
+{
+    assert_ptr_equal(b->ptr, s->ptr);
+    assert_int_equal(b->len, s->len);
+    assert_int_equal(b->cap, s->cap);
+    assert_int_equal(b->max, s->max);
+    assert_memory_equal(loom_buf_cstr(b), s->content, s->len + 1);
+}
+
+static void test_buf_put_to_the_limit(void **state)
+{
+    loom_buf b = LOOM_BUF_INIT(8);
+    buf_snap s;
+
+    (void)state;
+    assert_int_equal(loom_buf_put(&b, "abcde", 5), 0);
+    assert_int_equal(loom_buf_put(&b, "fgh", 3), 0); /* exactly 8 */
+    assert_int_equal(b.len, 8);
+    assert_string_equal(loom_buf_cstr(&b), "abcdefgh");
+    /* A limited buffer never holds much more than its limit. */
+    assert_true(b.cap <= b.max + 1);
+
+    snap(&s, &b);
+    loom_error_clear();
+    assert_int_equal(loom_buf_put(&b, "i", 1), LOOM_ETOOLARGE);
+    assert_int_equal(loom_error_last_code(), LOOM_ETOOLARGE);
+    assert_non_null(strstr(loom_error_last(), "8"));
+    assert_unchanged(&s, &b);
+    assert_int_equal(loom_buf_puts(&b, "x"), LOOM_ETOOLARGE);
+    assert_unchanged(&s, &b);
+    assert_int_equal(loom_buf_putc(&b, 'x'), LOOM_ETOOLARGE);
+    assert_unchanged(&s, &b);
+    assert_int_equal(loom_buf_printf(&b, "%d", 7), LOOM_ETOOLARGE);
+    assert_unchanged(&s, &b);
+    /* Nothing more always fits. */
+    assert_int_equal(loom_buf_put(&b, "", 0), 0);
+    assert_int_equal(loom_buf_puts(&b, ""), 0);
+    assert_unchanged(&s, &b);
+    loom_buf_free(&b);
+    assert_null(b.ptr);
+    assert_int_equal(b.len, 0);
+}
+
+static void test_buf_put_past_the_limit_when_partly_full(void **state)
+{
+    loom_buf b;
+    buf_snap s;
+
+    (void)state;
+    loom_buf_init(&b, 10);
+    assert_int_equal(loom_buf_puts(&b, "0123456"), 0);
+    snap(&s, &b);
+    /* 7 + 4 = 11: one byte too many, and nothing of it is kept. */
+    assert_int_equal(loom_buf_put(&b, "789A", 4), LOOM_ETOOLARGE);
+    assert_unchanged(&s, &b);
+    assert_int_equal(loom_buf_printf(&b, "%s", "789A"), LOOM_ETOOLARGE);
+    assert_unchanged(&s, &b);
+    /* A huge length must not wrap around the limit check. */
+    assert_int_equal(loom_buf_put(&b, "x", (size_t)-1), LOOM_ETOOLARGE);
+    assert_unchanged(&s, &b);
+    assert_int_equal(loom_buf_printf(&b, "%s", "789"), 0);
+    assert_string_equal(loom_buf_cstr(&b), "0123456789");
+    loom_buf_free(&b);
+}
+
+static void test_buf_zero_limit(void **state)
+{
+    loom_buf b = LOOM_BUF_INIT(0);
+
+    (void)state;
+    assert_int_equal(loom_buf_putc(&b, 'a'), LOOM_ETOOLARGE);
+    assert_null(b.ptr);
+    assert_int_equal(b.len, 0);
+    assert_string_equal(loom_buf_cstr(&b), "");
+    loom_buf_free(&b);
+}
+
+static void test_buf_printf_grows(void **state)
+{
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    char expect[32];
+
+    (void)state;
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(loom_buf_printf(&b, "%04d,", i), 0);
+    assert_int_equal(b.len, 5000);
+    assert_int_equal(strlen(loom_buf_cstr(&b)), 5000);
+    assert_memory_equal(b.ptr, "0000,0001,", 10);
+    snprintf(expect, sizeof(expect), "%04d,", 999);
+    assert_string_equal(b.ptr + 4995, expect);
+    assert_true(b.cap > b.len);
+    loom_buf_free(&b);
+}
+
+static void test_buf_byte_at_a_time_to_limit(void **state)
+{
+    loom_buf b = LOOM_BUF_INIT(100);
+
+    (void)state;
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(loom_buf_putc(&b, (char)('a' + i % 26)), 0);
+    assert_int_equal(b.len, 100);
+    assert_true(b.cap <= 101);
+    assert_int_equal(loom_buf_putc(&b, 'z'), LOOM_ETOOLARGE);
+    assert_int_equal(b.len, 100);
+    assert_int_equal(b.ptr[100], '\0');
+    loom_buf_free(&b);
+}
+
+static void test_buf_binary_content(void **state)
+{
+    loom_buf b = LOOM_BUF_INIT(16);
+
+    (void)state;
+    assert_int_equal(loom_buf_put(&b, "a\0b", 3), 0);
+    assert_int_equal(b.len, 3);
+    assert_memory_equal(b.ptr, "a\0b\0", 4);
+    loom_buf_free(&b);
+}
+
+static void test_buf_consume(void **state)
+{
+    loom_buf b = LOOM_BUF_INIT(64);
+
+    (void)state;
+    loom_buf_consume(&b, 0); /* empty, never written */
+    loom_buf_consume(&b, 5);
+    assert_null(b.ptr);
+    assert_string_equal(loom_buf_cstr(&b), "");
+
+    assert_int_equal(loom_buf_puts(&b, "hello world"), 0);
+    loom_buf_consume(&b, 0);
+    assert_string_equal(loom_buf_cstr(&b), "hello world");
+    loom_buf_consume(&b, 6);
+    assert_int_equal(b.len, 5);
+    assert_string_equal(loom_buf_cstr(&b), "world");
+    loom_buf_consume(&b, 5); /* exactly all */
+    assert_int_equal(b.len, 0);
+    assert_string_equal(loom_buf_cstr(&b), "");
+    assert_int_equal(loom_buf_puts(&b, "abc"), 0);
+    loom_buf_consume(&b, 100); /* more than all */
+    assert_int_equal(b.len, 0);
+    assert_string_equal(loom_buf_cstr(&b), "");
+    /* Room freed by consume can be used again up to the limit. */
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(loom_buf_putc(&b, 'x'), 0);
+    assert_int_equal(loom_buf_putc(&b, 'x'), LOOM_ETOOLARGE);
+    loom_buf_consume(&b, 1);
+    assert_int_equal(loom_buf_putc(&b, 'y'), 0);
+    assert_int_equal(b.ptr[63], 'y');
+    loom_buf_free(&b);
+}
+
+static void test_buf_clear_keeps_memory(void **state)
+{
+    loom_buf b = LOOM_BUF_INIT(64);
+    char *p;
+    size_t cap;
+
+    (void)state;
+    loom_buf_clear(&b); /* never written */
+    assert_null(b.ptr);
+    assert_string_equal(loom_buf_cstr(&b), "");
+
+    assert_int_equal(loom_buf_puts(&b, "something"), 0);
+    p = b.ptr;
+    cap = b.cap;
+    loom_buf_clear(&b);
+    assert_ptr_equal(b.ptr, p);
+    assert_int_equal(b.cap, cap);
+    assert_int_equal(b.len, 0);
+    assert_string_equal(loom_buf_cstr(&b), "");
+    assert_int_equal(loom_buf_puts(&b, "new"), 0);
+    assert_string_equal(loom_buf_cstr(&b), "new");
+    loom_buf_free(&b);
+}
+
+static void test_buf_detach(void **state)
+{
+    loom_buf b = LOOM_BUF_INIT(64);
+    char *s;
+
+    (void)state;
+    /* Empty: a fresh "" the caller frees. */
+    s = loom_buf_detach(&b);
+    assert_non_null(s);
+    assert_string_equal(s, "");
+    free(s);
+    assert_null(b.ptr);
+
+    assert_int_equal(loom_buf_puts(&b, "owned"), 0);
+    s = loom_buf_detach(&b);
+    assert_string_equal(s, "owned");
+    assert_null(b.ptr);
+    assert_int_equal(b.len, 0);
+    assert_int_equal(b.cap, 0);
+    assert_int_equal(b.max, 64);
+    assert_string_equal(loom_buf_cstr(&b), "");
+    /* The buffer is usable again, and independent of the detached text. */
+    assert_int_equal(loom_buf_puts(&b, "again"), 0);
+    assert_string_equal(s, "owned");
+    free(s);
+
+    /* Cleared but allocated: detach gives "" too. */
+    loom_buf_clear(&b);
+    s = loom_buf_detach(&b);
+    assert_string_equal(s, "");
+    free(s);
+    loom_buf_free(&b);
+}
+
+static void test_buf_free_and_reuse(void **state)
+{
+    loom_buf b;
+
+    (void)state;
+    loom_buf_init(&b, 4);
+    loom_buf_free(&b); /* never written */
+    assert_int_equal(loom_buf_puts(&b, "abcd"), 0);
+    loom_buf_free(&b);
+    assert_null(b.ptr);
+    loom_buf_init(&b, 2);
+    assert_int_equal(loom_buf_puts(&b, "abc"), LOOM_ETOOLARGE);
+    assert_int_equal(loom_buf_puts(&b, "ab"), 0);
+    assert_string_equal(loom_buf_cstr(&b), "ab");
+    loom_buf_free(&b);
+}
+
+static int vprintf_helper(loom_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int vprintf_helper(loom_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    rc = loom_buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static void test_buf_vprintf(void **state)
+{
+    loom_buf b = LOOM_BUF_INIT(6);
+
+    (void)state;
+    assert_int_equal(vprintf_helper(&b, "%s=%d", "a", 42), 0);
+    assert_string_equal(loom_buf_cstr(&b), "a=42");
+    assert_int_equal(vprintf_helper(&b, "%s", "xyz"), LOOM_ETOOLARGE);
+    assert_string_equal(loom_buf_cstr(&b), "a=42");
+    assert_int_equal(vprintf_helper(&b, "%c%c", '!', '?'), 0);
+    assert_string_equal(loom_buf_cstr(&b), "a=42!?");
+    loom_buf_free(&b);
+}
+
+/* ---- error ------------------------------------------------------------ */
+
+static void test_error_set_and_clear(void **state)
+{
+    (void)state;
+    loom_error_clear();
+    assert_int_equal(loom_error_last_code(), 0);
+    assert_string_equal(loom_error_last(), "");
+
+    assert_int_equal(loom__error_set(LOOM_ENOTFOUND, "no %s named '%s'",
+                                     "agent", "x"),
+                     LOOM_ENOTFOUND);
+    assert_int_equal(loom_error_last_code(), LOOM_ENOTFOUND);
+    assert_string_equal(loom_error_last(), "no agent named 'x'");
+
+    /* The last error wins. */
+    assert_int_equal(loom__error_oom(), LOOM_ENOMEM);
+    assert_int_equal(loom_error_last_code(), LOOM_ENOMEM);
+    assert_string_equal(loom_error_last(), "out of memory");
+
+    loom_error_clear();
+    assert_int_equal(loom_error_last_code(), 0);
+    assert_string_equal(loom_error_last(), "");
+}
+
+static void test_error_long_message_is_cut(void **state)
+{
+    char *big = malloc(5001);
+    size_t n;
+
+    (void)state;
+    assert_non_null(big);
+    memset(big, 'm', 5000);
+    big[5000] = '\0';
+    assert_int_equal(loom__error_set(LOOM_ERROR, "%s", big), LOOM_ERROR);
+    n = strlen(loom_error_last());
+    assert_true(n > 0 && n < 5000);
+    assert_memory_equal(loom_error_last(), big, n);
+    free(big);
+    loom_error_clear();
+}
+
+static void test_error_names(void **state)
+{
+    static const struct {
+        int code;
+        const char *name;
+    } names[] = {
+        {LOOM_OK, "OK"},           {LOOM_ERROR, "ERROR"},
+        {LOOM_ENOMEM, "ENOMEM"},   {LOOM_ENOTFOUND, "ENOTFOUND"},
+        {LOOM_ETIMEDOUT, "ETIMEDOUT"}, {LOOM_ECANCELED, "ECANCELED"},
+        {LOOM_ETOOLARGE, "ETOOLARGE"}, {LOOM_EUPSTREAM, "EUPSTREAM"},
+        {LOOM_EPROTO, "EPROTO"},   {LOOM_EINVALID, "EINVALID"},
+        {LOOM_EEXISTS, "EEXISTS"}, {LOOM_EIO, "EIO"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        assert_string_equal(loom_error_name(names[i].code), names[i].name);
+    /* Unknown codes still get a name. */
+    assert_non_null(loom_error_name(-1000));
+    assert_non_null(loom_error_name(7));
+}
+
+static void test_version(void **state)
+{
+    unsigned major, minor, patch;
+    char rest;
+
+    (void)state;
+    assert_non_null(loom_version());
+    assert_int_equal(sscanf(loom_version(), "%u.%u.%u%c", &major, &minor,
+                            &patch, &rest),
+                     3);
+}
+
+typedef struct {
+    int code_seen_first; /* what the thread saw before raising its own */
+    char msg_seen_first[64];
+    int code_after;
+    char msg_after[64];
+} thread_report;
+
+static void *error_thread(void *arg)
+{
+    thread_report *r = arg;
+
+    r->code_seen_first = loom_error_last_code();
+    snprintf(r->msg_seen_first, sizeof(r->msg_seen_first), "%s",
+             loom_error_last());
+    loom__error_set(LOOM_ETIMEDOUT, "thread error");
+    r->code_after = loom_error_last_code();
+    snprintf(r->msg_after, sizeof(r->msg_after), "%s", loom_error_last());
+    return NULL;
+}
+
+static void test_error_is_per_thread(void **state)
+{
+    thread_report r;
+    pthread_t t;
+
+    (void)state;
+    memset(&r, 0, sizeof(r));
+    loom__error_set(LOOM_EINVALID, "main error");
+    assert_int_equal(pthread_create(&t, NULL, error_thread, &r), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    /* The thread started clean and did not see ours ... */
+    assert_int_equal(r.code_seen_first, 0);
+    assert_string_equal(r.msg_seen_first, "");
+    assert_int_equal(r.code_after, LOOM_ETIMEDOUT);
+    assert_string_equal(r.msg_after, "thread error");
+    /* ... and we do not see the thread's. */
+    assert_int_equal(loom_error_last_code(), LOOM_EINVALID);
+    assert_string_equal(loom_error_last(), "main error");
+    loom_error_clear();
+}
+
+/* ---- log -------------------------------------------------------------- */
+
+typedef struct {
+    FILE *f;
+    char *data;
+    size_t len;
+} memlog;
+
+static void memlog_open(memlog *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->f = open_memstream(&m->data, &m->len);
+    assert_non_null(m->f);
+}
+
+/* The text written so far (valid until the next write). */
+static const char *memlog_text(memlog *m)
+{
+    assert_int_equal(fflush(m->f), 0);
+    return m->data ? m->data : "";
+}
+
+static void memlog_close(memlog *m)
+{
+    fclose(m->f);
+    free(m->data);
+    memset(m, 0, sizeof(*m));
+}
+
+static size_t count_lines(const char *s)
+{
+    size_t n = 0;
+
+    for (; *s; s++)
+        if (*s == '\n')
+            n++;
+    return n;
+}
+
+static int log_teardown(void **state)
+{
+    (void)state;
+    loom_log_set(NULL, LOOM_LOG_OFF, LOOM_LOG_TEXT);
+    return 0;
+}
+
+/* Runs first of the log tests: nothing has called loom_log_set yet. */
+static void test_log_off_by_default(void **state)
+{
+    (void)state;
+    for (int l = LOOM_LOG_DEBUG; l <= LOOM_LOG_OFF; l++)
+        assert_false(loom_log_enabled((loom_log_level)l));
+    loom_log(LOOM_LOG_ERROR, "goes nowhere %d", 1);
+}
+
+static void test_log_off_writes_nothing(void **state)
+{
+    memlog m;
+
+    (void)state;
+    memlog_open(&m);
+    loom_log_set(m.f, LOOM_LOG_OFF, LOOM_LOG_TEXT);
+    for (int l = LOOM_LOG_DEBUG; l < LOOM_LOG_OFF; l++) {
+        assert_false(loom_log_enabled((loom_log_level)l));
+        loom_log((loom_log_level)l, "hidden");
+    }
+    assert_string_equal(memlog_text(&m), "");
+
+    /* A NULL stream is off whatever the level. */
+    loom_log_set(NULL, LOOM_LOG_DEBUG, LOOM_LOG_TEXT);
+    assert_false(loom_log_enabled(LOOM_LOG_ERROR));
+    loom_log(LOOM_LOG_ERROR, "hidden");
+    assert_string_equal(memlog_text(&m), "");
+    memlog_close(&m);
+}
+
+static void test_log_level_filter(void **state)
+{
+    memlog m;
+    const char *t;
+
+    (void)state;
+    memlog_open(&m);
+    loom_log_set(m.f, LOOM_LOG_WARN, LOOM_LOG_TEXT);
+    assert_false(loom_log_enabled(LOOM_LOG_DEBUG));
+    assert_false(loom_log_enabled(LOOM_LOG_INFO));
+    assert_true(loom_log_enabled(LOOM_LOG_WARN));
+    assert_true(loom_log_enabled(LOOM_LOG_ERROR));
+    assert_false(loom_log_enabled(LOOM_LOG_OFF));
+    loom_debug("d-record");
+    loom_info("i-record");
+    loom_warn("w-record");
+    loom_log(LOOM_LOG_ERROR, "e-record");
+    t = memlog_text(&m);
+    assert_int_equal(count_lines(t), 2);
+    assert_null(strstr(t, "d-record"));
+    assert_null(strstr(t, "i-record"));
+    assert_non_null(strstr(t, "w-record"));
+    assert_non_null(strstr(t, "e-record"));
+    assert_true(strstr(t, "w-record") < strstr(t, "e-record"));
+
+    loom_log_set(m.f, LOOM_LOG_DEBUG, LOOM_LOG_TEXT);
+    assert_true(loom_log_enabled(LOOM_LOG_DEBUG));
+    loom_debug("d2-record");
+    t = memlog_text(&m);
+    assert_int_equal(count_lines(t), 3);
+    assert_non_null(strstr(t, "d2-record"));
+    memlog_close(&m);
+}
+
+static void test_log_text_format(void **state)
+{
+    static const char *const levels[] = {"debug", "info", "warn", "error"};
+    memlog m;
+    regex_t re;
+    const char *t;
+    char *copy, *line, *save = NULL;
+    int i = 0;
+
+    (void)state;
+    assert_int_equal(
+        regcomp(&re,
+                "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
+                "\\.[0-9]{3}Z (debug|info |warn |error) msg [0-9]+ x$",
+                REG_EXTENDED | REG_NOSUB),
+        0);
+    memlog_open(&m);
+    loom_log_set(m.f, LOOM_LOG_DEBUG, LOOM_LOG_TEXT);
+    for (int l = LOOM_LOG_DEBUG; l < LOOM_LOG_OFF; l++)
+        loom_log((loom_log_level)l, "msg %d %s", l, "x");
+    t = memlog_text(&m);
+    assert_int_equal(count_lines(t), 4);
+    assert_int_equal(t[strlen(t) - 1], '\n');
+    copy = strdup(t);
+    assert_non_null(copy);
+    for (line = strtok_r(copy, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save), i++) {
+        if (regexec(&re, line, 0, NULL, 0) != 0)
+            fail_msg("bad log line: '%s'", line);
+        assert_non_null(strstr(line, levels[i]));
+    }
+    assert_int_equal(i, 4);
+    free(copy);
+    regfree(&re);
+    memlog_close(&m);
+}
+
+static void test_log_json_format(void **state)
+{
+    static const char *const levels[] = {"debug", "info", "warn", "error"};
+    memlog m;
+    regex_t re;
+    const char *t;
+    char *copy, *line, *save = NULL;
+    int i = 0;
+
+    (void)state;
+    assert_int_equal(regcomp(&re,
+                             "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:"
+                             "[0-9]{2}\\.[0-9]{3}Z$",
+                             REG_EXTENDED | REG_NOSUB),
+                     0);
+    memlog_open(&m);
+    loom_log_set(m.f, LOOM_LOG_DEBUG, LOOM_LOG_JSON);
+    /* Quotes, backslashes and a newline must stay inside one JSON line. */
+    for (int l = LOOM_LOG_DEBUG; l < LOOM_LOG_OFF; l++)
+        loom_log((loom_log_level)l, "say \"%d\"\\\nnext", l);
+    t = memlog_text(&m);
+    assert_int_equal(count_lines(t), 4);
+    copy = strdup(t);
+    assert_non_null(copy);
+    for (line = strtok_r(copy, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save), i++) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        char expect[64];
+
+        if (!o)
+            fail_msg("not JSON (%s): '%s'", je.text, line);
+        assert_true(json_is_object(o));
+        assert_int_equal(json_object_size(o), 3);
+        assert_string_equal(json_string_value(json_object_get(o, "level")),
+                            levels[i]);
+        snprintf(expect, sizeof(expect), "say \"%d\"\\\nnext", i);
+        assert_string_equal(json_string_value(json_object_get(o, "msg")),
+                            expect);
+        assert_non_null(json_string_value(json_object_get(o, "ts")));
+        assert_int_equal(
+            regexec(&re, json_string_value(json_object_get(o, "ts")), 0,
+                    NULL, 0),
+            0);
+        json_decref(o);
+    }
+    assert_int_equal(i, 4);
+    free(copy);
+    regfree(&re);
+    memlog_close(&m);
+}
+
+static void test_log_long_message(void **state)
+{
+    char *big = malloc(10001);
+    memlog m;
+    const char *t, *msg;
+    json_t *o;
+
+    (void)state;
+    assert_non_null(big);
+    memset(big, 'q', 10000);
+    big[10000] = '\0';
+    memlog_open(&m);
+    loom_log_set(m.f, LOOM_LOG_INFO, LOOM_LOG_JSON);
+    loom_info("%s", big);
+    t = memlog_text(&m);
+    /* Still exactly one well-formed record, with a prefix of the text. */
+    assert_int_equal(count_lines(t), 1);
+    o = json_loads(t, JSON_DISABLE_EOF_CHECK, NULL);
+    assert_non_null(o);
+    msg = json_string_value(json_object_get(o, "msg"));
+    assert_non_null(msg);
+    assert_true(strlen(msg) > 0 && strlen(msg) <= 10000);
+    assert_memory_equal(msg, big, strlen(msg));
+    json_decref(o);
+    memlog_close(&m);
+    free(big);
+}
+
+#define LOG_THREADS 4
+#define LOG_LINES 200
+
+static void *log_thread(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+
+    for (int i = 0; i < LOG_LINES; i++)
+        loom_info("thread %d line %d %s", id, i,
+                  "padding-padding-padding-padding-padding-padding");
+    return NULL;
+}
+
+/* Records from concurrent threads never interleave inside a line. */
+static void test_log_threads_whole_lines(void **state)
+{
+    pthread_t t[LOG_THREADS];
+    memlog m;
+    char *copy, *line, *save = NULL;
+    int n = 0;
+
+    (void)state;
+    memlog_open(&m);
+    loom_log_set(m.f, LOOM_LOG_INFO, LOOM_LOG_JSON);
+    for (int i = 0; i < LOG_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, log_thread,
+                                        (void *)(intptr_t)i),
+                         0);
+    for (int i = 0; i < LOG_THREADS; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    copy = strdup(memlog_text(&m));
+    assert_non_null(copy);
+    for (line = strtok_r(copy, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save), n++) {
+        json_t *o = json_loads(line, 0, NULL);
+        if (!o)
+            fail_msg("torn line: '%s'", line);
+        json_decref(o);
+    }
+    assert_int_equal(n, LOG_THREADS * LOG_LINES);
+    free(copy);
+    memlog_close(&m);
+}
+
+static void test_log_level_parse(void **state)
+{
+    (void)state;
+    assert_int_equal(loom_log_level_parse("debug"), LOOM_LOG_DEBUG);
+    assert_int_equal(loom_log_level_parse("info"), LOOM_LOG_INFO);
+    assert_int_equal(loom_log_level_parse("warn"), LOOM_LOG_WARN);
+    assert_int_equal(loom_log_level_parse("error"), LOOM_LOG_ERROR);
+    assert_int_equal(loom_log_level_parse("off"), LOOM_LOG_OFF);
+    assert_int_equal(loom_log_level_parse("verbose"), -1);
+    assert_int_equal(loom_log_level_parse(""), -1);
+    assert_int_equal(loom_log_level_parse("infox"), -1);
+    assert_int_equal(loom_log_level_parse("inf"), -1);
+}
+
+/* ---- messages --------------------------------------------------------- */
+
+static void test_messages_add_copies(void **state)
+{
+    loom_messages m = {0};
+    char text[] = "hello";
+
+    (void)state;
+    assert_int_equal(loom_messages_add(&m, LOOM_ROLE_SYSTEM, "be brief"), 0);
+    assert_int_equal(loom_messages_add(&m, LOOM_ROLE_USER, text), 0);
+    assert_int_equal(loom_messages_add(&m, LOOM_ROLE_ASSISTANT, NULL), 0);
+    text[0] = 'J'; /* the message keeps its own copy */
+    assert_int_equal(m.len, 3);
+    assert_int_equal(m.items[0].role, LOOM_ROLE_SYSTEM);
+    assert_string_equal(m.items[0].content, "be brief");
+    assert_int_equal(m.items[1].role, LOOM_ROLE_USER);
+    assert_string_equal(m.items[1].content, "hello");
+    assert_ptr_not_equal(m.items[1].content, text);
+    assert_null(m.items[2].content);
+    assert_null(m.items[1].reasoning);
+    assert_null(m.items[1].tool_calls);
+    assert_int_equal(m.items[1].tool_calls_len, 0);
+    assert_null(m.items[1].tool_call_id);
+    assert_null(m.items[1].name);
+    loom_messages_free(&m);
+    assert_null(m.items);
+    assert_int_equal(m.len, 0);
+    assert_int_equal(m.cap, 0);
+    loom_messages_free(&m); /* twice is fine */
+}
+
+static void test_messages_add_tool_result(void **state)
+{
+    loom_messages m = {0};
+    char id[] = "call_1", name[] = "get_time", content[] = "12:00";
+
+    (void)state;
+    assert_int_equal(loom_messages_add_tool_result(&m, id, name, content), 0);
+    memset(id, 'x', sizeof(id) - 1);
+    memset(name, 'x', sizeof(name) - 1);
+    memset(content, 'x', sizeof(content) - 1);
+    assert_int_equal(m.len, 1);
+    assert_int_equal(m.items[0].role, LOOM_ROLE_TOOL);
+    assert_string_equal(m.items[0].tool_call_id, "call_1");
+    assert_string_equal(m.items[0].name, "get_time");
+    assert_string_equal(m.items[0].content, "12:00");
+    loom_messages_free(&m);
+}
+
+static void test_messages_add_assistant(void **state)
+{
+    loom_messages m = {0};
+    loom_tool_call calls[2];
+    const loom_message *a;
+
+    (void)state;
+    calls[0].id = strdup("call_a");
+    calls[0].name = strdup("get_time");
+    calls[0].arguments = strdup("{\"tz\":\"UTC\"}");
+    calls[1].id = strdup("call_b");
+    calls[1].name = strdup("echo");
+    calls[1].arguments = strdup("{}");
+    assert_int_equal(loom_messages_add_assistant(&m, "text", "thinking",
+                                                 calls, 2),
+                     0);
+    /* The caller's calls are still its own: free them now. */
+    loom_tool_call_clear(&calls[0]);
+    loom_tool_call_clear(&calls[1]);
+    assert_null(calls[0].id);
+
+    a = &m.items[0];
+    assert_int_equal(a->role, LOOM_ROLE_ASSISTANT);
+    assert_string_equal(a->content, "text");
+    assert_string_equal(a->reasoning, "thinking");
+    assert_int_equal(a->tool_calls_len, 2);
+    assert_string_equal(a->tool_calls[0].id, "call_a");
+    assert_string_equal(a->tool_calls[0].name, "get_time");
+    assert_string_equal(a->tool_calls[0].arguments, "{\"tz\":\"UTC\"}");
+    assert_string_equal(a->tool_calls[1].id, "call_b");
+    assert_string_equal(a->tool_calls[1].name, "echo");
+    assert_string_equal(a->tool_calls[1].arguments, "{}");
+
+    /* Only tool calls, no text. */
+    assert_int_equal(loom_messages_add_assistant(&m, NULL, NULL, NULL, 0), 0);
+    assert_null(m.items[1].content);
+    assert_null(m.items[1].reasoning);
+    assert_null(m.items[1].tool_calls);
+    assert_int_equal(m.items[1].tool_calls_len, 0);
+
+    loom_message_clear(&m.items[1]);
+    assert_null(m.items[1].content);
+    assert_int_equal(m.items[1].tool_calls_len, 0);
+    loom_messages_free(&m);
+}
+
+static void test_messages_append_deep(void **state)
+{
+    loom_messages src = {0}, dst = {0};
+    loom_tool_call call = {"c1", "f", "{\"a\":1}"};
+    char buf[32];
+
+    (void)state;
+    /* Past the first allocation, so the list has to grow. */
+    for (int i = 0; i < 20; i++) {
+        snprintf(buf, sizeof(buf), "m%d", i);
+        assert_int_equal(loom_messages_add(&src, LOOM_ROLE_USER, buf), 0);
+    }
+    assert_int_equal(loom_messages_add_assistant(&src, "a", "r", &call, 1),
+                     0);
+    assert_int_equal(loom_messages_add_tool_result(&src, "c1", "f", "ok"), 0);
+    assert_int_equal(loom_messages_add(&dst, LOOM_ROLE_SYSTEM, "first"), 0);
+
+    assert_int_equal(loom_messages_append(&dst, &src), 0);
+    assert_int_equal(dst.len, 23);
+    assert_true(dst.cap >= dst.len);
+    /* Freed first: dst must not share a byte with it (ASan checks). */
+    loom_messages_free(&src);
+    assert_string_equal(dst.items[0].content, "first");
+    for (int i = 0; i < 20; i++) {
+        snprintf(buf, sizeof(buf), "m%d", i);
+        assert_string_equal(dst.items[1 + i].content, buf);
+        assert_int_equal(dst.items[1 + i].role, LOOM_ROLE_USER);
+    }
+    assert_int_equal(dst.items[21].role, LOOM_ROLE_ASSISTANT);
+    assert_string_equal(dst.items[21].reasoning, "r");
+    assert_int_equal(dst.items[21].tool_calls_len, 1);
+    assert_string_equal(dst.items[21].tool_calls[0].id, "c1");
+    assert_string_equal(dst.items[21].tool_calls[0].arguments, "{\"a\":1}");
+    assert_int_equal(dst.items[22].role, LOOM_ROLE_TOOL);
+    assert_string_equal(dst.items[22].tool_call_id, "c1");
+    assert_string_equal(dst.items[22].name, "f");
+
+    /* Appending an empty list changes nothing. */
+    assert_int_equal(loom_messages_append(&dst, &src), 0);
+    assert_int_equal(dst.len, 23);
+    loom_messages_free(&dst);
+}
+
+static void test_usage_add(void **state)
+{
+    loom_usage a = {1, 2, 3, 4, 5};
+    loom_usage b = {10, 20, 30, 40, 50};
+    loom_usage zero = {0};
+
+    (void)state;
+    loom_usage_add(&a, &b);
+    assert_int_equal(a.prompt_tokens, 11);
+    assert_int_equal(a.completion_tokens, 22);
+    assert_int_equal(a.cached_tokens, 33);
+    assert_int_equal(a.reasoning_tokens, 44);
+    assert_int_equal(a.total_tokens, 55);
+    loom_usage_add(&a, &zero);
+    assert_int_equal(a.total_tokens, 55);
+    assert_int_equal(b.prompt_tokens, 10); /* b untouched */
+}
+
+static void test_llm_response_clear(void **state)
+{
+    loom_llm_response r;
+    static const loom_llm_response zero;
+
+    (void)state;
+    memset(&r, 0, sizeof(r));
+    loom_llm_response_clear(&r); /* empty is fine */
+    assert_memory_equal(&r, &zero, sizeof(r));
+
+    r.text = strdup("t");
+    r.reasoning = strdup("r");
+    r.tool_calls = calloc(2, sizeof(*r.tool_calls));
+    assert_non_null(r.tool_calls);
+    r.tool_calls_len = 2;
+    r.tool_calls[0].id = strdup("i");
+    r.tool_calls[0].name = strdup("n");
+    r.tool_calls[0].arguments = strdup("{}");
+    r.tool_calls[1].name = strdup("m");
+    r.usage.total_tokens = 9;
+    r.finish_reason = strdup("stop");
+    r.response_id = strdup("resp");
+    r.output_started = 1;
+    r.error.kind = LOOM_UPSTREAM_SERVER;
+    r.error.http_status = 500;
+    r.error.type = strdup("server_error");
+    r.error.message = strdup("boom");
+    r.error.request_id = strdup("req");
+    r.error.attempts = 3;
+    /* Everything is freed (ASan reports a leak otherwise) and zeroed. */
+    loom_llm_response_clear(&r);
+    assert_memory_equal(&r, &zero, sizeof(r));
+}
+
+static void test_role_names(void **state)
+{
+    (void)state;
+    assert_string_equal(loom_role_name(LOOM_ROLE_SYSTEM), "system");
+    assert_string_equal(loom_role_name(LOOM_ROLE_USER), "user");
+    assert_string_equal(loom_role_name(LOOM_ROLE_ASSISTANT), "assistant");
+    assert_string_equal(loom_role_name(LOOM_ROLE_TOOL), "tool");
+    assert_non_null(loom_role_name((loom_role)99));
+}
+
+static void test_upstream_kind_names(void **state)
+{
+    const char *names[LOOM_UPSTREAM_PROTOCOL + 1];
+
+    (void)state;
+    assert_string_equal(loom_upstream_kind_name(LOOM_UPSTREAM_NONE), "none");
+    assert_string_equal(loom_upstream_kind_name(LOOM_UPSTREAM_RATE_LIMIT),
+                        "rate_limit");
+    assert_string_equal(loom_upstream_kind_name(LOOM_UPSTREAM_SERVER),
+                        "server");
+    assert_string_equal(loom_upstream_kind_name(LOOM_UPSTREAM_TIMEOUT),
+                        "timeout");
+    assert_string_equal(loom_upstream_kind_name(LOOM_UPSTREAM_PROTOCOL),
+                        "protocol");
+    /* Every kind has its own non-empty name. */
+    for (int k = 0; k <= LOOM_UPSTREAM_PROTOCOL; k++) {
+        names[k] = loom_upstream_kind_name((loom_upstream_kind)k);
+        assert_non_null(names[k]);
+        assert_true(names[k][0] != '\0');
+        for (int j = 0; j < k; j++)
+            assert_string_not_equal(names[j], names[k]);
+    }
+    assert_non_null(loom_upstream_kind_name((loom_upstream_kind)1000));
+}
+
+static void test_provider_new_unknown_kind(void **state)
+{
+    loom_provider_config cfg;
+    loom_provider *p = (loom_provider *)&cfg; /* must be reset to NULL */
+
+    (void)state;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.name = "claude";
+    cfg.kind = "anthropic-native";
+    cfg.base_url = "http://127.0.0.1:1/v1";
+    cfg.headers = json_object();
+    assert_non_null(cfg.headers);
+    loom_error_clear();
+    assert_int_equal(loom_provider_new(&p, &cfg), LOOM_EINVALID);
+    assert_null(p);
+    assert_int_equal(loom_error_last_code(), LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "anthropic-native"));
+    json_decref(cfg.headers);
+    loom_provider_free(NULL);
+}
+
+static void test_provider_new_openai(void **state)
+{
+    loom_provider_config cfg;
+    loom_provider *p = NULL;
+
+    (void)state;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.name = "local";
+    cfg.kind = "openai";
+    cfg.base_url = "http://127.0.0.1:1/v1";
+    cfg.headers = json_object();
+    assert_non_null(cfg.headers);
+    assert_int_equal(loom_provider_new(&p, &cfg), 0);
+    assert_non_null(p);
+    assert_non_null(p->vt);
+    assert_non_null(p->vt->complete);
+    assert_string_equal(p->name, "local");
+    loom_provider_free(p);
+    json_decref(cfg.headers);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        /* First, before any test turns logging on. */
+        cmocka_unit_test_teardown(test_log_off_by_default, log_teardown),
+
+        cmocka_unit_test(test_buf_put_to_the_limit),
+        cmocka_unit_test(test_buf_put_past_the_limit_when_partly_full),
+        cmocka_unit_test(test_buf_zero_limit),
+        cmocka_unit_test(test_buf_printf_grows),
+        cmocka_unit_test(test_buf_byte_at_a_time_to_limit),
+        cmocka_unit_test(test_buf_binary_content),
+        cmocka_unit_test(test_buf_consume),
+        cmocka_unit_test(test_buf_clear_keeps_memory),
+        cmocka_unit_test(test_buf_detach),
+        cmocka_unit_test(test_buf_free_and_reuse),
+        cmocka_unit_test(test_buf_vprintf),
+
+        cmocka_unit_test(test_error_set_and_clear),
+        cmocka_unit_test(test_error_long_message_is_cut),
+        cmocka_unit_test(test_error_names),
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_error_is_per_thread),
+
+        cmocka_unit_test_teardown(test_log_off_writes_nothing, log_teardown),
+        cmocka_unit_test_teardown(test_log_level_filter, log_teardown),
+        cmocka_unit_test_teardown(test_log_text_format, log_teardown),
+        cmocka_unit_test_teardown(test_log_json_format, log_teardown),
+        cmocka_unit_test_teardown(test_log_long_message, log_teardown),
+        cmocka_unit_test_teardown(test_log_threads_whole_lines,
+                                  log_teardown),
+        cmocka_unit_test(test_log_level_parse),
+
+        cmocka_unit_test(test_messages_add_copies),
+        cmocka_unit_test(test_messages_add_tool_result),
+        cmocka_unit_test(test_messages_add_assistant),
+        cmocka_unit_test(test_messages_append_deep),
+        cmocka_unit_test(test_usage_add),
+        cmocka_unit_test(test_llm_response_clear),
+        cmocka_unit_test(test_role_names),
+        cmocka_unit_test(test_upstream_kind_names),
+        cmocka_unit_test(test_provider_new_unknown_kind),
+        cmocka_unit_test(test_provider_new_openai),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
