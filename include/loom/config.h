@@ -44,6 +44,7 @@
  *   default_agent: helper
  *   tools:
  *     get_time: {default_timezone: UTC}   # free-form settings per tool
+ *   server: {listen: 127.0.0.1:8080, db: ./data/loom.db}  # see below
  */
 #ifndef LOOM_CONFIG_H
 #define LOOM_CONFIG_H
@@ -102,6 +103,37 @@ typedef struct {
     int tool_concurrency;    /* default 8 */
 } loom_agent_config;
 
+/*
+ * The `server:` section (loom serve; see docs/server.md):
+ *
+ *   server:
+ *     listen: 127.0.0.1:8080      # HOST:PORT (port 0: any free port)
+ *     db: ./data/loom.db          # the store
+ *     max_body_bytes: 4194304     # request bodies; larger ones get 413
+ *     max_concurrent_runs: 64     # more get 503 with Retry-After
+ *     max_connections: 1024       # open client connections at once
+ *     keepalive_ms: 15000         # SSE ": keep-alive" comment when idle
+ *     read_timeout_ms: 30000      # a silent client is cut (whole seconds)
+ *     shutdown_grace_ms: 10000    # runs may finish this long on SIGTERM
+ *     keep_finished_runs: 1000    # ended runs kept in memory for GET
+ *     max_run_events_bytes: 67108864 # one run's event log in memory
+ */
+typedef struct {
+    char *listen;              /* "HOST:PORT", default 127.0.0.1:8080 */
+    char *db;                  /* store location, default ./data/loom.db */
+    long max_body_bytes;       /* default 4 MiB */
+    int max_concurrent_runs;   /* default 64 */
+    int max_connections;       /* default 1024 */
+    long keepalive_ms;         /* default 15000 */
+    long read_timeout_ms;      /* default 30000 */
+    long shutdown_grace_ms;    /* default 10000 */
+    int keep_finished_runs;    /* default 1000 */
+    long max_run_events_bytes; /* default 64 MiB */
+} loom_server_config;
+
+#define LOOM_SERVER_DEFAULT_LISTEN "127.0.0.1:8080"
+#define LOOM_SERVER_DEFAULT_DB "./data/loom.db"
+
 typedef struct {
     char *path; /* file it came from, NULL for environment only */
     loom_provider_config *providers;
@@ -114,6 +146,7 @@ typedef struct {
     json_t *tools;       /* object: tool name -> settings object; never NULL */
     char *log_level;     /* may be NULL */
     char *log_format;    /* may be NULL */
+    loom_server_config server; /* defaults unless the file sets them */
 } loom_config;
 
 /* A config from the environment alone (OPENAI_API_KEY, OPENAI_BASE_URL). */

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+int cli_serve(int argc, char **argv); /* serve_cmd.c */
+
 static const char usage[] =
     "usage: loom <command> [options]\n"
     "\n"
@@ -17,6 +19,8 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  run \"question\"       run an agent once and print its answer\n"
+    "  serve                serve the HTTP API (OpenAI-compatible and "
+    "native)\n"
     "  config check FILE    validate a config file without running\n"
     "  version              print loom's version\n"
     "\n"
@@ -43,6 +47,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "run"))
         return cli_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve"))
+        return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "config"))
         return cli_config(argc - 1, argv + 1);
     fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd, usage);

@@ -303,6 +303,8 @@ void loom_config_free(loom_config *cfg)
     free(cfg->path);
     free(cfg->default_agent);
     json_decref(cfg->tools);
+    free(cfg->server.listen);
+    free(cfg->server.db);
     free(cfg->log_level);
     free(cfg->log_format);
     free(cfg);
@@ -382,8 +384,19 @@ static loom_config *config_new(void)
 
     if (!cfg)
         return NULL;
-    if (!(cfg->tools = json_object())) {
-        free(cfg);
+    cfg->server.listen = strdup(LOOM_SERVER_DEFAULT_LISTEN);
+    cfg->server.db = strdup(LOOM_SERVER_DEFAULT_DB);
+    cfg->server.max_body_bytes = 4L << 20;
+    cfg->server.max_concurrent_runs = 64;
+    cfg->server.max_connections = 1024;
+    cfg->server.keepalive_ms = 15000;
+    cfg->server.read_timeout_ms = 30000;
+    cfg->server.shutdown_grace_ms = 10000;
+    cfg->server.keep_finished_runs = 1000;
+    cfg->server.max_run_events_bytes = 64L << 20;
+    if (!(cfg->tools = json_object()) || !cfg->server.listen ||
+        !cfg->server.db) {
+        loom_config_free(cfg);
         return NULL;
     }
     return cfg;

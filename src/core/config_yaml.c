@@ -1183,16 +1183,99 @@ cleanup:
     return rc;
 }
 
+/* "HOST:PORT": a non-empty host without spaces or '/', and a port
+ * 0..65535 ("[::1]:80" keeps its brackets). */
+static int valid_listen(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    char *end;
+    long port;
+
+    if (!colon || colon == s || strpbrk(s, " \t/"))
+        return 0;
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    return colon[1] >= '0' && colon[1] <= '9' && *end == '\0' &&
+           errno == 0 && port >= 0 && port <= 65535;
+}
+
+/*
+ * The server section (loom serve). Each limit has a floor that keeps the
+ * server usable (a 1 KiB body, one run) and a ceiling against typos.
+ */
+static int parse_server(loader *ld, const yaml_node_t *n)
+{
+    static const char *const known[] = {
+        "listen", "db", "max_body_bytes", "max_concurrent_runs",
+        "max_connections", "keepalive_ms", "read_timeout_ms",
+        "shutdown_grace_ms", "keep_finished_runs", "max_run_events_bytes",
+        NULL};
+    enum { LISTEN, DB, BODY, RUNS, CONNS, KEEPALIVE, READ, GRACE, KEEP,
+           EVENTS, NFIELDS };
+    loom_server_config *sc = &ld->cfg->server;
+    yaml_node_t *v[NFIELDS];
+    char tmp[64], *s = NULL;
+    int rc;
+
+    if ((rc = read_fields(ld, n, "server", known, v)) != 0)
+        return rc;
+    if (v[LISTEN]) {
+        if ((rc = get_str(ld, v[LISTEN], "server.listen", "HOST:PORT",
+                          &s)) != 0)
+            return rc;
+        if (s && !valid_listen(s)) {
+            rc = fail_at(ld, LOOM_EINVALID, line_of(v[LISTEN]),
+                         "server.listen",
+                         "must be HOST:PORT (port 0..65535), got '%s'",
+                         loom__config_shown(tmp, sizeof(tmp), s));
+            free(s);
+            return rc;
+        }
+        if (s) {
+            free(sc->listen);
+            sc->listen = s;
+        }
+    }
+    if (v[DB]) {
+        if ((rc = get_str(ld, v[DB], "server.db", "a path", &s)) != 0)
+            return rc;
+        if (s && !*s) {
+            free(s);
+            return fail_at(ld, LOOM_EINVALID, line_of(v[DB]), "server.db",
+                           "must not be empty");
+        }
+        if (s) {
+            free(sc->db);
+            sc->db = s;
+        }
+    }
+    if ((rc = get_long(ld, v[BODY], "server.max_body_bytes", 1024,
+                       1L << 30, &sc->max_body_bytes)) != 0 ||
+        (rc = get_int(ld, v[RUNS], "server.max_concurrent_runs", 1, 100000,
+                      &sc->max_concurrent_runs)) != 0 ||
+        (rc = get_int(ld, v[CONNS], "server.max_connections", 1, 1000000,
+                      &sc->max_connections)) != 0 ||
+        (rc = get_long(ld, v[KEEPALIVE], "server.keepalive_ms", 10,
+                       TIMEOUT_MAX, &sc->keepalive_ms)) != 0 ||
+        (rc = get_long(ld, v[READ], "server.read_timeout_ms", 1000,
+                       TIMEOUT_MAX, &sc->read_timeout_ms)) != 0 ||
+        (rc = get_long(ld, v[GRACE], "server.shutdown_grace_ms", 0,
+                       TIMEOUT_MAX, &sc->shutdown_grace_ms)) != 0 ||
+        (rc = get_int(ld, v[KEEP], "server.keep_finished_runs", 0, 1000000,
+                      &sc->keep_finished_runs)) != 0 ||
+        (rc = get_long(ld, v[EVENTS], "server.max_run_events_bytes", 4096,
+                       1L << 32, &sc->max_run_events_bytes)) != 0)
+        return rc;
+    return 0;
+}
+
 static int parse_document(loader *ld)
 {
-    /*
-     * The top-level keys. A future `server:` section goes here: add
-     * "server" to known[], a SERVER slot to the enum, and a parse_server()
-     * call below, before or after agents as its references need.
-     */
+    /* The top-level keys. */
     static const char *const known[] = {
-        "log", "providers", "models", "agents", "default_agent", "tools", NULL};
-    enum { LOG, PROVIDERS, MODELS, AGENTS, DEFAULT, TOOLS, NFIELDS };
+        "log",   "providers", "models", "agents", "default_agent",
+        "tools", "server",    NULL};
+    enum { LOG, PROVIDERS, MODELS, AGENTS, DEFAULT, TOOLS, SERVER, NFIELDS };
     yaml_node_t *root = yaml_document_get_root_node(ld->doc), *v[NFIELDS];
     int rc;
 
@@ -1210,7 +1293,8 @@ static int parse_document(loader *ld)
         (v[MODELS] && (rc = parse_models(ld, v[MODELS])) != 0) ||
         (v[AGENTS] && (rc = parse_agents(ld, v[AGENTS])) != 0) ||
         (v[DEFAULT] && (rc = parse_default_agent(ld, v[DEFAULT])) != 0) ||
-        (v[TOOLS] && (rc = parse_tools(ld, v[TOOLS])) != 0))
+        (v[TOOLS] && (rc = parse_tools(ld, v[TOOLS])) != 0) ||
+        (v[SERVER] && (rc = parse_server(ld, v[SERVER])) != 0))
         return rc;
     return 0;
 }

@@ -436,9 +436,12 @@ static void test_unknown_keys(void **state)
                 "max_iterations, tool_choice, parallel_tool_calls, "
                 "tool_concurrency)",
                 NULL);
+    expect_fail("log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
+                "t.yaml:2: unknown key 'srever' (known: log, providers, "
+                "models, agents, default_agent, tools, server)",
+                NULL);
     expect_fail("log: {level: info}\nserver: {port: 80}\n", LOOM_EINVALID,
-                "t.yaml:2: unknown key 'server' (known: log, providers, "
-                "models, agents, default_agent, tools)",
+                "t.yaml:2: server: unknown key 'port' (known: listen, db, ",
                 NULL);
     expect_fail("providers:\n"
                 "  p:\n"
@@ -714,6 +717,104 @@ static void test_ranges(void **state)
         assert_int_equal(cfg->providers[0].retry_max_delay_ms, 60000);
         loom_config_free(cfg);
     }
+}
+
+/* ---- server section -------------------------------------------------- */
+
+static void test_server_section(void **state)
+{
+    static const char head[] = "server:\n";
+    static const range_case cases[] = {
+        {head, "max_body_bytes: ", "", "server.max_body_bytes",
+         "1024 to 1073741824", "1024", "1073741824", "1023", "1073741825"},
+        {head, "max_concurrent_runs: ", "", "server.max_concurrent_runs",
+         "1 to 100000", "1", "100000", "0", "100001"},
+        {head, "max_connections: ", "", "server.max_connections",
+         "1 to 1000000", "1", "1000000", "0", "1000001"},
+        {head, "keepalive_ms: ", "", "server.keepalive_ms", "10 to 3600000",
+         "10", "3600000", "9", "3600001"},
+        {head, "read_timeout_ms: ", "", "server.read_timeout_ms",
+         "1000 to 3600000", "1000", "3600000", "999", "3600001"},
+        {head, "shutdown_grace_ms: ", "", "server.shutdown_grace_ms",
+         "0 to 3600000", "0", "3600000", "-1", "3600001"},
+        {head, "keep_finished_runs: ", "", "server.keep_finished_runs",
+         "0 to 1000000", "0", "1000000", "-1", "1000001"},
+        {head, "max_run_events_bytes: ", "", "server.max_run_events_bytes",
+         "4096 to 4294967296", "4096", "4294967296", "4095", "4294967297"},
+    };
+    loom_config *cfg;
+
+    (void)state;
+    /* Defaults, with no file and with a file that does not mention it. */
+    cfg = load_ok("log: {level: info}\n");
+    assert_string_equal(cfg->server.listen, "127.0.0.1:8080");
+    assert_string_equal(cfg->server.db, "./data/loom.db");
+    assert_int_equal(cfg->server.max_body_bytes, 4 << 20);
+    assert_int_equal(cfg->server.max_concurrent_runs, 64);
+    assert_int_equal(cfg->server.max_connections, 1024);
+    assert_int_equal(cfg->server.keepalive_ms, 15000);
+    assert_int_equal(cfg->server.read_timeout_ms, 30000);
+    assert_int_equal(cfg->server.shutdown_grace_ms, 10000);
+    assert_int_equal(cfg->server.keep_finished_runs, 1000);
+    assert_int_equal(cfg->server.max_run_events_bytes, 64L << 20);
+    loom_config_free(cfg);
+
+    setenv("LOOM_TEST_PORT", "9090", 1);
+    cfg = load_ok("server:\n"
+                  "  listen: 0.0.0.0:${LOOM_TEST_PORT}\n"
+                  "  db: /var/lib/loom/x.db\n"
+                  "  max_body_bytes: 2048\n"
+                  "  max_concurrent_runs: 3\n"
+                  "  max_connections: 10\n"
+                  "  keepalive_ms: 50\n"
+                  "  read_timeout_ms: 2000\n"
+                  "  shutdown_grace_ms: 0\n"
+                  "  keep_finished_runs: 0\n"
+                  "  max_run_events_bytes: 8192\n");
+    unsetenv("LOOM_TEST_PORT");
+    assert_string_equal(cfg->server.listen, "0.0.0.0:9090");
+    assert_string_equal(cfg->server.db, "/var/lib/loom/x.db");
+    assert_int_equal(cfg->server.max_body_bytes, 2048);
+    assert_int_equal(cfg->server.max_concurrent_runs, 3);
+    assert_int_equal(cfg->server.max_connections, 10);
+    assert_int_equal(cfg->server.keepalive_ms, 50);
+    assert_int_equal(cfg->server.read_timeout_ms, 2000);
+    assert_int_equal(cfg->server.shutdown_grace_ms, 0);
+    assert_int_equal(cfg->server.keep_finished_runs, 0);
+    assert_int_equal(cfg->server.max_run_events_bytes, 8192);
+    loom_config_free(cfg);
+
+    /* An IPv6 address keeps its brackets; port 0 is allowed. */
+    cfg = load_ok("server: {listen: '[::1]:0'}\n");
+    assert_string_equal(cfg->server.listen, "[::1]:0");
+    loom_config_free(cfg);
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        check_range(&cases[i], cases[i].lo, 1);
+        check_range(&cases[i], cases[i].hi, 1);
+        check_range(&cases[i], cases[i].below, 0);
+        check_range(&cases[i], cases[i].above, 0);
+        check_range(&cases[i], "ten", 0);
+    }
+    expect_fail("server:\n  listen: localhost\n", LOOM_EINVALID,
+                "t.yaml:2: server.listen: must be HOST:PORT (port 0..65535), "
+                "got 'localhost'",
+                NULL);
+    expect_fail("server:\n  listen: 'h:65536'\n", LOOM_EINVALID,
+                "t.yaml:2: server.listen: must be HOST:PORT", NULL);
+    expect_fail("server:\n  listen: ':80'\n", LOOM_EINVALID,
+                "server.listen: must be HOST:PORT", NULL);
+    expect_fail("server:\n  listen: 'h:8x'\n", LOOM_EINVALID,
+                "server.listen: must be HOST:PORT", NULL);
+    expect_fail("server:\n  db: ''\n", LOOM_EINVALID,
+                "t.yaml:2: server.db: must not be empty", NULL);
+    expect_fail("server:\n  max_body: 5\n", LOOM_EINVALID,
+                "t.yaml:2: server: unknown key 'max_body'", NULL);
+    expect_fail("server: [a]\n", LOOM_EINVALID,
+                "t.yaml:1: server: must be a mapping", NULL);
+    expect_fail("server:\n  listen: [a]\n", LOOM_EINVALID,
+                "t.yaml:2: server.listen: must be HOST:PORT, got a list",
+                NULL);
 }
 
 /* ---- references -----------------------------------------------------------
@@ -1214,6 +1315,7 @@ int main(void)
         cmocka_unit_test_setup(test_wrong_types, reset_env),
         cmocka_unit_test_setup(test_bad_values, reset_env),
         cmocka_unit_test_setup(test_ranges, reset_env),
+        cmocka_unit_test_setup(test_server_section, reset_env),
         cmocka_unit_test_setup(test_references, reset_env),
         cmocka_unit_test_setup(test_from_env, reset_env),
         cmocka_unit_test_setup(test_merge_over_env, reset_env),

@@ -1,0 +1,211 @@
+/*
+ * `loom serve`: the HTTP server (include/loom/server.h) from the command
+ * line. It loads the config (or the environment alone), opens the store,
+ * starts the server and prints one line, "listening HOST:PORT", on stdout
+ * once it accepts connections (scripts and tests read the port from it).
+ * SIGTERM or SIGINT stops it gracefully: no new connections, running
+ * runs get shutdown_grace_ms to finish, then they are cancelled and
+ * stored. A second signal exits at once.
+ */
+#include "cli/cli.h"
+#include "loom/log.h"
+#include "loom/server.h"
+#include "loom/store.h"
+#include "loom/tools.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int cli_serve(int argc, char **argv);
+
+static const char serve_usage[] =
+    "usage: loom serve [options]\n"
+    "\n"
+    "Serves loom's HTTP API: the OpenAI-compatible /v1/chat/completions,\n"
+    "the native run API (/v1/runs, with server-sent events),\n"
+    "conversations, /healthz, /readyz and /metrics.\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE        config file (default: $LOOM_CONFIG, else\n"
+    "                           the environment alone)\n"
+    "  -l, --listen HOST:PORT   address to listen on (default: the\n"
+    "                           config's server.listen, 127.0.0.1:8080);\n"
+    "                           port 0 picks a free port\n"
+    "  -d, --db PATH            SQLite database (default: the config's\n"
+    "                           server.db, ./data/loom.db)\n"
+    "      --log-level LEVEL    debug, info (default), warn, error, off\n"
+    "      --log-format FORMAT  text (default) or json\n"
+    "  -h, --help               this help\n"
+    "\n"
+    "Prints \"listening HOST:PORT\" on stdout once it accepts connections.\n"
+    "SIGTERM or SIGINT stops it gracefully (see server.shutdown_grace_ms);\n"
+    "a second signal exits at once.\n"
+    "\n"
+    "exit codes: 0 stopped cleanly, 1 could not start, 2 usage or config\n"
+    "error\n";
+
+static loom_server *volatile current_server;
+static volatile sig_atomic_t signals_seen;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (++signals_seen > 1)
+        _exit(CLI_INTERRUPTED);
+    if (current_server)
+        loom_server_request_stop(current_server);
+}
+
+typedef struct {
+    const char *config, *listen, *db, *log_level, *log_format;
+} serve_args;
+
+static int parse_args(serve_args *a, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"listen", required_argument, NULL, 'l'},
+        {"db", required_argument, NULL, 'd'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"log-format", required_argument, NULL, 'F'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int c;
+
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":c:l:d:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': a->config = optarg; break;
+        case 'l': a->listen = optarg; break;
+        case 'd': a->db = optarg; break;
+        case 'L': a->log_level = optarg; break;
+        case 'F': a->log_format = optarg; break;
+        case 'h':
+            fputs(serve_usage, stdout);
+            return -1;
+        case ':':
+            fprintf(stderr, "loom serve: option '%s' needs a value\n\n%s",
+                    argv[optind - 1], serve_usage);
+            return CLI_USAGE;
+        default:
+            fprintf(stderr, "loom serve: unknown option '%s'\n\n%s",
+                    argv[optind - 1], serve_usage);
+            return CLI_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "loom serve: unexpected argument '%s'\n\n%s",
+                argv[optind], serve_usage);
+        return CLI_USAGE;
+    }
+    if (a->log_level && loom_log_level_parse(a->log_level) < 0) {
+        fprintf(stderr, "loom serve: unknown log level '%s'\n",
+                a->log_level);
+        return CLI_USAGE;
+    }
+    if (a->log_format && strcmp(a->log_format, "text") &&
+        strcmp(a->log_format, "json")) {
+        fprintf(stderr, "loom serve: --log-format is text or json\n");
+        return CLI_USAGE;
+    }
+    if ((a->listen && !*a->listen) || (a->db && !*a->db)) {
+        fprintf(stderr, "loom serve: --listen and --db need a value\n");
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
+/* The host part of "HOST:PORT". */
+static void host_of(char *dst, size_t cap, const char *listen)
+{
+    const char *colon = strrchr(listen, ':');
+    size_t n = colon ? (size_t)(colon - listen) : strlen(listen);
+
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, listen, n);
+    dst[n] = '\0';
+}
+
+int cli_serve(int argc, char **argv)
+{
+    loom_server_options so = LOOM_SERVER_OPTIONS_INIT;
+    serve_args a;
+    loom_config *cfg = NULL;
+    loom_store *store = NULL;
+    loom_tool_registry *reg = NULL;
+    loom_server *srv = NULL;
+    const char *db, *listen;
+    char host[256];
+    struct sigaction sa;
+    int rc;
+
+    memset(&a, 0, sizeof(a));
+    if ((rc = parse_args(&a, argc, argv)) != 0)
+        return rc < 0 ? CLI_OK : rc;
+    if ((rc = cli_load_config(&cfg, a.config)) != 0)
+        return rc;
+    cli_setup_log(cfg, a.log_level ? a.log_level
+                       : cfg->log_level ? NULL : "info",
+                  a.log_format);
+    if (cfg->providers_len == 0)
+        fprintf(stderr,
+                "loom serve: no model provider is configured "
+                "(OPENAI_API_KEY is not set and no config names one): "
+                "runs will fail until one is.\n");
+    db = a.db ? a.db : cfg->server.db;
+    listen = a.listen ? a.listen : cfg->server.listen;
+    if (loom_store_open(&store, db) != 0) {
+        fprintf(stderr, "loom serve: store %s: %s\n", db, loom_error_last());
+        rc = CLI_FAILED;
+        goto done;
+    }
+    if (loom_tool_registry_new(&reg) || loom_tools_add_builtins(reg)) {
+        fprintf(stderr, "loom serve: %s\n", loom_error_last());
+        rc = CLI_FAILED;
+        goto done;
+    }
+    so.config = cfg;
+    so.store = store;
+    so.tools = reg;
+    so.listen = listen;
+    if (loom_server_new(&srv, &so) != 0) {
+        fprintf(stderr, "loom serve: %s\n", loom_error_last());
+        rc = CLI_USAGE;
+        goto done;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    current_server = srv;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if ((rc = loom_server_start(srv)) != 0) {
+        fprintf(stderr, "loom serve: %s\n", loom_error_last());
+        rc = rc == LOOM_EINVALID ? CLI_USAGE : CLI_FAILED;
+        goto done;
+    }
+    host_of(host, sizeof(host), listen);
+    printf("listening %s:%d\n", host, loom_server_port(srv));
+    fflush(stdout);
+    loom_server_wait(srv);
+    loom_server_stop(srv);
+    rc = CLI_OK;
+
+done:
+    current_server = NULL;
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    loom_server_free(srv);
+    loom_tool_registry_free(reg);
+    loom_store_free(store);
+    loom_config_free(cfg);
+    return rc;
+}

@@ -1,0 +1,361 @@
+/*
+ * loom's native run API:
+ *
+ *   POST /v1/runs               start a run; with "stream": true the
+ *                               answer is the run's event stream (SSE,
+ *                               id: = seq), else the final run with all
+ *                               its events ("background": true answers
+ *                               202 at once)
+ *   GET  /v1/runs/{id}          status and result
+ *   GET  /v1/runs/{id}/events   replay, then follow (Last-Event-ID)
+ *   POST /v1/runs/{id}/cancel   cancel; answers the run once it ended
+ *
+ * Every answer about a run carries X-Loom-Run-Id and
+ * X-Loom-Conversation-Id. See docs/server.md.
+ */
+#include "server/srvpriv.h"
+#include "core/error.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_INPUT_MESSAGES 1000
+#define MAX_TOOL_NAMES 256
+
+/* ---- request parsing ----------------------------------------------------- */
+
+/* Replies 400 for param; returns 1 (the request is answered). */
+static int bad(srv_request *r, const char *param, const char *msg)
+{
+    srv_reply_error(r, 400, NULL, param, "invalid_value", "%s", msg);
+    return 1;
+}
+
+static int parse_role(const char *s, loom_role *out)
+{
+    if (!s)
+        return -1;
+    if (!strcmp(s, "user"))
+        *out = LOOM_ROLE_USER;
+    else if (!strcmp(s, "system") || !strcmp(s, "developer"))
+        *out = LOOM_ROLE_SYSTEM;
+    else if (!strcmp(s, "assistant"))
+        *out = LOOM_ROLE_ASSISTANT;
+    else
+        return -1;
+    return 0;
+}
+
+/*
+ * `input`: a string (one user message) or an array of {role, content}
+ * with role user, system (or developer) or assistant and a string
+ * content. Fills *msg on a bad value (static text).
+ */
+static int parse_input(const json_t *in, loom_messages *out,
+                       const char **msg)
+{
+    size_t i;
+    json_t *m;
+
+    if (json_is_string(in)) {
+        if (!json_string_length(in)) {
+            *msg = "`input` must not be empty";
+            return LOOM_EINVALID;
+        }
+        return loom_messages_add(out, LOOM_ROLE_USER, json_string_value(in));
+    }
+    if (!json_is_array(in) || json_array_size(in) == 0) {
+        *msg = "`input` must be a string or a non-empty array of "
+               "{role, content} messages";
+        return LOOM_EINVALID;
+    }
+    if (json_array_size(in) > MAX_INPUT_MESSAGES) {
+        *msg = "`input` has more than 1000 messages";
+        return LOOM_EINVALID;
+    }
+    json_array_foreach(in, i, m)
+    {
+        loom_role role;
+        const json_t *c = json_object_get(m, "content");
+        int rc;
+        if (!json_is_object(m) ||
+            parse_role(json_string_value(json_object_get(m, "role")),
+                       &role) != 0) {
+            *msg = "each `input` message needs a role: user, system or "
+                   "assistant";
+            return LOOM_EINVALID;
+        }
+        if (!json_is_string(c)) {
+            *msg = "each `input` message needs a string `content`";
+            return LOOM_EINVALID;
+        }
+        if ((rc = loom_messages_add(out, role, json_string_value(c))) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+typedef struct {
+    loom_messages input;
+    const char *tool_names[MAX_TOOL_NAMES];
+    srv_run_spec spec;
+    int stream;
+} start_req;
+
+/* Checks the body of POST /v1/runs; replies 400 itself and returns 1
+ * when it is wrong. */
+static int parse_start(srv_request *r, start_req *q)
+{
+    static const char *const known[] = {
+        "agent",  "model",      "input",  "conversation_id", "stream",
+        "background", "system", "max_iterations", "max_tokens",
+        "temperature", "tools", NULL};
+    const json_t *b = r->json, *v;
+    const char *key, *msg = NULL;
+    json_t *val;
+    int rc;
+
+    if (!json_is_object(b))
+        return bad(r, NULL, r->json_error ? r->json_error
+                                          : "the body must be a JSON object");
+    json_object_foreach((json_t *)b, key, val)
+    {
+        size_t i;
+        for (i = 0; known[i] && strcmp(known[i], key); i++)
+            ;
+        if (!known[i]) {
+            srv_reply_error(r, 400, NULL, key, "unknown_parameter",
+                            "unknown parameter '%s'", key);
+            return 1;
+        }
+    }
+#define STR_FIELD(name, dst)                                                 \
+    if ((v = json_object_get(b, name)) && !json_is_null(v)) {                \
+        if (!json_is_string(v) || !json_string_length(v))                    \
+            return bad(r, name, "`" name "` must be a non-empty string");    \
+        dst = json_string_value(v);                                          \
+    }
+    STR_FIELD("agent", q->spec.agent);
+    STR_FIELD("model", q->spec.model);
+    STR_FIELD("conversation_id", q->spec.conversation_id);
+    STR_FIELD("system", q->spec.system_prompt);
+#undef STR_FIELD
+    if ((v = json_object_get(b, "stream")) && !json_is_null(v)) {
+        if (!json_is_boolean(v))
+            return bad(r, "stream", "`stream` must be true or false");
+        q->stream = json_is_true(v);
+    }
+    if ((v = json_object_get(b, "background")) && !json_is_null(v)) {
+        if (!json_is_boolean(v))
+            return bad(r, "background", "`background` must be true or false");
+        q->spec.background = json_is_true(v);
+    }
+    if ((v = json_object_get(b, "max_iterations")) && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+            json_integer_value(v) > 1000)
+            return bad(r, "max_iterations",
+                       "`max_iterations` must be an integer from 1 to 1000");
+        q->spec.max_iterations = (int)json_integer_value(v);
+    }
+    if ((v = json_object_get(b, "max_tokens")) && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1)
+            return bad(r, "max_tokens",
+                       "`max_tokens` must be a positive integer");
+        q->spec.max_tokens = (long)json_integer_value(v);
+    }
+    if ((v = json_object_get(b, "temperature")) && !json_is_null(v)) {
+        if (!json_is_number(v) || json_number_value(v) < 0 ||
+            json_number_value(v) > 2)
+            return bad(r, "temperature",
+                       "`temperature` must be a number from 0 to 2");
+        q->spec.temperature = json_number_value(v);
+    }
+    if ((v = json_object_get(b, "tools")) && !json_is_null(v)) {
+        size_t i;
+        json_t *t;
+        if (!json_is_array(v) || json_array_size(v) > MAX_TOOL_NAMES)
+            return bad(r, "tools", "`tools` must be an array of tool names");
+        json_array_foreach(v, i, t)
+        {
+            if (!json_is_string(t))
+                return bad(r, "tools",
+                           "`tools` must be an array of tool names");
+            q->tool_names[i] = json_string_value(t);
+        }
+        q->spec.tool_names = q->tool_names;
+        q->spec.tool_names_len = json_array_size(v);
+        q->spec.tool_names_set = 1;
+    }
+    if (!(v = json_object_get(b, "input")))
+        return bad(r, "input", "`input` is required");
+    if ((rc = parse_input(v, &q->input, &msg)) != 0) {
+        if (msg)
+            bad(r, "input", msg);
+        else
+            srv_reply_loom_error(r, rc, "input");
+        return 1;
+    }
+    q->spec.input = &q->input;
+    return 0;
+}
+
+/* ---- answers ------------------------------------------------------------- */
+
+static void set_run_headers(srv_request *r, srv_run *run)
+{
+    srv_request_set_run(r, srv_run_id(run));
+    srv_set_header(r, "X-Loom-Run-Id", srv_run_id(run));
+    srv_set_header(r, "X-Loom-Conversation-Id", srv_run_conversation_id(run));
+}
+
+static int reply_run(srv_request *r, srv_run *run, int with_events)
+{
+    json_t *o = srv_run_to_json(run, with_events);
+
+    if (!o)
+        return loom__error_oom();
+    return srv_reply_json(r, 200, o);
+}
+
+static int done_with_events(srv_request *r, srv_run *run, void *payload)
+{
+    (void)payload;
+    return reply_run(r, run, 1);
+}
+
+static int done_plain(srv_request *r, srv_run *run, void *payload)
+{
+    (void)payload;
+    return reply_run(r, run, 0);
+}
+
+static int start_run(srv_request *r)
+{
+    start_req q;
+    srv_run *run = NULL;
+    srv_sse_options so = SRV_SSE_OPTIONS_INIT;
+    const srv_run_spec init = SRV_RUN_SPEC_INIT;
+    int rc;
+
+    memset(&q, 0, sizeof(q));
+    q.spec = init;
+    if (parse_start(r, &q)) {
+        loom_messages_free(&q.input);
+        return 0;
+    }
+    rc = srv_run_start(&run, r->srv, &q.spec);
+    loom_messages_free(&q.input);
+    if (rc != 0)
+        return srv_reply_loom_error(r, rc, NULL);
+    set_run_headers(r, run);
+    if (q.stream)
+        rc = srv_reply_sse(r, run, &so);
+    else if (q.spec.background)
+        rc = srv_reply_json(r, 202, srv_run_to_json(run, 0));
+    else
+        rc = srv_defer(r, run, done_with_events, NULL, NULL);
+    if (rc != 0)
+        srv_run_cancel(run);
+    srv_run_unref(run);
+    return rc;
+}
+
+/* The run named by the path, or a 404 reply (NULL). */
+static srv_run *path_run(srv_request *r)
+{
+    srv_run *run = srv_run_find(r->srv, r->params[0]);
+
+    if (!run) {
+        srv_reply_error(r, 404, NULL, "id", "not_found",
+                        "no run with id '%s' (runs are kept in memory for a "
+                        "while after they end)",
+                        r->params[0]);
+        return NULL;
+    }
+    set_run_headers(r, run);
+    return run;
+}
+
+static int get_run(srv_request *r)
+{
+    const char *ev = srv_query(r, "events");
+    srv_run *run = path_run(r);
+    int rc;
+
+    if (!run)
+        return 0;
+    rc = reply_run(r, run, ev && !strcmp(ev, "true"));
+    srv_run_unref(run);
+    return rc;
+}
+
+/* Last-Event-ID (or ?after=): a seq, 0 when absent; -1 when invalid. */
+static long long resume_point(srv_request *r)
+{
+    const char *s = srv_header(r, "Last-Event-ID");
+    unsigned long long v;
+    char *end;
+
+    if (!s || !*s)
+        s = srv_query(r, "after");
+    if (!s || !*s)
+        return 0;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || *end || *s < '0' || *s > '9' || v > (1ULL << 62))
+        return -1;
+    return (long long)v;
+}
+
+static int run_events(srv_request *r)
+{
+    srv_sse_options so = SRV_SSE_OPTIONS_INIT;
+    long long after = resume_point(r);
+    srv_run *run;
+    int rc;
+
+    if (after < 0)
+        return srv_reply_error(r, 400, NULL, "Last-Event-ID", "invalid_value",
+                               "Last-Event-ID must be an event seq (a "
+                               "non-negative integer)");
+    if (!(run = path_run(r)))
+        return 0;
+    so.after_seq = (uint64_t)after;
+    /* Following a run does not own it: leaving does not cancel it. */
+    so.observer = 1;
+    rc = srv_reply_sse(r, run, &so);
+    srv_run_unref(run);
+    return rc;
+}
+
+static int cancel_run(srv_request *r)
+{
+    srv_run *run = path_run(r);
+    int rc;
+
+    if (!run)
+        return 0;
+    if (srv_run_ended(run)) {
+        rc = srv_reply_error(r, 409, NULL, "id", "run_not_active",
+                             "run %s has already ended (%s)", srv_run_id(run),
+                             loom_run_status_name(srv_run_status(run)));
+    } else {
+        srv_run_cancel(run);
+        rc = srv_defer(r, run, done_plain, NULL, NULL);
+    }
+    srv_run_unref(run);
+    return rc;
+}
+
+int srv__api_runs_routes(srv_router *rt)
+{
+    int rc;
+
+    if ((rc = srv_route(rt, "POST", "/v1/runs", start_run)) ||
+        (rc = srv_route(rt, "GET", "/v1/runs/{id}", get_run)) ||
+        (rc = srv_route(rt, "GET", "/v1/runs/{id}/events", run_events)) ||
+        (rc = srv_route(rt, "POST", "/v1/runs/{id}/cancel", cancel_run)))
+        return rc;
+    return 0;
+}

@@ -1,0 +1,465 @@
+/*
+ * POST /v1/chat/completions: loom behind OpenAI's Chat Completions API
+ * (docs/openai-compat.md), so existing SDKs and chat UIs work unchanged.
+ *
+ * The handler parses the request (chat_format.c), resolves the model (a
+ * configured model, or agent/<name>), works out the tools (names given as
+ * strings are loom's own and loom runs them, seed 003 "Tool Name
+ * Expansion"; full specs are the client's), and starts a run through the
+ * run manager. It never waits on the server thread: a streamed answer
+ * drains the run's event log through the chunk formatter as events come
+ * (srv_reply_sse); a non-streamed one is deferred until the run ends and
+ * then rendered from the whole log (srv_defer). The conversation id is
+ * known once the run has started, so it goes out first: in the
+ * X-Loom-Conversation-Id header and on the stream's first chunk (seed
+ * 003, "Early Metadata Emission").
+ */
+#include "server/internal.h"
+#include "server/chat_format.h"
+#include "core/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONV_HEADER "X-Loom-Conversation-Id"
+#define AGENT_PREFIX "agent/"
+
+static int reply_chat_error(srv_request *r, const loom__chat_error *e)
+{
+    return srv_reply_error(r, (unsigned)(e->status ? e->status : 500),
+                           e->type, e->param, e->code, "%s",
+                           e->message ? e->message : "out of memory");
+}
+
+/* ---- model and agent ------------------------------------------------- */
+
+typedef struct {
+    const loom_agent_config *agent; /* agent/<name>, else NULL */
+    char *model;                    /* "provider/model" for a plain model */
+} chat_target;
+
+/* "agent/a, p/m1, p/<model>": what a client may name, for a 404. */
+static char *known_models(const loom_config *cfg)
+{
+    /* The config is loom's own, and already bounded. */
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+
+    for (size_t i = 0; i < cfg->agents_len; i++)
+        if (loom_buf_printf(&b, "%s" AGENT_PREFIX "%s", b.len ? ", " : "",
+                            cfg->agents[i].name))
+            break;
+    for (size_t i = 0; i < cfg->models_len; i++)
+        if (loom_buf_printf(&b, "%s%s", b.len ? ", " : "",
+                            cfg->models[i].name))
+            break;
+    for (size_t i = 0; i < cfg->providers_len; i++)
+        if (loom_buf_printf(&b, "%s%s/<model>", b.len ? ", " : "",
+                            cfg->providers[i].name))
+            break;
+    return loom_buf_detach(&b);
+}
+
+static int model_not_found(srv_request *r, const char *name)
+{
+    char *known = known_models(srv_config(r->srv));
+    int rc = srv_reply_error(
+        r, 404, "invalid_request_error", "model", "model_not_found",
+        "The model `%s` does not exist or you do not have access to it. "
+        "Available: %s.", name, known && *known ? known : "(none)");
+    free(known);
+    return rc;
+}
+
+/*
+ * Resolves the request's model. "agent/<name>" is an agent; a name with a
+ * '/' is "provider/model"; a bare name (what SDK users type, "gpt-4o")
+ * is the listed model whose upstream id or name after the provider it
+ * is, or with exactly one provider configured, that provider's model.
+ * 1 when resolved, 0 when not (the 404 has been sent), < 0 on error.
+ */
+static int resolve_target(srv_request *r, const char *name, chat_target *t)
+{
+    const loom_config *cfg = srv_config(r->srv);
+    const loom_model_config *m = NULL;
+    loom_model_config tmp;
+    const char *found = NULL;
+    int rc;
+
+    memset(t, 0, sizeof(*t));
+    if (strncmp(name, AGENT_PREFIX, strlen(AGENT_PREFIX)) == 0) {
+        t->agent = srv_agent(r->srv, name + strlen(AGENT_PREFIX));
+        if (!t->agent || !name[strlen(AGENT_PREFIX)]) {
+            rc = model_not_found(r, name);
+            return rc ? rc : 0;
+        }
+        return 1;
+    }
+    if (!strchr(name, '/')) {
+        for (size_t i = 0; i < cfg->models_len && !found; i++) {
+            const char *slash = strchr(cfg->models[i].name, '/');
+            if ((cfg->models[i].upstream &&
+                 strcmp(cfg->models[i].upstream, name) == 0) ||
+                (slash && strcmp(slash + 1, name) == 0))
+                found = cfg->models[i].name;
+        }
+        if (found) {
+            t->model = strdup(found);
+        } else if (cfg->providers_len == 1) {
+            if (asprintf(&t->model, "%s/%s", cfg->providers[0].name, name) <
+                0)
+                t->model = NULL;
+        } else {
+            rc = model_not_found(r, name);
+            return rc ? rc : 0;
+        }
+        if (!t->model)
+            return loom__error_oom();
+    } else if (!(t->model = strdup(name))) {
+        return loom__error_oom();
+    }
+    rc = srv_model(r->srv, t->model, &m, &tmp);
+    if (rc == 0 && !srv_provider(r->srv, m->provider))
+        rc = LOOM_ENOTFOUND;
+    loom_model_config_clear(&tmp);
+    if (rc == LOOM_ENOTFOUND) {
+        free(t->model);
+        t->model = NULL;
+        rc = model_not_found(r, name);
+        return rc ? rc : 0;
+    }
+    if (rc) {
+        free(t->model);
+        t->model = NULL;
+        return rc;
+    }
+    return 1;
+}
+
+/* ---- streaming and deferred answers ----------------------------------- */
+
+/* A srv_event as the formatter reads it (the JSON holds every field). */
+static loom_event as_loom_event(srv_run *run, const srv_event *ev)
+{
+    loom_event le;
+
+    le.type = ev->type;
+    le.seq = ev->seq;
+    le.index = (uint32_t)json_integer_value(json_object_get(ev->json,
+                                                             "index"));
+    le.run_id = srv_run_id(run);
+    le.data = ev->json;
+    return le;
+}
+
+/* The stream never ends on an event: [DONE] waits for the run's end. */
+static int sse_format(srv_run *run, const srv_event *ev, loom_buf *out,
+                      void *payload)
+{
+    loom_event le = as_loom_event(run, ev);
+    int rc = loom__chat_fmt_event(payload, &le, out);
+
+    return rc < 0 ? rc : SRV_SSE_CONTINUE;
+}
+
+static void sse_begin(srv_run *run, loom_buf *out, void *payload)
+{
+    (void)run;
+    (void)loom__chat_fmt_begin(payload, out);
+}
+
+/* The run has ended and its turn is stored: now [DONE]. */
+static void sse_end(srv_run *run, loom_buf *out, void *payload)
+{
+    (void)run;
+    (void)loom__chat_fmt_end(payload, out);
+}
+
+static void fmt_free(void *payload)
+{
+    loom__chat_fmt_free(payload);
+}
+
+/*
+ * The terminal event rebuilt from the finished run, for a log that lost
+ * it (an event log past max_run_events_bytes drops its oldest events).
+ */
+static json_t *terminal_from_result(srv_run *run, loom_event_type *type)
+{
+    const loom_run *lr = srv_run_result(run);
+    const loom_usage *u;
+    const loom_tool_call *calls;
+    json_t *d, *pc;
+    size_t n = 0;
+
+    if (!lr)
+        return NULL;
+    if (loom_run_status_get(lr) != LOOM_RUN_COMPLETED) {
+        *type = LOOM_EV_RUN_FAILED;
+        return json_pack("{s:s,s:{s:s,s:s}}", "status",
+                         loom_run_status_name(loom_run_status_get(lr)),
+                         "error", "code", "ERROR", "message",
+                         loom_run_error(lr));
+    }
+    *type = LOOM_EV_RUN_COMPLETED;
+    u = loom_run_usage(lr);
+    d = json_pack("{s:s,s:s?,s:{s:I,s:I,s:I,s:I,s:I}}", "text",
+                  loom_run_text(lr), "finish_reason",
+                  loom_run_finish_reason(lr), "usage", "prompt_tokens",
+                  (json_int_t)u->prompt_tokens, "completion_tokens",
+                  (json_int_t)u->completion_tokens, "cached_tokens",
+                  (json_int_t)u->cached_tokens, "reasoning_tokens",
+                  (json_int_t)u->reasoning_tokens, "total_tokens",
+                  (json_int_t)u->total_tokens);
+    calls = loom_run_pending_calls(lr, &n);
+    if (d && n && (pc = json_array())) {
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(
+                pc, json_pack("{s:s,s:s,s:s}", "id", calls[i].id, "name",
+                              calls[i].name, "arguments",
+                              calls[i].arguments));
+        json_object_set_new(d, "pending_tool_calls", pc);
+    }
+    return d;
+}
+
+static int deferred_done(srv_request *r, srv_run *run, void *payload)
+{
+    loom__chat_fmt *f = payload;
+    uint64_t last = srv_run_last_seq(run, NULL);
+    loom__chat_error e;
+    json_t *body = NULL;
+    int rc;
+
+    for (uint64_t seq = 1; seq <= last; seq++) {
+        const srv_event *ev = srv_run_event(run, seq);
+        loom_event le;
+        if (!ev)
+            continue;
+        le = as_loom_event(run, ev);
+        if ((rc = loom__chat_fmt_event(f, &le, NULL)) != 0)
+            return rc;
+    }
+    if (!loom__chat_fmt_done(f)) {
+        loom_event le;
+        memset(&le, 0, sizeof(le));
+        le.run_id = srv_run_id(run);
+        le.data = terminal_from_result(run, &le.type);
+        if (!le.data)
+            return srv_reply_error(r, 500, "server_error", NULL, NULL,
+                                   "the run ended without a result");
+        rc = loom__chat_fmt_event(f, &le, NULL);
+        json_decref(le.data);
+        if (rc)
+            return rc;
+    }
+    if (loom__chat_fmt_failure(f)) {
+        memset(&e, 0, sizeof(e));
+        rc = loom__chat_error_from_failure(&e, loom__chat_fmt_failure(f));
+        rc = rc == LOOM_EINVALID ? reply_chat_error(r, &e) : rc;
+        loom__chat_error_clear(&e);
+        return rc;
+    }
+    if ((rc = loom__chat_fmt_completion(f, &body)) != 0)
+        return rc;
+    return srv_reply_json(r, 200, body);
+}
+
+/* ---- the handler ----------------------------------------------------- */
+
+/* Position after the request's last assistant message (0: none). */
+static size_t after_last_assistant(const loom_messages *m)
+{
+    for (size_t i = m->len; i-- > 0;)
+        if (m->items[i].role == LOOM_ROLE_ASSISTANT)
+            return i + 1;
+    return 0;
+}
+
+/* The conversation id from the body or the header; they must agree. */
+static int conversation_id(srv_request *r, const loom__chat_request *req,
+                           const char **out)
+{
+    const char *h = srv_header(r, CONV_HEADER);
+
+    *out = req->conversation_id;
+    if (h && *h) {
+        if (strlen(h) > 128)
+            return srv_reply_error(r, 400, "invalid_request_error",
+                                   "conversation_id", "invalid_value",
+                                   "The " CONV_HEADER " header is longer "
+                                   "than 128 characters.");
+        if (*out && strcmp(*out, h) != 0)
+            return srv_reply_error(
+                r, 400, "invalid_request_error", "conversation_id",
+                "invalid_value",
+                "conversation_id '%s' and the " CONV_HEADER " header '%s' "
+                "differ.", *out, h);
+        *out = h;
+    }
+    return 1;
+}
+
+static int handle(srv_request *r, loom__chat_request *req)
+{
+    static const char *const no_tools[1] = {NULL};
+    srv_run_spec spec = SRV_RUN_SPEC_INIT;
+    loom__chat_fmt_opts fo;
+    loom__chat_fmt *f = NULL;
+    loom__chat_error err;
+    chat_target t;
+    const char **names = NULL;
+    const char *conv = NULL;
+    loom_messages history = {0}, input;
+    size_t nnames = 0, skip = 0;
+    srv_run *run = NULL;
+    char id[64];
+    int all = 0, rc;
+
+    memset(&err, 0, sizeof(err));
+    if ((rc = conversation_id(r, req, &conv)) != 1)
+        return rc;
+    if ((rc = resolve_target(r, req->model, &t)) != 1)
+        return rc;
+    rc = loom__chat_server_tools(
+        &names, &nnames, &all, req, srv_tools(r->srv),
+        t.agent ? (const char *const *)t.agent->tools : NULL,
+        t.agent ? t.agent->tools_len : 0, t.agent ? t.agent->tools_all : 0,
+        &err);
+    if (rc == LOOM_EINVALID) {
+        rc = reply_chat_error(r, &err);
+        goto cleanup;
+    }
+    if (rc)
+        goto cleanup;
+
+    if (t.agent) {
+        spec.agent = t.agent->name;
+    } else {
+        /* A plain model is just the model: no agent's prompt. */
+        spec.model = t.model;
+        spec.system_prompt = "";
+    }
+    if (!all) {
+        spec.tool_names = nnames ? names : no_tools;
+        spec.tool_names_len = nnames;
+        spec.tool_names_set = 1;
+    }
+    spec.client_tools = req->client_tools;
+    spec.client_tools_len = req->client_tools_len;
+    spec.client_tools_json = req->tools_json;
+    if (req->has_tool_choice) {
+        spec.tool_choice = req->tool_choice;
+        spec.tool_choice_set = 1;
+    } else if (!t.agent) {
+        /* Not the default agent's choice: it may name a tool not offered. */
+        spec.tool_choice.kind = LOOM_TOOL_CHOICE_AUTO;
+        spec.tool_choice_set = 1;
+    }
+    spec.parallel_tool_calls = req->parallel_tool_calls;
+    spec.max_tokens = req->max_tokens;
+    spec.temperature = req->temperature;
+    /*
+     * With a conversation, the stored history comes first and only the
+     * messages after the request's last assistant message are new: a
+     * client may send just the new message or its whole history.
+     * Without one, the request is the whole conversation and all of it
+     * is stored in the new one.
+     */
+    if (conv) {
+        skip = after_last_assistant(&req->messages);
+        if (skip == req->messages.len) {
+            rc = srv_reply_error(
+                r, 400, "invalid_request_error", "messages",
+                "invalid_value",
+                "With a conversation_id, messages must end with a new "
+                "user or tool message after the last assistant message.");
+            goto cleanup;
+        }
+        spec.conversation_id = conv;
+    } else {
+        spec.history = &history;
+    }
+    input.items = req->messages.items + skip;
+    input.len = input.cap = req->messages.len - skip;
+    spec.input = &input;
+
+    rc = srv_run_start(&run, r->srv, &spec);
+    if (rc == LOOM_ENOTFOUND && conv) {
+        rc = srv_reply_error(r, 404, "invalid_request_error",
+                             "conversation_id", "conversation_not_found",
+                             "%s", loom_error_last());
+        goto cleanup;
+    }
+    if (rc) {
+        rc = srv_reply_loom_error(r, rc, NULL);
+        goto cleanup;
+    }
+    srv_request_set_run(r, srv_run_id(run));
+    if ((rc = srv_set_header(r, CONV_HEADER,
+                             srv_run_conversation_id(run))) != 0)
+        goto cleanup;
+    loom__chat_completion_id(id, sizeof(id), srv_run_id(run));
+    memset(&fo, 0, sizeof(fo));
+    fo.id = id;
+    fo.model = req->model;
+    fo.created = (long long)(srv_run_created_ms(run) / 1000);
+    fo.include_usage = req->stream && req->include_usage;
+    fo.conversation_id = srv_run_conversation_id(run);
+    if ((rc = loom__chat_fmt_new(&f, &fo)) != 0)
+        goto cleanup;
+    if (req->stream) {
+        srv_sse_options o = SRV_SSE_OPTIONS_INIT;
+        o.format = sse_format;
+        o.begin = sse_begin;
+        o.end = sse_end;
+        o.payload = f;
+        o.free_payload = fmt_free;
+        f = NULL; /* freed by the stream, also on failure */
+        rc = srv_reply_sse(r, run, &o);
+    } else {
+        rc = srv_defer(r, run, deferred_done, f, fmt_free);
+        if (rc == 0)
+            f = NULL;
+    }
+cleanup:
+    loom__chat_fmt_free(f);
+    srv_run_unref(run);
+    loom__chat_error_clear(&err);
+    free(names);
+    free(t.model);
+    return rc;
+}
+
+static int chat_completions(srv_request *r)
+{
+    loom__chat_request req;
+    loom__chat_error err;
+    int rc;
+
+    if (!r->json && r->json_error)
+        return srv_reply_error(r, 400, "invalid_request_error", NULL,
+                               "invalid_json",
+                               "We could not parse the JSON body of your "
+                               "request: %s.", r->json_error);
+    if (r->json)
+        rc = loom__chat_request_parse(&req, r->json, &err);
+    else
+        rc = loom__chat_request_parse_text(&req, r->body, r->body_len, &err);
+    if (rc == LOOM_EINVALID) {
+        rc = reply_chat_error(r, &err);
+        loom__chat_error_clear(&err);
+        return rc;
+    }
+    loom__chat_error_clear(&err);
+    if (rc)
+        return rc;
+    rc = handle(r, &req);
+    loom__chat_request_clear(&req);
+    return rc;
+}
+
+void srv_chat_routes(srv_router *rt)
+{
+    (void)srv_route(rt, "POST", "/v1/chat/completions", chat_completions);
+}

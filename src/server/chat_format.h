@@ -1,0 +1,180 @@
+/*
+ * Internal: the OpenAI Chat Completions wire format of POST
+ * /v1/chat/completions, without any I/O (docs/openai-compat.md).
+ *
+ * Two halves. Requests: an OpenAI request body becomes a
+ * loom__chat_request (messages, tools split into loom's own tools named
+ * as strings and the client's full specs, tool choice, limits), or a
+ * loom__chat_error in OpenAI's shape naming the field at fault. Responses:
+ * a loom__chat_fmt turns a run's events, one at a time, into the bytes of
+ * an OpenAI chat.completion.chunk stream, or collects them into one
+ * chat.completion object with loom's tool_events. The server (chat.c)
+ * glues the two to the run manager; everything here is testable alone.
+ */
+#ifndef LOOM_SERVER_CHAT_FORMAT_H
+#define LOOM_SERVER_CHAT_FORMAT_H
+
+#include "loom/buf.h"
+#include "loom/config.h"
+#include "loom/llm.h"
+#include "loom/run.h"
+#include "loom/tools.h"
+
+#include <jansson.h>
+
+/* Tools one request may list (OpenAI's own limit). */
+#define LOOM__CHAT_MAX_TOOLS 128
+/* Messages one request may hold. */
+#define LOOM__CHAT_MAX_MESSAGES 4096
+/* Content parts of one message. */
+#define LOOM__CHAT_MAX_PARTS 256
+
+/*
+ * An error as OpenAI reports it: {"error": {"message", "type", "param",
+ * "code"}} with an HTTP status. message and param are owned (param may be
+ * NULL); type and code point to static strings (code may be NULL).
+ */
+typedef struct {
+    int status;
+    char *message;
+    const char *type;
+    char *param;
+    const char *code;
+} loom__chat_error;
+
+/* Fills *err (cleared first). Returns LOOM_EINVALID, or LOOM_ENOMEM when
+ * the message cannot be built (err->message is then NULL, which
+ * loom__chat_error_json renders as "out of memory"). */
+int loom__chat_error_set(loom__chat_error *err, int status, const char *type,
+                         const char *code, const char *param,
+                         const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+void loom__chat_error_clear(loom__chat_error *err);
+/* {"error": {"message", "type", "param", "code"}}; NULL on OOM. */
+json_t *loom__chat_error_json(const loom__chat_error *err);
+
+/*
+ * Maps the data of a run.failed event to the error an OpenAI client
+ * expects: upstream 429 stays 429 (rate_limit_error), other upstream 4xx
+ * keep their status except 401/403 (502: loom's own upstream credentials
+ * are at fault, not the client's), upstream 5xx, dropped connections and
+ * unreadable answers are 502, time limits 504, anything else 500.
+ */
+int loom__chat_error_from_failure(loom__chat_error *err, const json_t *data);
+
+/* A parsed request. Every pointer is owned by the struct. */
+typedef struct {
+    char *model;
+    int stream;
+    int include_usage;       /* stream_options.include_usage */
+    loom_messages messages;  /* in order; developer became system */
+    char **tool_names;       /* tools given as strings: loom runs them */
+    size_t tool_names_len;
+    size_t *tool_name_pos;   /* position of each in `tools` (for param) */
+    /*
+     * Tools given as full specs: the client runs them. Their strings and
+     * parameters point into tools_json (a copy of the request's `tools`,
+     * independent of the body), which a run may keep a reference to.
+     */
+    loom_tool_def *client_tools;
+    size_t client_tools_len;
+    size_t *client_tool_pos;
+    json_t *tools_json;
+    int has_tool_choice;
+    loom_tool_choice tool_choice; /* function owned */
+    int parallel_tool_calls; /* -1 unset */
+    long max_tokens;         /* 0 unset; max_completion_tokens wins */
+    double temperature;      /* < 0 unset */
+    char *conversation_id;   /* NULL when none */
+} loom__chat_request;
+
+/*
+ * Parses an OpenAI chat completions body. Unknown fields are ignored,
+ * null counts as absent for optional fields. On a bad request returns
+ * LOOM_EINVALID with *err filled (status 400, param naming the field, as
+ * "messages[2].role"); *out is then empty. LOOM_ENOMEM on OOM.
+ */
+int loom__chat_request_parse(loom__chat_request *out, const json_t *body,
+                             loom__chat_error *err);
+/* Same, from the raw body: text that is not a JSON object is a 400. */
+int loom__chat_request_parse_text(loom__chat_request *out, const char *text,
+                                  size_t len, loom__chat_error *err);
+void loom__chat_request_clear(loom__chat_request *req);
+
+/*
+ * The server tools a run offers: an agent's (agent_tools, or every
+ * registered tool with agent_all) plus the names the request listed. On
+ * success *names (caller frees the array, not the strings: they are
+ * borrowed from agent_tools, req and reg) holds them in order, without
+ * duplicates, and *all is 1 when every registered tool is offered (then
+ * *names is NULL). A name the registry lacks is a 400 listing the
+ * available tools; a client tool that takes a server tool's name, or two
+ * client tools of one name, is a 400 too; so is a tool_choice naming a
+ * tool that is not offered.
+ */
+int loom__chat_server_tools(const char ***names, size_t *len, int *all,
+                            const loom__chat_request *req,
+                            const loom_tool_registry *reg,
+                            const char *const *agent_tools,
+                            size_t agent_tools_len, int agent_all,
+                            loom__chat_error *err);
+
+/* "chatcmpl-" + the run id without its "run_" prefix, into out. */
+void loom__chat_completion_id(char *out, size_t size, const char *run_id);
+
+typedef struct {
+    const char *id;              /* "chatcmpl-..." */
+    const char *model;           /* the model name the client asked for */
+    long long created;           /* Unix seconds */
+    int include_usage;           /* stream: send the usage chunk */
+    const char *conversation_id; /* may be NULL */
+} loom__chat_fmt_opts;
+
+typedef struct loom__chat_fmt loom__chat_fmt;
+
+/* Copies what opts points to. */
+int loom__chat_fmt_new(loom__chat_fmt **out, const loom__chat_fmt_opts *opts);
+void loom__chat_fmt_free(loom__chat_fmt *f);
+
+/*
+ * Streaming: appends to out the SSE bytes (`data: <json>\n\n` each) that
+ * ev means for an OpenAI client, and notes what the non-streamed answer
+ * needs. The first call, whatever ev is, starts with the role chunk,
+ * which carries conversation_id. run.completed brings the finish chunk
+ * and the usage chunk (include_usage); run.failed a `data: {"error":
+ * ...}` event. Events after either add nothing. out may be NULL to only
+ * collect.
+ */
+int loom__chat_fmt_event(loom__chat_fmt *f, const loom_event *ev,
+                         loom_buf *out);
+
+/*
+ * The end of the stream, once the run has ended (and its turn is
+ * stored, so a client that sends its next message on `[DONE]` finds the
+ * turn in the conversation): `data: [DONE]` after run.completed, nothing
+ * after run.failed (OpenAI ends an errored stream without it), and when
+ * neither went through, the error event of a run that ended without a
+ * result. Only the first call writes.
+ */
+int loom__chat_fmt_end(loom__chat_fmt *f, loom_buf *out);
+
+/* The role chunk alone (the stream's first bytes), if not sent yet. */
+int loom__chat_fmt_begin(loom__chat_fmt *f, loom_buf *out);
+
+/* 1 once run.completed or run.failed went through. */
+int loom__chat_fmt_done(const loom__chat_fmt *f);
+
+/* The run.failed data seen, or NULL. Borrowed. */
+const json_t *loom__chat_fmt_failure(const loom__chat_fmt *f);
+
+/*
+ * Non-streaming: the chat.completion object of a completed run, with
+ * usage, tool_events and conversation_id. LOOM_EINVALID before
+ * run.completed.
+ */
+int loom__chat_fmt_completion(loom__chat_fmt *f, json_t **out);
+
+/* Renders a usage object as OpenAI does (details only when non-zero). */
+json_t *loom__chat_usage_json(const loom_usage *u);
+
+#endif

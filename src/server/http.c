@@ -1,0 +1,684 @@
+/*
+ * The HTTP layer over libmicrohttpd: the router, the per-request context
+ * (body buffered up to max_body_bytes, the JSON parse, headers to add),
+ * the dispatcher that libmicrohttpd calls, reply helpers with OpenAI-
+ * shaped errors, requests deferred until their run ends, and the one log
+ * line and metrics sample per request when it completes.
+ *
+ * libmicrohttpd calls the access handler several times per request:
+ * once with the headers (an oversized Content-Length is refused right
+ * there with 413, before any body is read), once per piece of body, once
+ * when the request is complete (the route's handler runs then), and again
+ * after a deferred request is resumed.
+ */
+#include "server/srvpriv.h"
+#include "core/error.h"
+#include "loom/log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define MAX_ROUTE_SEGMENTS 8
+#define MAX_REPLY_HEADERS 16
+#define MAX_LOG_PATH 200
+
+/* ---- the router ---------------------------------------------------------- */
+
+typedef struct {
+    char *method;
+    char *tmpl;
+    char *segs[MAX_ROUTE_SEGMENTS]; /* "{...}" segments are params */
+    size_t nseg;
+    size_t nparams;
+    srv_handler handler;
+} route;
+
+struct srv_router {
+    route *routes;
+    size_t len, cap;
+};
+
+int srv__router_new(srv_router **out)
+{
+    *out = calloc(1, sizeof(**out));
+    return *out ? 0 : loom__error_oom();
+}
+
+static void route_clear(route *r)
+{
+    free(r->method);
+    free(r->tmpl);
+    for (size_t i = 0; i < r->nseg; i++)
+        free(r->segs[i]);
+}
+
+void srv__router_free(srv_router *rt)
+{
+    if (!rt)
+        return;
+    for (size_t i = 0; i < rt->len; i++)
+        route_clear(&rt->routes[i]);
+    free(rt->routes);
+    free(rt);
+}
+
+static int is_param(const char *seg)
+{
+    size_t n = strlen(seg);
+    return n >= 3 && seg[0] == '{' && seg[n - 1] == '}';
+}
+
+int srv_route(srv_router *rt, const char *method, const char *tmpl,
+              srv_handler handler)
+{
+    route r;
+    const char *p;
+
+    if (!rt || !method || !tmpl || tmpl[0] != '/' || !handler)
+        return loom__error_set(LOOM_EINVALID, "srv_route: bad arguments");
+    for (size_t i = 0; i < rt->len; i++)
+        if (!strcmp(rt->routes[i].method, method) &&
+            !strcmp(rt->routes[i].tmpl, tmpl))
+            return loom__error_set(LOOM_EEXISTS, "route %s %s exists",
+                                   method, tmpl);
+    memset(&r, 0, sizeof(r));
+    r.handler = handler;
+    if (!(r.method = strdup(method)) || !(r.tmpl = strdup(tmpl)))
+        goto oom;
+    p = tmpl + 1;
+    while (*p) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (r.nseg == MAX_ROUTE_SEGMENTS) {
+            route_clear(&r);
+            return loom__error_set(LOOM_EINVALID, "route %s: too many "
+                                   "segments", tmpl);
+        }
+        if (!(r.segs[r.nseg] = strndup(p, n)))
+            goto oom;
+        if (is_param(r.segs[r.nseg]))
+            r.nparams++;
+        r.nseg++;
+        p += n;
+        if (*p == '/')
+            p++;
+    }
+    if (r.nparams > SRV_MAX_PARAMS) {
+        route_clear(&r);
+        return loom__error_set(LOOM_EINVALID, "route %s: too many params",
+                               tmpl);
+    }
+    if (rt->len == rt->cap) {
+        size_t c = rt->cap ? rt->cap * 2 : 16;
+        route *nr = realloc(rt->routes, c * sizeof(*nr));
+        if (!nr)
+            goto oom;
+        rt->routes = nr;
+        rt->cap = c;
+    }
+    rt->routes[rt->len++] = r;
+    return 0;
+
+oom:
+    route_clear(&r);
+    return loom__error_oom();
+}
+
+/* Splits path (a writable copy) into segments; 0 when too many. */
+static size_t split_path(char *path, char **segs)
+{
+    size_t n = 0;
+    char *p = path + (path[0] == '/');
+
+    if (!*p)
+        return 0;
+    for (;;) {
+        char *slash = strchr(p, '/');
+        if (n == MAX_ROUTE_SEGMENTS)
+            return (size_t)-1;
+        segs[n++] = p;
+        if (!slash)
+            break;
+        *slash = '\0';
+        p = slash + 1;
+    }
+    return n;
+}
+
+static int route_matches(const route *r, char **segs, size_t n)
+{
+    if (r->nseg != n)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (is_param(r->segs[i]) ? !*segs[i] : strcmp(r->segs[i], segs[i]))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+enum { ST_NEW = 0, ST_HANDLED, ST_DEFER, ST_DONE };
+
+/* A monotonic clock in seconds, finer than srv__now_ms for the log. */
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef struct {
+    char *name, *value;
+} kv;
+
+typedef struct srv_conn {
+    srv_request req;
+    srv_server *s;
+    struct MHD_Connection *mc;
+    double start; /* seconds, monotonic */
+    char *method, *path, *segbuf;
+    loom_buf body;
+    int too_large;
+    size_t discarded;
+    const route *route;
+    int method_mismatch; /* the path exists with another method */
+    int state;
+    int replied;
+    unsigned status;
+    char run_id[48];
+    kv hdrs[MAX_REPLY_HEADERS];
+    size_t nhdrs;
+    /* deferred */
+    srv_susp susp;
+    srv_run *drun;
+    srv_done_fn done;
+    void *dpayload;
+    void (*dfree)(void *);
+    int watching;
+    /* streamed */
+    struct srv_sse_stream *sse;
+} srv_conn;
+
+static void conn_free(srv_conn *c)
+{
+    if (!c)
+        return;
+    if (c->watching)
+        srv__run_unwatch(c->drun, &c->susp);
+    srv_run_unref(c->drun);
+    if (c->dfree)
+        c->dfree(c->dpayload);
+    for (size_t i = 0; i < c->nhdrs; i++) {
+        free(c->hdrs[i].name);
+        free(c->hdrs[i].value);
+    }
+    json_decref(c->req.json);
+    loom_buf_free(&c->body);
+    free(c->method);
+    free(c->path);
+    free(c->segbuf);
+    free(c);
+}
+
+/* Finds the route; fills params. */
+static int match(srv_conn *c)
+{
+    srv_router *rt = c->s->router;
+    char *segs[MAX_ROUTE_SEGMENTS];
+    size_t n;
+    const route *best = NULL;
+
+    if (!(c->segbuf = strdup(c->path)))
+        return loom__error_oom();
+    n = split_path(c->segbuf, segs);
+    if (n == (size_t)-1)
+        return 0;
+    for (size_t i = 0; i < rt->len; i++) {
+        const route *r = &rt->routes[i];
+        if (!route_matches(r, segs, n))
+            continue;
+        if (strcmp(r->method, c->method) != 0) {
+            c->method_mismatch = 1;
+            continue;
+        }
+        if (!best || r->nparams < best->nparams)
+            best = r;
+    }
+    if (!best)
+        return 0;
+    c->route = best;
+    c->req.route = best->tmpl;
+    for (size_t i = 0; i < n; i++)
+        if (is_param(best->segs[i]))
+            c->req.params[c->req.nparams++] = segs[i];
+    return 0;
+}
+
+static srv_conn *conn_new(srv_server *s, struct MHD_Connection *mc,
+                          const char *url, const char *method)
+{
+    srv_conn *c = calloc(1, sizeof(*c));
+
+    if (!c)
+        return NULL;
+    c->s = s;
+    c->mc = mc;
+    c->start = now_s();
+    loom_buf_init(&c->body, (size_t)s->sc->max_body_bytes);
+    c->method = strdup(method);
+    c->path = strdup(url);
+    if (!c->method || !c->path || match(c) != 0) {
+        conn_free(c);
+        return NULL;
+    }
+    c->req.srv = s;
+    c->req.method = c->method;
+    c->req.path = c->path;
+    c->req.body = "";
+    c->req.conn_ = c;
+    return c;
+}
+
+const char *srv_query(const srv_request *r, const char *key)
+{
+    return MHD_lookup_connection_value(r->conn_->mc, MHD_GET_ARGUMENT_KIND,
+                                       key);
+}
+
+const char *srv_header(const srv_request *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn_->mc, MHD_HEADER_KIND, name);
+}
+
+int srv_set_header(srv_request *r, const char *name, const char *value)
+{
+    srv_conn *c = r->conn_;
+    kv *h;
+
+    if (!name || !value || strpbrk(name, "\r\n: ") || strpbrk(value, "\r\n"))
+        return loom__error_set(LOOM_EINVALID, "bad header '%s'",
+                               name ? name : "");
+    if (c->nhdrs == MAX_REPLY_HEADERS)
+        return loom__error_set(LOOM_ETOOLARGE, "too many reply headers");
+    h = &c->hdrs[c->nhdrs];
+    h->name = strdup(name);
+    h->value = strdup(value);
+    if (!h->name || !h->value) {
+        free(h->name);
+        free(h->value);
+        return loom__error_oom();
+    }
+    c->nhdrs++;
+    return 0;
+}
+
+void srv_request_set_run(srv_request *r, const char *run_id)
+{
+    snprintf(r->conn_->run_id, sizeof(r->conn_->run_id), "%s",
+             run_id ? run_id : "");
+}
+
+struct MHD_Connection *srv__request_mc(srv_request *r)
+{
+    return r->conn_->mc;
+}
+
+void srv__request_set_stream(srv_request *r, struct srv_sse_stream *st)
+{
+    r->conn_->sse = st;
+}
+
+/* ---- replies ------------------------------------------------------------- */
+
+int srv__queue(srv_request *r, unsigned status, struct MHD_Response *resp)
+{
+    srv_conn *c = r->conn_;
+    enum MHD_Result ok;
+
+    if (!resp)
+        return loom__error_oom();
+    if (c->replied) {
+        MHD_destroy_response(resp);
+        return loom__error_set(LOOM_ERROR, "request already answered");
+    }
+    for (size_t i = 0; i < c->nhdrs; i++)
+        MHD_add_response_header(resp, c->hdrs[i].name, c->hdrs[i].value);
+    ok = MHD_queue_response(c->mc, status, resp);
+    MHD_destroy_response(resp);
+    if (ok != MHD_YES)
+        return loom__error_set(LOOM_ERROR, "cannot queue the response");
+    c->replied = 1;
+    c->status = status;
+    return 0;
+}
+
+int srv_reply_text(srv_request *r, unsigned status, const char *ctype,
+                   const char *text, size_t len)
+{
+    struct MHD_Response *resp;
+    char *copy = malloc(len + 1);
+
+    if (!copy)
+        return loom__error_oom();
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    resp = MHD_create_response_from_buffer(len, copy, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(copy);
+        return loom__error_oom();
+    }
+    if (ctype)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    return srv__queue(r, status, resp);
+}
+
+int srv_reply_json(srv_request *r, unsigned status, json_t *body)
+{
+    struct MHD_Response *resp;
+    char *text;
+
+    if (!body)
+        return loom__error_oom();
+    text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    json_decref(body);
+    if (!text)
+        return loom__error_oom();
+    resp = MHD_create_response_from_buffer(strlen(text), text,
+                                           MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return loom__error_oom();
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "application/json");
+    return srv__queue(r, status, resp);
+}
+
+/* Replaces bytes that are not valid UTF-8 so jansson takes the text. */
+static json_t *safe_string(const char *s)
+{
+    json_t *j = json_string(s);
+    char *copy;
+
+    if (j)
+        return j;
+    if (!(copy = strdup(s)))
+        return NULL;
+    for (char *p = copy; *p; p++)
+        if ((unsigned char)*p >= 0x80)
+            *p = '?';
+    j = json_string(copy);
+    free(copy);
+    return j;
+}
+
+static int reply_verror(srv_request *r, unsigned status, const char *type,
+                        const char *param, const char *code, const char *fmt,
+                        va_list ap)
+{
+    char msg[1024];
+    json_t *err;
+
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    if (!type)
+        type = status >= 500 ? "server_error" : "invalid_request_error";
+    err = json_pack("{s:{s:o,s:s,s:s?,s:s?}}", "error", "message",
+                    safe_string(msg), "type", type, "param", param, "code",
+                    code);
+    return srv_reply_json(r, status, err);
+}
+
+int srv_reply_error(srv_request *r, unsigned status, const char *type,
+                    const char *param, const char *code, const char *fmt,
+                    ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    rc = reply_verror(r, status, type, param, code, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int srv_reply_loom_error(srv_request *r, int rc, const char *param)
+{
+    const char *msg = loom_error_last();
+    char copy[1024];
+
+    snprintf(copy, sizeof(copy), "%s", *msg ? msg : loom_error_name(rc));
+    switch (rc) {
+    case LOOM_ENOTFOUND:
+        return srv_reply_error(r, 404, NULL, param, "not_found", "%s", copy);
+    case LOOM_EINVALID:
+    case LOOM_EPROTO:
+        return srv_reply_error(r, 400, NULL, param, "invalid_value", "%s",
+                               copy);
+    case LOOM_ETOOLARGE:
+        return srv_reply_error(r, 413, NULL, param, "request_too_large", "%s",
+                               copy);
+    case SRV_EBUSY:
+        srv_set_header(r, "Retry-After", "1");
+        return srv_reply_error(r, 503, NULL, NULL, "server_busy", "%s", copy);
+    case LOOM_EUPSTREAM:
+        return srv_reply_error(r, 502, NULL, NULL, "upstream_error", "%s",
+                               copy);
+    case LOOM_ETIMEDOUT:
+        return srv_reply_error(r, 504, NULL, NULL, "timeout", "%s", copy);
+    default:
+        return srv_reply_error(r, 500, NULL, NULL, "internal_error", "%s",
+                               copy);
+    }
+}
+
+/* ---- deferred requests --------------------------------------------------- */
+
+int srv_defer(srv_request *r, srv_run *run, srv_done_fn done, void *payload,
+              void (*free_payload)(void *payload))
+{
+    srv_conn *c = r->conn_;
+
+    if (!run || !done || c->replied || c->state == ST_DEFER)
+        return loom__error_set(LOOM_EINVALID, "srv_defer: bad call");
+    srv_run_ref(run);
+    c->drun = run;
+    c->done = done;
+    c->dpayload = payload;
+    c->dfree = free_payload;
+    memset(&c->susp, 0, sizeof(c->susp));
+    c->susp.mc = c->mc;
+    c->susp.fd = srv__conn_fd(c->mc);
+    c->susp.run = run;
+    c->susp.idle_since = srv__now_ms();
+    srv__run_watch(run, &c->susp);
+    c->watching = 1;
+    c->state = ST_DEFER;
+    return 0;
+}
+
+/* Runs the deferred request on: replies once its run ended, suspends
+ * otherwise. */
+static enum MHD_Result defer_step(srv_conn *c)
+{
+    int gone = 0, rc;
+
+    srv__susp_flags(c->s, &c->susp, &gone, NULL);
+    if (gone)
+        return MHD_NO;
+    for (;;) {
+        if (srv_run_ended(c->drun)) {
+            c->state = ST_DONE;
+            rc = c->done(&c->req, c->drun, c->dpayload);
+            if (rc < 0 && !c->replied)
+                srv_reply_loom_error(&c->req, rc, NULL);
+            return c->replied ? MHD_YES : MHD_NO;
+        }
+        rc = srv__suspend(c->s, &c->susp);
+        if (rc == 0)
+            return MHD_YES;
+        if (rc < 0) {
+            c->state = ST_DONE;
+            srv_reply_error(&c->req, 503, NULL, NULL, "shutting_down",
+                            "the server is shutting down");
+            return c->replied ? MHD_YES : MHD_NO;
+        }
+    }
+}
+
+/* ---- the dispatcher ------------------------------------------------------ */
+
+static void reply_no_route(srv_conn *c)
+{
+    if (c->method_mismatch)
+        srv_reply_error(&c->req, 405, NULL, NULL, "method_not_allowed",
+                        "%s is not allowed on %s", c->method, c->path);
+    else
+        srv_reply_error(&c->req, 404, NULL, NULL, "not_found",
+                        "no route for %s %s", c->method, c->path);
+}
+
+static void reply_too_large(srv_conn *c)
+{
+    srv_reply_error(&c->req, 413, NULL, NULL, "request_too_large",
+                    "the request body is larger than the %ld bytes allowed",
+                    c->s->sc->max_body_bytes);
+}
+
+static void parse_body(srv_conn *c)
+{
+    json_error_t jerr;
+
+    c->req.body = loom_buf_cstr(&c->body);
+    c->req.body_len = c->body.len;
+    if (!c->body.len)
+        return;
+    c->req.json = json_loadb(c->body.ptr, c->body.len, 0, &jerr);
+    if (!c->req.json)
+        c->req.json_error = "the body is not valid JSON";
+}
+
+enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
+                                const char *url, const char *method,
+                                const char *version, const char *upload,
+                                size_t *upload_size, void **con_cls)
+{
+    srv_server *s = cls;
+    srv_conn *c = *con_cls;
+    const char *cl;
+    int rc;
+
+    (void)version;
+    if (!c) {
+        if (!(c = conn_new(s, mc, url, method)))
+            return MHD_NO;
+        *con_cls = c;
+        cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
+                                         MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            unsigned long long n;
+            errno = 0;
+            n = strtoull(cl, &end, 10);
+            if (errno || *end ||
+                n > (unsigned long long)s->sc->max_body_bytes) {
+                c->too_large = 1;
+                reply_too_large(c);
+            }
+        }
+        return MHD_YES;
+    }
+    if (c->state == ST_DEFER)
+        return defer_step(c);
+    if (c->replied || c->state != ST_NEW)
+        return MHD_YES;
+    if (*upload_size) {
+        if (!c->too_large &&
+            loom_buf_put(&c->body, upload, *upload_size) != 0) {
+            c->too_large = 1;
+            loom_buf_free(&c->body);
+        }
+        if (c->too_large) {
+            /* Read past the limit only so far, then cut the client. */
+            c->discarded += *upload_size;
+            if (c->discarded > (size_t)s->sc->max_body_bytes)
+                return MHD_NO;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    c->state = ST_HANDLED;
+    if (c->too_large) {
+        reply_too_large(c);
+        return MHD_YES;
+    }
+    if (!c->route) {
+        reply_no_route(c);
+        return MHD_YES;
+    }
+    parse_body(c);
+    loom_error_clear();
+    rc = c->route->handler(&c->req);
+    if (c->state == ST_DEFER)
+        return defer_step(c);
+    if (!c->replied) {
+        if (rc == 0)
+            rc = loom__error_set(LOOM_ERROR, "the handler sent no reply");
+        srv_reply_loom_error(&c->req, rc, NULL);
+    }
+    return c->replied ? MHD_YES : MHD_NO;
+}
+
+/* The path for the log line: control bytes shown as '?', cut. */
+static void log_path(char *dst, size_t cap, const char *path)
+{
+    size_t i = 0;
+
+    for (; path[i] && i + 4 < cap && i < MAX_LOG_PATH; i++)
+        dst[i] = (unsigned char)path[i] < 0x20 || path[i] == 0x7f
+                     ? '?'
+                     : path[i];
+    if (path[i]) {
+        memcpy(dst + i, "...", 3);
+        i += 3;
+    }
+    dst[i] = '\0';
+}
+
+void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                       enum MHD_RequestTerminationCode toe)
+{
+    srv_server *s = cls;
+    srv_conn *c = *con_cls;
+    char path[MAX_LOG_PATH + 8];
+    double secs;
+    int ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+
+    (void)mc;
+    if (!c)
+        return;
+    *con_cls = NULL;
+    if (c->state == ST_DEFER && !ok && c->drun &&
+        !srv_run_background(c->drun))
+        srv_run_cancel(c->drun);
+    if (c->sse)
+        srv__sse_request_done(c->sse, ok);
+    secs = now_s() - c->start;
+    srv__metrics_request(s->metrics, c->method,
+                         c->route ? c->route->tmpl : "unmatched",
+                         c->replied ? c->status : 499, secs);
+    if (loom_log_enabled(LOOM_LOG_INFO)) {
+        log_path(path, sizeof(path), c->path);
+        loom_info("%s %s %u %.1fms%s%s%s", c->method, path,
+                  c->replied ? c->status : 499, secs * 1000.0,
+                  c->run_id[0] ? " run=" : "", c->run_id,
+                  ok ? "" : " (connection closed early)");
+    }
+    conn_free(c);
+}

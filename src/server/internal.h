@@ -1,0 +1,375 @@
+/*
+ * Internal API of loom's HTTP server, shared by the endpoint files
+ * (api_runs.c, api_misc.c, chat.c, ...) and the machinery under them
+ * (server.c: the daemon and the dispatcher; runs.c: the run manager and
+ * the event logs; sse.c: streamed responses; metrics.c).
+ *
+ * Threads. libmicrohttpd runs every connection on one internal polling
+ * thread (epoll): handlers, reply helpers and SSE formatters all run
+ * there and must never block for long (a store query is fine; waiting for
+ * a run is not: use srv_defer() or srv_reply_sse(), which suspend the
+ * connection and resume it when the run has something to say). Runs
+ * execute on worker threads of their own. Everything in srv_server is
+ * immutable after start except what its own locks guard, so handlers may
+ * read the config, the registry and the providers freely.
+ *
+ * Errors follow loom's rules: 0 or a negative LOOM_E* code with the
+ * message in loom_error_last(). Replies are always OpenAI-shaped errors
+ * ({"error": {"message", "type", "param", "code"}}) whatever the route.
+ */
+#ifndef LOOM_SERVER_INTERNAL_H
+#define LOOM_SERVER_INTERNAL_H
+
+#include "loom/buf.h"
+#include "loom/config.h"
+#include "loom/llm.h"
+#include "loom/run.h"
+#include "loom/server.h"
+#include "loom/store.h"
+#include "loom/tools.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+/* ---- the server ---------------------------------------------------------- */
+
+typedef struct loom_server srv_server;
+
+/* Borrowed from the server; valid for its whole life. */
+const loom_config *srv_config(const srv_server *s);
+loom_store *srv_store(const srv_server *s);
+const loom_tool_registry *srv_tools(const srv_server *s);
+
+/*
+ * The provider named name (the part before '/' of a model name), built
+ * once at start and shared by every run: providers are safe to call from
+ * several threads at once (llm/openai.c takes one pooled curl handle per
+ * call). NULL when no such provider is configured.
+ */
+loom_provider *srv_provider(srv_server *s, const char *name);
+
+/*
+ * Resolves "provider/model" (see loom_config_model: *tmp is filled for a
+ * model that is not listed; free it with loom_model_config_clear).
+ * LOOM_ENOTFOUND with a message naming what is missing.
+ */
+int srv_model(srv_server *s, const char *name, const loom_model_config **out,
+              loom_model_config *tmp);
+
+/*
+ * The agent called name, or with name NULL the config's default_agent
+ * (NULL when there is none). NULL when absent.
+ */
+const loom_agent_config *srv_agent(const srv_server *s, const char *name);
+
+/*
+ * The model a run uses when the request names none: the agent's model,
+ * else $LOOM_MODEL, else the model of the first configured provider's
+ * first listed model, else "<first provider>/gpt-4o-mini". NULL when no
+ * provider exists at all. Borrowed (from the config or the environment).
+ */
+const char *srv_default_model(srv_server *s, const loom_agent_config *agent);
+
+/* ---- requests and replies ------------------------------------------------ */
+
+#define SRV_MAX_PARAMS 4
+
+/*
+ * One HTTP request, as a handler sees it. Fields above the line are for
+ * handlers to read; everything is borrowed from the request and lives
+ * until the reply has been sent (a deferred handler may keep using it).
+ */
+typedef struct srv_request {
+    srv_server *srv;
+    const char *method;  /* "GET", "POST", ... */
+    const char *path;    /* decoded path, no query string */
+    const char *route;   /* the matched template ("/v1/runs/{id}") */
+    const char *params[SRV_MAX_PARAMS]; /* {…} segments, in order */
+    size_t nparams;
+    const char *body;    /* NUL-terminated; "" when there is none */
+    size_t body_len;
+    json_t *json;        /* the body parsed as JSON, or NULL (borrowed) */
+    const char *json_error; /* why a non-empty body did not parse, or NULL */
+    /* ---- private to server.c ---- */
+    struct srv_conn *conn_;
+} srv_request;
+
+/* A query-string argument ("?limit=10"), decoded; NULL when absent. */
+const char *srv_query(const srv_request *r, const char *key);
+
+/* A request header (case-insensitive name); NULL when absent. */
+const char *srv_header(const srv_request *r, const char *name);
+
+/*
+ * Adds a header to whatever reply this request sends next (JSON, error,
+ * SSE or deferred). Name and value are copied; a value with a line
+ * break is refused (LOOM_EINVALID).
+ */
+int srv_set_header(srv_request *r, const char *name, const char *value);
+
+/* Names the run a request is about, for the request log line. */
+void srv_request_set_run(srv_request *r, const char *run_id);
+
+/*
+ * Replies with status and body as compact JSON. Takes body (even on
+ * failure). Returns 0 or LOOM_ENOMEM / LOOM_ERROR (the dispatcher then
+ * closes the connection).
+ */
+int srv_reply_json(srv_request *r, unsigned status, json_t *body);
+
+/* Replies with text bytes of content type ctype (copied). */
+int srv_reply_text(srv_request *r, unsigned status, const char *ctype,
+                   const char *text, size_t len);
+
+/*
+ * Replies with an OpenAI-shaped error:
+ * {"error": {"message": <fmt...>, "type": type, "param": param | null,
+ * "code": code | null}}. type NULL means "invalid_request_error" for 4xx
+ * and "server_error" for 5xx.
+ */
+int srv_reply_error(srv_request *r, unsigned status, const char *type,
+                    const char *param, const char *code, const char *fmt,
+                    ...) __attribute__((format(printf, 6, 7)));
+
+/* Returned by srv_run_start() when max_concurrent_runs are busy. */
+#define SRV_EBUSY (-100)
+
+/*
+ * Replies for a failed call whose code is rc and whose message is in
+ * loom_error_last(): LOOM_ENOTFOUND 404 (code "not_found"),
+ * LOOM_EINVALID / LOOM_EPROTO 400, LOOM_ETOOLARGE 413, SRV_EBUSY 503 with
+ * Retry-After (code "server_busy"), LOOM_EUPSTREAM 502, LOOM_ETIMEDOUT
+ * 504, anything else 500. param may be NULL.
+ */
+int srv_reply_loom_error(srv_request *r, int rc, const char *param);
+
+/* ---- routes -------------------------------------------------------------- */
+
+/*
+ * A handler answers one request: it calls exactly one srv_reply_*,
+ * srv_defer() or srv_reply_sse() and returns 0, or returns a negative
+ * code without replying (the dispatcher then answers 500 with
+ * loom_error_last()). Runs on the server thread.
+ */
+typedef int (*srv_handler)(srv_request *r);
+
+typedef struct srv_router srv_router;
+
+/*
+ * Registers handler for method on a path template. A template is a
+ * literal path whose segments may be "{name}" (one non-empty segment,
+ * handed over in r->params in order, at most SRV_MAX_PARAMS). Literal
+ * routes win over templated ones. A path that matches with another method
+ * gets 405; no match gets 404. LOOM_EEXISTS for a duplicate.
+ */
+int srv_route(srv_router *rt, const char *method, const char *tmpl,
+              srv_handler handler);
+
+/*
+ * Registers the OpenAI-compatible routes (POST /v1/chat/completions).
+ * Implemented by chat.c; server.c calls it once at start.
+ */
+void srv_chat_routes(srv_router *rt);
+
+/* ---- runs ---------------------------------------------------------------- */
+
+typedef struct srv_run srv_run;
+
+/*
+ * What to run. Everything is borrowed for the call (srv_run_start copies
+ * what it keeps). Start from SRV_RUN_SPEC_INIT.
+ */
+typedef struct {
+    const char *agent;  /* agent name; NULL: default_agent, or none */
+    const char *model;  /* "provider/model"; NULL: the agent's, or
+                           srv_default_model() */
+    const char *system_prompt; /* overrides the agent's; NULL: agent's */
+    /*
+     * The conversation so far. NULL: loaded from the store when
+     * conversation_id is set (the native API); non-NULL: used as is and
+     * not loaded (the chat API, whose clients send the whole history).
+     */
+    const loom_messages *history;
+    const loom_messages *input; /* this turn's new messages; not empty */
+    const char *conversation_id; /* NULL: a new conversation is created */
+    /* Server tools offered: NULL with tool_names_set 0: the agent's
+     * (every registered tool without an agent). */
+    const char *const *tool_names;
+    size_t tool_names_len;
+    int tool_names_set;
+    /* Client tools (run by the client, see loom_run_options). The defs
+     * point into client_tools_json, which the run keeps a reference to. */
+    const loom_tool_def *client_tools;
+    size_t client_tools_len;
+    json_t *client_tools_json;
+    loom_tool_choice tool_choice; /* used when tool_choice_set */
+    int tool_choice_set;
+    int parallel_tool_calls; /* -1: the agent's */
+    long max_tokens;         /* 0: the model's max_output_tokens */
+    double temperature;      /* < 0: unset */
+    int max_iterations;      /* 0: the agent's */
+    int background;          /* a client going away does not cancel it */
+} srv_run_spec;
+
+#define SRV_RUN_SPEC_INIT                                                    \
+    { NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, NULL,       \
+      {LOOM_TOOL_CHOICE_AUTO, NULL}, 0, -1, 0, -1.0, 0, 0 }
+
+/*
+ * Starts a run on a worker thread of its own and returns a reference to
+ * it (release with srv_run_unref). Before returning it has resolved the
+ * agent, model and provider, created or checked the conversation (so
+ * srv_run_conversation_id() is known before any model output), loaded
+ * history and built the loom_run. Errors (nothing started, nothing
+ * stored): SRV_EBUSY when max_concurrent_runs are running,
+ * LOOM_ENOTFOUND for an unknown agent, model or conversation,
+ * LOOM_EINVALID for a bad spec, LOOM_EIO from the store; pass them to
+ * srv_reply_loom_error(). Events go to the run's event log; at the end
+ * the turn is stored with loom_store_save_turn (also when the run failed
+ * or was cancelled). Finished runs stay findable for a while (the last
+ * keep_finished_runs of them).
+ */
+int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *spec);
+
+/* A new reference to the run with this id, or NULL. */
+srv_run *srv_run_find(srv_server *s, const char *id);
+void srv_run_ref(srv_run *run);
+/* NULL is a no-op. */
+void srv_run_unref(srv_run *run);
+
+/* Constant for the run's life. */
+const char *srv_run_id(const srv_run *run);
+const char *srv_run_conversation_id(const srv_run *run);
+const char *srv_run_model_name(const srv_run *run); /* "provider/model" */
+const char *srv_run_agent_name(const srv_run *run); /* may be NULL */
+int srv_run_background(const srv_run *run);
+int64_t srv_run_created_ms(const srv_run *run); /* Unix milliseconds */
+
+/* Asks the run to stop (any thread); it ends as cancelled, stored so. */
+void srv_run_cancel(srv_run *run);
+
+/* 1 once the run has ended and its turn has been stored (or failed to). */
+int srv_run_ended(srv_run *run);
+loom_run_status srv_run_status(srv_run *run);
+
+/*
+ * The loom_run behind it, for reading the result (text, usage, finish
+ * reason, pending client calls, messages). Only once srv_run_ended() is
+ * 1; NULL before.
+ */
+const loom_run *srv_run_result(srv_run *run);
+
+/*
+ * {"id", "object": "run", "status", "conversation_id", "agent", "model",
+ * "background", "created_at", "ended_at", "text", "finish_reason",
+ * "error", "usage", "iterations", "events": [...] (with_events)}; status
+ * is "running" until the end. New reference, NULL on OOM.
+ */
+json_t *srv_run_to_json(srv_run *run, int with_events);
+
+/* ---- the event log of a run ---------------------------------------------- */
+
+/*
+ * One event as every reader sees it: serialized once, immutable. json is
+ * loom_event_to_json() of the event, with "conversation_id" added to
+ * run.started; text is its compact JSON text.
+ */
+typedef struct {
+    uint64_t seq;
+    loom_event_type type;
+    const char *type_name; /* "message.delta" */
+    json_t *json;          /* read only: never modify */
+    const char *text;
+    size_t text_len;
+} srv_event;
+
+/* The seq of the last event so far (0: none); *ended (may be NULL) is 1
+ * when the run ended, i.e. no event will follow. */
+uint64_t srv_run_last_seq(srv_run *run, int *ended);
+
+/* The event with this seq; NULL when seq is 0 or not emitted yet.
+ * Borrowed: valid while the caller holds a reference to the run. */
+const srv_event *srv_run_event(srv_run *run, uint64_t seq);
+
+/* The first event whose seq is greater than after_seq, or NULL when
+ * there is none yet. Borrowed like srv_run_event. Readers walk the log
+ * with this: seqs have no gaps unless the log hit max_run_events_bytes
+ * (see docs/server.md). */
+const srv_event *srv_run_next_event(srv_run *run, uint64_t after_seq);
+
+/*
+ * Waits up to timeout_ms (< 0: forever) until an event after after_seq
+ * exists or the run ended. 1 when so, 0 at the timeout. For threads other
+ * than the server's (tests, tools); handlers use srv_reply_sse/srv_defer.
+ */
+int srv_run_wait(srv_run *run, uint64_t after_seq, long timeout_ms);
+
+/* ---- replies that wait for a run ----------------------------------------- */
+
+/*
+ * Called on the server thread once the run has ended: answers the
+ * request with one srv_reply_* like a handler (same return rules).
+ */
+typedef int (*srv_done_fn)(srv_request *r, srv_run *run, void *payload);
+
+/*
+ * Suspends the request until run ends (its turn stored), then calls done
+ * on the server thread. Takes a reference to run. If the client goes
+ * away first, the run is cancelled (unless it is a background run), the
+ * connection is closed and done is not called. free_payload (may be
+ * NULL) is called once with payload when the request is over. Returns 0,
+ * or an error without having suspended (payload is then not freed: the
+ * caller still owns it). The handler returns 0 after a successful call.
+ */
+int srv_defer(srv_request *r, srv_run *run, srv_done_fn done, void *payload,
+              void (*free_payload)(void *payload));
+
+/* ---- server-sent events -------------------------------------------------- */
+
+#define SRV_SSE_CONTINUE 0
+#define SRV_SSE_END 1
+
+/*
+ * Formats one event into SSE bytes appended to out. Returns
+ * SRV_SSE_CONTINUE, SRV_SSE_END to end the stream after out, or a
+ * negative code to cut the connection. Runs on the server thread, once
+ * per event, in seq order.
+ */
+typedef int (*srv_sse_format_fn)(srv_run *run, const srv_event *ev,
+                                 loom_buf *out, void *payload);
+
+/* Appends bytes at the start or at the end of a stream (after the run's
+ * last event was formatted). */
+typedef void (*srv_sse_edge_fn)(srv_run *run, loom_buf *out, void *payload);
+
+typedef struct {
+    srv_sse_format_fn format; /* NULL: srv_sse_native */
+    srv_sse_edge_fn begin;    /* may be NULL */
+    srv_sse_edge_fn end;      /* may be NULL */
+    void *payload;
+    void (*free_payload)(void *payload); /* may be NULL */
+    uint64_t after_seq; /* start after this event (Last-Event-ID) */
+    int observer; /* 1: the client going away never cancels the run */
+} srv_sse_options;
+
+#define SRV_SSE_OPTIONS_INIT { NULL, NULL, NULL, NULL, NULL, 0, 0 }
+
+/*
+ * Answers 200 text/event-stream (plus headers set with srv_set_header)
+ * and drains run's event log through o->format: replays the events after
+ * o->after_seq, then follows new ones as they come. While nothing
+ * happens it sends ": keep-alive\n\n" every keepalive_ms. The stream ends
+ * when the formatter says SRV_SSE_END or after the run's last event (and
+ * o->end). A client that goes away before the run ended cancels it,
+ * unless it is a background run or o->observer is set. Takes a
+ * reference to run; the payload is freed (free_payload) when the stream
+ * is over, also on failure.
+ */
+int srv_reply_sse(srv_request *r, srv_run *run, const srv_sse_options *o);
+
+/* The native format: "id: <seq>\nevent: <type>\ndata: <json>\n\n". */
+int srv_sse_native(srv_run *run, const srv_event *ev, loom_buf *out,
+                   void *payload);
+
+#endif
+/* API READY */

@@ -1,0 +1,592 @@
+/*
+ * The server's life: building it from a config (providers, router, run
+ * table, metrics), starting libmicrohttpd, the ticker thread, suspension
+ * of connections, and the graceful stop.
+ *
+ * libmicrohttpd runs with one internal polling thread on epoll, so a
+ * thousand idle SSE streams cost a thousand sockets, not a thousand
+ * threads. A connection that waits (for a run's next event, or for its
+ * end) is suspended; libmicrohttpd then ignores it entirely, so the
+ * ticker (every TICK_MS) polls the sockets of suspended connections for a
+ * client that went away (a disconnect cancels the run within a tick plus
+ * the HTTP client's own cancel tick) and wakes idle streams that owe a
+ * keep-alive comment. See srvpriv.h for the locking rules.
+ *
+ * Stop: quiesce (close the listening socket), refuse new runs, give
+ * running runs shutdown_grace_ms to finish, cancel the rest and wait for
+ * them to store their turns, let streams flush, then end whatever is
+ * still suspended and stop the daemon.
+ */
+#include "server/srvpriv.h"
+#include "core/error.h"
+#include "loom/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TICK_MS 20
+#define CONN_MEMORY (64 * 1024)   /* per connection: headers, buffers */
+#define STREAM_DRAIN_MS 3000      /* streams flush after the runs ended */
+
+long long srv__now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- accessors ----------------------------------------------------------- */
+
+const loom_config *srv_config(const srv_server *s)
+{
+    return s->cfg;
+}
+
+loom_store *srv_store(const srv_server *s)
+{
+    return s->store;
+}
+
+const loom_tool_registry *srv_tools(const srv_server *s)
+{
+    return s->tools;
+}
+
+loom_provider *srv_provider(srv_server *s, const char *name)
+{
+    for (size_t i = 0; name && i < s->nproviders; i++)
+        if (strcmp(s->providers[i].name, name) == 0)
+            return s->providers[i].p;
+    return NULL;
+}
+
+int srv_model(srv_server *s, const char *name, const loom_model_config **out,
+              loom_model_config *tmp)
+{
+    return loom_config_model(out, tmp, s->cfg, name);
+}
+
+const loom_agent_config *srv_agent(const srv_server *s, const char *name)
+{
+    if (!name)
+        name = s->cfg->default_agent;
+    return name ? loom_config_agent(s->cfg, name) : NULL;
+}
+
+const char *srv_default_model(srv_server *s, const loom_agent_config *agent)
+{
+    if (agent && agent->model)
+        return agent->model;
+    return s->default_model;
+}
+
+/* ---- suspension ---------------------------------------------------------- */
+
+int srv__conn_fd(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+    return ci ? ci->connect_fd : -1;
+}
+
+/* Takes sp off the list and resumes it. susp_lock held. */
+static void resume_locked(srv_server *s, srv_susp *sp)
+{
+    if (!sp->suspended)
+        return;
+    if (sp->prev)
+        sp->prev->next = sp->next;
+    else
+        s->susp_head = sp->next;
+    if (sp->next)
+        sp->next->prev = sp->prev;
+    sp->prev = sp->next = NULL;
+    sp->suspended = 0;
+    s->nsusp--;
+    MHD_resume_connection(sp->mc);
+}
+
+int srv__suspend(srv_server *s, srv_susp *sp)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&s->susp_lock);
+    if (atomic_load(&s->closing)) {
+        rc = -1;
+    } else if (sp->wake) {
+        sp->wake = 0;
+        rc = 1;
+    } else {
+        sp->suspended = 1;
+        sp->prev = NULL;
+        sp->next = s->susp_head;
+        if (s->susp_head)
+            s->susp_head->prev = sp;
+        s->susp_head = sp;
+        s->nsusp++;
+        MHD_suspend_connection(sp->mc);
+    }
+    pthread_mutex_unlock(&s->susp_lock);
+    return rc;
+}
+
+void srv__wake(srv_server *s, srv_susp *sp)
+{
+    pthread_mutex_lock(&s->susp_lock);
+    sp->wake = 1;
+    resume_locked(s, sp);
+    pthread_mutex_unlock(&s->susp_lock);
+}
+
+void srv__susp_flags(srv_server *s, srv_susp *sp, int *gone,
+                     int *keepalive_due)
+{
+    pthread_mutex_lock(&s->susp_lock);
+    if (gone)
+        *gone = sp->gone;
+    if (keepalive_due) {
+        *keepalive_due = sp->keepalive_due;
+        sp->keepalive_due = 0;
+    }
+    pthread_mutex_unlock(&s->susp_lock);
+}
+
+/* Resumes every suspended connection (at stop, after closing is set). */
+static void resume_all(srv_server *s)
+{
+    pthread_mutex_lock(&s->susp_lock);
+    while (s->susp_head)
+        resume_locked(s, s->susp_head);
+    pthread_mutex_unlock(&s->susp_lock);
+}
+
+/*
+ * One look at the suspended connections: a socket whose peer closed its
+ * side (or failed) is a client that went away; a stream idle for its
+ * keep-alive interval is woken to send a comment. Polling happens under
+ * susp_lock, so none of these sockets can be closed meanwhile.
+ */
+static void tick(srv_server *s, struct pollfd **pfd, srv_susp ***ptr,
+                 size_t *cap)
+{
+    long long now;
+    size_t n = 0;
+
+    pthread_mutex_lock(&s->susp_lock);
+    if (s->nsusp > *cap) {
+        size_t c = s->nsusp * 2;
+        struct pollfd *np = realloc(*pfd, c * sizeof(**pfd));
+        srv_susp **pp;
+        if (np)
+            *pfd = np;
+        pp = np ? realloc(*ptr, c * sizeof(**ptr)) : NULL;
+        if (pp) {
+            *ptr = pp;
+            *cap = c;
+        }
+        if (!np || !pp) {
+            pthread_mutex_unlock(&s->susp_lock);
+            return; /* out of memory: try again next tick */
+        }
+    }
+    for (srv_susp *sp = s->susp_head; sp; sp = sp->next) {
+        (*pfd)[n].fd = sp->fd;
+        (*pfd)[n].events = POLLRDHUP;
+        (*pfd)[n].revents = 0;
+        (*ptr)[n++] = sp;
+    }
+    if (n && poll(*pfd, n, 0) < 0)
+        n = 0;
+    now = srv__now_ms();
+    for (size_t i = 0; i < n; i++) {
+        srv_susp *sp = (*ptr)[i];
+        if ((*pfd)[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+            sp->gone = 1;
+            if (sp->run && !srv_run_background(sp->run))
+                srv_run_cancel(sp->run);
+            resume_locked(s, sp);
+        } else if (sp->keepalive_ms > 0 &&
+                   now - sp->idle_since >= sp->keepalive_ms) {
+            sp->keepalive_due = 1;
+            resume_locked(s, sp);
+        }
+    }
+    pthread_mutex_unlock(&s->susp_lock);
+}
+
+static void *ticker_main(void *arg)
+{
+    srv_server *s = arg;
+    struct pollfd *pfd = NULL;
+    srv_susp **ptr = NULL;
+    size_t cap = 0;
+    struct timespec ts;
+
+    pthread_mutex_lock(&s->tick_lock);
+    while (!s->tick_stop) {
+        pthread_mutex_unlock(&s->tick_lock);
+        tick(s, &pfd, &ptr, &cap);
+        pthread_mutex_lock(&s->tick_lock);
+        if (s->tick_stop)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += TICK_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->tick_cv, &s->tick_lock, &ts);
+    }
+    pthread_mutex_unlock(&s->tick_lock);
+    free(pfd);
+    free(ptr);
+    return NULL;
+}
+
+/* ---- building ------------------------------------------------------------ */
+
+/* libmicrohttpd's own complaints go to loom's log, never to stderr. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    size_t n;
+
+    (void)cls;
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    loom_debug("microhttpd: %s", msg);
+}
+
+/* The model used when neither the request nor an agent names one. */
+static int pick_default_model(srv_server *s)
+{
+    const char *env = getenv("LOOM_MODEL");
+    const loom_config *c = s->cfg;
+
+    if (env && *env)
+        s->default_model = strdup(env);
+    else if (c->models_len)
+        s->default_model = strdup(c->models[0].name);
+    else if (c->providers_len &&
+             asprintf(&s->default_model, "%s/gpt-4o-mini",
+                      c->providers[0].name) < 0)
+        s->default_model = NULL;
+    else if (!c->providers_len)
+        return 0;
+    return s->default_model ? 0 : loom__error_oom();
+}
+
+static int check_agent_tools(const srv_server *s)
+{
+    for (size_t i = 0; i < s->cfg->agents_len; i++) {
+        const loom_agent_config *a = &s->cfg->agents[i];
+        for (size_t j = 0; j < a->tools_len; j++)
+            if (!loom_tool_registry_get(s->tools, a->tools[j]))
+                return loom__error_set(LOOM_EINVALID,
+                                       "agents.%s.tools: unknown tool '%s'",
+                                       a->name, a->tools[j]);
+    }
+    return 0;
+}
+
+static int build_providers(srv_server *s)
+{
+    const loom_config *c = s->cfg;
+    int rc;
+
+    if (!c->providers_len)
+        return 0;
+    s->providers = calloc(c->providers_len, sizeof(*s->providers));
+    if (!s->providers)
+        return loom__error_oom();
+    for (size_t i = 0; i < c->providers_len; i++) {
+        loom_provider *p = NULL;
+        srv_provider_entry *e = &s->providers[s->nproviders];
+        if ((rc = loom_provider_new(&p, &c->providers[i])) != 0)
+            return rc;
+        if (!(e->name = strdup(c->providers[i].name))) {
+            loom_provider_free(p);
+            return loom__error_oom();
+        }
+        if ((rc = srv__metrics_provider(&e->p, s->metrics, p)) != 0) {
+            free(e->name);
+            return rc;
+        }
+        s->nproviders++;
+    }
+    return 0;
+}
+
+int loom_server_new(loom_server **out, const loom_server_options *opts)
+{
+    srv_server *s = NULL;
+    const char *listen;
+    int rc;
+
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "loom_server_new: NULL out");
+    *out = NULL;
+    if (!opts || !opts->config || !opts->store)
+        return loom__error_set(LOOM_EINVALID,
+                               "loom_server_new: a config and a store are "
+                               "required");
+    if (!(s = calloc(1, sizeof(*s))))
+        return loom__error_oom();
+    s->stop_pipe[0] = s->stop_pipe[1] = -1;
+    pthread_mutex_init(&s->susp_lock, NULL);
+    pthread_mutex_init(&s->tick_lock, NULL);
+    pthread_cond_init(&s->tick_cv, NULL);
+    s->cfg = opts->config;
+    s->sc = &opts->config->server;
+    s->store = opts->store;
+    listen = opts->listen ? opts->listen : s->sc->listen;
+    if (!listen)
+        listen = LOOM_SERVER_DEFAULT_LISTEN;
+    if (!(s->listen = strdup(listen))) {
+        rc = loom__error_oom();
+        goto fail;
+    }
+    if (opts->tools) {
+        s->tools = opts->tools;
+    } else {
+        if ((rc = loom_tool_registry_new(&s->own_tools)) != 0 ||
+            (rc = loom_tools_add_builtins(s->own_tools)) != 0)
+            goto fail;
+        s->tools = s->own_tools;
+    }
+    if ((rc = check_agent_tools(s)) != 0 ||
+        (rc = pick_default_model(s)) != 0 ||
+        (rc = srv__metrics_new(&s->metrics)) != 0 ||
+        (rc = build_providers(s)) != 0 ||
+        (rc = srv__runs_new(&s->runs)) != 0 ||
+        (rc = srv__router_new(&s->router)) != 0 ||
+        (rc = srv__api_runs_routes(s->router)) != 0 ||
+        (rc = srv__api_misc_routes(s->router)) != 0)
+        goto fail;
+    srv_chat_routes(s->router);
+    if (pipe2(s->stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        rc = loom__error_set(LOOM_EIO, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    *out = s;
+    return 0;
+
+fail:
+    loom_server_free(s);
+    return rc;
+}
+
+/* "HOST:PORT" into a socket address. */
+static int parse_listen(const char *listen, struct sockaddr_storage *ss,
+                        socklen_t *len, int *v6)
+{
+    const char *colon = strrchr(listen, ':');
+    char host[256], *end;
+    long port;
+    size_t hl;
+
+    memset(ss, 0, sizeof(*ss));
+    *v6 = 0;
+    if (!colon || colon == listen)
+        goto bad;
+    hl = (size_t)(colon - listen);
+    if (hl >= sizeof(host))
+        goto bad;
+    memcpy(host, listen, hl);
+    host[hl] = '\0';
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    if (colon[1] < '0' || colon[1] > '9' || *end || errno || port < 0 ||
+        port > 65535)
+        goto bad;
+    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        host[hl - 1] = '\0';
+        if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
+            goto bad;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        *len = sizeof(*a);
+        *v6 = 1;
+        return 0;
+    }
+    {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        *len = sizeof(*a);
+        if (!strcmp(host, "localhost"))
+            a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        else if (!strcmp(host, "*"))
+            a->sin_addr.s_addr = htonl(INADDR_ANY);
+        else if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+            goto bad;
+    }
+    return 0;
+
+bad:
+    return loom__error_set(LOOM_EINVALID,
+                           "listen address '%s' is not HOST:PORT (an IPv4 "
+                           "address, localhost, * or [IPv6], and a port "
+                           "0..65535)",
+                           listen);
+}
+
+int loom_server_start(loom_server *s)
+{
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    const union MHD_DaemonInfo *di;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    unsigned timeout_s;
+    int v6, rc;
+
+    if (s->d)
+        return loom__error_set(LOOM_EINVALID, "server already started");
+    if ((rc = parse_listen(s->listen, &ss, &slen, &v6)) != 0)
+        return rc;
+    (void)slen;
+    if (v6)
+        flags |= MHD_USE_IPv6;
+    /* libmicrohttpd counts this timeout in whole seconds. */
+    timeout_s = (unsigned)((s->sc->read_timeout_ms + 999) / 1000);
+    if (timeout_s < 1)
+        timeout_s = 1;
+    s->d = MHD_start_daemon(
+        flags, 0, NULL, NULL, srv__on_request, s, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->sc->max_connections,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+        MHD_OPTION_NOTIFY_COMPLETED, srv__on_completed, s,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+    if (!s->d)
+        return loom__error_set(LOOM_EIO, "cannot listen on %s: %s",
+                               s->listen, strerror(errno ? errno : EADDRINUSE));
+    di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : 0;
+    if (pthread_create(&s->ticker, NULL, ticker_main, s) != 0) {
+        MHD_stop_daemon(s->d);
+        s->d = NULL;
+        return loom__error_set(LOOM_ERROR, "cannot start the ticker thread");
+    }
+    s->ticker_started = 1;
+    loom_info("listening on http://%s (port %d)", s->listen, s->port);
+    return 0;
+}
+
+int loom_server_port(const loom_server *s)
+{
+    return s ? s->port : 0;
+}
+
+void loom_server_request_stop(loom_server *s)
+{
+    ssize_t w;
+
+    if (s && s->stop_pipe[1] >= 0)
+        w = write(s->stop_pipe[1], "x", 1);
+    (void)w;
+}
+
+void loom_server_wait(loom_server *s)
+{
+    struct pollfd p;
+    char c;
+
+    p.fd = s->stop_pipe[0];
+    p.events = POLLIN;
+    for (;;) {
+        if (poll(&p, 1, -1) > 0 && read(s->stop_pipe[0], &c, 1) == 1)
+            return;
+        if (errno != EINTR && errno != EAGAIN)
+            return;
+    }
+}
+
+void loom_server_stop(loom_server *s)
+{
+    long long deadline;
+    MHD_socket lfd;
+
+    if (!s || !s->d || atomic_exchange(&s->stopped, 1))
+        return;
+    lfd = MHD_quiesce_daemon(s->d);
+    if (lfd != MHD_INVALID_SOCKET)
+        close(lfd);
+    atomic_store(&s->draining, 1);
+    loom_info("stopping: %d runs in flight, %ld ms to finish",
+              srv__runs_active(s), s->sc->shutdown_grace_ms);
+    deadline = srv__now_ms() + s->sc->shutdown_grace_ms;
+    if (!srv__runs_wait_idle(s, deadline)) {
+        loom_warn("stopping: cancelling %d runs still in flight",
+                  srv__runs_active(s));
+        srv__runs_cancel_all(s);
+        while (!srv__runs_wait_idle(s, srv__now_ms() + 5000))
+            loom_warn("stopping: waiting for %d cancelled runs to end",
+                      srv__runs_active(s));
+    }
+    /* Streams of ended runs flush their last events and end. */
+    deadline = srv__now_ms() + STREAM_DRAIN_MS;
+    while (atomic_load(&s->streams) > 0 && srv__now_ms() < deadline)
+        usleep(10 * 1000);
+    atomic_store(&s->closing, 1);
+    resume_all(s);
+    MHD_stop_daemon(s->d);
+    s->d = NULL;
+    if (s->ticker_started) {
+        pthread_mutex_lock(&s->tick_lock);
+        s->tick_stop = 1;
+        pthread_cond_signal(&s->tick_cv);
+        pthread_mutex_unlock(&s->tick_lock);
+        pthread_join(s->ticker, NULL);
+        s->ticker_started = 0;
+    }
+    loom_info("stopped");
+}
+
+void loom_server_free(loom_server *s)
+{
+    if (!s)
+        return;
+    loom_server_stop(s);
+    if (s->runs) {
+        /* Runs that started are over (stop waited); none is left
+         * running unless the server never started. */
+        srv__runs_cancel_all(s);
+        srv__runs_wait_idle(s, -1);
+        srv__runs_free(s->runs);
+    }
+    srv__router_free(s->router);
+    for (size_t i = 0; i < s->nproviders; i++) {
+        loom_provider_free(s->providers[i].p);
+        free(s->providers[i].name);
+    }
+    free(s->providers);
+    srv__metrics_free(s->metrics);
+    loom_tool_registry_free(s->own_tools);
+    if (s->stop_pipe[0] >= 0)
+        close(s->stop_pipe[0]);
+    if (s->stop_pipe[1] >= 0)
+        close(s->stop_pipe[1]);
+    pthread_mutex_destroy(&s->susp_lock);
+    pthread_mutex_destroy(&s->tick_lock);
+    pthread_cond_destroy(&s->tick_cv);
+    free(s->default_model);
+    free(s->listen);
+    free(s);
+}

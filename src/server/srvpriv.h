@@ -1,0 +1,173 @@
+/*
+ * The server's machinery, shared by server.c, http.c, runs.c, sse.c and
+ * metrics.c only (endpoint files use internal.h).
+ *
+ * Suspension. libmicrohttpd stops watching a suspended connection: it
+ * neither times it out nor notices the client leaving. Every suspended
+ * connection (an SSE stream waiting for events, a request waiting for its
+ * run) is therefore an srv_susp on the server's list, guarded by
+ * susp_lock: the ticker thread polls their sockets for a peer that went
+ * away and marks streams due for a keep-alive comment; a run's new event
+ * wakes its watchers. Whoever resumes a connection takes it off the list
+ * under the lock, so the ticker only ever polls sockets that
+ * libmicrohttpd cannot close under it.
+ */
+#ifndef LOOM_SERVER_SRVPRIV_H
+#define LOOM_SERVER_SRVPRIV_H
+
+#include "server/internal.h"
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* ---- suspension ---------------------------------------------------------- */
+
+typedef struct srv_susp {
+    struct MHD_Connection *mc;
+    int fd;
+    srv_run *run;          /* cancelled when the client goes away */
+    long keepalive_ms;     /* 0: no keep-alive (deferred requests) */
+    long long idle_since;  /* last bytes written, ms */
+    /* Guarded by the server's susp_lock. */
+    int suspended;
+    int wake;          /* something happened since the last look */
+    int gone;          /* the client went away while suspended */
+    int keepalive_due; /* the stream has been idle for keepalive_ms */
+    struct srv_susp *prev, *next; /* on the list while suspended */
+} srv_susp;
+
+/*
+ * Suspends s->mc unless something is pending (a wake, the server
+ * closing). Returns 0 when suspended, 1 when the caller should look
+ * again (a wake was pending; it is cleared), -1 when the server is
+ * closing (do not suspend; end the request). Server thread only.
+ */
+int srv__suspend(srv_server *s, srv_susp *sp);
+
+/* Wakes sp: resumes it if suspended, else leaves a wake for the next
+ * srv__suspend. Any thread. */
+void srv__wake(srv_server *s, srv_susp *sp);
+
+/* Reads and clears the flags the ticker set (under the lock). */
+void srv__susp_flags(srv_server *s, srv_susp *sp, int *gone,
+                     int *keepalive_due);
+
+/* The connection's socket, -1 when unknown. */
+int srv__conn_fd(struct MHD_Connection *mc);
+
+/* ---- runs (runs.c) ------------------------------------------------------- */
+
+/* A watcher of a run's event log: woken on every new event and at the
+ * end. */
+void srv__run_watch(srv_run *run, srv_susp *sp);
+void srv__run_unwatch(srv_run *run, srv_susp *sp);
+
+/* The server's run table. */
+typedef struct srv_runs srv_runs;
+int srv__runs_new(srv_runs **out);
+void srv__runs_free(srv_runs *rt);
+/* Runs not ended yet. */
+int srv__runs_active(srv_server *s);
+/* Waits until no run is active or deadline_ms (monotonic; < 0: forever)
+ * passes. 1 when none is active. */
+int srv__runs_wait_idle(srv_server *s, long long deadline_ms);
+/* Cancels every active run. */
+void srv__runs_cancel_all(srv_server *s);
+
+/* ---- the server (server.c) ----------------------------------------------- */
+
+typedef struct {
+    char *name;
+    loom_provider *p; /* the metrics wrapper around the real provider */
+} srv_provider_entry;
+
+typedef struct srv_metrics srv_metrics;
+
+struct loom_server {
+    const loom_config *cfg;
+    const loom_server_config *sc;
+    loom_store *store;
+    const loom_tool_registry *tools;
+    loom_tool_registry *own_tools;
+    srv_provider_entry *providers;
+    size_t nproviders;
+    char *listen;
+    char *default_model; /* see srv_default_model */
+    struct MHD_Daemon *d;
+    int port;
+    srv_router *router;
+    srv_runs *runs;
+    srv_metrics *metrics;
+    atomic_int draining;  /* stopping: new runs are refused (503) */
+    atomic_int closing;   /* suspended requests end instead of waiting */
+    atomic_int stopped;   /* loom_server_stop() ran */
+    atomic_int streams;   /* SSE streams open */
+    /* suspended connections */
+    pthread_mutex_t susp_lock;
+    srv_susp *susp_head;
+    size_t nsusp;
+    /* the ticker */
+    pthread_t ticker;
+    int ticker_started;
+    pthread_mutex_t tick_lock;
+    pthread_cond_t tick_cv;
+    int tick_stop;
+    /* loom_server_wait / request_stop */
+    int stop_pipe[2];
+};
+
+long long srv__now_ms(void);
+
+/* ---- http.c -------------------------------------------------------------- */
+
+int srv__router_new(srv_router **out);
+void srv__router_free(srv_router *rt);
+
+/* libmicrohttpd callbacks (cls is the server). */
+enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
+                                const char *url, const char *method,
+                                const char *version, const char *upload,
+                                size_t *upload_size, void **con_cls);
+void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                       enum MHD_RequestTerminationCode toe);
+
+/* Queues resp with the request's pending headers (http.c). Takes resp. */
+int srv__queue(srv_request *r, unsigned status, struct MHD_Response *resp);
+
+/* The libmicrohttpd connection of a request. */
+struct MHD_Connection *srv__request_mc(srv_request *r);
+
+/* Marks the request as streaming (sse.c hands over its stream so the
+ * completion callback can tell it the request is over). */
+struct srv_sse_stream;
+void srv__request_set_stream(srv_request *r, struct srv_sse_stream *st);
+/* Called by http.c when a streamed request is over; ok: completed
+ * normally. */
+void srv__sse_request_done(struct srv_sse_stream *st, int ok);
+
+/* ---- metrics.c ----------------------------------------------------------- */
+
+int srv__metrics_new(srv_metrics **out);
+void srv__metrics_free(srv_metrics *m);
+void srv__metrics_request(srv_metrics *m, const char *method,
+                          const char *route, unsigned status, double secs);
+void srv__metrics_run(srv_metrics *m, const char *status, double secs);
+void srv__metrics_upstream(srv_metrics *m, const char *provider, double secs,
+                           const char *error_kind);
+void srv__metrics_tool(srv_metrics *m, const char *tool, const char *outcome);
+void srv__metrics_tokens(srv_metrics *m, const char *model, const char *kind,
+                         long n);
+/* The Prometheus text exposition; caller frees. */
+char *srv__metrics_render(srv_server *s);
+
+/* Wraps inner (taking it) so every call is measured. */
+int srv__metrics_provider(loom_provider **out, srv_metrics *m,
+                          loom_provider *inner);
+
+/* ---- endpoint files ------------------------------------------------------ */
+
+int srv__api_runs_routes(srv_router *rt);
+int srv__api_misc_routes(srv_router *rt);
+
+#endif

@@ -1,0 +1,93 @@
+#!/bin/sh
+# Shell tests of `loom serve`: help, bad flags and values, a real start
+# with the "listening" line, the request log line, a port already taken,
+# and a clean exit on SIGTERM. Needs LOOM_BIN and LOOM_FAKE_BIN (set by
+# CTest). Everything listens on 127.0.0.1 and is stopped at the end.
+set -u
+: "${LOOM_BIN:?}" "${LOOM_FAKE_BIN:?}"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom-serve-XXXXXX")
+fails=0
+checks=0
+serve_pid=""
+
+cleanup() {
+    [ -n "$serve_pid" ] && kill -9 "$serve_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ok() { checks=$((checks + 1)); }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*"; }
+expect_rc() { # expected actual what
+    if [ "$1" -eq "$2" ]; then ok; else bad "$3: exit $2, expected $1"; fi
+}
+expect_grep() { # pattern file what
+    if grep -q -- "$1" "$2"; then ok; else
+        bad "$3: '$1' not in $2:"; sed 's/^/    /' "$2" | head -20; fi
+}
+
+serve() {
+    env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" serve "$@"
+}
+
+# Starts loom serve in the background; sets serve_pid and addr.
+start_serve() {
+    rm -f "$tmp/serve.out"
+    # env execs loom, so $! is loom itself.
+    env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" serve "$@" \
+        > "$tmp/serve.out" 2> "$tmp/serve.err" &
+    serve_pid=$!
+    i=0
+    while ! grep -q listening "$tmp/serve.out" 2>/dev/null; do
+        i=$((i + 1))
+        if [ $i -gt 400 ] || ! kill -0 "$serve_pid" 2>/dev/null; then
+            bad "loom serve did not start"; cat "$tmp/serve.err"; return 1
+        fi
+        sleep 0.05
+    done
+    addr=$(sed -n 's/^listening \(127.0.0.1:[0-9]*\).*/\1/p' "$tmp/serve.out")
+}
+
+# --- help and usage errors ---
+serve --help > "$tmp/out" 2>&1; expect_rc 0 $? "serve --help"
+expect_grep "usage: loom serve" "$tmp/out" "serve --help"
+expect_grep "\-\-listen HOST:PORT" "$tmp/out" "serve --help lists --listen"
+"$LOOM_BIN" --help > "$tmp/out" 2>&1
+expect_grep "serve " "$tmp/out" "loom --help lists serve"
+serve --bogus > "$tmp/out" 2>&1; expect_rc 2 $? "unknown flag"
+expect_grep "unknown option '--bogus'" "$tmp/out" "unknown flag message"
+serve --listen > "$tmp/out" 2>&1; expect_rc 2 $? "flag without value"
+expect_grep "needs a value" "$tmp/out" "flag without value message"
+serve extra > "$tmp/out" 2>&1; expect_rc 2 $? "stray argument"
+serve --log-level loud > "$tmp/out" 2>&1; expect_rc 2 $? "bad log level"
+serve --db "$tmp/x.db" --listen nonsense > "$tmp/out" 2>&1
+expect_rc 2 $? "bad listen address"
+expect_grep "HOST:PORT" "$tmp/out" "bad listen address message"
+printf 'server:\n  max_body_bytes: 10\n' > "$tmp/bad.yaml"
+serve -c "$tmp/bad.yaml" > "$tmp/out" 2>&1; expect_rc 2 $? "bad server config"
+expect_grep "server.max_body_bytes" "$tmp/out" "bad server config message"
+
+# --- a real start, one request, a clean stop ---
+if start_serve --listen 127.0.0.1:0 --db "$tmp/data/loom.db"; then
+    [ -f "$tmp/data/loom.db" ] && ok || bad "the db and its folder are created"
+    if command -v curl > /dev/null; then
+        curl -s "http://$addr/healthz" > "$tmp/health" 2>&1
+        expect_grep '"status":"ok"' "$tmp/health" "GET /healthz"
+    fi
+    # The same address again: taken.
+    port=${addr#127.0.0.1:}
+    serve --listen "127.0.0.1:$port" --db "$tmp/y.db" > "$tmp/out" 2>&1
+    expect_rc 1 $? "address in use"
+    expect_grep "cannot listen on 127.0.0.1:$port" "$tmp/out" "in use message"
+    kill -TERM "$serve_pid"
+    wait "$serve_pid"; expect_rc 0 $? "SIGTERM stops cleanly"
+    serve_pid=""
+    expect_grep "listening on http://127.0.0.1:0" "$tmp/serve.err" "start log"
+    if command -v curl > /dev/null; then
+        expect_grep "GET /healthz 200" "$tmp/serve.err" "request log line"
+    fi
+    expect_grep "stopped" "$tmp/serve.err" "stop log"
+fi
+
+echo "serve: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]

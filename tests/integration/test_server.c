@@ -1,0 +1,1173 @@
+/*
+ * loom's HTTP server end to end: a real server in this process, a real
+ * SQLite store in a temporary file, the fake upstream as the model and
+ * libcurl (or a raw socket) as the client. One test per endpoint or rule:
+ * the native run API (blocking, streamed, background, cancel, resume with
+ * Last-Event-ID), conversations, models, tools, operations, every limit
+ * crossed (body size, concurrent runs, read timeout, connections, SSE
+ * keep-alive, finished runs kept, event log size), a client that goes
+ * away mid-stream, and the graceful stop.
+ */
+#include "test_server_harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#define USAGE                                                                \
+    "\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,"              \
+    "\"total_tokens\":12}"
+#define HELLO "{\"text\":[\"Hello\",\" world\"]," USAGE "}"
+#define LOOP(resp) "{\"loop\":true,\"responses\":[" resp "]}"
+#define HANG "{\"text\":[\"Partial \",\"answer\"],\"hang\":true," \
+             "\"hang_after_chunks\":3}"
+
+/* Field of run.started in a run's events (borrowed). */
+static json_t *started_data(json_t *events)
+{
+    json_t *first = json_array_get(events, 0);
+
+    assert_string_equal(sh_str(first, "type"), "run.started");
+    return first;
+}
+
+/* Checks seqs are 1..n in order. */
+static void check_seqs(json_t *events, int from_sse)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(events, i, e)
+    {
+        json_t *d = from_sse ? json_object_get(e, "data") : e;
+        assert_int_equal(json_integer_value(json_object_get(d, "seq")),
+                         (json_int_t)i + 1);
+        if (from_sse) {
+            assert_int_equal(json_integer_value(json_object_get(e, "id")),
+                             (json_int_t)i + 1);
+            assert_string_equal(sh_str(e, "event"), sh_str(d, "type"));
+        }
+    }
+}
+
+/* ---- meta endpoints ------------------------------------------------------ */
+
+static void test_health_models_tools(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *j, *data, *m;
+    size_t i;
+    int found_slow = 0, found_time = 0;
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, NULL);
+    j = sh_json(&h, "GET", "/healthz", NULL, 200);
+    assert_string_equal(sh_str(j, "status"), "ok");
+    json_decref(j);
+    j = sh_json(&h, "GET", "/readyz", NULL, 200);
+    assert_string_equal(sh_str(j, "status"), "ready");
+    json_decref(j);
+
+    j = sh_json(&h, "GET", "/v1/models", NULL, 200);
+    assert_string_equal(sh_str(j, "object"), "list");
+    data = json_object_get(j, "data");
+    assert_int_equal(json_array_size(data), 1);
+    assert_string_equal(sh_str(json_array_get(data, 0), "id"), "fake/m");
+    assert_string_equal(sh_str(json_array_get(data, 0), "owned_by"), "fake");
+    json_decref(j);
+
+    j = sh_json(&h, "GET", "/v1/tools", NULL, 200);
+    json_array_foreach(json_object_get(j, "data"), i, m)
+    {
+        if (!strcmp(sh_str(m, "name"), "slow")) {
+            found_slow = 1;
+            assert_string_equal(sh_str(m, "description"), "Sleeps a while.");
+            assert_string_equal(
+                sh_str(json_object_get(m, "parameters"), "type"), "object");
+        }
+        found_time |= !strcmp(sh_str(m, "name"), "get_time");
+    }
+    assert_true(found_slow && found_time);
+    json_decref(j);
+
+    assert_int_equal(sh_req(&h, "GET", "/v1/nothing", NULL, NULL, &r), 404);
+    sh_check_error(r.body, "not_found");
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "DELETE", "/v1/runs", NULL, NULL, &r), 405);
+    sh_check_error(r.body, "method_not_allowed");
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "GET", "/v1/runs/", NULL, NULL, &r), 404);
+    sh_resp_free(&r);
+    sh_free(&h);
+}
+
+/* ---- runs ---------------------------------------------------------------- */
+
+static void test_run_blocking(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *run, *events, *first, *last, *conv, *msgs, *again;
+    char hv[128], path[128];
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, NULL);
+    assert_int_equal(
+        sh_req(&h, "POST", "/v1/runs", "{\"input\":\"hi\"}", NULL, &r), 200);
+    run = json_loads(r.body, 0, NULL);
+    assert_non_null(run);
+    assert_string_equal(sh_str(run, "object"), "run");
+    assert_string_equal(sh_str(run, "status"), "completed");
+    assert_string_equal(sh_str(run, "text"), "Hello world");
+    assert_string_equal(sh_str(run, "agent"), "a");
+    assert_string_equal(sh_str(run, "model"), "fake/m");
+    assert_string_equal(sh_str(run, "finish_reason"), "stop");
+    assert_true(json_is_null(json_object_get(run, "error")));
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(run, "usage"), "total_tokens")),
+                     12);
+    assert_non_null(sh_header(&r, "X-Loom-Run-Id", hv, sizeof(hv)));
+    assert_string_equal(hv, sh_str(run, "id"));
+    assert_non_null(sh_header(&r, "X-Loom-Conversation-Id", hv, sizeof(hv)));
+    assert_string_equal(hv, sh_str(run, "conversation_id"));
+    sh_resp_free(&r);
+
+    events = json_object_get(run, "events");
+    check_seqs(events, 0);
+    first = started_data(events);
+    assert_string_equal(sh_str(first, "run_id"), sh_str(run, "id"));
+    assert_string_equal(sh_str(first, "conversation_id"),
+                        sh_str(run, "conversation_id"));
+    last = json_array_get(events, json_array_size(events) - 1);
+    assert_string_equal(sh_str(last, "type"), "run.completed");
+
+    /* The turn is stored before the answer is sent. */
+    snprintf(path, sizeof(path), "/v1/conversations/%s",
+             sh_str(run, "conversation_id"));
+    conv = sh_json(&h, "GET", path, NULL, 200);
+    msgs = json_object_get(conv, "messages");
+    assert_int_equal(json_array_size(msgs), 2);
+    assert_string_equal(sh_str(json_array_get(msgs, 0), "role"), "user");
+    assert_string_equal(sh_str(json_array_get(msgs, 0), "content"), "hi");
+    assert_string_equal(sh_str(json_array_get(msgs, 1), "content"),
+                        "Hello world");
+    assert_string_equal(sh_str(json_array_get(msgs, 1), "status"), "ok");
+    assert_string_equal(sh_str(json_array_get(msgs, 1), "run_id"),
+                        sh_str(run, "id"));
+    json_decref(conv);
+
+    /* GET /v1/runs/{id}: the result, events only when asked. */
+    snprintf(path, sizeof(path), "/v1/runs/%s", sh_str(run, "id"));
+    again = sh_json(&h, "GET", path, NULL, 200);
+    assert_string_equal(sh_str(again, "status"), "completed");
+    assert_string_equal(sh_str(again, "text"), "Hello world");
+    assert_null(json_object_get(again, "events"));
+    json_decref(again);
+    snprintf(path, sizeof(path), "/v1/runs/%s?events=true", sh_str(run, "id"));
+    again = sh_json(&h, "GET", path, NULL, 200);
+    assert_true(json_equal(json_object_get(again, "events"), events));
+    json_decref(again);
+    json_decref(run);
+    sh_free(&h);
+}
+
+static void test_run_stream(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *evs, *d;
+    char hv[128];
+    size_t n;
+
+    (void)state;
+    sh_start(&h,
+             LOOP("{\"tool_calls\":[{\"id\":\"c1\",\"name\":\"get_time\","
+                  "\"arguments\":\"{}\"}]," USAGE "}," HELLO),
+             NULL, NULL);
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"time?\",\"stream\":true}", NULL, &r),
+                     200);
+    assert_non_null(sh_header(&r, "Content-Type", hv, sizeof(hv)));
+    assert_non_null(strstr(hv, "text/event-stream"));
+    evs = sh_sse_parse(r.body, NULL);
+    n = json_array_size(evs);
+    assert_true(n >= 8);
+    check_seqs(evs, 1);
+    /* The first event carries both ids, before any model output. */
+    d = json_object_get(json_array_get(evs, 0), "data");
+    assert_string_equal(sh_ev_type(evs, 0), "run.started");
+    assert_non_null(sh_header(&r, "X-Loom-Run-Id", hv, sizeof(hv)));
+    assert_string_equal(sh_str(d, "run_id"), hv);
+    assert_non_null(sh_header(&r, "X-Loom-Conversation-Id", hv, sizeof(hv)));
+    assert_string_equal(sh_str(d, "conversation_id"), hv);
+    assert_string_equal(sh_ev_type(evs, 1), "usage");
+    assert_string_equal(sh_ev_type(evs, 2), "tool_calls");
+    assert_string_equal(sh_ev_type(evs, 3), "tool.started");
+    assert_string_equal(sh_ev_type(evs, 4), "tool.completed");
+    assert_string_equal(sh_ev_type(evs, n - 1), "run.completed");
+    assert_string_equal(
+        sh_str(json_object_get(json_array_get(evs, n - 1), "data"), "text"),
+        "Hello world");
+    json_decref(evs);
+    sh_resp_free(&r);
+    sh_free(&h);
+}
+
+static void test_run_input_and_conversation(void **state)
+{
+    sh h;
+    json_t *a, *b, *reqs, *msgs, *conv;
+    char body[256], path[128];
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, NULL);
+    a = sh_json(&h, "POST", "/v1/runs",
+                "{\"agent\":\"plain\",\"input\":[{\"role\":\"system\","
+                "\"content\":\"Use French.\"},{\"role\":\"user\","
+                "\"content\":\"one\"}]}",
+                200);
+    assert_string_equal(sh_str(a, "agent"), "plain");
+    snprintf(body, sizeof(body),
+             "{\"agent\":\"plain\",\"input\":\"two\","
+             "\"conversation_id\":\"%s\"}",
+             sh_str(a, "conversation_id"));
+    b = sh_json(&h, "POST", "/v1/runs", body, 200);
+    assert_string_equal(sh_str(b, "conversation_id"),
+                        sh_str(a, "conversation_id"));
+    reqs = fake_requests(h.fake);
+    assert_int_equal(json_array_size(reqs), 2);
+    msgs = json_object_get(json_object_get(json_array_get(reqs, 0), "body"),
+                           "messages");
+    assert_int_equal(json_array_size(msgs), 3);
+    assert_string_equal(sh_str(json_array_get(msgs, 0), "content"),
+                        "Be brief.");
+    assert_string_equal(sh_str(json_array_get(msgs, 1), "content"),
+                        "Use French.");
+    /* The second turn sees the first from the store. */
+    msgs = json_object_get(json_object_get(json_array_get(reqs, 1), "body"),
+                           "messages");
+    assert_int_equal(json_array_size(msgs), 5);
+    assert_string_equal(sh_str(json_array_get(msgs, 2), "content"), "one");
+    assert_string_equal(sh_str(json_array_get(msgs, 3), "role"), "assistant");
+    assert_string_equal(sh_str(json_array_get(msgs, 3), "content"),
+                        "Hello world");
+    assert_string_equal(sh_str(json_array_get(msgs, 4), "content"), "two");
+    json_decref(reqs);
+    snprintf(path, sizeof(path), "/v1/conversations/%s",
+             sh_str(a, "conversation_id"));
+    conv = sh_json(&h, "GET", path, NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(conv, "messages")), 5);
+    json_decref(conv);
+    json_decref(a);
+    json_decref(b);
+    sh_free(&h);
+}
+
+static void expect_400(sh *h, const char *body, const char *code,
+                       const char *param)
+{
+    sh_resp r;
+    json_t *j;
+
+    if (sh_req(h, "POST", "/v1/runs", body, NULL, &r) != 400)
+        fail_msg("%s: status %ld: %s", body, r.status, r.body);
+    sh_check_error(r.body, code);
+    j = json_loads(r.body, 0, NULL);
+    if (param)
+        assert_string_equal(sh_str(json_object_get(j, "error"), "param"),
+                            param);
+    json_decref(j);
+    sh_resp_free(&r);
+}
+
+static void test_run_bad_requests(void **state)
+{
+    sh h;
+    sh_resp r;
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, NULL);
+    expect_400(&h, "{not json", "invalid_value", NULL);
+    expect_400(&h, "[1]", "invalid_value", NULL);
+    expect_400(&h, "{\"input\":\"x\",\"strem\":true}", "unknown_parameter",
+               "strem");
+    expect_400(&h, "{}", "invalid_value", "input");
+    expect_400(&h, "{\"input\":\"\"}", "invalid_value", "input");
+    expect_400(&h, "{\"input\":[]}", "invalid_value", "input");
+    expect_400(&h, "{\"input\":[{\"role\":\"robot\",\"content\":\"x\"}]}",
+               "invalid_value", "input");
+    expect_400(&h, "{\"input\":[{\"role\":\"user\"}]}", "invalid_value",
+               "input");
+    expect_400(&h, "{\"input\":\"x\",\"stream\":\"yes\"}", "invalid_value",
+               "stream");
+    expect_400(&h, "{\"input\":\"x\",\"max_iterations\":0}", "invalid_value",
+               "max_iterations");
+    expect_400(&h, "{\"input\":\"x\",\"tools\":[\"nope\"]}", "invalid_value",
+               NULL);
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"x\",\"agent\":\"ghost\"}", NULL,
+                            &r),
+                     404);
+    sh_check_error(r.body, "not_found");
+    assert_non_null(strstr(r.body, "ghost"));
+    sh_resp_free(&r);
+    assert_int_equal(
+        sh_req(&h, "POST", "/v1/runs",
+               "{\"input\":\"x\",\"conversation_id\":\"conv_nope\"}", NULL,
+               &r),
+        404);
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"x\",\"model\":\"nope/x\"}", NULL,
+                            &r),
+                     404);
+    sh_resp_free(&r);
+    /* Nothing reached the model, and no conversation was created. */
+    assert_int_equal(fake_request_count(h.fake), 0);
+    {
+        json_t *l = sh_json(&h, "GET", "/v1/conversations", NULL, 200);
+        assert_int_equal(json_array_size(json_object_get(l, "data")), 0);
+        json_decref(l);
+    }
+    sh_free(&h);
+}
+
+static void test_background_and_cancel(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *run, *done, *conv, *last;
+    char path[128];
+
+    (void)state;
+    sh_start(&h, LOOP(HANG), NULL, NULL);
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"x\",\"background\":true}", NULL, &r),
+                     202);
+    run = json_loads(r.body, 0, NULL);
+    sh_resp_free(&r);
+    assert_string_equal(sh_str(run, "status"), "running");
+    assert_true(json_is_true(json_object_get(run, "background")));
+    /* Wait until the model has started answering. */
+    while (fake_request_count(h.fake) < 1)
+        usleep(10 * 1000);
+    snprintf(path, sizeof(path), "/v1/runs/%s/cancel", sh_str(run, "id"));
+    done = sh_json(&h, "POST", path, NULL, 200);
+    assert_string_equal(sh_str(done, "status"), "cancelled");
+    json_decref(done);
+    assert_int_equal(sh_req(&h, "POST", path, NULL, NULL, &r), 409);
+    sh_check_error(r.body, "run_not_active");
+    sh_resp_free(&r);
+    assert_int_equal(
+        sh_req(&h, "POST", "/v1/runs/run_nope/cancel", NULL, NULL, &r), 404);
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "GET", "/v1/runs/run_nope", NULL, NULL, &r),
+                     404);
+    sh_resp_free(&r);
+
+    snprintf(path, sizeof(path), "/v1/conversations/%s",
+             sh_str(run, "conversation_id"));
+    conv = sh_json(&h, "GET", path, NULL, 200);
+    last = sh_last_message(conv);
+    assert_string_equal(sh_str(last, "role"), "assistant");
+    assert_string_equal(sh_str(last, "status"), "cancelled");
+    json_decref(conv);
+    json_decref(run);
+    sh_free(&h);
+}
+
+static void test_events_resume(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *run, *events, *evs;
+    struct curl_slist *hdr = NULL;
+    char path[160];
+    size_t n;
+
+    (void)state;
+    sh_start(&h,
+             LOOP("{\"text\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\"],"
+                  "\"chunk_delay_ms\":30," USAGE "}"),
+             NULL, NULL);
+    run = sh_json(&h, "POST", "/v1/runs", "{\"input\":\"x\"}", 200);
+    events = json_object_get(run, "events");
+    n = json_array_size(events);
+    assert_true(n >= 8);
+
+    /* Last-Event-ID: 3 gives exactly the events after 3. */
+    snprintf(path, sizeof(path), "/v1/runs/%s/events", sh_str(run, "id"));
+    hdr = curl_slist_append(hdr, "Last-Event-ID: 3");
+    assert_int_equal(sh_req(&h, "GET", path, NULL, hdr, &r), 200);
+    curl_slist_free_all(hdr);
+    evs = sh_sse_parse(r.body, NULL);
+    assert_int_equal(json_array_size(evs), n - 3);
+    for (size_t i = 0; i < n - 3; i++) {
+        json_t *e = json_array_get(evs, i);
+        assert_int_equal(json_integer_value(json_object_get(e, "id")),
+                         (json_int_t)i + 4);
+        assert_true(json_equal(json_object_get(e, "data"),
+                               json_array_get(events, i + 3)));
+    }
+    json_decref(evs);
+    sh_resp_free(&r);
+
+    /* After the last one: an empty stream that ends at once. */
+    snprintf(path, sizeof(path), "/v1/runs/%s/events?after=%zu",
+             sh_str(run, "id"), n);
+    assert_int_equal(sh_req(&h, "GET", path, NULL, NULL, &r), 200);
+    evs = sh_sse_parse(r.body, NULL);
+    assert_int_equal(json_array_size(evs), 0);
+    json_decref(evs);
+    sh_resp_free(&r);
+
+    snprintf(path, sizeof(path), "/v1/runs/%s/events?after=x",
+             sh_str(run, "id"));
+    assert_int_equal(sh_req(&h, "GET", path, NULL, NULL, &r), 400);
+    sh_resp_free(&r);
+    json_decref(run);
+
+    /* Live: follow a background run from the start, as it streams. */
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"x\",\"background\":true}", NULL, &r),
+                     202);
+    run = json_loads(r.body, 0, NULL);
+    sh_resp_free(&r);
+    snprintf(path, sizeof(path), "/v1/runs/%s/events", sh_str(run, "id"));
+    assert_int_equal(sh_req(&h, "GET", path, NULL, NULL, &r), 200);
+    evs = sh_sse_parse(r.body, NULL);
+    assert_int_equal(json_array_size(evs), n);
+    check_seqs(evs, 1);
+    assert_string_equal(sh_ev_type(evs, n - 1), "run.completed");
+    json_decref(evs);
+    sh_resp_free(&r);
+    json_decref(run);
+    sh_free(&h);
+}
+
+/* ---- a client that goes away --------------------------------------------- */
+
+typedef struct {
+    sh_resp r;
+    const char *until; /* abort once the body holds this */
+} abort_ctx;
+
+static size_t abort_on(char *p, size_t sz, size_t n, void *ud)
+{
+    abort_ctx *a = ud;
+    size_t len = sh_on_body(p, sz, n, &a->r);
+
+    if (a->r.body && strstr(a->r.body, a->until))
+        return 0; /* curl closes the connection */
+    return len;
+}
+
+/* Run id and conversation id from an SSE body's run.started. */
+static void ids_from_stream(const char *body, char *run_id,
+                            char *conv_id)
+{
+    json_t *evs = sh_sse_parse(body, NULL);
+    json_t *d = json_object_get(json_array_get(evs, 0), "data");
+
+    assert_string_equal(sh_ev_type(evs, 0), "run.started");
+    snprintf(run_id, 64, "%s", sh_str(d, "run_id"));
+    snprintf(conv_id, 64, "%s", sh_str(d, "conversation_id"));
+    json_decref(evs);
+}
+
+static void test_disconnect_cancels(void **state)
+{
+    static const char *const args[] = {"--max-requests", "1", NULL};
+    sh h;
+    abort_ctx a;
+    CURL *e;
+    CURLcode rc;
+    json_t *run, *conv, *last, *reqs;
+    char run_id[64], conv_id[64], path[128];
+    long long t0;
+    int st;
+
+    (void)state;
+    sh_start(&h, LOOP(HANG), args, NULL);
+    memset(&a, 0, sizeof(a));
+    a.until = "\"delta\":\"answer\"";
+    e = sh_easy(&h, "POST", "/v1/runs", "{\"input\":\"x\",\"stream\":true}",
+                NULL, &a.r);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, abort_on);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
+    rc = curl_easy_perform(e);
+    curl_easy_cleanup(e);
+    t0 = test_now_ms();
+    assert_int_equal(rc, CURLE_WRITE_ERROR);
+    ids_from_stream(a.r.body, run_id, conv_id);
+    sh_resp_free(&a.r);
+
+    /* The fake exits once its one request ended: loom aborted it. */
+    st = fake_wait_exit(h.fake, 20000);
+    print_message("upstream request ended %lld ms after the client left\n",
+                  test_now_ms() - t0);
+    assert_int_equal(st, 0);
+    reqs = fake_requests(h.fake);
+    assert_int_equal(json_array_size(reqs), 1);
+    json_decref(reqs);
+
+    run = sh_wait_run(&h, run_id, 20000);
+    assert_string_equal(sh_str(run, "status"), "cancelled");
+    json_decref(run);
+    snprintf(path, sizeof(path), "/v1/conversations/%s", conv_id);
+    conv = sh_json(&h, "GET", path, NULL, 200);
+    last = sh_last_message(conv);
+    assert_string_equal(sh_str(last, "role"), "assistant");
+    assert_string_equal(sh_str(last, "content"), "Partial answer");
+    assert_string_equal(sh_str(last, "status"), "cancelled");
+    json_decref(conv);
+    sh_free(&h);
+}
+
+/* A blocking (non-streamed) run is cancelled too when its client leaves. */
+static void test_disconnect_blocking_cancels(void **state)
+{
+    static const char *const args[] = {"--max-requests", "1", NULL};
+    sh h;
+    sh_resp r;
+    CURL *e;
+    CURLcode rc;
+    json_t *list, *conv, *last;
+    char path[128];
+
+    (void)state;
+    sh_start(&h, LOOP(HANG), args, NULL);
+    memset(&r, 0, sizeof(r));
+    e = sh_easy(&h, "POST", "/v1/runs", "{\"input\":\"x\"}", NULL, &r);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 700L);
+    rc = curl_easy_perform(e);
+    curl_easy_cleanup(e);
+    assert_int_equal(rc, CURLE_OPERATION_TIMEDOUT);
+    sh_resp_free(&r);
+    assert_int_equal(fake_wait_exit(h.fake, 20000), 0);
+    /* The cancelled turn is stored. */
+    for (int i = 0; i < 1000; i++) {
+        list = sh_json(&h, "GET", "/v1/conversations", NULL, 200);
+        if (json_integer_value(json_object_get(
+                json_array_get(json_object_get(list, "data"), 0),
+                "message_count")) >= 2)
+            break;
+        json_decref(list);
+        list = NULL;
+        usleep(20 * 1000);
+    }
+    assert_non_null(list);
+    snprintf(path, sizeof(path), "/v1/conversations/%s",
+             sh_str(json_array_get(json_object_get(list, "data"), 0), "id"));
+    conv = sh_json(&h, "GET", path, NULL, 200);
+    last = sh_last_message(conv);
+    assert_string_equal(sh_str(last, "status"), "cancelled");
+    json_decref(conv);
+    json_decref(list);
+    sh_free(&h);
+}
+
+/* ---- limits -------------------------------------------------------------- */
+
+typedef struct {
+    const char *data;
+    size_t len, off;
+} upload;
+
+static size_t read_upload(char *buf, size_t sz, size_t n, void *ud)
+{
+    upload *u = ud;
+    size_t want = sz * n, left = u->len - u->off;
+
+    if (want > left)
+        want = left;
+    if (want > 100)
+        want = 100; /* several chunks */
+    memcpy(buf, u->data + u->off, want);
+    u->off += want;
+    return want;
+}
+
+/* A {"input": "xxx..."} body of exactly len bytes. */
+static char *body_of(size_t len)
+{
+    static const char head[] = "{\"input\":\"", tail[] = "\"}";
+    char *b = malloc(len + 1);
+    size_t fill = len - strlen(head) - strlen(tail);
+
+    memcpy(b, head, strlen(head));
+    memset(b + strlen(head), 'x', fill);
+    memcpy(b + strlen(head) + fill, tail, strlen(tail) + 1);
+    return b;
+}
+
+static void test_body_limit(void **state)
+{
+    sh h;
+    sh_resp r;
+    char *at = body_of(1024), *over = body_of(1025);
+    struct curl_slist *hdr = NULL;
+    upload u;
+    CURL *e;
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, "  max_body_bytes: 1024\n");
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs", at, NULL, &r), 200);
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs", over, NULL, &r), 413);
+    sh_check_error(r.body, "request_too_large");
+    sh_resp_free(&r);
+
+    /* Chunked, so the size is only known as it arrives. */
+    u.data = over;
+    u.len = strlen(over);
+    u.off = 0;
+    memset(&r, 0, sizeof(r));
+    e = sh_easy(&h, "POST", "/v1/runs", NULL, NULL, &r);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
+    hdr = curl_slist_append(hdr, "Transfer-Encoding: chunked");
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_READFUNCTION, read_upload);
+    curl_easy_setopt(e, CURLOPT_READDATA, &u);
+    assert_int_equal(curl_easy_perform(e), CURLE_OK);
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r.status);
+    assert_int_equal(r.status, 413);
+    sh_check_error(r.body, "request_too_large");
+    curl_easy_cleanup(e);
+    curl_slist_free_all(hdr);
+    sh_resp_free(&r);
+    /* Only the run at the limit reached the model. */
+    assert_int_equal(fake_request_count(h.fake), 1);
+    free(at);
+    free(over);
+    sh_free(&h);
+}
+
+/* Headers live in libmicrohttpd's 64 KiB per-connection memory. */
+static void test_header_limit(void **state)
+{
+    sh h;
+    sh_resp r;
+    struct curl_slist *hdr = NULL;
+    char *big = malloc(70 * 1024 + 16);
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, NULL);
+    memcpy(big, "X-Big: ", 7);
+    memset(big + 7, 'a', 20 * 1024);
+    big[7 + 20 * 1024] = '\0';
+    hdr = curl_slist_append(hdr, big);
+    assert_int_equal(sh_req(&h, "GET", "/healthz", NULL, hdr, &r), 200);
+    sh_resp_free(&r);
+    curl_slist_free_all(hdr);
+    hdr = NULL;
+    memset(big + 7, 'a', 70 * 1024);
+    big[7 + 70 * 1024] = '\0';
+    hdr = curl_slist_append(hdr, big);
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs", "{\"input\":\"x\"}",
+                            hdr, &r),
+                     431);
+    sh_resp_free(&r);
+    curl_slist_free_all(hdr);
+    free(big);
+    assert_int_equal(fake_request_count(h.fake), 0);
+    sh_free(&h);
+}
+
+static void test_busy_503(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *a, *b, *c;
+    char hv[32], path[128];
+
+    (void)state;
+    sh_start(&h, "{\"responses\":[" HANG "," HANG "," HELLO "]}", NULL,
+             "  max_concurrent_runs: 2\n");
+    a = sh_json(&h, "POST", "/v1/runs",
+                "{\"input\":\"x\",\"background\":true}", 202);
+    b = sh_json(&h, "POST", "/v1/runs",
+                "{\"input\":\"x\",\"background\":true}", 202);
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"x\",\"stream\":true}", NULL, &r),
+                     503);
+    sh_check_error(r.body, "server_busy");
+    assert_non_null(sh_header(&r, "Retry-After", hv, sizeof(hv)));
+    assert_string_equal(hv, "1");
+    sh_resp_free(&r);
+    /* The refused run created nothing. */
+    c = sh_json(&h, "GET", "/v1/conversations", NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(c, "data")), 2);
+    json_decref(c);
+    while (fake_request_count(h.fake) < 2)
+        usleep(10 * 1000);
+    snprintf(path, sizeof(path), "/v1/runs/%s/cancel", sh_str(a, "id"));
+    json_decref(sh_json(&h, "POST", path, NULL, 200));
+    snprintf(path, sizeof(path), "/v1/runs/%s/cancel", sh_str(b, "id"));
+    json_decref(sh_json(&h, "POST", path, NULL, 200));
+    /* Slots free again. */
+    c = sh_json(&h, "POST", "/v1/runs", "{\"input\":\"x\"}", 200);
+    assert_string_equal(sh_str(c, "text"), "Hello world");
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+    sh_free(&h);
+}
+
+static int raw_connect(const sh *h)
+{
+    struct sockaddr_in a;
+    struct timeval tv = {20, 0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)loom_server_port(h->srv));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* Sends text, then waits for the server to close; returns the ms it
+ * took, or -1 when it did not close within 20 s. Any answer bytes are
+ * read and dropped. */
+static long long cut_after(const sh *h, const char *text)
+{
+    int fd = raw_connect(h);
+    long long t0 = test_now_ms();
+    char buf[512];
+    ssize_t n;
+
+    assert_int_equal(send(fd, text, strlen(text), MSG_NOSIGNAL),
+                     (ssize_t)strlen(text));
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
+        ;
+    close(fd);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return -1;
+    return test_now_ms() - t0;
+}
+
+static void test_read_timeout(void **state)
+{
+    sh h;
+    long long ms;
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, "  read_timeout_ms: 1000\n");
+    /* Half the headers. */
+    ms = cut_after(&h, "POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-");
+    print_message("half headers cut after %lld ms\n", ms);
+    assert_true(ms >= 500);
+    /* All the headers, a tenth of the body. */
+    ms = cut_after(&h, "POST /v1/runs HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Length: 100\r\n\r\n{\"input\":");
+    print_message("half body cut after %lld ms\n", ms);
+    assert_true(ms >= 500);
+    assert_int_equal(fake_request_count(h.fake), 0);
+    sh_free(&h);
+}
+
+static void test_max_connections(void **state)
+{
+    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                              "Connection: close\r\n\r\n";
+    sh h;
+    int a, b, c;
+    char buf[256];
+    ssize_t n;
+    struct timeval shortwait = {0, 500 * 1000};
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, "  max_connections: 2\n");
+    a = raw_connect(&h);
+    b = raw_connect(&h);
+    usleep(200 * 1000);
+    /* A third connection waits: no answer while two are open. */
+    c = raw_connect(&h);
+    assert_int_equal(send(c, req, strlen(req), MSG_NOSIGNAL),
+                     (ssize_t)strlen(req));
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &shortwait, sizeof(shortwait));
+    n = recv(c, buf, sizeof(buf) - 1, 0);
+    assert_int_equal(n, -1);
+    assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+    /* One slot frees: it is served. */
+    close(a);
+    shortwait.tv_sec = 20;
+    shortwait.tv_usec = 0;
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &shortwait, sizeof(shortwait));
+    n = recv(c, buf, sizeof(buf) - 1, 0);
+    assert_true(n > 12);
+    buf[n] = '\0';
+    assert_memory_equal(buf, "HTTP/1.1 200", 12);
+    close(b);
+    close(c);
+    sh_free(&h);
+}
+
+static void test_keepalive_comments(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *evs;
+    int comments;
+
+    (void)state;
+    sh_start(&h,
+             LOOP("{\"delay_ms\":800,\"text\":[\"late\"]," USAGE "}"), NULL,
+             "  keepalive_ms: 50\n");
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"x\",\"stream\":true}", NULL, &r),
+                     200);
+    evs = sh_sse_parse(r.body, &comments);
+    print_message("%d keep-alive comments in %.2fs\n", comments, r.secs);
+    assert_true(comments >= 2);
+    assert_non_null(strstr(r.body, "\n: keep-alive\n\n"));
+    assert_string_equal(sh_ev_type(evs, json_array_size(evs) - 1),
+                        "run.completed");
+    check_seqs(evs, 1);
+    json_decref(evs);
+    sh_resp_free(&r);
+
+    /* A slow tool keeps the stream idle too. */
+    sh_free(&h);
+    sh_start(&h,
+             LOOP("{\"tool_calls\":[{\"id\":\"c\",\"name\":\"slow\","
+                  "\"arguments\":\"{\\\"ms\\\":600}\"}]," USAGE "}," HELLO),
+             NULL, "  keepalive_ms: 50\n");
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"x\",\"stream\":true}", NULL, &r),
+                     200);
+    evs = sh_sse_parse(r.body, &comments);
+    assert_true(comments >= 2);
+    assert_string_equal(sh_ev_type(evs, json_array_size(evs) - 1),
+                        "run.completed");
+    json_decref(evs);
+    sh_resp_free(&r);
+    sh_free(&h);
+}
+
+static void test_keep_finished_runs(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *a, *b;
+    char path[128];
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, "  keep_finished_runs: 1\n");
+    a = sh_json(&h, "POST", "/v1/runs", "{\"input\":\"x\"}", 200);
+    b = sh_json(&h, "POST", "/v1/runs", "{\"input\":\"y\"}", 200);
+    snprintf(path, sizeof(path), "/v1/runs/%s", sh_str(a, "id"));
+    assert_int_equal(sh_req(&h, "GET", path, NULL, NULL, &r), 404);
+    sh_resp_free(&r);
+    snprintf(path, sizeof(path), "/v1/runs/%s", sh_str(b, "id"));
+    assert_int_equal(sh_req(&h, "GET", path, NULL, NULL, &r), 200);
+    sh_resp_free(&r);
+    /* The forgotten run is still in the store. */
+    snprintf(path, sizeof(path), "/v1/conversations/%s",
+             sh_str(a, "conversation_id"));
+    json_decref(sh_json(&h, "GET", path, NULL, 200));
+    json_decref(a);
+    json_decref(b);
+    sh_free(&h);
+}
+
+static void test_event_log_limit(void **state)
+{
+    sh h;
+    sh_resp r;
+    loom_buf script = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    json_t *evs, *last;
+    size_t n;
+
+    (void)state;
+    loom_buf_puts(&script, "{\"loop\":true,\"responses\":[{\"text\":[");
+    for (int i = 0; i < 80; i++)
+        loom_buf_printf(&script, "%s\"%0100d\"", i ? "," : "", i);
+    loom_buf_puts(&script, "]}]}");
+    sh_start(&h, script.ptr, NULL, "  max_run_events_bytes: 4096\n");
+    loom_buf_free(&script);
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"x\",\"stream\":true}", NULL, &r),
+                     200);
+    evs = sh_sse_parse(r.body, NULL);
+    n = json_array_size(evs);
+    assert_true(n < 40);
+    last = json_object_get(json_array_get(evs, n - 1), "data");
+    assert_string_equal(sh_str(last, "type"), "run.failed");
+    assert_string_equal(sh_str(last, "status"), "cancelled");
+    json_decref(evs);
+    sh_resp_free(&r);
+    sh_free(&h);
+}
+
+/* ---- conversations ------------------------------------------------------- */
+
+static void test_conversations(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *runs[3], *page, *data, *page2, *del;
+    char path[160];
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, NULL);
+    for (int i = 0; i < 3; i++) {
+        char body[64];
+        snprintf(body, sizeof(body), "{\"input\":\"question %d\"}", i);
+        runs[i] = sh_json(&h, "POST", "/v1/runs", body, 200);
+        usleep(5 * 1000);
+    }
+    page = sh_json(&h, "GET", "/v1/conversations?limit=2", NULL, 200);
+    assert_string_equal(sh_str(page, "object"), "list");
+    data = json_object_get(page, "data");
+    assert_int_equal(json_array_size(data), 2);
+    assert_true(json_is_true(json_object_get(page, "has_more")));
+    /* Newest first. */
+    assert_string_equal(sh_str(json_array_get(data, 0), "id"),
+                        sh_str(runs[2], "conversation_id"));
+    assert_string_equal(sh_str(json_array_get(data, 0), "title"),
+                        "question 2");
+    assert_string_equal(sh_str(json_array_get(data, 1), "id"),
+                        sh_str(runs[1], "conversation_id"));
+    snprintf(path, sizeof(path), "/v1/conversations?limit=2&after=%s",
+             sh_str(page, "next"));
+    page2 = sh_json(&h, "GET", path, NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(page2, "data")), 1);
+    assert_false(json_is_true(json_object_get(page2, "has_more")));
+    assert_string_equal(
+        sh_str(json_array_get(json_object_get(page2, "data"), 0), "id"),
+        sh_str(runs[0], "conversation_id"));
+    json_decref(page2);
+    json_decref(page);
+    assert_int_equal(
+        sh_req(&h, "GET", "/v1/conversations?limit=0", NULL, NULL, &r), 400);
+    sh_check_error(r.body, "invalid_value");
+    sh_resp_free(&r);
+    assert_int_equal(
+        sh_req(&h, "GET", "/v1/conversations?limit=101", NULL, NULL, &r), 400);
+    sh_resp_free(&r);
+    assert_int_equal(
+        sh_req(&h, "GET", "/v1/conversations?limit=2x", NULL, NULL, &r), 400);
+    sh_resp_free(&r);
+
+    snprintf(path, sizeof(path), "/v1/conversations/%s",
+             sh_str(runs[0], "conversation_id"));
+    page = sh_json(&h, "GET", path, NULL, 200);
+    assert_string_equal(sh_str(page, "id"),
+                        sh_str(runs[0], "conversation_id"));
+    assert_int_equal(json_array_size(json_object_get(page, "messages")), 2);
+    json_decref(page);
+    del = sh_json(&h, "DELETE", path, NULL, 200);
+    assert_true(json_is_true(json_object_get(del, "deleted")));
+    assert_string_equal(sh_str(del, "object"), "conversation.deleted");
+    json_decref(del);
+    assert_int_equal(sh_req(&h, "GET", path, NULL, NULL, &r), 404);
+    sh_check_error(r.body, "not_found");
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "DELETE", path, NULL, NULL, &r), 404);
+    sh_resp_free(&r);
+    page = sh_json(&h, "GET", "/v1/conversations", NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(page, "data")), 2);
+    json_decref(page);
+    for (int i = 0; i < 3; i++)
+        json_decref(runs[i]);
+    sh_free(&h);
+}
+
+/* ---- metrics ------------------------------------------------------------- */
+
+static void test_metrics(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *run;
+    char path[128];
+
+    (void)state;
+    sh_start(&h,
+             "{\"responses\":[{\"tool_calls\":[{\"id\":\"c1\",\"name\":"
+             "\"get_time\",\"arguments\":\"{}\"}]," USAGE "}," HELLO ","
+             "{\"status\":500,\"error\":{\"message\":\"boom\"}}]}",
+             NULL, NULL);
+    run = sh_json(&h, "POST", "/v1/runs", "{\"input\":\"x\"}", 200);
+    snprintf(path, sizeof(path), "/v1/runs/%s", sh_str(run, "id"));
+    json_decref(sh_json(&h, "GET", path, NULL, 200));
+    json_decref(run);
+    run = sh_json(&h, "POST", "/v1/runs", "{\"input\":\"x\"}", 200);
+    assert_string_equal(sh_str(run, "status"), "failed");
+    json_decref(run);
+    assert_int_equal(sh_req(&h, "GET", "/metrics", NULL, NULL, &r), 200);
+#define HAS(s)                                                               \
+    do {                                                                     \
+        if (!strstr(r.body, s))                                              \
+            fail_msg("metrics lack: %s\n%s", s, r.body);                     \
+    } while (0)
+    HAS("# TYPE loom_http_requests_total counter\n");
+    HAS("loom_http_requests_total{method=\"POST\",route=\"/v1/runs\","
+        "status=\"200\"} 2\n");
+    HAS("loom_http_requests_total{method=\"GET\",route=\"/v1/runs/{id}\","
+        "status=\"200\"} 1\n");
+    HAS("loom_runs_total{status=\"completed\"} 1\n");
+    HAS("loom_runs_total{status=\"failed\"} 1\n");
+    HAS("loom_run_duration_seconds_count{status=\"completed\"} 1\n");
+    HAS("loom_run_duration_seconds_bucket{status=\"completed\",le=\"+Inf\"} "
+        "1\n");
+    HAS("loom_upstream_requests_total{provider=\"fake\"} 3\n");
+    HAS("loom_upstream_duration_seconds_count{provider=\"fake\"} 3\n");
+    HAS("loom_upstream_errors_total{provider=\"fake\",kind=\"server\"} 1\n");
+    HAS("loom_tool_calls_total{tool=\"get_time\",outcome=\"completed\"} 1\n");
+    HAS("loom_tokens_total{model=\"fake/m\",kind=\"prompt\"} 20\n");
+    HAS("loom_tokens_total{model=\"fake/m\",kind=\"completion\"} 4\n");
+    HAS("# TYPE loom_runs_active gauge\nloom_runs_active 0\n");
+    HAS("loom_streams_active 0\n");
+#undef HAS
+    /* Route labels are templates, never ids. */
+    assert_null(strstr(r.body, "route=\"/v1/runs/run_"));
+    sh_resp_free(&r);
+    sh_free(&h);
+}
+
+/* ---- graceful stop ------------------------------------------------------- */
+
+static void *stop_thread(void *arg)
+{
+    sh_stop_server(arg);
+    return NULL;
+}
+
+static void test_stop_lets_runs_finish(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *run, *conv = NULL, *last;
+    pthread_t th;
+
+    (void)state;
+    sh_start(&h, LOOP("{\"delay_ms\":1500,\"text\":[\"done\"]}"), NULL,
+             "  shutdown_grace_ms: 20000\n");
+    run = sh_json(&h, "POST", "/v1/runs",
+                  "{\"input\":\"x\",\"background\":true}", 202);
+    while (fake_request_count(h.fake) < 1)
+        usleep(10 * 1000);
+    assert_int_equal(pthread_create(&th, NULL, stop_thread, &h), 0);
+    usleep(300 * 1000);
+    /* Stopping: no new connections. */
+    assert_int_equal(sh_req(&h, "GET", "/healthz", NULL, NULL, &r), 0);
+    sh_resp_free(&r);
+    pthread_join(th, NULL);
+    assert_int_equal(loom_store_conversation_get(
+                         h.store, sh_str(run, "conversation_id"), &conv),
+                     0);
+    last = sh_last_message(conv);
+    assert_string_equal(sh_str(last, "content"), "done");
+    assert_string_equal(sh_str(last, "status"), "ok");
+    json_decref(conv);
+    json_decref(run);
+    sh_free(&h);
+}
+
+static void test_stop_cancels_after_grace(void **state)
+{
+    static const char *const args[] = {"--max-requests", "1", NULL};
+    sh h;
+    json_t *run, *conv = NULL, *last;
+
+    (void)state;
+    sh_start(&h, LOOP(HANG), args, "  shutdown_grace_ms: 300\n");
+    run = sh_json(&h, "POST", "/v1/runs",
+                  "{\"input\":\"x\",\"background\":true}", 202);
+    while (fake_request_count(h.fake) < 1)
+        usleep(10 * 1000);
+    sh_stop_server(&h);
+    /* The upstream request was aborted... */
+    assert_int_equal(fake_wait_exit(h.fake, 20000), 0);
+    /* ...and the partial turn stored as cancelled. */
+    assert_int_equal(loom_store_conversation_get(
+                         h.store, sh_str(run, "conversation_id"), &conv),
+                     0);
+    last = sh_last_message(conv);
+    assert_string_equal(sh_str(last, "role"), "assistant");
+    assert_string_equal(sh_str(last, "content"), "Partial answer");
+    assert_string_equal(sh_str(last, "status"), "cancelled");
+    json_decref(conv);
+    json_decref(run);
+    sh_free(&h);
+}
+
+/* A stream open during the stop ends with its run's last event. */
+static void test_stop_ends_streams(void **state)
+{
+    sh h;
+    abort_ctx a;
+    json_t *evs;
+    CURL *e;
+    pthread_t th;
+
+    (void)state;
+    sh_start(&h, LOOP(HANG), NULL, "  shutdown_grace_ms: 200\n");
+    memset(&a, 0, sizeof(a));
+    a.until = "\"type\":\"never\"";
+    e = sh_easy(&h, "POST", "/v1/runs", "{\"input\":\"x\",\"stream\":true}",
+                NULL, &a.r);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, abort_on);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
+    assert_int_equal(pthread_create(&th, NULL, stop_thread, &h), 0);
+    /* The stop may come before or after the run starts; either way the
+     * client sees a clean end (a refused connection or a full stream). */
+    if (curl_easy_perform(e) == CURLE_OK &&
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &a.r.status) ==
+            CURLE_OK &&
+        a.r.status == 200) {
+        evs = sh_sse_parse(a.r.body, NULL);
+        assert_string_equal(sh_ev_type(evs, json_array_size(evs) - 1),
+                            "run.failed");
+        json_decref(evs);
+    }
+    curl_easy_cleanup(e);
+    pthread_join(th, NULL);
+    sh_resp_free(&a.r);
+    sh_free(&h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_health_models_tools),
+        cmocka_unit_test(test_run_blocking),
+        cmocka_unit_test(test_run_stream),
+        cmocka_unit_test(test_run_input_and_conversation),
+        cmocka_unit_test(test_run_bad_requests),
+        cmocka_unit_test(test_background_and_cancel),
+        cmocka_unit_test(test_events_resume),
+        cmocka_unit_test(test_disconnect_cancels),
+        cmocka_unit_test(test_disconnect_blocking_cancels),
+        cmocka_unit_test(test_body_limit),
+        cmocka_unit_test(test_header_limit),
+        cmocka_unit_test(test_busy_503),
+        cmocka_unit_test(test_read_timeout),
+        cmocka_unit_test(test_max_connections),
+        cmocka_unit_test(test_keepalive_comments),
+        cmocka_unit_test(test_keep_finished_runs),
+        cmocka_unit_test(test_event_log_limit),
+        cmocka_unit_test(test_conversations),
+        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_stop_lets_runs_finish),
+        cmocka_unit_test(test_stop_cancels_after_grace),
+        cmocka_unit_test(test_stop_ends_streams),
+    };
+    int rc;
+
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
