@@ -1,0 +1,419 @@
+/*
+ * The official openai npm package against `loom serve`: plain answers,
+ * streaming through the SDK's own accumulating helpers, loom's tools given
+ * by name, client tools and their follow-up request, and errors surfacing
+ * as the SDK's exception classes. Each test has its own fake provider, so
+ * a failure in one cannot shift another's scripted answers.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { ChatCompletionStream } from 'openai/lib/ChatCompletionStream';
+import { API_KEY, Stack, textResponse } from './harness.mjs';
+
+const TIMEOUT = { timeout: 30000 };
+
+const WEATHER_TOOL = {
+    type: 'function',
+    function: {
+        name: 'get_weather',
+        description: 'The weather in a city.',
+        parameters: {
+            type: 'object',
+            properties: { city: { type: 'string' } },
+            required: ['city'],
+        },
+    },
+};
+
+const fakes = {
+    basic: { loop: true, responses: [
+        textResponse(['Hello', ' from', ' the fake.'])] },
+    stream: { loop: true, responses: [
+        textResponse(['Once', ' upon', ' a', ' time.'],
+                     { chunk_delay_ms: 5 })] },
+    servertool: { loop: true, responses: [
+        { tool_calls: [{ id: 'call_time_1', name: 'get_time',
+                         arguments: ['{"timezone":', '"Asia/Tokyo"}'] }],
+          usage: { prompt_tokens: 20, completion_tokens: 5,
+                   total_tokens: 25 } },
+        textResponse(['It is late', ' in Tokyo.'])] },
+    servertool2: { loop: true, responses: [
+        { text: ['Let me check.'],
+          tool_calls: [{ id: 'call_time_2', name: 'get_time',
+                         arguments: '{"timezone":"UTC"}' }] },
+        textResponse(['Done.'])] },
+    clienttool: { loop: true, responses: [
+        { tool_calls: [{ id: 'call_w1', name: 'get_weather',
+                         arguments: ['{"city":', '"Paris"}'] }] },
+        textResponse(['It is 21 degrees', ' in Paris.'])] },
+    limited: {
+        retries: 1,
+        script: { loop: true, responses: [
+            { status: 429, headers: { 'Retry-After': '0' },
+              error: { message: 'Rate limit reached for fake-model',
+                       type: 'rate_limit_error',
+                       code: 'rate_limit_exceeded' } }] },
+    },
+    unused: { loop: true, responses: [textResponse(['never'])] },
+};
+
+/* Reads a stream chunk by chunk, noting every delta kind in order. */
+async function collect(stream) {
+    const out = { order: [], content: '', toolCalls: [], toolOutputs: [],
+                  finish: null, conversationId: null, ids: new Set() };
+    for await (const chunk of stream) {
+        out.ids.add(chunk.id);
+        if (chunk.conversation_id)
+            out.conversationId = chunk.conversation_id;
+        const c = chunk.choices[0];
+        if (!c)
+            continue;
+        if (c.delta.tool_calls) {
+            out.order.push('tool_calls');
+            out.toolCalls.push(...c.delta.tool_calls);
+        }
+        if (c.delta.tool_output) {
+            out.order.push('tool_output');
+            out.toolOutputs.push(c.delta.tool_output);
+        }
+        if (c.delta.content) {
+            out.order.push('content');
+            out.content += c.delta.content;
+        }
+        if (c.finish_reason)
+            out.finish = c.finish_reason;
+    }
+    return out;
+}
+
+describe('openai SDK against loom serve', () => {
+    let stack;
+    let client;
+
+    before(async () => {
+        stack = await Stack.start({ fakes });
+        client = stack.client();
+    }, { timeout: 30000 });
+
+    after(async () => {
+        if (stack)
+            await stack.close();
+    }, { timeout: 60000 });
+
+    test('non-streamed answer, stored and continued', TIMEOUT, async () => {
+        const { data, response } = await client.chat.completions.create({
+            model: 'basic/fake-model',
+            messages: [{ role: 'user', content: 'Say hello' }],
+        }).withResponse();
+
+        assert.equal(data.object, 'chat.completion');
+        assert.match(data.id, /^chatcmpl-/);
+        assert.equal(data.model, 'basic/fake-model');
+        assert.equal(data.choices.length, 1);
+        assert.equal(data.choices[0].finish_reason, 'stop');
+        assert.equal(data.choices[0].message.role, 'assistant');
+        assert.equal(data.choices[0].message.content, 'Hello from the fake.');
+        assert.deepEqual(data.usage, { prompt_tokens: 10,
+                                       completion_tokens: 3,
+                                       total_tokens: 13 });
+        assert.match(data.conversation_id, /^conv_[0-9a-f]{24}$/);
+        assert.equal(response.headers.get('x-loom-conversation-id'),
+                     data.conversation_id);
+
+        /* What reached the provider: its own model id, loom's key. */
+        const reqs = stack.fakeRequests('basic');
+        assert.equal(reqs.length, 1);
+        assert.equal(reqs[0].path, '/v1/chat/completions');
+        assert.equal(reqs[0].headers.authorization, `Bearer ${API_KEY}`);
+        assert.equal(reqs[0].body.model, 'fake-model');
+        assert.deepEqual(reqs[0].body.messages,
+                         [{ role: 'user', content: 'Say hello' }]);
+
+        const conv = await stack.get(
+            `/v1/conversations/${data.conversation_id}`);
+        assert.equal(conv.status, 200);
+        assert.deepEqual(conv.body.messages.map((m) => [m.role, m.content]),
+                         [['user', 'Say hello'],
+                          ['assistant', 'Hello from the fake.']]);
+
+        /* The next turn names the conversation and sends only what is
+         * new; the stored history goes upstream with it. */
+        const next = await client.chat.completions.create({
+            model: 'basic/fake-model',
+            conversation_id: data.conversation_id,
+            messages: [{ role: 'user', content: 'Again' }],
+        });
+        assert.equal(next.conversation_id, data.conversation_id);
+        assert.equal(next.choices[0].message.content, 'Hello from the fake.');
+        const reqs2 = stack.fakeRequests('basic');
+        assert.equal(reqs2.length, 2);
+        assert.deepEqual(
+            reqs2[1].body.messages.map((m) => [m.role, m.content]),
+            [['user', 'Say hello'], ['assistant', 'Hello from the fake.'],
+             ['user', 'Again']]);
+        const conv2 = await stack.get(
+            `/v1/conversations/${data.conversation_id}`);
+        assert.equal(conv2.body.messages.length, 4);
+    });
+
+    test('streamed answer accumulated by the SDK stream helper', TIMEOUT,
+         async () => {
+        const stream = client.chat.completions.stream({
+            model: 'stream/fake-model',
+            messages: [{ role: 'user', content: 'Tell a story' }],
+            stream_options: { include_usage: true },
+        });
+        const deltas = [];
+        let conversationId = null;
+        let chunks = 0;
+        stream.on('chunk', (chunk) => {
+            if (chunks++ === 0)
+                conversationId = chunk.conversation_id;
+        });
+        stream.on('content', (delta) => deltas.push(delta));
+
+        const final = await stream.finalChatCompletion();
+        assert.deepEqual(deltas, ['Once', ' upon', ' a', ' time.']);
+        assert.equal(await stream.finalContent(), 'Once upon a time.');
+        assert.equal(final.choices[0].message.content, 'Once upon a time.');
+        assert.equal(final.choices[0].finish_reason, 'stop');
+        assert.equal(final.usage.total_tokens, 14);
+        assert.equal(final.model, 'stream/fake-model');
+        /* role chunk, 4 text chunks, finish chunk, usage chunk */
+        assert.equal(chunks, 7);
+        assert.match(conversationId, /^conv_/);
+
+        const conv = await stack.get(`/v1/conversations/${conversationId}`);
+        assert.equal(conv.status, 200);
+        const last = conv.body.messages.at(-1);
+        assert.equal(last.role, 'assistant');
+        assert.equal(last.content, 'Once upon a time.');
+        assert.equal(last.status, 'ok');
+    });
+
+    test('server-side tool by name: tool_calls and tool_output deltas',
+         TIMEOUT, async () => {
+        const stream = await client.chat.completions.create({
+            model: 'servertool/fake-model',
+            stream: true,
+            tools: ['get_time'],
+            messages: [{ role: 'user', content: 'Time in Tokyo?' }],
+        });
+        /* One copy read chunk by chunk, the other accumulated by the
+         * SDK's helper (which does not look at the request's tools). */
+        const [raw, copy] = stream.tee();
+        const acc = ChatCompletionStream.fromReadableStream(
+            copy.toReadableStream());
+        const got = await collect(raw);
+        const final = await acc.finalChatCompletion();
+
+        assert.deepEqual(got.order, ['tool_calls', 'tool_output', 'content',
+                                     'content']);
+        assert.equal(got.ids.size, 1);
+        assert.deepEqual(got.toolCalls, [{
+            index: 0, id: 'call_time_1', type: 'function',
+            function: { name: 'get_time',
+                        arguments: '{"timezone":"Asia/Tokyo"}' } }]);
+        assert.equal(got.toolOutputs.length, 1);
+        const out = got.toolOutputs[0];
+        assert.equal(out.tool_call_id, 'call_time_1');
+        assert.equal(out.name, 'get_time');
+        const time = JSON.parse(out.output);
+        assert.equal(time.timezone, 'Asia/Tokyo');
+        assert.equal(time.utc_offset, '+09:00');
+        assert.ok(Math.abs(time.unix - Date.now() / 1000) < 86400,
+                  `get_time said ${time.unix}`);
+        assert.equal(got.content, 'It is late in Tokyo.');
+        assert.equal(got.finish, 'stop');
+
+        const msg = final.choices[0].message;
+        assert.equal(msg.content, 'It is late in Tokyo.');
+        assert.equal(msg.tool_calls.length, 1);
+        assert.equal(msg.tool_calls[0].function.name, 'get_time');
+        assert.equal(final.choices[0].finish_reason, 'stop');
+
+        /* loom offered the tool's full spec and answered the call itself
+         * with the output the client saw. */
+        const reqs = stack.fakeRequests('servertool');
+        assert.equal(reqs.length, 2);
+        assert.equal(reqs[0].body.tools[0].type, 'function');
+        assert.equal(reqs[0].body.tools[0].function.name, 'get_time');
+        assert.equal(reqs[0].body.tools[0].function.parameters.type,
+                     'object');
+        const sent = reqs[1].body.messages;
+        assert.equal(sent.at(-2).role, 'assistant');
+        assert.equal(sent.at(-2).tool_calls[0].id, 'call_time_1');
+        assert.equal(sent.at(-1).role, 'tool');
+        assert.equal(sent.at(-1).tool_call_id, 'call_time_1');
+        assert.equal(sent.at(-1).content, out.output);
+
+        const conv = await stack.get(
+            `/v1/conversations/${got.conversationId}`);
+        assert.equal(conv.status, 200);
+        assert.deepEqual(conv.body.messages.map((m) => m.role),
+                         ['user', 'assistant', 'tool', 'assistant']);
+        assert.equal(conv.body.messages[1].tool_calls[0].name, 'get_time');
+        assert.equal(conv.body.messages[2].content, out.output);
+        assert.equal(conv.body.messages[3].content, 'It is late in Tokyo.');
+    });
+
+    test('server-side tool, non-streamed: tool_events', TIMEOUT,
+         async () => {
+        const r = await client.chat.completions.create({
+            model: 'servertool2/fake-model',
+            tools: ['get_time'],
+            messages: [{ role: 'user', content: 'Time in UTC?' }],
+        });
+        assert.equal(r.choices[0].finish_reason, 'stop');
+        assert.equal(r.choices[0].message.content, 'Done.');
+        assert.equal(r.choices[0].message.tool_calls, undefined);
+        assert.deepEqual(r.tool_events.map((e) => e.type),
+                         ['text', 'tool_call', 'tool_output', 'text']);
+        assert.equal(r.tool_events[1].value.function.name, 'get_time');
+        assert.equal(r.tool_events[2].value.tool_call_id, 'call_time_2');
+        assert.equal(JSON.parse(r.tool_events[2].value.output).timezone,
+                     'UTC');
+    });
+
+    test('client tool returned to the client, then the follow-up', TIMEOUT,
+         async () => {
+        const messages = [{ role: 'user', content: 'Weather in Paris?' }];
+        const stream = client.chat.completions.stream({
+            model: 'clienttool/fake-model',
+            tools: [WEATHER_TOOL],
+            messages,
+        });
+        const done = [];
+        let conversationId = null;
+        stream.on('chunk', (c) => {
+            conversationId ??= c.conversation_id;
+        });
+        stream.on('tool_calls.function.arguments.done',
+                  (e) => done.push([e.name, e.arguments]));
+        const first = await stream.finalChatCompletion();
+
+        assert.equal(first.choices[0].finish_reason, 'tool_calls');
+        const call = first.choices[0].message.tool_calls;
+        assert.equal(call.length, 1);
+        assert.equal(call[0].id, 'call_w1');
+        assert.equal(call[0].function.name, 'get_weather');
+        assert.equal(call[0].function.arguments, '{"city":"Paris"}');
+        assert.deepEqual(done, [['get_weather', '{"city":"Paris"}']]);
+        assert.match(conversationId, /^conv_/);
+        assert.equal(stack.fakeRequests('clienttool').length, 1);
+
+        /* The client runs the tool and sends its whole history back, as a
+         * chat UI does, naming the conversation. */
+        messages.push(first.choices[0].message);
+        messages.push({ role: 'tool', tool_call_id: 'call_w1',
+                        content: '{"temp_c":21}' });
+        const second = await client.chat.completions.create({
+            model: 'clienttool/fake-model',
+            tools: [WEATHER_TOOL],
+            conversation_id: conversationId,
+            messages,
+        });
+        assert.equal(second.choices[0].finish_reason, 'stop');
+        assert.equal(second.choices[0].message.content,
+                     'It is 21 degrees in Paris.');
+        assert.equal(second.conversation_id, conversationId);
+
+        const reqs = stack.fakeRequests('clienttool');
+        assert.equal(reqs.length, 2);
+        assert.equal(reqs[0].body.tools[0].function.name, 'get_weather');
+        const sent = reqs[1].body.messages;
+        assert.deepEqual(sent.map((m) => m.role),
+                         ['user', 'assistant', 'tool']);
+        assert.equal(sent[1].tool_calls[0].id, 'call_w1');
+        assert.equal(sent[1].tool_calls[0].function.name, 'get_weather');
+        assert.equal(sent[2].tool_call_id, 'call_w1');
+        assert.equal(sent[2].content, '{"temp_c":21}');
+
+        /* Stored once each: the resent history was not added again. */
+        const conv = await stack.get(`/v1/conversations/${conversationId}`);
+        assert.deepEqual(conv.body.messages.map((m) => m.role),
+                         ['user', 'assistant', 'tool', 'assistant']);
+        assert.equal(conv.body.messages[1].tool_calls[0].id, 'call_w1');
+        assert.equal(conv.body.messages[2].content, '{"temp_c":21}');
+    });
+
+    test('upstream 429 surfaces as RateLimitError', TIMEOUT, async () => {
+        const err = await client.chat.completions.create({
+            model: 'limited/fake-model',
+            messages: [{ role: 'user', content: 'Hi' }],
+        }).then(() => null, (e) => e);
+
+        assert.ok(err instanceof OpenAI.RateLimitError,
+                  `got ${err && err.constructor.name}: ${err}`);
+        assert.equal(err.status, 429);
+        assert.equal(err.type, 'rate_limit_error');
+        assert.equal(err.code, 'rate_limit_exceeded');
+        assert.match(err.message, /Rate limit reached for fake-model/);
+        /* loom retried once (retries.max: 1) before giving up */
+        assert.equal(stack.fakeRequests('limited').length, 2);
+
+        /* The failed turn is stored, and visible. */
+        const id = err.headers.get('x-loom-conversation-id');
+        assert.match(id, /^conv_/);
+        const conv = await stack.get(`/v1/conversations/${id}`);
+        assert.equal(conv.status, 200);
+        assert.equal(conv.body.messages.at(-1).role, 'assistant');
+        assert.equal(conv.body.messages.at(-1).status, 'error');
+    });
+
+    test('upstream 429 while streaming ends the stream with an APIError',
+         TIMEOUT, async () => {
+        const stream = await client.chat.completions.create({
+            model: 'limited/fake-model',
+            stream: true,
+            messages: [{ role: 'user', content: 'Hi' }],
+        });
+        const err = await collect(stream).then(() => null, (e) => e);
+        assert.ok(err instanceof OpenAI.APIError,
+                  `got ${err && err.constructor.name}: ${err}`);
+        assert.match(err.message, /Rate limit reached for fake-model/);
+    });
+
+    test('a bad body surfaces as BadRequestError', TIMEOUT, async () => {
+        const bad = async (body) => {
+            const err = await client.chat.completions.create({
+                model: 'unused/fake-model',
+                messages: [{ role: 'user', content: 'Hi' }],
+                ...body,
+            }).then(() => null, (e) => e);
+            assert.ok(err instanceof OpenAI.BadRequestError,
+                      `got ${err && err.constructor.name}: ${err}`);
+            assert.equal(err.status, 400);
+            assert.equal(err.type, 'invalid_request_error');
+            return err;
+        };
+
+        let err = await bad({ messages: 'Hi' });
+        assert.equal(err.param, 'messages');
+        assert.equal(err.code, 'invalid_type');
+
+        err = await bad({ messages: [{ role: 'wizard', content: 'Hi' }] });
+        assert.equal(err.param, 'messages[0].role');
+
+        err = await bad({ temperature: 7 });
+        assert.equal(err.param, 'temperature');
+
+        err = await bad({ tools: ['get_time', 'no_such_tool'] });
+        assert.equal(err.code, 'unknown_tool');
+        assert.equal(err.param, 'tools[1]');
+        assert.match(err.message, /get_time/);
+
+        /* an unknown model is a 404 in OpenAI's shape */
+        err = await client.chat.completions.create({
+            model: 'nobody/fake-model',
+            messages: [{ role: 'user', content: 'Hi' }],
+        }).then(() => null, (e) => e);
+        assert.ok(err instanceof OpenAI.NotFoundError,
+                  `got ${err && err.constructor.name}: ${err}`);
+        assert.equal(err.code, 'model_not_found');
+
+        /* none of these reached the provider */
+        assert.equal(stack.fakeRequests('unused').length, 0);
+    });
+});
