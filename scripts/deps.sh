@@ -12,6 +12,9 @@ for p in $PKGS; do
         missing="$missing $p"
     fi
 done
+# Node.js and npm run the end-to-end tests (the official openai SDK).
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
+    missing="$missing nodejs npm"
 [ -z "$missing" ] && exit 0
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -44,6 +44,20 @@ run_pass() {
     passed=$((passed + total - nfail))
     failed=$((failed + nfail))
     [ "$rc" -ne 0 ] && status=1
+
+    echo "== $name: end-to-end (node, official openai SDK)"
+    sh "$root/scripts/e2e.sh" "$dir" >"$dir.e2e.log" 2>&1
+    rc=$?
+    cat "$dir.e2e.log"
+    line=$(grep -E "^e2e: [0-9]+ passed, [0-9]+ failed" "$dir.e2e.log" | tail -n 1)
+    if [ -z "$line" ]; then
+        failed=$((failed + 1))
+        status=1
+        return
+    fi
+    passed=$((passed + $(echo "$line" | sed -E 's/^e2e: ([0-9]+) passed.*/\1/')))
+    failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+    [ "$rc" -ne 0 ] && status=1
 }
 
 run_pass "release" "$root/build-test" -DCMAKE_BUILD_TYPE=RelWithDebInfo
