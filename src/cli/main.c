@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-int cli_serve(int argc, char **argv); /* serve_cmd.c */
 
 static const char usage[] =
     "usage: loom <command> [options]\n"

@@ -20,7 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-int cli_serve(int argc, char **argv);
 
 static const char serve_usage[] =
     "usage: loom serve [options]\n"
