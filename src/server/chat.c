@@ -300,6 +300,70 @@ static int conversation_id(srv_request *r, const loom__chat_request *req,
     return 1;
 }
 
+/*
+ * A stream's status is held back until the run has output: a run that
+ * fails first (an upstream 429, say) then gets a plain error reply with
+ * the matching status, as OpenAI itself answers, so SDKs raise their
+ * typed errors (RateLimitError) for streams too.
+ */
+typedef struct {
+    loom__chat_fmt *f;
+} held_stream;
+
+static void held_free(void *payload)
+{
+    held_stream *h = payload;
+
+    if (h) {
+        loom__chat_fmt_free(h->f);
+        free(h);
+    }
+}
+
+/* Whether the log holds anything beyond the run's start and usage. */
+static int output_seen(srv_run *run)
+{
+    const srv_event *ev;
+    uint64_t seq = 0;
+
+    while ((ev = srv_run_next_event(run, seq)) != NULL) {
+        switch (ev->type) {
+        case LOOM_EV_RUN_STARTED:
+        case LOOM_EV_USAGE:
+        case LOOM_EV_RUN_FAILED:
+        case LOOM_EV_RUN_COMPLETED:
+            break;
+        default:
+            return 1;
+        }
+        seq = ev->seq;
+    }
+    return 0;
+}
+
+static int held_ready(srv_run *run, void *payload)
+{
+    (void)payload;
+    return output_seen(run);
+}
+
+static int held_done(srv_request *r, srv_run *run, void *payload)
+{
+    held_stream *h = payload;
+    srv_sse_options o = SRV_SSE_OPTIONS_INIT;
+
+    if (srv_run_ended(run) && srv_run_status(run) != LOOM_RUN_COMPLETED &&
+        !output_seen(run))
+        return deferred_done(r, run, h->f);
+    o.format = sse_format;
+    o.begin = sse_begin;
+    o.end = sse_end;
+    o.payload = h->f;
+    o.free_payload = fmt_free;
+    h->f = NULL; /* the stream's now, also on failure */
+    return srv_reply_sse(r, run, &o);
+}
+
 static int handle(srv_request *r, loom__chat_request *req)
 {
     static const char *const no_tools[1] = {NULL};
@@ -409,14 +473,17 @@ static int handle(srv_request *r, loom__chat_request *req)
     if ((rc = loom__chat_fmt_new(&f, &fo)) != 0)
         goto cleanup;
     if (req->stream) {
-        srv_sse_options o = SRV_SSE_OPTIONS_INIT;
-        o.format = sse_format;
-        o.begin = sse_begin;
-        o.end = sse_end;
-        o.payload = f;
-        o.free_payload = fmt_free;
-        f = NULL; /* freed by the stream, also on failure */
-        rc = srv_reply_sse(r, run, &o);
+        held_stream *h = calloc(1, sizeof(*h));
+        if (!h) {
+            rc = loom__error_oom();
+            goto cleanup;
+        }
+        h->f = f;
+        rc = srv_defer_until(r, run, held_ready, held_done, h, held_free);
+        if (rc == 0)
+            f = NULL;
+        else
+            free(h);
     } else {
         rc = srv_defer(r, run, deferred_done, f, fmt_free);
         if (rc == 0)

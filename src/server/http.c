@@ -199,6 +199,7 @@ typedef struct srv_conn {
     srv_susp susp;
     srv_run *drun;
     srv_done_fn done;
+    srv_ready_fn dready;
     void *dpayload;
     void (*dfree)(void *);
     int watching;
@@ -483,6 +484,13 @@ int srv_reply_loom_error(srv_request *r, int rc, const char *param)
 int srv_defer(srv_request *r, srv_run *run, srv_done_fn done, void *payload,
               void (*free_payload)(void *payload))
 {
+    return srv_defer_until(r, run, NULL, done, payload, free_payload);
+}
+
+int srv_defer_until(srv_request *r, srv_run *run, srv_ready_fn ready,
+                    srv_done_fn done, void *payload,
+                    void (*free_payload)(void *payload))
+{
     srv_conn *c = r->conn_;
 
     if (!run || !done || c->replied || c->state == ST_DEFER)
@@ -490,6 +498,7 @@ int srv_defer(srv_request *r, srv_run *run, srv_done_fn done, void *payload,
     srv_run_ref(run);
     c->drun = run;
     c->done = done;
+    c->dready = ready;
     c->dpayload = payload;
     c->dfree = free_payload;
     memset(&c->susp, 0, sizeof(c->susp));
@@ -513,7 +522,13 @@ static enum MHD_Result defer_step(srv_conn *c)
     if (gone)
         return MHD_NO;
     for (;;) {
-        if (srv_run_ended(c->drun)) {
+        if (srv_run_ended(c->drun) ||
+            (c->dready && c->dready(c->drun, c->dpayload))) {
+            /* done may start a stream that watches the run itself. */
+            if (c->watching) {
+                srv__run_unwatch(c->drun, &c->susp);
+                c->watching = 0;
+            }
             c->state = ST_DONE;
             rc = c->done(&c->req, c->drun, c->dpayload);
             if (rc < 0 && !c->replied)

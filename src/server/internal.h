@@ -324,6 +324,19 @@ typedef int (*srv_done_fn)(srv_request *r, srv_run *run, void *payload);
 int srv_defer(srv_request *r, srv_run *run, srv_done_fn done, void *payload,
               void (*free_payload)(void *payload));
 
+/* Answers whether a deferred request may go on before its run ended. */
+typedef int (*srv_ready_fn)(srv_run *run, void *payload);
+
+/*
+ * Like srv_defer, but done is also called as soon as ready (checked on
+ * the server thread whenever the run has a new event) returns non-zero.
+ * done may then answer with srv_reply_sse(): a stream whose status is
+ * held back until the run has something to say.
+ */
+int srv_defer_until(srv_request *r, srv_run *run, srv_ready_fn ready,
+                    srv_done_fn done, void *payload,
+                    void (*free_payload)(void *payload));
+
 /* ---- server-sent events -------------------------------------------------- */
 
 #define SRV_SSE_CONTINUE 0

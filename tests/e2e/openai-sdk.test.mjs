@@ -362,17 +362,20 @@ describe('openai SDK against loom serve', () => {
         assert.equal(conv.body.messages.at(-1).status, 'error');
     });
 
-    test('upstream 429 while streaming ends the stream with an APIError',
+    test('upstream 429 while streaming surfaces as RateLimitError',
          TIMEOUT, async () => {
-        const stream = await client.chat.completions.create({
+        /* loom holds a stream's status until the run has output, so a
+         * run that fails first answers 429 like OpenAI itself. */
+        const err = await client.chat.completions.create({
             model: 'limited/fake-model',
             stream: true,
             messages: [{ role: 'user', content: 'Hi' }],
-        });
-        const err = await collect(stream).then(() => null, (e) => e);
-        assert.ok(err instanceof OpenAI.APIError,
+        }).then(collect).then(() => null, (e) => e);
+        assert.ok(err instanceof OpenAI.RateLimitError,
                   `got ${err && err.constructor.name}: ${err}`);
+        assert.equal(err.status, 429);
         assert.match(err.message, /Rate limit reached for fake-model/);
+        assert.match(err.headers.get('x-loom-conversation-id'), /^conv_/);
     });
 
     test('a bad body surfaces as BadRequestError', TIMEOUT, async () => {

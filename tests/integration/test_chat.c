@@ -991,7 +991,9 @@ static void test_upstream_errors(void **state)
           "{\"status\":429,\"error\":{\"message\":\"Rate limit reached\","
           "\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}},"
           "{\"status\":500,\"error\":{\"message\":\"The server had an "
-          "error\",\"type\":\"server_error\"}}]}");
+          "error\",\"type\":\"server_error\"}},"
+          "{\"text\":[\"partial \"],\"stream_error\":{\"message\":"
+          "\"exploded\",\"type\":\"server_error\"}}]}");
     /* Not streamed: the upstream's status. */
     post(&r,
          "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\","
@@ -1006,22 +1008,18 @@ static void test_upstream_errors(void **state)
     json_decref(o);
     reply_free(&r);
 
-    /* Streamed: the stream has begun (conversation id first), so the
-     * error comes as an error event, and no [DONE]. */
+    /* Streamed, failing before any output: the status is held back
+     * until the run has output, so this is a plain 429 as OpenAI answers
+     * it (SDKs raise RateLimitError), still with the conversation id. */
     post(&r,
          "{\"model\":\"" MODEL "\",\"stream\":true,\"messages\":[{\"role\":"
          "\"user\",\"content\":\"x\"}]}",
          NULL);
-    assert_int_equal(r.status, 200);
-    chunks = sse_chunks(&r, &done);
-    assert_false(done);
-    last = json_array_get(chunks, json_array_size(chunks) - 1);
-    e = json_object_get(last, "error");
-    assert_string_equal(json_string_value(json_object_get(e, "type")),
-                        "rate_limit_error");
+    e = expect_error(&r, 429, "rate_limit_error", &o);
     assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
                            "Rate limit reached"));
-    json_decref(chunks);
+    assert_int_equal(r.conv_headers, 1);
+    json_decref(o);
     reply_free(&r);
 
     /* An upstream 5xx is a 502 with the upstream's message. */
@@ -1033,6 +1031,23 @@ static void test_upstream_errors(void **state)
     assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
                            "The server had an error"));
     json_decref(o);
+    reply_free(&r);
+
+    /* Streamed, failing after output began: the stream is under way, so
+     * the error comes as an error event, and no [DONE]. */
+    post(&r,
+         "{\"model\":\"" MODEL "\",\"stream\":true,\"messages\":[{\"role\":"
+         "\"user\",\"content\":\"x\"}]}",
+         NULL);
+    assert_int_equal(r.status, 200);
+    chunks = sse_chunks(&r, &done);
+    assert_false(done);
+    last = json_array_get(chunks, json_array_size(chunks) - 1);
+    e = json_object_get(last, "error");
+    assert_non_null(e);
+    assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
+                           "exploded"));
+    json_decref(chunks);
     reply_free(&r);
     stop();
 }
