@@ -74,6 +74,31 @@ typedef struct {
     const json_t *parameters; /* JSON Schema object */
 } loom_tool_def;
 
+/*
+ * Request text that the model calls of one conversation share (a run keeps
+ * one), so that each call sends the conversation so far without encoding
+ * it again: an adapter keeps there the encoded form of every message it
+ * sent and of the tools. Set loom_llm_request.cache to use it.
+ *
+ * Contract: calls that share a cache send one growing conversation. The
+ * messages one call sent are, in the next call, still there at the same
+ * positions and unchanged (only appended to: never edited in place,
+ * removed or reordered), and the tool definitions are the same, unchanged
+ * (their name, description and parameters). A message whose pointers
+ * (content, tool calls, tool_call_id) differ from what the cache saw is
+ * encoded again, with every one after it, and so are tools given from a
+ * different array or with different pointers; a change behind the same
+ * pointers is not seen. One call at a time per cache; a cache belongs to
+ * the provider that filled it (another provider empties it first).
+ */
+typedef struct loom_llm_cache loom_llm_cache;
+
+/* Makes an empty cache. LOOM_ENOMEM. */
+int loom_llm_cache_new(loom_llm_cache **out);
+
+/* Frees a cache; NULL is a no-op. No call may be using it. */
+void loom_llm_cache_free(loom_llm_cache *cache);
+
 typedef struct {
     const char *model; /* upstream model id */
     const loom_message *messages;
@@ -85,10 +110,14 @@ typedef struct {
     long max_tokens;         /* 0: unset */
     double temperature;      /* < 0: unset */
     int stream;              /* 1: stream (default); 0: one JSON answer */
+    loom_llm_cache *cache;   /* NULL: none; see loom_llm_cache */
 } loom_llm_request;
 
 #define LOOM_LLM_REQUEST_INIT                                                \
-    { NULL, NULL, 0, NULL, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, -1.0, 1 }
+    {                                                                        \
+        NULL, NULL, 0, NULL, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, -1.0,  \
+            1, NULL                                                          \
+    }
 
 typedef struct {
     long prompt_tokens;

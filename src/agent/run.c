@@ -55,6 +55,9 @@ struct loom_run {
     uint64_t seq;
     uint32_t index;
     char *error;
+    /* The request text of this run's model calls: run->all only grows
+     * during a run, which is the cache's contract. */
+    loom_llm_cache *cache;
 };
 
 #define LIMIT_PROMPT                                                         \
@@ -63,6 +66,71 @@ struct loom_run {
     "final answer to the user now, using the information gathered so far, " \
     "and say briefly if anything could not be completed."
 
+
+/*
+ * Event payloads are built with the pk_ helpers below rather than
+ * json_pack: the same objects (keys in the same order, and NULL for the
+ * whole payload when a value is missing or not UTF-8, as json_pack
+ * fails), without parsing a format string per event. And none is built
+ * when the run has no sink (see has_sink).
+ */
+typedef struct {
+    json_t *o;
+    int bad;
+} pk;
+
+static pk pk_new(void)
+{
+    pk p;
+
+    p.o = json_object();
+    p.bad = !p.o;
+    return p;
+}
+
+/* o[key] = v, stealing v; key is a literal (ASCII), so not checked. */
+static void pk_set(pk *p, const char *key, json_t *v)
+{
+    if (!v) {
+        p->bad = 1;
+        return;
+    }
+    if (p->bad || json_object_set_new_nocheck(p->o, key, v) != 0)
+        p->bad = 1;
+    if (p->bad)
+        json_decref(v);
+}
+
+/* "s:s": a string, required. */
+static void pk_str(pk *p, const char *key, const char *s)
+{
+    pk_set(p, key, s ? json_string(s) : NULL);
+}
+
+/* "s:s?": a string, or null. */
+static void pk_str_or_null(pk *p, const char *key, const char *s)
+{
+    pk_set(p, key, s ? json_string(s) : json_null());
+}
+
+static void pk_int(pk *p, const char *key, json_int_t v)
+{
+    pk_set(p, key, json_integer(v));
+}
+
+/* The object, or NULL when a value was refused (json_pack's failure). */
+static json_t *pk_done(pk *p)
+{
+    if (!p->bad)
+        return p->o;
+    json_decref(p->o);
+    return NULL;
+}
+
+static int has_sink(const loom_run *run)
+{
+    return run->opts.sink.emit != NULL;
+}
 
 /* Sends one event; a sink's non-zero answer cancels the run. Takes data. */
 static void emit(loom_run *run, loom_event_type type, json_t *data)
@@ -85,12 +153,23 @@ static void emit(loom_run *run, loom_event_type type, json_t *data)
 
 static json_t *usage_json(const loom_usage *u)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "prompt_tokens",
-                     (json_int_t)u->prompt_tokens, "completion_tokens",
-                     (json_int_t)u->completion_tokens, "cached_tokens",
-                     (json_int_t)u->cached_tokens, "reasoning_tokens",
-                     (json_int_t)u->reasoning_tokens, "total_tokens",
-                     (json_int_t)u->total_tokens);
+    pk p = pk_new();
+
+    pk_int(&p, "prompt_tokens", (json_int_t)u->prompt_tokens);
+    pk_int(&p, "completion_tokens", (json_int_t)u->completion_tokens);
+    pk_int(&p, "cached_tokens", (json_int_t)u->cached_tokens);
+    pk_int(&p, "reasoning_tokens", (json_int_t)u->reasoning_tokens);
+    pk_int(&p, "total_tokens", (json_int_t)u->total_tokens);
+    return pk_done(&p);
+}
+
+/* {"delta": text}, the text checked as json_pack's "s%" checks it. */
+static json_t *delta_json(const char *text, size_t len)
+{
+    pk p = pk_new();
+
+    pk_set(&p, "delta", json_stringn(text, len));
+    return pk_done(&p);
 }
 
 static void make_id(char *out, size_t size)
@@ -319,12 +398,14 @@ static int on_llm_event(const loom_llm_event *ev, void *payload)
     case LOOM_LLM_TEXT:
         if (loom_buf_put(&run->text, ev->text, ev->text_len) != 0)
             return LOOM_ENOMEM;
-        emit(run, LOOM_EV_MESSAGE_DELTA,
-             json_pack("{s:s%}", "delta", ev->text, ev->text_len));
+        if (has_sink(run))
+            emit(run, LOOM_EV_MESSAGE_DELTA,
+                 delta_json(ev->text, ev->text_len));
         break;
     case LOOM_LLM_REASONING:
-        emit(run, LOOM_EV_REASONING_DELTA,
-             json_pack("{s:s%}", "delta", ev->text, ev->text_len));
+        if (has_sink(run))
+            emit(run, LOOM_EV_REASONING_DELTA,
+                 delta_json(ev->text, ev->text_len));
         break;
     default:
         break;
@@ -334,34 +415,43 @@ static int on_llm_event(const loom_llm_event *ev, void *payload)
 
 static json_t *call_json(const loom_tool_call *c)
 {
-    return json_pack("{s:s,s:s,s:s}", "id", c->id ? c->id : "", "name",
-                     c->name ? c->name : "", "arguments",
-                     c->arguments ? c->arguments : "");
+    pk p = pk_new();
+
+    pk_str(&p, "id", c->id ? c->id : "");
+    pk_str(&p, "name", c->name ? c->name : "");
+    pk_str(&p, "arguments", c->arguments ? c->arguments : "");
+    return pk_done(&p);
 }
 
 static void on_tool_notice(loom__tool_job *job, int done, void *payload)
 {
     loom_run *run = payload;
     const loom_tool_call *c = job->call;
+    pk p;
 
+    if (!has_sink(run))
+        return;
+    p = pk_new();
+    pk_str(&p, "id", c->id);
     if (!done) {
-        emit(run, LOOM_EV_TOOL_STARTED,
-             json_pack("{s:s,s:s,s:O}", "id", c->id, "name", c->name,
-                       "arguments", job->args ? job->args : json_null()));
+        pk_str(&p, "name", c->name);
+        pk_set(&p, "arguments",
+               job->args ? json_incref(job->args) : json_null());
+        emit(run, LOOM_EV_TOOL_STARTED, pk_done(&p));
     } else if (job->failed) {
-        emit(run, LOOM_EV_TOOL_FAILED,
-             json_pack("{s:s,s:s,s:s,s:s,s:s,s:f}", "id", c->id, "name",
-                       c->name ? c->name : "", "stage", job->stage, "error",
-                       job->error ? job->error : "", "output",
-                       job->output ? job->output : "", "duration_ms",
-                       job->duration_ms));
+        pk_str(&p, "name", c->name ? c->name : "");
+        pk_str(&p, "stage", job->stage);
+        pk_str(&p, "error", job->error ? job->error : "");
+        pk_str(&p, "output", job->output ? job->output : "");
+        pk_set(&p, "duration_ms", json_real(job->duration_ms));
+        emit(run, LOOM_EV_TOOL_FAILED, pk_done(&p));
     } else {
-        emit(run, LOOM_EV_TOOL_COMPLETED,
-             json_pack("{s:s,s:s,s:s,s:b,s:I,s:f}", "id", c->id, "name",
-                       c->name, "output", job->output ? job->output : "",
-                       "truncated", job->truncated, "output_size",
-                       (json_int_t)job->output_size, "duration_ms",
-                       job->duration_ms));
+        pk_str(&p, "name", c->name);
+        pk_str(&p, "output", job->output ? job->output : "");
+        pk_set(&p, "truncated", json_boolean(job->truncated));
+        pk_int(&p, "output_size", (json_int_t)job->output_size);
+        pk_set(&p, "duration_ms", json_real(job->duration_ms));
+        emit(run, LOOM_EV_TOOL_COMPLETED, pk_done(&p));
     }
 }
 
@@ -418,10 +508,15 @@ static int run_tools(loom_run *run, const loom_message *assistant,
     *client_calls = 0;
     if (!jobs)
         return loom__error_oom();
-    calls = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(calls, call_json(&assistant->tool_calls[i]));
-    emit(run, LOOM_EV_TOOL_CALLS, json_pack("{s:o}", "calls", calls));
+    if (has_sink(run)) {
+        pk p = pk_new();
+        calls = json_array();
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(calls,
+                                  call_json(&assistant->tool_calls[i]));
+        pk_set(&p, "calls", calls);
+        emit(run, LOOM_EV_TOOL_CALLS, pk_done(&p));
+    }
 
     memset(&xo, 0, sizeof(xo));
     xo.settings = run->opts.tool_settings;
@@ -515,11 +610,17 @@ int loom_run_execute(loom_run *run)
     int rc = 0, limit_injected = 0;
 
     memset(&resp, 0, sizeof(resp));
+    if (!run->cache && (rc = loom_llm_cache_new(&run->cache)) != 0)
+        return rc;
     run->status = LOOM_RUN_RUNNING;
-    emit(run, LOOM_EV_RUN_STARTED,
-         json_pack("{s:s?,s:s?,s:i,s:i}", "agent", o->agent, "model",
-                   o->model ? o->model : o->upstream_model, "max_iterations",
-                   o->max_iterations, "tools", (int)run->ndefs));
+    if (has_sink(run)) {
+        pk p = pk_new();
+        pk_str_or_null(&p, "agent", o->agent);
+        pk_str_or_null(&p, "model", o->model ? o->model : o->upstream_model);
+        pk_int(&p, "max_iterations", o->max_iterations);
+        pk_int(&p, "tools", (int)run->ndefs);
+        emit(run, LOOM_EV_RUN_STARTED, pk_done(&p));
+    }
     for (;;) {
         loom_llm_request req = LOOM_LLM_REQUEST_INIT;
         int last = run->iterations + 1 >= o->max_iterations;
@@ -552,6 +653,7 @@ int loom_run_execute(loom_run *run)
         req.max_tokens = o->max_output_tokens;
         req.temperature = o->temperature;
         req.stream = 1;
+        req.cache = run->cache;
 
         loom_buf_clear(&run->text);
         loom_llm_response_clear(&resp);
@@ -564,11 +666,14 @@ int loom_run_execute(loom_run *run)
         if (resp.usage.total_tokens || resp.usage.prompt_tokens ||
             resp.usage.completion_tokens) {
             loom_usage_add(&run->usage, &resp.usage);
-            json_t *u = usage_json(&resp.usage);
-            json_object_set_new(u, "iteration",
-                                json_integer(run->iterations));
-            json_object_set_new(u, "cumulative", usage_json(&run->usage));
-            emit(run, LOOM_EV_USAGE, u);
+            if (has_sink(run)) {
+                json_t *u = usage_json(&resp.usage);
+                json_object_set_new(u, "iteration",
+                                    json_integer(run->iterations));
+                json_object_set_new(u, "cumulative",
+                                    usage_json(&run->usage));
+                emit(run, LOOM_EV_USAGE, u);
+            }
         }
         if (rc != 0)
             break;
@@ -722,5 +827,6 @@ void loom_run_free(loom_run *run)
     loom_buf_free(&run->text);
     free(run->final_text);
     free(run->error);
+    loom_llm_cache_free(run->cache);
     free(run);
 }

@@ -74,9 +74,12 @@ void loom__tool_job_prepare(loom__tool_job *job, const loom_tool *tool,
             fail(job, "lookup", msg, NULL, opts->max_error);
         goto done;
     }
-    /* Models send "" for tools without arguments: that means {}. */
+    /* Models send "" for tools without arguments: that means {}. So does
+     * "{}" itself, the usual case, which needs no parser. */
     raw += strspn(raw, " \t\r\n");
-    job->args = *raw ? json_loads(raw, JSON_DECODE_ANY, &jerr) : json_object();
+    job->args = *raw && strcmp(raw, "{}") != 0
+                    ? json_loads(raw, JSON_DECODE_ANY, &jerr)
+                    : json_object();
     if (!job->args) {
         size_t rlen = strlen(job->call->arguments);
         int q = (int)utf8_cut(job->call->arguments, rlen, RECEIVED_QUOTE_MAX);

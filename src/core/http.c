@@ -14,6 +14,13 @@
  * connection; the CURLSH shares only the DNS and TLS session caches
  * (libcurl does not support sharing the connection cache itself between
  * concurrent threads).
+ *
+ * A pair also remembers what its easy handle was set up for (URL, method,
+ * connect timeout, header lines): a request that asks for the same, the
+ * usual case of one provider calling one endpoint, only sets its body,
+ * instead of resetting the handle and setting every option and header
+ * list again. The transfer state and error buffer the callbacks point to
+ * live in the pair, so those pointers stay valid between requests.
  */
 #include "core/http.h"
 #include "core/error.h"
@@ -29,20 +36,6 @@
 #define POOL_MAX_IDLE 8
 #define DEFAULT_MAX_BODY ((size_t)64 << 20)
 
-typedef struct pair {
-    CURL *easy;
-    CURLM *multi;
-    struct pair *next;
-} pair;
-
-struct loom__http_pool {
-    pthread_mutex_t lock;
-    pair *idle;
-    size_t idle_len;
-    CURLSH *share;
-    pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
-};
-
 /* State of one transfer, shared with the curl callbacks. */
 typedef struct {
     const loom__http_request *req;
@@ -57,6 +50,31 @@ typedef struct {
     size_t max_error_body;
     size_t max_body;
 } transfer;
+
+typedef struct pair {
+    CURL *easy;
+    CURLM *multi;
+    struct pair *next;
+    transfer t; /* the current transfer; the callbacks point here */
+    char errbuf[CURL_ERROR_SIZE];
+    /* What easy is set up for (valid while ready): the header list curl
+     * holds, and url, method and the header lines, NUL-separated, in sig,
+     * with the connect timeout and whether it posts. */
+    int ready;
+    struct curl_slist *hdrs;
+    loom_buf sig;
+    size_t nheaders;
+    long connect_ms;
+    int post;
+} pair;
+
+struct loom__http_pool {
+    pthread_mutex_t lock;
+    pair *idle;
+    size_t idle_len;
+    CURLSH *share;
+    pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+};
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc = CURLE_FAILED_INIT;
@@ -131,6 +149,8 @@ static void pair_free(pair *pr)
         curl_multi_cleanup(pr->multi);
     if (pr->easy)
         curl_easy_cleanup(pr->easy);
+    curl_slist_free_all(pr->hdrs);
+    loom_buf_free(&pr->sig);
     free(pr);
 }
 
@@ -170,6 +190,7 @@ static pair *pool_take(loom__http_pool *pool)
     pr = calloc(1, sizeof(*pr));
     if (!pr)
         return NULL;
+    loom_buf_init(&pr->sig, LOOM_BUF_UNLIMITED);
     pr->easy = curl_easy_init();
     pr->multi = curl_multi_init();
     if (!pr->easy || !pr->multi) {
@@ -337,50 +358,114 @@ static int has_header(const loom__http_request *req, const char *name)
     return 0;
 }
 
-static int setup(transfer *t, struct curl_slist **hdrs, char *errbuf)
+static int is_post(const loom__http_request *req)
 {
-    const loom__http_request *req = t->req;
-    CURL *e = t->easy;
-    struct curl_slist *l;
+    return req->body || (req->method && strcmp(req->method, "POST") == 0);
+}
 
+/* Whether pr's handle is set up exactly as req needs (see the top). */
+static int same_setup(const pair *pr, const loom__http_request *req)
+{
+    const char *p = pr->sig.ptr;
+
+    if (!pr->ready || pr->nheaders != req->headers_len ||
+        pr->connect_ms != req->connect_timeout_ms || pr->post != is_post(req))
+        return 0;
+    if (strcmp(p, req->url) != 0)
+        return 0;
+    p += strlen(p) + 1;
+    if (strcmp(p, req->method ? req->method : "") != 0)
+        return 0;
+    p += strlen(p) + 1;
     for (size_t i = 0; i < req->headers_len; i++) {
-        if (!(l = curl_slist_append(*hdrs, req->headers[i])))
-            return loom__error_oom();
-        *hdrs = l;
+        if (strcmp(p, req->headers[i]) != 0)
+            return 0;
+        p += strlen(p) + 1;
     }
-    /* curl would wait for "100 Continue" before sending a large body. */
-    if (!has_header(req, "Expect")) {
-        if (!(l = curl_slist_append(*hdrs, "Expect:")))
+    return 1;
+}
+
+/* Records what pr's handle was just set up for. */
+static int keep_setup(pair *pr, const loom__http_request *req)
+{
+    loom_buf *b = &pr->sig;
+
+    loom_buf_clear(b);
+    if (loom_buf_put(b, req->url, strlen(req->url) + 1) ||
+        loom_buf_put(b, req->method ? req->method : "",
+                     req->method ? strlen(req->method) + 1 : 1))
+        return loom__error_oom();
+    for (size_t i = 0; i < req->headers_len; i++)
+        if (loom_buf_put(b, req->headers[i], strlen(req->headers[i]) + 1))
             return loom__error_oom();
-        *hdrs = l;
+    pr->nheaders = req->headers_len;
+    pr->connect_ms = req->connect_timeout_ms;
+    pr->post = is_post(req);
+    pr->ready = 1;
+    return 0;
+}
+
+/* Sets pr's handle up for req: everything when it was set up for
+ * something else, else only the body. */
+static int setup(pair *pr, const loom__http_request *req)
+{
+    transfer *t = &pr->t;
+    CURL *e = pr->easy;
+    struct curl_slist *hdrs = NULL, *l;
+    int rc;
+
+    if (!same_setup(pr, req)) {
+        pr->ready = 0;
+        for (size_t i = 0; i < req->headers_len; i++) {
+            if (!(l = curl_slist_append(hdrs, req->headers[i])))
+                goto oom;
+            hdrs = l;
+        }
+        /* curl would wait for "100 Continue" before sending a large
+         * body. */
+        if (!has_header(req, "Expect")) {
+            if (!(l = curl_slist_append(hdrs, "Expect:")))
+                goto oom;
+            hdrs = l;
+        }
+        curl_easy_reset(e);
+        curl_slist_free_all(pr->hdrs);
+        pr->hdrs = hdrs;
+        curl_easy_setopt(e, CURLOPT_URL, req->url);
+        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+        curl_easy_setopt(e, CURLOPT_ERRORBUFFER, pr->errbuf);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, pr->hdrs);
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+        curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+        curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+        curl_easy_setopt(e, CURLOPT_PREREQDATA, t);
+        if (req->connect_timeout_ms > 0)
+            curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                             req->connect_timeout_ms);
+        if (is_post(req))
+            curl_easy_setopt(e, CURLOPT_POST, 1L);
+        else
+            curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+        if (req->method && strcmp(req->method, "POST") != 0 &&
+            strcmp(req->method, "GET") != 0)
+            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method);
+        if ((rc = keep_setup(pr, req)) != 0)
+            return rc;
     }
-    curl_easy_reset(e);
-    curl_easy_setopt(e, CURLOPT_URL, req->url);
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, *hdrs);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
-    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
-    curl_easy_setopt(e, CURLOPT_PREREQDATA, t);
-    if (req->connect_timeout_ms > 0)
-        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);
-    if (req->body || (req->method && strcmp(req->method, "POST") == 0)) {
-        curl_easy_setopt(e, CURLOPT_POST, 1L);
+    if (is_post(req)) {
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
                          (curl_off_t)req->body_len);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body ? req->body : "");
-    } else {
-        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
     }
-    if (req->method && strcmp(req->method, "POST") != 0 &&
-        strcmp(req->method, "GET") != 0)
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method);
     return 0;
+
+oom:
+    curl_slist_free_all(hdrs);
+    return loom__error_oom();
 }
 
 /* Turns curl's result into loom's. */
@@ -467,9 +552,7 @@ static int check(transfer *t, long *wait_ms)
 int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
                        loom__http_response *resp)
 {
-    char errbuf[CURL_ERROR_SIZE];
-    struct curl_slist *hdrs = NULL;
-    transfer t;
+    transfer *t;
     pair *pr = NULL;
     CURLcode res = CURLE_OK;
     CURLMcode mc;
@@ -477,15 +560,7 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
     int rc = 0, added = 0, running = 1, done = 0, q;
     long wait_ms = 0;
 
-    memset(&t, 0, sizeof(t));
-    t.req = req;
-    t.resp = resp;
-    t.max_error_body =
-        req->max_error_body ? req->max_error_body : LOOM_HTTP_MAX_ERROR_BODY;
-    t.max_body = req->max_body ? req->max_body : DEFAULT_MAX_BODY;
     loom_buf_init(&resp->body, LOOM_BUF_UNLIMITED);
-    errbuf[0] = '\0';
-
     if (loom_cancel_is_set(req->cancel)) {
         resp->failure = LOOM_HTTP_FAIL_CANCELED;
         return loom__error_set(LOOM_ECANCELED, "request canceled");
@@ -494,8 +569,16 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
         rc = loom__error_set(LOOM_ENOMEM, "cannot make a curl handle");
         goto cleanup;
     }
-    t.easy = pr->easy;
-    if ((rc = setup(&t, &hdrs, errbuf)) != 0)
+    t = &pr->t;
+    memset(t, 0, sizeof(*t));
+    t->req = req;
+    t->resp = resp;
+    t->easy = pr->easy;
+    t->max_error_body =
+        req->max_error_body ? req->max_error_body : LOOM_HTTP_MAX_ERROR_BODY;
+    t->max_body = req->max_body ? req->max_body : DEFAULT_MAX_BODY;
+    pr->errbuf[0] = '\0';
+    if ((rc = setup(pr, req)) != 0)
         goto cleanup;
     if ((mc = curl_multi_add_handle(pr->multi, pr->easy)) != CURLM_OK) {
         rc = loom__error_set(LOOM_ERROR, "curl: %s", curl_multi_strerror(mc));
@@ -517,7 +600,7 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
         }
         if (done || !running)
             break;
-        if ((rc = check(&t, &wait_ms)) != 0)
+        if ((rc = check(t, &wait_ms)) != 0)
             goto cleanup;
         mc = curl_multi_poll(pr->multi, NULL, 0, (int)wait_ms, NULL);
         if (mc != CURLM_OK) {
@@ -526,17 +609,20 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
             goto cleanup;
         }
     }
-    rc = finish(&t, res, errbuf);
+    rc = finish(t, res, pr->errbuf);
 
 cleanup:
     if (pr && rc && !resp->status)
         curl_easy_getinfo(pr->easy, CURLINFO_RESPONSE_CODE, &resp->status);
     if (added)
         curl_multi_remove_handle(pr->multi, pr->easy);
-    curl_slist_free_all(hdrs);
     if (pr) {
-        /* Drop pointers into this call's stack before pooling. */
-        curl_easy_reset(pr->easy);
+        /* The handle keeps its setup for the next request; the caller's
+         * request, response and body must not be reached from the pool. */
+        pr->t.req = NULL;
+        pr->t.resp = NULL;
+        if (pr->post)
+            curl_easy_setopt(pr->easy, CURLOPT_POSTFIELDS, "");
         pool_give(pool, pr);
     }
     return rc;

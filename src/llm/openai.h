@@ -10,6 +10,7 @@
 #ifndef LOOM_LLM_OPENAI_H
 #define LOOM_LLM_OPENAI_H
 
+#include "loom/buf.h"
 #include "loom/llm.h"
 
 #include <jansson.h>
@@ -29,11 +30,27 @@ typedef struct {
 } loom__openai_limits;
 
 /*
- * Builds the /chat/completions body for req. *out is a new reference.
- * LOOM_EINVALID when the model is missing or a tool choice names no
- * function; LOOM_ENOMEM.
+ * Builds the /chat/completions body for req as a jansson value: the
+ * reference for loom__openai_body_text(), which the adapter uses. *out is
+ * a new reference. LOOM_EINVALID when the model is missing or a tool
+ * choice names no function; LOOM_ENOMEM.
  */
 int loom__openai_build_body(json_t **out, const loom_llm_request *req);
+
+/*
+ * Writes the /chat/completions body for req into out (emptied first): the
+ * same text as json_dumps(loom__openai_build_body(req), JSON_COMPACT |
+ * JSON_REAL_PRECISION(15)), without building it. With a cache, the
+ * messages and tools it already holds text for are not encoded again (see
+ * loom_llm_cache in loom/llm.h); owner names the provider using it, and a
+ * cache another owner filled is emptied first. Errors as
+ * loom__openai_build_body; out is empty after one.
+ */
+int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
+                           loom_llm_cache *cache, const void *owner);
+
+/* The body buffer a cache keeps for the calls that use it (borrowed). */
+loom_buf *loom__openai_cache_body(loom_llm_cache *cache);
 
 typedef struct loom__openai_decoder loom__openai_decoder;
 
@@ -75,6 +92,16 @@ int loom__openai_decoder_finish(loom__openai_decoder *d);
  */
 int loom__openai_decoder_complete(loom__openai_decoder *d, const char *body,
                                   size_t len);
+
+/*
+ * Tests: with on non-zero, every chunk is decoded with jansson, never on
+ * the fast path (see llm/openai_stream.c), so both can be compared on the
+ * same input. Set it before the first feed().
+ */
+void loom__openai_decoder_set_jansson_only(loom__openai_decoder *d, int on);
+
+/* How many chunks the fast path decoded (the rest went to jansson). */
+size_t loom__openai_decoder_fast_chunks(const loom__openai_decoder *d);
 
 /* Whether any text, reasoning or tool call was emitted. */
 int loom__openai_decoder_output_started(const loom__openai_decoder *d);

@@ -15,12 +15,38 @@
  * A non-streamed chat.completion is decoded into the same events so the
  * adapter has one path for both. Every buffer has a limit (text,
  * reasoning, arguments per call, number of calls, SSE line and event).
+ *
+ * Chunks take a fast path. jansson builds a whole tree for each one (an
+ * allocation per value and a hashtable per object, all freed again a
+ * moment later), which was two fifths of loom's cost per model call, for
+ * the handful of fields read here. Instead, jsmn (a Debian package: a
+ * header-only tokenizer that allocates nothing) splits the chunk into
+ * tokens in an array kept by the decoder; the code below checks that the
+ * tokens tile the text exactly as the JSON grammar says (jsmn alone
+ * accepts things like `[1,]`), that every string is valid UTF-8 with valid
+ * escapes and every number one jansson reads without overflow, and then
+ * reads the few fields it needs through the `jv` accessors, which answer
+ * exactly as jansson's would on the same text (duplicate keys: the last
+ * wins). Strings are copied (unescaped when they hold a backslash) into a
+ * scratch area on first use. Anything the fast path is not sure of (a
+ * chunk jsmn or these checks refuse, more than FAST_MAX_TOKENS tokens, a
+ * key with escapes, a number near the limits, a root that is not an
+ * object, an "error" member) goes to jansson, so errors and their messages
+ * are jansson's, unchanged. The decoding logic itself is written once over
+ * `jv` and serves both paths; loom__openai_decoder_set_jansson_only()
+ * forces the jansson path so tests can compare the two on every input.
  */
 #include "core/error.h"
 #include "llm/openai.h"
 #include "loom/buf.h"
 #include "loom/sse.h"
 
+#define JSMN_STATIC
+#define JSMN_STRICT
+#define JSMN_PARENT_LINKS
+#include <jsmn.h>
+
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +57,45 @@ typedef struct {
     loom_buf args;
     int present;
 } call_slot;
+
+/* Most tokens a chunk may have on the fast path (a usual chunk has 20 to
+ * 40); a bigger one goes to jansson. */
+#define FAST_MAX_TOKENS 256
+/* Scratch kept inside the decoder; longer chunks use the heap. */
+#define FAST_INLINE_SCRATCH 2048
+
+/* What a token holds, refined from jsmn's types. */
+enum {
+    K_NONE = 0, /* absent */
+    K_OBJECT,
+    K_ARRAY,
+    K_STRING,
+    K_INT,
+    K_REAL,
+    K_TRUE,
+    K_FALSE,
+    K_NULL
+};
+
+/* One chunk on the fast path: its text, tokens and decoded strings. */
+typedef struct {
+    const char *js;
+    size_t len;
+    int ntok;
+    jsmntok_t tok[FAST_MAX_TOKENS];
+    int next[FAST_MAX_TOKENS]; /* first token after this one's subtree */
+    int str_at[FAST_MAX_TOKENS];  /* decoded string in scratch; -1: not yet */
+    int str_len[FAST_MAX_TOKENS];
+    int open[FAST_MAX_TOKENS]; /* while checking: containers still open */
+    int items[FAST_MAX_TOKENS]; /* and how many tokens each holds so far */
+    unsigned char kind[FAST_MAX_TOKENS];
+    unsigned char esc[FAST_MAX_TOKENS]; /* string holds a backslash */
+    char *scratch;                      /* inline, or heap_scratch */
+    size_t scratch_len;
+    char *heap_scratch;
+    size_t heap_cap;
+    char inline_scratch[FAST_INLINE_SCRATCH];
+} fast_doc;
 
 struct loom__openai_decoder {
     loom__openai_limits lim;
@@ -57,6 +122,10 @@ struct loom__openai_decoder {
     int ended;      /* closing events emitted */
     int failed;     /* the error that stopped the decoder, 0 while fine */
     loom_upstream_error error;
+
+    fast_doc *fast;   /* made on the first chunk */
+    int jansson_only; /* tests: never take the fast path */
+    size_t fast_chunks;
 };
 
 void loom__upstream_error_clear(loom_upstream_error *err)
@@ -147,7 +216,20 @@ void loom__openai_decoder_free(loom__openai_decoder *d)
     free(d->finish_reason);
     free(d->response_id);
     loom__upstream_error_clear(&d->error);
+    if (d->fast)
+        free(d->fast->heap_scratch);
+    free(d->fast);
     free(d);
+}
+
+void loom__openai_decoder_set_jansson_only(loom__openai_decoder *d, int on)
+{
+    d->jansson_only = on;
+}
+
+size_t loom__openai_decoder_fast_chunks(const loom__openai_decoder *d)
+{
+    return d->fast_chunks;
 }
 
 int loom__openai_decoder_output_started(const loom__openai_decoder *d)
@@ -166,9 +248,659 @@ loom__openai_decoder_error(const loom__openai_decoder *d)
     return &d->error;
 }
 
-static const char *str_of(const json_t *o, const char *key)
+/* ---- the fast path: checking a chunk's tokens ------------------------ */
+
+static size_t skip_ws(const char *js, size_t pos, size_t len)
 {
-    return json_string_value(json_object_get(o, key));
+    while (pos < len && (js[pos] == ' ' || js[pos] == '\t' ||
+                         js[pos] == '\n' || js[pos] == '\r'))
+        pos++;
+    return pos;
+}
+
+/* The value of 4 hex digits at s (n bytes left), -1 when not that. */
+static long hex4(const unsigned char *s, size_t n)
+{
+    long v = 0;
+
+    if (n < 4)
+        return -1;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = s[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9')
+            v |= (long)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (long)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (long)(c - 'A' + 10);
+        else
+            return -1;
+    }
+    return v;
+}
+
+/* Length of the UTF-8 sequence at s, 0 when jansson would refuse it (the
+ * same rules as its utf8_check_first/utf8_check_full). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    unsigned long cp;
+    size_t k;
+
+    if (c < 0x80)
+        return 1;
+    k = c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
+    if (!k || k > n)
+        return 0;
+    cp = c & (0x7Fu >> k);
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) ||
+        (k == 3 && cp < 0x800) || (k == 4 && cp < 0x10000))
+        return 0;
+    return k;
+}
+
+/*
+ * Checks the body of a string token as jansson reads strings: no control
+ * bytes, valid UTF-8, known escapes, \u escapes with paired surrogates and
+ * no \u0000 (jansson refuses NUL without JSON_ALLOW_NUL). Returns -1 when
+ * jansson would refuse it, 1 when it holds escapes, 0 when it is plain.
+ */
+static int check_string(const unsigned char *s, size_t n)
+{
+    /* 1 for the bytes that need a closer look: control bytes, '"', '\\'
+     * and every non-ASCII byte. */
+    static const unsigned char special[256] = {
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x00 */
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x10 */
+        0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x20 '"' */
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x30 */
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x40 */
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, /* 0x50 '\\' */
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x60 */
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x70 */
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x80 */
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    size_t i = 0, k;
+    int esc = 0;
+    long cp, lo;
+
+    while (i < n) {
+        unsigned c = s[i];
+        if (!special[c]) {
+            i++;
+            continue;
+        }
+        if (c < 0x20 || c == '"')
+            return -1;
+        if (c != '\\') {
+            if (!(k = utf8_seq(s + i, n - i)))
+                return -1;
+            i += k;
+            continue;
+        }
+        esc = 1;
+        if (i + 1 >= n)
+            return -1;
+        switch (s[i + 1]) {
+        case '"':
+        case '\\':
+        case '/':
+        case 'b':
+        case 'f':
+        case 'n':
+        case 'r':
+        case 't':
+            i += 2;
+            break;
+        case 'u':
+            cp = hex4(s + i + 2, n - i - 2);
+            if (cp <= 0 || (cp >= 0xDC00 && cp <= 0xDFFF))
+                return -1;
+            i += 6;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (i + 1 >= n || s[i] != '\\' || s[i + 1] != 'u')
+                    return -1;
+                lo = hex4(s + i + 2, n - i - 2);
+                if (lo < 0xDC00 || lo > 0xDFFF)
+                    return -1;
+                i += 6;
+            }
+            break;
+        default:
+            return -1;
+        }
+    }
+    return esc;
+}
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/*
+ * The kind of a primitive token, 0 when it is not one jansson reads to the
+ * same value: true, false, null, an integer that fits json_int_t, or a
+ * real well inside a double's range (jansson fails on overflow; a real
+ * near the limit is left to it).
+ */
+static int check_primitive(const char *s, size_t n)
+{
+    size_t i = 0, int_digits;
+    long exp = 0;
+    int neg = 0, exp_neg = 0, real = 0;
+
+    if (n == 4 && memcmp(s, "true", 4) == 0)
+        return K_TRUE;
+    if (n == 5 && memcmp(s, "false", 5) == 0)
+        return K_FALSE;
+    if (n == 4 && memcmp(s, "null", 4) == 0)
+        return K_NULL;
+    if (i < n && s[i] == '-') {
+        neg = 1;
+        i++;
+    }
+    if (i < n && s[i] == '0')
+        i++;
+    else if (i < n && s[i] >= '1' && s[i] <= '9')
+        while (i < n && is_digit(s[i]))
+            i++;
+    else
+        return 0;
+    int_digits = i - (size_t)neg;
+    if (i < n && s[i] == '.') {
+        real = 1;
+        if (++i >= n || !is_digit(s[i]))
+            return 0;
+        while (i < n && is_digit(s[i]))
+            i++;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        real = 1;
+        if (++i < n && (s[i] == '+' || s[i] == '-'))
+            exp_neg = s[i++] == '-';
+        if (i >= n || !is_digit(s[i]))
+            return 0;
+        while (i < n && is_digit(s[i])) {
+            if (exp < 100000)
+                exp = exp * 10 + (s[i] - '0');
+            i++;
+        }
+    }
+    if (i != n)
+        return 0;
+    if (real) {
+        /* |value| < 10^(int_digits + exp): far from DBL_MAX (~1.8e308)
+         * when that is at most 10^300. */
+        if ((long)int_digits + (exp_neg ? -exp : exp) > 300)
+            return 0;
+        return K_REAL;
+    }
+    /* A JSON integer has no leading zeros, so its digit count says
+     * whether it fits in 64 bits; at 19 digits compare. */
+    if (int_digits > 19)
+        return 0;
+    if (int_digits == 19 &&
+        memcmp(s + neg, neg ? "9223372036854775808" : "9223372036854775807",
+               19) > 0)
+        return 0;
+    return K_INT;
+}
+
+/* Ends the innermost open container: its closing bracket must come next. */
+static int close_container(fast_doc *f, int depth, size_t *pos, int next)
+{
+    int c = f->open[depth - 1];
+    char want = f->kind[c] == K_OBJECT ? '}' : ']';
+
+    *pos = skip_ws(f->js, *pos, f->len);
+    /* An object's tokens come in pairs: an odd count is a key alone. */
+    if (f->kind[c] == K_OBJECT && (f->items[depth - 1] & 1))
+        return -1;
+    if (*pos >= f->len || f->js[*pos] != want ||
+        (size_t)f->tok[c].end != *pos + 1)
+        return -1;
+    *pos += 1;
+    f->next[c] = next;
+    return 0;
+}
+
+/*
+ * Checks that jsmn's tokens tile the text exactly as JSON's grammar
+ * allows (separators, brackets, nothing after the root), and what each
+ * token holds; fills kind, next and esc. jsmn's own checks are looser
+ * (it takes `[1,]`, `{"a" 1}` and keys that are not strings), so these are
+ * what make a chunk that passes one jansson would read the same way.
+ */
+static int check_tokens(fast_doc *f)
+{
+    const char *js = f->js;
+    size_t pos = 0, len = f->len;
+    int depth = 0;
+
+    for (int i = 0; i < f->ntok; i++) {
+        const jsmntok_t *t = &f->tok[i];
+        int is_key = 0, r;
+
+        if (t->start < 0 || t->end < t->start)
+            return -1;
+        while (depth > 0 && f->tok[f->open[depth - 1]].end <= t->start) {
+            if (close_container(f, depth, &pos, i))
+                return -1;
+            depth--;
+        }
+        if (depth == 0 && i > 0)
+            return -1; /* a second value after the root */
+        pos = skip_ws(js, pos, len);
+        if (depth > 0) {
+            int c = f->open[depth - 1], n = f->items[depth - 1]++;
+            if (f->kind[c] == K_OBJECT && (n & 1)) {
+                if (pos >= len || js[pos] != ':')
+                    return -1;
+                pos = skip_ws(js, pos + 1, len);
+            } else if (n > 0) {
+                if (pos >= len || js[pos] != ',')
+                    return -1;
+                pos = skip_ws(js, pos + 1, len);
+            }
+            is_key = f->kind[c] == K_OBJECT && !(n & 1);
+        }
+        f->next[i] = i + 1;
+        switch (t->type) {
+        case JSMN_STRING:
+            if (pos >= len || js[pos] != '"' || (size_t)t->start != pos + 1 ||
+                (size_t)t->end >= len || js[t->end] != '"')
+                return -1;
+            r = check_string((const unsigned char *)js + t->start,
+                             (size_t)(t->end - t->start));
+            /* Keys are compared raw: one with escapes goes to jansson. */
+            if (r < 0 || (is_key && r))
+                return -1;
+            f->kind[i] = K_STRING;
+            f->esc[i] = (unsigned char)r;
+            f->str_at[i] = -1;
+            pos = (size_t)t->end + 1;
+            break;
+        case JSMN_PRIMITIVE:
+            if (is_key || (size_t)t->start != pos)
+                return -1;
+            r = check_primitive(js + t->start, (size_t)(t->end - t->start));
+            if (!r)
+                return -1;
+            f->kind[i] = (unsigned char)r;
+            pos = (size_t)t->end;
+            break;
+        case JSMN_OBJECT:
+        case JSMN_ARRAY:
+            if (is_key || (size_t)t->start != pos ||
+                js[pos] != (t->type == JSMN_OBJECT ? '{' : '['))
+                return -1;
+            f->kind[i] = t->type == JSMN_OBJECT ? K_OBJECT : K_ARRAY;
+            f->open[depth] = i;
+            f->items[depth] = 0;
+            depth++;
+            pos++;
+            break;
+        default:
+            return -1;
+        }
+    }
+    while (depth > 0) {
+        if (close_container(f, depth, &pos, f->ntok))
+            return -1;
+        depth--;
+    }
+    return skip_ws(js, pos, len) == len ? 0 : -1;
+}
+
+/*
+ * Tokenizes and checks one chunk for the fast path. 0 when the chunk is a
+ * JSON object the fast path reads exactly as jansson would; -1 sends it to
+ * jansson (never an error of its own).
+ */
+static int fast_parse(loom__openai_decoder *d, const char *js, size_t len)
+{
+    fast_doc *f = d->fast;
+    jsmn_parser p;
+    size_t need;
+    int n;
+
+    if (len > INT_MAX / 2)
+        return -1; /* jsmn keeps offsets in int */
+    if (!f) {
+        if (!(f = malloc(sizeof(*f))))
+            return -1;
+        f->heap_scratch = NULL;
+        f->heap_cap = 0;
+        d->fast = f;
+    }
+    jsmn_init(&p);
+    n = jsmn_parse(&p, js, len, f->tok, FAST_MAX_TOKENS);
+    if (n < 1)
+        return -1;
+    f->js = js;
+    f->len = len;
+    f->ntok = n;
+    if (check_tokens(f) != 0 || f->kind[0] != K_OBJECT)
+        return -1;
+    /* Decoded strings are never longer than their text: reserving the
+     * chunk's size (plus a NUL each) once means pointers handed out stay
+     * valid for the whole chunk. */
+    need = len + (size_t)n + 1;
+    if (need <= FAST_INLINE_SCRATCH) {
+        f->scratch = f->inline_scratch;
+    } else {
+        if (need > f->heap_cap) {
+            char *h = realloc(f->heap_scratch, need);
+            if (!h)
+                return -1;
+            f->heap_scratch = h;
+            f->heap_cap = need;
+        }
+        f->scratch = f->heap_scratch;
+    }
+    f->scratch_len = 0;
+    return 0;
+}
+
+/* Writes the UTF-8 form of cp at out; returns its length. */
+static size_t utf8_put(char *out, unsigned long cp)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Unescapes a string body that check_string() passed; returns the
+ * length written to out. */
+static size_t unescape(char *out, const unsigned char *s, size_t n)
+{
+    size_t i = 0, o = 0;
+    unsigned long cp, lo;
+
+    while (i < n) {
+        if (s[i] != '\\') {
+            out[o++] = (char)s[i++];
+            continue;
+        }
+        switch (s[i + 1]) {
+        case 'b':
+            out[o++] = '\b';
+            break;
+        case 'f':
+            out[o++] = '\f';
+            break;
+        case 'n':
+            out[o++] = '\n';
+            break;
+        case 'r':
+            out[o++] = '\r';
+            break;
+        case 't':
+            out[o++] = '\t';
+            break;
+        case 'u':
+            cp = (unsigned long)hex4(s + i + 2, n - i - 2);
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                lo = (unsigned long)hex4(s + i + 8, n - i - 8);
+                cp = ((cp - 0xD800) << 10) + (lo - 0xDC00) + 0x10000;
+                i += 6;
+            }
+            o += utf8_put(out + o, cp);
+            i += 6;
+            continue;
+        default: /* " \ / */
+            out[o++] = (char)s[i + 1];
+            break;
+        }
+        i += 2;
+    }
+    return o;
+}
+
+/* ---- values: a jansson value or a fast-path token ---------------------- */
+
+/*
+ * A value the decoding logic reads: j on the jansson path, token t (>= 0)
+ * of d->fast on the fast path; neither when absent. The jv_ functions
+ * answer as the jansson functions they are named after.
+ */
+typedef struct {
+    const json_t *j;
+    int t;
+} jv;
+
+static const jv JV_NONE = {NULL, -1};
+
+static jv jv_json(const json_t *j)
+{
+    jv v = {j, -1};
+    return v;
+}
+
+static jv jv_tok(int t)
+{
+    jv v = {NULL, t};
+    return v;
+}
+
+static int jv_kind(const loom__openai_decoder *d, jv v)
+{
+    if (v.t >= 0)
+        return d->fast->kind[v.t];
+    if (!v.j)
+        return K_NONE;
+    switch (json_typeof(v.j)) {
+    case JSON_OBJECT:
+        return K_OBJECT;
+    case JSON_ARRAY:
+        return K_ARRAY;
+    case JSON_STRING:
+        return K_STRING;
+    case JSON_INTEGER:
+        return K_INT;
+    case JSON_REAL:
+        return K_REAL;
+    case JSON_TRUE:
+        return K_TRUE;
+    case JSON_FALSE:
+        return K_FALSE;
+    default:
+        return K_NULL;
+    }
+}
+
+static int jv_present(jv v)
+{
+    return v.j || v.t >= 0;
+}
+
+/* json_object_get: the member's value, none when o is not an object. */
+static jv jv_get(const loom__openai_decoder *d, jv o, const char *key)
+{
+    const fast_doc *f = d->fast;
+    size_t klen;
+    int found = -1;
+
+    if (o.t < 0)
+        return jv_json(o.j ? json_object_get(o.j, key) : NULL);
+    if (f->kind[o.t] != K_OBJECT)
+        return JV_NONE;
+    klen = strlen(key);
+    /* Keys and values alternate; a duplicate key: the last one wins, as
+     * in jansson. */
+    for (int k = o.t + 1; k < f->next[o.t]; k = f->next[k + 1]) {
+        const jsmntok_t *t = &f->tok[k];
+        if ((size_t)(t->end - t->start) == klen &&
+            f->js[t->start] == key[0] &&
+            memcmp(f->js + t->start, key, klen) == 0)
+            found = k + 1;
+    }
+    return jv_tok(found);
+}
+
+/* The first element of an array (none when empty or not an array); *it
+ * keeps the place for jv_next. */
+static jv jv_first(const loom__openai_decoder *d, jv a, size_t *it)
+{
+    const fast_doc *f = d->fast;
+
+    *it = 0;
+    if (a.t < 0)
+        return jv_json(a.j ? json_array_get(a.j, 0) : NULL);
+    if (f->kind[a.t] != K_ARRAY || f->next[a.t] == a.t + 1)
+        return JV_NONE;
+    *it = (size_t)a.t + 1;
+    return jv_tok(a.t + 1);
+}
+
+static jv jv_next(const loom__openai_decoder *d, jv a, size_t *it)
+{
+    const fast_doc *f = d->fast;
+    int k;
+
+    if (a.t < 0)
+        return jv_json(json_array_get(a.j, ++*it));
+    k = f->next[*it];
+    if (k >= f->next[a.t])
+        return JV_NONE;
+    *it = (size_t)k;
+    return jv_tok(k);
+}
+
+/* json_string_value (NUL-terminated, valid until the chunk is done) and
+ * json_string_length; NULL when v is not a string. */
+static const char *jv_str(const loom__openai_decoder *d, jv v, size_t *len)
+{
+    fast_doc *f = d->fast;
+    const jsmntok_t *t;
+    char *out;
+    size_t n;
+
+    if (v.t < 0) {
+        if (!json_is_string(v.j))
+            return NULL;
+        if (len)
+            *len = json_string_length(v.j);
+        return json_string_value(v.j);
+    }
+    if (f->kind[v.t] != K_STRING)
+        return NULL;
+    if (f->str_at[v.t] < 0) {
+        t = &f->tok[v.t];
+        out = f->scratch + f->scratch_len;
+        n = (size_t)(t->end - t->start);
+        if (f->esc[v.t])
+            n = unescape(out, (const unsigned char *)f->js + t->start, n);
+        else
+            memcpy(out, f->js + t->start, n);
+        out[n] = '\0';
+        f->str_at[v.t] = (int)f->scratch_len;
+        f->str_len[v.t] = (int)n;
+        f->scratch_len += n + 1;
+    }
+    if (len)
+        *len = (size_t)f->str_len[v.t];
+    return f->scratch + f->str_at[v.t];
+}
+
+/* json_integer_value: 0 when v is not an integer. */
+static json_int_t jv_int(const loom__openai_decoder *d, jv v)
+{
+    const fast_doc *f = d->fast;
+    const char *s;
+    json_int_t x = 0;
+    int neg;
+
+    if (v.t < 0)
+        return json_integer_value(v.j);
+    if (f->kind[v.t] != K_INT)
+        return 0;
+    s = f->js + f->tok[v.t].start;
+    neg = *s == '-';
+    /* Summed on the negative side, where the range is one larger;
+     * check_primitive() made sure it fits. */
+    for (s += neg; s < f->js + f->tok[v.t].end; s++)
+        x = x * 10 - (*s - '0');
+    return neg ? x : -x;
+}
+
+/* Parses token t's text with jansson, for the rare reads (a real's value,
+ * an object re-serialized) where that is the exact answer. New reference,
+ * NULL on OOM. */
+static json_t *jv_load(const loom__openai_decoder *d, int t)
+{
+    const jsmntok_t *tk = &d->fast->tok[t];
+
+    return json_loadb(d->fast->js + tk->start, (size_t)(tk->end - tk->start),
+                      JSON_DECODE_ANY, NULL);
+}
+
+/* json_real_value: 0 when v is not a real. */
+static double jv_real(const loom__openai_decoder *d, jv v)
+{
+    json_t *j;
+    double r;
+
+    if (v.t < 0)
+        return json_real_value(v.j);
+    if (d->fast->kind[v.t] != K_REAL)
+        return 0;
+    j = jv_load(d, v.t);
+    r = json_real_value(j);
+    json_decref(j);
+    return r;
+}
+
+/* json_dumps(v, JSON_COMPACT): NULL for a scalar, as there. */
+static char *jv_dump(const loom__openai_decoder *d, jv v)
+{
+    json_t *j;
+    char *s;
+
+    if (v.t < 0)
+        return json_dumps(v.j, JSON_COMPACT);
+    if (!(j = jv_load(d, v.t)))
+        return NULL;
+    s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+/* ---- decoding, over jv ------------------------------------------------ */
+
+static const char *str_of(const loom__openai_decoder *d, jv o, const char *key)
+{
+    return jv_str(d, jv_get(d, o, key), NULL);
 }
 
 /* Token counts beyond this are nonsense from a broken server; clamping
@@ -177,17 +909,17 @@ static const char *str_of(const json_t *o, const char *key)
 
 /* A non-negative count from o[key], clamped; 0 when absent or not a
  * number. */
-static long num_of(const json_t *o, const char *key)
+static long num_of(const loom__openai_decoder *d, jv o, const char *key)
 {
-    json_t *v = json_object_get(o, key);
+    jv v = jv_get(d, o, key);
     double r;
 
-    if (json_is_integer(v)) {
-        json_int_t i = json_integer_value(v);
+    if (jv_kind(d, v) == K_INT) {
+        json_int_t i = jv_int(d, v);
         return i < 0 ? 0 : i > MAX_TOKEN_COUNT ? MAX_TOKEN_COUNT : (long)i;
     }
-    if (json_is_real(v)) {
-        r = json_real_value(v);
+    if (jv_kind(d, v) == K_REAL) {
+        r = jv_real(d, v);
         /* NaN fails both comparisons and lands on 0. */
         return r >= 1.0 ? r < (double)MAX_TOKEN_COUNT ? (long)r
                                                        : MAX_TOKEN_COUNT
@@ -203,7 +935,13 @@ static int dup_into(char **dst, const char *src, size_t len)
     return *dst ? 0 : loom__error_oom();
 }
 
-/* An error inside the stream (a chunk with "error", or `event: error`). */
+static const char *jstr_of(const json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key));
+}
+
+/* An error inside the stream (a chunk with "error", or `event: error`);
+ * always on the jansson path. */
 static int stream_error(loom__openai_decoder *d, const char *data, size_t len,
                         const json_t *obj)
 {
@@ -214,15 +952,15 @@ static int stream_error(loom__openai_decoder *d, const char *data, size_t len,
     loom__upstream_error_clear(&d->error);
     d->error.kind = LOOM_UPSTREAM_STREAM;
     if (json_is_object(err)) {
-        msg = str_of(err, "message");
-        type = str_of(err, "type");
+        msg = jstr_of(err, "message");
+        type = jstr_of(err, "type");
         if (!type)
-            type = str_of(err, "code");
+            type = jstr_of(err, "code");
     } else if (json_is_string(err)) {
         msg = json_string_value(err);
     } else if (json_is_object(obj)) {
-        msg = str_of(obj, "message");
-        type = str_of(obj, "type");
+        msg = jstr_of(obj, "message");
+        type = jstr_of(obj, "type");
     }
     if (msg)
         d->error.message = strdup(msg);
@@ -270,24 +1008,27 @@ static int add_text(loom__openai_decoder *d, loom_llm_event_type type,
 }
 
 static int add_json_text(loom__openai_decoder *d, loom_llm_event_type type,
-                         const json_t *v)
+                         jv v)
 {
-    if (!json_is_string(v))
+    size_t len = 0;
+    const char *s = jv_str(d, v, &len);
+
+    if (!s)
         return 0;
-    return add_text(d, type, json_string_value(v), json_string_length(v));
+    return add_text(d, type, s, len);
 }
 
 /* Finds the slot a fragment belongs to (see the file comment), making it
  * when new. */
-static int find_slot(loom__openai_decoder *d, const json_t *tc, const char *id,
+static int find_slot(loom__openai_decoder *d, jv tc, const char *id,
                      size_t *out)
 {
-    json_t *jidx = json_object_get(tc, "index");
+    jv jidx = jv_get(d, tc, "index");
     size_t i;
 
-    if (jidx && !json_is_null(jidx)) {
-        json_int_t v = json_integer_value(jidx);
-        if (!json_is_integer(jidx) || v < 0)
+    if (jv_present(jidx) && jv_kind(d, jidx) != K_NULL) {
+        json_int_t v = jv_int(d, jidx);
+        if (jv_kind(d, jidx) != K_INT || v < 0)
             return fail(
                 d, loom__error_set(LOOM_EPROTO, "tool call with a bad index"));
         if ((uint64_t)v >= d->lim.max_tool_calls)
@@ -328,11 +1069,11 @@ too_many:
                                    d->lim.max_tool_calls));
 }
 
-static int tool_fragment(loom__openai_decoder *d, const json_t *tc)
+static int tool_fragment(loom__openai_decoder *d, jv tc)
 {
-    const json_t *fn = json_object_get(tc, "function");
-    const json_t *jargs = json_object_get(fn, "arguments");
-    const char *id = str_of(tc, "id"), *name = str_of(fn, "name");
+    jv fn = jv_get(d, tc, "function");
+    jv jargs = jv_get(d, fn, "arguments");
+    const char *id = str_of(d, tc, "id"), *name = str_of(d, fn, "name");
     const char *args = "";
     char *dumped = NULL;
     size_t idx = 0, args_len = 0;
@@ -340,7 +1081,7 @@ static int tool_fragment(loom__openai_decoder *d, const json_t *tc)
     call_slot *s;
     int rc;
 
-    if (!json_is_object(tc))
+    if (jv_kind(d, tc) != K_OBJECT)
         return fail(d, loom__error_set(LOOM_EPROTO,
                                        "tool call delta is not an object"));
     if (id && !*id)
@@ -349,12 +1090,11 @@ static int tool_fragment(loom__openai_decoder *d, const json_t *tc)
         name = NULL;
     if ((rc = find_slot(d, tc, id, &idx)) != 0)
         return rc;
-    if (json_is_string(jargs)) {
-        args = json_string_value(jargs);
-        args_len = json_string_length(jargs);
-    } else if (jargs && !json_is_null(jargs)) {
+    if (jv_kind(d, jargs) == K_STRING) {
+        args = jv_str(d, jargs, &args_len);
+    } else if (jv_present(jargs) && jv_kind(d, jargs) != K_NULL) {
         /* Some servers (Ollama) send the arguments as an object. */
-        dumped = json_dumps(jargs, JSON_COMPACT);
+        dumped = jv_dump(d, jargs);
         if (!dumped)
             return fail(d, loom__error_oom());
         args = dumped;
@@ -399,97 +1139,97 @@ out:
     return fail(d, rc);
 }
 
-static int tool_calls(loom__openai_decoder *d, const json_t *arr)
+static int tool_calls(loom__openai_decoder *d, jv arr)
 {
-    size_t i;
-    json_t *tc;
+    size_t it;
     int rc;
 
-    if (!arr || json_is_null(arr))
+    if (!jv_present(arr) || jv_kind(d, arr) == K_NULL)
         return 0;
-    if (!json_is_array(arr))
+    if (jv_kind(d, arr) != K_ARRAY)
         return fail(d,
                     loom__error_set(LOOM_EPROTO, "tool_calls is not an array"));
-    json_array_foreach(arr, i, tc)
-    {
+    for (jv tc = jv_first(d, arr, &it); jv_present(tc);
+         tc = jv_next(d, arr, &it)) {
         if ((rc = tool_fragment(d, tc)) != 0)
             return rc;
     }
     return 0;
 }
 
-static void read_usage(loom__openai_decoder *d, const json_t *u)
+static void read_usage(loom__openai_decoder *d, jv u)
 {
-    if (!json_is_object(u))
+    if (jv_kind(d, u) != K_OBJECT)
         return;
-    d->usage.prompt_tokens = num_of(u, "prompt_tokens");
-    d->usage.completion_tokens = num_of(u, "completion_tokens");
-    d->usage.total_tokens = num_of(u, "total_tokens");
-    if (!json_object_get(u, "total_tokens"))
+    d->usage.prompt_tokens = num_of(d, u, "prompt_tokens");
+    d->usage.completion_tokens = num_of(d, u, "completion_tokens");
+    d->usage.total_tokens = num_of(d, u, "total_tokens");
+    if (!jv_present(jv_get(d, u, "total_tokens")))
         d->usage.total_tokens =
             d->usage.prompt_tokens + d->usage.completion_tokens;
-    d->usage.cached_tokens =
-        num_of(json_object_get(u, "prompt_tokens_details"), "cached_tokens");
+    d->usage.cached_tokens = num_of(
+        d, jv_get(d, u, "prompt_tokens_details"), "cached_tokens");
     d->usage.reasoning_tokens = num_of(
-        json_object_get(u, "completion_tokens_details"), "reasoning_tokens");
+        d, jv_get(d, u, "completion_tokens_details"), "reasoning_tokens");
     d->has_usage = 1;
 }
 
-static int keep_finish(loom__openai_decoder *d, const json_t *v)
+static int keep_finish(loom__openai_decoder *d, jv v)
 {
-    if (!json_is_string(v) || d->finish_reason)
+    const char *s = jv_str(d, v, NULL);
+
+    if (!s || d->finish_reason)
         return 0;
-    if (!(d->finish_reason = strdup(json_string_value(v))))
+    if (!(d->finish_reason = strdup(s)))
         return fail(d, loom__error_oom());
     return 0;
 }
 
 /* Text, refusal, reasoning and tool calls of a delta or a message. */
-static int message_parts(loom__openai_decoder *d, const json_t *m)
+static int message_parts(loom__openai_decoder *d, jv m)
 {
-    const json_t *r;
+    jv r;
     int rc;
 
-    if (!json_is_object(m))
+    if (jv_kind(d, m) != K_OBJECT)
         return 0;
-    if ((rc = add_json_text(d, LOOM_LLM_TEXT, json_object_get(m, "content"))))
+    if ((rc = add_json_text(d, LOOM_LLM_TEXT, jv_get(d, m, "content"))))
         return rc;
     /* A refusal is the model's answer to the user: keep it as text. */
-    if ((rc = add_json_text(d, LOOM_LLM_TEXT, json_object_get(m, "refusal"))))
+    if ((rc = add_json_text(d, LOOM_LLM_TEXT, jv_get(d, m, "refusal"))))
         return rc;
     /* vLLM and DeepSeek say reasoning_content, Ollama and others reasoning;
      * a server sending both means the same text. */
-    r = json_object_get(m, "reasoning_content");
-    if (!json_is_string(r))
-        r = json_object_get(m, "reasoning");
+    r = jv_get(d, m, "reasoning_content");
+    if (jv_kind(d, r) != K_STRING)
+        r = jv_get(d, m, "reasoning");
     if ((rc = add_json_text(d, LOOM_LLM_REASONING, r)))
         return rc;
-    return tool_calls(d, json_object_get(m, "tool_calls"));
+    return tool_calls(d, jv_get(d, m, "tool_calls"));
 }
 
 /* Common fields of a chunk or a completion: id, usage, choices. */
-static int answer_object(loom__openai_decoder *d, const json_t *o,
-                         const char *part)
+static int answer_object(loom__openai_decoder *d, jv o, const char *part)
 {
-    const json_t *choices = json_object_get(o, "choices"), *c;
-    const char *id = str_of(o, "id");
-    size_t i;
+    jv choices = jv_get(d, o, "choices");
+    const char *id = str_of(d, o, "id");
+    size_t it;
     int rc;
 
     if (id && !d->response_id && dup_into(&d->response_id, id, strlen(id)))
         return fail(d, LOOM_ENOMEM);
-    read_usage(d, json_object_get(o, "usage"));
-    if (choices && !json_is_array(choices))
+    read_usage(d, jv_get(d, o, "usage"));
+    if (jv_present(choices) && jv_kind(d, choices) != K_ARRAY)
         return fail(d, loom__error_set(LOOM_EPROTO, "choices is not an array"));
-    json_array_foreach(choices, i, c)
-    {
-        json_t *ci = json_object_get(c, "index");
+    for (jv c = jv_first(d, choices, &it); jv_present(c);
+         c = jv_next(d, choices, &it)) {
+        jv ci = jv_get(d, c, "index");
         /* Only the first choice is loom's (n is never sent). */
-        if (!json_is_object(c) || (ci && json_integer_value(ci) != 0))
+        if (jv_kind(d, c) != K_OBJECT || (jv_present(ci) && jv_int(d, ci) != 0))
             continue;
-        if ((rc = message_parts(d, json_object_get(c, part))) != 0)
+        if ((rc = message_parts(d, jv_get(d, c, part))) != 0)
             return rc;
-        if ((rc = keep_finish(d, json_object_get(c, "finish_reason"))))
+        if ((rc = keep_finish(d, jv_get(d, c, "finish_reason"))))
             return rc;
     }
     return 0;
@@ -586,6 +1326,15 @@ static int on_sse(const loom_sse_event *ev, void *payload)
         d->saw_done = 1;
         return close_answer(d);
     }
+    if (!d->jansson_only && fast_parse(d, ev->data, ev->data_len) == 0) {
+        jv root = jv_tok(0);
+        int ek = jv_kind(d, jv_get(d, root, "error"));
+        /* An error chunk is rare and wants jansson's objects. */
+        if (ek == K_NONE || ek == K_NULL) {
+            d->fast_chunks++;
+            return answer_object(d, root, "delta");
+        }
+    }
     o = json_loadb(ev->data, ev->data_len, 0, &je);
     if (!o)
         return bad_json(d, "chunk", &je, ev->data, ev->data_len);
@@ -595,7 +1344,7 @@ static int on_sse(const loom_sse_event *ev, void *payload)
              !json_is_null(json_object_get(o, "error")))
         rc = stream_error(d, ev->data, ev->data_len, o);
     else
-        rc = answer_object(d, o, "delta");
+        rc = answer_object(d, jv_json(o), "delta");
     json_decref(o);
     return rc;
 }
@@ -662,7 +1411,7 @@ int loom__openai_decoder_complete(loom__openai_decoder *d, const char *body,
         rc = stream_error(d, body, len, o);
     else if (!json_is_array(choices) || json_array_size(choices) == 0)
         rc = fail(d, loom__error_set(LOOM_EPROTO, "answer has no choices"));
-    else if ((rc = answer_object(d, o, "message")) == 0)
+    else if ((rc = answer_object(d, jv_json(o), "message")) == 0)
         rc = close_answer(d);
     json_decref(o);
     return rc;
