@@ -68,7 +68,13 @@ static void note(loom_recorder *r, const loom_event *ev)
                 r->failed = 1;
                 return;
             }
-            r->calls[r->ncalls++].text_offset = r->text_len;
+            /* The run says where the call appeared; older events
+             * without it fall back to the text so far. */
+            r->calls[r->ncalls++].text_offset =
+                json_is_integer(json_object_get(c, "text_offset"))
+                    ? (size_t)json_integer_value(
+                          json_object_get(c, "text_offset"))
+                    : r->text_len;
         }
         break;
     }

@@ -49,6 +49,11 @@ struct loom_run {
     loom_tool_choice choice; /* for the next model call */
     char *choice_fn;
     loom_buf text;   /* text of the current turn */
+    /* Per tool call of the current turn (by its stream index): the bytes
+     * of text streamed before the call's first fragment; SIZE_MAX when
+     * the call streamed no fragment. */
+    size_t *call_offsets;
+    size_t ncall_offsets, capcall_offsets;
     char *final_text;
     loom_usage usage;
     int iterations;
@@ -390,6 +395,35 @@ static int add_message(loom_run *run, const loom_messages *one)
     return rc ? rc : loom_messages_append(&run->added, one);
 }
 
+/* Most calls one answer may carry whose text offset is kept; adapters
+ * refuse far fewer (128 for OpenAI). */
+#define MAX_CALL_OFFSETS 4096
+
+/* Notes where in the turn's text call `index` first appeared. */
+static int note_call_offset(loom_run *run, int index)
+{
+    size_t i = (size_t)index;
+
+    if (index < 0 || i >= MAX_CALL_OFFSETS)
+        return 0;
+    if (i >= run->capcall_offsets) {
+        size_t cap = run->capcall_offsets ? run->capcall_offsets : 8;
+        size_t *p;
+        while (cap <= i)
+            cap *= 2;
+        p = realloc(run->call_offsets, cap * sizeof(*p));
+        if (!p)
+            return loom__error_oom();
+        run->call_offsets = p;
+        run->capcall_offsets = cap;
+    }
+    while (run->ncall_offsets <= i)
+        run->call_offsets[run->ncall_offsets++] = SIZE_MAX;
+    if (run->call_offsets[i] == SIZE_MAX)
+        run->call_offsets[i] = run->text.len;
+    return 0;
+}
+
 static int on_llm_event(const loom_llm_event *ev, void *payload)
 {
     loom_run *run = payload;
@@ -406,6 +440,10 @@ static int on_llm_event(const loom_llm_event *ev, void *payload)
         if (has_sink(run))
             emit(run, LOOM_EV_REASONING_DELTA,
                  delta_json(ev->text, ev->text_len));
+        break;
+    case LOOM_LLM_TOOL_CALL_DELTA:
+        if (note_call_offset(run, ev->tool_index) != 0)
+            return LOOM_ENOMEM;
         break;
     default:
         break;
@@ -511,9 +549,19 @@ static int run_tools(loom_run *run, const loom_message *assistant,
     if (has_sink(run)) {
         pk p = pk_new();
         calls = json_array();
-        for (size_t i = 0; i < n; i++)
-            json_array_append_new(calls,
-                                  call_json(&assistant->tool_calls[i]));
+        size_t text_len =
+            assistant->content ? strlen(assistant->content) : 0;
+        for (size_t i = 0; i < n; i++) {
+            json_t *c = call_json(&assistant->tool_calls[i]);
+            size_t off = i < run->ncall_offsets ? run->call_offsets[i]
+                                                : SIZE_MAX;
+            /* Where in the turn's text the call appeared (seed 003 text
+             * offsets); the end of the text when it streamed no delta. */
+            json_object_set_new(
+                c, "text_offset",
+                json_integer((json_int_t)(off == SIZE_MAX ? text_len : off)));
+            json_array_append_new(calls, c);
+        }
         pk_set(&p, "calls", calls);
         emit(run, LOOM_EV_TOOL_CALLS, pk_done(&p));
     }
@@ -656,6 +704,7 @@ int loom_run_execute(loom_run *run)
         req.cache = run->cache;
 
         loom_buf_clear(&run->text);
+        run->ncall_offsets = 0;
         loom_llm_response_clear(&resp);
         run->iterations++;
         rc = loom_provider_complete(o->provider, &req, on_llm_event, run,
@@ -825,6 +874,7 @@ void loom_run_free(loom_run *run)
     free(run->available);
     free(run->choice_fn);
     loom_buf_free(&run->text);
+    free(run->call_offsets);
     free(run->final_text);
     free(run->error);
     loom_llm_cache_free(run->cache);

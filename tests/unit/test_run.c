@@ -27,6 +27,7 @@ typedef struct {
     const char *calls[4][3]; /* {id, name, arguments} */
     int ncalls;
     long prompt, completion;
+    const char *text_after;  /* text streamed after the call deltas */
     int fail_rc;             /* returned instead of an answer */
     int wait_cancel;         /* block until cancelled */
 } mock_answer;
@@ -91,7 +92,31 @@ static int mock_complete(loom_provider *p, const loom_llm_request *req,
         if (cb(&ev, payload))
             return LOOM_ECANCELED;
     }
-    resp->text = strdup(a->text ? a->text : "");
+    /* Each call's first fragment, as an adapter streams it. */
+    for (int i = 0; i < a->ncalls; i++) {
+        memset(&ev, 0, sizeof(ev));
+        ev.type = LOOM_LLM_TOOL_CALL_DELTA;
+        ev.tool_index = i;
+        ev.tool_id = a->calls[i][0];
+        ev.tool_name = a->calls[i][1];
+        ev.args_delta = a->calls[i][2];
+        if (cb(&ev, payload))
+            return LOOM_ECANCELED;
+    }
+    if (a->text_after) {
+        memset(&ev, 0, sizeof(ev));
+        ev.type = LOOM_LLM_TEXT;
+        ev.text = a->text_after;
+        ev.text_len = strlen(a->text_after);
+        if (cb(&ev, payload))
+            return LOOM_ECANCELED;
+    }
+    {
+        char joined[512];
+        snprintf(joined, sizeof(joined), "%s%s", a->text ? a->text : "",
+                 a->text_after ? a->text_after : "");
+        resp->text = strdup(joined);
+    }
     if (a->ncalls) {
         resp->tool_calls = calloc((size_t)a->ncalls, sizeof(loom_tool_call));
         resp->tool_calls_len = (size_t)a->ncalls;
@@ -816,6 +841,7 @@ static void test_recorder(void **state)
         {.text = "Let me see.",
          .calls = {{"c1", "echo", "{\"text\":\"x\"}"},
                    {"c2", "nope", "{}"}},
+         .text_after = " More text after the calls.",
          .ncalls = 2, .prompt = 10, .completion = 4},
         {.text = "Done.", .prompt = 30, .completion = 2}};
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
@@ -849,7 +875,11 @@ static void test_recorder(void **state)
     assert_int_equal(turn.output->len, 4); /* assistant, 2 tools, answer */
     assert_int_equal(turn.calls_len, 2);
     assert_string_equal(turn.calls[0].tool_call_id, "c1");
+    /* Where the call appeared in the text, not the end of the text. */
     assert_int_equal(turn.calls[0].text_offset, strlen("Let me see."));
+    assert_int_equal(turn.calls[1].text_offset, strlen("Let me see."));
+    assert_string_equal(turn.output->items[0].content,
+                        "Let me see. More text after the calls.");
     assert_int_equal(turn.tools_len, 2);
     assert_false(turn.tools[0].failed == turn.tools[1].failed);
     assert_int_equal(turn.usage_len, 2);
