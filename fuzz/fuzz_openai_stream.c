@@ -2,8 +2,9 @@
  * libFuzzer target for the OpenAI Chat Completions answer decoder
  * (llm/openai.h). The first input byte picks a split point, small limits
  * (so the limit paths are reached often) and sometimes an event after
- * which the callback cancels; the rest is the body. It is decoded three
- * times: as a stream fed whole, as a stream fed in two pieces, and as a
+ * which the callback cancels; the rest is the body. It is decoded four
+ * times: as a stream fed whole, as a stream fed in two pieces, the same
+ * with the jansson reference path forced (it must agree), and as a
  * non-streamed answer. The two stream runs must give the same events and
  * result, the events must keep the documented order (USAGE, TOOL_CALLS
  * and FINISH at most once, nothing after FINISH, an error or a cancel),
@@ -176,15 +177,17 @@ static void fos_check_result(loom__openai_decoder *d, const fos_state *st,
     loom_llm_response_clear(&resp);
 }
 
-/* Decodes s as a stream fed in two pieces at cut; returns the result. */
+/* Decodes s as a stream fed in two pieces at cut; returns the result.
+ * jansson_only forces the reference path instead of the jsmn fast path. */
 static int fos_stream(const loom__openai_limits *lim, const char *s,
-                      size_t len, size_t cut, fos_state *st)
+                      size_t len, size_t cut, fos_state *st, int jansson_only)
 {
     loom__openai_decoder *d = NULL;
     int rc;
 
     if (loom__openai_decoder_new(&d, lim, fos_on_event, st) != 0)
         abort();
+    loom__openai_decoder_set_jansson_only(d, jansson_only);
     rc = loom__openai_decoder_feed(d, s, cut);
     if (!rc)
         rc = loom__openai_decoder_feed(d, s + cut, len - cut);
@@ -221,8 +224,8 @@ static int fuzz_openai_stream_one(const uint8_t *data, size_t size)
     size_t len, cut;
     unsigned char b;
     long cancel_at;
-    fos_state whole, split;
-    int rc1, rc2;
+    fos_state whole, split, ref;
+    int rc1, rc2, rc3;
 
     if (size < 1)
         return 0;
@@ -239,9 +242,14 @@ static int fuzz_openai_stream_one(const uint8_t *data, size_t size)
 
     fos_state_init(&whole, cancel_at);
     fos_state_init(&split, cancel_at);
-    rc1 = fos_stream(&lim, s, len, len, &whole);
-    rc2 = fos_stream(&lim, s, len, cut, &split);
+    fos_state_init(&ref, cancel_at);
+    rc1 = fos_stream(&lim, s, len, len, &whole, 0);
+    rc2 = fos_stream(&lim, s, len, cut, &split, 0);
     if (rc1 != rc2 || whole.count != split.count || whole.hash != split.hash)
+        abort();
+    /* The fast path must decode exactly as the jansson reference does. */
+    rc3 = fos_stream(&lim, s, len, len, &ref, 1);
+    if (rc1 != rc3 || whole.count != ref.count || whole.hash != ref.hash)
         abort();
     fos_complete(&lim, s, len, cancel_at);
     return 0;
