@@ -43,6 +43,15 @@ typedef struct {
     size_t tool_calls_len;
     char *tool_call_id; /* tool only: the call this answers */
     char *name;         /* tool only: the tool's name */
+    /*
+     * Assistant only: what a provider must get back unchanged on the next
+     * request (Anthropic thinking blocks and their signatures, Gemini
+     * thoughtSignature, a Responses API response id). A JSON object text
+     * whose keys are adapter kinds ("anthropic", "gemini", ...), each
+     * adapter reading only its own key; NULL when none. Opaque to the run
+     * loop and the store, which carry it as is.
+     */
+    char *provider_state;
 } loom_message;
 
 /* A growable list of messages that owns them. */
@@ -198,6 +207,9 @@ typedef struct {
     loom_usage usage;
     char *finish_reason; /* NULL when the stream ended without one */
     char *response_id;   /* provider's id for the answer, may be NULL */
+    /* State for the assistant message (see loom_message.provider_state):
+     * a JSON object text keyed by the adapter's kind, or NULL. */
+    char *provider_state;
     int output_started;  /* any text, reasoning or tool call was received */
     loom_upstream_error error; /* filled when complete() fails upstream */
 } loom_llm_response;

@@ -734,6 +734,7 @@ int loom_run_execute(loom_run *run)
             m.role = LOOM_ROLE_ASSISTANT;
             m.content = resp.text && *resp.text ? resp.text : NULL;
             m.reasoning = resp.reasoning;
+            m.provider_state = resp.provider_state;
             m.tool_calls = resp.tool_calls;
             m.tool_calls_len = resp.tool_calls_len;
             if ((rc = add_message(run, &(loom_messages){&m, 1, 1})) != 0)
@@ -760,6 +761,7 @@ int loom_run_execute(loom_run *run)
             m.role = LOOM_ROLE_ASSISTANT;
             m.content = resp.text ? resp.text : "";
             m.reasoning = resp.reasoning;
+            m.provider_state = resp.provider_state;
             free(run->final_text);
             run->final_text = strdup(m.content);
             if (!run->final_text ||

@@ -57,6 +57,7 @@ void loom_message_clear(loom_message *msg)
     free(msg->tool_calls);
     free(msg->tool_call_id);
     free(msg->name);
+    free(msg->provider_state);
     memset(msg, 0, sizeof(*msg));
 }
 
@@ -87,6 +88,7 @@ static int message_copy(loom_message *dst, const loom_message *src)
         dup_opt(&dst->reasoning, src->reasoning) ||
         dup_opt(&dst->tool_call_id, src->tool_call_id) ||
         dup_opt(&dst->name, src->name) ||
+        dup_opt(&dst->provider_state, src->provider_state) ||
         copy_calls(dst, src->tool_calls, src->tool_calls_len)) {
         loom_message_clear(dst);
         return LOOM_ENOMEM;
@@ -170,6 +172,7 @@ void loom_llm_response_clear(loom_llm_response *r)
     free(r->tool_calls);
     free(r->finish_reason);
     free(r->response_id);
+    free(r->provider_state);
     free(r->error.type);
     free(r->error.message);
     free(r->error.request_id);
@@ -193,12 +196,28 @@ void loom_provider_free(loom_provider *p)
         p->vt->free(p);
 }
 
+/* Every adapter, by the `kind` a provider config names. */
+static const struct {
+    const char *kind;
+    int (*make)(loom_provider **out, const loom_provider_config *config);
+} adapters[] = {
+    {"openai", loom_provider_openai_new},
+    /* Further adapters add one line here. */
+};
+
 int loom_provider_new(loom_provider **out, const loom_provider_config *config)
 {
+    const char *kind = config->kind ? config->kind : "openai";
+    char known[256] = "";
+
     *out = NULL;
-    if (!config->kind || strcmp(config->kind, "openai") == 0)
-        return loom_provider_openai_new(out, config);
+    for (size_t i = 0; i < sizeof(adapters) / sizeof(adapters[0]); i++) {
+        if (strcmp(kind, adapters[i].kind) == 0)
+            return adapters[i].make(out, config);
+        snprintf(known + strlen(known), sizeof(known) - strlen(known),
+                 "%s%s", i ? ", " : "", adapters[i].kind);
+    }
     return loom__error_set(LOOM_EINVALID,
-                           "provider '%s': unknown kind '%s' (known: openai)",
-                           config->name ? config->name : "?", config->kind);
+                           "provider '%s': unknown kind '%s' (known: %s)",
+                           config->name ? config->name : "?", kind, known);
 }

@@ -130,6 +130,11 @@ static int mock_complete(loom_provider *p, const loom_llm_request *req,
     resp->usage.completion_tokens = a->completion;
     resp->usage.total_tokens = a->prompt + a->completion;
     resp->finish_reason = strdup(a->ncalls ? "tool_calls" : "stop");
+    {
+        char st[64];
+        snprintf(st, sizeof(st), "{\"mock\":{\"turn\":%d}}", m->next);
+        resp->provider_state = strdup(st);
+    }
     return 0;
 }
 
@@ -414,6 +419,11 @@ static void test_tool_then_answer(void **state)
     assert_int_equal(h.rc, 0);
     assert_string_equal(loom_run_text(h.run), "Done.");
     assert_string_equal(tool_result(&h, 0), "echo:x");
+    /* Each assistant turn keeps what its provider must get back. */
+    assert_string_equal(loom_run_messages(h.run)->items[0].provider_state,
+                        "{\"mock\":{\"turn\":1}}");
+    assert_string_equal(loom_run_messages(h.run)->items[2].provider_state,
+                        "{\"mock\":{\"turn\":2}}");
     /* The second call saw user, assistant (with the call), tool. */
     assert_string_equal(h.mock.seen[1].all_roles, "uat");
     assert_int_equal(h.mock.seen[1].last_role, LOOM_ROLE_TOOL);
