@@ -1,9 +1,13 @@
 /*
  * loom-fake-upstream's script side: reading and checking a script file
  * once at start (so a typo fails loudly with exit status 2 instead of
- * serving something odd), and rendering a script entry into the bytes of
- * an OpenAI Chat Completions answer, streamed or not. Nothing here does
- * network I/O; fake_upstream.c serves what these functions produce.
+ * serving something odd), the helpers every wire format shares (chunk
+ * lists, SSE events, joined strings, tool-call arguments, usage fields,
+ * choosing the format), and rendering a script entry into the bytes of
+ * an OpenAI Chat Completions answer, streamed or not. The other formats
+ * live in fake_anthropic.c, fake_gemini.c and fake_responses.c; the
+ * dispatchers at the end pick one. Nothing here does network I/O;
+ * fake_upstream.c serves what these functions produce.
  */
 #include "fake_upstream.h"
 
@@ -103,6 +107,12 @@ static const char *const resp_keys[] = {
     "hang",
     "hang_after_chunks",
     "stream_error",
+    "format",
+    "reasoning_kind",
+    "signature",
+    "redacted_thinking",
+    "thought_signature",
+    "stream_error_event",
 };
 
 static long opt_ms(json_t *o, const char *key, size_t i, long dflt)
@@ -242,7 +252,66 @@ static void load_body_file(fake_resp *r, const char *dir, const char *name,
     free(path);
 }
 
-static void load_resp(fake_resp *r, json_t *o, size_t i, const char *dir)
+/* Reads an optional "format" field; FAKE_FMT_AUTO when absent. */
+static fake_format opt_format(json_t *o, const char *where, size_t i)
+{
+    json_t *v = json_object_get(o, "format");
+    fake_format f;
+
+    if (!v)
+        return FAKE_FMT_AUTO;
+    f = json_is_string(v) ? fake_format_parse(json_string_value(v))
+                          : FAKE_FMT_AUTO;
+    if (f == FAKE_FMT_AUTO)
+        fake_die("script: %s%zu%s.format must be one of \"openai-chat\", "
+                 "\"anthropic\", \"gemini\", \"openai-responses\"",
+                 where ? "responses[" : "top level", where ? i : 0,
+                 where ? "]" : "");
+    return f;
+}
+
+/* The fields of the formats other than Chat. */
+static void load_format_fields(fake_resp *r, json_t *o, size_t i,
+                               fake_format dflt)
+{
+    const char *kind, *ev;
+    size_t k;
+
+    r->format = opt_format(o, "responses", i);
+    if (r->format == FAKE_FMT_AUTO)
+        r->format = dflt;
+    kind = opt_str(o, "reasoning_kind", i, "summary");
+    if (strcmp(kind, "summary") && strcmp(kind, "text"))
+        fake_die("script: responses[%zu].reasoning_kind must be \"summary\" "
+                 "or \"text\"",
+                 i);
+    r->reasoning_text = !strcmp(kind, "text");
+    ev = opt_str(o, "stream_error_event", i, "error");
+    if (strcmp(ev, "error") && strcmp(ev, "response.failed"))
+        fake_die("script: responses[%zu].stream_error_event must be "
+                 "\"error\" or \"response.failed\"",
+                 i);
+    r->failed_event = !strcmp(ev, "response.failed");
+    r->signature = opt_str(o, "signature", i, NULL);
+    r->redacted_thinking = opt_str(o, "redacted_thinking", i, NULL);
+    r->thought_signature = opt_str(o, "thought_signature", i, NULL);
+    /* Gemini carries arguments as objects: check them now when the
+     * format is known (with auto-detection, a request gets a 500). */
+    if (r->format != FAKE_FMT_GEMINI)
+        return;
+    for (k = 0; k < r->ncalls; k++) {
+        json_t *a = fake_call_args(&r->calls[k]);
+
+        if (!a)
+            fake_die("script: responses[%zu].tool_calls[%zu].arguments must "
+                     "join into a JSON object for gemini",
+                     i, k);
+        json_decref(a);
+    }
+}
+
+static void load_resp(fake_resp *r, json_t *o, size_t i, const char *dir,
+                      fake_format dflt)
 {
     const char *key;
     json_t *v;
@@ -313,6 +382,7 @@ static void load_resp(fake_resp *r, json_t *o, size_t i, const char *dir)
     v = json_object_get(o, "tool_calls");
     if (v)
         load_calls(r, v, i);
+    load_format_fields(r, o, i, dflt);
 
     if (json_object_get(o, "body") && json_object_get(o, "body_file"))
         fake_die("script: responses[%zu] has both body and body_file", i);
@@ -361,9 +431,11 @@ void fake_script_load(fake_script *sc, const char *path)
         fake_die("script %s: must be a JSON object", path);
     json_object_foreach(sc->root, key, v)
     {
-        if (strcmp(key, "loop") && strcmp(key, "responses") && key[0] != '_')
+        if (strcmp(key, "loop") && strcmp(key, "responses") &&
+            strcmp(key, "format") && key[0] != '_')
             fake_die("script %s: unknown field \"%s\"", path, key);
     }
+    sc->format = opt_format(sc->root, NULL, 0);
     v = json_object_get(sc->root, "loop");
     if (v && !json_is_boolean(v))
         fake_die("script %s: loop must be a boolean", path);
@@ -387,7 +459,7 @@ void fake_script_load(fake_script *sc, const char *path)
         memcpy(dir, ".", 2);
     json_array_foreach(arr, i, v)
     {
-        load_resp(&sc->resp[i], v, i, dir);
+        load_resp(&sc->resp[i], v, i, dir, sc->format);
     }
     free(dir);
 }
@@ -447,7 +519,7 @@ int fake_stream_take(fake_stream *s, char *data, size_t len)
     return 0;
 }
 
-static int stream_copy(fake_stream *s, const char *data, size_t len)
+int fake_stream_copy(fake_stream *s, const char *data, size_t len)
 {
     char *p = malloc(len + 1);
 
@@ -458,18 +530,30 @@ static int stream_copy(fake_stream *s, const char *data, size_t len)
     return fake_stream_take(s, p, len);
 }
 
+int fake_stream_event(fake_stream *s, const char *event, json_t *obj,
+                      const char *eol)
+{
+    char *js = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    size_t n = 0;
+    char *line = NULL;
+
+    json_decref(obj);
+    if (js) {
+        n = (event ? strlen(event) + 8 : 0) + 6 + strlen(js) + 2 * strlen(eol) +
+            1;
+        line = malloc(n);
+    }
+    if (line)
+        snprintf(line, n, "%s%s%sdata: %s%s%s", event ? "event: " : "",
+                 event ? event : "", event ? "\n" : "", js, eol, eol);
+    free(js);
+    return fake_stream_take(s, line, line ? n - 1 : 0);
+}
+
 /* Appends `data: <compact json>\n\n` and releases obj. */
 static int stream_event(fake_stream *s, json_t *obj)
 {
-    char *js = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-    size_t n = js ? strlen(js) + 9 : 0;
-    char *line = js ? malloc(n) : NULL;
-
-    json_decref(obj);
-    if (line)
-        snprintf(line, n, "data: %s\n\n", js);
-    free(js);
-    return fake_stream_take(s, line, n ? n - 1 : 0);
+    return fake_stream_event(s, NULL, obj, "\n");
 }
 
 /*
@@ -486,7 +570,7 @@ int fake_stream_split(fake_stream *s, const char *b, size_t len)
                              (i >= 2 && b[i - 1] == '\r' && b[i - 2] == '\n'));
 
         if (end || i + 1 == len) {
-            if (stream_copy(s, b + start, i + 1 - start))
+            if (fake_stream_copy(s, b + start, i + 1 - start))
                 return -1;
             start = i + 1;
         }
@@ -520,12 +604,13 @@ static const char *finish_of(const fake_resp *r)
     return r->ncalls ? "tool_calls" : "stop";
 }
 
-static void call_id(const fake_call *c, size_t k, char *buf, size_t n)
+const char *fake_call_id(const fake_call *c, size_t k, const char *prefix,
+                         char *buf, size_t n)
 {
     if (c->id)
-        snprintf(buf, n, "%s", c->id);
-    else
-        snprintf(buf, n, "call_fake_%zu", k + 1);
+        return c->id;
+    snprintf(buf, n, "%s%zu", prefix, k + 1);
+    return buf;
 }
 
 /* The element `step` of call k's deltas: 0 is its head, then fragments. */
@@ -533,11 +618,12 @@ static int emit_call_step(fake_stream *s, const fake_gen *gn, size_t k,
                           size_t step)
 {
     const fake_call *c = &gn->r->calls[k];
-    char cid[256];
+    char cbuf[64];
+    const char *cid;
     json_t *tc;
 
     if (step == 0) {
-        call_id(c, k, cid, sizeof(cid));
+        cid = fake_call_id(c, k, "call_fake_", cbuf, sizeof(cbuf));
         tc = json_pack("{s:[{s:I,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index",
                        (json_int_t)k, "id", cid, "type", "function", "function",
                        "name", c->name, "arguments", "");
@@ -549,7 +635,7 @@ static int emit_call_step(fake_stream *s, const fake_gen *gn, size_t k,
     return stream_event(s, chunk_obj(gn, tc, NULL));
 }
 
-int fake_render_stream(fake_stream *s, const fake_gen *gn)
+static int chat_stream(fake_stream *s, const fake_gen *gn)
 {
     const fake_resp *r = gn->r;
     size_t k, step, maxsteps = 0;
@@ -597,11 +683,10 @@ int fake_render_stream(fake_stream *s, const fake_gen *gn)
                                   r->created, "model", r->model, "choices",
                                   "usage", r->usage)))
         return -1;
-    return stream_copy(s, "data: [DONE]\n\n", 14);
+    return fake_stream_copy(s, "data: [DONE]\n\n", 14);
 }
 
-/* Joins a JSON array of strings (or `n` C strings) into a new string. */
-static json_t *join(json_t *arr, const char **strs, size_t n)
+json_t *fake_join(json_t *arr, const char **strs, size_t n)
 {
     size_t total = 0, i, len;
     char *buf, *p;
@@ -628,30 +713,32 @@ static json_t *join(json_t *arr, const char **strs, size_t n)
     return out;
 }
 
-json_t *fake_render_message(const fake_gen *gn)
+static json_t *chat_message(const fake_gen *gn)
 {
     const fake_resp *r = gn->r;
     json_t *msg, *calls, *out;
-    char cid[256];
+    char cbuf[64];
+    const char *cid;
     size_t k;
 
     msg = json_pack("{s:s,s:o}", "role", "assistant", "content",
-                    r->text     ? join(r->text, NULL, 0)
+                    r->text     ? fake_join(r->text, NULL, 0)
                     : r->ncalls ? json_null()
                                 : json_string(""));
     if (msg && r->reasoning)
         json_object_set_new(msg, "reasoning_content",
-                            join(r->reasoning, NULL, 0));
+                            fake_join(r->reasoning, NULL, 0));
     if (msg && r->ncalls) {
         calls = json_array();
         for (k = 0; k < r->ncalls; k++) {
             const fake_call *c = &r->calls[k];
 
-            call_id(c, k, cid, sizeof(cid));
+            cid = fake_call_id(c, k, "call_fake_", cbuf, sizeof(cbuf));
             json_array_append_new(
-                calls, json_pack("{s:s,s:s,s:{s:s,s:o}}", "id", cid, "type",
-                                 "function", "function", "name", c->name,
-                                 "arguments", join(NULL, c->frags, c->nfrags)));
+                calls,
+                json_pack("{s:s,s:s,s:{s:s,s:o}}", "id", cid, "type",
+                          "function", "function", "name", c->name, "arguments",
+                          fake_join(NULL, c->frags, c->nfrags)));
         }
         json_object_set_new(msg, "tool_calls", calls);
     }
@@ -670,4 +757,137 @@ json_t *fake_error_body(const char *msg, const char *type)
 {
     return json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type",
                      type, "param", "code");
+}
+
+/* ---- shared by the formats --------------------------------------------- */
+
+static const struct {
+    const char *name;
+    fake_format fmt;
+} format_names[] = {
+    {"openai-chat", FAKE_FMT_CHAT},
+    {"anthropic", FAKE_FMT_ANTHROPIC},
+    {"gemini", FAKE_FMT_GEMINI},
+    {"openai-responses", FAKE_FMT_RESPONSES},
+};
+
+fake_format fake_format_parse(const char *name)
+{
+    size_t i;
+
+    for (i = 0; name && i < sizeof(format_names) / sizeof(*format_names); i++)
+        if (!strcmp(name, format_names[i].name))
+            return format_names[i].fmt;
+    return FAKE_FMT_AUTO;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+
+    return n >= k && !memcmp(s + n - k, suffix, k);
+}
+
+fake_format fake_format_of_path(const char *path)
+{
+    if (ends_with(path, "/v1/messages"))
+        return FAKE_FMT_ANTHROPIC;
+    if (strstr(path, "/models/") &&
+        (ends_with(path, ":streamGenerateContent") ||
+         ends_with(path, ":generateContent")))
+        return FAKE_FMT_GEMINI;
+    if (ends_with(path, "/v1/responses"))
+        return FAKE_FMT_RESPONSES;
+    return FAKE_FMT_CHAT;
+}
+
+json_t *fake_call_args(const fake_call *c)
+{
+    json_t *joined = fake_join(NULL, c->frags, c->nfrags), *o = NULL;
+
+    if (!joined)
+        return NULL;
+    if (json_string_length(joined) == 0)
+        o = json_object();
+    else
+        o = json_loadb(json_string_value(joined), json_string_length(joined), 0,
+                       NULL);
+    json_decref(joined);
+    if (o && !json_is_object(o)) {
+        json_decref(o);
+        o = NULL;
+    }
+    return o;
+}
+
+bool fake_args_ok(const fake_resp *r)
+{
+    size_t k;
+
+    for (k = 0; k < r->ncalls; k++) {
+        json_t *a = fake_call_args(&r->calls[k]);
+
+        if (!a)
+            return false;
+        json_decref(a);
+    }
+    return true;
+}
+
+bool fake_usage_is_openai(json_t *usage)
+{
+    return json_object_get(usage, "prompt_tokens") ||
+           json_object_get(usage, "completion_tokens");
+}
+
+json_int_t fake_usage_int(json_t *usage, const char *key, const char *sub,
+                          json_int_t dflt)
+{
+    json_t *v = json_object_get(usage, key);
+
+    if (sub)
+        v = json_object_get(v, sub);
+    return json_is_integer(v) ? json_integer_value(v) : dflt;
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+int fake_render_stream(fake_stream *s, const fake_gen *gn)
+{
+    switch (gn->fmt) {
+    case FAKE_FMT_ANTHROPIC:
+        return fake_anthropic_stream(s, gn);
+    case FAKE_FMT_GEMINI:
+        return fake_gemini_stream(s, gn);
+    case FAKE_FMT_RESPONSES:
+        return fake_responses_stream(s, gn);
+    default:
+        return chat_stream(s, gn);
+    }
+}
+
+json_t *fake_render_message(const fake_gen *gn)
+{
+    switch (gn->fmt) {
+    case FAKE_FMT_ANTHROPIC:
+        return fake_anthropic_message(gn);
+    case FAKE_FMT_GEMINI:
+        return fake_gemini_message(gn);
+    case FAKE_FMT_RESPONSES:
+        return fake_responses_message(gn);
+    default:
+        return chat_message(gn);
+    }
+}
+
+json_t *fake_render_error(fake_format fmt, int status, json_t *error)
+{
+    switch (fmt) {
+    case FAKE_FMT_ANTHROPIC:
+        return fake_anthropic_error(status, error);
+    case FAKE_FMT_GEMINI:
+        return fake_gemini_error(status, error);
+    default: /* both OpenAI APIs: the object verbatim */
+        return json_pack("{s:O}", "error", error);
+    }
 }

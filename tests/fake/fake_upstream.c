@@ -6,8 +6,11 @@
  * It serves either one recorded body verbatim (--replay) or a JSON script
  * of responses consumed in order (--script), can record every request it
  * gets as JSON lines (--record), and can misbehave on purpose: delays,
- * slow chunks, cut connections, hung streams, in-stream errors. See
- * docs/fake-upstream.md for the command line and the script format.
+ * slow chunks, cut connections, hung streams, in-stream errors. Scripted
+ * answers come in the wire format of OpenAI Chat Completions, Anthropic
+ * Messages, Google Gemini or OpenAI Responses, chosen by the script or by
+ * the request path. See docs/fake-upstream.md for the command line and the
+ * script format.
  *
  * The HTTP side is libmicrohttpd with one thread per connection, so a
  * scripted sleep or hang blocks only its own connection, and streamed
@@ -399,6 +402,53 @@ static int conn_fd(struct MHD_Connection *con)
     return ci ? ci->connect_fd : -1;
 }
 
+/* True when the query string has the parameter alt=sse. */
+static bool query_alt_sse(const char *q)
+{
+    const char *p;
+
+    for (p = q; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL)
+        if (!strncmp(p, "alt=sse", 7) && (p[7] == '&' || !p[7]))
+            return true;
+    return false;
+}
+
+/* The generated-answer context of request n: format, id, streaming. */
+static void gen_init(fake_gen *gn, const fake_resp *r, fake_format fmt,
+                     uint64_t n)
+{
+    static const char *const prefix[] = {
+        [FAKE_FMT_CHAT] = "chatcmpl-fake-",
+        [FAKE_FMT_ANTHROPIC] = "msg_fake_",
+        [FAKE_FMT_GEMINI] = "fake-response-",
+        [FAKE_FMT_RESPONSES] = "resp_fake_",
+    };
+
+    memset(gn, 0, sizeof(*gn));
+    gn->r = r;
+    gn->fmt = fmt;
+    gn->n = n;
+    snprintf(gn->idbuf, sizeof(gn->idbuf), "%s%" PRIu64, prefix[fmt], n);
+    gn->id = r && r->id ? r->id : gn->idbuf;
+}
+
+/* The error body of a failure the fake itself reports, in fmt's shape. */
+static struct MHD_Response *fake_failure(fake_format fmt, int status,
+                                         const char *msg, const char *type)
+{
+    struct MHD_Response *resp;
+    json_t *e;
+
+    if (fmt == FAKE_FMT_CHAT || fmt == FAKE_FMT_RESPONSES)
+        return buffer_response(fake_error_body(msg, type));
+    e = json_pack("{s:s,s:s}", "message", msg, "type", type);
+    if (!e)
+        return NULL;
+    resp = buffer_response(fake_render_error(fmt, status, e));
+    json_decref(e);
+    return resp;
+}
+
 /* Answers request n from the script; *t0 is its busy-time stopwatch. */
 static enum MHD_Result answer_script(struct MHD_Connection *con, fake_conn *c,
                                      uint64_t n, json_t *reqbody, uint64_t *t0)
@@ -408,23 +458,40 @@ static enum MHD_Result answer_script(struct MHD_Connection *con, fake_conn *c,
     fake_stream *s;
     fake_gen gn;
     const char *ctype = "application/json";
-    bool stream = json_is_true(json_object_get(reqbody, "stream"));
-    bool chunky;
+    const char *uri = c->uri ? c->uri : "/";
+    const char *q = strchr(uri, '?');
+    char *path = strndup(uri, q ? (size_t)(q - uri) : strlen(uri));
+    fake_format fmt;
+    bool stream, chunky;
     int status;
     int rc = 0;
 
+    if (!path)
+        return MHD_NO;
+    fmt = fake_format_of_path(path);
+    free(path);
     if (n > g.script.n && !g.script.loop) {
         char msg[128];
 
         snprintf(msg, sizeof(msg),
                  "fake upstream: script exhausted after %zu responses",
                  g.script.n);
-        return queue(
-            con, c, 500,
-            buffer_response(fake_error_body(msg, "fake_script_exhausted")),
-            NULL, ctype);
+        if (g.script.format != FAKE_FMT_AUTO)
+            fmt = g.script.format;
+        return queue(con, c, 500,
+                     fake_failure(fmt, 500, msg, "fake_script_exhausted"), NULL,
+                     ctype);
     }
     r = &g.script.resp[(n - 1) % g.script.n];
+    if (r->format != FAKE_FMT_AUTO) /* the script's default is in it */
+        fmt = r->format;
+    if (fmt == FAKE_FMT_GEMINI) {
+        /* Gemini says it by the method: streamGenerateContent. */
+        stream = strstr(uri, ":streamGenerateContent") &&
+                 (!q || strstr(uri, ":streamGenerateContent") < q);
+    } else {
+        stream = json_is_true(json_object_get(reqbody, "stream"));
+    }
     if (r->delay_ms) {
         busy_lap(t0);
         wait_or_gone(conn_fd(con), r->delay_ms);
@@ -432,27 +499,35 @@ static enum MHD_Result answer_script(struct MHD_Connection *con, fake_conn *c,
     }
     status = r->status ? r->status : r->error ? 500 : 200;
     chunky = r->chunk_delay_ms || r->disconnect_after >= 0 || r->hang;
-    gn.r = r;
-    if (r->id)
-        snprintf(gn.id, sizeof(gn.id), "%s", r->id);
-    else
-        snprintf(gn.id, sizeof(gn.id), "chatcmpl-fake-%" PRIu64, n);
+    gen_init(&gn, r, fmt, n);
+    gn.sse = query_alt_sse(q ? q + 1 : NULL);
     gn.usage_chunk =
-        r->usage &&
+        fmt == FAKE_FMT_CHAT && r->usage &&
         json_is_true(json_object_get(json_object_get(reqbody, "stream_options"),
                                      "include_usage"));
+    /* Formats that carry arguments as objects cannot send broken ones. */
+    if (!r->error && !r->has_body && r->ncalls &&
+        (fmt == FAKE_FMT_GEMINI || (fmt == FAKE_FMT_ANTHROPIC && !stream)) &&
+        !fake_args_ok(r))
+        return queue(con, c, 500,
+                     fake_failure(fmt, 500,
+                                  "fake upstream: tool call arguments are not "
+                                  "a JSON object",
+                                  "fake_bad_arguments"),
+                     NULL, ctype);
 
     /* Loading gave every body a content type. */
     if (r->content_type)
         ctype = r->content_type;
-    else if (!r->error && !r->has_body && stream)
+    else if (!r->error && !r->has_body && stream &&
+             (fmt != FAKE_FMT_GEMINI || gn.sse))
         ctype = "text/event-stream";
     if (!chunky && !(stream && !r->error && !r->has_body)) {
         if (r->has_body)
             resp = MHD_create_response_from_buffer(r->body_len, r->body,
                                                    MHD_RESPMEM_PERSISTENT);
         else if (r->error)
-            resp = buffer_response(json_pack("{s:O}", "error", r->error));
+            resp = buffer_response(fake_render_error(fmt, status, r->error));
         else
             resp = buffer_response(fake_render_message(&gn));
         return queue(con, c, status, resp, r, ctype);
@@ -464,7 +539,7 @@ static enum MHD_Result answer_script(struct MHD_Connection *con, fake_conn *c,
     if (r->has_body) {
         rc = fake_stream_split(s, r->body, r->body_len);
     } else if (r->error || !stream) {
-        json_t *o = r->error ? json_pack("{s:O}", "error", r->error)
+        json_t *o = r->error ? fake_render_error(fmt, status, r->error)
                              : fake_render_message(&gn);
         char *js = o ? json_dumps(o, JSON_COMPACT) : NULL;
 

@@ -1,18 +1,31 @@
 /*
  * Internal to loom-fake-upstream: the script model and the renderers that
- * turn a script entry into response bytes, shared by fake_script.c (which
- * does no network I/O) and fake_upstream.c (the HTTP server and main).
+ * turn a script entry into response bytes, shared by fake_script.c (script
+ * loading, shared helpers and the OpenAI Chat Completions shape),
+ * fake_anthropic.c, fake_gemini.c and fake_responses.c (the other wire
+ * formats; none of these does network I/O) and fake_upstream.c (the HTTP
+ * server and main).
  */
 #ifndef LOOM_FAKE_UPSTREAM_H
 #define LOOM_FAKE_UPSTREAM_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
 #define FAKE_MAX_FILE (256u * 1024 * 1024) /* script, replay, body files */
 #define FAKE_CREATED 1700000000            /* default "created" */
+
+/* The wire format of a generated answer. */
+typedef enum {
+    FAKE_FMT_AUTO = 0,  /* not given: chosen by the request path */
+    FAKE_FMT_CHAT,      /* OpenAI Chat Completions */
+    FAKE_FMT_ANTHROPIC, /* Anthropic Messages */
+    FAKE_FMT_GEMINI,    /* Google Gemini generateContent */
+    FAKE_FMT_RESPONSES, /* OpenAI Responses */
+} fake_format;
 
 /* One tool call of a generated answer. */
 typedef struct {
@@ -49,6 +62,13 @@ typedef struct {
     const char *id;
     json_int_t created;
     json_t *stream_error;
+    /* other wire formats */
+    fake_format format;            /* FAKE_FMT_AUTO: the script's, or path */
+    bool reasoning_text;           /* responses: reasoning_kind "text" */
+    bool failed_event;             /* responses: stream_error as failed */
+    const char *signature;         /* anthropic thinking signature */
+    const char *redacted_thinking; /* anthropic redacted_thinking data */
+    const char *thought_signature; /* gemini thoughtSignature */
 } fake_resp;
 
 typedef struct {
@@ -56,6 +76,7 @@ typedef struct {
     fake_resp *resp;
     size_t n;
     bool loop;
+    fake_format format; /* the script's default, FAKE_FMT_AUTO if none */
 } fake_script;
 
 /* A body prepared as a list of chunks, sent one by one. */
@@ -75,8 +96,12 @@ typedef struct {
 /* What a generated answer needs beyond its script entry. */
 typedef struct {
     const fake_resp *r;
-    char id[64];
+    const char *id;   /* the script's "id", or idbuf */
+    char idbuf[64];   /* a generated id */
     bool usage_chunk; /* the stream ends with a usage chunk */
+    fake_format fmt;  /* resolved: never FAKE_FMT_AUTO */
+    uint64_t n;       /* request number, for generated ids */
+    bool sse;         /* gemini streams: SSE (alt=sse), else a JSON array */
 } fake_gen;
 
 /* Prints "loom-fake-upstream: <message>" to stderr and exits with 2. */
@@ -103,12 +128,66 @@ int fake_stream_take(fake_stream *s, char *data, size_t len);
 /* Appends a body split into SSE events (each ends after a blank line). */
 int fake_stream_split(fake_stream *s, const char *body, size_t len);
 
-/* Appends the chat.completion.chunk events of a generated answer, ending
- * with `data: [DONE]` (or with the error event of "stream_error"). */
+/* Appends a copy of len bytes as one chunk. */
+int fake_stream_copy(fake_stream *s, const char *data, size_t len);
+/*
+ * Appends one SSE event, `[event: <event>\n]data: <compact obj><eol><eol>`
+ * (event NULL: no event line; eol "\n" or "\r\n"), and releases obj;
+ * -1 when obj is NULL or memory runs out.
+ */
+int fake_stream_event(fake_stream *s, const char *event, json_t *obj,
+                      const char *eol);
+
+/* The format named name ("openai-chat", "anthropic", "gemini",
+ * "openai-responses"); FAKE_FMT_AUTO for any other name. */
+fake_format fake_format_parse(const char *name);
+/* The format a request path (without its query) asks for: .../v1/messages
+ * anthropic, .../models/M:(stream)generateContent gemini, .../v1/responses
+ * openai-responses, anything else openai-chat. */
+fake_format fake_format_of_path(const char *path);
+
+/* Joins a JSON array of strings (or, when arr is NULL, n C strings) into
+ * a new JSON string; NULL when memory runs out. */
+json_t *fake_join(json_t *arr, const char **strs, size_t n);
+/* Call k's id: its own (borrowed from the script), else "<prefix><k+1>"
+ * written into buf (n >= 64 is enough), which is returned. */
+const char *fake_call_id(const fake_call *c, size_t k, const char *prefix,
+                         char *buf, size_t n);
+/* Call c's arguments joined and parsed: a new JSON object ({} when there
+ * are none), or NULL when they are not a JSON object. */
+json_t *fake_call_args(const fake_call *c);
+/* True when every call's arguments parse as a JSON object (the formats
+ * that carry arguments as objects need that). */
+bool fake_args_ok(const fake_resp *r);
+/* True when usage is written in OpenAI Chat names (it has "prompt_tokens"
+ * or "completion_tokens") and must be translated for other formats. */
+bool fake_usage_is_openai(json_t *usage);
+/* usage.key, or usage.key.sub when sub is not NULL, when it is an
+ * integer; else dflt. */
+json_int_t fake_usage_int(json_t *usage, const char *key, const char *sub,
+                          json_int_t dflt);
+
+/* Appends the events of a generated answer in gn->fmt: for Chat the
+ * chat.completion.chunk events ending with `data: [DONE]` (or with the
+ * error event of "stream_error"); see docs/fake-upstream.md for all. */
 int fake_render_stream(fake_stream *s, const fake_gen *gn);
-/* The chat.completion object of a generated answer; new reference. */
+/* The non-streamed answer object in gn->fmt; new reference. */
 json_t *fake_render_message(const fake_gen *gn);
 /* {"error":{"message","type","param":null,"code":null}}; new reference. */
 json_t *fake_error_body(const char *msg, const char *type);
+/* The HTTP error body of a script's "error" object (borrowed) in fmt's
+ * shape, with the fields the format needs filled in from status; new
+ * reference. */
+json_t *fake_render_error(fake_format fmt, int status, json_t *error);
+
+/* Per format (fake_anthropic.c, fake_gemini.c, fake_responses.c). */
+int fake_anthropic_stream(fake_stream *s, const fake_gen *gn);
+json_t *fake_anthropic_message(const fake_gen *gn);
+json_t *fake_anthropic_error(int status, json_t *error);
+int fake_gemini_stream(fake_stream *s, const fake_gen *gn);
+json_t *fake_gemini_message(const fake_gen *gn);
+json_t *fake_gemini_error(int status, json_t *error);
+int fake_responses_stream(fake_stream *s, const fake_gen *gn);
+json_t *fake_responses_message(const fake_gen *gn);
 
 #endif
