@@ -120,12 +120,29 @@ typedef struct {
     double temperature;      /* < 0: unset */
     int stream;              /* 1: stream (default); 0: one JSON answer */
     loom_llm_cache *cache;   /* NULL: none; see loom_llm_cache */
+    /*
+     * Reasoning controls, sent only by adapters whose model supports them
+     * (the model's config says so; seed 003 supportsReasoningControls):
+     * thinking_budget is tokens (Anthropic `thinking.budget_tokens`,
+     * Gemini `thinkingConfig.thinkingBudget`), 0 unset;
+     * reasoning_effort is "minimal", "low", "medium" or "high" (OpenAI
+     * `reasoning_effort`, Responses `reasoning.effort`), NULL unset.
+     */
+    long thinking_budget;
+    const char *reasoning_effort;
+    /* Place prompt-cache breakpoints where the provider needs them
+     * (Anthropic cache_control on tools, system and the last stable turn). */
+    int prompt_cache;
+    /* Responses API: send previous_response_id and only the new items when
+     * the history's last assistant message carries a response id; `store`
+     * is then true. */
+    int chain_responses;
 } loom_llm_request;
 
 #define LOOM_LLM_REQUEST_INIT                                                \
     {                                                                        \
         NULL, NULL, 0, NULL, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, -1.0,  \
-            1, NULL                                                          \
+            1, NULL, 0, NULL, 0, 0                                           \
     }
 
 typedef struct {
