@@ -9,9 +9,11 @@
  *   GET  /v1/runs/{id}          status and result
  *   GET  /v1/runs/{id}/events   replay, then follow (Last-Event-ID)
  *   POST /v1/runs/{id}/cancel   cancel; answers the run once it ended
+ *                               cancelled, 409 when it ended otherwise
  *
  * Every answer about a run carries X-Loom-Run-Id and
- * X-Loom-Conversation-Id. See docs/server.md.
+ * X-Loom-Conversation-Id. A blocking request whose run's turn could not
+ * be stored answers 500 "store_failed". See docs/server.md.
  */
 #include "server/srvpriv.h"
 #include "core/error.h"
@@ -218,23 +220,78 @@ static int reply_run(srv_request *r, srv_run *run, int with_events)
     return srv_reply_json(r, 200, o);
 }
 
+/* 500 "store_failed" for a run whose turn is not in the store. */
+static int reply_unstored(srv_request *r, srv_run *run)
+{
+    const char *err = srv_run_store_error(run);
+
+    return srv_reply_error(r, 500, NULL, NULL, "store_failed",
+                           "run %s ended (%s) but its turn could not be "
+                           "stored: %s",
+                           srv_run_id(run),
+                           loom_run_status_name(srv_run_status(run)),
+                           err ? err : "unknown error");
+}
+
 static int done_with_events(srv_request *r, srv_run *run, void *payload)
 {
     (void)payload;
+    if (!srv_run_stored(run))
+        return reply_unstored(r, run);
     return reply_run(r, run, 1);
 }
 
-static int done_plain(srv_request *r, srv_run *run, void *payload)
+static int reply_not_active(srv_request *r, srv_run *run)
+{
+    return srv_reply_error(r, 409, NULL, "id", "run_not_active",
+                           "run %s has already %s (%s)", srv_run_id(run),
+                           srv_run_ended(run) ? "ended" : "finished",
+                           srv_run_ended(run)
+                               ? loom_run_status_name(srv_run_status(run))
+                               : "storing its turn");
+}
+
+/* The cancel took effect only if the run ended cancelled: a run that was
+ * finishing its last step when the cancel came ends as it would have. */
+static int done_cancel(srv_request *r, srv_run *run, void *payload)
 {
     (void)payload;
+    if (srv_run_status(run) != LOOM_RUN_CANCELLED)
+        return reply_not_active(r, run);
     return reply_run(r, run, 0);
+}
+
+/*
+ * Whether the run's worker is past its store work (the conversation is
+ * created or its history loaded): run.started is logged right after, or
+ * a run.started and run.failed when that work failed.
+ */
+static int started(srv_run *run, void *payload)
+{
+    (void)payload;
+    return srv_run_last_seq(run, NULL) > 0;
+}
+
+/* A stream, or a background run's 202, goes out once the conversation
+ * whose id it names exists: a client may use that id at once. */
+static int done_stream(srv_request *r, srv_run *run, void *payload)
+{
+    srv_sse_options so = SRV_SSE_OPTIONS_INIT;
+
+    (void)payload;
+    return srv_reply_sse(r, run, &so);
+}
+
+static int done_accepted(srv_request *r, srv_run *run, void *payload)
+{
+    (void)payload;
+    return srv_reply_json(r, 202, srv_run_to_json(run, 0));
 }
 
 static int start_run(srv_request *r)
 {
     start_req q;
     srv_run *run = NULL;
-    srv_sse_options so = SRV_SSE_OPTIONS_INIT;
     const srv_run_spec init = SRV_RUN_SPEC_INIT;
     int rc;
 
@@ -250,9 +307,9 @@ static int start_run(srv_request *r)
         return srv_reply_loom_error(r, rc, NULL);
     set_run_headers(r, run);
     if (q.stream)
-        rc = srv_reply_sse(r, run, &so);
+        rc = srv_defer_until(r, run, started, done_stream, NULL, NULL);
     else if (q.spec.background)
-        rc = srv_reply_json(r, 202, srv_run_to_json(run, 0));
+        rc = srv_defer_until(r, run, started, done_accepted, NULL, NULL);
     else
         rc = srv_defer(r, run, done_with_events, NULL, NULL);
     if (rc != 0)
@@ -336,14 +393,12 @@ static int cancel_run(srv_request *r)
 
     if (!run)
         return 0;
-    if (srv_run_ended(run)) {
-        rc = srv_reply_error(r, 409, NULL, "id", "run_not_active",
-                             "run %s has already ended (%s)", srv_run_id(run),
-                             loom_run_status_name(srv_run_status(run)));
-    } else {
-        srv_run_cancel(run);
-        rc = srv_defer(r, run, done_plain, NULL, NULL);
-    }
+    /* Too late once the run's loop is over: it is storing its turn with
+     * the status it ended with, or has ended. */
+    if (srv_run_ended(run) || !srv_run_cancel(run))
+        rc = reply_not_active(r, run);
+    else
+        rc = srv_defer(r, run, done_cancel, NULL, NULL);
     srv_run_unref(run);
     return rc;
 }

@@ -231,6 +231,14 @@ static int deferred_done(srv_request *r, srv_run *run, void *payload)
     json_t *body = NULL;
     int rc;
 
+    /* An answer the conversation does not hold is no answer. */
+    if (!srv_run_stored(run))
+        return srv_reply_error(
+            r, 500, "server_error", NULL, "store_failed",
+            "run %s ended (%s) but its turn could not be stored: %s",
+            srv_run_id(run), loom_run_status_name(srv_run_status(run)),
+            srv_run_store_error(run) ? srv_run_store_error(run)
+                                     : "unknown error");
     for (uint64_t seq = 1; seq <= last; seq++) {
         const srv_event *ev = srv_run_event(run, seq);
         loom_event le;
@@ -460,7 +468,8 @@ static int handle(srv_request *r, loom__chat_request *req)
         goto cleanup;
     }
     srv_request_set_run(r, srv_run_id(run));
-    if ((rc = srv_set_header(r, CONV_HEADER,
+    if ((rc = srv__fault("chat.started")) != 0 ||
+        (rc = srv_set_header(r, CONV_HEADER,
                              srv_run_conversation_id(run))) != 0)
         goto cleanup;
     loom__chat_completion_id(id, sizeof(id), srv_run_id(run));
@@ -490,6 +499,10 @@ static int handle(srv_request *r, loom__chat_request *req)
             f = NULL;
     }
 cleanup:
+    /* A run this request started and cannot answer for must not go on
+     * without a client (chat runs are never background runs). */
+    if (rc != 0 && run && !srv_run_background(run))
+        srv_run_cancel(run);
     loom__chat_fmt_free(f);
     srv_run_unref(run);
     loom__chat_error_clear(&err);

@@ -81,6 +81,9 @@ int loom__chat_error_from_failure(loom__chat_error *err, const json_t *data)
 
     if (!msg || !*msg)
         msg = "the run failed";
+    if (code && strcmp(code, "store_failed") == 0)
+        return loom__chat_error_set(err, 500, "server_error", "store_failed",
+                                    NULL, "%s", msg);
     if (field_is(data, "status", "cancelled") ||
         (code && strcmp(code, "cancelled") == 0))
         return loom__chat_error_set(err, 503, "server_error", "cancelled",

@@ -10,6 +10,12 @@
  * there with 413, before any body is read), once per piece of body, once
  * when the request is complete (the route's handler runs then), and again
  * after a deferred request is resumed.
+ *
+ * HEAD is GET without the body (libmicrohttpd sends the headers of the
+ * GET answer only); a path that exists with other methods answers 405
+ * with an Allow header listing them (RFC 9110, 15.5.6). A request counts
+ * as pending on the server from the moment its handler runs until it
+ * completes, so a graceful stop can wait until every answer is out.
  */
 #include "server/srvpriv.h"
 #include "core/error.h"
@@ -26,6 +32,7 @@
 #define MAX_ROUTE_SEGMENTS 8
 #define MAX_REPLY_HEADERS 16
 #define MAX_LOG_PATH 200
+#define MAX_ALLOW 96 /* "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS" */
 
 /* ---- the router ---------------------------------------------------------- */
 
@@ -189,7 +196,9 @@ typedef struct srv_conn {
     size_t discarded;
     const route *route;
     int method_mismatch; /* the path exists with another method */
+    char allow[MAX_ALLOW]; /* the methods it exists with, for 405 */
     int state;
+    int counted; /* in the server's pending requests */
     int replied;
     unsigned status;
     char run_id[48];
@@ -228,13 +237,31 @@ static void conn_free(srv_conn *c)
     free(c);
 }
 
-/* Finds the route; fills params. */
+/* Adds method to the comma-separated list allow, once. */
+static void allow_add(char *allow, const char *method)
+{
+    size_t n = strlen(allow), m = strlen(method);
+    const char *p = allow;
+
+    while ((p = strstr(p, method)) != NULL) {
+        if ((p == allow || p[-1] == ' ') && (p[m] == ',' || !p[m]))
+            return;
+        p += m;
+    }
+    if (n + m + 3 > MAX_ALLOW)
+        return; /* routes use the few standard methods: never happens */
+    snprintf(allow + n, MAX_ALLOW - n, "%s%s", n ? ", " : "", method);
+}
+
+/* Finds the route (HEAD takes GET's); fills params, and the methods the
+ * path has when none matches. */
 static int match(srv_conn *c)
 {
     srv_router *rt = c->s->router;
     char *segs[MAX_ROUTE_SEGMENTS];
     size_t n;
     const route *best = NULL;
+    const char *method = strcmp(c->method, "HEAD") ? c->method : "GET";
 
     if (!(c->segbuf = strdup(c->path)))
         return loom__error_oom();
@@ -245,7 +272,10 @@ static int match(srv_conn *c)
         const route *r = &rt->routes[i];
         if (!route_matches(r, segs, n))
             continue;
-        if (strcmp(r->method, c->method) != 0) {
+        allow_add(c->allow, r->method);
+        if (!strcmp(r->method, "GET"))
+            allow_add(c->allow, "HEAD");
+        if (strcmp(r->method, method) != 0) {
             c->method_mismatch = 1;
             continue;
         }
@@ -530,9 +560,18 @@ static enum MHD_Result defer_step(srv_conn *c)
                 c->watching = 0;
             }
             c->state = ST_DONE;
-            rc = c->done(&c->req, c->drun, c->dpayload);
-            if (rc < 0 && !c->replied)
-                srv_reply_loom_error(&c->req, rc, NULL);
+            if ((rc = srv__fault("defer.done")) == 0)
+                rc = c->done(&c->req, c->drun, c->dpayload);
+            if (rc == 0 && !c->replied)
+                rc = loom__error_set(LOOM_ERROR, "the handler sent no reply");
+            if (rc < 0) {
+                /* The request is over: a run it owns (which may only be
+                 * ready, not ended) must not go on without a client. */
+                if (!srv_run_background(c->drun))
+                    srv_run_cancel(c->drun);
+                if (!c->replied)
+                    srv_reply_loom_error(&c->req, rc, NULL);
+            }
             return c->replied ? MHD_YES : MHD_NO;
         }
         rc = srv__suspend(c->s, &c->susp);
@@ -551,12 +590,15 @@ static enum MHD_Result defer_step(srv_conn *c)
 
 static void reply_no_route(srv_conn *c)
 {
-    if (c->method_mismatch)
+    if (c->method_mismatch) {
+        srv_set_header(&c->req, "Allow", c->allow);
         srv_reply_error(&c->req, 405, NULL, NULL, "method_not_allowed",
-                        "%s is not allowed on %s", c->method, c->path);
-    else
+                        "%s is not allowed on %s (allowed: %s)", c->method,
+                        c->path, c->allow);
+    } else {
         srv_reply_error(&c->req, 404, NULL, NULL, "not_found",
                         "no route for %s %s", c->method, c->path);
+    }
 }
 
 static void reply_too_large(srv_conn *c)
@@ -629,6 +671,8 @@ enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
         return MHD_YES;
     }
     c->state = ST_HANDLED;
+    c->counted = 1;
+    atomic_fetch_add(&s->pending, 1);
     if (c->too_large) {
         reply_too_large(c);
         return MHD_YES;
@@ -673,7 +717,7 @@ void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     srv_conn *c = *con_cls;
     char path[MAX_LOG_PATH + 8];
     double secs;
-    int ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    int ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK, counted;
 
     (void)mc;
     if (!c)
@@ -695,5 +739,8 @@ void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                   c->run_id[0] ? " run=" : "", c->run_id,
                   ok ? "" : " (connection closed early)");
     }
+    counted = c->counted;
     conn_free(c);
+    if (counted)
+        atomic_fetch_sub(&s->pending, 1);
 }

@@ -6,9 +6,12 @@
  *
  * Threads. libmicrohttpd runs every connection on one internal polling
  * thread (epoll): handlers, reply helpers and SSE formatters all run
- * there and must never block for long (a store query is fine; waiting for
- * a run is not: use srv_defer() or srv_reply_sse(), which suspend the
- * connection and resume it when the run has something to say). Runs
+ * there and must never block for long (a store read is fine: in WAL mode
+ * it never waits for a writer; a store write may queue behind others and
+ * SQLite's busy timeout, so runs write on their worker threads; waiting
+ * for a run is not fine: use srv_defer() or srv_reply_sse(), which
+ * suspend the connection and resume it when the run has something to
+ * say). Runs
  * execute on worker threads of their own. Everything in srv_server is
  * immutable after start except what its own locks guard, so handlers may
  * read the config, the registry and the providers freely.
@@ -218,16 +221,21 @@ typedef struct {
 /*
  * Starts a run on a worker thread of its own and returns a reference to
  * it (release with srv_run_unref). Before returning it has resolved the
- * agent, model and provider, created or checked the conversation (so
- * srv_run_conversation_id() is known before any model output), loaded
- * history and built the loom_run. Errors (nothing started, nothing
- * stored): SRV_EBUSY when max_concurrent_runs are running,
+ * agent, model and provider, checked that a conversation it continues
+ * exists (a store read), chosen the ids (srv_run_id() and
+ * srv_run_conversation_id() are known before any model output) and
+ * checked the run's options; it writes nothing. Errors (nothing started,
+ * nothing stored): SRV_EBUSY when max_concurrent_runs are running,
  * LOOM_ENOTFOUND for an unknown agent, model or conversation,
  * LOOM_EINVALID for a bad spec, LOOM_EIO from the store; pass them to
- * srv_reply_loom_error(). Events go to the run's event log; at the end
- * the turn is stored with loom_store_save_turn (also when the run failed
- * or was cancelled). Finished runs stay findable for a while (the last
- * keep_finished_runs of them).
+ * srv_reply_loom_error(). The worker then creates the new conversation or
+ * loads the continued one's history (a run whose store work fails there
+ * ends failed with code "store_failed" without calling the model), runs
+ * the loop into the run's event log and at the end stores the turn with
+ * loom_store_save_turn (also when the run failed or was cancelled),
+ * retrying a store that answers LOOM_EIO for SRV_STORE_RETRY_MS.
+ * Finished runs stay findable for a while (the last keep_finished_runs
+ * of them).
  */
 int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *spec);
 
@@ -245,12 +253,34 @@ const char *srv_run_agent_name(const srv_run *run); /* may be NULL */
 int srv_run_background(const srv_run *run);
 int64_t srv_run_created_ms(const srv_run *run); /* Unix milliseconds */
 
-/* Asks the run to stop (any thread); it ends as cancelled, stored so. */
-void srv_run_cancel(srv_run *run);
+/*
+ * Asks the run to stop (any thread, lock-free); it ends as cancelled,
+ * stored so. Returns 1 when the cancel may still take effect (the run
+ * had not finished its loop), 0 when it comes too late (the run is
+ * storing its turn or has ended: its status will not be cancelled).
+ * Even after 1 the run may end otherwise (its loop was finishing): look
+ * at srv_run_status() once it ended.
+ */
+int srv_run_cancel(srv_run *run);
 
 /* 1 once the run has ended and its turn has been stored (or failed to). */
 int srv_run_ended(srv_run *run);
+/*
+ * RUNNING until the run ended, then its final status: the loop's, except
+ * that a run whose turn could not be stored (or whose store work failed
+ * before the model call) is FAILED even when its loop completed.
+ */
 loom_run_status srv_run_status(srv_run *run);
+
+/* 1 when the run ended and its turn is in the store. */
+int srv_run_stored(srv_run *run);
+/* Why an ended run's turn is not in the store; NULL when it is (or the
+ * run has not ended). Borrowed from the run. */
+const char *srv_run_store_error(srv_run *run);
+
+/* How long a store call answering LOOM_EIO (busy, locked, disk full) is
+ * retried, with a backoff of 50 ms doubling up to 1 s. */
+#define SRV_STORE_RETRY_MS 10000
 
 /*
  * The loom_run behind it, for reading the result (text, usage, finish
@@ -262,8 +292,9 @@ const loom_run *srv_run_result(srv_run *run);
 /*
  * {"id", "object": "run", "status", "conversation_id", "agent", "model",
  * "background", "created_at", "ended_at", "text", "finish_reason",
- * "error", "usage", "iterations", "events": [...] (with_events)}; status
- * is "running" until the end. New reference, NULL on OOM.
+ * "error", "usage", "iterations", "stored", "store_error", "events":
+ * [...] (with_events)}; status is "running" until the end. New
+ * reference, NULL on OOM.
  */
 json_t *srv_run_to_json(srv_run *run, int with_events);
 
@@ -383,6 +414,17 @@ int srv_reply_sse(srv_request *r, srv_run *run, const srv_sse_options *o);
 /* The native format: "id: <seq>\nevent: <type>\ndata: <json>\n\n". */
 int srv_sse_native(srv_run *run, const srv_event *ev, loom_buf *out,
                    void *payload);
+
+/* ---- test hooks ---------------------------------------------------------- */
+
+/*
+ * Fault injection for tests: returns LOOM_ENOMEM (with a message naming
+ * point) when a test armed point with srv__fault_arm() and its count is
+ * not used up, else 0. In production nothing is armed and this is one
+ * atomic load. Points: "chat.started" (chat.c, after its run started),
+ * "defer.done" (http.c, instead of a deferred request's done callback).
+ */
+int srv__fault(const char *point);
 
 #endif
 /* API READY */

@@ -2,7 +2,8 @@
  * Metrics in the Prometheus text exposition format (version 0.0.4) for
  * GET /metrics: requests by route template and status, run durations,
  * upstream latency and errors by provider, tool calls by name and
- * outcome, tokens by model and kind, active runs and streams.
+ * outcome, tokens by model and kind, store failures and retries, active
+ * runs and streams.
  *
  * Counters live in small families of label sets under one mutex: samples
  * are few per request, so a lock is simpler than per-series atomics and
@@ -57,6 +58,8 @@ enum {
     F_UPSTREAM_ERRORS,
     F_TOOLS,
     F_TOKENS,
+    F_STORE_ERRORS,
+    F_STORE_RETRIES,
     NFAMILIES
 };
 
@@ -87,6 +90,14 @@ static const family templates[NFAMILIES] = {
      {"tool", "outcome", NULL}, NULL, 0, 0},
     {"loom_tokens_total", "Tokens by model and kind", 0,
      {"model", "kind", NULL}, NULL, 0, 0},
+    {"loom_store_errors_total",
+     "Store calls of runs that failed after their retries, by operation "
+     "(save_turn: a turn not stored)",
+     0, {"op", NULL, NULL}, NULL, 0, 0},
+    {"loom_store_retries_total",
+     "Store calls of runs retried after LOOM_EIO (busy, locked, disk "
+     "full), by operation",
+     0, {"op", NULL, NULL}, NULL, 0, 0},
 };
 
 int srv__metrics_new(srv_metrics **out)
@@ -236,6 +247,16 @@ void srv__metrics_tokens(srv_metrics *m, const char *model, const char *kind,
 {
     if (n > 0)
         add(m, F_TOKENS, (double)n, model ? model : "", kind, NULL);
+}
+
+void srv__metrics_store_error(srv_metrics *m, const char *op)
+{
+    add(m, F_STORE_ERRORS, 1, op, NULL, NULL);
+}
+
+void srv__metrics_store_retry(srv_metrics *m, const char *op)
+{
+    add(m, F_STORE_RETRIES, 1, op, NULL, NULL);
 }
 
 static void render_value(loom_buf *b, double v)

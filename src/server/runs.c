@@ -4,21 +4,35 @@
  *
  * A run is refcounted: the caller of srv_run_start, the worker thread and
  * the table each hold a reference (streams and deferred requests take
- * their own). The worker runs the loop with a recorder in front of the
- * event log, stores the turn (final-only persistence, also for failed
- * and cancelled runs), and only then marks the run ended, so a client
+ * their own). srv_run_start does only what cannot wait, on the server's
+ * polling thread: it resolves the agent, model and tools, checks that a
+ * conversation it continues exists (a read, which never queues behind the
+ * store's writers), makes the run's and a new conversation's ids, and
+ * builds the loom_run so a bad request fails at once. Writes wait on the
+ * worker: it creates the new conversation (or loads the history of the
+ * one it continues, then builds the run again over it), runs the loop
+ * with a recorder in front of the event log, stores the turn (final-only
+ * persistence, also for failed and cancelled runs; a busy store is
+ * retried for a while) and only then marks the run ended, so a client
  * that sees the end can read the conversation from the store.
  *
  * The event log keeps every event serialized once, in order, so any
- * number of readers can replay it from any seq and follow it live. It is
+ * number of readers can replay it from any seq and follow it live. Its
+ * terminal event (run.completed or run.failed) is held back until the
+ * turn is stored: a turn that could not be stored ends its log with a
+ * run.failed whose error code is "store_failed" instead. The log is
  * bounded by max_run_events_bytes: past it the run is cancelled and only
  * its final event is still logged. The table keeps the last
  * keep_finished_runs ended runs (with their logs) for GET /v1/runs/{id}.
+ *
+ * The run id is the server's own (the loom_run may be built twice): it
+ * replaces the loop's in every event and in the stored turn.
  */
 #include "server/srvpriv.h"
 #include "core/error.h"
 #include "loom/log.h"
 #include "loom/recorder.h"
+#include "store/store_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -26,9 +40,17 @@
 #include <string.h>
 #include <time.h>
 
+/* What the worker is doing; srv_run_cancel reads it. */
+enum { PH_PREPARING = 0, PH_EXECUTING, PH_STORING, PH_ENDED };
+
+/* Backoff between attempts of a store call that failed with LOOM_EIO. */
+#define STORE_BACKOFF_MIN_MS 50
+#define STORE_BACKOFF_MAX_MS 1000
+
 struct srv_run {
     atomic_int refs;
     srv_server *s;
+    char id[LOOM__STORE_ID_SIZE]; /* "run_" + 24 hex digits */
     char *conversation_id;
     char *model;
     char *agent;
@@ -43,15 +65,29 @@ struct srv_run {
     char *choice_fn;
     json_t *client_json;
     loom_tool_def *client_defs;
+    loom_run_options opts; /* the worker builds the run again from these */
     loom_messages input;
-    loom_run *lr;
+    loom_run *lr;          /* the worker's until the run ended */
     loom_recorder *rec;
+    /* the store work the worker does before the model call */
+    int create_conversation;
+    int load_history;
+    /* cancelling: see srv_run_cancel */
+    atomic_int cancel_requested;
+    _Atomic(loom_run *) live; /* r->lr once it may execute */
+    atomic_int phase;
+    /* the outcome, written by the worker before ended */
+    int stored;           /* the turn is in the store */
+    int failed_here;      /* reported as failed whatever the loop said */
+    const char *fail_code; /* error code when failed_here */
+    char *store_error;    /* why the turn is not stored, or NULL */
     /* the event log, guarded by lock */
     pthread_mutex_t lock;
     pthread_cond_t cv;
     srv_event **events;
     size_t nevents, capevents;
     size_t bytes;
+    srv_event *terminal; /* held until the turn is stored (worker only) */
     int ended;
     int overflow;
     srv_susp **watchers;
@@ -166,7 +202,7 @@ void srv__runs_cancel_all(srv_server *s)
     pthread_mutex_lock(&rt->lock);
     for (srv_run *r = rt->head; r; r = r->next)
         if (!r->finished)
-            loom_run_cancel(r->lr);
+            (void)srv_run_cancel(r);
     pthread_mutex_unlock(&rt->lock);
 }
 
@@ -180,7 +216,7 @@ srv_run *srv_run_find(srv_server *s, const char *id)
     pthread_mutex_lock(&rt->lock);
     /* Newest first: recent runs are the ones asked about. */
     for (srv_run *r = rt->tail; r; r = r->prev) {
-        if (strcmp(loom_run_id(r->lr), id) == 0) {
+        if (strcmp(r->id, id) == 0) {
             found = r;
             srv_run_ref(r);
             break;
@@ -197,14 +233,22 @@ void srv_run_ref(srv_run *run)
     atomic_fetch_add(&run->refs, 1);
 }
 
+static void event_free(srv_event *e)
+{
+    if (!e)
+        return;
+    json_decref(e->json);
+    free((char *)e->text);
+    free(e);
+}
+
 static void run_free(srv_run *r)
 {
-    for (size_t i = 0; i < r->nevents; i++) {
-        json_decref(r->events[i]->json);
-        free((char *)r->events[i]->text);
-        free(r->events[i]);
-    }
+    for (size_t i = 0; i < r->nevents; i++)
+        event_free(r->events[i]);
     free(r->events);
+    event_free(r->terminal);
+    free(r->store_error);
     free(r->watchers);
     loom_recorder_free(r->rec);
     loom_run_free(r->lr);
@@ -235,7 +279,7 @@ void srv_run_unref(srv_run *run)
 
 const char *srv_run_id(const srv_run *run)
 {
-    return loom_run_id(run->lr);
+    return run->id;
 }
 
 const char *srv_run_conversation_id(const srv_run *run)
@@ -263,10 +307,21 @@ int64_t srv_run_created_ms(const srv_run *run)
     return run->created_ms;
 }
 
-void srv_run_cancel(srv_run *run)
+/*
+ * Lock-free, as the ticker calls it under susp_lock: the flag is set
+ * before the live run is looked at, and the worker publishes the run
+ * before it looks at the flag, so one of them always sees the other.
+ */
+int srv_run_cancel(srv_run *run)
 {
-    if (run)
-        loom_run_cancel(run->lr);
+    loom_run *lr;
+
+    if (!run)
+        return 0;
+    atomic_store(&run->cancel_requested, 1);
+    if ((lr = atomic_load(&run->live)) != NULL)
+        loom_run_cancel(lr);
+    return atomic_load(&run->phase) < PH_STORING;
 }
 
 int srv_run_ended(srv_run *run)
@@ -281,8 +336,19 @@ int srv_run_ended(srv_run *run)
 
 loom_run_status srv_run_status(srv_run *run)
 {
-    return srv_run_ended(run) ? loom_run_status_get(run->lr)
-                              : LOOM_RUN_RUNNING;
+    if (!srv_run_ended(run))
+        return LOOM_RUN_RUNNING;
+    return run->failed_here ? LOOM_RUN_FAILED : loom_run_status_get(run->lr);
+}
+
+int srv_run_stored(srv_run *run)
+{
+    return srv_run_ended(run) && run->stored;
+}
+
+const char *srv_run_store_error(srv_run *run)
+{
+    return srv_run_ended(run) ? run->store_error : NULL;
 }
 
 const loom_run *srv_run_result(srv_run *run)
@@ -440,88 +506,276 @@ static void note_metrics(srv_run *r, const loom_event *ev)
     }
 }
 
-/* The sink behind the recorder: serializes each event once into the log
- * and wakes the readers. A non-zero return cancels the run. */
-static int on_event(const loom_event *ev, void *payload)
+/* A log entry for j (taken, also on failure); NULL when out of memory. */
+static srv_event *event_new(json_t *j, uint64_t seq, loom_event_type type)
 {
-    srv_run *r = payload;
-    srv_event *e = NULL;
-    json_t *j;
-    char *text = NULL;
-    int terminal = ev->type == LOOM_EV_RUN_COMPLETED ||
-                   ev->type == LOOM_EV_RUN_FAILED;
-    int rc = 0;
+    srv_event *e;
+    char *text;
 
-    note_metrics(r, ev);
-    if (!(j = loom_event_to_json(ev)))
-        return 1;
-    if (ev->type == LOOM_EV_RUN_STARTED)
-        json_object_set_new(j, "conversation_id",
-                            json_string(r->conversation_id));
+    if (!j)
+        return NULL;
     if (!(text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(15))) ||
         !(e = calloc(1, sizeof(*e)))) {
         json_decref(j);
         free(text);
-        return 1;
+        return NULL;
     }
-    e->seq = ev->seq;
-    e->type = ev->type;
-    e->type_name = loom_event_type_name(ev->type);
+    e->seq = seq;
+    e->type = type;
+    e->type_name = loom_event_type_name(type);
     e->json = j;
     e->text = text;
     e->text_len = strlen(text);
+    return e;
+}
 
-    pthread_mutex_lock(&r->lock);
-    if (!terminal &&
-        (r->overflow ||
-         r->bytes + e->text_len > (size_t)r->s->sc->max_run_events_bytes)) {
-        if (!r->overflow)
-            loom_warn("run %s: event log passed %ld bytes: cancelling it",
-                      loom_run_id(r->lr), r->s->sc->max_run_events_bytes);
-        r->overflow = 1;
-        rc = 1;
-    } else if (r->nevents == r->capevents) {
+/* Appends e to the log and wakes the readers; run->lock held. 0, or -1
+ * when out of memory (e is then still the caller's). */
+static int log_append(srv_run *r, srv_event *e)
+{
+    if (r->nevents == r->capevents) {
         size_t c = r->capevents ? r->capevents * 2 : 64;
         srv_event **ne = realloc(r->events, c * sizeof(*ne));
-        if (ne) {
-            r->events = ne;
-            r->capevents = c;
-        } else {
-            rc = 1;
-        }
+        if (!ne)
+            return -1;
+        r->events = ne;
+        r->capevents = c;
     }
-    if (rc == 0) {
-        r->events[r->nevents++] = e;
-        r->bytes += e->text_len;
+    r->events[r->nevents++] = e;
+    r->bytes += e->text_len;
+    pthread_cond_broadcast(&r->cv);
+    wake_watchers(r);
+    return 0;
+}
+
+/*
+ * The sink behind the recorder: serializes each event once into the log
+ * and wakes the readers. The terminal event is held for the worker to
+ * log once the turn is stored. A non-zero return cancels the run.
+ */
+static int on_event(const loom_event *in, void *payload)
+{
+    srv_run *r = payload;
+    loom_event ev = *in;
+    srv_event *e;
+    json_t *j;
+    int terminal = ev.type == LOOM_EV_RUN_COMPLETED ||
+                   ev.type == LOOM_EV_RUN_FAILED;
+    int rc = 0;
+
+    ev.run_id = r->id;
+    note_metrics(r, &ev);
+    if (!(j = loom_event_to_json(&ev)))
+        return 1;
+    if (ev.type == LOOM_EV_RUN_STARTED)
+        json_object_set_new(j, "conversation_id",
+                            json_string(r->conversation_id));
+    if (!(e = event_new(j, ev.seq, ev.type)))
+        return 1;
+    if (terminal) {
+        /* Only the worker thread calls the sink and reads this. */
+        event_free(r->terminal);
+        r->terminal = e;
+        return 0;
+    }
+    pthread_mutex_lock(&r->lock);
+    if (r->overflow ||
+        r->bytes + e->text_len > (size_t)r->s->sc->max_run_events_bytes) {
+        if (!r->overflow)
+            loom_warn("run %s: event log passed %ld bytes: cancelling it",
+                      r->id, r->s->sc->max_run_events_bytes);
+        r->overflow = 1;
+        rc = 1;
+    } else if (log_append(r, e) != 0) {
+        rc = 1;
+    } else {
         e = NULL;
-        pthread_cond_broadcast(&r->cv);
-        wake_watchers(r);
     }
     pthread_mutex_unlock(&r->lock);
-    if (e) {
-        json_decref(e->json);
-        free(text);
-        free(e);
-    }
+    event_free(e);
     return rc;
 }
 
-/* ---- the worker ---------------------------------------------------------- */
+/* ---- the store ----------------------------------------------------------- */
 
-static void store_turn(srv_run *r)
+int srv__store_retry(srv_server *s, srv_store_op op, void *arg,
+                     const char *what)
 {
+    long long deadline = srv__now_ms() + s->store_retry_ms;
+    long wait = STORE_BACKOFF_MIN_MS;
+    int rc;
+
+    for (;;) {
+        long long left;
+        struct timespec ts;
+        if ((rc = op(arg)) != LOOM_EIO)
+            return rc;
+        left = deadline - srv__now_ms();
+        if (left <= 0)
+            return rc;
+        if (wait > left)
+            wait = (long)left;
+        srv__metrics_store_retry(s->metrics, what);
+        loom_warn("store: %s failed (%s); retrying in %ld ms", what,
+                  loom_error_last(), wait);
+        ts.tv_sec = wait / 1000;
+        ts.tv_nsec = (wait % 1000) * 1000000L;
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+        wait = wait * 2 > STORE_BACKOFF_MAX_MS ? STORE_BACKOFF_MAX_MS
+                                               : wait * 2;
+    }
+}
+
+static int op_create(void *arg)
+{
+    srv_run *r = arg;
+
+    return loom__store_conversation_create_id(r->s->store,
+                                              r->conversation_id);
+}
+
+typedef struct {
+    srv_run *r;
+    loom_messages *hist;
+} load_ctx;
+
+static int op_load(void *arg)
+{
+    load_ctx *c = arg;
+
+    /* Appends nothing unless it succeeds, so a retry starts clean. */
+    return loom_store_load_history(c->r->s->store, c->r->conversation_id,
+                                   c->hist);
+}
+
+static int op_save(void *arg)
+{
+    srv_run *r = arg;
     loom_turn turn;
     int rc;
 
-    if ((rc = loom_recorder_turn(r->rec, r->lr, &turn)) == 0) {
-        turn.conversation_id = r->conversation_id;
-        turn.agent = r->agent;
-        turn.input = &r->input;
-        rc = loom_store_save_turn(r->s->store, &turn);
+    /* Recorded again on each attempt: only pointers, nothing copied. */
+    if ((rc = loom_recorder_turn(r->rec, r->lr, &turn)) != 0)
+        return rc;
+    turn.run_id = r->id;
+    turn.conversation_id = r->conversation_id;
+    turn.agent = r->agent;
+    turn.input = &r->input;
+    return loom_store_save_turn(r->s->store, &turn);
+}
+
+/*
+ * Notes why the turn is not stored (the message is loom_error_last's)
+ * and, when the store is what failed, counts it.
+ */
+static void store_failed(srv_run *r, const char *op, int rc, int counted)
+{
+    const char *msg = loom_error_last();
+
+    free(r->store_error);
+    r->store_error = strdup(*msg ? msg : loom_error_name(rc));
+    r->stored = 0;
+    if (counted)
+        srv__metrics_store_error(r->s->metrics, op);
+    loom_log(LOOM_LOG_ERROR, "run %s: %s failed: %s", r->id, op,
+             r->store_error ? r->store_error : loom_error_name(rc));
+}
+
+/*
+ * The store work before the model call: create the new conversation, or
+ * load the history of the one continued and build the run again over
+ * it. 0, or the error (the run then fails without calling the model).
+ */
+static int prepare(srv_run *r, const char **op)
+{
+    loom_messages hist = {0};
+    loom_run *lr = NULL;
+    load_ctx lc;
+    int rc = 0;
+
+    if (r->create_conversation) {
+        *op = "create_conversation";
+        return srv__store_retry(r->s, op_create, r, *op);
     }
-    if (rc)
-        loom_log(LOOM_LOG_ERROR, "run %s: storing the turn failed: %s",
-                 loom_run_id(r->lr), loom_error_last());
+    if (!r->load_history)
+        return 0;
+    *op = "load_history";
+    lc.r = r;
+    lc.hist = &hist;
+    if ((rc = srv__store_retry(r->s, op_load, &lc, *op)) == 0) {
+        *op = "build_run";
+        if ((rc = loom_messages_append(&hist, &r->input)) == 0 &&
+            (rc = loom_run_new(&lr, &r->opts, &hist)) == 0) {
+            loom_run_free(r->lr);
+            r->lr = lr;
+        }
+    }
+    loom_messages_free(&hist);
+    return rc;
+}
+
+/* The events of a run that failed before its model call. */
+static void fail_early(srv_run *r, const char *code)
+{
+    loom_event ev;
+    size_t ntools = r->tool_names ? r->ntool_names
+                                  : loom_tool_registry_count(r->s->tools);
+    int maxit = r->opts.max_iterations > 0 ? r->opts.max_iterations : 10;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.run_id = r->id;
+    ev.type = LOOM_EV_RUN_STARTED;
+    ev.seq = 1;
+    ev.data = json_pack("{s:s?,s:s,s:i,s:i}", "agent", r->agent, "model",
+                        r->model, "max_iterations", maxit, "tools",
+                        (int)(ntools + r->opts.client_tools_len));
+    if (ev.data)
+        on_event(&ev, r);
+    json_decref(ev.data);
+    ev.type = LOOM_EV_RUN_FAILED;
+    ev.seq = 2;
+    ev.data = json_pack(
+        "{s:s,s:{s:s,s:o},s:s,s:i,s:{s:i,s:i,s:i,s:i,s:i}}", "status",
+        "failed", "error", "code", code, "message",
+        loom__store_json_text(r->store_error, strlen(r->store_error)),
+        "text", "", "iterations", 0, "usage", "prompt_tokens", 0,
+        "completion_tokens", 0, "cached_tokens", 0, "reasoning_tokens", 0,
+        "total_tokens", 0);
+    if (ev.data)
+        on_event(&ev, r);
+    json_decref(ev.data);
+}
+
+/*
+ * The terminal event of a run whose turn could not be stored: a
+ * completed run becomes a run.failed with code "store_failed"; a run that
+ * failed anyway keeps its event, which gains "store_error". NULL when out
+ * of memory (the original is logged then).
+ */
+static srv_event *unstored_terminal(srv_run *r, const srv_event *t)
+{
+    json_t *j = json_copy(t->json);
+    json_t *msg = loom__store_json_text(r->store_error,
+                                        strlen(r->store_error));
+    int bad = !j || !msg;
+
+    if (!bad && t->type == LOOM_EV_RUN_COMPLETED)
+        bad = json_object_set_new(j, "type", json_string("run.failed")) ||
+              json_object_set_new(j, "status", json_string("failed")) ||
+              json_object_set_new(j, "error",
+                                  json_pack("{s:s,s:O}", "code",
+                                            "store_failed", "message", msg));
+    else if (!bad)
+        bad = json_object_set(j, "store_error", msg);
+    json_decref(msg);
+    if (bad) {
+        json_decref(j);
+        return NULL;
+    }
+    return event_new(j, t->seq, t->type == LOOM_EV_RUN_COMPLETED
+                                    ? LOOM_EV_RUN_FAILED
+                                    : t->type);
 }
 
 static void *worker(void *arg)
@@ -531,17 +785,51 @@ static void *worker(void *arg)
     srv_runs *rt = s->runs;
     srv_run *evict[8];
     size_t nevict = 0;
+    const char *op = NULL, *status;
+    srv_event *t;
     double secs;
+    int prep, rc;
 
-    loom_run_execute(r->lr);
-    store_turn(r);
+    if ((prep = prepare(r, &op)) == 0) {
+        atomic_store(&r->phase, PH_EXECUTING);
+        atomic_store(&r->live, r->lr);
+        if (atomic_load(&r->cancel_requested))
+            loom_run_cancel(r->lr);
+        loom_run_execute(r->lr);
+        atomic_store(&r->phase, PH_STORING);
+        if ((rc = srv__store_retry(s, op_save, r, "save_turn")) == 0)
+            r->stored = 1;
+        else
+            store_failed(r, "save_turn", rc, 1);
+        if (!r->stored && loom_run_status_get(r->lr) == LOOM_RUN_COMPLETED) {
+            r->failed_here = 1;
+            r->fail_code = "store_failed";
+        }
+    } else {
+        int from_store = strcmp(op, "build_run") != 0;
+        atomic_store(&r->phase, PH_STORING);
+        store_failed(r, op, prep, from_store);
+        r->failed_here = 1;
+        r->fail_code = from_store ? "store_failed" : loom_error_name(prep);
+        if (r->store_error)
+            fail_early(r, r->fail_code);
+    }
+    status = loom_run_status_name(r->failed_here
+                                      ? LOOM_RUN_FAILED
+                                      : loom_run_status_get(r->lr));
     secs = (double)(srv__now_ms() - r->start_mono) / 1000.0;
-    srv__metrics_run(s->metrics, loom_run_status_name(loom_run_status_get(
-                                     r->lr)),
-                     secs);
-    loom_info("run %s %s in %.3fs (conversation %s)", loom_run_id(r->lr),
-              loom_run_status_name(loom_run_status_get(r->lr)), secs,
-              r->conversation_id);
+    srv__metrics_run(s->metrics, status, secs);
+    loom_info("run %s %s in %.3fs (conversation %s)%s", r->id, status, secs,
+              r->conversation_id, r->stored ? "" : ", turn not stored");
+    /* The final event, unless the turn is stored, says it is not. */
+    if ((t = r->terminal) != NULL && !r->stored && r->store_error &&
+        prep == 0) {
+        srv_event *u = unstored_terminal(r, t);
+        if (u) {
+            event_free(t);
+            r->terminal = u;
+        }
+    }
 
     /* Free the slot first: a client that sees the end may start its
      * next run at once. */
@@ -564,6 +852,11 @@ static void *worker(void *arg)
     pthread_mutex_unlock(&rt->lock);
 
     pthread_mutex_lock(&r->lock);
+    /* The terminal event goes past max_run_events_bytes: it is the one a
+     * reader must see. */
+    if (r->terminal && log_append(r, r->terminal) == 0)
+        r->terminal = NULL;
+    atomic_store(&r->phase, PH_ENDED);
     r->ended = 1;
     r->ended_ms = unix_ms();
     pthread_cond_broadcast(&r->cv);
@@ -669,29 +962,41 @@ static int keep_spec(srv_run *r, const srv_run_spec *sp,
     return oom ? loom__error_oom() : 0;
 }
 
-/* The conversation so far: given, loaded, or empty for a new one. */
-static int load_history(srv_server *s, const srv_run_spec *sp,
-                        loom_messages *hist)
+/*
+ * The conversation's id: a new one (created by the worker), or the one
+ * continued, which must exist. The check is a read: in WAL mode it never
+ * waits for the store's writers, so it may run on the polling thread.
+ */
+static int pick_conversation(srv_run *r, const srv_run_spec *sp)
 {
     loom_conversation_info info;
+    char id[LOOM__STORE_ID_SIZE];
     int rc;
 
-    if (sp->history) {
-        if ((rc = loom_messages_append(hist, sp->history)) != 0)
+    if (!sp->conversation_id) {
+        if ((rc = loom__store_new_id(id, "conv_")) != 0)
             return rc;
-        if (!sp->conversation_id)
-            return 0;
+        r->create_conversation = 1;
+    } else {
         memset(&info, 0, sizeof(info));
-        rc = loom_store_conversation_info(s->store, sp->conversation_id,
+        rc = loom_store_conversation_info(r->s->store, sp->conversation_id,
                                           &info);
         loom_conversation_info_clear(&info);
-        return rc;
+        if (rc)
+            return rc;
+        /* Without a history given, it is loaded from the store. */
+        r->load_history = !sp->history;
     }
-    if (!sp->conversation_id)
-        return 0;
-    return loom_store_load_history(s->store, sp->conversation_id, hist);
+    r->conversation_id = strdup(sp->conversation_id ? sp->conversation_id
+                                                    : id);
+    return r->conversation_id ? 0 : loom__error_oom();
 }
 
+/*
+ * Fills r->opts and builds the run over hist: the real run, or (when the
+ * worker is to load the history) one over the input alone that checks
+ * the options now, so a bad request fails before anything starts.
+ */
 static int build_run(srv_run *r, const srv_run_spec *sp,
                      const loom_agent_config *agent,
                      const loom_model_config *model, loom_provider *provider,
@@ -734,7 +1039,8 @@ static int build_run(srv_run *r, const srv_run_spec *sp,
     if ((rc = loom_recorder_new(&r->rec, (loom_sink){on_event, r})) != 0)
         return rc;
     o.sink = loom_recorder_sink(r->rec);
-    return loom_run_new(&r->lr, &o, hist);
+    r->opts = o;
+    return loom_run_new(&r->lr, &r->opts, hist);
 }
 
 int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
@@ -785,24 +1091,21 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cv, NULL);
     atomic_init(&r->refs, 1);
+    atomic_init(&r->cancel_requested, 0);
+    atomic_init(&r->live, NULL);
+    atomic_init(&r->phase, PH_PREPARING);
     r->s = s;
     r->background = sp->background;
     r->created_ms = unix_ms();
     r->start_mono = srv__now_ms();
-    if ((rc = keep_spec(r, sp, agent, model)) != 0 ||
-        (rc = load_history(s, sp, &hist)) != 0 ||
+    if ((rc = loom__store_new_id(r->id, "run_")) != 0 ||
+        (rc = keep_spec(r, sp, agent, model)) != 0 ||
+        (rc = pick_conversation(r, sp)) != 0 ||
+        (sp->history &&
+         (rc = loom_messages_append(&hist, sp->history)) != 0) ||
         (rc = loom_messages_append(&hist, sp->input)) != 0 ||
         (rc = build_run(r, sp, agent, model, provider, &hist)) != 0)
         goto fail;
-    if (sp->conversation_id)
-        r->conversation_id = strdup(sp->conversation_id);
-    else if ((rc = loom_store_conversation_create(s->store,
-                                                  &r->conversation_id)) != 0)
-        goto fail;
-    if (!r->conversation_id) {
-        rc = loom__error_oom();
-        goto fail;
-    }
 
     /* References: the caller's, the worker's and the table's. */
     atomic_store(&r->refs, 3);
@@ -855,6 +1158,23 @@ static json_t *usage_json(const loom_usage *u)
                      (json_int_t)u->total_tokens);
 }
 
+/* The "error" of an ended run: null, or {"message"[, "code"]}. */
+static json_t *error_json(srv_run *run)
+{
+    const char *err = loom_run_error(run->lr);
+
+    if (run->failed_here) {
+        json_t *msg = loom__store_json_text(
+            run->store_error ? run->store_error : "the run failed",
+            strlen(run->store_error ? run->store_error : "the run failed"));
+        return json_pack("{s:o,s:s}", "message", msg, "code",
+                         run->fail_code ? run->fail_code : "store_failed");
+    }
+    return *err ? json_pack("{s:o}", "message",
+                            loom__store_json_text(err, strlen(err)))
+                : json_null();
+}
+
 json_t *srv_run_to_json(srv_run *run, int with_events)
 {
     json_t *o, *events = NULL;
@@ -868,9 +1188,9 @@ json_t *srv_run_to_json(srv_run *run, int with_events)
             json_array_append(events, run->events[i]->json);
     }
     pthread_mutex_unlock(&run->lock);
-    o = json_pack("{s:s,s:s,s:s,s:s,s:s?,s:s,s:b,s:I}", "id",
-                  loom_run_id(run->lr), "object", "run", "status",
-                  ended ? loom_run_status_name(loom_run_status_get(run->lr))
+    o = json_pack("{s:s,s:s,s:s,s:s,s:s?,s:s,s:b,s:I}", "id", run->id,
+                  "object", "run", "status",
+                  ended ? loom_run_status_name(srv_run_status(run))
                         : "running",
                   "conversation_id", run->conversation_id, "agent",
                   run->agent, "model", run->model, "background",
@@ -882,7 +1202,6 @@ json_t *srv_run_to_json(srv_run *run, int with_events)
     }
     if (ended) {
         const loom_run *lr = run->lr;
-        const char *err = loom_run_error(lr);
         size_t npending = 0;
         const loom_tool_call *pc = loom_run_pending_calls(lr, &npending);
         json_object_set_new(o, "ended_at", json_integer(run->ended_ms));
@@ -891,12 +1210,17 @@ json_t *srv_run_to_json(srv_run *run, int with_events)
                             loom_run_finish_reason(lr)
                                 ? json_string(loom_run_finish_reason(lr))
                                 : json_null());
-        json_object_set_new(o, "error",
-                            *err ? json_pack("{s:s}", "message", err)
-                                 : json_null());
+        json_object_set_new(o, "error", error_json(run));
         json_object_set_new(o, "iterations",
                             json_integer(loom_run_iterations(lr)));
         json_object_set_new(o, "usage", usage_json(loom_run_usage(lr)));
+        json_object_set_new(o, "stored", json_boolean(run->stored));
+        json_object_set_new(
+            o, "store_error",
+            run->store_error
+                ? loom__store_json_text(run->store_error,
+                                        strlen(run->store_error))
+                : json_null());
         if (npending) {
             json_t *arr = json_array();
             for (size_t i = 0; arr && i < npending; i++)
@@ -907,6 +1231,8 @@ json_t *srv_run_to_json(srv_run *run, int with_events)
         }
     } else {
         json_object_set_new(o, "ended_at", json_null());
+        json_object_set_new(o, "stored", json_false());
+        json_object_set_new(o, "store_error", json_null());
     }
     if (events)
         json_object_set_new(o, "events", events);

@@ -14,8 +14,10 @@
  *
  * Stop: quiesce (close the listening socket), refuse new runs, give
  * running runs shutdown_grace_ms to finish, cancel the rest and wait for
- * them to store their turns, let streams flush, then end whatever is
- * still suspended and stop the daemon.
+ * them to store their turns, then wait for every request that was being
+ * handled (blocking requests waiting for their run, streams, answers
+ * still being sent) to complete, so each gets its whole answer; only
+ * then end whatever is still suspended and stop the daemon.
  */
 #include "server/srvpriv.h"
 #include "core/error.h"
@@ -36,7 +38,7 @@
 
 #define TICK_MS 20
 #define CONN_MEMORY (64 * 1024)   /* per connection: headers, buffers */
-#define STREAM_DRAIN_MS 3000      /* streams flush after the runs ended */
+#define STREAM_DRAIN_MS 3000      /* requests flush after the runs ended */
 
 long long srv__now_ms(void)
 {
@@ -44,6 +46,28 @@ long long srv__now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- test hooks ---------------------------------------------------------- */
+
+static _Atomic(const char *) fault_point;
+static atomic_int fault_left;
+
+void srv__fault_arm(const char *point, int count)
+{
+    atomic_store(&fault_point, NULL);
+    atomic_store(&fault_left, count);
+    atomic_store(&fault_point, point);
+}
+
+int srv__fault(const char *point)
+{
+    const char *armed = atomic_load(&fault_point);
+
+    if (!armed || strcmp(armed, point) != 0 ||
+        atomic_fetch_sub(&fault_left, 1) <= 0)
+        return 0;
+    return loom__error_set(LOOM_ENOMEM, "fault injected at %s", point);
 }
 
 /* ---- accessors ----------------------------------------------------------- */
@@ -352,6 +376,7 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
     pthread_cond_init(&s->tick_cv, NULL);
     s->cfg = opts->config;
     s->sc = &opts->config->server;
+    s->store_retry_ms = SRV_STORE_RETRY_MS;
     s->store = opts->store;
     listen = opts->listen ? opts->listen : s->sc->listen;
     if (!listen)
@@ -520,7 +545,7 @@ void loom_server_wait(loom_server *s)
 
 void loom_server_stop(loom_server *s)
 {
-    long long deadline;
+    long long deadline, flush;
     MHD_socket lfd;
 
     if (!s || !s->d || atomic_exchange(&s->stopped, 1))
@@ -540,10 +565,20 @@ void loom_server_stop(loom_server *s)
             loom_warn("stopping: waiting for %d cancelled runs to end",
                       srv__runs_active(s));
     }
-    /* Streams of ended runs flush their last events and end. */
-    deadline = srv__now_ms() + STREAM_DRAIN_MS;
-    while (atomic_load(&s->streams) > 0 && srv__now_ms() < deadline)
+    /*
+     * Every run has ended and woken its waiters: blocking requests get
+     * their answers, streams their last events. Wait until each request
+     * being handled has completed (the polling thread resumes and answers
+     * them meanwhile), until the grace ends or at least STREAM_DRAIN_MS.
+     */
+    flush = srv__now_ms() + STREAM_DRAIN_MS;
+    if (flush < deadline)
+        flush = deadline;
+    while (atomic_load(&s->pending) > 0 && srv__now_ms() < flush)
         usleep(10 * 1000);
+    if (atomic_load(&s->pending) > 0)
+        loom_warn("stopping: %d requests still unanswered are cut",
+                  atomic_load(&s->pending));
     atomic_store(&s->closing, 1);
     resume_all(s);
     MHD_stop_daemon(s->d);

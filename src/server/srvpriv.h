@@ -75,6 +75,16 @@ int srv__runs_wait_idle(srv_server *s, long long deadline_ms);
 /* Cancels every active run. */
 void srv__runs_cancel_all(srv_server *s);
 
+/*
+ * Calls op(arg) until it returns anything but LOOM_EIO, or until
+ * s->store_retry_ms have passed since the first call, sleeping 50 ms
+ * doubling up to 1 s between calls (counted in loom_store_retries_total
+ * under what). Returns op's last answer. For worker threads only.
+ */
+typedef int (*srv_store_op)(void *arg);
+int srv__store_retry(srv_server *s, srv_store_op op, void *arg,
+                     const char *what);
+
 /* ---- the server (server.c) ----------------------------------------------- */
 
 typedef struct {
@@ -103,6 +113,10 @@ struct loom_server {
     atomic_int closing;   /* suspended requests end instead of waiting */
     atomic_int stopped;   /* loom_server_stop() ran */
     atomic_int streams;   /* SSE streams open */
+    /* Requests handled and not completed (waiting for a run, streaming,
+     * sending their answer): the stop waits for them. */
+    atomic_int pending;
+    long store_retry_ms;  /* SRV_STORE_RETRY_MS; tests lower it */
     /* suspended connections */
     pthread_mutex_t susp_lock;
     srv_susp *susp_head;
@@ -156,6 +170,10 @@ void srv__metrics_run(srv_metrics *m, const char *status, double secs);
 void srv__metrics_upstream(srv_metrics *m, const char *provider, double secs,
                            const char *error_kind);
 void srv__metrics_tool(srv_metrics *m, const char *tool, const char *outcome);
+/* A store call that failed for good (op: "save_turn",
+ * "create_conversation", "load_history"), or is retried. */
+void srv__metrics_store_error(srv_metrics *m, const char *op);
+void srv__metrics_store_retry(srv_metrics *m, const char *op);
 void srv__metrics_tokens(srv_metrics *m, const char *model, const char *kind,
                          long n);
 /* The Prometheus text exposition; caller frees. */
@@ -164,6 +182,10 @@ char *srv__metrics_render(srv_server *s);
 /* Wraps inner (taking it) so every call is measured. */
 int srv__metrics_provider(loom_provider **out, srv_metrics *m,
                           loom_provider *inner);
+
+/* Arms fault point (see srv__fault) to fail its next count calls; NULL
+ * disarms. Process-wide: for tests, which run one at a time. */
+void srv__fault_arm(const char *point, int count);
 
 /* ---- endpoint files ------------------------------------------------------ */
 

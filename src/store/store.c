@@ -228,6 +228,18 @@ int loom_store_conversation_create(loom_store *st, char **id_out)
     return 0;
 }
 
+int loom__store_conversation_create_id(loom_store *st, const char *id)
+{
+    int rc = check_id(st, id);
+
+    if (rc)
+        return rc;
+    if (!*id || strlen(id) > 128)
+        return loom__error_set(LOOM_EINVALID,
+                               "store: a conversation id has 1 to 128 bytes");
+    return st->vt->conversation_create(st, id, loom__store_now_ms());
+}
+
 int loom_store_conversation_info(loom_store *st, const char *id,
                                  loom_conversation_info *out)
 {

@@ -93,6 +93,16 @@ int loom__store_new_id(char id[LOOM__STORE_ID_SIZE], const char *prefix);
 int64_t loom__store_now_ms(void);
 
 /*
+ * Creates an empty conversation whose id the caller chose (with
+ * loom__store_new_id(id, "conv_")), so that a caller can announce the id
+ * before the write happens (the server sends it in a header, then
+ * creates the conversation on a run's worker thread). An id of at most
+ * 128 bytes. LOOM_EIO when the write fails (the store was busy beyond its
+ * busy timeout, the disk is full); LOOM_ERROR when the id is taken.
+ */
+int loom__store_conversation_create_id(loom_store *st, const char *id);
+
+/*
  * A JSON string of len bytes of s, any invalid UTF-8 byte replaced with
  * U+FFFD (stored text may hold any bytes; jansson takes only UTF-8).
  * json null when s is NULL. NULL only when out of memory.
