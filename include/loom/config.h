@@ -7,9 +7,13 @@
  * ${ENV_VAR:-default}), replaced when the file is read. Every error names
  * the file, the line and the key ("loom.yaml:12: agents.helper.model: ...").
  *
- * Without a file (loom_config_from_env), the `openai` provider exists when
- * OPENAI_API_KEY is set, with OPENAI_BASE_URL (default
- * https://api.openai.com/v1) as its base URL. A file adds providers,
+ * Without a file (loom_config_from_env), providers come from the
+ * environment: `openai` (Chat Completions) and `openai-responses` when
+ * OPENAI_API_KEY or OPENAI_BASE_URL is set (default base URL
+ * https://api.openai.com/v1), `anthropic` from ANTHROPIC_API_KEY /
+ * ANTHROPIC_BASE_URL (default https://api.anthropic.com) and `gemini`
+ * from GEMINI_API_KEY / GEMINI_BASE_URL (default
+ * https://generativelanguage.googleapis.com). A file adds providers,
  * models and agents, and overrides those of the environment by name.
  *
  * Models are referred to as "provider/model" ("openai/gpt-4o-mini"). A
@@ -21,7 +25,8 @@
  *   log: {level: info, format: text}
  *   providers:
  *     openai:
- *       kind: openai            # the wire format; only "openai" for now
+ *       kind: openai            # openai | openai-responses | anthropic |
+ *                               # gemini (the wire format)
  *       base_url: https://api.openai.com/v1
  *       api_key: ${OPENAI_API_KEY}
  *       headers: {X-Extra: v}   # optional extra request headers
@@ -32,6 +37,16 @@
  *       upstream: gpt-4o-mini   # id sent upstream (default: after '/')
  *       context_window: 128000
  *       max_output_tokens: 16384
+ *       capabilities: {tools: true, parallel_tool_calls: true,
+ *                      reasoning: false, vision: false}
+ *       reasoning: {effort: medium, thinking_budget: 8000}
+ *       prompt_cache: false
+ *       chain_responses: false
+ *       prices: {input: 0.15, cached_input: 0.075, output: 0.60}
+ *       fallbacks: [backup/gpt-4o-mini]
+ *       routing: {retries: 0, cooldown_ms: 30000,
+ *                 failures_before_cooldown: 3}
+ *   routing: {...}              # the default policy of every model
  *   agents:
  *     helper:
  *       model: openai/gpt-4o-mini
@@ -58,7 +73,8 @@ extern "C" {
 
 typedef struct {
     char *name;     /* key under `providers` */
-    char *kind;     /* wire format: "openai" */
+    char *kind;     /* wire format: openai, openai-responses, anthropic,
+                     * gemini */
     char *base_url; /* no trailing slash */
     char *api_key;  /* may be NULL (local servers need none) */
     json_t *headers; /* object of extra headers, never NULL */
@@ -70,12 +86,62 @@ typedef struct {
     long retry_max_delay_ms;    /* default 30000 */
 } loom_provider_config;
 
+/* What a model supports; requests leave out what it does not. */
+typedef struct {
+    int tools;               /* function calling; default 1 */
+    int parallel_tool_calls; /* the parallel_tool_calls flag; default 1 */
+    int reasoning;           /* reasoning controls; default 0 */
+    int vision;              /* image input; default 0 */
+} loom_model_capabilities;
+
+/*
+ * A model's prices in micro-dollars (1e-6 USD) per million tokens, read
+ * exactly from the decimal text of dollars per million tokens ("0.15" is
+ * 150000). Unset optional prices are -1: cached input and cache writes
+ * are then billed at `input`, reasoning at `output`.
+ */
+typedef struct {
+    int set;              /* prices were given; else cost is unknown */
+    int64_t input;
+    int64_t cached_input; /* -1: input */
+    int64_t cache_write;  /* -1: input */
+    int64_t output;
+    int64_t reasoning;    /* -1: output */
+} loom_model_prices;
+
+/* The most a price may be: $1,000,000 per million tokens. */
+#define LOOM_PRICE_MAX_MICROS ((int64_t)1000000 * 1000000)
+/* The most fallbacks one model may list. */
+#define LOOM_MODEL_MAX_FALLBACKS 8
+
+/* How the router treats a model's failures (see docs/routing.md). */
+typedef struct {
+    int retries;           /* extra tries of the model before the next
+                            * fallback, on top of the provider's own
+                            * retries; default 0 */
+    long cooldown_ms;      /* how long a failing model is skipped;
+                            * default 30000; 0: never skipped */
+    int failures_before_cooldown; /* failures in a row; default 3 */
+} loom_routing_policy;
+
 typedef struct {
     char *name;        /* "provider/model" */
     char *provider;    /* provider name */
     char *upstream;    /* model id sent upstream */
     long context_window;    /* tokens, 0 when unknown */
     long max_output_tokens; /* tokens, 0 when unknown */
+    loom_model_capabilities capabilities;
+    /* Reasoning controls, only ever set with capabilities.reasoning:
+     * "minimal", "low", "medium" or "high", or NULL; a thinking budget in
+     * tokens, or 0. */
+    char *reasoning_effort;
+    long thinking_budget;
+    int prompt_cache;    /* place prompt-cache breakpoints; default 0 */
+    int chain_responses; /* Responses API chaining; default 0 */
+    loom_model_prices prices;
+    char **fallbacks;    /* "provider/model" names tried in order */
+    size_t fallbacks_len;
+    loom_routing_policy routing; /* the config's `routing` unless set */
 } loom_model_config;
 
 typedef enum {
@@ -147,9 +213,15 @@ typedef struct {
     char *log_level;     /* may be NULL */
     char *log_format;    /* may be NULL */
     loom_server_config server; /* defaults unless the file sets them */
+    loom_routing_policy routing; /* default policy of every model */
 } loom_config;
 
-/* A config from the environment alone (OPENAI_API_KEY, OPENAI_BASE_URL). */
+/*
+ * A config from the environment alone: the providers of OPENAI_API_KEY,
+ * OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, GEMINI_API_KEY
+ * and GEMINI_BASE_URL (see above). LOOM_EINVALID when a *_BASE_URL is not
+ * an http(s) URL.
+ */
 int loom_config_from_env(loom_config **out);
 
 /*
@@ -174,9 +246,10 @@ const loom_agent_config *loom_config_agent(const loom_config *cfg,
 
 /*
  * Resolves "provider/model" to a model entry. A listed model is returned
- * as is; an unlisted one whose provider exists is filled into *tmp
- * (strings borrowed from `name` are copied into tmp: free with
- * loom_model_config_clear). LOOM_ENOTFOUND names what is missing.
+ * as is; an unlisted one whose provider exists is filled into *tmp with
+ * the defaults (capabilities, no prices, no fallbacks, the config's
+ * routing policy; strings are copies: free with loom_model_config_clear).
+ * LOOM_ENOTFOUND names what is missing.
  */
 int loom_config_model(const loom_model_config **out, loom_model_config *tmp,
                       const loom_config *cfg, const char *name);
@@ -184,6 +257,15 @@ void loom_model_config_clear(loom_model_config *m);
 
 /* Parses "auto", "none", "required" or a tool name. */
 int loom_tool_choice_parse(loom_tool_choice *out, const char *s);
+
+/*
+ * Parses a price in dollars per million tokens, written as a decimal
+ * ("3", "0.15", "2.50", at most 6 digits after the point, no sign or
+ * exponent), exactly into micro-dollars per million tokens: "0.15" gives
+ * 150000, with no floating point on the way. LOOM_EINVALID for anything
+ * else or above LOOM_PRICE_MAX_MICROS; *out is then untouched.
+ */
+int loom_price_parse(int64_t *out, const char *text);
 
 #ifdef __cplusplus
 }

@@ -151,6 +151,15 @@ typedef struct {
     long cached_tokens;    /* prompt tokens served from the cache */
     long reasoning_tokens; /* completion tokens spent reasoning */
     long total_tokens;
+    /* Prompt tokens written to the provider's prompt cache (Anthropic
+     * cache_creation_input_tokens), counted in prompt_tokens like
+     * cached_tokens: adapters whose provider reports them apart add them
+     * to prompt_tokens. */
+    long cache_write_tokens;
+    /* What the call cost in micro-dollars (1e-6 USD), from the answering
+     * model's configured prices (see loom/router.h); 0 when unknown, as
+     * loom_llm_response.cost_known then says. */
+    int64_t cost_micros;
 } loom_usage;
 
 /* Adds b into a, field by field. */
@@ -229,6 +238,12 @@ typedef struct {
     char *provider_state;
     int output_started;  /* any text, reasoning or tool call was received */
     loom_upstream_error error; /* filled when complete() fails upstream */
+    /* The model that answered, "provider/model", set by the model router
+     * (loom/router.h), which may fall back to another model than the one
+     * asked for; NULL from a bare adapter. */
+    char *model;
+    /* usage.cost_micros was computed from configured prices. */
+    int cost_known;
 } loom_llm_response;
 
 void loom_llm_response_clear(loom_llm_response *r);
@@ -259,6 +274,21 @@ int loom_provider_new(loom_provider **out, const loom_provider_config *config);
 /* The OpenAI Chat Completions adapter (kind "openai"). */
 int loom_provider_openai_new(loom_provider **out,
                              const loom_provider_config *config);
+
+/* The Google Gemini adapter (kind "gemini"); see docs/providers.md.
+ * base_url defaults to https://generativelanguage.googleapis.com. */
+int loom_provider_gemini_new(loom_provider **out,
+                             const loom_provider_config *config);
+
+/* The OpenAI Responses API adapter (kind "openai-responses"); see
+ * docs/providers.md. Requests go to POST {base_url}/responses. */
+int loom_provider_responses_new(loom_provider **out,
+                                const loom_provider_config *config);
+
+/* The Anthropic Messages adapter (kind "anthropic"); see docs/providers.md.
+ * base_url defaults to https://api.anthropic.com. */
+int loom_provider_anthropic_new(loom_provider **out,
+                                const loom_provider_config *config);
 
 static inline int loom_provider_complete(loom_provider *p,
                                          const loom_llm_request *req,

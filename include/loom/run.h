@@ -117,13 +117,22 @@ typedef struct {
      */
     const loom_tool_def *client_tools;
     size_t client_tools_len;
+    /*
+     * The model's request options, put into every request (the fields of
+     * loom_llm_request of the same names; a model's come from
+     * loom_model_provider_new in loom/router.h). 0 and NULL: unset.
+     */
+    long thinking_budget;
+    const char *reasoning_effort; /* borrowed */
+    int prompt_cache;
+    int chain_responses;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1
 #define LOOM_RUN_OPTIONS_INIT                                                \
     { LOOM_RUN_OPTIONS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL,  \
       NULL, 0, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, 0, 0, 0, -1.0,     \
-      {NULL, NULL}, NULL, 0 }
+      {NULL, NULL}, NULL, 0, 0, NULL, 0, 0 }
 
 typedef struct loom_run loom_run;
 
@@ -150,6 +159,8 @@ loom_run_status loom_run_status_get(const loom_run *run);
 const char *loom_run_id(const loom_run *run);
 /* The final answer (or what was streamed before a failure); never NULL. */
 const char *loom_run_text(const loom_run *run);
+/* Token counts summed over the run's model calls; cost_micros sums the
+ * costs of the calls whose model has prices. */
 const loom_usage *loom_run_usage(const loom_run *run);
 /* Model calls made. */
 int loom_run_iterations(const loom_run *run);

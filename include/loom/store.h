@@ -120,6 +120,9 @@ typedef struct {
     int iteration;
     loom_usage usage;
     double cost; /* < 0 when unknown */
+    /* The model that answered this call (a router may have fallen back);
+     * NULL: the turn's model. */
+    const char *model;
 } loom_turn_usage;
 
 /*

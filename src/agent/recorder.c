@@ -1,7 +1,9 @@
 /*
  * The turn recorder (see loom/recorder.h). It keeps small arrays of what
  * it saw; the strings it keeps are copies, since event data is borrowed
- * only for the sink call.
+ * only for the sink call. Costs arrive as exact integer micro-dollars
+ * and are summed as such; they become the store's dollars (a double)
+ * only at the end, once per row and once for the turn.
  */
 #include "loom/recorder.h"
 #include "core/error.h"
@@ -19,8 +21,27 @@ struct loom_recorder {
     size_t nusage, capusage;
     uint32_t text_index; /* index of the turn text_len counts */
     size_t text_len;     /* assistant text bytes in that turn so far */
+    int64_t cost_micros; /* sum of the usage rows' costs */
+    int unpriced;        /* usage rows without a cost */
+    char *model;         /* the model that answered last, when named */
     int failed;          /* out of memory while recording */
 };
+
+/* Keeps a copy of the model an event names (the router's answer). */
+static void note_model(loom_recorder *r, const json_t *d)
+{
+    const char *m = json_string_value(json_object_get(d, "model"));
+    char *copy;
+
+    if (!m || (r->model && strcmp(r->model, m) == 0))
+        return;
+    if (!(copy = strdup(m))) {
+        r->failed = 1;
+        return;
+    }
+    free(r->model);
+    r->model = copy;
+}
 
 /* Grows *arr (of elem-sized items) to hold one more. */
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
@@ -112,9 +133,27 @@ static void note(loom_recorder *r, const loom_event *ev)
         u->usage.cached_tokens = field_long(d, "cached_tokens");
         u->usage.reasoning_tokens = field_long(d, "reasoning_tokens");
         u->usage.total_tokens = field_long(d, "total_tokens");
-        u->cost = -1;
+        u->usage.cache_write_tokens = field_long(d, "cache_write_tokens");
+        if (json_is_integer(json_object_get(d, "cost_micros"))) {
+            u->usage.cost_micros =
+                (int64_t)json_integer_value(json_object_get(d, "cost_micros"));
+            u->cost = (double)u->usage.cost_micros / 1e6;
+            r->cost_micros += u->usage.cost_micros;
+        } else {
+            u->cost = -1;
+            r->unpriced++;
+        }
+        if (json_is_string(json_object_get(d, "model")) &&
+            !(u->model = strdup(
+                  json_string_value(json_object_get(d, "model")))))
+            r->failed = 1;
+        note_model(r, d);
         break;
     }
+    case LOOM_EV_RUN_COMPLETED:
+    case LOOM_EV_RUN_FAILED:
+        note_model(r, d);
+        break;
     default:
         break;
     }
@@ -155,7 +194,9 @@ int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
         return loom__error_oom();
     memset(turn, 0, sizeof(*turn));
     turn->run_id = loom_run_id(run);
-    turn->model = loom_run_model(run);
+    /* The model that answered, which a router's fallback may have
+     * changed: it is what the stored assistant message names. */
+    turn->model = rec->model ? rec->model : loom_run_model(run);
     turn->output = loom_run_messages(run);
     turn->status = st == LOOM_RUN_COMPLETED   ? LOOM_TURN_OK
                    : st == LOOM_RUN_CANCELLED ? LOOM_TURN_CANCELLED
@@ -168,7 +209,9 @@ int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
     turn->calls_len = rec->ncalls;
     turn->usage = rec->usage;
     turn->usage_len = rec->nusage;
-    turn->cost = -1;
+    turn->cost = rec->nusage && !rec->unpriced
+                     ? (double)rec->cost_micros / 1e6
+                     : -1;
     return 0;
 }
 
@@ -180,8 +223,11 @@ void loom_recorder_free(loom_recorder *rec)
         free((char *)rec->tools[i].tool_call_id);
     for (size_t i = 0; i < rec->ncalls; i++)
         free((char *)rec->calls[i].tool_call_id);
+    for (size_t i = 0; i < rec->nusage; i++)
+        free((char *)rec->usage[i].model);
     free(rec->tools);
     free(rec->calls);
     free(rec->usage);
+    free(rec->model);
     free(rec);
 }

@@ -56,6 +56,10 @@ struct loom_run {
     size_t ncall_offsets, capcall_offsets;
     char *final_text;
     loom_usage usage;
+    /* Calls that reported usage with and without a known cost: the run's
+     * cost is known when every one of them had one. */
+    int priced_calls, unpriced_calls;
+    char *answered_model; /* the model of the last call, when named */
     int iterations;
     uint64_t seq;
     uint32_t index;
@@ -156,7 +160,13 @@ static void emit(loom_run *run, loom_event_type type, json_t *data)
     json_decref(ev.data);
 }
 
-static json_t *usage_json(const loom_usage *u)
+/*
+ * Token counts, then cache_write_tokens when there were any and
+ * cost_micros when the cost is known (exact integer micro-dollars, never
+ * a float): both are left out otherwise, so runs on providers that
+ * report neither send what they always did.
+ */
+static json_t *usage_json_cost(const loom_usage *u, int cost_known)
 {
     pk p = pk_new();
 
@@ -165,7 +175,18 @@ static json_t *usage_json(const loom_usage *u)
     pk_int(&p, "cached_tokens", (json_int_t)u->cached_tokens);
     pk_int(&p, "reasoning_tokens", (json_int_t)u->reasoning_tokens);
     pk_int(&p, "total_tokens", (json_int_t)u->total_tokens);
+    if (u->cache_write_tokens)
+        pk_int(&p, "cache_write_tokens", (json_int_t)u->cache_write_tokens);
+    if (cost_known)
+        pk_int(&p, "cost_micros", (json_int_t)u->cost_micros);
     return pk_done(&p);
+}
+
+/* The run's usage so far, with its total cost when every call had one. */
+static json_t *run_usage_json(const loom_run *run)
+{
+    return usage_json_cost(&run->usage,
+                           run->priced_calls > 0 && run->unpriced_calls == 0);
 }
 
 /* {"delta": text}, the text checked as json_pack's "s%" checks it. */
@@ -632,10 +653,11 @@ static void finish_failed(loom_run *run, int rc,
                             json_integer(resp->error.attempts));
     }
     emit(run, LOOM_EV_RUN_FAILED,
-         json_pack("{s:s,s:o,s:s,s:i,s:o}", "status",
+         json_pack("{s:s,s:o,s:s,s:i,s:o,s:s*}", "status",
                    loom_run_status_name(run->status), "error", err, "text",
                    run->final_text ? run->final_text : "", "iterations",
-                   run->iterations, "usage", usage_json(&run->usage)));
+                   run->iterations, "usage", run_usage_json(run), "model",
+                   run->answered_model));
 }
 
 /* Keeps what the model had said when a turn breaks off. */
@@ -702,6 +724,10 @@ int loom_run_execute(loom_run *run)
         req.temperature = o->temperature;
         req.stream = 1;
         req.cache = run->cache;
+        req.thinking_budget = o->thinking_budget;
+        req.reasoning_effort = o->reasoning_effort;
+        req.prompt_cache = o->prompt_cache;
+        req.chain_responses = o->chain_responses;
 
         loom_buf_clear(&run->text);
         run->ncall_offsets = 0;
@@ -712,15 +738,27 @@ int loom_run_execute(loom_run *run)
         /* A forced tool choice applies to one call, then returns to auto. */
         run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
         run->choice.function = NULL;
+        if (resp.model) {
+            free(run->answered_model);
+            run->answered_model = strdup(resp.model);
+        }
         if (resp.usage.total_tokens || resp.usage.prompt_tokens ||
             resp.usage.completion_tokens) {
+            if (!resp.cost_known)
+                resp.usage.cost_micros = 0;
             loom_usage_add(&run->usage, &resp.usage);
+            if (resp.cost_known)
+                run->priced_calls++;
+            else
+                run->unpriced_calls++;
             if (has_sink(run)) {
-                json_t *u = usage_json(&resp.usage);
+                json_t *u = usage_json_cost(&resp.usage, resp.cost_known);
                 json_object_set_new(u, "iteration",
                                     json_integer(run->iterations));
-                json_object_set_new(u, "cumulative",
-                                    usage_json(&run->usage));
+                /* Which model answered: a router may have fallen back. */
+                if (resp.model)
+                    json_object_set_new(u, "model", json_string(resp.model));
+                json_object_set_new(u, "cumulative", run_usage_json(run));
                 emit(run, LOOM_EV_USAGE, u);
             }
         }
@@ -777,9 +815,10 @@ int loom_run_execute(loom_run *run)
                                             : NULL;
     if (rc == 0) {
         json_t *done = json_pack(
-            "{s:s,s:s,s:i,s:s?,s:o}", "status", "completed", "text",
+            "{s:s,s:s,s:i,s:s?,s:o,s:s*}", "status", "completed", "text",
             run->final_text, "iterations", run->iterations, "finish_reason",
-            run->finish_reason, "usage", usage_json(&run->usage));
+            run->finish_reason, "usage", run_usage_json(run), "model",
+            run->answered_model);
         run->status = LOOM_RUN_COMPLETED;
         if (run->npending) {
             json_t *pc = json_array();
@@ -878,6 +917,7 @@ void loom_run_free(loom_run *run)
     loom_buf_free(&run->text);
     free(run->call_offsets);
     free(run->final_text);
+    free(run->answered_model);
     free(run->error);
     loom_llm_cache_free(run->cache);
     free(run);

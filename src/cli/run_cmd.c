@@ -4,15 +4,20 @@
  *
  * The agent comes from --agent (or the config's default_agent); without
  * one, the default agent offers every built-in tool. The model comes from
- * --model, else the agent's, else $LOOM_MODEL, else openai/gpt-4o-mini.
- * With no provider at all (no OPENAI_API_KEY, no config) the run goes to
- * the offline demo (offline.c) and says so on stderr.
+ * --model, else the agent's, else $LOOM_MODEL, else a default for the
+ * first provider the environment gives (openai/gpt-4o-mini,
+ * anthropic/claude-sonnet-4-5, gemini/gemini-2.5-flash). The model is
+ * reached through the router (loom/router.h): its fallbacks, request
+ * options and prices apply. With no provider at all (no *_API_KEY, no
+ * config) the run goes to the offline demo (offline.c) and says so on
+ * stderr.
  *
  * Ctrl-C cancels the run cleanly (the upstream request is aborted and the
  * command exits 130); a second Ctrl-C exits at once.
  */
 #include "cli/cli.h"
 #include "loom/log.h"
+#include "loom/router.h"
 #include "loom/tools.h"
 
 #include <getopt.h>
@@ -23,6 +28,23 @@
 #include <unistd.h>
 
 #define DEFAULT_MODEL "openai/gpt-4o-mini"
+
+/* The model used without --model, an agent or $LOOM_MODEL: the first of
+ * these whose provider exists, else DEFAULT_MODEL. */
+static const char *default_model(const loom_config *cfg)
+{
+    static const char *const models[][2] = {
+        {"openai", DEFAULT_MODEL},
+        {"anthropic", "anthropic/claude-sonnet-4-5"},
+        {"gemini", "gemini/gemini-2.5-flash"},
+        {"openai-responses", "openai-responses/gpt-4o-mini"},
+    };
+
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
+        if (loom_config_provider(cfg, models[i][0]))
+            return models[i][1];
+    return DEFAULT_MODEL;
+}
 #define MAX_QUESTION (8 * 1024 * 1024)
 
 static const char run_usage[] =
@@ -259,9 +281,7 @@ int cli_run(int argc, char **argv)
     run_args a;
     loom_config *cfg = NULL;
     const loom_agent_config *agent = NULL;
-    const loom_model_config *model = NULL;
-    const loom_provider_config *pcfg;
-    loom_model_config tmp_model;
+    loom_model_request_options model;
     loom_tool_registry *reg = NULL;
     loom_provider *provider = NULL;
     loom_messages history = {0};
@@ -272,7 +292,7 @@ int cli_run(int argc, char **argv)
     struct sigaction sa;
 
     memset(&a, 0, sizeof(a));
-    memset(&tmp_model, 0, sizeof(tmp_model));
+    memset(&model, 0, sizeof(model));
     if ((rc = parse_args(&a, argc, argv)) != 0) {
         free(a.question);
         return rc < 0 ? CLI_OK : rc;
@@ -302,13 +322,14 @@ int cli_run(int argc, char **argv)
                  : agent ? agent->model
                  : getenv("LOOM_MODEL") && *getenv("LOOM_MODEL")
                      ? getenv("LOOM_MODEL")
-                     : DEFAULT_MODEL;
+                     : default_model(cfg);
     if (cfg->providers_len == 0 && !a.model) {
         fprintf(stderr,
-                "loom: no model provider is configured (OPENAI_API_KEY is "
-                "not set and no config names one): running the OFFLINE "
-                "DEMO against loom's built-in fake model.\n"
-                "loom: set OPENAI_API_KEY (and OPENAI_BASE_URL for another "
+                "loom: no model provider is configured (OPENAI_API_KEY, "
+                "ANTHROPIC_API_KEY and GEMINI_API_KEY are not set and no "
+                "config names one): running the OFFLINE DEMO against "
+                "loom's built-in fake model.\n"
+                "loom: set one of them (and OPENAI_BASE_URL for another "
                 "OpenAI-compatible server) or pass --config to use a real "
                 "model.\n");
         /* No provider means no agent either (an agent needs a model). */
@@ -320,19 +341,7 @@ int cli_run(int argc, char **argv)
         }
         model_name = CLI_OFFLINE_MODEL;
     }
-    if (loom_config_model(&model, &tmp_model, cfg, model_name) != 0) {
-        fprintf(stderr, "loom run: %s\n", loom_error_last());
-        rc = CLI_USAGE;
-        goto done;
-    }
-    pcfg = loom_config_provider(cfg, model->provider);
-    if (!pcfg) {
-        fprintf(stderr, "loom run: provider '%s' is not configured\n",
-                model->provider);
-        rc = CLI_USAGE;
-        goto done;
-    }
-    if (loom_provider_new(&provider, pcfg) != 0) {
+    if (loom_model_provider_new(&provider, cfg, model_name, &model) != 0) {
         fprintf(stderr, "loom run: %s\n", loom_error_last());
         rc = CLI_USAGE;
         goto done;
@@ -350,25 +359,32 @@ int cli_run(int argc, char **argv)
 
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     ro.provider = provider;
-    ro.model = model->name;
-    ro.upstream_model = model->upstream;
-    ro.tools = reg;
+    ro.model = model.model;
+    ro.upstream_model = model.upstream;
+    ro.tools = model.capabilities.tools ? reg : NULL;
     ro.tool_settings = cfg->tools;
     ro.agent = agent ? agent->name : "default";
     ro.system_prompt = a.system ? a.system : agent ? agent->system_prompt
                                                    : NULL;
-    if (agent && !agent->tools_all) {
+    if (agent && !agent->tools_all && ro.tools) {
         ro.tool_names = (const char *const *)agent->tools;
         ro.tool_names_len = agent->tools_len;
     }
     ro.max_iterations = a.max_iterations ? a.max_iterations
                         : agent ? agent->max_iterations : 0;
     if (agent) {
-        ro.tool_choice = agent->tool_choice;
+        if (ro.tools)
+            ro.tool_choice = agent->tool_choice;
         ro.parallel_tool_calls = agent->parallel_tool_calls;
         ro.tool_concurrency = agent->tool_concurrency;
     }
-    ro.max_output_tokens = model->max_output_tokens;
+    if (!model.capabilities.parallel_tool_calls)
+        ro.parallel_tool_calls = -1;
+    ro.max_output_tokens = model.max_output_tokens;
+    ro.thinking_budget = model.thinking_budget;
+    ro.reasoning_effort = model.reasoning_effort;
+    ro.prompt_cache = model.prompt_cache;
+    ro.chain_responses = model.chain_responses;
     ro.sink.emit = cli_printer_emit;
     ro.sink.payload = &printer;
     if (loom_run_new(&run, &ro, &history) != 0) {
@@ -404,7 +420,6 @@ done:
     loom_messages_free(&history);
     loom_provider_free(provider);
     loom_tool_registry_free(reg);
-    loom_model_config_clear(&tmp_model);
     cli_offline_stop(fake_pid);
     loom_config_free(cfg);
     free(a.question);

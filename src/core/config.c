@@ -1,10 +1,11 @@
 /*
- * Configuration: the public side. A config is the environment's `openai`
- * provider (OPENAI_API_KEY, OPENAI_BASE_URL) with one YAML file read over
- * it: the file adds providers, models, agents and tool settings and
- * replaces providers of the same name. This file holds what does not
- * depend on YAML: building and freeing configs, the environment, reading
- * the file under its 4 MiB limit, the lookups and model resolution.
+ * Configuration: the public side. A config is the environment's providers
+ * (openai and openai-responses from OPENAI_*, anthropic from ANTHROPIC_*,
+ * gemini from GEMINI_*) with one YAML file read over them: the file adds
+ * providers, models, agents and tool settings and replaces providers of
+ * the same name. This file holds what does not depend on YAML: building
+ * and freeing configs, the environment, reading the file under its 4 MiB
+ * limit, the lookups, model resolution and exact price parsing.
  * config_yaml.c turns the YAML text into the config.
  */
 #include "loom/config.h"
@@ -22,6 +23,37 @@
 #include <unistd.h>
 
 #define DEFAULT_OPENAI_URL "https://api.openai.com/v1"
+#define DEFAULT_ANTHROPIC_URL "https://api.anthropic.com"
+#define DEFAULT_GEMINI_URL "https://generativelanguage.googleapis.com"
+
+/* The wire formats a provider may speak, with the base URL a file may
+ * leave out (NULL: base_url is required). */
+static const struct {
+    const char *kind;
+    const char *default_url;
+} kinds[] = {
+    {"openai", NULL},
+    {"openai-responses", DEFAULT_OPENAI_URL},
+    {"anthropic", DEFAULT_ANTHROPIC_URL},
+    {"gemini", DEFAULT_GEMINI_URL},
+};
+
+int loom__config_kind_known(const char *kind, const char **default_url)
+{
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (strcmp(kinds[i].kind, kind) == 0) {
+            if (default_url)
+                *default_url = kinds[i].default_url;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const char *loom__config_kind_names(void)
+{
+    return "openai, openai-responses, anthropic, gemini";
+}
 
 /* ---- helpers shared with config_yaml.c ---------------------------- */
 
@@ -178,7 +210,77 @@ void loom_model_config_clear(loom_model_config *m)
     free(m->name);
     free(m->provider);
     free(m->upstream);
+    free(m->reasoning_effort);
+    for (size_t i = 0; i < m->fallbacks_len; i++)
+        free(m->fallbacks[i]);
+    free(m->fallbacks);
     memset(m, 0, sizeof(*m));
+}
+
+/* The defaults of a model entry: every capability but reasoning and
+ * vision, no prices, no fallbacks, the config's routing policy. */
+void loom__config_model_defaults(loom_model_config *m, const loom_config *cfg)
+{
+    memset(m, 0, sizeof(*m));
+    m->capabilities.tools = 1;
+    m->capabilities.parallel_tool_calls = 1;
+    m->prices.input = m->prices.output = 0;
+    m->prices.cached_input = m->prices.cache_write = -1;
+    m->prices.reasoning = -1;
+    m->routing = cfg->routing;
+}
+
+/*
+ * Prices are money: they are read digit by digit into integer
+ * micro-dollars, because strtod would turn "0.15" into 0.1499999... and
+ * every cost computed from it would drift. Written by hand since libc
+ * has no exact decimal parser.
+ */
+int loom_price_parse(int64_t *out, const char *text)
+{
+    int64_t whole = 0, frac = 0;
+    const char *p = text;
+    int digits = 0, fdigits = 0;
+
+    if (!out || !text)
+        return loom__error_set(LOOM_EINVALID, "price: NULL argument");
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        /* More than 7 integer digits is past the maximum anyway; stop
+         * before the arithmetic could overflow. */
+        if (digits >= 7)
+            goto bad;
+        whole = whole * 10 + (*p - '0');
+    }
+    if (digits == 0)
+        goto bad;
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9'; p++, fdigits++) {
+            if (fdigits >= 6)
+                return loom__error_set(LOOM_EINVALID,
+                                       "more than 6 digits after the "
+                                       "decimal point (prices are kept in "
+                                       "micro-dollars per million tokens)");
+            frac = frac * 10 + (*p - '0');
+        }
+        if (fdigits == 0)
+            goto bad;
+    }
+    if (*p != '\0')
+        goto bad;
+    for (int i = fdigits; i < 6; i++)
+        frac *= 10;
+    if (whole * 1000000 + frac > LOOM_PRICE_MAX_MICROS)
+        return loom__error_set(LOOM_EINVALID,
+                               "must be at most 1000000 dollars per "
+                               "million tokens");
+    *out = whole * 1000000 + frac;
+    return 0;
+
+bad:
+    return loom__error_set(LOOM_EINVALID,
+                           "must be a price in dollars per million tokens "
+                           "such as 0.15 or 3 (digits, an optional point "
+                           "and at most 6 decimals)");
 }
 
 /*
@@ -215,6 +317,7 @@ int loom_config_model(const loom_model_config **out, loom_model_config *tmp,
                                "'%s' is not listed and no tmp was given",
                                name);
     plen = loom__config_provider_part(name);
+    loom__config_model_defaults(tmp, cfg);
     tmp->name = strdup(name);
     tmp->provider = strndup(name, plen);
     tmp->upstream = strdup(name + plen + 1);
@@ -394,6 +497,9 @@ static loom_config *config_new(void)
     cfg->server.shutdown_grace_ms = 10000;
     cfg->server.keep_finished_runs = 1000;
     cfg->server.max_run_events_bytes = 64L << 20;
+    cfg->routing.retries = 0;
+    cfg->routing.cooldown_ms = 30000;
+    cfg->routing.failures_before_cooldown = 3;
     if (!(cfg->tools = json_object()) || !cfg->server.listen ||
         !cfg->server.db) {
         loom_config_free(cfg);
@@ -409,44 +515,47 @@ static const char *env_nonempty(const char *name)
     return v && *v ? v : NULL;
 }
 
-/*
- * The `openai` provider exists when OPENAI_API_KEY or OPENAI_BASE_URL is
- * set and not empty: a base URL alone is enough because local servers
- * (Ollama, llama.cpp, vLLM) need no key. Nothing else comes from the
- * environment. LOOM_EINVALID when OPENAI_BASE_URL is not an http(s) URL.
- */
-int loom_config_from_env(loom_config **out)
+/* The providers the environment makes: a name, its kind, and the
+ * variables of its key and base URL. OPENAI_* serve two providers, one
+ * per OpenAI wire format. */
+static const struct {
+    const char *name, *kind, *key_var, *url_var, *default_url;
+} env_providers[] = {
+    {"openai", "openai", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+     DEFAULT_OPENAI_URL},
+    {"openai-responses", "openai-responses", "OPENAI_API_KEY",
+     "OPENAI_BASE_URL", DEFAULT_OPENAI_URL},
+    {"anthropic", "anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
+     DEFAULT_ANTHROPIC_URL},
+    {"gemini", "gemini", "GEMINI_API_KEY", "GEMINI_BASE_URL",
+     DEFAULT_GEMINI_URL},
+};
+
+/* Adds env_providers[i] to cfg when its key or base URL is set. */
+static int env_provider(loom_config *cfg, size_t i)
 {
     loom_provider_config p;
-    const char *key = env_nonempty("OPENAI_API_KEY");
-    const char *url = env_nonempty("OPENAI_BASE_URL");
-    loom_config *cfg = NULL;
+    const char *key = env_nonempty(env_providers[i].key_var);
+    const char *url = env_nonempty(env_providers[i].url_var);
     char tmp[64];
-    int rc = 0;
+    int rc;
 
     memset(&p, 0, sizeof(p));
-    if (!out)
-        return loom__error_set(LOOM_EINVALID, "loom_config_from_env: NULL "
-                                              "argument");
-    *out = NULL;
-    if (!(cfg = config_new())) {
-        rc = loom__error_oom();
-        goto cleanup;
-    }
     if (!key && !url)
+        return 0;
+    if (url && !loom__config_valid_url(url))
+        return loom__error_set(LOOM_EINVALID,
+                               "environment: %s: must be an http:// or "
+                               "https:// URL, got '%s'",
+                               env_providers[i].url_var,
+                               loom__config_shown(tmp, sizeof(tmp), url));
+    if ((rc = loom__config_provider_init(&p, env_providers[i].name)) != 0)
         goto cleanup;
-    if (url && !loom__config_valid_url(url)) {
-        rc = loom__error_set(LOOM_EINVALID,
-                             "environment: OPENAI_BASE_URL: must be an "
-                             "http:// or https:// URL, got '%s'",
-                             loom__config_shown(tmp, sizeof(tmp), url));
-        goto cleanup;
-    }
-    if ((rc = loom__config_provider_init(&p, "openai")) != 0)
-        goto cleanup;
-    p.base_url = strdup(url ? url : DEFAULT_OPENAI_URL);
+    free(p.kind);
+    p.kind = strdup(env_providers[i].kind);
+    p.base_url = strdup(url ? url : env_providers[i].default_url);
     p.api_key = dup_str(key);
-    if (!p.base_url || (key && !p.api_key)) {
+    if (!p.kind || !p.base_url || (key && !p.api_key)) {
         rc = loom__error_oom();
         goto cleanup;
     }
@@ -455,6 +564,30 @@ int loom_config_from_env(loom_config **out)
 
 cleanup:
     loom__config_provider_clear(&p);
+    return rc;
+}
+
+/*
+ * Each provider of env_providers exists when its key or its base URL is
+ * set and not empty: a base URL alone is enough because local servers
+ * (Ollama, llama.cpp, vLLM) need no key. Nothing else comes from the
+ * environment. LOOM_EINVALID when a base URL is not an http(s) URL.
+ */
+int loom_config_from_env(loom_config **out)
+{
+    loom_config *cfg = NULL;
+    int rc = 0;
+
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "loom_config_from_env: NULL "
+                                              "argument");
+    *out = NULL;
+    if (!(cfg = config_new()))
+        return loom__error_oom();
+    for (size_t i = 0; i < sizeof(env_providers) / sizeof(env_providers[0]);
+         i++)
+        if ((rc = env_provider(cfg, i)) != 0)
+            break;
     if (rc)
         loom_config_free(cfg);
     else

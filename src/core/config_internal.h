@@ -41,6 +41,16 @@ const loom_provider_config *loom__config_find_provider_n(const loom_config *cfg,
 int loom__config_model_unresolved(const loom_config *cfg, const char *name,
                                   char *why, size_t cap);
 
+/* Whether kind is a known wire format; *default_url (when given) gets its
+ * default base URL, NULL when a file must give one. */
+int loom__config_kind_known(const char *kind, const char **default_url);
+/* "openai, openai-responses, ...", for messages. */
+const char *loom__config_kind_names(void);
+
+/* A model entry's defaults (capabilities, no prices, cfg's routing). */
+void loom__config_model_defaults(loom_model_config *m,
+                                 const loom_config *cfg);
+
 /* A provider with its defaults, kind "openai" and empty headers. */
 int loom__config_provider_init(loom_provider_config *p, const char *name);
 void loom__config_provider_clear(loom_provider_config *p);

@@ -747,6 +747,7 @@ static int parse_provider(loader *ld, const entry *e, loom_provider_config *p)
     enum { KIND, URL, KEY, HEADERS, TIMEOUTS, RETRIES, NFIELDS };
     yaml_node_t *v[NFIELDS], *t[3], *r[3];
     char key[KEY_LEN], sub[KEY_LEN], tmp[64], *s = NULL;
+    const char *default_url = NULL;
     int rc;
 
     if ((rc = loom__config_provider_init(p, e->name)) != 0)
@@ -758,21 +759,33 @@ static int parse_provider(loader *ld, const entry *e, loom_provider_config *p)
     join_key(sub, sizeof(sub), key, "kind");
     if (v[KIND] && (rc = get_str(ld, v[KIND], sub, "a string", &s)) != 0)
         return rc;
-    if (s && strcmp(s, "openai") != 0) {
+    if (s && !loom__config_kind_known(s, NULL)) {
         rc = fail_at(ld, LOOM_EINVALID, line_of(v[KIND]), sub,
-                     "must be one of: openai, got '%s'",
+                     "must be one of: %s, got '%s'",
+                     loom__config_kind_names(),
                      loom__config_shown(tmp, sizeof(tmp), s));
         free(s);
         return rc;
     }
-    free(s);
+    if (s) {
+        free(p->kind);
+        p->kind = s;
+        s = NULL;
+    }
+    loom__config_kind_known(p->kind, &default_url);
 
     join_key(sub, sizeof(sub), key, "base_url");
     if (v[URL] && (rc = get_str(ld, v[URL], sub, "a URL", &p->base_url)) != 0)
         return rc;
+    /* Providers with one public endpoint may leave it out; "openai" is
+     * any OpenAI-compatible server, so it names its own. */
+    if (!p->base_url && default_url &&
+        !(p->base_url = strdup(default_url)))
+        return loom__error_oom();
     if (!p->base_url)
         return fail_at(ld, LOOM_EINVALID, line_of(e->key), key,
-                       "missing required key 'base_url'");
+                       "missing required key 'base_url' (kind %s)",
+                       p->kind);
     if (!loom__config_valid_url(p->base_url))
         return fail_at(ld, LOOM_EINVALID, line_of(v[URL]), sub,
                        "must be an http:// or https:// URL, got '%s'",
@@ -866,16 +879,215 @@ cleanup:
     return rc;
 }
 
+/*
+ * A routing policy (`routing:` at the top or in a model) over what *rp
+ * holds: keys left out keep their value, so a model's policy starts from
+ * the top-level one.
+ */
+static int parse_routing(loader *ld, const yaml_node_t *n, const char *key,
+                         loom_routing_policy *rp)
+{
+    static const char *const known[] = {"retries", "cooldown_ms",
+                                        "failures_before_cooldown", NULL};
+    yaml_node_t *v[3];
+    char sub[KEY_LEN];
+    int rc;
+
+    if ((rc = read_fields(ld, n, key, known, v)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "retries");
+    if ((rc = get_int(ld, v[0], sub, 0, 10, &rp->retries)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "cooldown_ms");
+    if ((rc = get_long(ld, v[1], sub, 0, TIMEOUT_MAX, &rp->cooldown_ms)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "failures_before_cooldown");
+    return get_int(ld, v[2], sub, 1, 1000, &rp->failures_before_cooldown);
+}
+
+static int parse_capabilities(loader *ld, const yaml_node_t *n,
+                              const char *key, loom_model_capabilities *c)
+{
+    static const char *const known[] = {"tools", "parallel_tool_calls",
+                                        "reasoning", "vision", NULL};
+    int *dst[] = {&c->tools, &c->parallel_tool_calls, &c->reasoning,
+                  &c->vision};
+    yaml_node_t *v[4];
+    char sub[KEY_LEN];
+    int rc;
+
+    if ((rc = read_fields(ld, n, key, known, v)) != 0)
+        return rc;
+    for (int i = 0; i < 4; i++) {
+        join_key(sub, sizeof(sub), key, known[i]);
+        if ((rc = get_bool(ld, v[i], sub, dst[i])) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* `reasoning: {effort, thinking_budget}`; the model must say it supports
+ * reasoning controls (seed 003 supportsReasoningControls). */
+static int parse_reasoning(loader *ld, const yaml_node_t *n, const char *key,
+                           loom_model_config *m)
+{
+    static const char *const known[] = {"effort", "thinking_budget", NULL};
+    static const char *const efforts[] = {"minimal", "low", "medium",
+                                          "high"};
+    yaml_node_t *v[2];
+    char sub[KEY_LEN], tmp[64];
+    size_t i;
+    int rc;
+
+    if ((rc = read_fields(ld, n, key, known, v)) != 0)
+        return rc;
+    if ((v[0] || v[1]) && !m->capabilities.reasoning)
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                       "reasoning controls need capabilities.reasoning: "
+                       "true");
+    join_key(sub, sizeof(sub), key, "effort");
+    if (v[0] &&
+        (rc = get_str(ld, v[0], sub, "a reasoning effort",
+                      &m->reasoning_effort)) != 0)
+        return rc;
+    if (m->reasoning_effort) {
+        for (i = 0; i < 4 && strcmp(efforts[i], m->reasoning_effort); i++)
+            ;
+        if (i == 4)
+            return fail_at(
+                ld, LOOM_EINVALID, line_of(v[0]), sub,
+                "must be minimal, low, medium or high, got '%s'",
+                loom__config_shown(tmp, sizeof(tmp), m->reasoning_effort));
+    }
+    join_key(sub, sizeof(sub), key, "thinking_budget");
+    return get_long(ld, v[1], sub, 1, TOKENS_MAX, &m->thinking_budget);
+}
+
+/* One price, exactly (loom_price_parse); a null keeps *out. */
+static int get_price(loader *ld, const yaml_node_t *n, const char *key,
+                     int64_t *out)
+{
+    char tmp[64], why[256], *s = NULL;
+    int rc;
+
+    if (!n)
+        return 0;
+    if ((rc = get_str(ld, n, key, "a price in dollars per million tokens",
+                      &s)) != 0 ||
+        !s)
+        return rc;
+    if (loom_price_parse(out, s) != 0) {
+        snprintf(why, sizeof(why), "%s", loom_error_last());
+        rc = fail_at(ld, LOOM_EINVALID, line_of(n), key, "%s, got '%s'", why,
+                     loom__config_shown(tmp, sizeof(tmp), s));
+    }
+    free(s);
+    return rc;
+}
+
+static int parse_prices(loader *ld, const yaml_node_t *n, const char *key,
+                        loom_model_prices *pr)
+{
+    static const char *const known[] = {"input", "cached_input",
+                                        "cache_write", "output",
+                                        "reasoning", NULL};
+    int64_t *dst[] = {&pr->input, &pr->cached_input, &pr->cache_write,
+                      &pr->output, &pr->reasoning};
+    yaml_node_t *v[5];
+    char sub[KEY_LEN];
+    int rc;
+
+    if ((rc = read_fields(ld, n, key, known, v)) != 0 || is_null(n))
+        return rc;
+    /* Both main prices are needed: a missing one would be billed as
+     * free, which is never what a typo meant. */
+    if (!v[0] || is_null(v[0]) || !v[3] || is_null(v[3]))
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                       "missing required key '%s' (input and output are "
+                       "both required; write 0 for free)",
+                       !v[0] || is_null(v[0]) ? "input" : "output");
+    for (int i = 0; i < 5; i++) {
+        join_key(sub, sizeof(sub), key, known[i]);
+        if ((rc = get_price(ld, v[i], sub, dst[i])) != 0)
+            return rc;
+    }
+    pr->set = 1;
+    return 0;
+}
+
+/* `fallbacks: [provider/model, ...]`: each must resolve, once, and not be
+ * the model itself. */
+static int parse_fallbacks(loader *ld, const yaml_node_t *n, const char *key,
+                           loom_model_config *m)
+{
+    char sub[KEY_LEN], tmp[64], why[512], *s = NULL;
+    size_t count, i = 0;
+    int rc;
+
+    if ((rc = visit(ld, n)) != 0 || is_null(n))
+        return rc;
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                       "must be a list of model names, got %s",
+                       kind_name(n));
+    count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count > LOOM_MODEL_MAX_FALLBACKS)
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                       "at most %d fallbacks, got %zu",
+                       LOOM_MODEL_MAX_FALLBACKS, count);
+    if (count == 0)
+        return 0;
+    if (!(m->fallbacks = calloc(count, sizeof(*m->fallbacks))))
+        return loom__error_oom();
+    for (yaml_node_item_t *it = n->data.sequence.items.start;
+         it < n->data.sequence.items.top; it++, i++) {
+        yaml_node_t *item = node_at(ld, *it);
+
+        index_key(sub, sizeof(sub), key, i);
+        if ((rc = get_str(ld, item, sub, "a model name", &s)) != 0)
+            return rc;
+        if (!s)
+            return fail_at(ld, LOOM_EINVALID, line_of(item), sub,
+                           "must be a model name, got null");
+        if (loom__config_model_unresolved(ld->cfg, s, why, sizeof(why))) {
+            free(s);
+            return fail_at(ld, LOOM_EINVALID, line_of(item), sub, "%s", why);
+        }
+        if (strcmp(s, m->name) == 0) {
+            free(s);
+            return fail_at(ld, LOOM_EINVALID, line_of(item), sub,
+                           "a model cannot be its own fallback");
+        }
+        for (size_t j = 0; j < m->fallbacks_len; j++) {
+            if (strcmp(m->fallbacks[j], s) == 0) {
+                rc = fail_at(ld, LOOM_EINVALID, line_of(item), sub,
+                             "'%s' is listed twice",
+                             loom__config_shown(tmp, sizeof(tmp), s));
+                free(s);
+                return rc;
+            }
+        }
+        m->fallbacks[m->fallbacks_len++] = s;
+        s = NULL;
+    }
+    return 0;
+}
+
 static int parse_model(loader *ld, const entry *e, loom_model_config *m)
 {
-    static const char *const known[] = {"upstream", "context_window",
-                                        "max_output_tokens", NULL};
-    yaml_node_t *v[3];
+    static const char *const known[] = {
+        "upstream",     "context_window", "max_output_tokens",
+        "capabilities", "reasoning",      "prompt_cache",
+        "chain_responses", "prices",      "fallbacks",
+        "routing",      NULL};
+    enum { UPSTREAM, WINDOW, MAXOUT, CAPS, REASONING, PCACHE, CHAIN, PRICES,
+           FALLBACKS, ROUTING, NFIELDS };
+    yaml_node_t *v[NFIELDS];
     char key[KEY_LEN], sub[KEY_LEN], tmp[64], known_p[256];
     size_t plen = loom__config_provider_part(e->name);
     int rc;
 
-    memset(m, 0, sizeof(*m));
+    loom__config_model_defaults(m, ld->cfg);
     join_key(key, sizeof(key), "models", e->name);
     if (plen == 0)
         return fail_at(ld, LOOM_EINVALID, line_of(e->key), "models",
@@ -892,18 +1104,48 @@ static int parse_model(loader *ld, const entry *e, loom_model_config *m)
     if ((rc = read_fields(ld, e->value, key, known, v)) != 0)
         return rc;
     join_key(sub, sizeof(sub), key, "upstream");
-    if (v[0] && (rc = get_str(ld, v[0], sub, "a string", &m->upstream)) != 0)
+    if (v[UPSTREAM] &&
+        (rc = get_str(ld, v[UPSTREAM], sub, "a string", &m->upstream)) != 0)
         return rc;
     if (m->upstream && !*m->upstream)
-        return fail_at(ld, LOOM_EINVALID, line_of(v[0]), sub,
+        return fail_at(ld, LOOM_EINVALID, line_of(v[UPSTREAM]), sub,
                        "must not be empty");
     if (!m->upstream && !(m->upstream = strdup(e->name + plen + 1)))
         return loom__error_oom();
     join_key(sub, sizeof(sub), key, "context_window");
-    if ((rc = get_long(ld, v[1], sub, 0, TOKENS_MAX, &m->context_window)))
+    if ((rc = get_long(ld, v[WINDOW], sub, 0, TOKENS_MAX,
+                       &m->context_window)))
         return rc;
     join_key(sub, sizeof(sub), key, "max_output_tokens");
-    return get_long(ld, v[2], sub, 0, TOKENS_MAX, &m->max_output_tokens);
+    if ((rc = get_long(ld, v[MAXOUT], sub, 0, TOKENS_MAX,
+                       &m->max_output_tokens)))
+        return rc;
+    join_key(sub, sizeof(sub), key, "capabilities");
+    if (v[CAPS] &&
+        (rc = parse_capabilities(ld, v[CAPS], sub, &m->capabilities)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "reasoning");
+    if (v[REASONING] &&
+        (rc = parse_reasoning(ld, v[REASONING], sub, m)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "prompt_cache");
+    if ((rc = get_bool(ld, v[PCACHE], sub, &m->prompt_cache)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "chain_responses");
+    if ((rc = get_bool(ld, v[CHAIN], sub, &m->chain_responses)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "prices");
+    if (v[PRICES] && (rc = parse_prices(ld, v[PRICES], sub, &m->prices)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "fallbacks");
+    if (v[FALLBACKS] &&
+        (rc = parse_fallbacks(ld, v[FALLBACKS], sub, m)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "routing");
+    if (v[ROUTING] &&
+        (rc = parse_routing(ld, v[ROUTING], sub, &m->routing)) != 0)
+        return rc;
+    return 0;
 }
 
 static int parse_models(loader *ld, const yaml_node_t *n)
@@ -1274,8 +1516,9 @@ static int parse_document(loader *ld)
     /* The top-level keys. */
     static const char *const known[] = {
         "log",   "providers", "models", "agents", "default_agent",
-        "tools", "server",    NULL};
-    enum { LOG, PROVIDERS, MODELS, AGENTS, DEFAULT, TOOLS, SERVER, NFIELDS };
+        "tools", "server",    "routing", NULL};
+    enum { LOG, PROVIDERS, MODELS, AGENTS, DEFAULT, TOOLS, SERVER, ROUTING,
+           NFIELDS };
     yaml_node_t *root = yaml_document_get_root_node(ld->doc), *v[NFIELDS];
     int rc;
 
@@ -1290,6 +1533,8 @@ static int parse_document(loader *ld)
     /* Order matters: each section may refer to the ones before it. */
     if ((v[LOG] && (rc = parse_log(ld, v[LOG])) != 0) ||
         (v[PROVIDERS] && (rc = parse_providers(ld, v[PROVIDERS])) != 0) ||
+        (v[ROUTING] && (rc = parse_routing(ld, v[ROUTING], "routing",
+                                           &ld->cfg->routing)) != 0) ||
         (v[MODELS] && (rc = parse_models(ld, v[MODELS])) != 0) ||
         (v[AGENTS] && (rc = parse_agents(ld, v[AGENTS])) != 0) ||
         (v[DEFAULT] && (rc = parse_default_agent(ld, v[DEFAULT])) != 0) ||

@@ -161,6 +161,8 @@ void loom_usage_add(loom_usage *a, const loom_usage *b)
     a->cached_tokens += b->cached_tokens;
     a->reasoning_tokens += b->reasoning_tokens;
     a->total_tokens += b->total_tokens;
+    a->cache_write_tokens += b->cache_write_tokens;
+    a->cost_micros += b->cost_micros;
 }
 
 void loom_llm_response_clear(loom_llm_response *r)
@@ -176,6 +178,7 @@ void loom_llm_response_clear(loom_llm_response *r)
     free(r->error.type);
     free(r->error.message);
     free(r->error.request_id);
+    free(r->model);
     memset(r, 0, sizeof(*r));
 }
 
@@ -202,6 +205,9 @@ static const struct {
     int (*make)(loom_provider **out, const loom_provider_config *config);
 } adapters[] = {
     {"openai", loom_provider_openai_new},
+    {"anthropic", loom_provider_anthropic_new},
+    {"openai-responses", loom_provider_responses_new},
+    {"gemini", loom_provider_gemini_new},
     /* Further adapters add one line here. */
 };
 

@@ -4,8 +4,9 @@
  * Azure-style gateways, vLLM, llama.cpp's server, Ollama and most proxies.
  *
  * This file does the parts with I/O and policy: building the request body
- * and headers, sending through core/http, classifying failures into
- * loom_upstream_error, and retrying. Retries happen only while nothing has
+ * and headers, and sending through the attempt loop every HTTP adapter
+ * shares (llm/attempt.c), which classifies failures into
+ * loom_upstream_error and retries. Retries happen only while nothing has
  * reached the caller's callback (a retried answer would show text twice),
  * on 408, 409, 429, 5xx, a connection that failed or dropped, and a
  * connect timeout; the server's retry-after-ms / Retry-After wins over
@@ -15,17 +16,14 @@
 #include "llm/openai.h"
 #include "core/error.h"
 #include "core/http.h"
-#include "llm/retry.h"
+#include "llm/attempt.h"
 #include "loom/buf.h"
-#include "loom/log.h"
 
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 typedef struct {
     loom_provider base;
@@ -819,169 +817,92 @@ static size_t max_body(const openai_provider *p)
                               : 2 * text + ((size_t)1 << 20);
 }
 
-/* What the body callback needs during one attempt. */
+/* The decoder as the shared attempt loop (llm/attempt.h) drives it. */
 typedef struct {
-    loom__openai_decoder *d;
-    loom__http_response *hr;
-    int stream;
-    int json_mode; /* streaming asked, but the server answered JSON */
-    int mode_known;
-    loom_buf json;
-} attempt_ctx;
+    const loom__openai_limits *limits;
+    loom_llm_event_cb cb;
+    void *payload;
+} decoder_args;
 
-static int on_body(const char *data, size_t len, void *payload)
+static int op_new(void **out, void *payload)
 {
-    attempt_ctx *a = payload;
-    const char *ct;
+    decoder_args *a = payload;
+    loom__openai_decoder *d = NULL;
+    int rc = loom__openai_decoder_new(&d, a->limits, a->cb, a->payload);
 
-    if (!a->mode_known) {
-        /* A server that ignores "stream": true sends one JSON answer. */
-        ct = a->hr->content_type;
-        a->json_mode = ct && strncasecmp(ct, "application/json", 16) == 0;
-        a->mode_known = 1;
-    }
-    if (!a->json_mode)
-        return loom__openai_decoder_feed(a->d, data, len);
-    if (len > a->json.max - a->json.len)
-        return loom__error_set(
-            LOOM_ETOOLARGE, "answer body larger than %zu bytes", a->json.max);
-    return loom_buf_put(&a->json, data, len);
+    *out = d;
+    return rc;
 }
 
-static int set_error(loom_upstream_error *err, loom_upstream_kind kind,
-                     long status, const char *msg, const char *type,
-                     const char *request_id)
+static void op_free(void *d)
 {
-    loom__upstream_error_clear(err);
-    err->kind = kind;
-    err->http_status = (int)status;
-    err->message = strdup(msg ? msg : "");
-    if (type)
-        err->type = strdup(type);
-    if (request_id)
-        err->request_id = strdup(request_id);
-    if (!err->message || (type && !err->type) ||
-        (request_id && !err->request_id))
-        return loom__error_oom();
-    return 0;
+    loom__openai_decoder_free(d);
 }
 
-/* Sets the thread's error message for err and returns code. */
-static int raise_error(const openai_provider *p, const loom_upstream_error *err,
-                       int code)
+static int op_feed(void *d, const char *data, size_t len)
 {
-    char rid[LOOM_HTTP_MAX_HEADER + 16] = "";
-    char tries[48] = "";
-
-    if (err->request_id)
-        snprintf(rid, sizeof(rid), " (request %s)", err->request_id);
-    if (err->attempts > 1)
-        snprintf(tries, sizeof(tries), " after %d attempts", err->attempts);
-    /* The status tells something only when it is the error itself. */
-    if (err->http_status >= 300)
-        return loom__error_set(
-            code, "%s: %d %s: %s%s%s", p->base.name, err->http_status,
-            loom_upstream_kind_name(err->kind), err->message, rid, tries);
-    return loom__error_set(code, "%s: %s: %s%s%s", p->base.name,
-                           loom_upstream_kind_name(err->kind), err->message,
-                           rid, tries);
+    return loom__openai_decoder_feed(d, data, len);
 }
 
-/* Puts the provider's name before the thread's error message. */
-static int prefix_error(const openai_provider *p, int code)
+static int op_finish(void *d)
 {
-    char msg[1024];
-
-    snprintf(msg, sizeof(msg), "%s", loom_error_last());
-    return loom__error_set(code, "%s: %s", p->base.name, msg);
+    return loom__openai_decoder_finish(d);
 }
 
-/*
- * Classifies the outcome of one attempt. Returns 0 on success, or the
- * error to return, with resp->error filled and *retry set when another
- * attempt may help.
- */
-static int outcome(attempt_ctx *a, int rc, const loom__http_response *hr,
-                   loom_llm_response *resp, int *retry)
+static int op_complete(void *d, const char *body, size_t len)
 {
-    loom_upstream_error *err = &resp->error;
-    const loom_upstream_error *de;
-    char msg[1024];
-
-    *retry = 0;
-    if (rc == 0 && hr->status >= 200 && hr->status < 300) {
-        if (a->stream && !a->json_mode)
-            rc = loom__openai_decoder_finish(a->d);
-        else if (a->json_mode)
-            rc = loom__openai_decoder_complete(a->d, loom_buf_cstr(&a->json),
-                                               a->json.len);
-        else
-            rc = loom__openai_decoder_complete(a->d, loom_buf_cstr(&hr->body),
-                                               hr->body.len);
-        if (rc == 0) {
-            loom__upstream_error_clear(err);
-            return 0;
-        }
-    } else if (rc == 0) {
-        if (loom__openai_error_from_http(err, hr->status,
-                                         loom_buf_cstr(&hr->body), hr->body.len,
-                                         hr->request_id))
-            return LOOM_ENOMEM;
-        *retry = loom__openai_status_retryable(hr->status);
-        return LOOM_EUPSTREAM;
-    }
-    snprintf(msg, sizeof(msg), "%s", loom_error_last());
-    switch (rc) {
-    case LOOM_EUPSTREAM: /* from the decoder: in-stream error, early end */
-        de = loom__openai_decoder_error(a->d);
-        if (set_error(err, de->kind, hr->status, de->message, de->type,
-                      hr->request_id))
-            return LOOM_ENOMEM;
-        *retry = de->kind == LOOM_UPSTREAM_CONNECTION;
-        return rc;
-    case LOOM_EIO:
-        if (set_error(err, LOOM_UPSTREAM_CONNECTION, hr->status, msg, NULL,
-                      hr->request_id))
-            return LOOM_ENOMEM;
-        *retry = 1;
-        return LOOM_EUPSTREAM;
-    case LOOM_ETIMEDOUT:
-        if (set_error(err, LOOM_UPSTREAM_TIMEOUT, hr->status, msg, NULL,
-                      hr->request_id))
-            return LOOM_ENOMEM;
-        *retry = hr->failure == LOOM_HTTP_FAIL_TIMEOUT_CONNECT;
-        return rc;
-    case LOOM_EPROTO:
-        if (set_error(err, LOOM_UPSTREAM_PROTOCOL, hr->status, msg, NULL,
-                      hr->request_id))
-            return LOOM_ENOMEM;
-        return rc;
-    default: /* canceled, too large, out of memory: as they are */
-        return rc;
-    }
+    return loom__openai_decoder_complete(d, body, len);
 }
+
+static int op_started(const void *d)
+{
+    return loom__openai_decoder_output_started(d);
+}
+
+static const loom_upstream_error *op_error(const void *d)
+{
+    return loom__openai_decoder_error(d);
+}
+
+static int op_export(void *d, loom_llm_response *resp)
+{
+    return loom__openai_decoder_export(d, resp);
+}
+
+static const loom__llm_decoder_ops decoder_ops = {
+    op_new,
+    op_free,
+    op_feed,
+    op_finish,
+    op_complete,
+    op_started,
+    op_error,
+    op_export,
+    loom__openai_error_from_http,
+    loom__openai_status_retryable,
+    NULL, /* an error inside the stream is never retried */
+};
 
 static int openai_complete(loom_provider *base, const loom_llm_request *req,
                            loom_llm_event_cb cb, void *payload,
                            loom_llm_response *resp, loom_cancel *cancel)
 {
     openai_provider *p = (openai_provider *)base;
+    decoder_args da = {&p->limits, cb, payload};
+    loom__llm_attempts_opts o = {0};
     loom__http_request hreq = {0};
-    loom__http_response hr = {0};
-    attempt_ctx a = {0};
     loom_buf own = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     /* With a cache, its buffer: the body's memory is reused call after
      * call. */
     loom_buf *body = req->cache ? loom__openai_cache_body(req->cache) : &own;
-    unsigned seed;
-    int rc, retry;
-    long delay;
+    int rc;
 
     resp->error.attempts = 0;
-    seed = (unsigned)loom__http_now_ms() ^ (unsigned)(uintptr_t)&seed;
-    loom_buf_init(&a.json, max_body(p));
-    if ((rc = loom__openai_body_text(body, req, req->cache, p)) != 0)
+    if ((rc = loom__openai_body_text(body, req, req->cache, p)) != 0) {
+        if (!resp->text && !(resp->text = strdup("")))
+            rc = loom__error_oom();
         goto cleanup;
+    }
     hreq.method = "POST";
     hreq.url = p->url;
     hreq.headers = req->stream ? p->stream_headers : p->json_headers;
@@ -992,57 +913,20 @@ static int openai_complete(loom_provider *base, const loom_llm_request *req,
     hreq.first_byte_timeout_ms = p->first_byte_ms;
     hreq.idle_timeout_ms = p->idle_ms;
     hreq.max_body = max_body(p);
-    hreq.on_body = req->stream ? on_body : NULL;
-    hreq.payload = &a;
     hreq.cancel = cancel;
-    a.stream = req->stream;
-    a.hr = &hr;
-
-    for (int attempt = 1;; attempt++) {
-        loom__openai_decoder_free(a.d);
-        a.d = NULL;
-        loom__http_response_clear(&hr);
-        loom_buf_clear(&a.json);
-        a.mode_known = a.json_mode = 0;
-        resp->error.attempts = attempt;
-        if ((rc = loom__openai_decoder_new(&a.d, &p->limits, cb, payload)))
-            goto cleanup;
-        rc = loom__http_perform(p->pool, &hreq, &hr);
-        rc = outcome(&a, rc, &hr, resp, &retry);
-        if (rc == 0 || !retry || attempt > p->max_retries ||
-            loom__openai_decoder_output_started(a.d))
-            break;
-        delay =
-            loom__retry_after(hr.retry_after_ms, hr.retry_after, time(NULL));
-        if (delay > LOOM_RETRY_MAX_HONOURED_MS) {
-            loom_warn("%s: server asks to retry in %ld ms, more than %ld: "
-                      "not retrying",
-                      p->base.name, delay, LOOM_RETRY_MAX_HONOURED_MS);
-            break;
-        }
-        if (delay < 0)
-            delay = loom__retry_backoff(attempt, p->base_delay_ms,
-                                        p->max_delay_ms, &seed);
-        loom_warn("%s: %s: %s; retry %d of %d in %ld ms", p->base.name,
-                  loom_upstream_kind_name(resp->error.kind),
-                  resp->error.message ? resp->error.message : "", attempt,
-                  p->max_retries, delay);
-        if ((rc = loom__retry_sleep(delay, cancel)) != 0)
-            goto cleanup;
-    }
-    if (rc == LOOM_EUPSTREAM || rc == LOOM_ETIMEDOUT || rc == LOOM_EPROTO)
-        rc = raise_error(p, &resp->error, rc);
-    else if (rc == LOOM_ETOOLARGE)
-        rc = prefix_error(p, rc);
+    o.name = p->base.name;
+    o.pool = p->pool;
+    o.http = &hreq;
+    o.stream = req->stream;
+    o.max_json_body = max_body(p);
+    o.max_retries = p->max_retries;
+    o.base_delay_ms = p->base_delay_ms;
+    o.max_delay_ms = p->max_delay_ms;
+    o.ops = &decoder_ops;
+    o.payload = &da;
+    rc = loom__llm_attempts(&o, resp);
 
 cleanup:
-    if (a.d && loom__openai_decoder_export(a.d, resp) != 0 && rc == 0)
-        rc = LOOM_ENOMEM;
-    if (!resp->text && !(resp->text = strdup("")) && rc == 0)
-        rc = loom__error_oom();
-    loom__openai_decoder_free(a.d);
-    loom__http_response_clear(&hr);
-    loom_buf_free(&a.json);
     loom_buf_free(&own);
     return rc;
 }

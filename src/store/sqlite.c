@@ -1216,7 +1216,7 @@ static int insert_usage(sqlite_store *st, conn *c, const loom__store_plan *p)
             return rc;
         b_text(s, 1, t->conversation_id, &src);
         b_text(s, 2, t->run_id, &src);
-        b_text(s, 3, t->model, &src);
+        b_text(s, 3, u->model ? u->model : t->model, &src);
         b_int(s, 4, u->iteration, &src);
         b_int(s, 5, u->usage.prompt_tokens, &src);
         b_int(s, 6, u->usage.completion_tokens, &src);

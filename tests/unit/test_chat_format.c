@@ -1355,7 +1355,7 @@ static void test_completion_client_tools(void **state)
 
 static void test_usage_and_ids(void **state)
 {
-    loom_usage u = {10, 5, 0, 0, 0};
+    loom_usage u = {.prompt_tokens = 10, .completion_tokens = 5};
     json_t *j;
     char id[64];
     (void)state;

@@ -2,9 +2,12 @@
  * Tests of loom's configuration (include/loom/config.h): a file using
  * every key, ${VAR} interpolation, every kind of error with the file, line
  * and key it must name, references between sections, the merge over the
- * environment, model resolution, and each limit (file size, nesting,
- * alias expansion, expanded text) crossed. Every test starts from an
- * environment without OPENAI_* so results do not depend on the machine.
+ * environment, the providers the environment makes, model resolution,
+ * the model settings routing needs (capabilities, reasoning controls,
+ * exact prices, fallbacks, routing policies), and each limit (file size,
+ * nesting, alias expansion, expanded text, fallbacks, price digits)
+ * crossed. Every test starts from an environment without OPENAI_*,
+ * ANTHROPIC_* or GEMINI_* so results do not depend on the machine.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,6 +33,10 @@ static int reset_env(void **state)
     (void)state;
     unsetenv("OPENAI_API_KEY");
     unsetenv("OPENAI_BASE_URL");
+    unsetenv("ANTHROPIC_API_KEY");
+    unsetenv("ANTHROPIC_BASE_URL");
+    unsetenv("GEMINI_API_KEY");
+    unsetenv("GEMINI_BASE_URL");
     unsetenv("LOOM_TEST_VAR");
     unsetenv("LOOM_TEST_EMPTY");
     unsetenv("LOOM_TEST_UNSET");
@@ -126,7 +133,7 @@ static void test_full_file(void **state)
     assert_string_equal(cfg->log_level, "debug");
     assert_string_equal(cfg->log_format, "json");
 
-    assert_int_equal(cfg->providers_len, 2);
+    assert_int_equal(cfg->providers_len, 5);
     p = loom_config_provider(cfg, "openai");
     assert_non_null(p);
     assert_string_equal(p->name, "openai");
@@ -159,7 +166,24 @@ static void test_full_file(void **state)
     assert_int_equal(p->retry_base_delay_ms, 500);
     assert_int_equal(p->retry_max_delay_ms, 30000);
 
-    assert_int_equal(cfg->models_len, 2);
+    /* The other kinds; anthropic and openai-responses have default
+     * base URLs. */
+    p = loom_config_provider(cfg, "claude");
+    assert_string_equal(p->kind, "anthropic");
+    assert_string_equal(p->base_url, "https://api.anthropic.com");
+    assert_string_equal(p->api_key, "sk-full");
+    p = loom_config_provider(cfg, "gem");
+    assert_string_equal(p->kind, "gemini");
+    assert_string_equal(p->base_url, "http://127.0.0.1:9/gemini");
+    p = loom_config_provider(cfg, "responses");
+    assert_string_equal(p->kind, "openai-responses");
+    assert_string_equal(p->base_url, "https://api.openai.com/v1");
+
+    assert_int_equal(cfg->routing.retries, 1);
+    assert_int_equal(cfg->routing.cooldown_ms, 5000);
+    assert_int_equal(cfg->routing.failures_before_cooldown, 2);
+
+    assert_int_equal(cfg->models_len, 3);
     assert_int_equal(loom_config_model(&m, &tmp, cfg, "openai/gpt-4o-mini"), 0);
     assert_ptr_equal(m, &cfg->models[0]);
     assert_string_equal(m->provider, "openai");
@@ -172,6 +196,49 @@ static void test_full_file(void **state)
     assert_string_equal(m->upstream, "llama3");
     assert_int_equal(m->context_window, 0);
     assert_int_equal(m->max_output_tokens, 0);
+    /* Defaults of the routing settings. */
+    assert_int_equal(m->capabilities.tools, 1);
+    assert_int_equal(m->capabilities.parallel_tool_calls, 1);
+    assert_int_equal(m->capabilities.reasoning, 0);
+    assert_int_equal(m->capabilities.vision, 0);
+    assert_null(m->reasoning_effort);
+    assert_int_equal(m->thinking_budget, 0);
+    assert_int_equal(m->prompt_cache, 0);
+    assert_int_equal(m->chain_responses, 0);
+    assert_int_equal(m->prices.set, 0);
+    assert_int_equal(m->fallbacks_len, 0);
+    assert_null(m->fallbacks);
+    assert_int_equal(m->routing.retries, 1); /* the top-level policy */
+    assert_int_equal(m->routing.cooldown_ms, 5000);
+    assert_int_equal(m->routing.failures_before_cooldown, 2);
+
+    m = &cfg->models[2];
+    assert_string_equal(m->name, "claude/claude-sonnet-4-5");
+    assert_string_equal(m->provider, "claude");
+    assert_string_equal(m->upstream, "claude-sonnet-4-5-20250929");
+    assert_int_equal(m->context_window, 200000);
+    assert_int_equal(m->max_output_tokens, 64000);
+    assert_int_equal(m->capabilities.tools, 1);
+    assert_int_equal(m->capabilities.parallel_tool_calls, 0);
+    assert_int_equal(m->capabilities.reasoning, 1);
+    assert_int_equal(m->capabilities.vision, 1);
+    assert_string_equal(m->reasoning_effort, "high");
+    assert_int_equal(m->thinking_budget, 8000);
+    assert_int_equal(m->prompt_cache, 1);
+    assert_int_equal(m->chain_responses, 0);
+    assert_int_equal(m->prices.set, 1);
+    assert_int_equal(m->prices.input, 3000000);
+    assert_int_equal(m->prices.cached_input, 300000);
+    assert_int_equal(m->prices.cache_write, 3750000);
+    assert_int_equal(m->prices.output, 15000000);
+    assert_int_equal(m->prices.reasoning, 15000000);
+    assert_int_equal(m->fallbacks_len, 2);
+    assert_string_equal(m->fallbacks[0], "gem/gemini-2.5-pro");
+    assert_string_equal(m->fallbacks[1], "local/llama3");
+    /* Its own cooldown; the rest from the top-level policy. */
+    assert_int_equal(m->routing.cooldown_ms, 60000);
+    assert_int_equal(m->routing.retries, 1);
+    assert_int_equal(m->routing.failures_before_cooldown, 2);
 
     assert_int_equal(cfg->agents_len, 2);
     a = loom_config_agent(cfg, "helper");
@@ -438,7 +505,7 @@ static void test_unknown_keys(void **state)
                 NULL);
     expect_fail("log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
                 "t.yaml:2: unknown key 'srever' (known: log, providers, "
-                "models, agents, default_agent, tools, server)",
+                "models, agents, default_agent, tools, server, routing)",
                 NULL);
     expect_fail("log: {level: info}\nserver: {port: 80}\n", LOOM_EINVALID,
                 "t.yaml:2: server: unknown key 'port' (known: listen, db, ",
@@ -569,14 +636,16 @@ static void test_bad_values(void **state)
                 NULL);
     expect_fail("log:\n  format: xml\n", LOOM_EINVALID,
                 "t.yaml:2: log.format: must be text or json, got 'xml'", NULL);
-    expect_fail("providers:\n  p:\n    kind: anthropic\n"
+    expect_fail("providers:\n  p:\n    kind: anthropic-v2\n"
                 "    base_url: http://h\n",
                 LOOM_EINVALID,
-                "t.yaml:3: providers.p.kind: must be one of: openai, got "
-                "'anthropic'",
+                "t.yaml:3: providers.p.kind: must be one of: openai, "
+                "openai-responses, anthropic, gemini, got 'anthropic-v2'",
                 NULL);
     expect_fail("providers:\n  p:\n    api_key: k\n", LOOM_EINVALID,
-                "t.yaml:2: providers.p: missing required key 'base_url'", NULL);
+                "t.yaml:2: providers.p: missing required key 'base_url' "
+                "(kind openai)",
+                NULL);
     expect_fail("providers:\n  p:\n", LOOM_EINVALID,
                 "t.yaml:2: providers.p: missing required key 'base_url'", NULL);
     expect_fail("providers:\n  p:\n    base_url: ftp://h\n", LOOM_EINVALID,
@@ -659,7 +728,29 @@ static void test_ranges(void **state)
     static const char model[] = "providers: {p: {base_url: 'http://h'}}\n"
                                 "models:\n"
                                 "  p/m:\n";
+    static const char reasoning[] = "providers: {p: {base_url: 'http://h'}}\n"
+                                    "models:\n"
+                                    "  p/m:\n"
+                                    "    capabilities: {reasoning: true}\n";
     static const range_case cases[] = {
+        {"", "routing: {retries: ", "}", "routing.retries", "0 to 10", "0",
+         "10", "-1", "11"},
+        {"", "routing: {cooldown_ms: ", "}", "routing.cooldown_ms",
+         "0 to 3600000", "0", "3600000", "-1", "3600001"},
+        {"", "routing: {failures_before_cooldown: ", "}",
+         "routing.failures_before_cooldown", "1 to 1000", "1", "1000", "0",
+         "1001"},
+        {model, "routing: {retries: ", "}", "models.p/m.routing.retries",
+         "0 to 10", "0", "10", "-1", "11"},
+        {model, "routing: {cooldown_ms: ", "}",
+         "models.p/m.routing.cooldown_ms", "0 to 3600000", "0", "3600000",
+         "-1", "3600001"},
+        {model, "routing: {failures_before_cooldown: ", "}",
+         "models.p/m.routing.failures_before_cooldown", "1 to 1000", "1",
+         "1000", "0", "1001"},
+        {reasoning, "reasoning: {thinking_budget: ", "}",
+         "models.p/m.reasoning.thinking_budget", "1 to 1000000000", "1",
+         "1000000000", "0", "1000000001"},
         {agent, "max_iterations: ", "", "agents.a.max_iterations", "1 to 1000",
          "1", "1000", "0", "1001"},
         {agent, "tool_concurrency: ", "", "agents.a.tool_concurrency",
@@ -901,7 +992,13 @@ static void test_from_env(void **state)
 
     setenv("OPENAI_API_KEY", "sk-env", 1);
     assert_int_equal(loom_config_from_env(&cfg), 0);
-    assert_int_equal(cfg->providers_len, 1);
+    /* One key, both OpenAI wire formats. */
+    assert_int_equal(cfg->providers_len, 2);
+    p = loom_config_provider(cfg, "openai-responses");
+    assert_non_null(p);
+    assert_string_equal(p->kind, "openai-responses");
+    assert_string_equal(p->base_url, "https://api.openai.com/v1");
+    assert_string_equal(p->api_key, "sk-env");
     p = loom_config_provider(cfg, "openai");
     assert_non_null(p);
     assert_string_equal(p->kind, "openai");
@@ -923,6 +1020,9 @@ static void test_from_env(void **state)
     assert_int_equal(loom_config_from_env(&cfg), 0);
     assert_string_equal(loom_config_provider(cfg, "openai")->base_url,
                         "http://127.0.0.1:8080/v1");
+    assert_string_equal(
+        loom_config_provider(cfg, "openai-responses")->base_url,
+        "http://127.0.0.1:8080/v1");
     loom_config_free(cfg);
 
     /* A base URL alone is enough: local servers need no key. */
@@ -959,7 +1059,7 @@ static void test_merge_over_env(void **state)
     /* The environment's provider serves the file's agents. */
     cfg = load_ok("agents:\n  a: {model: openai/gpt-4o-mini}\n"
                   "providers: {local: {base_url: 'http://127.0.0.1:1/v1'}}\n");
-    assert_int_equal(cfg->providers_len, 2);
+    assert_int_equal(cfg->providers_len, 3);
     p = loom_config_provider(cfg, "openai");
     assert_string_equal(p->api_key, "sk-env");
     assert_string_equal(p->base_url, "https://api.openai.com/v1");
@@ -971,7 +1071,7 @@ static void test_merge_over_env(void **state)
                   "  openai:\n"
                   "    base_url: https://proxy.example/v1\n"
                   "    timeouts: {connect_ms: 5}\n");
-    assert_int_equal(cfg->providers_len, 1);
+    assert_int_equal(cfg->providers_len, 2);
     p = loom_config_provider(cfg, "openai");
     assert_string_equal(p->base_url, "https://proxy.example/v1");
     assert_null(p->api_key);
@@ -1031,6 +1131,417 @@ static void test_model_resolution(void **state)
     assert_null(loom_config_provider(NULL, "p"));
     assert_null(loom_config_agent(NULL, "a"));
     loom_config_free(cfg);
+}
+
+
+/* ---- the environment's providers ------------------------------------ */
+
+static void test_env_providers(void **state)
+{
+    loom_config *cfg = NULL;
+    const loom_provider_config *p;
+    const loom_model_config *m;
+    loom_model_config tmp;
+
+    (void)state;
+    /* A key alone makes the provider, with its public endpoint. */
+    setenv("ANTHROPIC_API_KEY", "sk-ant", 1);
+    assert_int_equal(loom_config_from_env(&cfg), 0);
+    assert_int_equal(cfg->providers_len, 1);
+    p = loom_config_provider(cfg, "anthropic");
+    assert_non_null(p);
+    assert_string_equal(p->kind, "anthropic");
+    assert_string_equal(p->base_url, "https://api.anthropic.com");
+    assert_string_equal(p->api_key, "sk-ant");
+    assert_int_equal(p->max_retries, 2);
+    assert_null(loom_config_provider(cfg, "openai"));
+    /* So "anthropic/<model>" resolves with nothing else. */
+    assert_int_equal(
+        loom_config_model(&m, &tmp, cfg, "anthropic/claude-sonnet-4-5"), 0);
+    assert_string_equal(m->provider, "anthropic");
+    assert_string_equal(m->upstream, "claude-sonnet-4-5");
+    loom_model_config_clear(&tmp);
+    loom_config_free(cfg);
+
+    setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/anthropic/", 1);
+    setenv("GEMINI_API_KEY", "gm-key", 1);
+    assert_int_equal(loom_config_from_env(&cfg), 0);
+    assert_int_equal(cfg->providers_len, 2);
+    assert_string_equal(loom_config_provider(cfg, "anthropic")->base_url,
+                        "http://127.0.0.1:9/anthropic");
+    p = loom_config_provider(cfg, "gemini");
+    assert_non_null(p);
+    assert_string_equal(p->kind, "gemini");
+    assert_string_equal(p->base_url,
+                        "https://generativelanguage.googleapis.com");
+    assert_string_equal(p->api_key, "gm-key");
+    loom_config_free(cfg);
+
+    /* Every variable: four providers. */
+    setenv("OPENAI_API_KEY", "sk-oai", 1);
+    setenv("GEMINI_BASE_URL", "http://127.0.0.1:9/g", 1);
+    assert_int_equal(loom_config_from_env(&cfg), 0);
+    assert_int_equal(cfg->providers_len, 4);
+    assert_string_equal(loom_config_provider(cfg, "gemini")->base_url,
+                        "http://127.0.0.1:9/g");
+    assert_string_equal(loom_config_provider(cfg, "openai")->kind, "openai");
+    assert_string_equal(loom_config_provider(cfg, "openai-responses")->kind,
+                        "openai-responses");
+    loom_config_free(cfg);
+
+    /* A base URL alone is enough, as for OpenAI. */
+    unsetenv("GEMINI_API_KEY");
+    unsetenv("ANTHROPIC_API_KEY");
+    unsetenv("OPENAI_API_KEY");
+    assert_int_equal(loom_config_from_env(&cfg), 0);
+    assert_int_equal(cfg->providers_len, 2);
+    assert_null(loom_config_provider(cfg, "anthropic")->api_key);
+    assert_null(loom_config_provider(cfg, "gemini")->api_key);
+    loom_config_free(cfg);
+
+    /* A bad base URL names its variable. */
+    setenv("GEMINI_BASE_URL", "generativelanguage.googleapis.com", 1);
+    cfg = (loom_config *)0x1;
+    assert_int_equal(loom_config_from_env(&cfg), LOOM_EINVALID);
+    assert_null(cfg);
+    assert_non_null(strstr(loom_error_last(), "environment: GEMINI_BASE_URL"));
+    unsetenv("GEMINI_BASE_URL");
+    setenv("ANTHROPIC_BASE_URL", "ftp://x", 1);
+    expect_fail("", LOOM_EINVALID, "ANTHROPIC_BASE_URL", "'ftp://x'", NULL);
+
+    /* A file provider of the same name replaces the environment's. */
+    setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/a", 1);
+    setenv("ANTHROPIC_API_KEY", "sk-ant", 1);
+    cfg = load_ok("providers:\n"
+                  "  anthropic: {kind: anthropic, api_key: other}\n");
+    p = loom_config_provider(cfg, "anthropic");
+    assert_string_equal(p->api_key, "other");
+    assert_string_equal(p->base_url, "https://api.anthropic.com");
+    loom_config_free(cfg);
+}
+
+/* ---- model settings for routing ------------------------------------- */
+
+static void test_model_settings(void **state)
+{
+    static const char head[] = "providers: {p: {base_url: 'http://h'}}\n"
+                               "models:\n"
+                               "  p/m:\n";
+    char yaml[1024];
+    loom_config *cfg;
+    const loom_model_config *m;
+    loom_model_config tmp;
+
+    (void)state;
+    snprintf(yaml, sizeof(yaml),
+             "%s    capabilities: {reasoning: yes, tools: no}\n"
+             "    reasoning: {effort: minimal}\n"
+             "    chain_responses: true\n",
+             head);
+    cfg = load_ok(yaml);
+    m = &cfg->models[0];
+    assert_int_equal(m->capabilities.reasoning, 1);
+    assert_int_equal(m->capabilities.tools, 0);
+    assert_int_equal(m->capabilities.parallel_tool_calls, 1);
+    assert_int_equal(m->capabilities.vision, 0);
+    assert_string_equal(m->reasoning_effort, "minimal");
+    assert_int_equal(m->thinking_budget, 0);
+    assert_int_equal(m->chain_responses, 1);
+    assert_int_equal(m->prompt_cache, 0);
+    loom_config_free(cfg);
+
+    /* Reasoning controls only on a model that says it has them. */
+    snprintf(yaml, sizeof(yaml), "%s    reasoning: {effort: low}\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: models.p/m.reasoning: reasoning controls need "
+                "capabilities.reasoning: true",
+                NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%s    capabilities: {reasoning: false}\n"
+             "    reasoning: {thinking_budget: 1024}\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:5: models.p/m.reasoning: ",
+                NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%s    capabilities: {reasoning: true}\n"
+             "    reasoning: {effort: extreme}\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:5: models.p/m.reasoning.effort: must be minimal, low, "
+                "medium or high, got 'extreme'",
+                NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%s    capabilities: {reasoning: true}\n"
+             "    reasoning: {budget: 5}\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:5: models.p/m.reasoning: ",
+                "unknown key 'budget' (known: effort, thinking_budget)", NULL);
+    snprintf(yaml, sizeof(yaml), "%s    capabilities: {audio: true}\n", head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:4: models.p/m.capabilities: ",
+                "unknown key 'audio' (known: tools, parallel_tool_calls, "
+                "reasoning, vision)",
+                NULL);
+    snprintf(yaml, sizeof(yaml), "%s    capabilities: {vision: maybe}\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: models.p/m.capabilities.vision: must be true or "
+                "false, got 'maybe'",
+                NULL);
+    snprintf(yaml, sizeof(yaml), "%s    prompt_cache: 1\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: models.p/m.prompt_cache: must be true or false",
+                NULL);
+
+    /* An unlisted model gets the defaults and the top-level policy. */
+    cfg = load_ok("providers: {p: {base_url: 'http://h'}}\n"
+                  "routing: {cooldown_ms: 0}\n");
+    assert_int_equal(loom_config_model(&m, &tmp, cfg, "p/other"), 0);
+    assert_ptr_equal(m, &tmp);
+    assert_int_equal(tmp.capabilities.tools, 1);
+    assert_int_equal(tmp.capabilities.parallel_tool_calls, 1);
+    assert_int_equal(tmp.capabilities.reasoning, 0);
+    assert_int_equal(tmp.prices.set, 0);
+    assert_int_equal(tmp.fallbacks_len, 0);
+    assert_int_equal(tmp.routing.cooldown_ms, 0);
+    assert_int_equal(tmp.routing.retries, 0);
+    assert_int_equal(tmp.routing.failures_before_cooldown, 3);
+    loom_model_config_clear(&tmp);
+    loom_config_free(cfg);
+
+    /* The defaults of the top-level policy. */
+    cfg = load_ok("");
+    assert_int_equal(cfg->routing.retries, 0);
+    assert_int_equal(cfg->routing.cooldown_ms, 30000);
+    assert_int_equal(cfg->routing.failures_before_cooldown, 3);
+    loom_config_free(cfg);
+    expect_fail("routing: {after: 3}\n", LOOM_EINVALID,
+                "t.yaml:1: routing: unknown key 'after' (known: retries, "
+                "cooldown_ms, failures_before_cooldown)",
+                NULL);
+}
+
+/* ---- prices ------------------------------------------------------------ */
+
+static void test_price_parse(void **state)
+{
+    static const struct {
+        const char *text;
+        int64_t micros;
+    } good[] = {
+        {"0", 0},
+        {"0.15", 150000},
+        {"0.29", 290000}, /* 0.29 * 1e6 is 289999.99999999994 in double */
+        {"0.075", 75000},
+        {"3", 3000000},
+        {"2.50", 2500000},
+        {"15.000000", 15000000},
+        {"0.000001", 1},
+        {"1.1", 1100000},
+        {"600", 600000000},
+        {"0000000.5", 500000},
+        {"1000000", 1000000000000LL}, /* the most allowed */
+        {"1000000.000000", 1000000000000LL},
+    };
+    static const char *const bad[] = {
+        "", "-1", "+1", "1e-3", "1E6", ".5", "5.", "1.2.3", " 1", "1 ",
+        "0x10", "1,5", "NaN", "inf", "one", "00000000.5", "10000000",
+        "1000000.000001", "99999999999999999999999"};
+    int64_t v;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        v = -7;
+        if (loom_price_parse(&v, good[i].text) != 0)
+            fail_msg("'%s': %s", good[i].text, loom_error_last());
+        if (v != good[i].micros)
+            fail_msg("'%s': %lld, want %lld", good[i].text, (long long)v,
+                     (long long)good[i].micros);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        v = -7;
+        if (loom_price_parse(&v, bad[i]) != LOOM_EINVALID)
+            fail_msg("'%s' was accepted", bad[i]);
+        assert_int_equal(v, -7);
+    }
+    /* The 6-decimal limit, crossed, says why. */
+    assert_int_equal(loom_price_parse(&v, "0.1234567"), LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "more than 6 digits"));
+    assert_int_equal(loom_price_parse(&v, "0.123456"), 0);
+    assert_int_equal(v, 123456);
+    assert_int_equal(loom_price_parse(&v, "1000000.000001"), LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "at most 1000000"));
+    assert_int_equal(loom_price_parse(NULL, "1"), LOOM_EINVALID);
+    assert_int_equal(loom_price_parse(&v, NULL), LOOM_EINVALID);
+}
+
+static void test_prices(void **state)
+{
+    static const char head[] = "providers: {p: {base_url: 'http://h'}}\n"
+                               "models:\n"
+                               "  p/m:\n";
+    char yaml[1024];
+    loom_config *cfg;
+    const loom_model_prices *pr;
+
+    (void)state;
+    /* Plain numbers are read as their text: never through a double. */
+    snprintf(yaml, sizeof(yaml), "%s    prices: {input: 0.15, output: 0.6}\n",
+             head);
+    cfg = load_ok(yaml);
+    pr = &cfg->models[0].prices;
+    assert_int_equal(pr->set, 1);
+    assert_int_equal(pr->input, 150000);
+    assert_int_equal(pr->output, 600000);
+    assert_int_equal(pr->cached_input, -1);
+    assert_int_equal(pr->cache_write, -1);
+    assert_int_equal(pr->reasoning, -1);
+    loom_config_free(cfg);
+
+    setenv("LOOM_TEST_VAR", "1.25", 1);
+    snprintf(yaml, sizeof(yaml),
+             "%s    prices:\n"
+             "      input: '${LOOM_TEST_VAR}'\n"
+             "      cached_input: \"0.125\"\n"
+             "      cache_write: 0\n"
+             "      output: 10\n"
+             "      reasoning: 0.000001\n",
+             head);
+    cfg = load_ok(yaml);
+    pr = &cfg->models[0].prices;
+    assert_int_equal(pr->input, 1250000);
+    assert_int_equal(pr->cached_input, 125000);
+    assert_int_equal(pr->cache_write, 0);
+    assert_int_equal(pr->output, 10000000);
+    assert_int_equal(pr->reasoning, 1);
+    loom_config_free(cfg);
+
+    /* prices: ~ is no prices. */
+    snprintf(yaml, sizeof(yaml), "%s    prices: ~\n", head);
+    cfg = load_ok(yaml);
+    assert_int_equal(cfg->models[0].prices.set, 0);
+    loom_config_free(cfg);
+
+    snprintf(yaml, sizeof(yaml),
+             "%s    prices:\n      input: 1\n      output: 0.1234567\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:6: models.p/m.prices.output: more than 6 digits "
+                "after the decimal point",
+                "got '0.1234567'", NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%s    prices: {input: -0.5, output: 1}\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: models.p/m.prices.input: must be a price in "
+                "dollars per million tokens",
+                "got '-0.5'", NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%s    prices: {input: 1e-6, output: 1}\n", head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:4: models.p/m.prices.input: ",
+                "got '1e-6'", NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%s    prices: {input: 1, output: 2000000}\n", head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:4: models.p/m.prices.output: ",
+                "at most 1000000 dollars", NULL);
+    snprintf(yaml, sizeof(yaml), "%s    prices: {input: 1}\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: models.p/m.prices: missing required key "
+                "'output'",
+                NULL);
+    snprintf(yaml, sizeof(yaml), "%s    prices: {output: 1, input: ~}\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: models.p/m.prices: missing required key 'input'",
+                NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%s    prices: {input: 1, output: 1, cached: 1}\n", head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:4: models.p/m.prices: ",
+                "unknown key 'cached' (known: input, cached_input, "
+                "cache_write, output, reasoning)",
+                NULL);
+    snprintf(yaml, sizeof(yaml), "%s    prices: 3\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: models.p/m.prices: must be a mapping", NULL);
+    snprintf(yaml, sizeof(yaml), "%s    prices: {input: [1], output: 1}\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: models.p/m.prices.input: must be a price in "
+                "dollars per million tokens, got a list",
+                NULL);
+}
+
+/* ---- fallbacks ----------------------------------------------------------- */
+
+static void test_fallbacks(void **state)
+{
+    static const char head[] = "providers:\n"
+                               "  p: {base_url: 'http://h'}\n"
+                               "  q: {kind: gemini}\n"
+                               "models:\n"
+                               "  p/a:\n";
+    char yaml[1024];
+    loom_config *cfg;
+    const loom_model_config *m;
+
+    (void)state;
+    /* A fallback may be listed later, or not at all. */
+    snprintf(yaml, sizeof(yaml),
+             "%s    fallbacks: [p/b, q/gemini-2.5-flash]\n"
+             "  p/b: {fallbacks: [p/a]}\n",
+             head);
+    cfg = load_ok(yaml);
+    m = &cfg->models[0];
+    assert_int_equal(m->fallbacks_len, 2);
+    assert_string_equal(m->fallbacks[0], "p/b");
+    assert_string_equal(m->fallbacks[1], "q/gemini-2.5-flash");
+    assert_int_equal(cfg->models[1].fallbacks_len, 1);
+    loom_config_free(cfg);
+
+    /* Unknown models are named with the file, line and key. */
+    snprintf(yaml, sizeof(yaml), "%s    fallbacks:\n      - p/b\n"
+                                 "      - zz/x\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:8: models.p/a.fallbacks[1]: model 'zz/x' is not "
+                "listed under models and its provider 'zz' is not defined "
+                "(providers: p, q)",
+                NULL);
+    snprintf(yaml, sizeof(yaml), "%s    fallbacks: [gpt-4o]\n", head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:6: models.p/a.fallbacks[0]: ",
+                "is not of the form provider/model", NULL);
+    snprintf(yaml, sizeof(yaml), "%s    fallbacks: [p/a]\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:6: models.p/a.fallbacks[0]: a model cannot be its "
+                "own fallback",
+                NULL);
+    snprintf(yaml, sizeof(yaml), "%s    fallbacks: [p/b, q/c, p/b]\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:6: models.p/a.fallbacks[2]: 'p/b' is listed twice",
+                NULL);
+    snprintf(yaml, sizeof(yaml), "%s    fallbacks: p/b\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:6: models.p/a.fallbacks: must be a list of model "
+                "names, got a scalar",
+                NULL);
+    snprintf(yaml, sizeof(yaml), "%s    fallbacks: [~]\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:6: models.p/a.fallbacks[0]: must be a model name, "
+                "got null",
+                NULL);
+
+    /* The limit: 8 fallbacks, not 9. */
+    snprintf(yaml, sizeof(yaml),
+             "%s    fallbacks: [p/1, p/2, p/3, p/4, p/5, p/6, p/7, p/8]\n",
+             head);
+    cfg = load_ok(yaml);
+    assert_int_equal(cfg->models[0].fallbacks_len, LOOM_MODEL_MAX_FALLBACKS);
+    loom_config_free(cfg);
+    snprintf(yaml, sizeof(yaml),
+             "%s    fallbacks: [p/1, p/2, p/3, p/4, p/5, p/6, p/7, p/8, "
+             "p/9]\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:6: models.p/a.fallbacks: at most 8 fallbacks, got 9",
+                NULL);
 }
 
 static void test_tool_choice_parse(void **state)
@@ -1283,8 +1794,12 @@ static void test_example_loads(void **state)
     assert_null(loom_config_provider(cfg, "ollama")->api_key);
     assert_string_equal(loom_config_provider(cfg, "ollama")->base_url,
                         "http://127.0.0.1:11434/v1");
-    assert_int_equal(cfg->models_len, 2);
+    assert_int_equal(cfg->models_len, 3);
     assert_int_equal(cfg->agents_len, 2);
+    assert_string_equal(loom_config_provider(cfg, "anthropic")->kind,
+                        "anthropic");
+    assert_int_equal(cfg->models[0].prices.input, 150000);
+    assert_int_equal(cfg->models[0].fallbacks_len, 1);
     a = loom_config_agent(cfg, cfg->default_agent);
     assert_non_null(a);
     assert_int_equal(a->tools_len, 1);
@@ -1320,6 +1835,11 @@ int main(void)
         cmocka_unit_test_setup(test_from_env, reset_env),
         cmocka_unit_test_setup(test_merge_over_env, reset_env),
         cmocka_unit_test_setup(test_model_resolution, reset_env),
+        cmocka_unit_test_setup(test_env_providers, reset_env),
+        cmocka_unit_test_setup(test_model_settings, reset_env),
+        cmocka_unit_test_setup(test_price_parse, reset_env),
+        cmocka_unit_test_setup(test_prices, reset_env),
+        cmocka_unit_test_setup(test_fallbacks, reset_env),
         cmocka_unit_test_setup(test_tool_choice_parse, reset_env),
         cmocka_unit_test_setup(test_file_errors, reset_env),
         cmocka_unit_test_setup(test_file_too_large, reset_env),

@@ -842,8 +842,8 @@ static void test_messages_append_deep(void **state)
 
 static void test_usage_add(void **state)
 {
-    loom_usage a = {1, 2, 3, 4, 5};
-    loom_usage b = {10, 20, 30, 40, 50};
+    loom_usage a = {1, 2, 3, 4, 5, 0, 0};
+    loom_usage b = {10, 20, 30, 40, 50, 60, 70};
     loom_usage zero = {0};
 
     (void)state;
@@ -853,6 +853,8 @@ static void test_usage_add(void **state)
     assert_int_equal(a.cached_tokens, 33);
     assert_int_equal(a.reasoning_tokens, 44);
     assert_int_equal(a.total_tokens, 55);
+    assert_int_equal(a.cache_write_tokens, 60);
+    assert_int_equal(a.cost_micros, 70);
     loom_usage_add(&a, &zero);
     assert_int_equal(a.total_tokens, 55);
     assert_int_equal(b.prompt_tokens, 10); /* b untouched */

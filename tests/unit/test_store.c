@@ -260,10 +260,10 @@ static void rich_init(rich_turn *r, const char *conv)
     r->calls[0] = (loom_turn_call){"call_1", 13};
     r->calls[1] = (loom_turn_call){"call_2", 13};
     r->usage[0].iteration = 1;
-    r->usage[0].usage = (loom_usage){10, 5, 2, 1, 15};
+    r->usage[0].usage = (loom_usage){10, 5, 2, 1, 15, 0, 0};
     r->usage[0].cost = 0.001;
     r->usage[1].iteration = 2;
-    r->usage[1].usage = (loom_usage){30, 7, 0, 0, 37};
+    r->usage[1].usage = (loom_usage){30, 7, 0, 0, 37, 0, 0};
     r->usage[1].cost = -1;
     r->turn.conversation_id = conv;
     r->turn.run_id = "run_1";

@@ -1,0 +1,153 @@
+/*
+ * llm/anthropic.h: the Anthropic Messages wire format, without I/O.
+ *
+ * The adapter (llm/anthropic.c) moves bytes; what understands them is
+ * here so that tests and fuzzers can drive it directly: building the
+ * /v1/messages body from a loom_llm_request, decoding a streamed answer
+ * (bytes -> SSE events -> content blocks -> loom_llm_event) or a whole
+ * message object, and turning an HTTP error body into a
+ * loom_upstream_error.
+ */
+#ifndef LOOM_LLM_ANTHROPIC_H
+#define LOOM_LLM_ANTHROPIC_H
+
+#include "loom/llm.h"
+
+#include <jansson.h>
+
+#define LOOM_ANTHROPIC_DEFAULT_BASE_URL "https://api.anthropic.com"
+#define LOOM_ANTHROPIC_VERSION "2023-06-01"
+/* max_tokens when the request sets none (the API requires one); with a
+ * thinking budget, the budget is added to it. */
+#define LOOM_ANTHROPIC_DEFAULT_MAX_TOKENS 4096
+/* The tool sent when a request has no tools but its history has tool
+ * blocks, which the API refuses without a tool list (tool_choice none). */
+#define LOOM_ANTHROPIC_PLACEHOLDER_TOOL "loom_no_tools"
+
+/* Default limits of one answer. */
+#define LOOM_ANTHROPIC_MAX_TOOL_CALLS 128
+#define LOOM_ANTHROPIC_MAX_ARGS ((size_t)1 << 20)  /* per tool call */
+#define LOOM_ANTHROPIC_MAX_TEXT ((size_t)16 << 20) /* text, and thinking */
+#define LOOM_ANTHROPIC_MAX_BLOCKS 1024             /* content blocks */
+/* Signatures and redacted thinking data of one answer, together. */
+#define LOOM_ANTHROPIC_MAX_STATE ((size_t)16 << 20)
+
+typedef struct {
+    size_t max_tool_calls; /* 0: LOOM_ANTHROPIC_MAX_TOOL_CALLS */
+    size_t max_args;       /* 0: LOOM_ANTHROPIC_MAX_ARGS */
+    size_t max_text;       /* 0: LOOM_ANTHROPIC_MAX_TEXT */
+    size_t max_blocks;     /* 0: LOOM_ANTHROPIC_MAX_BLOCKS */
+    size_t max_state;      /* 0: LOOM_ANTHROPIC_MAX_STATE */
+    size_t max_body;       /* a non-streamed body; 0: 2 * (max_text +
+                              max_state) + 1 MiB */
+} loom__anthropic_limits;
+
+/*
+ * Builds the /v1/messages body for req (see docs/providers.md, "The
+ * anthropic provider", for every mapping). *out is a new reference.
+ * LOOM_EINVALID when the model is missing, a tool choice names no
+ * function, or max_tokens is set but not above the thinking budget;
+ * LOOM_ENOMEM.
+ */
+int loom__anthropic_build_body(json_t **out, const loom_llm_request *req);
+
+typedef struct loom__anthropic_decoder loom__anthropic_decoder;
+
+/*
+ * A decoder for one answer. Events go to cb (may be NULL) as they are
+ * decoded; a non-zero return from cb makes the decoder fail with
+ * LOOM_ECANCELED. limits may be NULL for the defaults.
+ *
+ * Event order, as the OpenAI decoder's: TEXT / REASONING /
+ * TOOL_CALL_DELTA as they come (a call's first fragment, at its
+ * content_block_start, carries its id and name; tool_index is the call's
+ * position among the answer's calls), then at the end USAGE (once),
+ * TOOL_CALLS (once, when the answer has calls, in order) and FINISH.
+ */
+int loom__anthropic_decoder_new(loom__anthropic_decoder **out,
+                                const loom__anthropic_limits *limits,
+                                loom_llm_event_cb cb, void *payload);
+void loom__anthropic_decoder_free(loom__anthropic_decoder *d);
+
+/*
+ * Feeds streamed body bytes, at any split. Returns 0, or an error (the
+ * decoder is then finished): LOOM_EUPSTREAM for an `event: error` (details:
+ * loom__anthropic_decoder_error, kind LOOM_UPSTREAM_STREAM, type e.g.
+ * "overloaded_error"), LOOM_EPROTO for an event that is not the expected
+ * JSON, LOOM_ETOOLARGE past a limit, LOOM_ECANCELED when cb aborted.
+ */
+int loom__anthropic_decoder_feed(loom__anthropic_decoder *d, const char *data,
+                                 size_t len);
+
+/*
+ * Ends a streamed body (the connection closed cleanly). Without
+ * message_stop and without a stop reason it fails with LOOM_EUPSTREAM,
+ * kind LOOM_UPSTREAM_CONNECTION. Emits the closing events. Returns like
+ * feed().
+ */
+int loom__anthropic_decoder_finish(loom__anthropic_decoder *d);
+
+/*
+ * Decodes a whole non-streamed message object into the same events (one
+ * TEXT per text block, one REASONING per thinking block, one
+ * TOOL_CALL_DELTA per call with its whole input, then the closing events).
+ * A {"type": "error"} body is LOOM_EUPSTREAM. Returns like feed().
+ */
+int loom__anthropic_decoder_complete(loom__anthropic_decoder *d,
+                                     const char *body, size_t len);
+
+/* Whether any text, reasoning or tool call was emitted. */
+int loom__anthropic_decoder_output_started(const loom__anthropic_decoder *d);
+
+/* Whether the answer ended (message_stop, or a whole body). */
+int loom__anthropic_decoder_done(const loom__anthropic_decoder *d);
+
+/* The error after LOOM_EUPSTREAM (borrowed). */
+const loom_upstream_error *
+loom__anthropic_decoder_error(const loom__anthropic_decoder *d);
+
+/*
+ * Moves what was decoded into resp: text (always, "" when none),
+ * reasoning, usage, finish reason, response id, output_started; and, only
+ * when the answer completed, the tool calls and provider_state
+ * ({"anthropic": {"content": [...]}} when the answer had thinking or
+ * redacted_thinking blocks, NULL otherwise). Frees what resp held in
+ * those fields. LOOM_ENOMEM.
+ */
+int loom__anthropic_decoder_export(loom__anthropic_decoder *d,
+                                   loom_llm_response *resp);
+
+/* The loom finish reason for an Anthropic stop_reason (borrowed, static,
+ * or s itself when loom has no name for it). */
+const char *loom__anthropic_finish_reason(const char *s);
+
+/*
+ * Fills *err (cleared first) from an HTTP error answer: kind from the
+ * status (400 bad_request, 401 authentication, 403 permission, 404
+ * not_found, 413 too_large, 429 rate_limit, 500 and 529 server, ...),
+ * message and type from {"type": "error", "error": {"type", "message"}}
+ * (or the raw body cut to 500 bytes, or "HTTP <status>"), request_id
+ * copied. LOOM_ENOMEM.
+ */
+int loom__anthropic_error_from_http(loom_upstream_error *err, long status,
+                                    const char *body, size_t len,
+                                    const char *request_id);
+
+/* Whether a status is worth retrying (408, 409, 429, 5xx incl. 529). */
+int loom__anthropic_status_retryable(long status);
+
+/* Whether an error event inside the stream is worth retrying before any
+ * output: overloaded_error and api_error. */
+int loom__anthropic_stream_error_retryable(const loom_upstream_error *err);
+
+/*
+ * Replaces the limits of an "anthropic" provider (for tests that cross
+ * them without megabytes of input). Not thread-safe against running calls.
+ */
+void loom__anthropic_provider_set_limits(loom_provider *p,
+                                         const loom__anthropic_limits *limits);
+
+/* The URL an "anthropic" provider posts to (borrowed). */
+const char *loom__anthropic_provider_url(const loom_provider *p);
+
+#endif
