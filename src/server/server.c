@@ -373,7 +373,16 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
     s->stop_pipe[0] = s->stop_pipe[1] = -1;
     pthread_mutex_init(&s->susp_lock, NULL);
     pthread_mutex_init(&s->tick_lock, NULL);
-    pthread_cond_init(&s->tick_cv, NULL);
+    {
+        /* The ticker's deadlines are on the monotonic clock: the condition
+         * variable must wait on the same clock, or every wait returns at
+         * once and the ticker spins. */
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&s->tick_cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     s->cfg = opts->config;
     s->sc = &opts->config->server;
     s->store_retry_ms = SRV_STORE_RETRY_MS;

@@ -28,6 +28,7 @@
 
 #include <pthread.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 
 #define USAGE                                                                \
@@ -698,6 +699,36 @@ static void test_cancel_while_storing(void **state)
     sh_free(&h);
 }
 
+/* CPU seconds this process has used, all threads. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+/*
+ * An idle server sleeps: its ticker once waited on the wrong clock and
+ * spun a whole core. CPU time, not wall time, is measured: a loaded
+ * machine can only make a spinning server look better, never an idle one
+ * look busy, so this cannot fail by accident.
+ */
+static void test_idle_server_does_not_spin(void **state)
+{
+    sh h;
+    double before, used;
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, NULL);
+    before = cpu_seconds();
+    sleep(2);
+    used = cpu_seconds() - before;
+    assert_true(used < 0.5);
+    sh_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -709,6 +740,7 @@ int main(void)
         cmocka_unit_test(test_allow_and_head),
         cmocka_unit_test(test_chat_failure_cancels_run),
         cmocka_unit_test(test_cancel_while_storing),
+        cmocka_unit_test(test_idle_server_does_not_spin),
     };
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
