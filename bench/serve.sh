@@ -1,0 +1,640 @@
+#!/bin/sh
+# Measures `loom serve` as a pass-through (no tools) in front of the fake
+# upstream, beside the Portkey AI gateway in front of the same fake, and
+# the fake on its own, in one run; writes bench/RESULTS-serve.md (see
+# bench/serve/README.md for what is measured and why).
+#
+#   sh bench/serve.sh                  # measure, then write the results
+#   REPORT_ONLY=1 sh bench/serve.sh    # rewrite them from bench/serve/out
+#
+# Steps: a Release build of loom and loom-fake-upstream in its own build
+# directory and of the load generator (bench/serve/loadgen.c and resp.c,
+# cc directly), whose --self-test must pass; two fakes (a short answer; 64
+# chunks 20 ms apart), loom serve with a config naming them, the Portkey
+# gateway
+# (`npm ci` in bench/serve; left out, with the reason in the results, when
+# node or npm is missing or it does not answer); a smoke check of every
+# target; the scenarios; the results file. Every process listens on
+# 127.0.0.1 only, is stopped by its pid on exit (SIGCONT, SIGTERM, then
+# SIGKILL after 10 s), and the fakes end themselves after an hour in any
+# case. Raw outputs stay in bench/serve/out/ (ignored by git).
+#
+# Environment (defaults in brackets): N [2000] measured requests per target
+# at concurrency 1, WARMUP [500] warm-up requests before them, ROUNDS [8]
+# interleaved blocks; C [64] connections and DURATION [10] measured seconds
+# (after TP_WARMUP [2]) for throughput; TTFT_N [100] streams of CHUNKS [64]
+# chunks CHUNK_MS [20] ms apart; PORTKEY=0 leaves Portkey out; NICE [-10]:
+# the niceness of every process of the benchmark once the build is done (0
+# leaves it; negative values need root); SERVEBENCH_BUILD
+# [build-servebench]; RESULTS [bench/RESULTS-serve.md].
+set -eu
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+HERE=$ROOT/bench/serve
+BUILD=${SERVEBENCH_BUILD:-$ROOT/build-servebench}
+OUT=$HERE/out
+RESULTS=${RESULTS:-$ROOT/bench/RESULTS-serve.md}
+N=${N:-2000}
+WARMUP=${WARMUP:-500}
+ROUNDS=${ROUNDS:-8}
+C=${C:-64}
+DURATION=${DURATION:-10}
+TP_WARMUP=${TP_WARMUP:-2}
+TTFT_N=${TTFT_N:-100}
+CHUNKS=${CHUNKS:-64}
+CHUNK_MS=${CHUNK_MS:-20}
+NICE=${NICE:--10}
+PORTKEY_VERSION=1.15.2
+HONO_NODE_VERSION=1.12.2
+LOADGEN=$BUILD/servebench-loadgen
+FAKE=$BUILD/loom-fake-upstream
+LOOM=$BUILD/loom
+SHORT_TEXT="Hi there."
+START_TRIES=150          # x 0.1 s: how long a process may take to listen
+LOADGEN_MAX_SECONDS=1200 # one scenario, all targets
+
+say() { echo "serve-bench: $*" >&2; }
+fail() { say "$*"; exit 1; }
+
+# wait_line FILE PID: waits until FILE holds "listening 127.0.0.1:P" and
+# prints P; fails when PID exits first or after START_TRIES tries.
+wait_line() {
+    i=0
+    while [ $i -lt $START_TRIES ]; do
+        p=$(sed -n 's/^listening 127\.0\.0\.1:\([0-9][0-9]*\)$/\1/p' \
+            "$1" 2>/dev/null | head -1)
+        if [ -n "$p" ]; then
+            echo "$p"
+            return 0
+        fi
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+
+# cpu_ticks PID: user + system CPU time of a process, in clock ticks.
+cpu_ticks() {
+    awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+
+# quote VALUE: VALUE as one single-quoted shell word.
+quote() {
+    printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"
+}
+
+# ======================================================================
+# Measuring
+# ======================================================================
+
+build() {
+    say "building (Release) in $BUILD"
+    cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_C_FLAGS=-g -DLOOM_TESTS=OFF >"$OUT/build.log" 2>&1 ||
+        { cat "$OUT/build.log" >&2; exit 1; }
+    cmake --build "$BUILD" --target loom loom-fake-upstream -j2 \
+        >>"$OUT/build.log" 2>&1 || { cat "$OUT/build.log" >&2; exit 1; }
+    CC_PATH=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+    CFLAGS_USED="$(sed -n 's/^CMAKE_C_FLAGS_RELEASE:[A-Z]*=//p' \
+        "$BUILD/CMakeCache.txt") -g"
+    CCV=$("$CC_PATH" --version | head -1)
+    # shellcheck disable=SC2086
+    "$CC_PATH" -std=c11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Wshadow \
+        -Wformat=2 -Wstrict-prototypes -Wmissing-prototypes -Wvla \
+        -o "$LOADGEN" "$HERE/loadgen.c" "$HERE/resp.c" "$HERE/resp_test.c" \
+        >>"$OUT/build.log" 2>&1 ||
+        { cat "$OUT/build.log" >&2; exit 1; }
+    "$LOADGEN" --self-test 2>>"$OUT/build.log" ||
+        fail "loadgen --self-test failed (see $OUT/build.log)"
+}
+
+# On a machine shared with other work, a thread woken on a busy core can
+# wait a whole scheduler tick; a higher priority for everything measured
+# (load generator, fakes, servers: they inherit it from this shell) keeps
+# other work out of the critical path. Every target gets the same.
+set_priority() {
+    NICE_NOTE="niceness $NICE for every process of the benchmark"
+    if [ "$NICE" = 0 ]; then
+        NICE_NOTE="niceness left unchanged (NICE=0)"
+    elif ! renice -n "$NICE" -p $$ >/dev/null 2>&1; then
+        NICE_NOTE="niceness left unchanged (renice to $NICE was refused)"
+        say "$NICE_NOTE"
+    fi
+}
+
+# short: "Hi there." in two chunks, no delay. long: CHUNKS text chunks,
+# every chunk (the role chunk, each text chunk, the finish chunk and
+# [DONE]) CHUNK_MS after the previous one.
+start_fakes() {
+    printf '%s\n' '{"loop": true, "responses": [{"text": ["Hi", " there."],
+      "usage": {"prompt_tokens": 10, "completion_tokens": 2,
+                "total_tokens": 12}}]}' >"$TMP/short.json"
+    pieces=""
+    LONG_TEXT=""
+    i=0
+    while [ $i -lt "$CHUNKS" ]; do
+        pieces="$pieces${pieces:+,}\"w$i \""
+        LONG_TEXT="${LONG_TEXT}w$i "
+        i=$((i + 1))
+    done
+    printf '{"loop": true, "responses": [{"text": [%s],
+      "chunk_delay_ms": %s, "usage": {"prompt_tokens": 10,
+      "completion_tokens": %s, "total_tokens": %s}}]}\n' "$pieces" \
+        "$CHUNK_MS" "$CHUNKS" $((CHUNKS + 10)) >"$TMP/long.json"
+    for f in short long; do
+        "$FAKE" --script "$TMP/$f.json" --port 0 --max-seconds 3600 \
+            >"$TMP/fake-$f.out" 2>"$OUT/fake-$f.err" &
+        pid=$!
+        PIDS="$PIDS $pid"
+        port=$(wait_line "$TMP/fake-$f.out" "$pid") ||
+            fail "the fake ($f) did not start: $(cat "$OUT/fake-$f.err")"
+        if [ $f = short ]; then SHORT_PORT=$port; else LONG_PORT=$port; fi
+    done
+}
+
+# Providers `fake` (short answers) and `fake64` (the long stream), no
+# retries; runs limited to 1024 at once so that C connections never meet
+# 503; log level warn, so no line per request (errors still go to
+# out/loom.err). The store is a fresh SQLite file in the temporary folder.
+start_loom() {
+    cat >"$TMP/loom.yaml" <<EOF
+log:
+  level: warn
+providers:
+  fake:
+    kind: openai
+    base_url: http://127.0.0.1:$SHORT_PORT/v1
+    api_key: servebench
+    retries:
+      max: 0
+  fake64:
+    kind: openai
+    base_url: http://127.0.0.1:$LONG_PORT/v1
+    api_key: servebench
+    retries:
+      max: 0
+server:
+  listen: 127.0.0.1:0
+  max_concurrent_runs: 1024
+  max_connections: 4096
+EOF
+    "$LOOM" serve --config "$TMP/loom.yaml" --db "$TMP/loom.db" \
+        --log-level warn >"$TMP/loom.out" 2>"$OUT/loom.err" &
+    LOOM_PID=$!
+    PIDS="$PIDS $LOOM_PID"
+    LOOM_PORT=$(wait_line "$TMP/loom.out" "$LOOM_PID") ||
+        fail "loom serve did not start: $(cat "$OUT/loom.err")"
+    say "fake :$SHORT_PORT (short), :$LONG_PORT (long); loom :$LOOM_PORT"
+}
+
+start_portkey() {
+    PORTKEY_PORT=""
+    PORTKEY_PID=""
+    PORTKEY_NOTE=""
+    PK_INSTALLED=""
+    NODE_VERSION="not used"
+    if [ "${PORTKEY:-1}" = 0 ]; then
+        PORTKEY_NOTE="Portkey was left out (PORTKEY=0)."
+        return 0
+    fi
+    if ! command -v node >/dev/null 2>&1 ||
+        ! command -v npm >/dev/null 2>&1; then
+        NODE_VERSION="not installed"
+        PORTKEY_NOTE="Portkey was not measured: node and npm are not
+installed."
+        return 0
+    fi
+    NODE_VERSION=$(node --version)
+    say "portkey: npm ci"
+    if ! (cd "$HERE" && npm ci --no-audit --no-fund >"$OUT/npm-ci.log" 2>&1)
+    then
+        PORTKEY_NOTE="Portkey was not measured: \`npm ci\` failed in
+bench/serve (\`$(tail -1 "$OUT/npm-ci.log")\`)."
+        return 0
+    fi
+    (cd "$HERE" && NODE_ENV=production \
+        SERVEBENCH_PORT_FILE="$TMP/portkey.port" exec node \
+        --import ./portkey-localhost.mjs \
+        node_modules/@portkey-ai/gateway/build/start-server.js \
+        --port=0 --headless >"$OUT/portkey.log" 2>&1) &
+    PORTKEY_PID=$!
+    PIDS="$PIDS $PORTKEY_PID"
+    if ! PORTKEY_PORT=$(wait_line "$TMP/portkey.port" "$PORTKEY_PID"); then
+        PORTKEY_PORT=""
+        PORTKEY_NOTE="Portkey was not measured: the gateway did not start
+listening (its output: \`$(tail -3 "$OUT/portkey.log" | tr '\n' ' ')\`)."
+        return 0
+    fi
+    version_of() {
+        sed -n 's/^  "version": *"\([^"]*\)".*/\1/p' \
+            "$HERE/node_modules/$1/package.json" | head -1
+    }
+    PK_INSTALLED="@portkey-ai/gateway $(version_of @portkey-ai/gateway),"
+    PK_INSTALLED="$PK_INSTALLED @hono/node-server"
+    PK_INSTALLED="$PK_INSTALLED $(version_of @hono/node-server)"
+    say "portkey gateway :$PORTKEY_PORT"
+}
+
+# targets SCRIPT [WHICH]: the loadgen arguments, one a line, for the
+# targets against the short or long fake: all (default), core (fake and
+# loom) or portkey. The fake direct comes first: it is the baseline.
+targets() {
+    if [ "$1" = short ]; then
+        fp=$SHORT_PORT lm=fake
+    else
+        fp=$LONG_PORT lm=fake64
+    fi
+    set -- "${2:-all}"
+    if [ "$1" != portkey ]; then
+        printf '%s\n' \
+            --target fake "http://127.0.0.1:$fp/v1/chat/completions" \
+            --target loom "http://127.0.0.1:$LOOM_PORT/v1/chat/completions" \
+            --model "$lm/fake-model" --pid "$LOOM_PID"
+    fi
+    if [ "$1" != core ] && [ -n "$PORTKEY_PORT" ]; then
+        printf '%s\n' --target portkey \
+            "http://127.0.0.1:$PORTKEY_PORT/v1/chat/completions" \
+            --model fake-model --header "x-portkey-provider: openai" \
+            --header "x-portkey-custom-host: http://127.0.0.1:$fp/v1" \
+            --header "Authorization: Bearer servebench" --pid "$PORTKEY_PID"
+    fi
+}
+
+# loadgen_on SCRIPT WHICH OUTFILE LOADGEN-OPTIONS...: runs loadgen on
+# those targets (their arguments contain spaces: read line by line).
+loadgen_on() {
+    targets "$1" "$2" >"$TMP/targets"
+    lg_out=$3
+    shift 3
+    while IFS= read -r a; do set -- "$@" "$a"; done <"$TMP/targets"
+    "$LOADGEN" "$@" >"$lg_out" 2>&1
+}
+
+# Every target answers, streamed and not; Portkey may drop out (with the
+# reason in the results), the others may not.
+smoke() {
+    for stream in 0 1; do
+        set --
+        [ "$stream" = 1 ] && set -- --stream
+        loadgen_on short core "$OUT/smoke.txt" --requests 3 "$@" \
+            --expect "$SHORT_TEXT" --max-seconds 60 ||
+            { cat "$OUT/smoke.txt" >&2; fail "smoke check failed"; }
+        if [ -n "$PORTKEY_PORT" ] &&
+            ! loadgen_on short portkey "$OUT/smoke-portkey.txt" \
+                --requests 3 "$@" --expect "$SHORT_TEXT" --max-seconds 60
+        then
+            PORTKEY_NOTE="Portkey was not measured: its answers failed the
+check (\`$(grep '^loadgen' "$OUT/smoke-portkey.txt" | head -1)\`)."
+            PORTKEY_PORT=""
+            say "$PORTKEY_NOTE"
+        fi
+    done
+}
+
+# What each server burns doing nothing, over 2 s, in % of one core.
+idle_cpu() {
+    l0=$(cpu_ticks "$LOOM_PID")
+    [ -n "$PORTKEY_PORT" ] && p0=$(cpu_ticks "$PORTKEY_PID")
+    sleep 2
+    pct() { awk -v a="$1" -v b="$2" -v hz="$HZ" \
+        'BEGIN { printf "%.0f", (b - a) / hz / 2 * 100 }'; }
+    LOOM_IDLE=$(pct "$l0" "$(cpu_ticks "$LOOM_PID")")
+    PORTKEY_IDLE=""
+    if [ -n "$PORTKEY_PORT" ]; then
+        PORTKEY_IDLE=$(pct "$p0" "$(cpu_ticks "$PORTKEY_PID")")
+    fi
+}
+
+# scenario NAME SCRIPT EXPECT LOADGEN-OPTIONS...: every target, JSON lines
+# into out/NAME.json, the servers' CPU ticks into out/NAME.cpu; a failed
+# request stops the benchmark.
+scenario() {
+    name=$1 script=$2 expect=$3
+    shift 3
+    say "$name: $*"
+    targets "$script" all >"$TMP/targets"
+    set -- "$@" --expect "$expect" --max-seconds $LOADGEN_MAX_SECONDS --json
+    while IFS= read -r a; do set -- "$@" "$a"; done <"$TMP/targets"
+    l0=$(cpu_ticks "$LOOM_PID")
+    [ -n "$PORTKEY_PORT" ] && p0=$(cpu_ticks "$PORTKEY_PID")
+    "$LOADGEN" "$@" >"$OUT/$name.json" 2>"$OUT/$name.err" || {
+        cat "$OUT/$name.err" >&2
+        fail "$name failed: no results written"
+    }
+    # Each server only runs during its own blocks (loadgen pauses it
+    # otherwise), so this is its cost for the requests it answered.
+    echo "loom $(($(cpu_ticks "$LOOM_PID") - l0))" >"$OUT/$name.cpu"
+    if [ -n "$PORTKEY_PORT" ]; then
+        echo "portkey $(($(cpu_ticks "$PORTKEY_PID") - p0))" \
+            >>"$OUT/$name.cpu"
+    fi
+}
+
+scenarios() {
+    LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+    scenario c1 short "$SHORT_TEXT" --concurrency 1 --requests "$N" \
+        --warmup "$WARMUP" --rounds "$ROUNDS"
+    scenario c1-stream short "$SHORT_TEXT" --stream --concurrency 1 \
+        --requests "$N" --warmup "$WARMUP" --rounds "$ROUNDS"
+    scenario c64 short "$SHORT_TEXT" --concurrency "$C" \
+        --duration "$DURATION" --warmup-seconds "$TP_WARMUP"
+    scenario c64-stream short "$SHORT_TEXT" --stream --concurrency "$C" \
+        --duration "$DURATION" --warmup-seconds "$TP_WARMUP"
+    ttft_rounds=5
+    [ "$TTFT_N" -lt $ttft_rounds ] && ttft_rounds=$TTFT_N
+    scenario ttft long "$LONG_TEXT" --stream --concurrency 1 \
+        --requests "$TTFT_N" --warmup 2 --rounds "$ttft_rounds"
+    LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+}
+
+# What the report needs from the run, for REPORT_ONLY=1.
+save_run() {
+    COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "?")
+    if [ -n "$(git -C "$ROOT" status --porcelain -- src include \
+        2>/dev/null)" ]; then
+        COMMIT="$COMMIT (the working tree had uncommitted changes under"
+        COMMIT="$COMMIT src/ or include/)"
+    fi
+    RUN_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+    PORTKEY_MEASURED=${PORTKEY_PORT:+1}
+    for v in N WARMUP ROUNDS C DURATION TP_WARMUP TTFT_N CHUNKS CHUNK_MS \
+        HZ CCV CFLAGS_USED NODE_VERSION PK_INSTALLED NICE_NOTE LOAD_BEFORE \
+        LOAD_AFTER LOOM_IDLE PORTKEY_IDLE PORTKEY_MEASURED PORTKEY_NOTE \
+        COMMIT RUN_DATE; do
+        eval "echo \"$v=\$(quote \"\$$v\")\""
+    done >"$OUT/run.env"
+}
+
+measure() {
+    mkdir -p "$OUT"
+    rm -f "$OUT"/*.json "$OUT"/*.cpu "$OUT"/*.err "$OUT"/*.log \
+        "$OUT"/*.txt "$OUT"/run.env
+    TMP=$(mktemp -d "${TMPDIR:-/tmp}/loom-servebench.XXXXXX")
+    PIDS=""
+    trap cleanup EXIT
+    trap 'exit 130' INT TERM
+    HZ=$(getconf CLK_TCK)
+    build
+    set_priority
+    start_fakes
+    start_loom
+    start_portkey
+    smoke
+    idle_cpu
+    scenarios
+    save_run
+}
+
+# Stops every process this script started, by pid: SIGCONT (loadgen may
+# have left one paused if it was killed), SIGTERM, up to 10 s, SIGKILL;
+# then removes the temporary folder.
+cleanup() {
+    for pid in $PIDS; do
+        kill -CONT "$pid" 2>/dev/null || true
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in $PIDS; do
+        i=0
+        while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+}
+
+# ======================================================================
+# Reporting (from bench/serve/out only)
+# ======================================================================
+
+# get FILE TARGET KEY: a number from loadgen's JSON line for TARGET.
+get() {
+    grep "^{\"target\":\"$2\"" "$OUT/$1.json" 2>/dev/null |
+        sed -n "s/.*\"$3\":\([-0-9.]*\).*/\1/p" | head -1
+}
+
+# us VALUE: µs, no decimals from 1000 on; plus: the same as " (+V µs)".
+us() { awk -v v="$1" 'BEGIN { if (v == "") print "-";
+    else if (v >= 1000 || v <= -1000) printf "%.0f µs", v;
+    else printf "%.1f µs", v }'; }
+ms() { awk -v v="$1" 'BEGIN { if (v == "") print "-";
+    else printf "%.2f ms", v / 1000 }'; }
+plus() { awk -v v="$1" 'BEGIN { if (v == "") print "";
+    else if (v >= 1000 || v <= -1000) printf " (%+.0f µs)", v;
+    else printf " (%+.1f µs)", v }'; }
+rps() { awk -v v="$1" 'BEGIN { if (v == "") print "-";
+    else printf "%.0f req/s", v }'; }
+ratio() { awk -v v="$1" 'BEGIN { if (v == "") print "";
+    else printf " (%.2fx)", v }'; }
+
+# row LABEL FILE KEY ADDED-KEY FORMAT: one table row for every target.
+row() {
+    f=$2 k=$3 ak=$4 fmt=$5
+    line="| $1 | $($fmt "$(get "$f" fake "$k")")"
+    for t in loom portkey; do
+        if [ $t = portkey ] && [ -z "$PORTKEY_MEASURED" ]; then
+            line="$line | not measured"
+            continue
+        fi
+        v=$(get "$f" $t "$k")
+        a=$(get "$f" $t "$ak")
+        if [ "$fmt" = rps ]; then
+            line="$line | $(rps "$v")$(ratio "$a")"
+        else
+            line="$line | $($fmt "$v")$(plus "$a")"
+        fi
+    done
+    echo "$line |"
+}
+
+# cpu SCENARIO TARGET: the server's CPU µs per answered request.
+cpu() {
+    ticks=$(sed -n "s/^$2 //p" "$OUT/$1.cpu" 2>/dev/null)
+    n=$(get "$1" "$2" answered)
+    awk -v t="$ticks" -v n="$n" -v hz="$HZ" 'BEGIN {
+        if (t == "" || n == "" || n == 0) print "-";
+        else printf "%.0f µs", t / hz * 1e6 / n }'
+}
+
+cpurow() {
+    p="not measured"
+    [ -n "$PORTKEY_MEASURED" ] && p=$(cpu "$2" portkey)
+    echo "| $1 | | $(cpu "$2" loom) | $p |"
+}
+
+# verdict VALUE LIMIT: met when VALUE < LIMIT.
+verdict() {
+    awk -v v="$1" -v lim="$2" 'BEGIN {
+        print ((v != "" && v + 0 < lim + 0) ? "met" : "**not met**") }'
+}
+
+write_results() {
+    [ -f "$OUT/run.env" ] || fail "no $OUT/run.env: run without REPORT_ONLY"
+    # shellcheck disable=SC1091
+    . "$OUT/run.env"
+    CPU_MODEL=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+    CPU_FAMILY=$(lscpu | sed -n 's/^CPU family: *//p' | head -1)
+    CPU_MODELNO=$(lscpu | sed -n 's/^Model: *//p' | head -1)
+    HYPERVISOR=$(lscpu | sed -n 's/^Hypervisor vendor: *//p' | head -1)
+    MEM=$(awk '/^MemTotal:/ { printf "%.1f GiB", $2 / 1048576 }' \
+        /proc/meminfo)
+    # shellcheck disable=SC1091,SC2015
+    OS=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" || uname -s)
+    MHDV=$(pkg-config --modversion libmicrohttpd 2>/dev/null || echo "?")
+    CURLV=$(pkg-config --modversion libcurl 2>/dev/null || echo "?")
+    SQLITEV=$(pkg-config --modversion sqlite3 2>/dev/null || echo "?")
+    L_P99=$(get c1 loom added_lat_p99_us)
+    L_P99S=$(get c1-stream loom added_lat_p99_us)
+    L_TTFT50=$(get ttft loom added_ttft_p50_us)
+    L_TTFT99=$(get ttft loom added_ttft_p99_us)
+    say "writing $RESULTS"
+    {
+        echo "# loom serve as a pass-through: results"
+        echo
+        echo "Written by \`sh bench/serve.sh\` on $RUN_DATE, commit"
+        echo "$COMMIT. What is measured and how:"
+        echo "[serve/README.md](serve/README.md)."
+        echo
+        echo "## Machine"
+        echo
+        echo "| | |"
+        echo "|---|---|"
+        echo "| CPU | $CPU_MODEL (family $CPU_FAMILY, model" \
+            "$CPU_MODELNO)${HYPERVISOR:+, $HYPERVISOR guest} |"
+        echo "| cores | $(nproc) |"
+        echo "| memory | $MEM |"
+        echo "| OS, kernel | $OS, Linux $(uname -r) |"
+        echo "| compiler | $CCV, Release (\`$CFLAGS_USED\`) |"
+        echo "| libraries | libmicrohttpd $MHDV, libcurl $CURLV," \
+            "SQLite $SQLITEV |"
+        echo "| node | $NODE_VERSION${PK_INSTALLED:+ ($PK_INSTALLED)} |"
+        echo "| load average | $LOAD_BEFORE before, $LOAD_AFTER after |"
+        echo "| priority | $NICE_NOTE |"
+        echo
+        echo "Everything (load generator, fakes, loom, Portkey) shares these"
+        echo "$(nproc) cores, and the machine is shared with other work, so"
+        echo "the figures are noisy, p99 most. They are one run's, not the"
+        echo "best of several."
+        echo
+        echo "## Side by side"
+        echo
+        echo "Same fake upstream binary, same requests, one load generator,"
+        echo "one run. In brackets: \"added\" = the target's figure minus the"
+        echo "fake direct's for the same percentile in the same run, and"
+        echo "throughput relative to the fake direct's."
+        echo
+        echo "| | fake direct | loom serve | Portkey gateway |"
+        echo "|---|---:|---:|---:|"
+        row "c=1, not streamed: latency p50" c1 lat_p50_us \
+            added_lat_p50_us us
+        row "c=1, not streamed: latency p99" c1 lat_p99_us \
+            added_lat_p99_us us
+        row "c=1, streamed: latency p50" c1-stream lat_p50_us \
+            added_lat_p50_us us
+        row "c=1, streamed: latency p99" c1-stream lat_p99_us \
+            added_lat_p99_us us
+        row "c=1, streamed: first token p50" c1-stream ttft_p50_us \
+            added_ttft_p50_us us
+        row "c=1, streamed: first token p99" c1-stream ttft_p99_us \
+            added_ttft_p99_us us
+        row "c=$C, not streamed: throughput" c64 rps rps_vs_baseline rps
+        row "c=$C, streamed: throughput" c64-stream rps rps_vs_baseline rps
+        row "c=$C, not streamed: latency p50" c64 lat_p50_us \
+            added_lat_p50_us us
+        row "c=$C, not streamed: latency p99" c64 lat_p99_us \
+            added_lat_p99_us us
+        row "$CHUNKS chunks $CHUNK_MS ms apart: first token p50" ttft \
+            ttft_p50_us added_ttft_p50_us us
+        row "$CHUNKS chunks $CHUNK_MS ms apart: first token p99" ttft \
+            ttft_p99_us added_ttft_p99_us us
+        row "$CHUNKS chunks $CHUNK_MS ms apart: whole stream p50" ttft \
+            lat_p50_us added_lat_p50_us ms
+        cpurow "server CPU per request, c=1 not streamed" c1
+        cpurow "server CPU per request, c=$C not streamed" c64
+        echo
+        echo "- Requests: c=1: $N measured per target after $WARMUP warm-up,"
+        echo "  in $ROUNDS blocks alternating between the targets; c=$C:"
+        echo "  every connection busy for $DURATION s (after $TP_WARMUP s"
+        echo "  unmeasured), one target after the other; long stream: $TTFT_N"
+        echo "  streams per target at c=1 (so its p99 is the" \
+            "$(awk -v n="$TTFT_N" 'BEGIN { k = int(0.99 * n);
+                if (k < 0.99 * n) k++; print k }')th of $TTFT_N"
+        echo "  from the fastest)."
+        echo "- Short answer: \"$SHORT_TEXT\" in two chunks, no delay. Long"
+        echo "  stream: $CHUNKS text chunks, $CHUNK_MS ms before every chunk,"
+        echo "  so the fake's own first token comes after two delays (role"
+        echo "  chunk, first text chunk)."
+        echo "- First token = the first SSE chunk with non-empty"
+        echo "  \`content\`; loom's role chunk (\`\"content\": \"\"\`) does"
+        echo "  not count."
+        echo "- Server CPU per request: the server's user + system CPU time"
+        echo "  over the scenario (it is paused while the other targets are"
+        echo "  measured) divided by all the answers it gave, warm-up"
+        echo "  included, at the resolution of clock ticks (1/$HZ s)."
+        idle="loom serve $LOOM_IDLE%"
+        [ -n "$PORTKEY_IDLE" ] && idle="$idle, Portkey $PORTKEY_IDLE%"
+        echo "- Server CPU while idle (2 s before the scenarios, % of one"
+        echo "  core): $idle."
+        echo
+        echo "## Goal"
+        echo
+        echo "- Added latency p99 under 200 µs at concurrency 1: not"
+        echo "  streamed $(us "$L_P99"): $(verdict "$L_P99" 200); streamed"
+        echo "  $(us "$L_P99S"): $(verdict "$L_P99S" 200)."
+        echo "- No added time to first token beyond 1 ms ($CHUNKS chunks"
+        echo "  $CHUNK_MS ms apart): p50 $(us "$L_TTFT50"), p99"
+        echo "  $(us "$L_TTFT99"): $(verdict "$L_TTFT99" 1000)."
+        echo
+        echo "## Setup"
+        echo
+        echo "- loom serve: providers \`fake\` and \`fake64\` (kind openai,"
+        echo "  retries 0) pointing at the two fakes; requests name"
+        echo "  \`fake/fake-model\` (\`fake64/fake-model\` for the long"
+        echo "  stream) and no tools, so each is one run with one model call,"
+        echo "  whose turn is stored (a fresh SQLite file on disk)."
+        echo "  \`max_concurrent_runs: 1024\`, \`max_connections: 4096\`,"
+        echo "  \`--log-level warn\`: no log line per request."
+        echo "- Portkey: \`node --import ./portkey-localhost.mjs"
+        echo "  node_modules/@portkey-ai/gateway/build/start-server.js"
+        echo "  --port=0 --headless\`, \`NODE_ENV=production\`; the preload"
+        echo "  only makes it listen on 127.0.0.1 and report its port."
+        echo "  Headers \`x-portkey-provider: openai\`,"
+        echo "  \`x-portkey-custom-host: http://127.0.0.1:PORT/v1\`; model"
+        echo "  \`fake-model\`. Pinned in bench/serve/package-lock.json:"
+        echo "  @portkey-ai/gateway $PORTKEY_VERSION, @hono/node-server"
+        echo "  $HONO_NODE_VERSION (npm \`overrides\`)."
+        echo "- Fake direct: the same requests straight to the fake, model"
+        echo "  \`fake-model\`. loom always calls the model streamed and"
+        echo "  assembles a non-streamed answer itself; Portkey forwards"
+        echo "  \`stream\` as the client sent it."
+        echo "- Every response is checked (status 200, the exact answer"
+        echo "  text, \`[DONE]\` at the end of a stream); one failure stops"
+        echo "  the benchmark."
+        echo "- Each server is paused (SIGSTOP) while another target is"
+        echo "  measured, so its background work cannot slow the others."
+        if [ -n "$PORTKEY_NOTE" ]; then
+            echo "- $PORTKEY_NOTE"
+        fi
+        echo
+        echo "## Reproduce"
+        echo
+        echo '```sh'
+        echo "sh bench/serve.sh                 # everything, writes this file"
+        echo "N=500 TTFT_N=20 DURATION=5 sh bench/serve.sh  # quicker"
+        echo "PORTKEY=0 sh bench/serve.sh       # loom and the fake only"
+        echo "REPORT_ONLY=1 sh bench/serve.sh   # rewrite this file from out/"
+        echo '```'
+        echo
+        echo "Raw results: bench/serve/out/*.json, one line per target and"
+        echo "scenario with every percentile."
+    } >"$RESULTS"
+    say "done: $RESULTS"
+    sed -n '/^## Side by side/,/^## Setup/p' "$RESULTS" >&2
+}
+
+if [ "${REPORT_ONLY:-0}" != 1 ]; then
+    measure
+fi
+write_results
