@@ -642,17 +642,6 @@ static void anthropic_free(loom_provider *base)
 static const loom_provider_vtable anthropic_vtable = {anthropic_complete,
                                                       anthropic_free};
 
-/* A header name is an RFC 9110 token; a value has no line breaks. */
-static int header_ok(const char *name, const char *value)
-{
-    if (!*name)
-        return 0;
-    for (const char *s = name; *s; s++)
-        if (*s <= ' ' || *s >= 127 || strchr("\"(),/:;<=>?@[\\]{}", *s))
-            return 0;
-    return strpbrk(value, "\r\n") == NULL;
-}
-
 static int add_header(anthropic_provider *p, const char *name,
                       const char *value)
 {
@@ -661,19 +650,6 @@ static int add_header(anthropic_provider *p, const char *name,
     if (asprintf(&line, "%s: %s", name, value) < 0)
         return loom__error_oom();
     p->headers[p->headers_len++] = line;
-    return 0;
-}
-
-static int config_has(const json_t *headers, const char *name)
-{
-    const char *k;
-    json_t *v;
-
-    json_object_foreach((json_t *)headers, k, v)
-    {
-        if (strcasecmp(k, name) == 0)
-            return 1;
-    }
     return 0;
 }
 
@@ -686,26 +662,28 @@ static int build_headers(anthropic_provider *p, const loom_provider_config *c,
     const char *k;
     json_t *v;
     char ua[64], num[32];
-    int rc = 0, has_accept = config_has(h, "Accept");
+    int rc = 0, has_accept = loom__llm_config_has_header(h, "Accept");
 
     p->headers = calloc(json_object_size(h) + 4, sizeof(*p->headers));
     if (!p->headers)
         return loom__error_oom();
-    if (c->api_key && *c->api_key && !config_has(h, "x-api-key")) {
+    if (c->api_key && *c->api_key &&
+        !loom__llm_config_has_header(h, "x-api-key")) {
         if (strpbrk(c->api_key, "\r\n"))
             return loom__error_set(
                 LOOM_EINVALID, "provider '%s': api_key has a line break", name);
         if ((rc = add_header(p, "x-api-key", c->api_key)))
             return rc;
     }
-    if (!config_has(h, "anthropic-version") &&
+    if (!loom__llm_config_has_header(h, "anthropic-version") &&
         (rc = add_header(p, "anthropic-version", LOOM_ANTHROPIC_VERSION)))
         return rc;
-    if (!config_has(h, "Content-Type") &&
+    if (!loom__llm_config_has_header(h, "Content-Type") &&
         (rc = add_header(p, "Content-Type", "application/json")))
         return rc;
     snprintf(ua, sizeof(ua), "loom/%s", loom_version());
-    if (!config_has(h, "User-Agent") && (rc = add_header(p, "User-Agent", ua)))
+    if (!loom__llm_config_has_header(h, "User-Agent") &&
+        (rc = add_header(p, "User-Agent", ua)))
         return rc;
     json_object_foreach((json_t *)h, k, v)
     {
@@ -715,7 +693,7 @@ static int build_headers(anthropic_provider *p, const loom_provider_config *c,
                      (long long)json_integer_value(v));
             s = num;
         }
-        if (!s || !header_ok(k, s))
+        if (!s || !loom__llm_header_ok(k, s))
             return loom__error_set(LOOM_EINVALID,
                                    "provider '%s': header '%s' must be a "
                                    "token name with a one-line string value",

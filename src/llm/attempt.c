@@ -302,3 +302,26 @@ json_t *loom__llm_json_string(const char *s)
     loom_buf_free(&b);
     return j;
 }
+
+int loom__llm_header_ok(const char *name, const char *value)
+{
+    if (!*name)
+        return 0;
+    for (const char *s = name; *s; s++)
+        if (*s <= ' ' || *s >= 127 || strchr("\"(),/:;<=>?@[\\]{}", *s))
+            return 0;
+    return strpbrk(value, "\r\n") == NULL;
+}
+
+int loom__llm_config_has_header(const json_t *headers, const char *name)
+{
+    const char *k;
+    json_t *v;
+
+    json_object_foreach((json_t *)headers, k, v)
+    {
+        if (strcasecmp(k, name) == 0)
+            return 1;
+    }
+    return 0;
+}

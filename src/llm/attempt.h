@@ -106,4 +106,11 @@ int loom__llm_attempts(const loom__llm_attempts_opts *o,
  */
 json_t *loom__llm_json_string(const char *s);
 
+/* Whether name is an HTTP header token and value has no line break: what
+ * every adapter checks on headers taken from the config. */
+int loom__llm_header_ok(const char *name, const char *value);
+
+/* Whether the config's headers object names this header (any case). */
+int loom__llm_config_has_header(const json_t *headers, const char *name);
+
 #endif

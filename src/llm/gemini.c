@@ -1063,17 +1063,6 @@ static void gemini_free(loom_provider *base)
 static const loom_provider_vtable gemini_vtable = {gemini_complete,
                                                    gemini_free};
 
-/* A header name is an RFC 9110 token; a value has no line breaks. */
-static int header_ok(const char *name, const char *value)
-{
-    if (!*name)
-        return 0;
-    for (const char *s = name; *s; s++)
-        if (*s <= ' ' || *s >= 127 || strchr("\"(),/:;<=>?@[\\]{}", *s))
-            return 0;
-    return strpbrk(value, "\r\n") == NULL;
-}
-
 static int add_header(gemini_provider *p, const char *name, const char *value)
 {
     char *line;
@@ -1134,7 +1123,7 @@ static int build_headers(gemini_provider *p, const loom_provider_config *c,
                      (long long)json_integer_value(v));
             s = num;
         }
-        if (!s || !header_ok(k, s))
+        if (!s || !loom__llm_header_ok(k, s))
             return loom__error_set(LOOM_EINVALID,
                                    "provider '%s': header '%s' must be a "
                                    "token name with a one-line string value",

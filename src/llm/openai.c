@@ -381,8 +381,7 @@ static int put_message(loom_buf *b, const loom_message *m)
                 (rc = put_lit(b, ",\"type\":\"function\",\"function\":"
                                  "{\"name\":")) ||
                 (rc = put_str(b, c->name)) ||
-                (rc = put_lit(b, ",\"arguments\":")) ||
-                (rc = put_str(b, args)))
+                (rc = put_lit(b, ",\"arguments\":")) || (rc = put_str(b, args)))
                 break;
             rc = put_lit(b, "}}");
         }
@@ -433,8 +432,7 @@ static int put_tools(loom_buf *b, const loom_tool_def *tools, size_t n)
             rc = put_json(b, t->parameters);
         else
             rc = put_lit(b, "{\"type\":\"object\",\"properties\":{}}");
-        if (rc || (rc = put_lit(b, ",\"name\":")) ||
-            (rc = put_str(b, t->name)))
+        if (rc || (rc = put_lit(b, ",\"name\":")) || (rc = put_str(b, t->name)))
             break;
         if (t->description && ((rc = put_lit(b, ",\"description\":")) ||
                                (rc = put_str(b, t->description))))
@@ -671,9 +669,8 @@ int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
         if (rc)
             goto cleanup;
     }
-    if (req->stream &&
-        (rc = put_lit(out, ",\"stream\":true,\"stream_options\":"
-                           "{\"include_usage\":true}")))
+    if (req->stream && (rc = put_lit(out, ",\"stream\":true,\"stream_options\":"
+                                          "{\"include_usage\":true}")))
         goto cleanup;
     rc = loom_buf_putc(out, '}');
 
@@ -949,17 +946,6 @@ static void openai_free(loom_provider *base)
 static const loom_provider_vtable openai_vtable = {openai_complete,
                                                    openai_free};
 
-/* A header name is an RFC 9110 token; a value has no line breaks. */
-static int header_ok(const char *name, const char *value)
-{
-    if (!*name)
-        return 0;
-    for (const char *s = name; *s; s++)
-        if (*s <= ' ' || *s >= 127 || strchr("\"(),/:;<=>?@[\\]{}", *s))
-            return 0;
-    return strpbrk(value, "\r\n") == NULL;
-}
-
 static int add_header(openai_provider *p, const char *name, const char *prefix,
                       const char *value)
 {
@@ -968,19 +954,6 @@ static int add_header(openai_provider *p, const char *name, const char *prefix,
     if (asprintf(&line, "%s: %s%s", name, prefix, value) < 0)
         return loom__error_oom();
     p->headers[p->headers_len++] = line;
-    return 0;
-}
-
-static int config_has(const json_t *headers, const char *name)
-{
-    const char *k;
-    json_t *v;
-
-    json_object_foreach((json_t *)headers, k, v)
-    {
-        if (strcasecmp(k, name) == 0)
-            return 1;
-    }
     return 0;
 }
 
@@ -996,21 +969,22 @@ static int build_headers(openai_provider *p, const loom_provider_config *c,
     p->headers = calloc(json_object_size(h) + 3, sizeof(*p->headers));
     if (!p->headers)
         return loom__error_oom();
-    if (c->api_key && *c->api_key && !config_has(h, "Authorization")) {
+    if (c->api_key && *c->api_key &&
+        !loom__llm_config_has_header(h, "Authorization")) {
         if (strpbrk(c->api_key, "\r\n"))
             return loom__error_set(
                 LOOM_EINVALID, "provider '%s': api_key has a line break", name);
         if ((rc = add_header(p, "Authorization", "Bearer ", c->api_key)))
             return rc;
     }
-    if (!config_has(h, "Content-Type") &&
+    if (!loom__llm_config_has_header(h, "Content-Type") &&
         (rc = add_header(p, "Content-Type", "", "application/json")))
         return rc;
     snprintf(ua, sizeof(ua), "loom/%s", loom_version());
-    if (!config_has(h, "User-Agent") &&
+    if (!loom__llm_config_has_header(h, "User-Agent") &&
         (rc = add_header(p, "User-Agent", "", ua)))
         return rc;
-    p->has_accept = config_has(h, "Accept");
+    p->has_accept = loom__llm_config_has_header(h, "Accept");
     json_object_foreach((json_t *)h, k, v)
     {
         const char *s = json_string_value(v);
@@ -1019,7 +993,7 @@ static int build_headers(openai_provider *p, const loom_provider_config *c,
                      (long long)json_integer_value(v));
             s = num;
         }
-        if (!s || !header_ok(k, s))
+        if (!s || !loom__llm_header_ok(k, s))
             return loom__error_set(LOOM_EINVALID,
                                    "provider '%s': header '%s' must be a "
                                    "token name with a one-line string value",

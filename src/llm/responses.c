@@ -569,30 +569,6 @@ static const loom_provider_vtable responses_vtable = {responses_complete,
 
 /* ---- headers --------------------------------------------------------- */
 
-static int config_has(const json_t *headers, const char *name)
-{
-    const char *k;
-    json_t *v;
-
-    json_object_foreach((json_t *)headers, k, v)
-    {
-        if (strcasecmp(k, name) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-/* A header name is an RFC 9110 token; a value has no line breaks. */
-static int header_ok(const char *name, const char *value)
-{
-    if (!*name)
-        return 0;
-    for (const char *s = name; *s; s++)
-        if (*s <= ' ' || *s >= 127 || strchr("\"(),/:;<=>?@[\\]{}", *s))
-            return 0;
-    return strpbrk(value, "\r\n") == NULL;
-}
-
 static int add_line(responses_provider *p, const char *name, const char *prefix,
                     const char *value)
 {
@@ -620,18 +596,19 @@ static int build_headers(responses_provider *p, const loom_provider_config *c,
 
     if (!(p->lines = calloc(json_object_size(h) + 3, sizeof(*p->lines))))
         return loom__error_oom();
-    if (c->api_key && *c->api_key && !config_has(h, "Authorization")) {
+    if (c->api_key && *c->api_key &&
+        !loom__llm_config_has_header(h, "Authorization")) {
         if (strpbrk(c->api_key, "\r\n"))
             return loom__error_set(
                 LOOM_EINVALID, "provider '%s': api_key has a line break", name);
         if ((rc = add_line(p, "Authorization", "Bearer ", c->api_key)))
             return rc;
     }
-    if (!config_has(h, "Content-Type") &&
+    if (!loom__llm_config_has_header(h, "Content-Type") &&
         (rc = add_line(p, "Content-Type", "", "application/json")))
         return rc;
     snprintf(ua, sizeof(ua), "loom/%s", loom_version());
-    if (!config_has(h, "User-Agent") &&
+    if (!loom__llm_config_has_header(h, "User-Agent") &&
         (rc = add_line(p, "User-Agent", "", ua)))
         return rc;
     json_object_foreach((json_t *)h, k, v)
@@ -642,7 +619,7 @@ static int build_headers(responses_provider *p, const loom_provider_config *c,
                      (long long)json_integer_value(v));
             s = num;
         }
-        if (!s || !header_ok(k, s))
+        if (!s || !loom__llm_header_ok(k, s))
             return loom__error_set(LOOM_EINVALID,
                                    "provider '%s': header '%s' must be a "
                                    "token name with a one-line string value",
@@ -657,7 +634,7 @@ static int build_headers(responses_provider *p, const loom_provider_config *c,
     for (size_t i = 0; i < p->nlines; i++)
         p->stream_headers[i] = p->json_headers[i] = p->lines[i];
     p->request_headers_len = p->nlines;
-    if (!config_has(h, "Accept")) {
+    if (!loom__llm_config_has_header(h, "Accept")) {
         p->stream_headers[p->nlines] = "Accept: text/event-stream";
         p->json_headers[p->nlines] = "Accept: application/json";
         p->request_headers_len++;
