@@ -7,9 +7,10 @@
  * (emitting deltas as they arrive), and if the model asked for tools, run
  * them (in parallel, bounded), append their results in call order and go
  * round again. A tool failure of any kind becomes a tool result the model
- * can read; it never ends the run. The last permitted model call is sent
- * without tools and with an instruction to answer from what has been
- * gathered, so a run that reaches its limit still ends with an answer.
+ * can read; it never ends the run. The last permitted model call forbids
+ * tool calls (tool_choice none) and carries an instruction to answer from
+ * what has been gathered, so a run that reaches its limit still ends with
+ * an answer.
  *
  * Ownership: the run owns copies of the history and every message it adds;
  * provider, registry and sink are borrowed from the caller.
@@ -714,10 +715,17 @@ int loom_run_execute(loom_run *run)
         req.model = o->upstream_model;
         req.messages = run->all.items;
         req.messages_len = run->all.len;
-        if (!last && run->ndefs) {
+        if (run->ndefs) {
+            /* The last permitted call still declares the tools (the
+             * history holds calls of them, which Anthropic and Gemini
+             * reject without their declarations) but forbids new calls. */
             req.tools = run->defs;
             req.tools_len = run->ndefs;
             req.tool_choice = run->choice;
+            if (last) {
+                req.tool_choice.kind = LOOM_TOOL_CHOICE_NONE;
+                req.tool_choice.function = NULL;
+            }
             req.parallel_tool_calls = o->parallel_tool_calls;
         }
         req.max_tokens = o->max_output_tokens;

@@ -132,15 +132,15 @@ expect_grep '"model":"gpt-4.1-nano"' "$tmp/requests.jsonl" "--model sent"
 if awk '!/^\{.*\}$/ { exit 1 }' "$tmp/out"; then ok; else bad "--json lines"; fi
 stop_fake
 
-# --- --max-iterations: the last call has no tools and still answers ---
+# --- --max-iterations: the last call forbids tools and still answers ---
 start_fake '{"responses":[
  {"tool_calls":[{"id":"c1","name":"get_time","arguments":"{}"}]},
  {"text":["final"]}]}'
 loom_fake run -n 2 "loop" > "$tmp/out" 2> "$tmp/err"
 expect_rc 0 $? "max-iterations run"
 expect_grep "final" "$tmp/out" "answer at the limit"
-if tail -n 1 "$tmp/requests.jsonl" | grep -q '"tools"'; then
-    bad "tools sent on the last permitted call"; else ok; fi
+if tail -n 1 "$tmp/requests.jsonl" | grep -q '"tool_choice": *"none"'; then
+    ok; else bad "the last permitted call allows tool calls"; fi
 stop_fake
 
 # --- a failed run exits 1 with the upstream message ---

@@ -468,9 +468,10 @@ static void test_limit_reached(void **state)
     reqs = fake_requests(h.fake);
     assert_int_equal(json_array_size(reqs), 3);
     last = json_object_get(json_array_get(reqs, 2), "body");
-    /* The last permitted call has no tools, and says why. */
-    assert_null(json_object_get(last, "tools"));
-    assert_null(json_object_get(last, "tool_choice"));
+    /* The last permitted call forbids tool calls, and says why. */
+    assert_non_null(json_object_get(last, "tools"));
+    assert_string_equal(
+        json_string_value(json_object_get(last, "tool_choice")), "none");
     {
         json_t *msgs = json_object_get(last, "messages");
         size_t n = json_array_size(msgs);

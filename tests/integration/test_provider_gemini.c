@@ -890,10 +890,15 @@ static void test_run_iteration_limit(void **state)
     reqs = fake_requests(h.fake);
     assert_int_equal(json_array_size(reqs), 2);
     last = json_object_get(json_array_get(reqs, 1), "body");
-    /* The last permitted call has no tools; the limit note joins the
-     * system instruction. */
-    assert_null(json_object_get(last, "tools"));
-    assert_null(json_object_get(last, "toolConfig"));
+    /* The last permitted call forbids calls (mode NONE); the limit note
+     * joins the system instruction. */
+    assert_non_null(json_object_get(last, "tools"));
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(json_object_get(last, "toolConfig"),
+                            "functionCallingConfig"),
+            "mode")),
+        "NONE");
     sys = json_string_value(json_object_get(
         json_array_get(json_object_get(
                            json_object_get(last, "systemInstruction"), "parts"),

@@ -747,9 +747,10 @@ static void test_run_loop(void **state)
                             item_of(reqs, 1, "function_call_output", "c2"),
                             "output")),
                         "Error: disk on fire");
-    /* request 3: no tools, the limit note last as a developer message */
+    /* request 3: tool_choice none, the limit note last (developer) */
     body = json_object_get(json_array_get(reqs, 2), "body");
-    assert_null(json_object_get(body, "tools"));
+    assert_string_equal(
+        json_string_value(json_object_get(body, "tool_choice")), "none");
     assert_string_equal(
         json_string_value(json_object_get(json_array_get(reqs, 2), "path")),
         "/v1/responses");

@@ -564,8 +564,9 @@ static void test_limit_reached_answers(void **state)
     assert_string_equal(loom_run_text(h.run), "final from what I have");
     assert_int_equal(h.mock.seen[0].tools_len, 5);
     assert_int_equal(h.mock.seen[1].tools_len, 5);
-    /* The last permitted call has no tools and a closing instruction. */
-    assert_int_equal(h.mock.seen[2].tools_len, 0);
+    /* The last permitted call forbids tools and closes the run. */
+    assert_int_equal(h.mock.seen[2].tools_len, 5);
+    assert_int_equal(h.mock.seen[2].choice, LOOM_TOOL_CHOICE_NONE);
     assert_int_equal(h.mock.seen[2].last_role, LOOM_ROLE_SYSTEM);
     assert_non_null(strstr(h.mock.seen[2].last_content,
                            "limit of 3 model calls"));
