@@ -82,6 +82,20 @@ const char *const loom__sqlite_migrations[] = {
     "CREATE INDEX conversations_by_update"
     "  ON conversations (updated_at, id);"
     "CREATE INDEX usage_by_conversation ON usage (conversation_id, id);",
+
+    /* 3: provider state on messages (what an adapter needs back on the
+     * next turn: Anthropic thinking signatures, Gemini thoughtSignature,
+     * the Responses API response id), exact costs in micro-dollars, and
+     * cache-write tokens. Costs already stored are carried over. */
+    "ALTER TABLE messages ADD COLUMN provider_state TEXT;"
+    "ALTER TABLE messages ADD COLUMN cost_micros INTEGER;"
+    "ALTER TABLE usage ADD COLUMN cache_write_tokens INTEGER NOT NULL"
+    "  DEFAULT 0;"
+    "ALTER TABLE usage ADD COLUMN cost_micros INTEGER;"
+    "UPDATE messages SET cost_micros = CAST(round(cost * 1000000) AS INTEGER)"
+    "  WHERE cost IS NOT NULL;"
+    "UPDATE usage SET cost_micros = CAST(round(cost * 1000000) AS INTEGER)"
+    "  WHERE cost IS NOT NULL;",
 };
 
 const int loom__sqlite_migrations_len =

@@ -82,8 +82,9 @@ static const char *const sql_text[S_COUNT] = {
         "INSERT INTO messages (id, conversation_id, position, run_id, role, "
         "content, reasoning, model, finish_reason, status, error, "
         "prompt_tokens, completion_tokens, cost, tool_call_id, name, "
-        "placeholder, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
-        "?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+        "placeholder, created_at, provider_state, cost_micros) VALUES (?1, "
+        "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+        "?17, ?18, ?19, ?20)",
     [S_CALL_INSERT] = "INSERT INTO tool_calls (message_id, position, "
                       "call_id, name, arguments, text_offset) "
                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -92,13 +93,14 @@ static const char *const sql_text[S_COUNT] = {
     [S_USAGE_INSERT] =
         "INSERT INTO usage (conversation_id, run_id, model, iteration, "
         "prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, "
-        "total_tokens, cost, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-        "?7, ?8, ?9, ?10, ?11)",
+        "total_tokens, cost, created_at, cache_write_tokens, cost_micros) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     [S_MSG_SELECT] =
         "SELECT m.id, m.role, m.content, m.reasoning, m.model, "
         "m.finish_reason, m.status, m.error, m.prompt_tokens, "
         "m.completion_tokens, m.cost, m.created_at, m.run_id, "
-        "m.tool_call_id, m.name, m.placeholder, o.status, o.duration_ms "
+        "m.tool_call_id, m.name, m.placeholder, o.status, o.duration_ms, "
+        "m.provider_state, m.cost_micros "
         "FROM messages m LEFT JOIN tool_outputs o ON o.message_id = m.id "
         "WHERE m.conversation_id = ?1 ORDER BY m.position",
     [S_CALL_SELECT] =
@@ -107,7 +109,8 @@ static const char *const sql_text[S_COUNT] = {
         "WHERE m.conversation_id = ?1 ORDER BY m.position, c.position",
     [S_USAGE_SELECT] =
         "SELECT run_id, model, iteration, prompt_tokens, completion_tokens, "
-        "cached_tokens, reasoning_tokens, total_tokens, cost FROM usage "
+        "cached_tokens, reasoning_tokens, total_tokens, cost, "
+        "cache_write_tokens, cost_micros FROM usage "
         "WHERE conversation_id = ?1 ORDER BY id",
 };
 
@@ -130,7 +133,9 @@ enum {
     M_NAME,
     M_PLACEHOLDER,
     M_TOOL_STATUS,
-    M_DURATION
+    M_DURATION,
+    M_PROVIDER_STATE,
+    M_COST_MICROS
 };
 
 typedef struct conn {
@@ -351,6 +356,13 @@ static void b_real(sqlite3_stmt *s, int i, double v, int *rc)
 {
     if (*rc == SQLITE_OK)
         *rc = v >= 0 ? sqlite3_bind_double(s, i, v) : sqlite3_bind_null(s, i);
+}
+
+/* Binds micro-dollars, or NULL when v is negative (unknown). */
+static void b_micros(sqlite3_stmt *s, int i, int64_t v, int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = v >= 0 ? sqlite3_bind_int64(s, i, v) : sqlite3_bind_null(s, i);
 }
 
 /* Steps s once: SQLITE_DONE becomes SQLITE_OK; anything else stays. */
@@ -863,6 +875,8 @@ static json_t *message_json(sqlite3_stmt *ms, sqlite3_stmt *cs, int *crc)
 
     for (int i = M_ID; !bad && i <= M_RUN; i++)
         bad = put(m, msg_keys[i], col_json(ms, i));
+    if (!bad)
+        bad = put(m, "cost_micros", col_json(ms, M_COST_MICROS));
     if (!bad && (assistant || call_of(cs, *crc, mid))) {
         bad = !(calls = json_array()) ||
               json_object_set_new(m, "tool_calls", calls);
@@ -893,6 +907,8 @@ static const char *const usage_keys[] = {
     "reasoning_tokens",
     "total_tokens",
     "cost",
+    "cache_write_tokens",
+    "cost_micros",
 };
 
 static json_t *usage_json(sqlite3_stmt *us)
@@ -1050,6 +1066,7 @@ static int row_message(sqlite3_stmt *ms, sqlite3_stmt *cs, int *crc,
     m->reasoning = col_dup(ms, M_REASONING, &bad);
     m->tool_call_id = col_dup(ms, M_CALL_ID, &bad);
     m->name = col_dup(ms, M_NAME, &bad);
+    m->provider_state = col_dup(ms, M_PROVIDER_STATE, &bad);
     while (!bad && call_of(cs, *crc, mid)) {
         loom_tool_call *tc;
         if (m->tool_calls_len == cap) {
@@ -1171,6 +1188,8 @@ static int insert_message(sqlite_store *st, conn *c, const loom__store_plan *p,
     b_text(s, 16, msg->name, &src);
     b_int(s, 17, m->placeholder, &src);
     b_int(s, 18, p->now, &src);
+    b_text(s, 19, msg->provider_state, &src);
+    b_micros(s, 20, m->cost_micros, &src);
     if ((src = step_done(s, src)) != SQLITE_OK)
         goto failed;
     done(s);
@@ -1225,6 +1244,8 @@ static int insert_usage(sqlite_store *st, conn *c, const loom__store_plan *p)
         b_int(s, 9, u->usage.total_tokens, &src);
         b_real(s, 10, u->cost, &src);
         b_int(s, 11, p->now, &src);
+        b_int(s, 12, u->usage.cache_write_tokens, &src);
+        b_micros(s, 13, u->cost >= 0 ? u->usage.cost_micros : -1, &src);
         if ((src = step_done(s, src)) != SQLITE_OK)
             return fail(st, c->db, src, "saving usage");
         done(s);

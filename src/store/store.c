@@ -12,6 +12,7 @@
 #include "store/store_internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -363,6 +364,25 @@ static const loom_turn_tool *find_tool(const loom_turn *t, const char *id,
     return NULL;
 }
 
+/*
+ * The turn's cost in micro-dollars: the exact sum of its usage rows when
+ * every row is priced, else the turn's own figure rounded (a caller that
+ * gives only a total), else -1 (unknown).
+ */
+static int64_t turn_micros(const loom_turn *t)
+{
+    int64_t sum = 0;
+
+    if (t->cost < 0)
+        return -1;
+    for (size_t i = 0; i < t->usage_len; i++) {
+        if (t->usage[i].cost < 0)
+            return (int64_t)llround(t->cost * 1e6);
+        sum += t->usage[i].usage.cost_micros;
+    }
+    return t->usage_len ? sum : (int64_t)llround(t->cost * 1e6);
+}
+
 static size_t find_offset(const loom_turn *t, const char *id, size_t hint)
 {
     if (!id)
@@ -456,6 +476,7 @@ static int plan_turn(const loom_turn *t, loom__store_plan *p)
             return rc;
         m->status = "ok";
         m->cost = -1;
+        m->cost_micros = -1;
         m->duration_ms = -1;
         m->offsets_at = noff;
         if (m->msg->role == LOOM_ROLE_ASSISTANT)
@@ -488,6 +509,7 @@ static int plan_turn(const loom_turn *t, loom__store_plan *p)
             t->usage[t->usage_len - 1].usage.completion_tokens;
     }
     m->cost = t->cost;
+    m->cost_micros = turn_micros(t);
     return 0;
 }
 

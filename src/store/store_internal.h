@@ -40,6 +40,7 @@ typedef struct {
     long prompt_tokens;
     long completion_tokens;
     double cost;             /* < 0 unknown */
+    int64_t cost_micros;     /* the same exactly; < 0 unknown */
     const char *tool_status; /* tool messages: "success", "error", NULL */
     double duration_ms;      /* tool messages: < 0 unknown */
     size_t offsets_at;       /* assistant: first of its calls in offsets */

@@ -202,6 +202,7 @@ static void assert_messages_equal(const loom_messages *a, const loom_message
         assert_true(streq_opt(x->reasoning, y->reasoning));
         assert_true(streq_opt(x->tool_call_id, y->tool_call_id));
         assert_true(streq_opt(x->name, y->name));
+        assert_true(streq_opt(x->provider_state, y->provider_state));
         assert_int_equal(x->tool_calls_len, y->tool_calls_len);
         for (size_t k = 0; k < y->tool_calls_len; k++) {
             assert_string_equal(x->tool_calls[k].id, y->tool_calls[k].id);
@@ -245,6 +246,11 @@ static void rich_init(rich_turn *r, const char *conv)
                                                  "The user wants weather.",
                                                  calls, 2),
                      0);
+    /* What the adapter needs back next turn (a thinking signature). */
+    r->out.items[0].provider_state =
+        strdup("{\"anthropic\":{\"blocks\":[{\"type\":\"thinking\","
+               "\"signature\":\"c2ln\"}]}}");
+    assert_non_null(r->out.items[0].provider_state);
     assert_int_equal(loom_messages_add_tool_result(&r->out, "call_1",
                                                    "get_weather", "sunny"),
                      0);
@@ -260,10 +266,18 @@ static void rich_init(rich_turn *r, const char *conv)
     r->calls[0] = (loom_turn_call){"call_1", 13};
     r->calls[1] = (loom_turn_call){"call_2", 13};
     r->usage[0].iteration = 1;
-    r->usage[0].usage = (loom_usage){10, 5, 2, 1, 15, 0, 0};
+    r->usage[0].usage = (loom_usage){.prompt_tokens = 10,
+                                     .completion_tokens = 5,
+                                     .cached_tokens = 2,
+                                     .reasoning_tokens = 1,
+                                     .total_tokens = 15,
+                                     .cache_write_tokens = 3,
+                                     .cost_micros = 1000};
     r->usage[0].cost = 0.001;
     r->usage[1].iteration = 2;
-    r->usage[1].usage = (loom_usage){30, 7, 0, 0, 37, 0, 0};
+    r->usage[1].usage = (loom_usage){.prompt_tokens = 30,
+                                     .completion_tokens = 7,
+                                     .total_tokens = 37};
     r->usage[1].cost = -1;
     r->turn.conversation_id = conv;
     r->turn.run_id = "run_1";
@@ -317,10 +331,10 @@ static void test_open_creates_folders_wal_schema(void **state)
     snprintf(path, n, "%s/a/b/loom.db", dir);
     snprintf(loc, n, "sqlite:%s", path);
     st = open_ok(loc);
-    assert_int_equal(loom_store_schema_version(st), 2);
+    assert_int_equal(loom_store_schema_version(st), 3);
     assert_int_equal(loom_store_ping(st), 0);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "PRAGMA user_version"), 2);
+    assert_int_equal(raw_int(path, "PRAGMA user_version"), 3);
     /* WAL is stored in the file: a plain connection sees it. */
     {
         sqlite3 *db;
@@ -578,6 +592,8 @@ static void test_save_turn_get_json(void **state)
     assert_int_equal(jint(m, "prompt_tokens"), 30);
     assert_int_equal(jint(m, "completion_tokens"), 7);
     assert_true(json_real_value(json_object_get(m, "cost")) == 0.5);
+    /* One usage row is unpriced: the turn's own total, exactly. */
+    assert_int_equal(jint(m, "cost_micros"), 500000);
     assert_int_equal(json_array_size(json_object_get(m, "tool_calls")), 0);
     assert_true(jint(m, "created_at") >= jint(j, "created_at"));
 
@@ -593,10 +609,14 @@ static void test_save_turn_get_json(void **state)
     assert_int_equal(jint(m, "reasoning_tokens"), 1);
     assert_int_equal(jint(m, "total_tokens"), 15);
     assert_true(json_real_value(json_object_get(m, "cost")) == 0.001);
+    assert_int_equal(jint(m, "cost_micros"), 1000);
+    assert_int_equal(jint(m, "cache_write_tokens"), 3);
     m = json_array_get(usage, 1);
     assert_int_equal(jint(m, "iteration"), 2);
     assert_int_equal(jint(m, "total_tokens"), 37);
     assert_true(jnull(m, "cost"));
+    assert_true(jnull(m, "cost_micros"));
+    assert_int_equal(jint(m, "cache_write_tokens"), 0);
     json_decref(j);
 
     rich_free(&r);
@@ -934,7 +954,7 @@ static void test_schema_newer_refused(void **state)
     assert_int_equal(loom_store_open(&st, path), LOOM_EINVALID);
     assert_null(st);
     assert_non_null(strstr(loom_error_last(), "database schema version 99 "
-                                              "is newer than this loom (2)"));
+                                              "is newer than this loom (3)"));
     rm_db(path);
     free(path);
 }
@@ -949,23 +969,40 @@ static void test_migrations(void **state)
     /* An empty file is version 0. */
     assert_int_equal(test_write_file(path, "", 0), 0);
     st = open_ok(path);
-    assert_int_equal(loom_store_schema_version(st), 2);
+    assert_int_equal(loom_store_schema_version(st), 3);
     loom_store_free(st);
     rm_db(path);
 
-    /* A version 1 database (no indexes yet) holding data. */
+    /* A version 1 database (no indexes, no exact costs yet) holding data
+     * written the way loom 1 wrote it. */
     assert_int_equal(loom__store_sqlite_open_version(&st, path, 1), 0);
     assert_int_equal(loom_store_schema_version(st), 1);
-    id = create_ok(st);
-    save_simple(st, id, "from v1", "yes");
     loom_store_free(st);
+    id = strdup("conv_00000000000000000000000a");
+    assert_non_null(id);
+    raw_exec(path,
+             "INSERT INTO conversations (id, title, created_at, updated_at, "
+             "message_count) VALUES ('conv_00000000000000000000000a', "
+             "'from v1', 1, 1, 2);"
+             "INSERT INTO messages (id, conversation_id, position, role, "
+             "content, created_at) VALUES ('msg_1', "
+             "'conv_00000000000000000000000a', 0, 'user', 'from v1', 1);"
+             "INSERT INTO messages (id, conversation_id, position, role, "
+             "content, cost, created_at) VALUES ('msg_2', "
+             "'conv_00000000000000000000000a', 1, 'assistant', 'yes', "
+             "0.000123, 1);"
+             "INSERT INTO usage (conversation_id, iteration, prompt_tokens, "
+             "completion_tokens, cached_tokens, reasoning_tokens, "
+             "total_tokens, cost, created_at) VALUES "
+             "('conv_00000000000000000000000a', 1, 1, 1, 0, 0, 2, "
+             "0.000123, 1);");
     assert_int_equal(raw_int(path, "PRAGMA user_version"), 1);
     assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_master "
                                    "WHERE name = 'conversations_by_update'"),
                      0);
-    /* Opening migrates it to 2 and keeps the data. */
+    /* Opening migrates it to 3 and keeps the data. */
     st = open_ok(path);
-    assert_int_equal(loom_store_schema_version(st), 2);
+    assert_int_equal(loom_store_schema_version(st), 3);
     assert_int_equal(loom_store_conversation_info(st, id, &info), 0);
     assert_string_equal(info.title, "from v1");
     assert_int_equal(info.message_count, 2);
@@ -974,13 +1011,21 @@ static void test_migrations(void **state)
     assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_master "
                                    "WHERE name = 'conversations_by_update'"),
                      1);
+    /* Version 3 carried the costs over exactly. */
+    assert_int_equal(raw_int(path, "SELECT cost_micros FROM messages "
+                                   "WHERE id = 'msg_2'"),
+                     123);
+    assert_int_equal(raw_int(path, "SELECT cost_micros FROM usage"), 123);
+    assert_int_equal(raw_int(path, "SELECT count(*) FROM messages "
+                                   "WHERE provider_state IS NULL"),
+                     2);
     /* Reopening a current database changes nothing. */
     st = open_ok(path);
-    assert_int_equal(loom_store_schema_version(st), 2);
+    assert_int_equal(loom_store_schema_version(st), 3);
     assert_int_equal(loom_store_conversation_info(st, id, &info), 0);
     loom_conversation_info_clear(&info);
     loom_store_free(st);
-    assert_int_equal(loom__store_sqlite_open_version(&st, path, 3),
+    assert_int_equal(loom__store_sqlite_open_version(&st, path, 4),
                      LOOM_EINVALID);
     free(id);
     rm_db(path);
