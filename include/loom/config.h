@@ -255,6 +255,17 @@ int loom_config_model(const loom_model_config **out, loom_model_config *tmp,
                       const loom_config *cfg, const char *name);
 void loom_model_config_clear(loom_model_config *m);
 
+/*
+ * The model used when neither a request, an option nor an agent names
+ * one: $LOOM_MODEL, else the first listed model, else the first
+ * provider's well-known model ("openai/gpt-4o-mini",
+ * "anthropic/claude-sonnet-4-5", "gemini/gemini-2.5-flash"). *out (caller
+ * frees) is NULL when there is no provider at all. LOOM_ENOMEM.
+ */
+int loom_config_default_model(char **out, const loom_config *cfg);
+/* The well-known model of a provider kind (gpt-4o-mini for unknown). */
+const char *loom_config_kind_default_model(const char *kind);
+
 /* Parses "auto", "none", "required" or a tool name. */
 int loom_tool_choice_parse(loom_tool_choice *out, const char *s);
 

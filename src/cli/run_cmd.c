@@ -15,6 +15,7 @@
  * Ctrl-C cancels the run cleanly (the upstream request is aborted and the
  * command exits 130); a second Ctrl-C exits at once.
  */
+#include "agent/model_opts.h"
 #include "cli/cli.h"
 #include "loom/log.h"
 #include "loom/router.h"
@@ -27,24 +28,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DEFAULT_MODEL "openai/gpt-4o-mini"
-
-/* The model used without --model, an agent or $LOOM_MODEL: the first of
- * these whose provider exists, else DEFAULT_MODEL. */
-static const char *default_model(const loom_config *cfg)
-{
-    static const char *const models[][2] = {
-        {"openai", DEFAULT_MODEL},
-        {"anthropic", "anthropic/claude-sonnet-4-5"},
-        {"gemini", "gemini/gemini-2.5-flash"},
-        {"openai-responses", "openai-responses/gpt-4o-mini"},
-    };
-
-    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
-        if (loom_config_provider(cfg, models[i][0]))
-            return models[i][1];
-    return DEFAULT_MODEL;
-}
 #define MAX_QUESTION (8 * 1024 * 1024)
 
 static const char run_usage[] =
@@ -289,6 +272,7 @@ int cli_run(int argc, char **argv)
     cli_printer printer;
     int rc, fake_pid = -1;
     const char *model_name;
+    char *default_model = NULL;
     struct sigaction sa;
 
     memset(&a, 0, sizeof(a));
@@ -318,11 +302,14 @@ int cli_run(int argc, char **argv)
     } else if (cfg->default_agent) {
         agent = loom_config_agent(cfg, cfg->default_agent);
     }
-    model_name = a.model ? a.model
-                 : agent ? agent->model
-                 : getenv("LOOM_MODEL") && *getenv("LOOM_MODEL")
-                     ? getenv("LOOM_MODEL")
-                     : default_model(cfg);
+    if (!a.model && !(agent && agent->model) &&
+        loom_config_default_model(&default_model, cfg) != 0) {
+        rc = CLI_FAILED;
+        goto done;
+    }
+    model_name = a.model                 ? a.model
+                 : agent && agent->model ? agent->model
+                                         : default_model;
     if (cfg->providers_len == 0 && !a.model) {
         fprintf(stderr,
                 "loom: no model provider is configured (OPENAI_API_KEY, "
@@ -359,9 +346,7 @@ int cli_run(int argc, char **argv)
 
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     ro.provider = provider;
-    ro.model = model.model;
-    ro.upstream_model = model.upstream;
-    ro.tools = model.capabilities.tools ? reg : NULL;
+    ro.tools = reg;
     ro.tool_settings = cfg->tools;
     ro.agent = agent ? agent->name : "default";
     ro.system_prompt = a.system ? a.system : agent ? agent->system_prompt
@@ -373,18 +358,11 @@ int cli_run(int argc, char **argv)
     ro.max_iterations = a.max_iterations ? a.max_iterations
                         : agent ? agent->max_iterations : 0;
     if (agent) {
-        if (ro.tools)
-            ro.tool_choice = agent->tool_choice;
+        ro.tool_choice = agent->tool_choice;
         ro.parallel_tool_calls = agent->parallel_tool_calls;
         ro.tool_concurrency = agent->tool_concurrency;
     }
-    if (!model.capabilities.parallel_tool_calls)
-        ro.parallel_tool_calls = -1;
-    ro.max_output_tokens = model.max_output_tokens;
-    ro.thinking_budget = model.thinking_budget;
-    ro.reasoning_effort = model.reasoning_effort;
-    ro.prompt_cache = model.prompt_cache;
-    ro.chain_responses = model.chain_responses;
+    loom__run_options_use_model(&ro, &model);
     ro.sink.emit = cli_printer_emit;
     ro.sink.payload = &printer;
     if (loom_run_new(&run, &ro, &history) != 0) {
@@ -422,6 +400,7 @@ done:
     loom_tool_registry_free(reg);
     cli_offline_stop(fake_pid);
     loom_config_free(cfg);
+    free(default_model);
     free(a.question);
     return rc;
 }

@@ -60,6 +60,21 @@ static char *known_models(const loom_config *cfg)
     return loom_buf_detach(&b);
 }
 
+/* The provider a bare model name goes to: the default model's; NULL when
+ * there is none. Borrowed from the config. */
+static const char *default_provider(srv_server *s)
+{
+    const loom_config *cfg = srv_config(s);
+    const char *dm = srv_default_model(s, NULL);
+    const char *slash = dm ? strchr(dm, '/') : NULL;
+
+    for (size_t i = 0; slash && i < cfg->providers_len; i++)
+        if (strlen(cfg->providers[i].name) == (size_t)(slash - dm) &&
+            strncmp(cfg->providers[i].name, dm, (size_t)(slash - dm)) == 0)
+            return cfg->providers[i].name;
+    return cfg->providers_len ? cfg->providers[0].name : NULL;
+}
+
 static int model_not_found(srv_request *r, const char *name)
 {
     char *known = known_models(srv_config(r->srv));
@@ -75,7 +90,8 @@ static int model_not_found(srv_request *r, const char *name)
  * Resolves the request's model. "agent/<name>" is an agent; a name with a
  * '/' is "provider/model"; a bare name (what SDK users type, "gpt-4o")
  * is the listed model whose upstream id or name after the provider it
- * is, or with exactly one provider configured, that provider's model.
+ * is, else that model of the default model's provider (the provider of
+ * the first listed model, else the first provider).
  * 1 when resolved, 0 when not (the 404 has been sent), < 0 on error.
  */
 static int resolve_target(srv_request *r, const char *name, chat_target *t)
@@ -83,7 +99,7 @@ static int resolve_target(srv_request *r, const char *name, chat_target *t)
     const loom_config *cfg = srv_config(r->srv);
     const loom_model_config *m = NULL;
     loom_model_config tmp;
-    const char *found = NULL;
+    const char *found = NULL, *prov;
     int rc;
 
     memset(t, 0, sizeof(*t));
@@ -105,9 +121,8 @@ static int resolve_target(srv_request *r, const char *name, chat_target *t)
         }
         if (found) {
             t->model = strdup(found);
-        } else if (cfg->providers_len == 1) {
-            if (asprintf(&t->model, "%s/%s", cfg->providers[0].name, name) <
-                0)
+        } else if ((prov = default_provider(r->srv))) {
+            if (asprintf(&t->model, "%s/%s", prov, name) < 0)
                 t->model = NULL;
         } else {
             rc = model_not_found(r, name);

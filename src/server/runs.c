@@ -29,6 +29,7 @@
  * replaces the loop's in every event and in the stored turn.
  */
 #include "server/srvpriv.h"
+#include "agent/model_opts.h"
 #include "core/error.h"
 #include "loom/log.h"
 #include "loom/recorder.h"
@@ -65,6 +66,10 @@ struct srv_run {
     char *choice_fn;
     json_t *client_json;
     loom_tool_def *client_defs;
+    /* The model's router: its fallbacks, cooldowns, prices, and the
+     * request options it gives (strings borrowed from it). */
+    loom_provider *router;
+    loom_model_request_options mreq;
     loom_run_options opts; /* the worker builds the run again from these */
     loom_messages input;
     loom_run *lr;          /* the worker's until the run ended */
@@ -252,6 +257,7 @@ static void run_free(srv_run *r)
     free(r->watchers);
     loom_recorder_free(r->rec);
     loom_run_free(r->lr);
+    loom_provider_free(r->router);
     loom_messages_free(&r->input);
     for (size_t i = 0; i < r->ntool_names; i++)
         free(r->tool_names[i]);
@@ -918,13 +924,12 @@ static char *dup_or_null(const char *s, int *oom)
 
 /* Copies what the loom_run options borrow into r. */
 static int keep_spec(srv_run *r, const srv_run_spec *sp,
-                     const loom_agent_config *agent,
-                     const loom_model_config *model)
+                     const loom_agent_config *agent)
 {
     int oom = 0;
 
-    r->model = dup_or_null(model->name, &oom);
-    r->upstream = dup_or_null(model->upstream, &oom);
+    r->model = dup_or_null(r->mreq.model, &oom);
+    r->upstream = dup_or_null(r->mreq.upstream, &oom);
     r->agent = dup_or_null(agent ? agent->name : NULL, &oom);
     r->system_prompt = dup_or_null(
         sp->system_prompt ? sp->system_prompt
@@ -999,16 +1004,13 @@ static int pick_conversation(srv_run *r, const srv_run_spec *sp)
  */
 static int build_run(srv_run *r, const srv_run_spec *sp,
                      const loom_agent_config *agent,
-                     const loom_model_config *model, loom_provider *provider,
                      const loom_messages *hist)
 {
     loom_run_options o = LOOM_RUN_OPTIONS_INIT;
     srv_server *s = r->s;
     int rc;
 
-    o.provider = provider;
-    o.model = r->model;
-    o.upstream_model = r->upstream;
+    o.provider = r->router;
     o.tools = s->tools;
     o.tool_settings = s->cfg->tools;
     o.agent = r->agent;
@@ -1031,11 +1033,13 @@ static int build_run(srv_run *r, const srv_run_spec *sp,
     }
     if (sp->parallel_tool_calls >= 0)
         o.parallel_tool_calls = sp->parallel_tool_calls;
-    o.max_output_tokens =
-        sp->max_tokens > 0 ? sp->max_tokens : model->max_output_tokens;
+    o.max_output_tokens = sp->max_tokens > 0 ? sp->max_tokens : 0;
     o.temperature = sp->temperature;
     o.client_tools = r->client_defs;
     o.client_tools_len = sp->client_tools_len;
+    loom__run_options_use_model(&o, &r->mreq);
+    o.model = r->model;
+    o.upstream_model = r->upstream;
     if ((rc = loom_recorder_new(&r->rec, (loom_sink){on_event, r})) != 0)
         return rc;
     o.sink = loom_recorder_sink(r->rec);
@@ -1046,9 +1050,9 @@ static int build_run(srv_run *r, const srv_run_spec *sp,
 int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
 {
     const loom_agent_config *agent = NULL;
-    const loom_model_config *model = NULL;
-    loom_model_config tmp;
-    loom_provider *provider;
+    loom_router_options ropts = LOOM_ROUTER_OPTIONS_INIT;
+    loom_model_request_options mreq;
+    loom_provider *router = NULL;
     loom_messages hist = {0};
     const char *model_name;
     srv_run *r = NULL;
@@ -1056,7 +1060,6 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     pthread_t th;
     int rc, slot = 0;
 
-    memset(&tmp, 0, sizeof(tmp));
     *out = NULL;
     if (!sp->input || sp->input->len == 0)
         return loom__error_set(LOOM_EINVALID, "the run has no input");
@@ -1077,17 +1080,21 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
                              "server");
         goto fail;
     }
-    if ((rc = srv_model(s, model_name, &model, &tmp)) != 0)
+    /* The server's adapters (with their metrics and connections) serve
+     * every run's router; the failure record is shared. */
+    ropts.health = s->health;
+    ropts.lookup = srv__provider_lookup;
+    ropts.lookup_payload = s;
+    if ((rc = loom_router_new(&router, s->cfg, model_name, &ropts, &mreq)) !=
+        0)
         goto fail;
-    if (!(provider = srv_provider(s, model->provider))) {
-        rc = loom__error_set(LOOM_ENOTFOUND, "provider '%s' is not "
-                             "configured", model->provider);
-        goto fail;
-    }
     if (!(r = calloc(1, sizeof(*r)))) {
         rc = loom__error_oom();
         goto fail;
     }
+    r->router = router;
+    r->mreq = mreq;
+    router = NULL;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cv, NULL);
     atomic_init(&r->refs, 1);
@@ -1099,12 +1106,12 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     r->created_ms = unix_ms();
     r->start_mono = srv__now_ms();
     if ((rc = loom__store_new_id(r->id, "run_")) != 0 ||
-        (rc = keep_spec(r, sp, agent, model)) != 0 ||
+        (rc = keep_spec(r, sp, agent)) != 0 ||
         (rc = pick_conversation(r, sp)) != 0 ||
         (sp->history &&
          (rc = loom_messages_append(&hist, sp->history)) != 0) ||
         (rc = loom_messages_append(&hist, sp->input)) != 0 ||
-        (rc = build_run(r, sp, agent, model, provider, &hist)) != 0)
+        (rc = build_run(r, sp, agent, &hist)) != 0)
         goto fail;
 
     /* References: the caller's, the worker's and the table's. */
@@ -1132,7 +1139,6 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
         goto fail;
     }
     loom_messages_free(&hist);
-    loom_model_config_clear(&tmp);
     *out = r;
     return 0;
 
@@ -1142,7 +1148,7 @@ fail:
     if (r)
         srv_run_unref(r);
     loom_messages_free(&hist);
-    loom_model_config_clear(&tmp);
+    loom_provider_free(router);
     return rc;
 }
 

@@ -87,6 +87,11 @@ const loom_tool_registry *srv_tools(const srv_server *s)
     return s->tools;
 }
 
+loom_provider *srv__provider_lookup(const char *provider, void *payload)
+{
+    return srv_provider(payload, provider);
+}
+
 loom_provider *srv_provider(srv_server *s, const char *name)
 {
     for (size_t i = 0; name && i < s->nproviders; i++)
@@ -298,20 +303,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 /* The model used when neither the request nor an agent names one. */
 static int pick_default_model(srv_server *s)
 {
-    const char *env = getenv("LOOM_MODEL");
-    const loom_config *c = s->cfg;
-
-    if (env && *env)
-        s->default_model = strdup(env);
-    else if (c->models_len)
-        s->default_model = strdup(c->models[0].name);
-    else if (c->providers_len &&
-             asprintf(&s->default_model, "%s/gpt-4o-mini",
-                      c->providers[0].name) < 0)
-        s->default_model = NULL;
-    else if (!c->providers_len)
-        return 0;
-    return s->default_model ? 0 : loom__error_oom();
+    return loom_config_default_model(&s->default_model, s->cfg);
 }
 
 static int check_agent_tools(const srv_server *s)
@@ -406,6 +398,7 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
         (rc = pick_default_model(s)) != 0 ||
         (rc = srv__metrics_new(&s->metrics)) != 0 ||
         (rc = build_providers(s)) != 0 ||
+        (rc = loom_router_health_new(&s->health)) != 0 ||
         (rc = srv__runs_new(&s->runs)) != 0 ||
         (rc = srv__router_new(&s->router)) != 0 ||
         (rc = srv__api_runs_routes(s->router)) != 0 ||
@@ -621,6 +614,7 @@ void loom_server_free(loom_server *s)
         free(s->providers[i].name);
     }
     free(s->providers);
+    loom_router_health_free(s->health);
     srv__metrics_free(s->metrics);
     loom_tool_registry_free(s->own_tools);
     if (s->stop_pipe[0] >= 0)

@@ -16,6 +16,7 @@
 #define LOOM_SERVER_SRVPRIV_H
 
 #include "server/internal.h"
+#include "loom/router.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -92,6 +93,9 @@ typedef struct {
     loom_provider *p; /* the metrics wrapper around the real provider */
 } srv_provider_entry;
 
+/* srv_provider as a loom_provider_lookup_fn (payload: the server). */
+loom_provider *srv__provider_lookup(const char *provider, void *payload);
+
 typedef struct srv_metrics srv_metrics;
 
 struct loom_server {
@@ -102,6 +106,9 @@ struct loom_server {
     loom_tool_registry *own_tools;
     srv_provider_entry *providers;
     size_t nproviders;
+    /* Which deployments are failing or cooling down, shared by every
+     * run's router (loom/router.h). */
+    loom_router_health *health;
     char *listen;
     char *default_model; /* see srv_default_model */
     struct MHD_Daemon *d;
