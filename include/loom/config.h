@@ -37,6 +37,7 @@
  *       upstream: gpt-4o-mini   # id sent upstream (default: after '/')
  *       context_window: 128000
  *       max_output_tokens: 16384
+ *       context_window_fallback: openai/gpt-4.1   # larger window
  *       capabilities: {tools: true, parallel_tool_calls: true,
  *                      reasoning: false, vision: false}
  *       reasoning: {effort: medium, thinking_budget: 8000}
@@ -59,6 +60,8 @@
  *   default_agent: helper
  *   tools:
  *     get_time: {default_timezone: UTC}   # free-form settings per tool
+ *   http_tools:                 # HTTP APIs offered as tools (see below)
+ *     create_ticket: {description: ..., url: ..., method: POST}
  *   server: {listen: 127.0.0.1:8080, db: ./data/loom.db}  # see below
  */
 #ifndef LOOM_CONFIG_H
@@ -142,6 +145,9 @@ typedef struct {
     char **fallbacks;    /* "provider/model" names tried in order */
     size_t fallbacks_len;
     loom_routing_policy routing; /* the config's `routing` unless set */
+    /* The model a run moves to when a request cannot fit this model's
+     * window even after trimming (docs/context.md), or NULL. */
+    char *context_window_fallback;
 } loom_model_config;
 
 typedef enum {
@@ -197,6 +203,42 @@ typedef struct {
     long max_run_events_bytes; /* default 64 MiB */
 } loom_server_config;
 
+/*
+ * An HTTP tool declared under `http_tools:` (docs/tools.md): the model's
+ * arguments are sent to a fixed URL as JSON (the body of POST, PUT and
+ * PATCH) or as a query string (GET, DELETE), and the answer (status and
+ * body, cut) is the tool's result. The network policy of web_fetch
+ * applies: a host on a private network must be in allow_hosts.
+ *
+ *   http_tools:
+ *     create_ticket:
+ *       description: Open a ticket in the tracker.
+ *       method: POST            # GET | POST | PUT | PATCH | DELETE
+ *       url: https://tracker.example.com/api/tickets
+ *       headers: {Authorization: "Bearer ${TRACKER_TOKEN}"}
+ *       parameters:             # JSON Schema of the arguments
+ *         type: object
+ *         properties: {title: {type: string}}
+ *         required: [title]
+ *       allow_hosts: [tracker.internal:8080]  # web_fetch's syntax
+ *       timeout_ms: 30000
+ *       max_bytes: 1048576
+ *       max_chars: 20000
+ */
+typedef struct {
+    char *name;         /* the key: [a-zA-Z0-9_-]{1,64} */
+    char *description;  /* required, not empty */
+    char *method;       /* upper case; default POST */
+    char *url;          /* an http:// or https:// URL */
+    json_t *headers;    /* object: name -> value; never NULL */
+    json_t *parameters; /* JSON Schema object; never NULL */
+    char **allow_hosts; /* allowlist entries ("host", "host:port", ...) */
+    size_t allow_hosts_len;
+    long timeout_ms;    /* the whole call; default 30000 */
+    long max_bytes;     /* response body; default 1 MiB */
+    long max_chars;     /* characters of the body in the result; 20000 */
+} loom_http_tool_config;
+
 #define LOOM_SERVER_DEFAULT_LISTEN "127.0.0.1:8080"
 #define LOOM_SERVER_DEFAULT_DB "./data/loom.db"
 
@@ -214,6 +256,8 @@ typedef struct {
     char *log_format;    /* may be NULL */
     loom_server_config server; /* defaults unless the file sets them */
     loom_routing_policy routing; /* default policy of every model */
+    loom_http_tool_config *http_tools; /* `http_tools`, in file order */
+    size_t http_tools_len;
 } loom_config;
 
 /*
@@ -277,6 +321,26 @@ int loom_tool_choice_parse(loom_tool_choice *out, const char *s);
  * else or above LOOM_PRICE_MAX_MICROS; *out is then untouched.
  */
 int loom_price_parse(int64_t *out, const char *text);
+
+typedef struct loom_tool_registry loom_tool_registry; /* loom/tools.h */
+
+/*
+ * Registers the tools the config declares (today the `http_tools`) in
+ * reg, in file order; each copies what it needs, so cfg may be freed
+ * after. LOOM_EEXISTS when a name is already registered (a built-in),
+ * LOOM_EINVALID for a malformed allow_hosts entry; tools added before the
+ * failure stay registered. Defined in src/tools/http_tools.c.
+ */
+int loom_tools_add_from_config(loom_tool_registry *reg,
+                               const loom_config *cfg);
+
+/*
+ * A new registry with loom's built-in tools and then the config's own
+ * (what `loom run` and `loom serve` offer). On failure *out is NULL and
+ * the error says which tool.
+ */
+int loom_tools_new_from_config(loom_tool_registry **out,
+                               const loom_config *cfg);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,9 @@ typedef struct {
     const char *tool_name;
     loom_cancel *cancel;     /* set when the run is cancelled; poll it */
     const json_t *settings;  /* this tool's config settings, or NULL */
+    const json_t *user_keys; /* the requesting user's own keys: object,
+                                name -> key (e.g. "tavily"); NULL when
+                                none */
 } loom_tool_ctx;
 
 /*

@@ -142,9 +142,9 @@ int cli_config(int argc, char **argv)
         fprintf(stderr, "loom: config: %s\n", loom_error_last());
         return CLI_USAGE;
     }
-    if (loom_tool_registry_new(&reg) || loom_tools_add_builtins(reg)) {
-        fprintf(stderr, "loom: %s\n", loom_error_last());
-        rc = CLI_FAILED;
+    if (loom_tools_new_from_config(&reg, cfg) != 0) {
+        fprintf(stderr, "loom: config: %s\n", loom_error_last());
+        rc = CLI_USAGE;
     } else if ((rc = check_agent_tools(cfg, reg)) == 0) {
         printf("%s: ok (%zu providers, %zu models, %zu agents)\n", argv[2],
                cfg->providers_len, cfg->models_len, cfg->agents_len);
@@ -284,9 +284,9 @@ int cli_run(int argc, char **argv)
     if ((rc = cli_load_config(&cfg, a.config)) != 0)
         goto done;
     cli_setup_log(cfg, a.log_level, a.log_format);
-    if ((rc = loom_tool_registry_new(&reg)) || (rc = loom_tools_add_builtins(reg))) {
-        fprintf(stderr, "loom: %s\n", loom_error_last());
-        rc = CLI_FAILED;
+    if (loom_tools_new_from_config(&reg, cfg) != 0) {
+        fprintf(stderr, "loom: config: %s\n", loom_error_last());
+        rc = CLI_USAGE;
         goto done;
     }
     if ((rc = check_agent_tools(cfg, reg)) != 0)

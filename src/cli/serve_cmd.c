@@ -164,9 +164,9 @@ int cli_serve(int argc, char **argv)
         rc = CLI_FAILED;
         goto done;
     }
-    if (loom_tool_registry_new(&reg) || loom_tools_add_builtins(reg)) {
-        fprintf(stderr, "loom serve: %s\n", loom_error_last());
-        rc = CLI_FAILED;
+    if (loom_tools_new_from_config(&reg, cfg) != 0) {
+        fprintf(stderr, "loom serve: config: %s\n", loom_error_last());
+        rc = CLI_USAGE;
         goto done;
     }
     so.config = cfg;

@@ -214,6 +214,7 @@ void loom_model_config_clear(loom_model_config *m)
     for (size_t i = 0; i < m->fallbacks_len; i++)
         free(m->fallbacks[i]);
     free(m->fallbacks);
+    free(m->context_window_fallback);
     memset(m, 0, sizeof(*m));
 }
 
@@ -378,6 +379,20 @@ void loom__config_provider_clear(loom_provider_config *p)
     memset(p, 0, sizeof(*p));
 }
 
+static void http_tool_clear(loom_http_tool_config *t)
+{
+    free(t->name);
+    free(t->description);
+    free(t->method);
+    free(t->url);
+    json_decref(t->headers);
+    json_decref(t->parameters);
+    for (size_t i = 0; i < t->allow_hosts_len; i++)
+        free(t->allow_hosts[i]);
+    free(t->allow_hosts);
+    memset(t, 0, sizeof(*t));
+}
+
 static void agent_clear(loom_agent_config *a)
 {
     free(a->name);
@@ -403,6 +418,9 @@ void loom_config_free(loom_config *cfg)
     for (size_t i = 0; i < cfg->agents_len; i++)
         agent_clear(&cfg->agents[i]);
     free(cfg->agents);
+    for (size_t i = 0; i < cfg->http_tools_len; i++)
+        http_tool_clear(&cfg->http_tools[i]);
+    free(cfg->http_tools);
     free(cfg->path);
     free(cfg->default_agent);
     json_decref(cfg->tools);

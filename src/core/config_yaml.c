@@ -1073,15 +1073,39 @@ static int parse_fallbacks(loader *ld, const yaml_node_t *n, const char *key,
     return 0;
 }
 
+/* context_window_fallback: one model that resolves, not the model
+ * itself; null is none. Whether its window is larger is checked when a
+ * run uses it. */
+static int parse_window_fallback(loader *ld, const yaml_node_t *n,
+                                 const char *key, loom_model_config *m)
+{
+    char why[512], tmp[64];
+    int rc;
+
+    if ((rc = get_str(ld, n, key, "a model name",
+                      &m->context_window_fallback)) != 0)
+        return rc;
+    if (!m->context_window_fallback)
+        return 0; /* null: none */
+    if (loom__config_model_unresolved(ld->cfg, m->context_window_fallback,
+                                      why, sizeof(why)))
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key, "%s", why);
+    if (strcmp(m->context_window_fallback, m->name) == 0)
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                       "'%s' cannot be its own context window fallback",
+                       loom__config_shown(tmp, sizeof(tmp), m->name));
+    return 0;
+}
+
 static int parse_model(loader *ld, const entry *e, loom_model_config *m)
 {
     static const char *const known[] = {
         "upstream",     "context_window", "max_output_tokens",
         "capabilities", "reasoning",      "prompt_cache",
         "chain_responses", "prices",      "fallbacks",
-        "routing",      NULL};
+        "routing",      "context_window_fallback", NULL};
     enum { UPSTREAM, WINDOW, MAXOUT, CAPS, REASONING, PCACHE, CHAIN, PRICES,
-           FALLBACKS, ROUTING, NFIELDS };
+           FALLBACKS, ROUTING, WINDOW_FALLBACK, NFIELDS };
     yaml_node_t *v[NFIELDS];
     char key[KEY_LEN], sub[KEY_LEN], tmp[64], known_p[256];
     size_t plen = loom__config_provider_part(e->name);
@@ -1144,6 +1168,10 @@ static int parse_model(loader *ld, const entry *e, loom_model_config *m)
     join_key(sub, sizeof(sub), key, "routing");
     if (v[ROUTING] &&
         (rc = parse_routing(ld, v[ROUTING], sub, &m->routing)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "context_window_fallback");
+    if (v[WINDOW_FALLBACK] &&
+        (rc = parse_window_fallback(ld, v[WINDOW_FALLBACK], sub, m)) != 0)
         return rc;
     return 0;
 }
@@ -1425,6 +1453,196 @@ cleanup:
     return rc;
 }
 
+/* ---- http_tools -------------------------------------------------------- */
+
+/* An allowlist entry as far as the config can tell: one word without
+ * spaces, '/' or '@'. src/tools/netguard.c parses it fully when the tool
+ * is registered. */
+static int plausible_host(const char *s)
+{
+    size_t n = strlen(s);
+
+    return n > 0 && n < 256 && !strpbrk(s, " \t\r\n/@?#");
+}
+
+static int parse_allow_hosts(loader *ld, const yaml_node_t *n, const char *key,
+                             loom_http_tool_config *t)
+{
+    char sub[KEY_LEN], tmp[64], *s = NULL;
+    size_t count, i = 0;
+    int rc;
+
+    if ((rc = visit(ld, n)) != 0 || is_null(n))
+        return rc;
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                       "must be a list of hosts, got %s", kind_name(n));
+    count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count == 0)
+        return 0;
+    if (!(t->allow_hosts = calloc(count, sizeof(*t->allow_hosts))))
+        return loom__error_oom();
+    for (yaml_node_item_t *it = n->data.sequence.items.start;
+         it < n->data.sequence.items.top; it++, i++) {
+        yaml_node_t *item = node_at(ld, *it);
+
+        index_key(sub, sizeof(sub), key, i);
+        if ((rc = get_str(ld, item, sub, "a host", &s)) != 0)
+            return rc;
+        if (!s || !plausible_host(s)) {
+            rc = fail_at(ld, LOOM_EINVALID, line_of(item), sub,
+                         "'%s' is not a host, host:port, [IPv6]:port or "
+                         "*.domain",
+                         s ? loom__config_shown(tmp, sizeof(tmp), s) : "null");
+            free(s);
+            return rc;
+        }
+        t->allow_hosts[t->allow_hosts_len++] = s;
+        s = NULL;
+    }
+    return 0;
+}
+
+/* The parameters schema: a mapping whose `type`, when given, is object. */
+static int parse_http_params(loader *ld, const yaml_node_t *n, const char *key,
+                             loom_http_tool_config *t)
+{
+    const json_t *type;
+    int rc;
+
+    if (!n || is_null(n)) {
+        if (!(t->parameters = json_pack("{s:s}", "type", "object")))
+            return loom__error_oom();
+        return 0;
+    }
+    if (n->type != YAML_MAPPING_NODE)
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                       "must be a JSON Schema mapping, got %s", kind_name(n));
+    if ((rc = to_json(ld, n, key, 3, &t->parameters)) != 0)
+        return rc;
+    type = json_object_get(t->parameters, "type");
+    if (type && !(json_is_string(type) &&
+                  strcmp(json_string_value(type), "object") == 0))
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                       "type must be object: the arguments are a JSON "
+                       "object");
+    return 0;
+}
+
+static int parse_http_tool(loader *ld, const entry *e,
+                           loom_http_tool_config *t)
+{
+    static const char *const known[] = {
+        "description", "method",     "url",       "headers",   "parameters",
+        "allow_hosts", "timeout_ms", "max_bytes", "max_chars", NULL};
+    enum { DESC, METHOD, URL, HEADERS, PARAMS, ALLOW, TIMEOUT, BYTES, CHARS,
+           NFIELDS };
+    static const char *const methods[] = {"GET", "POST", "PUT", "PATCH",
+                                          "DELETE", NULL};
+    yaml_node_t *v[NFIELDS];
+    char key[KEY_LEN], sub[KEY_LEN], tmp[64];
+    size_t i;
+    int rc;
+
+    t->timeout_ms = 30000;
+    t->max_bytes = 1L << 20;
+    t->max_chars = 20000;
+    if (!(t->name = strdup(e->name)) || !(t->headers = json_object()))
+        return loom__error_oom();
+    join_key(key, sizeof(key), "http_tools", e->name);
+    if ((rc = read_fields(ld, e->value, key, known, v)) != 0)
+        return rc;
+
+    join_key(sub, sizeof(sub), key, "description");
+    if (v[DESC] &&
+        (rc = get_str(ld, v[DESC], sub, "a string", &t->description)) != 0)
+        return rc;
+    if (!t->description || !*t->description)
+        return fail_at(ld, LOOM_EINVALID,
+                       line_of(v[DESC] ? v[DESC] : e->key), key,
+                       "missing required key 'description' (the model "
+                       "reads it to decide when to call the tool)");
+
+    join_key(sub, sizeof(sub), key, "method");
+    if (v[METHOD] &&
+        (rc = get_str(ld, v[METHOD], sub, "an HTTP method", &t->method)) != 0)
+        return rc;
+    if (!t->method && !(t->method = strdup("POST")))
+        return loom__error_oom();
+    for (char *c = t->method; *c; c++)
+        if (*c >= 'a' && *c <= 'z')
+            *c = (char)(*c - 'a' + 'A');
+    for (i = 0; methods[i] && strcmp(methods[i], t->method) != 0; i++)
+        ;
+    if (!methods[i])
+        return fail_at(ld, LOOM_EINVALID, line_of(v[METHOD]), sub,
+                       "must be GET, POST, PUT, PATCH or DELETE, got '%s'",
+                       loom__config_shown(tmp, sizeof(tmp), t->method));
+
+    join_key(sub, sizeof(sub), key, "url");
+    if (v[URL] && (rc = get_str(ld, v[URL], sub, "a URL", &t->url)) != 0)
+        return rc;
+    if (!t->url)
+        return fail_at(ld, LOOM_EINVALID, line_of(e->key), key,
+                       "missing required key 'url'");
+    if (!loom__config_valid_url(t->url))
+        return fail_at(ld, LOOM_EINVALID, line_of(v[URL]), sub,
+                       "must be an http:// or https:// URL, got '%s'",
+                       loom__config_shown(tmp, sizeof(tmp), t->url));
+
+    join_key(sub, sizeof(sub), key, "headers");
+    if (v[HEADERS] &&
+        (rc = parse_headers(ld, v[HEADERS], sub, t->headers)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "parameters");
+    if ((rc = parse_http_params(ld, v[PARAMS], sub, t)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "allow_hosts");
+    if (v[ALLOW] && (rc = parse_allow_hosts(ld, v[ALLOW], sub, t)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "timeout_ms");
+    if ((rc = get_long(ld, v[TIMEOUT], sub, 100, 300000, &t->timeout_ms)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "max_bytes");
+    if ((rc = get_long(ld, v[BYTES], sub, 1024, 64L << 20, &t->max_bytes)) !=
+        0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "max_chars");
+    return get_long(ld, v[CHARS], sub, 100, 10000000, &t->max_chars);
+}
+
+static int parse_http_tools(loader *ld, const yaml_node_t *n)
+{
+    loom_config *cfg = ld->cfg;
+    entry *es = NULL;
+    size_t len = 0;
+    char tmp[64];
+    int rc;
+
+    if ((rc = read_entries(ld, n, "http_tools", &es, &len)) != 0 || len == 0)
+        goto cleanup;
+    if (!(cfg->http_tools = calloc(len, sizeof(*cfg->http_tools)))) {
+        rc = loom__error_oom();
+        goto cleanup;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (!loom__config_valid_name(es[i].name, 0)) {
+            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].key), "http_tools",
+                         "'%s' is not a valid tool name "
+                         "([a-zA-Z0-9_-]{1,64})",
+                         loom__config_shown(tmp, sizeof(tmp), es[i].name));
+            goto cleanup;
+        }
+        cfg->http_tools_len++;
+        if ((rc = parse_http_tool(ld, &es[i], &cfg->http_tools[i])) != 0)
+            goto cleanup;
+    }
+
+cleanup:
+    free(es);
+    return rc;
+}
+
 /* "HOST:PORT": a non-empty host without spaces or '/', and a port
  * 0..65535 ("[::1]:80" keeps its brackets). */
 static int valid_listen(const char *s)
@@ -1516,9 +1734,9 @@ static int parse_document(loader *ld)
     /* The top-level keys. */
     static const char *const known[] = {
         "log",   "providers", "models", "agents", "default_agent",
-        "tools", "server",    "routing", NULL};
+        "tools", "server",    "routing", "http_tools", NULL};
     enum { LOG, PROVIDERS, MODELS, AGENTS, DEFAULT, TOOLS, SERVER, ROUTING,
-           NFIELDS };
+           HTTP_TOOLS, NFIELDS };
     yaml_node_t *root = yaml_document_get_root_node(ld->doc), *v[NFIELDS];
     int rc;
 
@@ -1539,6 +1757,7 @@ static int parse_document(loader *ld)
         (v[AGENTS] && (rc = parse_agents(ld, v[AGENTS])) != 0) ||
         (v[DEFAULT] && (rc = parse_default_agent(ld, v[DEFAULT])) != 0) ||
         (v[TOOLS] && (rc = parse_tools(ld, v[TOOLS])) != 0) ||
+        (v[HTTP_TOOLS] && (rc = parse_http_tools(ld, v[HTTP_TOOLS])) != 0) ||
         (v[SERVER] && (rc = parse_server(ld, v[SERVER])) != 0))
         return rc;
     return 0;

@@ -389,8 +389,7 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
     if (opts->tools) {
         s->tools = opts->tools;
     } else {
-        if ((rc = loom_tool_registry_new(&s->own_tools)) != 0 ||
-            (rc = loom_tools_add_builtins(s->own_tools)) != 0)
+        if ((rc = loom_tools_new_from_config(&s->own_tools, s->cfg)) != 0)
             goto fail;
         s->tools = s->own_tools;
     }

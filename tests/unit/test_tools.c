@@ -406,7 +406,10 @@ static int run_get_time(const loom_tool *t, const char *args_text,
     json_t *args = args_text ? parse(args_text) : NULL;
     json_t *settings = settings_text ? parse(settings_text) : NULL;
     loom_cancel cancel = LOOM_CANCEL_INIT;
-    loom_tool_ctx ctx = {"call_1", "get_time", &cancel, settings};
+    loom_tool_ctx ctx = {.call_id = "call_1",
+                         .tool_name = "get_time",
+                         .cancel = &cancel,
+                         .settings = settings};
     loom_buf out = LOOM_BUF_INIT(64 * 1024);
     int rc;
 
@@ -1173,7 +1176,8 @@ static void *thread_main(void *p)
 {
     thread_arg *a = p;
     loom_cancel cancel = LOOM_CANCEL_INIT;
-    loom_tool_ctx ctx = {"call", "get_time", &cancel, NULL};
+    loom_tool_ctx ctx = {
+        .call_id = "call", .tool_name = "get_time", .cancel = &cancel};
     json_t *args = json_pack("{s:s}", "timezone", fixed_zones[a->index].zone);
 
     for (int r = 0; r < ROUNDS; r++) {
