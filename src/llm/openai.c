@@ -223,6 +223,9 @@ int loom__openai_build_body(json_t **out, const loom_llm_request *req)
         bad |= put(body, "max_tokens", json_integer(req->max_tokens));
     if (req->temperature >= 0)
         bad |= put(body, "temperature", json_real(req->temperature));
+    if (req->reasoning_effort && *req->reasoning_effort)
+        bad |=
+            put(body, "reasoning_effort", utf8_string(req->reasoning_effort));
     if (req->stream) {
         bad |= put(body, "stream", json_true());
         bad |=
@@ -669,6 +672,10 @@ int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
         if (rc)
             goto cleanup;
     }
+    if (req->reasoning_effort && *req->reasoning_effort &&
+        ((rc = put_lit(out, ",\"reasoning_effort\":")) ||
+         (rc = put_str(out, req->reasoning_effort))))
+        goto cleanup;
     if (req->stream && (rc = put_lit(out, ",\"stream\":true,\"stream_options\":"
                                           "{\"include_usage\":true}")))
         goto cleanup;

@@ -275,8 +275,9 @@ static json_t *tool_choice_json(const loom_tool_choice *tc)
 
 /*
  * Where a chained request continues: the position of the last assistant
- * message and its response id (a new string), when it has one; else *id
- * is NULL and everything is sent.
+ * message and its response id (a new string), when it has one and the API
+ * stored that response; else *id is NULL and everything is sent (an
+ * unstored response cannot be named: previous_response_not_found).
  */
 static int chain_point(const loom_llm_request *req, size_t *at, char **id)
 {
@@ -290,7 +291,8 @@ static int chain_point(const loom_llm_request *req, size_t *at, char **id)
             continue;
         st = own_state(&req->messages[i], &root);
         s = json_string_value(json_object_get(st, "id"));
-        if (s && *s && !(*id = strdup(s))) {
+        if (s && *s && json_is_true(json_object_get(st, "store")) &&
+            !(*id = strdup(s))) {
             json_decref(root);
             return -1;
         }
@@ -299,6 +301,27 @@ static int chain_point(const loom_llm_request *req, size_t *at, char **id)
         break;
     }
     return 0;
+}
+
+/*
+ * Whether the response is to be stored (and the request chained). With
+ * chaining every one is, but the run loop's last permitted call: its
+ * "limit reached" note (a system message after the tool results, with
+ * tool_choice none) holds for that call only. Stored, it would stay in
+ * the API's copy of the conversation, and the next run, chaining from the
+ * answer, would read again that tools are no longer available. That call
+ * goes unchained and unstored, and chain_point() then finds nothing to
+ * chain from at its answer.
+ */
+static int stores(const loom_llm_request *req)
+{
+    size_t n = req->messages_len;
+
+    if (!req->chain_responses)
+        return 0;
+    return !(n >= 2 && req->messages[n - 1].role == LOOM_ROLE_SYSTEM &&
+             req->messages[n - 2].role == LOOM_ROLE_TOOL &&
+             req->tool_choice.kind == LOOM_TOOL_CHOICE_NONE);
 }
 
 /* The leading system messages joined by blank lines, or NULL. */
@@ -326,7 +349,7 @@ int loom__responses_build_body(json_t **out, const loom_llm_request *req)
     json_t *body = NULL, *input, *arr;
     size_t leading = 0, start, at = 0;
     char *prev = NULL;
-    int store = req->chain_responses ? 1 : 0;
+    int store = stores(req);
     int bad = 0;
 
     *out = NULL;
@@ -504,7 +527,7 @@ static int responses_complete(loom_provider *base, const loom_llm_request *req,
     responses_provider *p = (responses_provider *)base;
     loom__http_request hreq = {0};
     loom__llm_attempts_opts o = {0};
-    call_ctx ctx = {p, req->chain_responses ? 1 : 0, cb, payload};
+    call_ctx ctx = {p, stores(req), cb, payload};
     json_t *body = NULL;
     char *text = NULL;
     int rc;

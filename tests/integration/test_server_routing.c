@@ -207,6 +207,8 @@ static void test_model_request_options_reach_upstream(void **state)
     body = json_object_get(json_array_get(reqs, 0), "body");
 
     assert_string_equal(sh_str(body, "model"), "o-thinker");
+    assert_non_null(json_object_get(body, "reasoning_effort"));
+    assert_string_equal(sh_str(body, "reasoning_effort"), "high");
     assert_int_equal(
         json_integer_value(json_object_get(body, "max_completion_tokens")) +
             json_integer_value(json_object_get(body, "max_tokens")),
