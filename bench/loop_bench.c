@@ -43,6 +43,9 @@
 
 extern char **environ;
 
+/* Subcommands, each in its own bench/ file. */
+int loom_bench_context_main(int argc, char **argv); /* context_bench.c */
+
 #define DEFAULT_RUNS 1000
 #define DEFAULT_WARMUP 50
 #define DEFAULT_TOOL_ITERS 5
@@ -565,6 +568,7 @@ static void usage(FILE *to)
             "                  [--fake PATH] [--json] [--iterations-only]\n"
             "       loom-bench --print-script [--tool-iters N]\n"
             "       loom-bench --table RESULT.json...\n"
+            "       loom-bench context [--help]  (the context engine)\n"
             "  --runs N           measured runs (default %d)\n"
             "  --warmup N         unmeasured runs first (default %d)\n"
             "  --tool-iters N     tool calls per run (default %d); a run\n"
@@ -717,6 +721,8 @@ int main(int argc, char **argv)
     double *own = NULL, *wall = NULL, *busy = NULL, *cpu = NULL;
     long i;
 
+    if (argc > 1 && strcmp(argv[1], "context") == 0)
+        return loom_bench_context_main(argc - 1, argv + 1);
     if (parse_args(&o, argc, argv) != 0)
         return 2;
     if (o.table_from)

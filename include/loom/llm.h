@@ -52,6 +52,13 @@ typedef struct {
      * loop and the store, which carry it as is.
      */
     char *provider_state;
+    /*
+     * Tool only: a short summary of the result that the tool gave (seed
+     * 000 "Use-and-throw" reduced versions), or NULL. Never sent as is:
+     * the context engine (loom/context.h) shows it in place of an older
+     * result when the request must shrink.
+     */
+    char *summary;
 } loom_message;
 
 /* A growable list of messages that owns them. */

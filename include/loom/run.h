@@ -18,6 +18,7 @@
 #include "cancel.h"
 #include "common.h"
 #include "config.h"
+#include "context.h"
 #include "llm.h"
 #include "tools.h"
 #include <jansson.h>
@@ -43,6 +44,7 @@ typedef enum {
     LOOM_EV_USAGE,
     LOOM_EV_RUN_COMPLETED,
     LOOM_EV_RUN_FAILED,
+    LOOM_EV_CONTEXT,
     LOOM_EV__COUNT
 } loom_event_type;
 
@@ -85,6 +87,58 @@ typedef enum {
 
 const char *loom_run_status_name(loom_run_status status);
 
+/*
+ * The context engine of a run (loom/context.h, docs/context.md): before
+ * every model call the request is fitted to window - max_output_tokens -
+ * margin, and a `context` event says how. Off while window is 0 (the
+ * model's window is unknown): requests then go as they are. Strings and
+ * providers are borrowed: they must outlive the run.
+ */
+typedef struct {
+    long window;         /* the model's context window in tokens; 0: off */
+    long margin;         /* tokens kept free; 0: window / 50, >= 16 */
+    /* Research agents: older tool results are never reduced. */
+    int keep_full_tool_results;
+    double tool_result_share; /* of the limit, per round; 0: 0.5 */
+    /*
+     * Summaries of older messages: by summary_provider and summary_model
+     * (NULL provider: the run's own provider and upstream model), with
+     * summary_prompt (NULL: LOOM_CONTEXT_SUMMARY_PROMPT) and at most
+     * summary_max_tokens (0: min(1024, limit / 8)). no_summary: never
+     * summarise (older rounds are dropped instead).
+     */
+    loom_provider *summary_provider;
+    const char *summary_model;
+    const char *summary_prompt;
+    long summary_max_tokens;
+    int no_summary;
+    /*
+     * A summary stored with the conversation by an earlier run (see
+     * loom_run_summary), or NULL, and how many messages of history (as
+     * given to loom_run_new) it replaces.
+     */
+    const char *summary;
+    size_t summary_covers;
+    /* Token counting; NULL callbacks: the crude default. */
+    loom_context_counter counter;
+    /*
+     * The model's context_window_fallback: when even the parts that are
+     * never dropped do not fit, the run switches to this model (for this
+     * call and the rest of the run) instead of failing. NULL provider:
+     * none. fallback_max_output_tokens caps the answer there (0: the
+     * run's max_output_tokens).
+     */
+    loom_provider *fallback_provider;
+    const char *fallback_model;          /* "provider/model", in events */
+    const char *fallback_upstream_model; /* id sent upstream */
+    long fallback_window;
+    long fallback_max_output_tokens;
+} loom_run_context_options;
+
+#define LOOM_RUN_CONTEXT_OPTIONS_INIT                                        \
+    { 0, 0, 0, 0.0, NULL, NULL, NULL, 0, 0, NULL, 0, {NULL, NULL, NULL},     \
+      NULL, NULL, NULL, 0, 0 }
+
 typedef struct {
     unsigned version;
     /* What the run talks to. All borrowed: they must outlive the run. */
@@ -126,13 +180,15 @@ typedef struct {
     const char *reasoning_effort; /* borrowed */
     int prompt_cache;
     int chain_responses;
+    /* The context engine, which fits every request to the window. */
+    loom_run_context_options context;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1
 #define LOOM_RUN_OPTIONS_INIT                                                \
     { LOOM_RUN_OPTIONS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL,  \
       NULL, 0, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, 0, 0, 0, -1.0,     \
-      {NULL, NULL}, NULL, 0, 0, NULL, 0, 0 }
+      {NULL, NULL}, NULL, 0, 0, NULL, 0, 0, LOOM_RUN_CONTEXT_OPTIONS_INIT }
 
 typedef struct loom_run loom_run;
 
@@ -176,6 +232,16 @@ const loom_tool_call *loom_run_pending_calls(const loom_run *run, size_t *n);
 const char *loom_run_finish_reason(const loom_run *run);
 /* The model the run used ("provider/model", or the upstream id). */
 const char *loom_run_model(const loom_run *run);
+
+/*
+ * The newest summary the run's context engine made (see
+ * loom_run_context_options), or NULL when it made none; *covers (may be
+ * NULL) gets how many messages of the conversation (history as given to
+ * loom_run_new, then loom_run_messages) it replaces. A caller stores both
+ * with the conversation and gives them to the next run. Borrowed from
+ * the run.
+ */
+const char *loom_run_summary(const loom_run *run, size_t *covers);
 
 /* The error message of a failed run, "" otherwise. */
 const char *loom_run_error(const loom_run *run);

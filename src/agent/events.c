@@ -23,6 +23,7 @@ static const char *const event_names[LOOM_EV__COUNT] = {
     [LOOM_EV_USAGE] = "usage",
     [LOOM_EV_RUN_COMPLETED] = "run.completed",
     [LOOM_EV_RUN_FAILED] = "run.failed",
+    [LOOM_EV_CONTEXT] = "context",
 };
 
 const char *loom_event_type_name(loom_event_type type)

@@ -12,6 +12,10 @@
  * what has been gathered, so a run that reaches its limit still ends with
  * an answer.
  *
+ * When the run has a context window (loom_run_context_options), the
+ * context engine (context.c) fits each request to it first: the run's
+ * full history is kept and stored as it is, and only the request shrinks.
+ *
  * Ownership: the run owns copies of the history and every message it adds;
  * provider, registry and sink are borrowed from the caller.
  */
@@ -68,6 +72,17 @@ struct loom_run {
     /* The request text of this run's model calls: run->all only grows
      * during a run, which is the cache's contract. */
     loom_llm_cache *cache;
+    /* The context engine (NULL: off). stored[i] says whether run->all's
+     * message i is part of the conversation the caller stores (history
+     * and this run's messages) rather than loom's own (the system prompt,
+     * results made up for interrupted calls, the limit prompt): summary
+     * coverage is counted in conversation messages. */
+    loom_context *ctx;
+    unsigned char *stored;
+    size_t nstored, capstored;
+    char *summary; /* the newest summary the engine made */
+    size_t summary_covers;
+    int switched;  /* moved to the context_window_fallback */
 };
 
 #define LIMIT_PROMPT                                                         \
@@ -303,6 +318,26 @@ static const loom_tool *offered_tool(const loom_run *run, const char *name)
     return NULL;
 }
 
+static int context_open(loom_run *run);
+
+/* Marks the messages appended to run->all since the last call. */
+static int track(loom_run *run, int stored)
+{
+    if (run->all.len > run->capstored) {
+        size_t cap = run->capstored ? run->capstored : 32;
+        unsigned char *p;
+        while (cap < run->all.len)
+            cap *= 2;
+        if (!(p = realloc(run->stored, cap)))
+            return loom__error_oom();
+        run->stored = p;
+        run->capstored = cap;
+    }
+    while (run->nstored < run->all.len)
+        run->stored[run->nstored++] = (unsigned char)stored;
+    return 0;
+}
+
 /*
  * Copies history into run->all, answering any tool call that has no
  * result (a turn cancelled mid-tools, stored as it was): providers refuse
@@ -317,7 +352,7 @@ static int add_history(loom_run *run, const loom_messages *history)
         int rc = loom_messages_append(
             &run->all, &(loom_messages){(loom_message *)&h[i], 1, 1});
         size_t end = i + 1;
-        if (rc)
+        if (rc || (rc = track(run, 1)) != 0)
             return rc;
         if (h[i].role != LOOM_ROLE_ASSISTANT || !h[i].tool_calls_len)
             continue;
@@ -327,7 +362,8 @@ static int add_history(loom_run *run, const loom_messages *history)
         for (size_t j = i + 1; j < end; j++)
             if ((rc = loom_messages_append(
                      &run->all,
-                     &(loom_messages){(loom_message *)&h[j], 1, 1})) != 0)
+                     &(loom_messages){(loom_message *)&h[j], 1, 1})) != 0 ||
+                (rc = track(run, 1)) != 0)
                 return rc;
         for (size_t c = 0; c < h[i].tool_calls_len; c++) {
             const loom_tool_call *call = &h[i].tool_calls[c];
@@ -336,10 +372,11 @@ static int add_history(loom_run *run, const loom_messages *history)
                 found = h[j].tool_call_id && call->id &&
                         strcmp(h[j].tool_call_id, call->id) == 0;
             if (!found &&
-                (rc = loom_messages_add_tool_result(
-                     &run->all, call->id ? call->id : "", call->name,
-                     "Error: this tool call was interrupted before it "
-                     "returned a result.")) != 0)
+                ((rc = loom_messages_add_tool_result(
+                      &run->all, call->id ? call->id : "", call->name,
+                      "Error: this tool call was interrupted before it "
+                      "returned a result.")) != 0 ||
+                 (rc = track(run, 0)) != 0))
                 return rc;
         }
         i = end - 1;
@@ -397,10 +434,13 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
         goto fail;
     }
     if (opts->system_prompt && *opts->system_prompt &&
-        (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
-                                opts->system_prompt)) != 0)
+        ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
+                                 opts->system_prompt)) != 0 ||
+         (rc = track(run, 0)) != 0))
         goto fail;
     if ((rc = add_history(run, history)) != 0)
+        goto fail;
+    if (opts->context.window > 0 && (rc = context_open(run)) != 0)
         goto fail;
     *out = run;
     return 0;
@@ -414,6 +454,8 @@ static int add_message(loom_run *run, const loom_messages *one)
 {
     int rc = loom_messages_append(&run->all, one);
 
+    if (!rc)
+        rc = track(run, 1);
     return rc ? rc : loom_messages_append(&run->added, one);
 }
 
@@ -674,6 +716,194 @@ static void keep_partial(loom_run *run)
     }
 }
 
+/* ---- the context engine -------------------------------------------------- */
+
+/* Leading system messages of run->all: the engine counts after them. */
+static size_t leading_system(const loom_run *run)
+{
+    size_t k = 0;
+
+    while (k < run->all.len && run->all.items[k].role == LOOM_ROLE_SYSTEM)
+        k++;
+    return k;
+}
+
+/* The engine's coverage (messages after the leading system ones) of the
+ * first `conv` conversation messages. */
+static size_t covers_from_conv(const loom_run *run, size_t conv)
+{
+    size_t i = 0, seen = 0, lead = leading_system(run);
+
+    if (conv == 0)
+        return 0;
+    for (; i < run->nstored && seen < conv; i++)
+        seen += run->stored[i];
+    return i > lead ? i - lead : 0;
+}
+
+/* The conversation messages that the engine's coverage spans. */
+static size_t conv_from_covers(const loom_run *run, size_t covers)
+{
+    size_t end = leading_system(run) + covers, n = 0;
+
+    for (size_t i = 0; i < end && i < run->nstored; i++)
+        n += run->stored[i];
+    return n;
+}
+
+/*
+ * Makes the run's engine for its current model. A summary the engine
+ * already holds (a switch to the fallback) is carried over; otherwise the
+ * stored one from the options is used.
+ */
+static int context_open(loom_run *run)
+{
+    const loom_run_context_options *c = &run->opts.context;
+    loom_context_options co = LOOM_CONTEXT_OPTIONS_INIT;
+    loom_context *ctx = NULL;
+    char *carried = NULL;
+    size_t covers = 0;
+    int rc;
+
+    co.context_window = run->switched ? c->fallback_window : c->window;
+    co.max_output_tokens = run->opts.max_output_tokens;
+    co.margin = c->margin;
+    co.counter = c->counter;
+    co.keep_full_tool_results = c->keep_full_tool_results;
+    co.tool_result_share = c->tool_result_share;
+    if (!c->no_summary) {
+        co.summary_provider =
+            c->summary_provider ? c->summary_provider : run->opts.provider;
+        co.summary_model = c->summary_model ? c->summary_model
+                                            : run->opts.upstream_model;
+    }
+    co.summary_prompt = c->summary_prompt;
+    co.summary_max_tokens = c->summary_max_tokens;
+    if (run->ctx && loom_context_summary(run->ctx, &covers)) {
+        if (!(carried = strdup(loom_context_summary(run->ctx, NULL))))
+            return loom__error_oom();
+        co.summary = carried;
+        co.summary_covers = covers;
+    } else if (c->summary && *c->summary) {
+        co.summary = c->summary;
+        co.summary_covers = covers_from_conv(run, c->summary_covers);
+    }
+    rc = loom_context_new(&ctx, &co);
+    free(carried);
+    if (rc)
+        return rc;
+    loom_context_free(run->ctx);
+    run->ctx = ctx;
+    return 0;
+}
+
+/*
+ * Moves the run to its context_window_fallback, when it has one with a
+ * larger window and has not moved yet. Returns 1 when it moved, 0 when
+ * it cannot, or an error.
+ */
+static int context_switch(loom_run *run)
+{
+    const loom_run_context_options *c = &run->opts.context;
+    loom_run_options *o = &run->opts;
+    int rc;
+
+    if (run->switched || !c->fallback_provider ||
+        !c->fallback_upstream_model || c->fallback_window <= c->window)
+        return 0;
+    o->provider = c->fallback_provider;
+    o->upstream_model = c->fallback_upstream_model;
+    o->model = c->fallback_model ? c->fallback_model
+                                 : c->fallback_upstream_model;
+    if (c->fallback_max_output_tokens > 0 &&
+        (o->max_output_tokens <= 0 ||
+         o->max_output_tokens > c->fallback_max_output_tokens))
+        o->max_output_tokens = c->fallback_max_output_tokens;
+    run->switched = 1;
+    if ((rc = context_open(run)) != 0)
+        return rc;
+    return 1;
+}
+
+/*
+ * Fits the request to the window: req gets the engine's messages, the
+ * summary call's usage joins the run's, a new summary is kept for
+ * loom_run_summary, and a `context` event says what was done.
+ */
+static int context_fit(loom_run *run, loom_llm_request *req)
+{
+    loom_context_result r;
+    const char *from = loom_run_model(run);
+    char *why = NULL;
+    json_t *data;
+    int rc;
+
+    rc = loom_context_fit(run->ctx, &r, run->all.items, run->all.len,
+                          run->defs, run->ndefs, &run->cancel);
+    if (rc == LOOM_ETOOLARGE) {
+        int moved;
+        if (!(why = strdup(loom_error_last())))
+            return loom__error_oom();
+        if ((moved = context_switch(run)) < 0) {
+            free(why);
+            return moved;
+        }
+        if (moved) {
+            loom_info("context: %s; switching from %s to %s", why, from,
+                      loom_run_model(run));
+            rc = loom_context_fit(run->ctx, &r, run->all.items,
+                                  run->all.len, run->defs, run->ndefs,
+                                  &run->cancel);
+        } else {
+            loom__error_set(rc, "%s", why);
+        }
+    }
+    if (rc) {
+        free(why);
+        return rc;
+    }
+    if (r.summary_usage.total_tokens || r.summary_usage.prompt_tokens ||
+        r.summary_usage.completion_tokens) {
+        loom_usage u = r.summary_usage;
+        if (!r.summary_cost_known)
+            u.cost_micros = 0;
+        loom_usage_add(&run->usage, &u);
+        if (r.summary_cost_known)
+            run->priced_calls++;
+        else
+            run->unpriced_calls++;
+    }
+    if (r.summary_created) {
+        free(run->summary);
+        if (!(run->summary = strdup(r.summary))) {
+            free(why);
+            return loom__error_oom();
+        }
+        run->summary_covers = conv_from_covers(run, r.summary_covers);
+    }
+    req->messages = r.messages;
+    req->messages_len = r.messages_len;
+    if (has_sink(run) && (data = loom_context_result_json(&r)) != NULL) {
+        json_t *sum = json_object_get(data, "summary");
+        json_object_set_new(data, "iteration",
+                            json_integer(run->iterations + 1));
+        if (sum)
+            json_object_set_new(
+                sum, "covers",
+                json_integer((json_int_t)conv_from_covers(run,
+                                                          r.summary_covers)));
+        if (why) {
+            json_t *sw = json_pack("{s:s,s:s,s:s}", "from", from, "to",
+                                   loom_run_model(run), "reason", why);
+            if (sw)
+                json_object_set_new(data, "switched", sw);
+        }
+        emit(run, LOOM_EV_CONTEXT, data);
+    }
+    free(why);
+    return 0;
+}
+
 int loom_run_execute(loom_run *run)
 {
     const loom_run_options *o = &run->opts;
@@ -704,7 +934,8 @@ int loom_run_execute(loom_run *run)
         if (last && run->iterations > 0 && run->ndefs && !limit_injected) {
             char *p = NULL;
             if (asprintf(&p, LIMIT_PROMPT, o->max_iterations) < 0 ||
-                (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, p))) {
+                (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, p)) ||
+                (rc = track(run, 0))) {
                 free(p);
                 rc = rc ? rc : loom__error_oom();
                 break;
@@ -712,9 +943,14 @@ int loom_run_execute(loom_run *run)
             free(p);
             limit_injected = 1;
         }
-        req.model = o->upstream_model;
+        loom_buf_clear(&run->text);
+        run->ncall_offsets = 0;
+        loom_llm_response_clear(&resp);
         req.messages = run->all.items;
         req.messages_len = run->all.len;
+        if (run->ctx && (rc = context_fit(run, &req)) != 0)
+            break;
+        req.model = o->upstream_model;
         if (run->ndefs) {
             /* The last permitted call still declares the tools (the
              * history holds calls of them, which Anthropic and Gemini
@@ -737,9 +973,6 @@ int loom_run_execute(loom_run *run)
         req.prompt_cache = o->prompt_cache;
         req.chain_responses = o->chain_responses;
 
-        loom_buf_clear(&run->text);
-        run->ncall_offsets = 0;
-        loom_llm_response_clear(&resp);
         run->iterations++;
         rc = loom_provider_complete(o->provider, &req, on_llm_event, run,
                                     &resp, &run->cancel);
@@ -903,6 +1136,13 @@ const char *loom_run_model(const loom_run *run)
     return run->opts.model ? run->opts.model : run->opts.upstream_model;
 }
 
+const char *loom_run_summary(const loom_run *run, size_t *covers)
+{
+    if (covers)
+        *covers = run->summary ? run->summary_covers : 0;
+    return run->summary;
+}
+
 const char *loom_run_error(const loom_run *run)
 {
     return run->error ? run->error : "";
@@ -928,5 +1168,8 @@ void loom_run_free(loom_run *run)
     free(run->answered_model);
     free(run->error);
     loom_llm_cache_free(run->cache);
+    loom_context_free(run->ctx);
+    free(run->stored);
+    free(run->summary);
     free(run);
 }

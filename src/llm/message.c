@@ -58,6 +58,7 @@ void loom_message_clear(loom_message *msg)
     free(msg->tool_call_id);
     free(msg->name);
     free(msg->provider_state);
+    free(msg->summary);
     memset(msg, 0, sizeof(*msg));
 }
 
@@ -89,6 +90,7 @@ static int message_copy(loom_message *dst, const loom_message *src)
         dup_opt(&dst->tool_call_id, src->tool_call_id) ||
         dup_opt(&dst->name, src->name) ||
         dup_opt(&dst->provider_state, src->provider_state) ||
+        dup_opt(&dst->summary, src->summary) ||
         copy_calls(dst, src->tool_calls, src->tool_calls_len)) {
         loom_message_clear(dst);
         return LOOM_ENOMEM;
