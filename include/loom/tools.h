@@ -33,7 +33,20 @@ typedef struct {
     const json_t *user_keys; /* the requesting user's own keys: object,
                                 name -> key (e.g. "tavily"); NULL when
                                 none */
+    const char *user_id;     /* the user the run is for; NULL: anonymous */
+    /*
+     * Where the tool may write a short summary of its result (seed 000
+     * "Use-and-throw" reduced versions), at most LOOM_TOOL_SUMMARY_MAX
+     * bytes; optional. The context engine (loom/context.h) shows it in
+     * place of the result once the result is old and the request must
+     * shrink; the full result is still what is stored. NULL when the
+     * caller takes no summary.
+     */
+    loom_buf *summary;
 } loom_tool_ctx;
+
+/* The most bytes a tool's summary may take. */
+#define LOOM_TOOL_SUMMARY_MAX 4096
 
 /*
  * Runs the tool. On success returns 0 and writes the result text (what the

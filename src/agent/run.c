@@ -658,6 +658,7 @@ static int run_tools(loom_run *run, const loom_message *assistant,
         m.tool_call_id = jobs[i].call->id;
         m.name = jobs[i].call->name;
         m.content = jobs[i].output ? jobs[i].output : "Error: no result";
+        m.summary = jobs[i].summary;
         rc2 = add_message(run, &(loom_messages){&m, 1, 1});
         if (rc2 && !rc)
             rc = rc2;

@@ -113,7 +113,7 @@ done:
 static void run_job(loom__tool_job *job, const loom__tool_exec_opts *opts)
 {
     loom_tool_ctx ctx;
-    loom_buf out;
+    loom_buf out, summary;
     double t0 = now_ms();
     int rc;
 
@@ -125,6 +125,8 @@ static void run_job(loom__tool_job *job, const loom__tool_exec_opts *opts)
                        ? json_object_get(opts->settings, job->tool->name)
                        : NULL;
     loom_buf_init(&out, opts->max_result);
+    loom_buf_init(&summary, LOOM_TOOL_SUMMARY_MAX);
+    ctx.summary = &summary;
     loom_error_clear();
     rc = job->tool->execute(job->args, &ctx, &out, job->tool->payload);
     job->duration_ms = now_ms() - t0;
@@ -156,9 +158,13 @@ static void run_job(loom__tool_job *job, const loom__tool_exec_opts *opts)
         job->output = loom_buf_detach(&out);
         job->done = 1;
     }
+    /* A summary stands for a result: a failure has none. */
+    if (!job->failed && summary.len)
+        job->summary = loom_buf_detach(&summary);
     if (!job->output && job->done)
         job->output = strdup("Error: out of memory while storing the result");
     loom_buf_free(&out);
+    loom_buf_free(&summary);
 }
 
 typedef struct {
@@ -287,5 +293,6 @@ void loom__tool_job_clear(loom__tool_job *job)
     json_decref(job->args);
     free(job->error);
     free(job->output);
+    free(job->summary);
     memset(job, 0, sizeof(*job));
 }

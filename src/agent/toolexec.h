@@ -24,6 +24,8 @@ typedef struct {
     const char *stage; /* "lookup", "arguments", "validation", "execution" */
     char *error;       /* the failure alone, for events; owned */
     char *output;      /* what the model reads; owned */
+    char *summary;     /* the tool's summary of it (loom_tool_ctx), owned;
+                        * NULL when none */
     int truncated;     /* output was cut to the limit */
     size_t output_size; /* bytes the tool produced before any cut */
     double duration_ms;
