@@ -309,6 +309,12 @@ void loom_model_config_clear(loom_model_config *m);
 int loom_config_default_model(char **out, const loom_config *cfg);
 /* The well-known model of a provider kind (gpt-4o-mini for unknown). */
 const char *loom_config_kind_default_model(const char *kind);
+/*
+ * The context window in tokens of a well-known model by its upstream id
+ * ("gpt-4o-mini": 128000, "claude-sonnet-4-5": 200000,
+ * "gemini-2.5-flash": 1048576); 0 when unknown.
+ */
+long loom_config_known_context_window(const char *upstream);
 
 /* Parses "auto", "none", "required" or a tool name. */
 int loom_tool_choice_parse(loom_tool_choice *out, const char *s);

@@ -113,12 +113,19 @@ typedef struct {
      */
     const char *summary;
     size_t summary_covers;
+    /*
+     * Never cut the current user message: when it alone does not fit,
+     * fit() fails with LOOM_ETOOLARGE instead (the run then moves to a
+     * larger model, its context_window_fallback, rather than lose part
+     * of what the user asked).
+     */
+    int no_user_cut;
 } loom_context_options;
 
 #define LOOM_CONTEXT_OPTIONS_VERSION 1
 #define LOOM_CONTEXT_OPTIONS_INIT                                            \
     { LOOM_CONTEXT_OPTIONS_VERSION, 0, 0, 0, {NULL, NULL, NULL}, 0, 0.0, 0,  \
-      NULL, NULL, NULL, 0, NULL, 0 }
+      NULL, NULL, NULL, 0, NULL, 0, 0 }
 
 /* What the engine did to a request, strongest step last. */
 typedef enum {

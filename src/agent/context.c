@@ -1135,7 +1135,8 @@ int loom_context_fit(loom_context *ctx, loom_context_result *r,
     f.fixed = pinned_total(ctx, &f);
     if (f.fixed > f.budget) {
         size_t others = f.fixed - user_tokens, room, ncuts = ctx->ncuts;
-        if (f.user == n || others + MIN_USER_TOKENS > f.budget)
+        if (f.user == n || others + MIN_USER_TOKENS > f.budget ||
+            ctx->o.no_user_cut)
             return nothing_fits(ctx, &f, user_tokens);
         room = f.budget - others;
         if ((rc = ensure_cut(ctx, f.user, &msgs[f.user], room, "message")))

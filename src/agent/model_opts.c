@@ -3,6 +3,8 @@
  */
 #include "agent/model_opts.h"
 
+#include <string.h>
+
 void loom__run_options_use_model(loom_run_options *o,
                                  const loom_model_request_options *m)
 {
@@ -23,4 +25,54 @@ void loom__run_options_use_model(loom_run_options *o,
     o->reasoning_effort = m->reasoning_effort;
     o->prompt_cache = m->prompt_cache;
     o->chain_responses = m->chain_responses;
+}
+
+/* The window of a model: configured, else known from its upstream id. */
+static long model_window(const loom_model_config *mc, const char *upstream)
+{
+    if (mc && mc->context_window > 0)
+        return mc->context_window;
+    return loom_config_known_context_window(upstream);
+}
+
+int loom__run_context_setup(loom__run_context *rc, loom_run_options *o,
+                            const loom_config *cfg,
+                            const loom_router_options *ropts)
+{
+    const loom_model_config *mc = NULL, *fc = NULL;
+    loom_model_config tmp, ftmp;
+    int rc_;
+
+    memset(rc, 0, sizeof(*rc));
+    memset(&tmp, 0, sizeof(tmp));
+    memset(&ftmp, 0, sizeof(ftmp));
+    if (!o->model || loom_config_model(&mc, &tmp, cfg, o->model) != 0)
+        mc = NULL;
+    o->context.window = model_window(mc, o->upstream_model);
+    if (!mc || !mc->context_window_fallback || o->context.window <= 0) {
+        loom_model_config_clear(&tmp);
+        return 0;
+    }
+    if ((rc_ = loom_router_new(&rc->fallback, cfg, mc->context_window_fallback,
+                               ropts, &rc->fallback_req)) != 0 ||
+        (rc_ = loom_config_model(&fc, &ftmp, cfg,
+                                 mc->context_window_fallback)) != 0) {
+        loom_model_config_clear(&tmp);
+        loom__run_context_free(rc);
+        return rc_;
+    }
+    o->context.fallback_provider = rc->fallback;
+    o->context.fallback_model = rc->fallback_req.model;
+    o->context.fallback_upstream_model = rc->fallback_req.upstream;
+    o->context.fallback_window = model_window(fc, rc->fallback_req.upstream);
+    o->context.fallback_max_output_tokens = rc->fallback_req.max_output_tokens;
+    loom_model_config_clear(&ftmp);
+    loom_model_config_clear(&tmp);
+    return 0;
+}
+
+void loom__run_context_free(loom__run_context *rc)
+{
+    loom_provider_free(rc->fallback);
+    memset(rc, 0, sizeof(*rc));
 }

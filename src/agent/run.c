@@ -767,6 +767,9 @@ static int context_open(loom_run *run)
     int rc;
 
     co.context_window = run->switched ? c->fallback_window : c->window;
+    /* With a larger model to move to, the user's message is not cut. */
+    co.no_user_cut = !run->switched && c->fallback_provider &&
+                     c->fallback_window > c->window;
     co.max_output_tokens = run->opts.max_output_tokens;
     co.margin = c->margin;
     co.counter = c->counter;

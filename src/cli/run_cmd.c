@@ -273,10 +273,12 @@ int cli_run(int argc, char **argv)
     int rc, fake_pid = -1;
     const char *model_name;
     char *default_model = NULL;
+    loom__run_context ctxs;
     struct sigaction sa;
 
     memset(&a, 0, sizeof(a));
     memset(&model, 0, sizeof(model));
+    memset(&ctxs, 0, sizeof(ctxs));
     if ((rc = parse_args(&a, argc, argv)) != 0) {
         free(a.question);
         return rc < 0 ? CLI_OK : rc;
@@ -363,6 +365,11 @@ int cli_run(int argc, char **argv)
         ro.tool_concurrency = agent->tool_concurrency;
     }
     loom__run_options_use_model(&ro, &model);
+    if (loom__run_context_setup(&ctxs, &ro, cfg, NULL) != 0) {
+        fprintf(stderr, "loom run: %s\n", loom_error_last());
+        rc = CLI_USAGE;
+        goto done;
+    }
     ro.sink.emit = cli_printer_emit;
     ro.sink.payload = &printer;
     if (loom_run_new(&run, &ro, &history) != 0) {
@@ -395,6 +402,7 @@ int cli_run(int argc, char **argv)
     }
 done:
     loom_run_free(run);
+    loom__run_context_free(&ctxs);
     loom_messages_free(&history);
     loom_provider_free(provider);
     loom_tool_registry_free(reg);

@@ -47,3 +47,43 @@ int loom_config_default_model(char **out, const loom_config *cfg)
         return 0;
     return *out ? 0 : loom__error_oom();
 }
+
+/*
+ * Context windows of well-known models, by upstream id prefix, longest
+ * prefix first where they overlap. Used only when the config gives none:
+ * a listed model's `context_window` always wins.
+ */
+static const struct {
+    const char *prefix;
+    long window;
+} known_windows[] = {
+    {"gpt-4o", 128000},
+    {"gpt-4.1", 1047576},
+    {"gpt-4-turbo", 128000},
+    {"gpt-4", 8192},
+    {"gpt-3.5-turbo", 16385},
+    {"gpt-5", 400000},
+    {"o1", 200000},
+    {"o3", 200000},
+    {"o4", 200000},
+    {"claude-", 200000},
+    {"gemini-1.5", 1048576},
+    {"gemini-2", 1048576},
+};
+
+long loom_config_known_context_window(const char *upstream)
+{
+    size_t best = 0;
+    long window = 0;
+
+    for (size_t i = 0; upstream && i < sizeof(known_windows) /
+                                           sizeof(known_windows[0]);
+         i++) {
+        size_t n = strlen(known_windows[i].prefix);
+        if (n > best && strncmp(upstream, known_windows[i].prefix, n) == 0) {
+            best = n;
+            window = known_windows[i].window;
+        }
+    }
+    return window;
+}

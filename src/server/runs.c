@@ -70,6 +70,7 @@ struct srv_run {
      * request options it gives (strings borrowed from it). */
     loom_provider *router;
     loom_model_request_options mreq;
+    loom__run_context ctxs; /* the context engine's fallback model */
     loom_run_options opts; /* the worker builds the run again from these */
     loom_messages input;
     loom_run *lr;          /* the worker's until the run ended */
@@ -257,6 +258,7 @@ static void run_free(srv_run *r)
     free(r->watchers);
     loom_recorder_free(r->rec);
     loom_run_free(r->lr);
+    loom__run_context_free(&r->ctxs);
     loom_provider_free(r->router);
     loom_messages_free(&r->input);
     for (size_t i = 0; i < r->ntool_names; i++)
@@ -1002,11 +1004,24 @@ static int pick_conversation(srv_run *r, const srv_run_spec *sp)
  * worker is to load the history) one over the input alone that checks
  * the options now, so a bad request fails before anything starts.
  */
+/* The server's adapters (with their metrics and connections) serve every
+ * run's routers; the failure record is shared. */
+static loom_router_options router_options(srv_server *s)
+{
+    loom_router_options ro = LOOM_ROUTER_OPTIONS_INIT;
+
+    ro.health = s->health;
+    ro.lookup = srv__provider_lookup;
+    ro.lookup_payload = s;
+    return ro;
+}
+
 static int build_run(srv_run *r, const srv_run_spec *sp,
                      const loom_agent_config *agent,
                      const loom_messages *hist)
 {
     loom_run_options o = LOOM_RUN_OPTIONS_INIT;
+    loom_router_options ropts;
     srv_server *s = r->s;
     int rc;
 
@@ -1040,6 +1055,9 @@ static int build_run(srv_run *r, const srv_run_spec *sp,
     loom__run_options_use_model(&o, &r->mreq);
     o.model = r->model;
     o.upstream_model = r->upstream;
+    ropts = router_options(s);
+    if ((rc = loom__run_context_setup(&r->ctxs, &o, s->cfg, &ropts)) != 0)
+        return rc;
     if ((rc = loom_recorder_new(&r->rec, (loom_sink){on_event, r})) != 0)
         return rc;
     o.sink = loom_recorder_sink(r->rec);
@@ -1050,7 +1068,7 @@ static int build_run(srv_run *r, const srv_run_spec *sp,
 int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
 {
     const loom_agent_config *agent = NULL;
-    loom_router_options ropts = LOOM_ROUTER_OPTIONS_INIT;
+    loom_router_options ropts;
     loom_model_request_options mreq;
     loom_provider *router = NULL;
     loom_messages hist = {0};
@@ -1080,11 +1098,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
                              "server");
         goto fail;
     }
-    /* The server's adapters (with their metrics and connections) serve
-     * every run's router; the failure record is shared. */
-    ropts.health = s->health;
-    ropts.lookup = srv__provider_lookup;
-    ropts.lookup_payload = s;
+    ropts = router_options(s);
     if ((rc = loom_router_new(&router, s->cfg, model_name, &ropts, &mreq)) !=
         0)
         goto fail;

@@ -255,6 +255,69 @@ static void test_bare_model_goes_to_default_provider(void **state)
     rt_free(&t);
 }
 
+
+static void test_context_window_and_fallback(void **state)
+{
+    rt t;
+    json_t *run, *ctx, *reqs;
+    char *body, *big;
+    size_t n = 40000;
+
+    (void)state;
+    rt_start(&t, "{\"responses\":[{\"text\":[\"small\"]}]}",
+             "{\"responses\":[{\"text\":[\"big\"]}]}",
+             "models:\n"
+             "  p1/small:\n"
+             "    context_window: 4000\n"
+             "    max_output_tokens: 500\n"
+             "    context_window_fallback: p2/big\n"
+             "  p2/big: {context_window: 200000}\n"
+             "  p1/gpt-4o-mini: {}\n");
+    /* A listed model without a window gets the known one of its id. */
+    run = sh_json(&t.h, "POST", "/v1/runs",
+                  "{\"model\":\"p1/gpt-4o-mini\",\"input\":\"hi\","
+                  "\"tools\":[]}",
+                  200);
+    ctx = event_of(run, "context");
+    assert_non_null(ctx);
+    assert_int_equal(json_integer_value(json_object_get(ctx, "window")),
+                     128000);
+    json_decref(run);
+    /* The configured window; a question that cannot fit it moves the run
+     * to the model's context_window_fallback. */
+    big = malloc(n + 1);
+    assert_non_null(big);
+    for (size_t i = 0; i < n; i++)
+        big[i] = i % 5 == 4 ? ' ' : 'x';
+    big[n] = '\0';
+    assert_true(asprintf(&body,
+                         "{\"model\":\"p1/small\",\"input\":\"%s\","
+                         "\"tools\":[]}",
+                         big) > 0);
+    run = sh_json(&t.h, "POST", "/v1/runs", body, 200);
+    ctx = event_of(run, "context");
+    assert_non_null(ctx);
+    assert_non_null(json_object_get(ctx, "switched"));
+    assert_string_equal(
+        sh_str(json_object_get(ctx, "switched"), "from"), "p1/small");
+    assert_string_equal(
+        sh_str(json_object_get(ctx, "switched"), "to"), "p2/big");
+    /* The request was fitted to the larger window, the question whole. */
+    assert_int_equal(json_integer_value(json_object_get(ctx, "window")),
+                     200000);
+    assert_null(json_object_get(ctx, "warnings"));
+    assert_string_equal(sh_str(run, "text"), "big");
+    reqs = fake_requests(t.second);
+    assert_int_equal(json_array_size(reqs), 1);
+    json_decref(reqs);
+    /* The small model was asked only by the first run. */
+    assert_int_equal(nrequests(t.h.fake), 1);
+    json_decref(run);
+    free(body);
+    free(big);
+    rt_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -262,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_cooldown_shared_by_runs),
         cmocka_unit_test(test_model_request_options_reach_upstream),
         cmocka_unit_test(test_bare_model_goes_to_default_provider),
+        cmocka_unit_test(test_context_window_and_fallback),
     };
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
