@@ -1,11 +1,13 @@
 /*
- * loom/store.h: conversations, turns and usage, behind one interface.
+ * loom/store.h: conversations, turns, usage and users' memories, behind
+ * one interface.
  *
  * A store keeps conversations: their messages (with reasoning, model,
  * finish reason, status and token counts), the tool calls inside
  * assistant messages (with the offset in the assistant text where each
  * call appeared), tool outputs (status, duration) and one usage row per
- * model call. SQLite (WAL, one file) is the first backend; the interface
+ * model call, and each user's memories (searchable with full-text
+ * search). SQLite (WAL, one file) is the first backend; the interface
  * is shaped so a PostgreSQL backend can follow without touching callers.
  *
  * Persistence is final-only (seed 003): a run buffers its turn and hands
@@ -156,6 +158,66 @@ typedef struct {
  * LOOM_EIO when the write fails (disk full, ...): nothing is written then.
  */
 int loom_store_save_turn(loom_store *st, const loom_turn *turn);
+
+/*
+ * Memories: short texts a user's runs keep across conversations (the
+ * memory_store and memory_retrieve tools, loom/memory.h; docs/memory.md).
+ * Every call is scoped to one user: a user id never reaches another
+ * user's memories, whether by search, count or delete. A user id has 1 to
+ * LOOM_STORE_USER_ID_MAX bytes; it is whatever the caller authenticated
+ * (loom does not interpret it).
+ */
+
+/* Limits; crossing one is an error, never a silent cut. */
+#define LOOM_STORE_USER_ID_MAX 128           /* bytes of a user id */
+#define LOOM_STORE_MEMORY_MAX_BYTES 8192     /* bytes of one memory */
+#define LOOM_STORE_MEMORY_MAX_PER_USER 10000 /* memories one user keeps */
+#define LOOM_STORE_MEMORY_QUERY_MAX 1024     /* bytes of a search query */
+#define LOOM_STORE_MEMORY_SEARCH_MAX 50      /* results of one search */
+
+/*
+ * Stores content as a memory of user_id; *id_out (caller frees) is its id
+ * ("mem_" + 24 hex digits). Leading and trailing blanks are not kept.
+ * Duplicates are not stored twice: when the user already has a memory
+ * whose normalized text (blanks collapsed, ASCII letters lower-cased,
+ * trailing '.' and '!' dropped) equals this one's, nothing new is written,
+ * that memory's updated_at moves to now, *id_out is its id and
+ * *duplicate_out (may be NULL) is 1; otherwise 0. Texts that differ in
+ * more than that (near duplicates) are separate memories.
+ * LOOM_EINVALID for a bad user id or a blank content; LOOM_ETOOLARGE for
+ * content over LOOM_STORE_MEMORY_MAX_BYTES, or when the user already has
+ * LOOM_STORE_MEMORY_MAX_PER_USER memories (nothing is stored then; a
+ * duplicate is still recognised); LOOM_EIO when the write fails.
+ */
+int loom_store_memory_add(loom_store *st, const char *user_id,
+                          const char *content, char **id_out,
+                          int *duplicate_out);
+
+/*
+ * Finds user_id's memories matching query, best first (BM25 over the
+ * words of the query, any of which may match; the words go through the
+ * same tokenizer as the memories: case, diacritics and English endings do
+ * not matter). query is plain text: quotes, operators and punctuation are
+ * never search syntax, only word separators. A NULL query, or one with no
+ * words, lists the most recently stored or confirmed memories first.
+ * At most limit (1..LOOM_STORE_MEMORY_SEARCH_MAX) results. *out is
+ * {"data": [{"id", "content", "created_at", "updated_at"}...]} (times
+ * in Unix ms). LOOM_EINVALID for a bad user id or limit, LOOM_ETOOLARGE
+ * for a query over LOOM_STORE_MEMORY_QUERY_MAX bytes.
+ */
+int loom_store_memory_search(loom_store *st, const char *user_id,
+                             const char *query, int limit, json_t **out);
+
+/*
+ * Deletes user_id's memory id. LOOM_ENOTFOUND when the user has no memory
+ * of that id (also when it is another user's: that one is left alone).
+ */
+int loom_store_memory_delete(loom_store *st, const char *user_id,
+                             const char *id);
+
+/* *count_out is how many memories user_id has. */
+int loom_store_memory_count(loom_store *st, const char *user_id,
+                            int64_t *count_out);
 
 #ifdef __cplusplus
 }

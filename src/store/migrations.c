@@ -96,6 +96,42 @@ const char *const loom__sqlite_migrations[] = {
     "  WHERE cost IS NOT NULL;"
     "UPDATE usage SET cost_micros = CAST(round(cost * 1000000) AS INTEGER)"
     "  WHERE cost IS NOT NULL;",
+
+    /* 4: users' memories and their full-text index. seq is an INTEGER
+     * PRIMARY KEY so the index's rowids stay stable (VACUUM may renumber
+     * an implicit rowid); norm is the normalized text that makes a
+     * duplicate. The FTS5 table holds no copy of the text (external
+     * content) and triggers keep it in step with every insert, delete and
+     * update, in the same transaction. */
+    "CREATE TABLE memories ("
+    "  seq INTEGER PRIMARY KEY,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  user_id TEXT NOT NULL,"
+    "  content TEXT NOT NULL,"
+    "  norm TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  UNIQUE (user_id, norm)"
+    ");"
+    "CREATE INDEX memories_by_user ON memories (user_id, updated_at, seq);"
+    "CREATE VIRTUAL TABLE memories_fts USING fts5(content,"
+    "  content = 'memories', content_rowid = 'seq',"
+    "  tokenize = 'porter unicode61 remove_diacritics 2');"
+    "CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories BEGIN"
+    "  INSERT INTO memories_fts (rowid, content)"
+    "    VALUES (new.seq, new.content);"
+    "END;"
+    "CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories BEGIN"
+    "  INSERT INTO memories_fts (memories_fts, rowid, content)"
+    "    VALUES ('delete', old.seq, old.content);"
+    "END;"
+    "CREATE TRIGGER memories_fts_update AFTER UPDATE OF content ON memories"
+    "  BEGIN"
+    "  INSERT INTO memories_fts (memories_fts, rowid, content)"
+    "    VALUES ('delete', old.seq, old.content);"
+    "  INSERT INTO memories_fts (rowid, content)"
+    "    VALUES (new.seq, new.content);"
+    "END;",
 };
 
 const int loom__sqlite_migrations_len =

@@ -14,7 +14,8 @@
  * killed; only a power cut may lose the last commits, never corrupt the
  * file. Every write is one transaction (BEGIN IMMEDIATE ... COMMIT), rolled
  * back on any error. Errors name the file and SQLite's message; a full
- * disk or an I/O failure is LOOM_EIO.
+ * disk or an I/O failure is LOOM_EIO. Users' memories live in
+ * sqlite_memory.c, which borrows the pool through sqlite_internal.h.
  */
 #include "core/error.h"
 #include "store/sqlite_internal.h"
@@ -138,10 +139,10 @@ enum {
     M_COST_MICROS
 };
 
-typedef struct conn {
+typedef struct loom__sqlite_conn {
     sqlite3 *db;
     sqlite3_stmt *stmts[S_COUNT]; /* prepared on first use */
-    struct conn *next;            /* in the idle list */
+    struct loom__sqlite_conn *next; /* in the idle list */
 } conn;
 
 typedef struct {
@@ -1306,6 +1307,57 @@ cleanup:
     return rc;
 }
 
+/* ---- for the other files of the backend (sqlite_internal.h) --------- */
+
+int loom__sqlite_begin(loom_store *base, int write, loom__sqlite_conn **out)
+{
+    sqlite_store *st = (sqlite_store *)base;
+    int rc, src;
+
+    *out = NULL;
+    /* As in sqlite_save_turn: the write lock before a connection. */
+    if (write)
+        pthread_mutex_lock(&st->write_lock);
+    if ((rc = acquire(st, out)) != 0) {
+        if (write)
+            pthread_mutex_unlock(&st->write_lock);
+        return rc;
+    }
+    if ((src = run(*out, write ? S_BEGIN_WRITE : S_BEGIN)) != SQLITE_OK) {
+        rc = fail(st, (*out)->db, src,
+                  write ? "starting a write" : "starting a read");
+        loom__sqlite_end(base, *out, write);
+        *out = NULL;
+    }
+    return rc;
+}
+
+void loom__sqlite_end(loom_store *base, loom__sqlite_conn *c, int write)
+{
+    sqlite_store *st = (sqlite_store *)base;
+
+    release(st, c);
+    if (write)
+        pthread_mutex_unlock(&st->write_lock);
+}
+
+int loom__sqlite_commit(loom_store *base, loom__sqlite_conn *c,
+                        const char *what)
+{
+    return commit((sqlite_store *)base, c, what);
+}
+
+sqlite3 *loom__sqlite_db(loom__sqlite_conn *c)
+{
+    return c->db;
+}
+
+int loom__sqlite_fail(loom_store *base, loom__sqlite_conn *c, int rc,
+                      const char *what)
+{
+    return fail((sqlite_store *)base, c ? c->db : NULL, rc, what);
+}
+
 static const loom__store_vtable sqlite_vtable = {
     "sqlite",
     sqlite_free,
@@ -1318,4 +1370,8 @@ static const loom__store_vtable sqlite_vtable = {
     sqlite_conversation_delete,
     sqlite_load_history,
     sqlite_save_turn,
+    loom__sqlite_memory_add,
+    loom__sqlite_memory_search,
+    loom__sqlite_memory_delete,
+    loom__sqlite_memory_count,
 };

@@ -527,3 +527,199 @@ int loom_store_save_turn(loom_store *st, const loom_turn *turn)
     plan_free(&plan);
     return rc;
 }
+
+/* ---- memories --------------------------------------------------------- */
+
+static int is_blank(unsigned char c)
+{
+    return c <= 0x20 || c == 0x7F;
+}
+
+char *loom__store_memory_norm(const char *text, size_t len)
+{
+    char *n = malloc(len + 1);
+    size_t w = 0;
+
+    if (!n)
+        return NULL;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (is_blank(c)) {
+            if (w > 0 && n[w - 1] != ' ')
+                n[w++] = ' ';
+            continue;
+        }
+        n[w++] = (char)(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
+    }
+    while (w > 0 && (n[w - 1] == ' ' || n[w - 1] == '.' || n[w - 1] == '!'))
+        w--;
+    n[w] = '\0';
+    return n;
+}
+
+static int is_word_byte(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+           (c >= 'A' && c <= 'Z') || c >= 0x80;
+}
+
+int loom__store_query_terms(const char *query, char ***terms_out,
+                            size_t *n_out)
+{
+    size_t len = strlen(query), n = 0, i = 0;
+    char **terms, *text;
+
+    *terms_out = NULL;
+    *n_out = 0;
+    for (size_t k = 0; k < len; k++)
+        if (is_word_byte((unsigned char)query[k]) &&
+            (k == 0 || !is_word_byte((unsigned char)query[k - 1])))
+            n++;
+    /* The pointers, then a copy of the query with separators as NULs. */
+    terms = malloc((n ? n : 1) * sizeof(*terms) + len + 1);
+    if (!terms)
+        return loom__error_oom();
+    text = (char *)(terms + (n ? n : 1));
+    memcpy(text, query, len + 1);
+    n = 0;
+    while (i < len) {
+        if (!is_word_byte((unsigned char)text[i])) {
+            text[i++] = '\0';
+            continue;
+        }
+        terms[n++] = text + i;
+        while (i < len && is_word_byte((unsigned char)text[i]))
+            i++;
+    }
+    *terms_out = terms;
+    *n_out = n;
+    return 0;
+}
+
+static int check_user(loom_store *st, const char *user_id)
+{
+    size_t n;
+
+    if (!st)
+        return loom__error_set(LOOM_EINVALID, "store: NULL store");
+    if (!user_id || !*user_id)
+        return loom__error_set(LOOM_EINVALID,
+                               "memories need a user id; none was given");
+    if ((n = strlen(user_id)) > LOOM_STORE_USER_ID_MAX)
+        return loom__error_set(LOOM_EINVALID,
+                               "a user id has at most %d bytes, this one "
+                               "has %zu",
+                               LOOM_STORE_USER_ID_MAX, n);
+    return 0;
+}
+
+int loom_store_memory_add(loom_store *st, const char *user_id,
+                          const char *content, char **id_out,
+                          int *duplicate_out)
+{
+    loom__store_memory m;
+    char id[LOOM__STORE_ID_SIZE], *norm = NULL;
+    size_t len;
+    int rc, dup = 0;
+
+    if (!id_out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *id_out = NULL;
+    if (duplicate_out)
+        *duplicate_out = 0;
+    if ((rc = check_user(st, user_id)) != 0)
+        return rc;
+    if (!content)
+        return loom__error_set(LOOM_EINVALID, "a memory needs a text");
+    /* Checked before trimming, so the limit is on what the caller sent
+     * and a huge blank text is refused as too large, not scanned. */
+    if ((len = strlen(content)) > LOOM_STORE_MEMORY_MAX_BYTES)
+        return loom__error_set(LOOM_ETOOLARGE,
+                               "a memory has at most %d bytes, this one "
+                               "has %zu; store a shorter summary",
+                               LOOM_STORE_MEMORY_MAX_BYTES, len);
+    while (len > 0 && is_blank((unsigned char)*content)) {
+        content++;
+        len--;
+    }
+    while (len > 0 && is_blank((unsigned char)content[len - 1]))
+        len--;
+    if (len == 0)
+        return loom__error_set(LOOM_EINVALID, "a memory needs a text; "
+                                              "this one is blank");
+    if (!(norm = loom__store_memory_norm(content, len)))
+        return loom__error_oom();
+    memset(&m, 0, sizeof(m));
+    m.user_id = user_id;
+    m.content = content;
+    m.content_len = len;
+    m.norm = norm;
+    m.now = loom__store_now_ms();
+    m.max_per_user = LOOM_STORE_MEMORY_MAX_PER_USER;
+    if ((rc = loom__store_new_id(m.id, "mem_")) != 0 ||
+        (rc = st->vt->memory_add(st, &m, id, &dup)) != 0)
+        goto cleanup;
+    if (!(*id_out = strdup(id))) {
+        rc = loom__error_oom();
+        goto cleanup;
+    }
+    if (duplicate_out)
+        *duplicate_out = dup;
+cleanup:
+    free(norm);
+    return rc;
+}
+
+int loom_store_memory_search(loom_store *st, const char *user_id,
+                             const char *query, int limit, json_t **out)
+{
+    char **terms = NULL;
+    size_t n = 0, len;
+    int rc;
+
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *out = NULL;
+    if ((rc = check_user(st, user_id)) != 0)
+        return rc;
+    if (limit < 1 || limit > LOOM_STORE_MEMORY_SEARCH_MAX)
+        return loom__error_set(LOOM_EINVALID,
+                               "limit must be between 1 and %d, got %d",
+                               LOOM_STORE_MEMORY_SEARCH_MAX, limit);
+    if (query && (len = strlen(query)) > LOOM_STORE_MEMORY_QUERY_MAX)
+        return loom__error_set(LOOM_ETOOLARGE,
+                               "a search query has at most %d bytes, this "
+                               "one has %zu",
+                               LOOM_STORE_MEMORY_QUERY_MAX, len);
+    if (query && (rc = loom__store_query_terms(query, &terms, &n)) != 0)
+        return rc;
+    rc = st->vt->memory_search(st, user_id, (const char *const *)terms, n,
+                               limit, out);
+    free(terms);
+    return rc;
+}
+
+int loom_store_memory_delete(loom_store *st, const char *user_id,
+                             const char *id)
+{
+    int rc = check_user(st, user_id);
+
+    if (rc)
+        return rc;
+    if (!id)
+        return loom__error_set(LOOM_EINVALID, "store: NULL memory id");
+    return st->vt->memory_delete(st, user_id, id);
+}
+
+int loom_store_memory_count(loom_store *st, const char *user_id,
+                            int64_t *count_out)
+{
+    int rc;
+
+    if (!count_out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *count_out = 0;
+    if ((rc = check_user(st, user_id)) != 0)
+        return rc;
+    return st->vt->memory_count(st, user_id, count_out);
+}

@@ -24,6 +24,17 @@
 /* "conv_" or "msg_" + 24 hex digits + NUL fits. */
 #define LOOM__STORE_ID_SIZE 32
 
+/* A memory to add, as the front has checked and prepared it. */
+typedef struct {
+    const char *user_id;
+    const char *content;       /* trimmed */
+    size_t content_len;
+    const char *norm;          /* the dedup key (loom__store_memory_norm) */
+    char id[LOOM__STORE_ID_SIZE]; /* the id, if it is new */
+    int64_t now;               /* Unix ms */
+    int64_t max_per_user;      /* refuse past this many */
+} loom__store_memory;
+
 /* Where the store lives when loom_store_open() is given NULL. */
 #define LOOM__STORE_DEFAULT_PATH "./data/loom.db"
 
@@ -75,6 +86,23 @@ typedef struct {
     int (*load_history)(loom_store *st, const char *id, loom_messages *out);
     /* Writes the plan in one transaction, all or nothing. */
     int (*save_turn)(loom_store *st, const loom__store_plan *plan);
+    /*
+     * Memories. Arguments and limits are checked by the front; every
+     * call touches only user_id's rows. memory_add, in one transaction:
+     * when the user has a memory with m->norm, touches its updated_at,
+     * copies its id into id and sets *duplicate; else refuses with
+     * LOOM_ETOOLARGE when the user has m->max_per_user memories, else
+     * inserts m under m->id (copied into id).
+     */
+    int (*memory_add)(loom_store *st, const loom__store_memory *m,
+                      char id[LOOM__STORE_ID_SIZE], int *duplicate);
+    /* terms: the query's words (no quotes in them; nterms 0: the most
+     * recent); limit is checked. *out as loom_store_memory_search. */
+    int (*memory_search)(loom_store *st, const char *user_id,
+                         const char *const *terms, size_t nterms, int limit,
+                         json_t **out);
+    int (*memory_delete)(loom_store *st, const char *user_id, const char *id);
+    int (*memory_count)(loom_store *st, const char *user_id, int64_t *out);
 } loom__store_vtable;
 
 struct loom_store {
@@ -109,6 +137,24 @@ int loom__store_conversation_create_id(loom_store *st, const char *id);
  * json null when s is NULL. NULL only when out of memory.
  */
 json_t *loom__store_json_text(const char *s, size_t len);
+
+/*
+ * The dedup key of a memory's text (loom_store_memory_add): ASCII blanks
+ * and control characters collapsed to one space, ASCII letters
+ * lower-cased, trimmed, trailing '.' and '!' dropped. Caller frees; NULL
+ * when out of memory.
+ */
+char *loom__store_memory_norm(const char *text, size_t len);
+
+/*
+ * The words of a search query, in order: maximal runs of ASCII letters
+ * and digits and of bytes >= 0x80 (UTF-8 text other than ASCII; the
+ * tokenizer splits any punctuation inside them). *terms_out is one
+ * allocation (free() it) holding the pointers and the words; *n_out may be
+ * 0. LOOM_ENOMEM only.
+ */
+int loom__store_query_terms(const char *query, char ***terms_out,
+                            size_t *n_out);
 
 /* info as the JSON object the API shows. NULL when out of memory. */
 json_t *loom__store_info_json(const loom_conversation_info *info);
