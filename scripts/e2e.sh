@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs the end-to-end tests (tests/e2e/, docs/e2e.md): the official openai
-# npm package against `loom serve` and the fake upstream of one build.
+# npm package against `loom serve` and the fake upstream of one build, and
+# `loom tokens` against js-tiktoken on a generated 10 MB corpus.
 #
 #   sh scripts/e2e.sh [BUILD_DIR]      (default: build)
 #

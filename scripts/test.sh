@@ -10,6 +10,8 @@ root=$(pwd)
 jobs=${LOOM_JOBS:-2}
 
 sh scripts/deps.sh || { echo "deps failed"; echo "0 passed, 1 failed"; exit 1; }
+# The tokenizer's vocabularies (docs/tokenizer.md): the tests need them.
+sh scripts/vocab.sh || { echo "vocab failed"; echo "0 passed, 1 failed"; exit 1; }
 
 passed=0
 failed=0

@@ -21,6 +21,7 @@ static const char usage[] =
     "  serve                serve the HTTP API (OpenAI-compatible and "
     "native)\n"
     "  config check FILE    validate a config file without running\n"
+    "  tokens [FILE|-]      count the tokens of a file as a model does\n"
     "  version              print loom's version\n"
     "\n"
     "Run `loom <command> --help` for a command's options.\n"
@@ -50,6 +51,8 @@ int main(int argc, char **argv)
         return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "config"))
         return cli_config(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokens"))
+        return cli_tokens(argc - 1, argv + 1);
     fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd, usage);
     return CLI_USAGE;
 }

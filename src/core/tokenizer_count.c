@@ -1,0 +1,485 @@
+/*
+ * Token counting per model: what a chat request costs in prompt tokens.
+ *
+ * OpenAI models are counted exactly with their encoding, plus the chat
+ * format's overheads as the OpenAI cookbook accounts them (3 tokens per
+ * message, its role and content, 1 more with a name, 3 to prime the
+ * reply). Tool definitions are an approximation: OpenAI shows them to the
+ * model as a TypeScript-like namespace, which loom renders and counts,
+ * plus 9 tokens, minus 4 when the request also has a system message (the
+ * accounting found by measuring the API; docs/tokenizer.md).
+ *
+ * Anthropic's and Gemini's tokenizers are not public: their counts are
+ * o200k_base counts (or, without a vocabulary, a length estimate) scaled
+ * by a correction factor per model id. The factor starts from a prior per
+ * provider and moves towards reported / estimated each time the run loop
+ * feeds back a provider's reported prompt tokens; counters of the same
+ * model share it process-wide, behind a mutex.
+ */
+#include "core/tokenizer_internal.h"
+#include "core/error.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOKENS_PER_MESSAGE 3
+#define TOKENS_PER_NAME 1
+#define TOKENS_PER_CALL 3    /* a tool call besides its name and args */
+#define REPLY_PRIMING 3
+#define TOOLS_OVERHEAD 9     /* once when tools are given */
+#define TOOLS_SYSTEM_ADJUST 4 /* less when a system message is there too */
+/* Anthropic's tool-use system prompt (its pricing docs; Claude 4). */
+#define ANTHROPIC_TOOLS_PROMPT 346
+#define OBSERVE_MIN 32       /* estimates below this are too noisy */
+#define OBSERVE_WEIGHT 0.3   /* weight of a new ratio (log-space EMA) */
+#define RATIO_MIN 0.25
+#define RATIO_MAX 4.0
+#define FACTOR_MIN 0.1
+#define FACTOR_MAX 10.0
+#define SCHEMA_DEPTH 16      /* deeper schemas render as "any" */
+#define TOOLS_TEXT_MAX ((size_t)16 << 20)
+
+typedef enum { FAM_OPENAI, FAM_ANTHROPIC, FAM_GEMINI, FAM_OTHER } family;
+
+typedef struct model_state {
+    struct model_state *next;
+    double factor;
+    char model[];
+} model_state;
+
+static pthread_mutex_t states_mu = PTHREAD_MUTEX_INITIALIZER;
+static model_state *states;
+
+struct loom_token_counter {
+    const loom_tokenizer *tok; /* shared; NULL: length estimate */
+    int exact;
+    family fam;
+    model_state *state;        /* NULL when exact */
+    char method[48];
+};
+
+size_t loom__token_estimate_length(const char *text, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    size_t ascii = 0, other = 0, i;
+
+    /* ~4 bytes per token for ASCII prose and code; about one token per
+     * non-ASCII character (CJK ideographs, most other scripts) */
+    for (i = 0; i < len; i++) {
+        if (p[i] < 0x80)
+            ascii++;
+        else if ((p[i] & 0xc0) != 0x80)
+            other++;
+    }
+    return (ascii + 3) / 4 + other;
+}
+
+static int has_prefix(const char *s, const char *prefix)
+{
+    return !strncmp(s, prefix, strlen(prefix));
+}
+
+/* s is the id or the id followed by "-..." */
+static int is_family(const char *s, const char *id)
+{
+    size_t n = strlen(id);
+    return !strncmp(s, id, n) && (s[n] == '\0' || s[n] == '-');
+}
+
+/* The exact encoding of an OpenAI model id, or NULL. */
+static const char *openai_encoding(const char *id)
+{
+    static const char *const o200k[] = {"gpt-4o", "gpt-4.1", "gpt-4.5",
+                                        "gpt-5", "chatgpt-4o"};
+    size_t k;
+
+    for (k = 0; k < sizeof(o200k) / sizeof(o200k[0]); k++)
+        if (has_prefix(id, o200k[k]))
+            return "o200k_base";
+    if (is_family(id, "o1") || is_family(id, "o3") || is_family(id, "o4"))
+        return "o200k_base";
+    if (is_family(id, "gpt-4") || has_prefix(id, "gpt-3.5") ||
+        has_prefix(id, "gpt-35") || has_prefix(id, "text-embedding-3-") ||
+        !strcmp(id, "text-embedding-ada-002"))
+        return "cl100k_base";
+    return NULL;
+}
+
+static model_state *state_for(const char *id, double prior)
+{
+    model_state *s;
+    size_t n = strlen(id);
+
+    pthread_mutex_lock(&states_mu);
+    for (s = states; s; s = s->next)
+        if (!strcmp(s->model, id))
+            goto done;
+    s = malloc(sizeof(*s) + n + 1);
+    if (s) {
+        memcpy(s->model, id, n + 1);
+        s->factor = prior;
+        s->next = states;
+        states = s;
+    }
+done:
+    pthread_mutex_unlock(&states_mu);
+    return s;
+}
+
+void loom__token_counter_reset(void)
+{
+    pthread_mutex_lock(&states_mu);
+    while (states) {
+        model_state *s = states;
+        states = s->next;
+        free(s);
+    }
+    pthread_mutex_unlock(&states_mu);
+}
+
+int loom_token_counter_for_model(loom_token_counter **out, const char *model)
+{
+    loom_token_counter *c;
+    const char *slash, *enc;
+    char id[128];
+    double prior = 1.1;
+    size_t i;
+
+    if (!out || !model || !*model)
+        return loom__error_set(LOOM_EINVALID, "token counter: no model");
+    *out = NULL;
+    slash = strrchr(model, '/');
+    snprintf(id, sizeof(id), "%s", slash ? slash + 1 : model);
+    if (!id[0])
+        return loom__error_set(LOOM_EINVALID, "token counter: bad model "
+                               "\"%s\"", model);
+    for (i = 0; id[i]; i++)
+        id[i] = (char)tolower((unsigned char)id[i]);
+    c = calloc(1, sizeof(*c));
+    if (!c)
+        return loom__error_oom();
+    enc = openai_encoding(id);
+    c->fam = enc ? FAM_OPENAI : has_prefix(id, "claude") ? FAM_ANTHROPIC :
+             has_prefix(id, "gemini") || has_prefix(id, "gemma") ?
+             FAM_GEMINI : FAM_OTHER;
+    c->tok = loom_tokenizer_shared(enc ? enc : "o200k_base");
+    c->exact = enc && c->tok;
+    if (c->exact) {
+        snprintf(c->method, sizeof(c->method), "%s", enc);
+    } else {
+        /* priors: Claude's tokenizer yields ~20% more tokens than
+         * o200k_base on English; Gemini's about as many */
+        if (c->fam == FAM_ANTHROPIC)
+            prior = 1.2;
+        else if (c->fam == FAM_GEMINI || c->fam == FAM_OPENAI)
+            prior = 1.0;
+        snprintf(c->method, sizeof(c->method), "estimate:%s",
+                 c->tok ? loom_tokenizer_name(c->tok) : "length");
+        c->state = state_for(id, prior);
+        if (!c->state) {
+            free(c);
+            return loom__error_oom();
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+void loom_token_counter_free(loom_token_counter *c)
+{
+    free(c);
+}
+
+int loom_token_counter_is_exact(const loom_token_counter *c)
+{
+    return c && c->exact;
+}
+
+const char *loom_token_counter_method(const loom_token_counter *c)
+{
+    return c ? c->method : "";
+}
+
+double loom_token_counter_factor(const loom_token_counter *c)
+{
+    double f;
+
+    if (!c || c->exact)
+        return 1.0;
+    pthread_mutex_lock(&states_mu);
+    f = c->state->factor;
+    pthread_mutex_unlock(&states_mu);
+    return f;
+}
+
+void loom_token_counter_observe(loom_token_counter *c, size_t estimated,
+                                size_t reported)
+{
+    double r, f;
+
+    if (!c || c->exact || estimated < OBSERVE_MIN || !reported)
+        return;
+    r = (double)reported / (double)estimated;
+    r = r < RATIO_MIN ? RATIO_MIN : r > RATIO_MAX ? RATIO_MAX : r;
+    pthread_mutex_lock(&states_mu);
+    /* `estimated` was made with (about) the current factor, so the factor
+     * that would have been right is factor * r: step towards it */
+    f = c->state->factor * exp(OBSERVE_WEIGHT * log(r));
+    c->state->factor = f < FACTOR_MIN ? FACTOR_MIN :
+                       f > FACTOR_MAX ? FACTOR_MAX : f;
+    pthread_mutex_unlock(&states_mu);
+}
+
+/* Unscaled tokens of text. */
+static size_t raw_text(const loom_token_counter *c, const char *s, size_t n)
+{
+    size_t k;
+
+    if (!s || !n)
+        return 0;
+    if (c->tok) {
+        k = loom_tokenizer_count(c->tok, s, n);
+        if (k != (size_t)-1)
+            return k;
+    }
+    return loom__token_estimate_length(s, n);
+}
+
+static size_t raw_str(const loom_token_counter *c, const char *s)
+{
+    return s ? raw_text(c, s, strlen(s)) : 0;
+}
+
+static size_t scale(const loom_token_counter *c, size_t raw)
+{
+    double f;
+
+    if (c->exact || !raw)
+        return raw;
+    f = loom_token_counter_factor(c) * (double)raw;
+    return f < 1.0 ? 1 : (size_t)llround(f);
+}
+
+static size_t raw_message(const loom_token_counter *c, const loom_message *m)
+{
+    size_t n = TOKENS_PER_MESSAGE, i;
+
+    n += raw_str(c, loom_role_name(m->role));
+    n += raw_str(c, m->content);
+    if (m->name)
+        n += raw_str(c, m->name) + TOKENS_PER_NAME;
+    for (i = 0; i < m->tool_calls_len; i++)
+        n += TOKENS_PER_CALL + raw_str(c, m->tool_calls[i].name) +
+             raw_str(c, m->tool_calls[i].arguments);
+    /* OpenAI's chat API takes no reasoning back; others are sent it */
+    if (c->fam != FAM_OPENAI)
+        n += raw_str(c, m->reasoning);
+    return n;
+}
+
+size_t loom_token_counter_text(const loom_token_counter *c, const char *text,
+                               size_t len)
+{
+    return c ? scale(c, raw_text(c, text, len)) : 0;
+}
+
+size_t loom_token_counter_message(const loom_token_counter *c,
+                                  const loom_message *m)
+{
+    return c && m ? scale(c, raw_message(c, m)) : 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Tool definitions as OpenAI renders them:
+ *
+ *   namespace functions {
+ *
+ *   // description
+ *   type name = (_: {
+ *   // property description
+ *   prop: string,
+ *   opt?: "a" | "b",
+ *   }) => any;
+ *
+ *   } // namespace functions
+ */
+
+static int render_type(loom_buf *b, const json_t *schema, int indent,
+                       int depth);
+
+static int render_enum(loom_buf *b, const json_t *values, int quote)
+{
+    size_t i;
+    json_t *v;
+    int err = 0;
+
+    json_array_foreach(values, i, v) {
+        if (i)
+            err = loom_buf_puts(b, " | ");
+        if (!err && json_is_string(v))
+            err = loom_buf_printf(b, quote ? "\"%s\"" : "%s",
+                                  json_string_value(v));
+        else if (!err && json_is_number(v))
+            err = loom_buf_printf(b, "%g", json_number_value(v));
+        if (err < 0)
+            return err;
+    }
+    return 0;
+}
+
+static int is_required(const json_t *schema, const char *name)
+{
+    const json_t *req = json_object_get(schema, "required");
+    size_t i;
+    json_t *v;
+
+    json_array_foreach(req, i, v)
+        if (json_is_string(v) && !strcmp(json_string_value(v), name))
+            return 1;
+    return 0;
+}
+
+static int render_props(loom_buf *b, const json_t *schema, int indent,
+                        int depth)
+{
+    const json_t *props = json_object_get(schema, "properties");
+    const char *name, *desc;
+    json_t *p;
+    int err = 0, first = 1;
+
+    json_object_foreach((json_t *)props, name, p) {
+        desc = json_string_value(json_object_get(p, "description"));
+        if (!first)
+            err = loom_buf_putc(b, '\n');
+        first = 0;
+        if (!err && desc && indent < 2)
+            err = loom_buf_printf(b, "%*s// %s\n", indent, "", desc);
+        if (!err)
+            err = loom_buf_printf(b, "%*s%s%s: ", indent, "", name,
+                                  is_required(schema, name) ? "" : "?");
+        if (!err)
+            err = render_type(b, p, indent, depth + 1);
+        if (!err)
+            err = loom_buf_putc(b, ',');
+        if (err < 0)
+            return err;
+    }
+    return 0;
+}
+
+static int render_type(loom_buf *b, const json_t *schema, int indent,
+                       int depth)
+{
+    const char *type = json_string_value(json_object_get(schema, "type"));
+    const json_t *en = json_object_get(schema, "enum");
+    int err;
+
+    if (!type || depth > SCHEMA_DEPTH)
+        return loom_buf_puts(b, "any");
+    if (!strcmp(type, "string") || !strcmp(type, "number") ||
+        !strcmp(type, "integer")) {
+        if (json_array_size(en))
+            return render_enum(b, en, !strcmp(type, "string"));
+        return loom_buf_puts(b, strcmp(type, "string") ? "number" : "string");
+    }
+    if (!strcmp(type, "boolean") || !strcmp(type, "null"))
+        return loom_buf_puts(b, type);
+    if (!strcmp(type, "array")) {
+        const json_t *items = json_object_get(schema, "items");
+        err = items ? render_type(b, items, indent, depth + 1) :
+                      loom_buf_puts(b, "any");
+        return err < 0 ? err : loom_buf_puts(b, "[]");
+    }
+    if (!strcmp(type, "object")) {
+        if (!json_object_size(json_object_get(schema, "properties")))
+            return loom_buf_puts(b, "object");
+        err = loom_buf_puts(b, "{\n");
+        if (!err)
+            err = render_props(b, schema, indent + 2, depth);
+        if (!err)
+            err = loom_buf_printf(b, "\n%*s}", indent, "");
+        return err;
+    }
+    return loom_buf_puts(b, "any");
+}
+
+static int render_tools(loom_buf *b, const loom_tool_def *tools, size_t n)
+{
+    size_t i;
+    int err = loom_buf_puts(b, "namespace functions {\n\n");
+
+    for (i = 0; !err && i < n; i++) {
+        const loom_tool_def *t = &tools[i];
+        const char *name = t->name ? t->name : "";
+        if (t->description && *t->description)
+            err = loom_buf_printf(b, "// %s\n", t->description);
+        if (!err && json_object_size(json_object_get(t->parameters,
+                                                     "properties"))) {
+            err = loom_buf_printf(b, "type %s = (_: {\n", name);
+            if (!err)
+                err = render_props(b, t->parameters, 0, 0);
+            if (!err)
+                err = loom_buf_puts(b, "\n}) => any;\n\n");
+        } else if (!err) {
+            err = loom_buf_printf(b, "type %s = () => any;\n\n", name);
+        }
+    }
+    return err ? err : loom_buf_puts(b, "} // namespace functions");
+}
+
+static size_t raw_tools(const loom_token_counter *c,
+                        const loom_tool_def *tools, size_t n)
+{
+    loom_buf b = LOOM_BUF_INIT(TOOLS_TEXT_MAX);
+    size_t k;
+
+    if (!n)
+        return 0;
+    if (render_tools(&b, tools, n) < 0) {
+        /* past the limit: estimate from the length rendered so far */
+        k = TOOLS_TEXT_MAX / 4;
+        loom_error_clear();
+    } else {
+        k = raw_text(c, b.ptr, b.len);
+    }
+    loom_buf_free(&b);
+    return k + TOOLS_OVERHEAD;
+}
+
+size_t loom_token_counter_tools(const loom_token_counter *c,
+                                const loom_tool_def *tools, size_t n)
+{
+    size_t k;
+
+    if (!c || !tools || !n)
+        return 0;
+    k = scale(c, raw_tools(c, tools, n));
+    return c->fam == FAM_ANTHROPIC ? k + ANTHROPIC_TOOLS_PROMPT : k;
+}
+
+size_t loom_token_counter_request(const loom_token_counter *c,
+                                  const loom_message *messages,
+                                  size_t nmessages,
+                                  const loom_tool_def *tools, size_t ntools)
+{
+    size_t raw = REPLY_PRIMING, i, k;
+    int system = 0;
+
+    if (!c)
+        return 0;
+    for (i = 0; messages && i < nmessages; i++) {
+        raw += raw_message(c, &messages[i]);
+        system |= messages[i].role == LOOM_ROLE_SYSTEM;
+    }
+    if (!tools)
+        ntools = 0;
+    raw += raw_tools(c, tools, ntools);
+    if (ntools && system)
+        raw -= TOOLS_SYSTEM_ADJUST;
+    k = scale(c, raw);
+    return c->fam == FAM_ANTHROPIC && ntools ? k + ANTHROPIC_TOOLS_PROMPT : k;
+}
