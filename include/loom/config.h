@@ -57,6 +57,9 @@
  *       tool_choice: auto       # auto | none | required | <tool name>
  *       parallel_tool_calls: true
  *       tool_concurrency: 8
+ *       planning: false         # offer todo_write, show the plan
+ *       think: false            # offer think (free thinking turns)
+ *       tool_timeout_ms: 300000 # a tool call's default timeout
  *   default_agent: helper
  *   tools:
  *     get_time: {default_timezone: UTC}   # free-form settings per tool
@@ -173,6 +176,9 @@ typedef struct {
     loom_tool_choice tool_choice;
     int parallel_tool_calls; /* default 1 */
     int tool_concurrency;    /* default 8 */
+    int planning;            /* offer todo_write; default 0 */
+    int think;               /* offer think; default 0 */
+    long tool_timeout_ms;    /* 0: the run's default */
 } loom_agent_config;
 
 /*

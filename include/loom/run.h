@@ -7,7 +7,9 @@
  * Flow"). Everything it does is reported, in order, as events to a sink.
  *
  * Threads: loom_run_execute() runs the whole loop on the calling thread
- * (tools of a turn run on short-lived worker threads it starts and joins).
+ * (tools of a turn run on short-lived threads it starts; one that overruns
+ * its timeout is abandoned, see loom_run_abandoned_tools). Tool hooks run
+ * on the calling thread.
  * loom_run_cancel() may be called from any thread, or a signal handler.
  * The sink is called from the thread that runs execute, one event at a
  * time, never concurrently.
@@ -139,6 +141,92 @@ typedef struct {
     { 0, 0, 0, 0.0, NULL, NULL, NULL, 0, 0, NULL, 0, {NULL, NULL, NULL},     \
       NULL, NULL, NULL, 0, 0 }
 
+
+typedef struct loom_run loom_run;
+
+/*
+ * Tool hooks (docs/tools.md "Hooks"). A hook looks at each server tool
+ * call of a turn, on the thread that runs the loop (never on the tool
+ * threads), one call at a time:
+ *
+ * - before_tool, after the arguments were parsed and validated and
+ *   before the tool starts: LOOM_HOOK_CONTINUE runs the call,
+ *   LOOM_HOOK_REWRITE runs it with new_arguments (validated again),
+ *   LOOM_HOOK_SKIP does not run it and gives the model `text` as a
+ *   successful result, LOOM_HOOK_BLOCK does not run it and gives the
+ *   model `text` as the reason of a failure.
+ * - after_tool, when a call that ran has ended (finished, failed or timed
+ *   out), before its events: LOOM_HOOK_REWRITE replaces what the model
+ *   reads with `text`; any other answer keeps it.
+ *
+ * Hooks run in the order given, each seeing the arguments or result the
+ * previous one left; the first SKIP or BLOCK ends the before chain. loom's
+ * own policies (failure budget, duplicate calls, excluded_ids) are hooks
+ * of the same kind that run around the caller's: see docs/tools.md.
+ */
+typedef enum {
+    LOOM_HOOK_CONTINUE = 0,
+    LOOM_HOOK_REWRITE,
+    LOOM_HOOK_SKIP,
+    LOOM_HOOK_BLOCK
+} loom_hook_action;
+
+typedef struct {
+    const loom_run *run;   /* loom_run_plan, loom_run_tool_records... */
+    const char *call_id;
+    const char *tool_name;
+    int iteration;         /* the model call that asked for it, from 1 */
+    /* before: the arguments so far; after: what the tool was given */
+    const json_t *arguments;
+    /* after only: the call failed, and what the model would read */
+    int failed;
+    const char *result;
+    /*
+     * Answers. new_arguments (before, with REWRITE): a JSON object that
+     * the run takes (one reference). text: an empty buffer whose limit is
+     * the run's max_tool_result; write the result, reason or new result
+     * into it.
+     */
+    json_t *new_arguments;
+    loom_buf *text;
+} loom_tool_hook_call;
+
+typedef loom_hook_action (*loom_tool_hook_fn)(loom_tool_hook_call *call,
+                                              void *payload);
+
+/* A pair of hooks; either may be NULL. */
+typedef struct {
+    loom_tool_hook_fn before_tool;
+    loom_tool_hook_fn after_tool;
+    void *payload;
+} loom_tool_hook;
+
+/*
+ * The plan a model writes with todo_write (docs/tools.md "Planning"): a
+ * goal and at most LOOM_PLAN_MAX_TASKS tasks {id, description, status,
+ * tools}. Lengths are in Unicode code points.
+ */
+#define LOOM_PLAN_MAX_TASKS 50
+#define LOOM_PLAN_GOAL_MAX 1000
+#define LOOM_PLAN_TEXT_MAX 500       /* a task's description */
+#define LOOM_PLAN_ID_MAX 64          /* a task's id */
+#define LOOM_PLAN_TASK_TOOLS_MAX 16  /* tool names of one task */
+#define LOOM_THINK_MAX 20000         /* one thought */
+
+/* Failures of one tool in a run after which it is blocked. */
+#define LOOM_RUN_TOOL_FAILURES_MAX 3
+/* Think-only model turns that cost no iteration, by default. */
+#define LOOM_RUN_DEFAULT_THINK_TURNS 8
+/* A tool call's timeout when neither its settings nor the run set one. */
+#define LOOM_RUN_DEFAULT_TOOL_TIMEOUT_MS 300000L
+/* Records kept by a run (loom_run_tool_records); later calls still emit
+ * tool.metric. */
+#define LOOM_RUN_MAX_TOOL_RECORDS 1024
+/* Documents kept in a run's seen set (loom_run_documents). */
+#define LOOM_RUN_MAX_DOCUMENTS 1000
+/* Bytes of a record's arguments before they are shown cut. */
+#define LOOM_RUN_RECORD_ARGS_MAX 4096
+
 typedef struct {
     unsigned version;
     /* What the run talks to. All borrowed: they must outlive the run. */
@@ -182,15 +270,39 @@ typedef struct {
     int chain_responses;
     /* The context engine, which fits every request to the window. */
     loom_run_context_options context;
+    /*
+     * Tool hooks (above), called in order after loom's own before-tool
+     * policies and before its after-tool ones. Borrowed.
+     */
+    const loom_tool_hook *hooks;
+    size_t hooks_len;
+    /*
+     * Loop tools (docs/tools.md "Planning and thinking"). planning offers
+     * todo_write, whose plan is shown in the system prompt every turn;
+     * think offers think, whose think-only turns cost no iteration (at
+     * most max_think_turns of them: 0 means LOOM_RUN_DEFAULT_THINK_TURNS,
+     * negative none). Listing "todo_write" or "think" in tool_names offers
+     * them too. plan: the plan to start from (loom_run_plan of an earlier
+     * run of the conversation), copied; NULL: none.
+     */
+    int planning;
+    int think;
+    int max_think_turns;
+    const json_t *plan;
+    /*
+     * How long one tool call may run before it is abandoned with an error
+     * result, unless the tool's settings give `timeout_ms`; 0:
+     * LOOM_RUN_DEFAULT_TOOL_TIMEOUT_MS; negative: no limit.
+     */
+    long tool_timeout_ms;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1
 #define LOOM_RUN_OPTIONS_INIT                                                \
     { LOOM_RUN_OPTIONS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL,  \
       NULL, 0, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, 0, 0, 0, -1.0,     \
-      {NULL, NULL}, NULL, 0, 0, NULL, 0, 0, LOOM_RUN_CONTEXT_OPTIONS_INIT }
-
-typedef struct loom_run loom_run;
+      {NULL, NULL}, NULL, 0, 0, NULL, 0, 0, LOOM_RUN_CONTEXT_OPTIONS_INIT, \
+      NULL, 0, 0, 0, 0, NULL, 0 }
 
 /*
  * Creates a run over a copy of history (the conversation so far, ending
@@ -245,6 +357,44 @@ const char *loom_run_summary(const loom_run *run, size_t *covers);
 
 /* The error message of a failed run, "" otherwise. */
 const char *loom_run_error(const loom_run *run);
+
+/*
+ * The run's plan ({goal, tasks: [{id, description, status, tools}]}, see
+ * docs/tools.md), or NULL when it has none: the one given in the options,
+ * as the model last wrote it. A caller keeps it with the conversation and
+ * gives it to the next run. Borrowed from the run.
+ */
+const json_t *loom_run_plan(const loom_run *run);
+
+/*
+ * The record of every tool call of the run, in the order they ended (at
+ * most LOOM_RUN_MAX_TOOL_RECORDS): an array of objects of the shape of
+ * the tool.metric event (docs/events.md). Borrowed from the run.
+ */
+const json_t *loom_run_tool_records(const loom_run *run);
+
+/*
+ * The documents tools reported during the run (web_search results...),
+ * each once, in the order first seen: an array of objects with at least
+ * a string `id`. Borrowed from the run.
+ */
+const json_t *loom_run_documents(const loom_run *run);
+
+/*
+ * Tool calls that runs abandoned (timed out, or cancelled and not
+ * stopping) whose threads are still running, in the whole process. Such a
+ * thread still uses its tool's execute function and payload: a tool
+ * registry must not be freed while any run that used it has abandoned
+ * tools running.
+ */
+size_t loom_run_abandoned_tools(void);
+
+/*
+ * Waits until no abandoned tool call is running, at most timeout_ms
+ * (negative: no limit). 0, or LOOM_ETIMEDOUT. For shutdown, before tool
+ * registries are freed.
+ */
+int loom_run_wait_abandoned_tools(long timeout_ms);
 
 void loom_run_free(loom_run *run);
 

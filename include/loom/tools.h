@@ -43,10 +43,29 @@ typedef struct {
      * caller takes no summary.
      */
     loom_buf *summary;
+    /*
+     * Where a tool that returns documents (search results, pages) reports
+     * them, for the run's seen documents (passed back as excluded_ids) and
+     * citations: an empty JSON array to append objects to, each with a
+     * string `id` (at most LOOM_TOOL_DOCUMENT_ID_MAX bytes) and whatever
+     * else describes it (title, url, snippet...). The run reads at most
+     * LOOM_TOOL_DOCUMENTS_MAX of them, and only from a call that
+     * succeeded. NULL when the caller takes none.
+     */
+    json_t *documents;
+    /*
+     * Where the tool may report what the call cost, in micro-dollars
+     * (a paid search API, a sub-agent's model calls); left at 0 when it
+     * cost nothing known. NULL when the caller takes none.
+     */
+    int64_t *cost_micros;
 } loom_tool_ctx;
 
 /* The most bytes a tool's summary may take. */
 #define LOOM_TOOL_SUMMARY_MAX 4096
+/* The most documents one call reports, and the longest id. */
+#define LOOM_TOOL_DOCUMENTS_MAX 100
+#define LOOM_TOOL_DOCUMENT_ID_MAX 128
 
 /*
  * Runs the tool. On success returns 0 and writes the result text (what the

@@ -16,11 +16,16 @@
  * context engine (context.c) fits each request to it first: the run's
  * full history is kept and stored as it is, and only the request shrinks.
  *
+ * The tool calls of a turn go through hooks.c (hooks, policies,
+ * telemetry); the loop tools and the plan shown in the system message
+ * are plan.c's. A turn of think calls only costs no iteration, up to
+ * max_think_turns of them.
+ *
  * Ownership: the run owns copies of the history and every message it adds;
  * provider, registry and sink are borrowed from the caller.
  */
 #include "loom/run.h"
-#include "agent/toolexec.h"
+#include "agent/run_internal.h"
 #include "core/error.h"
 #include "loom/buf.h"
 #include "loom/log.h"
@@ -36,54 +41,6 @@
 #define DEFAULT_MAX_RESULT (256 * 1024)
 #define DEFAULT_MAX_ERROR 2048
 
-struct loom_run {
-    loom_run_options opts;
-    char id[40];
-    loom_cancel cancel;
-    loom_run_status status;
-    loom_messages all;   /* system prompt + history + this run's messages */
-    loom_messages added; /* this run's messages only */
-    loom_tool_def *defs; /* offered: server tools, then client tools */
-    const loom_tool **offered; /* the server tools, defs[0..nserver) */
-    size_t ndefs;
-    size_t nserver;
-    loom_tool_call *pending; /* client calls the run ended on */
-    size_t npending;
-    char *finish_reason;
-    char *available; /* offered names, "a, b" */
-    loom_tool_choice choice; /* for the next model call */
-    char *choice_fn;
-    loom_buf text;   /* text of the current turn */
-    /* Per tool call of the current turn (by its stream index): the bytes
-     * of text streamed before the call's first fragment; SIZE_MAX when
-     * the call streamed no fragment. */
-    size_t *call_offsets;
-    size_t ncall_offsets, capcall_offsets;
-    char *final_text;
-    loom_usage usage;
-    /* Calls that reported usage with and without a known cost: the run's
-     * cost is known when every one of them had one. */
-    int priced_calls, unpriced_calls;
-    char *answered_model; /* the model of the last call, when named */
-    int iterations;
-    uint64_t seq;
-    uint32_t index;
-    char *error;
-    /* The request text of this run's model calls: run->all only grows
-     * during a run, which is the cache's contract. */
-    loom_llm_cache *cache;
-    /* The context engine (NULL: off). stored[i] says whether run->all's
-     * message i is part of the conversation the caller stores (history
-     * and this run's messages) rather than loom's own (the system prompt,
-     * results made up for interrupted calls, the limit prompt): summary
-     * coverage is counted in conversation messages. */
-    loom_context *ctx;
-    unsigned char *stored;
-    size_t nstored, capstored;
-    char *summary; /* the newest summary the engine made */
-    size_t summary_covers;
-    int switched;  /* moved to the context_window_fallback */
-};
 
 #define LIMIT_PROMPT                                                         \
     "You have reached the limit of %d model calls for this request, so "     \
@@ -92,73 +49,8 @@ struct loom_run {
     "and say briefly if anything could not be completed."
 
 
-/*
- * Event payloads are built with the pk_ helpers below rather than
- * json_pack: the same objects (keys in the same order, and NULL for the
- * whole payload when a value is missing or not UTF-8, as json_pack
- * fails), without parsing a format string per event. And none is built
- * when the run has no sink (see has_sink).
- */
-typedef struct {
-    json_t *o;
-    int bad;
-} pk;
-
-static pk pk_new(void)
-{
-    pk p;
-
-    p.o = json_object();
-    p.bad = !p.o;
-    return p;
-}
-
-/* o[key] = v, stealing v; key is a literal (ASCII), so not checked. */
-static void pk_set(pk *p, const char *key, json_t *v)
-{
-    if (!v) {
-        p->bad = 1;
-        return;
-    }
-    if (p->bad || json_object_set_new_nocheck(p->o, key, v) != 0)
-        p->bad = 1;
-    if (p->bad)
-        json_decref(v);
-}
-
-/* "s:s": a string, required. */
-static void pk_str(pk *p, const char *key, const char *s)
-{
-    pk_set(p, key, s ? json_string(s) : NULL);
-}
-
-/* "s:s?": a string, or null. */
-static void pk_str_or_null(pk *p, const char *key, const char *s)
-{
-    pk_set(p, key, s ? json_string(s) : json_null());
-}
-
-static void pk_int(pk *p, const char *key, json_int_t v)
-{
-    pk_set(p, key, json_integer(v));
-}
-
-/* The object, or NULL when a value was refused (json_pack's failure). */
-static json_t *pk_done(pk *p)
-{
-    if (!p->bad)
-        return p->o;
-    json_decref(p->o);
-    return NULL;
-}
-
-static int has_sink(const loom_run *run)
-{
-    return run->opts.sink.emit != NULL;
-}
-
 /* Sends one event; a sink's non-zero answer cancels the run. Takes data. */
-static void emit(loom_run *run, loom_event_type type, json_t *data)
+void loom__run_emit(loom_run *run, loom_event_type type, json_t *data)
 {
     loom_event ev;
 
@@ -247,8 +139,21 @@ static int is_server_tool_name(const loom_run *run, const char *name)
     return 0;
 }
 
-/* Builds the tool definitions offered to the model: the agent's server
- * tools, then the caller's client tools. */
+/* The loop tool of that name (plan.c), or -1. */
+static int loop_index(const loom_run *run, const char *name)
+{
+    for (int k = 0; k < LOOM__LOOP_COUNT; k++)
+        if (strcmp(run->loop_tools[k].name, name) == 0)
+            return k;
+    return -1;
+}
+
+/*
+ * Builds the tool definitions offered to the model: the agent's server
+ * tools, the loop tools it has (todo_write, think), then the caller's
+ * client tools. A loop tool is on by its flag, or when the agent lists
+ * its name and no registered tool has it.
+ */
 static int build_tools(loom_run *run)
 {
     const loom_run_options *o = &run->opts;
@@ -256,23 +161,49 @@ static int build_tools(loom_run *run)
     loom_buf names = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     int rc = 0;
 
+    run->loop_on[LOOM__LOOP_TODO] = o->planning != 0;
+    run->loop_on[LOOM__LOOP_THINK] = o->think != 0;
     /* Every name the agent lists must exist: a typo is a config error. */
-    for (size_t i = 0; o->tool_names && i < o->tool_names_len; i++)
-        if (!o->tools || !loom_tool_registry_get(o->tools, o->tool_names[i]))
-            return loom__error_set(LOOM_EINVALID,
-                                   "agent '%s': unknown tool '%s'",
-                                   o->agent ? o->agent : "default",
-                                   o->tool_names[i]);
-    if (n + o->client_tools_len) {
-        run->defs = calloc(n + o->client_tools_len, sizeof(*run->defs));
-        run->offered = calloc(n + 1, sizeof(*run->offered));
-        if (!run->defs || !run->offered)
-            return loom__error_oom();
+    for (size_t i = 0; o->tool_names && i < o->tool_names_len; i++) {
+        int k;
+        if (o->tools && loom_tool_registry_get(o->tools, o->tool_names[i]))
+            continue;
+        if ((k = loop_index(run, o->tool_names[i])) >= 0) {
+            run->loop_on[k] = 1;
+            continue;
+        }
+        return loom__error_set(LOOM_EINVALID,
+                               "agent '%s': unknown tool '%s'",
+                               o->agent ? o->agent : "default",
+                               o->tool_names[i]);
     }
+    run->defs = calloc(n + LOOM__LOOP_COUNT + o->client_tools_len + 1,
+                       sizeof(*run->defs));
+    run->offered = calloc(n + LOOM__LOOP_COUNT + 1, sizeof(*run->offered));
+    if (!run->defs || !run->offered)
+        return loom__error_oom();
     for (size_t i = 0; i < n; i++) {
         const loom_tool *t = loom_tool_registry_at(o->tools, i);
         if (o->tool_names && !find_tool_name(o, t->name))
             continue;
+        run->offered[run->nserver++] = t;
+        run->defs[run->ndefs].name = t->name;
+        run->defs[run->ndefs].description = t->description;
+        run->defs[run->ndefs].parameters = t->parameters;
+        run->ndefs++;
+    }
+    for (int k = 0; k < LOOM__LOOP_COUNT; k++) {
+        const loom_tool *t = &run->loop_tools[k];
+        if (!run->loop_on[k])
+            continue;
+        if (is_server_tool_name(run, t->name))
+            return loom__error_set(LOOM_EINVALID,
+                                   "agent '%s': the registered tool '%s' "
+                                   "takes the name of loom's own %s tool; "
+                                   "rename it or turn %s off",
+                                   o->agent ? o->agent : "default", t->name,
+                                   t->name, k == LOOM__LOOP_TODO
+                                                ? "planning" : "think");
         run->offered[run->nserver++] = t;
         run->defs[run->ndefs].name = t->name;
         run->defs[run->ndefs].description = t->description;
@@ -302,7 +233,7 @@ static int build_tools(loom_run *run)
     return rc;
 }
 
-static int is_client_tool(const loom_run *run, const char *name)
+int loom__run_is_client_tool(const loom_run *run, const char *name)
 {
     for (size_t i = run->nserver; name && i < run->ndefs; i++)
         if (strcmp(run->defs[i].name, name) == 0)
@@ -310,7 +241,8 @@ static int is_client_tool(const loom_run *run, const char *name)
     return 0;
 }
 
-static const loom_tool *offered_tool(const loom_run *run, const char *name)
+const loom_tool *loom__run_offered_tool(const loom_run *run,
+                                        const char *name)
 {
     for (size_t i = 0; name && i < run->nserver; i++)
         if (strcmp(run->offered[i]->name, name) == 0)
@@ -412,6 +344,11 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
         run->opts.max_tool_result = DEFAULT_MAX_RESULT;
     if (run->opts.max_tool_error == 0)
         run->opts.max_tool_error = DEFAULT_MAX_ERROR;
+    if (run->opts.max_think_turns == 0)
+        run->opts.max_think_turns = LOOM_RUN_DEFAULT_THINK_TURNS;
+    if (run->opts.tool_timeout_ms == 0)
+        run->opts.tool_timeout_ms = LOOM_RUN_DEFAULT_TOOL_TIMEOUT_MS;
+    run->opts.plan = NULL; /* borrowed: a copy is kept (loom__plan_set) */
     make_id(run->id, sizeof(run->id));
     loom_buf_init(&run->text, LOOM_BUF_UNLIMITED);
     run->choice = opts->tool_choice;
@@ -421,11 +358,14 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
         goto fail;
     }
     run->choice.function = run->choice_fn;
-    if ((rc = build_tools(run)) != 0)
+    if ((rc = loom__loop_tools_init(run)) != 0 ||
+        (rc = build_tools(run)) != 0 || (rc = loom__hooks_init(run)) != 0)
+        goto fail;
+    if (opts->plan && (rc = loom__plan_set(run, opts->plan)) != 0)
         goto fail;
     if (run->choice.kind == LOOM_TOOL_CHOICE_FUNCTION &&
-        !offered_tool(run, run->choice.function) &&
-        !is_client_tool(run, run->choice.function)) {
+        !loom__run_offered_tool(run, run->choice.function) &&
+        !loom__run_is_client_tool(run, run->choice.function)) {
         rc = loom__error_set(LOOM_EINVALID,
                              "tool_choice names '%s', which is not offered "
                              "(available: %s)",
@@ -433,11 +373,18 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
                              run->available);
         goto fail;
     }
-    if (opts->system_prompt && *opts->system_prompt &&
-        ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
-                                 opts->system_prompt)) != 0 ||
-         (rc = track(run, 0)) != 0))
-        goto fail;
+    /* With planning, the system message carries the plan (plan.c) even
+     * when the agent has no prompt of its own. */
+    if ((opts->system_prompt && *opts->system_prompt) ||
+        run->loop_on[LOOM__LOOP_TODO]) {
+        if ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
+                                    opts->system_prompt
+                                        ? opts->system_prompt
+                                        : "")) != 0 ||
+            (rc = track(run, 0)) != 0)
+            goto fail;
+        run->has_system = 1;
+    }
     if ((rc = add_history(run, history)) != 0)
         goto fail;
     if (opts->context.window > 0 && (rc = context_open(run)) != 0)
@@ -449,8 +396,7 @@ fail:
     return rc;
 }
 
-/* Adds a message to both the request history and this run's messages. */
-static int add_message(loom_run *run, const loom_messages *one)
+int loom__run_add_message(loom_run *run, const loom_messages *one)
 {
     int rc = loom_messages_append(&run->all, one);
 
@@ -496,13 +442,13 @@ static int on_llm_event(const loom_llm_event *ev, void *payload)
     case LOOM_LLM_TEXT:
         if (loom_buf_put(&run->text, ev->text, ev->text_len) != 0)
             return LOOM_ENOMEM;
-        if (has_sink(run))
-            emit(run, LOOM_EV_MESSAGE_DELTA,
+        if (loom__run_has_sink(run))
+            loom__run_emit(run, LOOM_EV_MESSAGE_DELTA,
                  delta_json(ev->text, ev->text_len));
         break;
     case LOOM_LLM_REASONING:
-        if (has_sink(run))
-            emit(run, LOOM_EV_REASONING_DELTA,
+        if (loom__run_has_sink(run))
+            loom__run_emit(run, LOOM_EV_REASONING_DELTA,
                  delta_json(ev->text, ev->text_len));
         break;
     case LOOM_LLM_TOOL_CALL_DELTA:
@@ -513,48 +459,6 @@ static int on_llm_event(const loom_llm_event *ev, void *payload)
         break;
     }
     return loom_cancel_is_set(&run->cancel);
-}
-
-static json_t *call_json(const loom_tool_call *c)
-{
-    pk p = pk_new();
-
-    pk_str(&p, "id", c->id ? c->id : "");
-    pk_str(&p, "name", c->name ? c->name : "");
-    pk_str(&p, "arguments", c->arguments ? c->arguments : "");
-    return pk_done(&p);
-}
-
-static void on_tool_notice(loom__tool_job *job, int done, void *payload)
-{
-    loom_run *run = payload;
-    const loom_tool_call *c = job->call;
-    pk p;
-
-    if (!has_sink(run))
-        return;
-    p = pk_new();
-    pk_str(&p, "id", c->id);
-    if (!done) {
-        pk_str(&p, "name", c->name);
-        pk_set(&p, "arguments",
-               job->args ? json_incref(job->args) : json_null());
-        emit(run, LOOM_EV_TOOL_STARTED, pk_done(&p));
-    } else if (job->failed) {
-        pk_str(&p, "name", c->name ? c->name : "");
-        pk_str(&p, "stage", job->stage);
-        pk_str(&p, "error", job->error ? job->error : "");
-        pk_str(&p, "output", job->output ? job->output : "");
-        pk_set(&p, "duration_ms", json_real(job->duration_ms));
-        emit(run, LOOM_EV_TOOL_FAILED, pk_done(&p));
-    } else {
-        pk_str(&p, "name", c->name);
-        pk_str(&p, "output", job->output ? job->output : "");
-        pk_set(&p, "truncated", json_boolean(job->truncated));
-        pk_int(&p, "output_size", (json_int_t)job->output_size);
-        pk_set(&p, "duration_ms", json_real(job->duration_ms));
-        emit(run, LOOM_EV_TOOL_COMPLETED, pk_done(&p));
-    }
 }
 
 /* Every call needs an id to be answered; models rarely omit it. */
@@ -570,105 +474,6 @@ static int ensure_call_ids(loom_tool_call *calls, size_t n, int iteration)
         }
     }
     return 0;
-}
-
-/* Copies the client calls of a turn into run->pending. */
-static int keep_pending(loom_run *run, const loom_message *assistant)
-{
-    size_t n = assistant->tool_calls_len;
-
-    run->pending = calloc(n, sizeof(*run->pending));
-    if (!run->pending)
-        return loom__error_oom();
-    for (size_t i = 0; i < n; i++) {
-        const loom_tool_call *c = &assistant->tool_calls[i];
-        loom_tool_call *p = &run->pending[run->npending];
-        if (!is_client_tool(run, c->name))
-            continue;
-        run->npending++;
-        if (!(p->id = strdup(c->id)) || !(p->name = strdup(c->name)) ||
-            !(p->arguments = strdup(c->arguments ? c->arguments : "{}")))
-            return loom__error_oom();
-    }
-    return 0;
-}
-
-/*
- * Runs the server tool calls of one turn and appends their results in
- * call order. Client calls are left for the client: *client_calls says
- * how many there were.
- */
-static int run_tools(loom_run *run, const loom_message *assistant,
-                     size_t *client_calls)
-{
-    size_t n = assistant->tool_calls_len, nj = 0;
-    loom__tool_job *jobs = calloc(n, sizeof(*jobs));
-    loom__tool_exec_opts xo;
-    json_t *calls;
-    int rc = 0;
-
-    *client_calls = 0;
-    if (!jobs)
-        return loom__error_oom();
-    if (has_sink(run)) {
-        pk p = pk_new();
-        calls = json_array();
-        size_t text_len =
-            assistant->content ? strlen(assistant->content) : 0;
-        for (size_t i = 0; i < n; i++) {
-            json_t *c = call_json(&assistant->tool_calls[i]);
-            size_t off = i < run->ncall_offsets ? run->call_offsets[i]
-                                                : SIZE_MAX;
-            /* Where in the turn's text the call appeared (seed 003 text
-             * offsets); the end of the text when it streamed no delta. */
-            json_object_set_new(
-                c, "text_offset",
-                json_integer((json_int_t)(off == SIZE_MAX ? text_len : off)));
-            json_array_append_new(calls, c);
-        }
-        pk_set(&p, "calls", calls);
-        emit(run, LOOM_EV_TOOL_CALLS, pk_done(&p));
-    }
-
-    memset(&xo, 0, sizeof(xo));
-    xo.settings = run->opts.tool_settings;
-    xo.cancel = &run->cancel;
-    xo.max_result = run->opts.max_tool_result;
-    xo.max_error = run->opts.max_tool_error;
-    for (size_t i = 0; i < n; i++) {
-        const loom_tool_call *c = &assistant->tool_calls[i];
-        if (is_client_tool(run, c->name)) {
-            (*client_calls)++;
-            continue;
-        }
-        jobs[nj].call = c;
-        loom__tool_job_prepare(&jobs[nj], offered_tool(run, c->name),
-                               run->available, &xo);
-        if (jobs[nj].done)
-            on_tool_notice(&jobs[nj], 1, run);
-        nj++;
-    }
-    rc = loom__tools_execute(jobs, nj, run->opts.tool_concurrency, &xo,
-                             on_tool_notice, run);
-    /* Results go back in call order, each matched to its call id. */
-    for (size_t i = 0; i < nj; i++) {
-        loom_message m = {0};
-        int rc2;
-        m.role = LOOM_ROLE_TOOL;
-        m.tool_call_id = jobs[i].call->id;
-        m.name = jobs[i].call->name;
-        m.content = jobs[i].output ? jobs[i].output : "Error: no result";
-        m.summary = jobs[i].summary;
-        rc2 = add_message(run, &(loom_messages){&m, 1, 1});
-        if (rc2 && !rc)
-            rc = rc2;
-    }
-    for (size_t i = 0; i < nj; i++)
-        loom__tool_job_clear(&jobs[i]);
-    free(jobs);
-    if (!rc && *client_calls)
-        rc = keep_pending(run, assistant);
-    return rc;
 }
 
 static void finish_failed(loom_run *run, int rc,
@@ -696,7 +501,7 @@ static void finish_failed(loom_run *run, int rc,
         json_object_set_new(err, "attempts",
                             json_integer(resp->error.attempts));
     }
-    emit(run, LOOM_EV_RUN_FAILED,
+    loom__run_emit(run, LOOM_EV_RUN_FAILED,
          json_pack("{s:s,s:o,s:s,s:i,s:o,s:s*}", "status",
                    loom_run_status_name(run->status), "error", err, "text",
                    run->final_text ? run->final_text : "", "iterations",
@@ -713,7 +518,7 @@ static void keep_partial(loom_run *run)
         loom_message m = {0};
         m.role = LOOM_ROLE_ASSISTANT;
         m.content = run->text.ptr;
-        (void)add_message(run, &(loom_messages){&m, 1, 1});
+        (void)loom__run_add_message(run, &(loom_messages){&m, 1, 1});
     }
 }
 
@@ -843,7 +648,7 @@ static int context_fit(loom_run *run, loom_llm_request *req)
     int rc;
 
     rc = loom_context_fit(run->ctx, &r, run->all.items, run->all.len,
-                          run->defs, run->ndefs, &run->cancel);
+                          req->tools, req->tools_len, &run->cancel);
     if (rc == LOOM_ETOOLARGE) {
         int moved;
         if (!(why = strdup(loom_error_last())))
@@ -856,7 +661,7 @@ static int context_fit(loom_run *run, loom_llm_request *req)
             loom_info("context: %s; switching from %s to %s", why, from,
                       loom_run_model(run));
             rc = loom_context_fit(run->ctx, &r, run->all.items,
-                                  run->all.len, run->defs, run->ndefs,
+                                  run->all.len, req->tools, req->tools_len,
                                   &run->cancel);
         } else {
             loom__error_set(rc, "%s", why);
@@ -887,7 +692,8 @@ static int context_fit(loom_run *run, loom_llm_request *req)
     }
     req->messages = r.messages;
     req->messages_len = r.messages_len;
-    if (has_sink(run) && (data = loom_context_result_json(&r)) != NULL) {
+    if (loom__run_has_sink(run) &&
+        (data = loom_context_result_json(&r)) != NULL) {
         json_t *sum = json_object_get(data, "summary");
         json_object_set_new(data, "iteration",
                             json_integer(run->iterations + 1));
@@ -902,7 +708,7 @@ static int context_fit(loom_run *run, loom_llm_request *req)
             if (sw)
                 json_object_set_new(data, "switched", sw);
         }
-        emit(run, LOOM_EV_CONTEXT, data);
+        loom__run_emit(run, LOOM_EV_CONTEXT, data);
     }
     free(why);
     return 0;
@@ -918,17 +724,20 @@ int loom_run_execute(loom_run *run)
     if (!run->cache && (rc = loom_llm_cache_new(&run->cache)) != 0)
         return rc;
     run->status = LOOM_RUN_RUNNING;
-    if (has_sink(run)) {
+    if (loom__run_has_sink(run)) {
         pk p = pk_new();
         pk_str_or_null(&p, "agent", o->agent);
         pk_str_or_null(&p, "model", o->model ? o->model : o->upstream_model);
         pk_int(&p, "max_iterations", o->max_iterations);
         pk_int(&p, "tools", (int)run->ndefs);
-        emit(run, LOOM_EV_RUN_STARTED, pk_done(&p));
+        loom__run_emit(run, LOOM_EV_RUN_STARTED, pk_done(&p));
     }
     for (;;) {
         loom_llm_request req = LOOM_LLM_REQUEST_INIT;
-        int last = run->iterations + 1 >= o->max_iterations;
+        /* Think-only turns within their allowance cost no iteration. */
+        int last = run->iterations - run->think_turns + 1 >=
+                   o->max_iterations;
+        int think_only = 0;
         size_t nclient = 0;
 
         if (loom_cancel_is_set(&run->cancel)) {
@@ -950,17 +759,20 @@ int loom_run_execute(loom_run *run)
         loom_buf_clear(&run->text);
         run->ncall_offsets = 0;
         loom_llm_response_clear(&resp);
+        if ((rc = loom__plan_refresh_system(run)) != 0 ||
+            (rc = loom__run_request_tools(run, &req.tools,
+                                          &req.tools_len)) != 0)
+            break;
         req.messages = run->all.items;
         req.messages_len = run->all.len;
         if (run->ctx && (rc = context_fit(run, &req)) != 0)
             break;
         req.model = o->upstream_model;
-        if (run->ndefs) {
+        if (req.tools_len) {
             /* The last permitted call still declares the tools (the
              * history holds calls of them, which Anthropic and Gemini
-             * reject without their declarations) but forbids new calls. */
-            req.tools = run->defs;
-            req.tools_len = run->ndefs;
+             * reject without their declarations) but forbids new calls.
+             * Tools blocked for their failures are left out. */
             req.tool_choice = run->choice;
             if (last) {
                 req.tool_choice.kind = LOOM_TOOL_CHOICE_NONE;
@@ -996,7 +808,7 @@ int loom_run_execute(loom_run *run)
                 run->priced_calls++;
             else
                 run->unpriced_calls++;
-            if (has_sink(run)) {
+            if (loom__run_has_sink(run)) {
                 json_t *u = usage_json_cost(&resp.usage, resp.cost_known);
                 json_object_set_new(u, "iteration",
                                     json_integer(run->iterations));
@@ -1004,7 +816,7 @@ int loom_run_execute(loom_run *run)
                 if (resp.model)
                     json_object_set_new(u, "model", json_string(resp.model));
                 json_object_set_new(u, "cumulative", run_usage_json(run));
-                emit(run, LOOM_EV_USAGE, u);
+                loom__run_emit(run, LOOM_EV_USAGE, u);
             }
         }
         if (rc != 0)
@@ -1020,13 +832,16 @@ int loom_run_execute(loom_run *run)
             m.provider_state = resp.provider_state;
             m.tool_calls = resp.tool_calls;
             m.tool_calls_len = resp.tool_calls_len;
-            if ((rc = add_message(run, &(loom_messages){&m, 1, 1})) != 0)
+            if ((rc = loom__run_add_message(
+                     run, &(loom_messages){&m, 1, 1})) != 0)
                 break;
             /* The turn's text now lives in the stored message. */
             loom_buf_clear(&run->text);
-            if ((rc = run_tools(run, &run->all.items[run->all.len - 1],
-                                &nclient)) != 0)
+            if ((rc = loom__run_tools(run, &run->all.items[run->all.len - 1],
+                                      &nclient, &think_only)) != 0)
                 break;
+            if (think_only && run->think_turns < o->max_think_turns)
+                run->think_turns++;
             if (nclient) {
                 /* The client runs its own tools: the run ends here. */
                 free(run->final_text);
@@ -1048,7 +863,8 @@ int loom_run_execute(loom_run *run)
             free(run->final_text);
             run->final_text = strdup(m.content);
             if (!run->final_text ||
-                (rc = add_message(run, &(loom_messages){&m, 1, 1})) != 0) {
+                (rc = loom__run_add_message(
+                     run, &(loom_messages){&m, 1, 1})) != 0) {
                 rc = rc ? rc : loom__error_oom();
                 break;
             }
@@ -1068,10 +884,14 @@ int loom_run_execute(loom_run *run)
         if (run->npending) {
             json_t *pc = json_array();
             for (size_t i = 0; i < run->npending; i++)
-                json_array_append_new(pc, call_json(&run->pending[i]));
+                json_array_append_new(pc,
+                                      loom__run_call_json(&run->pending[i]));
             json_object_set_new(done, "pending_tool_calls", pc);
         }
-        emit(run, LOOM_EV_RUN_COMPLETED, done);
+        if (run->think_turns)
+            json_object_set_new(done, "think_turns",
+                                json_integer(run->think_turns));
+        loom__run_emit(run, LOOM_EV_RUN_COMPLETED, done);
     } else {
         /* Keep the message of the failure before other calls reset it. */
         char *msg = strdup(loom_error_last());
@@ -1152,6 +972,21 @@ const char *loom_run_error(const loom_run *run)
     return run->error ? run->error : "";
 }
 
+const json_t *loom_run_plan(const loom_run *run)
+{
+    return run->plan;
+}
+
+const json_t *loom_run_tool_records(const loom_run *run)
+{
+    return run->records;
+}
+
+const json_t *loom_run_documents(const loom_run *run)
+{
+    return run->documents;
+}
+
 void loom_run_free(loom_run *run)
 {
     if (!run)
@@ -1175,5 +1010,7 @@ void loom_run_free(loom_run *run)
     loom_context_free(run->ctx);
     free(run->stored);
     free(run->summary);
+    loom__hooks_free(run);
+    loom__loop_tools_free(run);
     free(run);
 }

@@ -1,14 +1,27 @@
 /*
- * Tool execution for one turn (see toolexec.h). Parallelism uses a few
- * short-lived threads per turn that claim jobs from a shared counter; they
- * post "started" and "done" notices to a queue the caller's thread drains,
- * so the sink sees events from one thread only, in the order tools
- * actually start and finish. A single job (the common case) runs inline
- * with no thread at all.
+ * Tool execution for one turn (see toolexec.h).
+ *
+ * Each job runs on a detached thread of its own, at most `width` at a
+ * time. The caller's thread (the run's) starts them, waits for finished
+ * jobs on a queue, and watches their deadlines and the run's cancel flag
+ * (polled, since a signal handler may set it without waking anyone), so
+ * the sink sees events from one thread only, in the order tools actually
+ * start and finish.
+ *
+ * Why detached threads and not a pool that is joined: a tool that
+ * overruns its timeout must not hold the run. Such a job is abandoned:
+ * the caller marks it so under the queue's lock and forgets it, and the
+ * thread frees its job when the tool finally returns. So a running job
+ * owns copies of all it reads (the call, the arguments, the settings, its
+ * own cancel flag) and its output buffers, and the queue (`hub`) is
+ * reference counted between the caller and the live threads: whoever
+ * leaves last frees it. Nothing of the run is reachable from a thread.
  */
 #include "agent/toolexec.h"
 #include "core/error.h"
+#include "loom/run.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +29,8 @@
 #include <time.h>
 
 #define RECEIVED_QUOTE_MAX 500
+/* How often the waiting caller looks at the run's cancel flag. */
+#define POLL_MS 50.0
 
 static double now_ms(void)
 {
@@ -23,6 +38,14 @@ static double now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int64_t loom__wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Cuts s to at most max bytes on a UTF-8 boundary. Returns the new length. */
@@ -35,13 +58,15 @@ static size_t utf8_cut(const char *s, size_t len, size_t max)
     return max;
 }
 
-static void fail(loom__tool_job *job, const char *stage, const char *error,
-                 const char *output, size_t max_error)
+void loom__tool_job_fail(loom__tool_job *job, const char *stage, int code,
+                         const char *error, const char *output,
+                         size_t max_error)
 {
     size_t elen = strlen(error), cut = utf8_cut(error, elen, max_error);
 
     job->done = 1;
     job->failed = 1;
+    job->code = code ? code : LOOM_ERROR;
     job->stage = stage;
     free(job->error);
     free(job->output);
@@ -71,7 +96,8 @@ void loom__tool_job_prepare(loom__tool_job *job, const loom_tool *tool,
     if (!tool) {
         if (asprintf(&msg, "Unknown tool '%s'. Available tools: %s.", name,
                      available && *available ? available : "none") >= 0)
-            fail(job, "lookup", msg, NULL, opts->max_error);
+            loom__tool_job_fail(job, "lookup", LOOM_ENOTFOUND, msg, NULL,
+                                opts->max_error);
         goto done;
     }
     /* Models send "" for tools without arguments: that means {}. So does
@@ -90,7 +116,8 @@ void loom__tool_job_prepare(loom__tool_job *job, const loom_tool *tool,
                      "again with a JSON object.", name, jerr.text, q,
                      job->call->arguments, (size_t)q < rlen ? "..." : "") >=
                 0)
-            fail(job, "arguments", msg, out, opts->max_error);
+            loom__tool_job_fail(job, "arguments", LOOM_EINVALID, msg, out,
+                                opts->max_error);
         goto done;
     }
     if (loom_schema_validate(tool->parameters, job->args, &msg) != 0) {
@@ -100,7 +127,8 @@ void loom__tool_job_prepare(loom__tool_job *job, const loom_tool *tool,
                      m ? m : loom_error_last()) >= 0 &&
             asprintf(&out, "Error: Invalid arguments for tool '%s': %s",
                      name, m ? m : loom_error_last()) >= 0)
-            fail(job, "validation", msg, out, opts->max_error);
+            loom__tool_job_fail(job, "validation", LOOM_EINVALID, msg,
+                                out, opts->max_error);
         free(m);
         goto done;
     }
@@ -109,28 +137,89 @@ done:
     free(out);
 }
 
-/* Runs one job on the current thread. */
-static void run_job(loom__tool_job *job, const loom__tool_exec_opts *opts)
+/* ---- running jobs on their own threads ---------------------------------- */
+
+typedef struct slot slot;
+
+/* The finished-job queue, shared by the caller and the live threads. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;  /* on CLOCK_MONOTONIC */
+    int refs;           /* the caller, and each thread not yet ended */
+    slot *head, *tail;  /* finished, not yet taken by the caller */
+} hub;
+
+/* One running job: everything its thread reads or writes. */
+struct slot {
+    hub *hub;
+    size_t index;         /* of the caller's job */
+    loom__tool_job work;  /* the thread's job; the caller's stays apart */
+    loom_tool_call call;  /* copies of the call's strings */
+    loom_tool tool;       /* execute and payload, borrowed from the registry */
+    json_t *settings;     /* a copy of the tool's settings, or NULL */
+    loom_cancel cancel;   /* the tool's own flag */
+    size_t max_result, max_error;
+    double deadline;      /* monotonic ms; 0: none */
+    int finished;         /* under hub->mu */
+    int abandoned;        /* under hub->mu */
+    slot *next;
+};
+
+/* Abandoned threads still running, in the whole process. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static size_t g_abandoned;
+
+static void slot_free(slot *s)
 {
+    if (!s)
+        return;
+    loom__tool_job_clear(&s->work);
+    free(s->call.id);
+    free(s->call.name);
+    free(s->call.arguments);
+    json_decref(s->settings);
+    free(s);
+}
+
+static void hub_release(hub *h)
+{
+    int last;
+
+    pthread_mutex_lock(&h->mu);
+    last = --h->refs == 0;
+    pthread_mutex_unlock(&h->mu);
+    if (!last)
+        return;
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+}
+
+/* Runs one job on the current thread, with the slot's copies. */
+static void run_job(slot *s)
+{
+    loom__tool_job *job = &s->work;
     loom_tool_ctx ctx;
     loom_buf out, summary;
     double t0 = now_ms();
     int rc;
 
     memset(&ctx, 0, sizeof(ctx));
-    ctx.call_id = job->call->id;
-    ctx.tool_name = job->tool->name;
-    ctx.cancel = opts->cancel;
-    ctx.settings = opts->settings
-                       ? json_object_get(opts->settings, job->tool->name)
-                       : NULL;
-    loom_buf_init(&out, opts->max_result);
+    ctx.call_id = s->call.id;
+    ctx.tool_name = s->call.name;
+    ctx.cancel = &s->cancel;
+    ctx.settings = s->settings;
+    loom_buf_init(&out, s->max_result);
     loom_buf_init(&summary, LOOM_TOOL_SUMMARY_MAX);
     ctx.summary = &summary;
+    ctx.documents = job->documents;
+    ctx.cost_micros = &job->cost_micros;
     loom_error_clear();
-    rc = job->tool->execute(job->args, &ctx, &out, job->tool->payload);
+    rc = s->tool.execute(job->args, &ctx, &out, s->tool.payload);
     job->duration_ms = now_ms() - t0;
     job->output_size = out.len;
+    job->executed = 1;
     if (rc == LOOM_ETOOLARGE && out.len > 0) {
         /* The tool filled its whole allowance: keep what fits, say so. */
         size_t keep = out.len;
@@ -140,7 +229,7 @@ static void run_job(loom__tool_job *job, const loom__tool_exec_opts *opts)
             keep--; /* drop a possibly incomplete multi-byte character */
         job->truncated = 1;
         if (asprintf(&job->output, "%.*s\n[output truncated at %zu bytes]",
-                     (int)keep, out.ptr, opts->max_result) < 0)
+                     (int)keep, out.ptr, s->max_result) < 0)
             job->output = NULL;
         job->done = 1;
     } else if (rc < 0) {
@@ -148,11 +237,11 @@ static void run_job(loom__tool_job *job, const loom__tool_exec_opts *opts)
         char *generic = NULL;
         if (!m || !*m) {
             if (asprintf(&generic, "tool '%s' failed without a message (%s)",
-                         job->tool->name, loom_error_name(rc)) < 0)
+                         s->call.name, loom_error_name(rc)) < 0)
                 generic = NULL;
             m = generic ? generic : "tool failed";
         }
-        fail(job, "execution", m, NULL, opts->max_error);
+        loom__tool_job_fail(job, "execution", rc, m, NULL, s->max_error);
         free(generic);
     } else {
         job->output = loom_buf_detach(&out);
@@ -167,60 +256,232 @@ static void run_job(loom__tool_job *job, const loom__tool_exec_opts *opts)
     loom_buf_free(&summary);
 }
 
-typedef struct {
-    loom__tool_job *job;
-    int done;
-} notice;
-
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    loom__tool_job *jobs;
-    size_t n;
-    size_t next;  /* next job index to claim */
-    notice *queue; /* 2 notices per job at most */
-    size_t qhead, qtail;
-    const loom__tool_exec_opts *opts;
-} pool;
-
-static void post(pool *p, loom__tool_job *job, int done)
-{
-    pthread_mutex_lock(&p->mu);
-    p->queue[p->qtail].job = job;
-    p->queue[p->qtail].done = done;
-    p->qtail++;
-    pthread_cond_signal(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-}
-
 static void *worker(void *arg)
 {
-    pool *p = arg;
+    slot *s = arg;
+    hub *h = s->hub;
+    int abandoned;
 
-    for (;;) {
-        loom__tool_job *job = NULL;
-        pthread_mutex_lock(&p->mu);
-        while (p->next < p->n && p->jobs[p->next].done)
-            p->next++;
-        if (p->next < p->n)
-            job = &p->jobs[p->next++];
-        pthread_mutex_unlock(&p->mu);
-        if (!job)
-            return NULL;
-        post(p, job, 0);
-        run_job(job, p->opts);
-        post(p, job, 1);
+    run_job(s);
+    pthread_mutex_lock(&h->mu);
+    s->finished = 1;
+    abandoned = s->abandoned;
+    if (!abandoned) {
+        /* From here the slot is the caller's. */
+        if (h->tail)
+            h->tail->next = s;
+        else
+            h->head = s;
+        h->tail = s;
+        pthread_cond_signal(&h->cv);
     }
+    pthread_mutex_unlock(&h->mu);
+    if (abandoned) {
+        slot_free(s);
+        pthread_mutex_lock(&g_mu);
+        g_abandoned--;
+        pthread_cond_broadcast(&g_cv);
+        pthread_mutex_unlock(&g_mu);
+    }
+    hub_release(h);
+    return NULL;
+}
+
+/* Makes the slot of jobs[i] and starts its thread. On failure the job is
+ * failed and *out is NULL. */
+static void start(hub *h, loom__tool_job *job, size_t i,
+                  const loom__tool_exec_opts *opts, slot **out)
+{
+    const loom_tool_call *c = job->call;
+    const json_t *set = opts->settings && job->tool
+                            ? json_object_get(opts->settings, job->tool->name)
+                            : NULL;
+    pthread_attr_t attr;
+    pthread_t th;
+    slot *s = calloc(1, sizeof(*s));
+    int ok = 0;
+
+    *out = NULL;
+    if (!s)
+        goto oom;
+    s->hub = h;
+    s->index = i;
+    s->max_result = opts->max_result;
+    s->max_error = opts->max_error;
+    s->tool.execute = job->tool->execute;
+    s->tool.payload = job->tool->payload;
+    if (!(s->call.id = strdup(c->id ? c->id : "")) ||
+        !(s->call.name = strdup(job->tool->name)) ||
+        !(s->work.documents = json_array()) ||
+        (job->args && !(s->work.args = json_deep_copy(job->args))) ||
+        (set && !(s->settings = json_deep_copy(set))))
+        goto oom;
+    s->tool.name = s->call.name;
+    s->work.call = &s->call;
+    s->work.tool = &s->tool;
+    if (job->timeout_ms > 0)
+        s->deadline = now_ms() + (double)job->timeout_ms;
+    job->started_at_ms = loom__wall_ms();
+    pthread_mutex_lock(&h->mu);
+    h->refs++;
+    pthread_mutex_unlock(&h->mu);
+    if (pthread_attr_init(&attr) == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        ok = pthread_create(&th, &attr, worker, s) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (!ok) {
+        pthread_mutex_lock(&h->mu);
+        h->refs--;
+        pthread_mutex_unlock(&h->mu);
+        slot_free(s);
+        loom__tool_job_fail(job, "execution", LOOM_ERROR,
+                            "could not start a thread for the tool", NULL,
+                            opts->max_error);
+        return;
+    }
+    *out = s;
+    return;
+oom:
+    slot_free(s);
+    loom__tool_job_fail(job, "execution", LOOM_ENOMEM,
+                        "out of memory while starting the tool", NULL,
+                        opts->max_error);
+}
+
+/* Moves a finished slot's outcome into the caller's job; frees the slot. */
+static void take(loom__tool_job *job, slot *s)
+{
+    loom__tool_job *w = &s->work;
+
+    job->done = 1;
+    job->failed = w->failed;
+    job->code = w->code;
+    job->stage = w->stage;
+    job->truncated = w->truncated;
+    job->output_size = w->output_size;
+    job->duration_ms = w->duration_ms;
+    job->cost_micros = w->cost_micros;
+    job->executed = w->executed;
+    free(job->error);
+    free(job->output);
+    free(job->summary);
+    json_decref(job->documents);
+    job->error = w->error;
+    job->output = w->output;
+    job->summary = w->summary;
+    job->documents = json_array_size(w->documents) ? w->documents : NULL;
+    if (!job->documents)
+        json_decref(w->documents);
+    w->error = w->output = w->summary = NULL;
+    w->documents = NULL;
+    slot_free(s);
+}
+
+/*
+ * Gives up on a running job unless it finished meanwhile (it is then
+ * taken from the queue as usual). Returns 1 when abandoned.
+ */
+static int abandon(hub *h, slot *s, loom__tool_job *job, int cancelled,
+                   double started, size_t max_error)
+{
+    char *msg = NULL;
+    int gone = 0;
+
+    pthread_mutex_lock(&h->mu);
+    if (!s->finished) {
+        s->abandoned = 1;
+        loom_cancel_set(&s->cancel);
+        pthread_mutex_lock(&g_mu);
+        g_abandoned++;
+        pthread_mutex_unlock(&g_mu);
+        gone = 1;
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (!gone)
+        return 0;
+    /* From here the slot belongs to its thread. */
+    if (cancelled) {
+        if (asprintf(&msg, "tool '%s' was stopped because the run was "
+                     "cancelled", job->tool->name) < 0)
+            msg = NULL;
+    } else if (asprintf(&msg, "tool '%s' did not finish within its "
+                        "timeout of %ld ms and was abandoned",
+                        job->tool->name, job->timeout_ms) < 0) {
+        msg = NULL;
+    }
+    loom__tool_job_fail(job, "execution",
+                        cancelled ? LOOM_ECANCELED : LOOM_ETIMEDOUT,
+                        msg ? msg : "tool abandoned", NULL, max_error);
+    free(msg);
+    job->abandoned = 1;
+    job->executed = 1;
+    job->duration_ms = now_ms() - started;
+    return 1;
+}
+
+/* Waits until a job finishes or `until` (monotonic ms) passes. Returns
+ * the finished slots, oldest first, or NULL. */
+static slot *wait_finished(hub *h, double until)
+{
+    struct timespec ts;
+    slot *got;
+
+    ts.tv_sec = (time_t)(until / 1e3);
+    ts.tv_nsec = (long)((until - (double)ts.tv_sec * 1e3) * 1e6);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&h->mu);
+    while (!h->head) {
+        int e = pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+        if (e == ETIMEDOUT || e == EINVAL)
+            break;
+    }
+    got = h->head;
+    h->head = h->tail = NULL;
+    pthread_mutex_unlock(&h->mu);
+    return got;
+}
+
+static hub *hub_new(void)
+{
+    pthread_condattr_t ca;
+    hub *h = calloc(1, sizeof(*h));
+
+    if (!h)
+        return NULL;
+    if (pthread_mutex_init(&h->mu, NULL) != 0) {
+        free(h);
+        return NULL;
+    }
+    if (pthread_condattr_init(&ca) != 0) {
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+        return NULL;
+    }
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_cond_init(&h->cv, &ca) != 0) {
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+        return NULL;
+    }
+    pthread_condattr_destroy(&ca);
+    h->refs = 1;
+    return h;
 }
 
 int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
                         const loom__tool_exec_opts *opts,
                         loom__tool_notice_fn notice_cb, void *payload)
 {
-    pthread_t *threads = NULL;
-    size_t todo = 0, started = 0, finished = 0;
-    pool p;
-    int rc = 0;
+    slot **running = NULL;
+    double *started = NULL, cancel_at = 0;
+    size_t next = 0, active = 0, todo = 0;
+    int cancelled = 0, rc = 0;
+    hub *h = NULL;
 
     for (size_t i = 0; i < n; i++)
         todo += !jobs[i].done;
@@ -228,63 +489,91 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
         return 0;
     if (width < 1)
         width = 1;
-    if (todo == 1 || width == 1) {
-        for (size_t i = 0; i < n; i++) {
-            if (jobs[i].done)
-                continue;
-            notice_cb(&jobs[i], 0, payload);
-            run_job(&jobs[i], opts);
-            notice_cb(&jobs[i], 1, payload);
-        }
-        return 0;
-    }
-    if ((size_t)width > todo)
-        width = (int)todo;
-    memset(&p, 0, sizeof(p));
-    p.jobs = jobs;
-    p.n = n;
-    p.opts = opts;
-    p.queue = calloc(2 * todo, sizeof(*p.queue));
-    threads = calloc((size_t)width, sizeof(*threads));
-    if (!p.queue || !threads) {
+    running = calloc(n, sizeof(*running));
+    started = calloc(n, sizeof(*started));
+    if (!running || !started || !(h = hub_new())) {
         rc = loom__error_oom();
         goto fail_rest;
     }
-    pthread_mutex_init(&p.mu, NULL);
-    pthread_cond_init(&p.cv, NULL);
-    for (int i = 0; i < width; i++) {
-        if (pthread_create(&threads[started], NULL, worker, &p) != 0)
+    for (;;) {
+        double now, until;
+        slot *fin;
+
+        while (active < (size_t)width && next < n) {
+            loom__tool_job *job = &jobs[next++];
+            if (job->done)
+                continue;
+            if (loom_cancel_is_set(opts->cancel)) {
+                loom__tool_job_fail(job, "execution", LOOM_ECANCELED,
+                                    "the run was cancelled before this "
+                                    "tool started", NULL, opts->max_error);
+                notice_cb(job, 1, payload);
+                continue;
+            }
+            notice_cb(job, 0, payload);
+            started[next - 1] = now_ms();
+            start(h, job, next - 1, opts, &running[next - 1]);
+            if (!running[next - 1])
+                notice_cb(job, 1, payload);
+            else
+                active++;
+        }
+        if (active == 0)
             break;
-        started++;
-    }
-    if (started == 0) {
-        rc = loom__error_set(LOOM_ERROR, "could not start tool threads");
-    } else {
-        while (finished < todo) {
-            notice nt;
-            pthread_mutex_lock(&p.mu);
-            while (p.qhead == p.qtail)
-                pthread_cond_wait(&p.cv, &p.mu);
-            nt = p.queue[p.qhead++];
-            pthread_mutex_unlock(&p.mu);
-            notice_cb(nt.job, nt.done, payload);
-            finished += nt.done;
+        /* Sleep until a job finishes, a deadline passes or it is time to
+         * look at the cancel flag again. */
+        now = now_ms();
+        until = now + POLL_MS;
+        for (size_t i = 0; i < n; i++)
+            if (running[i] && running[i]->deadline > 0 &&
+                running[i]->deadline < until)
+                until = running[i]->deadline;
+        if (cancelled && cancel_at < until)
+            until = cancel_at;
+        fin = wait_finished(h, until);
+        while (fin) {
+            slot *nx = fin->next;
+            size_t i = fin->index;
+            running[i] = NULL;
+            active--;
+            take(&jobs[i], fin);
+            notice_cb(&jobs[i], 1, payload);
+            fin = nx;
+        }
+        now = now_ms();
+        if (!cancelled && loom_cancel_is_set(opts->cancel)) {
+            cancelled = 1;
+            cancel_at = now + LOOM__TOOL_CANCEL_GRACE_MS;
+            for (size_t i = 0; i < n; i++)
+                if (running[i])
+                    loom_cancel_set(&running[i]->cancel);
+        }
+        for (size_t i = 0; i < n; i++) {
+            slot *s = running[i];
+            int late = s && s->deadline > 0 && now >= s->deadline;
+            int gone = s && cancelled && now >= cancel_at;
+            if ((late || gone) &&
+                abandon(h, s, &jobs[i], gone && !late, started[i],
+                        opts->max_error)) {
+                running[i] = NULL;
+                active--;
+                notice_cb(&jobs[i], 1, payload);
+            }
         }
     }
-    for (size_t i = 0; i < started; i++)
-        pthread_join(threads[i], NULL);
-    pthread_cond_destroy(&p.cv);
-    pthread_mutex_destroy(&p.mu);
+
 fail_rest:
     for (size_t i = 0; i < n; i++) {
         if (!jobs[i].done) {
-            fail(&jobs[i], "execution", loom_error_last(), NULL,
-                 opts->max_error);
+            loom__tool_job_fail(&jobs[i], "execution", rc ? rc : LOOM_ERROR,
+                                loom_error_last(), NULL, opts->max_error);
             notice_cb(&jobs[i], 1, payload);
         }
     }
-    free(threads);
-    free(p.queue);
+    if (h)
+        hub_release(h);
+    free(running);
+    free(started);
     return rc;
 }
 
@@ -294,5 +583,47 @@ void loom__tool_job_clear(loom__tool_job *job)
     free(job->error);
     free(job->output);
     free(job->summary);
+    json_decref(job->documents);
+    free(job->key);
+    json_decref(job->model_args);
+    json_decref(job->documents_added);
     memset(job, 0, sizeof(*job));
+}
+
+size_t loom_run_abandoned_tools(void)
+{
+    size_t n;
+
+    pthread_mutex_lock(&g_mu);
+    n = g_abandoned;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+int loom_run_wait_abandoned_tools(long timeout_ms)
+{
+    struct timespec ts;
+    int rc = 0;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (timeout_ms >= 0) {
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&g_mu);
+    while (g_abandoned > 0 && rc == 0) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&g_cv, &g_mu);
+        else if (pthread_cond_timedwait(&g_cv, &g_mu, &ts) == ETIMEDOUT)
+            rc = g_abandoned > 0 ? LOOM_ETIMEDOUT : 0;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (rc)
+        return loom__error_set(rc, "tools abandoned by runs are still "
+                                   "running");
+    return 0;
 }

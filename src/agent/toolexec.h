@@ -4,9 +4,18 @@
  * run.c hands over every call of a turn as a job. prepare() resolves the
  * tool, parses and validates the arguments; a job that fails there already
  * has its result (the model reads it and recovers). execute() runs the
- * remaining jobs in parallel on at most `width` threads and reports each
- * start and end through a callback that is always called on the caller's
- * thread, so events stay single-threaded.
+ * remaining jobs in parallel, at most `width` at a time, each on a thread
+ * of its own, and reports each start and end through a callback that is
+ * always called on the caller's thread, so events stay single-threaded.
+ *
+ * A job that overruns its timeout, or that does not stop within a grace
+ * period after the run is cancelled, is abandoned: its result becomes an
+ * error at once and execute() goes on without it. The abandoned thread
+ * keeps running until the tool returns; everything it touches (arguments,
+ * settings, buffers, its cancel flag) is a copy it owns, so the run may
+ * end and be freed meanwhile. Only the tool itself (its execute function
+ * and payload, from the registry) is shared: the registry must outlive
+ * abandoned tools (loom_run_wait_abandoned_tools in loom/run.h).
  */
 #ifndef LOOM_AGENT_TOOLEXEC_H
 #define LOOM_AGENT_TOOLEXEC_H
@@ -14,14 +23,20 @@
 #include "loom/llm.h"
 #include "loom/tools.h"
 
+/* How long tools get to stop after the run is cancelled. */
+#define LOOM__TOOL_CANCEL_GRACE_MS 1000
+
 typedef struct {
     const loom_tool_call *call; /* borrowed from the assistant message */
     const loom_tool *tool;      /* NULL when the name is unknown */
     json_t *args;               /* parsed arguments; owned */
+    long timeout_ms;            /* abandon after this long; <= 0: never */
     /* Outcome, filled by prepare() on failure or by execute(). */
     int done;
     int failed;
-    const char *stage; /* "lookup", "arguments", "validation", "execution" */
+    int code;          /* the failure's LOOM_E* code; 0 on success */
+    const char *stage; /* "lookup", "arguments", "validation", "execution",
+                        * "hook", "blocked" */
     char *error;       /* the failure alone, for events; owned */
     char *output;      /* what the model reads; owned */
     char *summary;     /* the tool's summary of it (loom_tool_ctx), owned;
@@ -29,11 +44,24 @@ typedef struct {
     int truncated;     /* output was cut to the limit */
     size_t output_size; /* bytes the tool produced before any cut */
     double duration_ms;
+    int64_t started_at_ms; /* wall clock (Unix ms) when it was started */
+    json_t *documents; /* documents the tool reported (array), or NULL */
+    int64_t cost_micros; /* what the tool said the call cost */
+    int abandoned;     /* timed out or cancelled; its thread may still run */
+    /* Owned by run.c, freed by clear(). */
+    int loop;          /* a loop tool (plan.c): 0 when not */
+    int executed;      /* the tool ran (not skipped, blocked or failed
+                        * before it started) */
+    int skipped;       /* a before-tool hook answered in its place */
+    char *key;         /* canonical "name\nargs" for duplicate checks */
+    json_t *model_args; /* the arguments before built-in additions */
+    size_t excluded_added; /* seen ids added to excluded_ids */
+    json_t *documents_added; /* ids new to the run's seen documents */
 } loom__tool_job;
 
 typedef struct {
     const json_t *settings; /* config `tools` object, may be NULL */
-    loom_cancel *cancel;
+    loom_cancel *cancel;    /* the run's */
     size_t max_result;  /* bytes of one result the model is shown */
     size_t max_error;   /* bytes of one error message */
 } loom__tool_exec_opts;
@@ -48,20 +76,32 @@ void loom__tool_job_prepare(loom__tool_job *job, const loom_tool *tool,
                             const char *available,
                             const loom__tool_exec_opts *opts);
 
+/*
+ * Ends job as failed: error (cut to max_error) is what events show, and
+ * output (NULL: "Error: <error>") what the model reads.
+ */
+void loom__tool_job_fail(loom__tool_job *job, const char *stage, int code,
+                         const char *error, const char *output,
+                         size_t max_error);
+
 /* Called on the caller's thread: started (done == 0) or finished. */
 typedef void (*loom__tool_notice_fn)(loom__tool_job *job, int done,
                                      void *payload);
 
 /*
  * Executes every job not already done, at most width at a time, and
- * returns when all are done. Returns 0, or LOOM_ENOMEM/LOOM_ERROR when
- * threads could not be started (the jobs that could not run are failed
- * with that error, never left without a result).
+ * returns when all are done (finished or abandoned). Jobs not started
+ * when the run is cancelled fail without running. Returns 0, or
+ * LOOM_ENOMEM when the bookkeeping could not be allocated (every job is
+ * then failed with that error, never left without a result).
  */
 int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
                         const loom__tool_exec_opts *opts,
                         loom__tool_notice_fn notice, void *payload);
 
 void loom__tool_job_clear(loom__tool_job *job);
+
+/* Wall-clock time in Unix milliseconds. */
+int64_t loom__wall_ms(void);
 
 #endif

@@ -1305,8 +1305,12 @@ static int parse_agent(loader *ld, const entry *e, loom_agent_config *a)
                                         "tool_choice",
                                         "parallel_tool_calls",
                                         "tool_concurrency",
+                                        "planning",
+                                        "think",
+                                        "tool_timeout_ms",
                                         NULL};
-    enum { MODEL, PROMPT, TOOLS, ITER, CHOICE, PARALLEL, CONC, NFIELDS };
+    enum { MODEL, PROMPT, TOOLS, ITER, CHOICE, PARALLEL, CONC, PLAN, THINK,
+           TTIMEOUT, NFIELDS };
     yaml_node_t *v[NFIELDS];
     char key[KEY_LEN], sub[KEY_LEN], why[512];
     int rc;
@@ -1354,6 +1358,16 @@ static int parse_agent(loader *ld, const entry *e, loom_agent_config *a)
         return rc;
     join_key(sub, sizeof(sub), key, "tool_concurrency");
     if ((rc = get_int(ld, v[CONC], sub, 1, 64, &a->tool_concurrency)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "planning");
+    if ((rc = get_bool(ld, v[PLAN], sub, &a->planning)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "think");
+    if ((rc = get_bool(ld, v[THINK], sub, &a->think)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "tool_timeout_ms");
+    if ((rc = get_long(ld, v[TTIMEOUT], sub, 1, 86400000L,
+                       &a->tool_timeout_ms)) != 0)
         return rc;
     join_key(sub, sizeof(sub), key, "tool_choice");
     if (v[CHOICE])

@@ -1218,6 +1218,21 @@ static int tool_fail(loom_buf *out, int code)
     return code;
 }
 
+/*
+ * Reports the documents the model was shown (not the excluded ones, not
+ * those past max_results or the output limit) to the run, which adds
+ * their ids to its seen documents (loom_tool_ctx.documents). Best effort:
+ * the result stands without them.
+ */
+static void report_documents(json_t *to, const char *text)
+{
+    json_t *shown = NULL;
+
+    if (loom__web_search_documents(&shown, text) == 0)
+        (void)json_array_extend(to, shown);
+    json_decref(shown);
+}
+
 static int web_search_execute(const json_t *args, const loom_tool_ctx *ctx,
                               loom_buf *out, void *payload)
 {
@@ -1264,6 +1279,8 @@ static int web_search_execute(const json_t *args, const loom_tool_ctx *ctx,
         rc = parse_answer(&docs, s.be, resp.body.ptr, resp.body.len);
     if (!rc)
         rc = render(out, &s, &a, docs);
+    if (!rc && ctx && ctx->documents)
+        report_documents(ctx->documents, loom_buf_cstr(out));
     if (rc && rc != LOOM_ETOOLARGE)
         rc = tool_fail(out, rc);
 

@@ -1080,14 +1080,16 @@ static int run_complete(loom_provider *p, const loom_llm_request *req,
             m->saw_tool_summary = 1;
     check_pairs(req->messages, req->messages_len);
     if (m->next++ < m->rounds) {
-        char id[32];
+        char id[32], args[32];
         loom_llm_event ev;
         snprintf(id, sizeof(id), "c%d", m->next);
+        /* Arguments differ per round: the run skips repeated calls. */
+        snprintf(args, sizeof(args), "{\"round\":%d}", m->next);
         memset(&ev, 0, sizeof(ev));
         ev.type = LOOM_LLM_TOOL_CALL_DELTA;
         ev.tool_id = id;
         ev.tool_name = "big";
-        ev.args_delta = "{}";
+        ev.args_delta = args;
         if (cb(&ev, payload))
             return LOOM_ECANCELED;
         resp->text = strdup("");
@@ -1095,7 +1097,7 @@ static int run_complete(loom_provider *p, const loom_llm_request *req,
         resp->tool_calls_len = 1;
         resp->tool_calls[0].id = strdup(id);
         resp->tool_calls[0].name = strdup("big");
-        resp->tool_calls[0].arguments = strdup("{}");
+        resp->tool_calls[0].arguments = strdup(args);
         resp->finish_reason = strdup("tool_calls");
     } else {
         resp->text = strdup("all done");

@@ -1297,6 +1297,11 @@ static int collect_event(const loom_event *ev, void *payload)
         assert_true(json_is_real(json_object_get(d, "duration_ms")));
         json_object_set_new(d, "duration_ms", json_integer(0));
     }
+    if (json_object_get(d, "started_at_ms")) {
+        assert_true(json_integer_value(json_object_get(d, "started_at_ms")) >
+                    0);
+        json_object_set_new(d, "started_at_ms", json_integer(0));
+    }
     s = json_dumps(d, JSON_COMPACT);
     assert_non_null(s);
     assert_int_equal(loom_buf_printf(b, "%s %s\n",
@@ -1325,6 +1330,11 @@ static void test_run_event_payloads(void **state)
         "tool.completed {\"id\":\"c1\",\"name\":\"echo\",\"output\":\"got "
         "\\\"it\\\"\",\"truncated\":false,\"output_size\":8,\"duration_"
         "ms\":0}\n"
+        "tool.metric {\"call_id\":\"c1\",\"tool\":\"echo\",\"iteration\":1,"
+        "\"arguments\":{\"x\":1},\"arguments_size\":7,\"started_at_ms\":0,"
+        "\"duration_ms\":0,\"status\":\"success\",\"error\":null,"
+        "\"result_size\":8,\"truncated\":false,\"cost_micros\":0,"
+        "\"documents\":[]}\n"
         "usage {\"prompt_tokens\":11,\"completion_tokens\":2,\"cached_"
         "tokens\":0,\"reasoning_tokens\":0,\"total_tokens\":13,\"iteration\":"
         "2,\"cumulative\":{\"prompt_tokens\":21,\"completion_tokens\":4,"
@@ -1336,7 +1346,13 @@ static void test_run_event_payloads(void **state)
         "tool.failed {\"id\":\"c2\",\"name\":\"nope\",\"stage\":\"lookup\","
         "\"error\":\"Unknown tool 'nope'. Available tools: echo.\","
         "\"output\":\"Error: Unknown tool 'nope'. Available tools: echo.\","
-        "\"duration_ms\":0}\n";
+        "\"duration_ms\":0}\n"
+        "tool.metric {\"call_id\":\"c2\",\"tool\":\"nope\",\"iteration\":2,"
+        "\"arguments\":{},\"arguments_size\":2,\"started_at_ms\":0,"
+        "\"duration_ms\":0,\"status\":\"error\",\"error\":{\"code\":"
+        "\"ENOTFOUND\",\"stage\":\"lookup\",\"message\":\"Unknown tool "
+        "'nope'. Available tools: echo.\"},\"result_size\":50,"
+        "\"truncated\":false,\"cost_micros\":0,\"documents\":[]}\n";
     loom_buf got = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     loom_run_options o = LOOM_RUN_OPTIONS_INIT;
     loom_tool_registry *reg = NULL;
