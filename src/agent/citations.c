@@ -15,6 +15,7 @@
  */
 #include "agent/citations.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "loom/buf.h"
 #include "tools/web_search.h"
 
@@ -37,17 +38,6 @@ struct loom__citations {
 
 /* ---- helpers ------------------------------------------------------------- */
 
-/* The longest prefix of s (at most max bytes) that ends on a character:
- * never splits a UTF-8 sequence. */
-static size_t utf8_cut(const char *s, size_t len, size_t max)
-{
-    if (len <= max)
-        return len;
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
-        max--;
-    return max;
-}
-
 /* A copy of at most max bytes of s (cut on a character), or NULL for a
  * NULL s. *oom is set when the copy could not be made. */
 static char *dup_cut(const char *s, size_t max, int *oom)
@@ -56,7 +46,7 @@ static char *dup_cut(const char *s, size_t max, int *oom)
 
     if (!s)
         return NULL;
-    p = strndup(s, utf8_cut(s, strlen(s), max));
+    p = strndup(s, loom__utf8_cut(s, strlen(s), max));
     if (!p)
         *oom = 1;
     return p;

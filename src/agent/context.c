@@ -23,6 +23,7 @@
  */
 #include "loom/context.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "loom/buf.h"
 #include "loom/log.h"
 
@@ -455,17 +456,6 @@ static void sync_entry(loom_context *ctx, size_t i, const loom_message *m)
 
 /* ---- cutting ------------------------------------------------------------- */
 
-/* The longest prefix of s no longer than max bytes that ends on a UTF-8
- * character boundary. */
-static size_t utf8_prefix(const char *s, size_t len, size_t max)
-{
-    if (len <= max)
-        return len;
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
-        max--;
-    return max;
-}
-
 /*
  * Makes content for m: the head of its content and a marker saying how
  * much is shown, so that m counts at most limit tokens. The first guess
@@ -488,7 +478,7 @@ static char *cut_to(loom_context *ctx, const loom_message *m,
                        : len;
     for (int i = 0; i < CUT_ATTEMPTS; i++) {
         size_t n;
-        keep = utf8_prefix(s, len, keep < len ? keep : len);
+        keep = loom__utf8_cut(s, len, keep < len ? keep : len);
         free(t);
         if (asprintf(&t, "%.*s\n[%s cut to fit the context window: %zu of "
                      "%zu bytes shown]",
@@ -545,7 +535,7 @@ static int ensure_reduced(loom_context *ctx, size_t i, const loom_message *m)
     entry *e = &ctx->e[i];
     const char *src = m->summary && *m->summary ? m->summary : m->content;
     size_t len = src ? strlen(src) : 0;
-    size_t keep = utf8_prefix(src ? src : "", len,
+    size_t keep = loom__utf8_cut(src ? src : "", len,
                               ctx->o.reduced_result_bytes);
     loom_message tmp = *m;
     char *t;

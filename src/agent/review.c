@@ -11,6 +11,7 @@
  */
 #include "agent/review.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "loom/buf.h"
 #include "loom/log.h"
 
@@ -39,16 +40,6 @@ const char LOOM_REVIEW_PROMPT[] =
 #define LEFT_OUT_LINE 64
 
 /* ---- text helpers -------------------------------------------------------- */
-
-/* The longest prefix of s (at most max bytes) that ends on a character. */
-static size_t utf8_cut(const char *s, size_t len, size_t max)
-{
-    if (len <= max)
-        return len;
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
-        max--;
-    return max;
-}
 
 static int is_space(char c)
 {
@@ -105,7 +96,7 @@ static char *dup_cut(const char *s, size_t max, int *cut)
     *cut = len > max;
     if (!*cut)
         return strdup(s);
-    keep = utf8_cut(s, len, max - 3);
+    keep = loom__utf8_cut(s, len, max - 3);
     if (!(p = malloc(keep + 4)))
         return NULL;
     memcpy(p, s, keep);
@@ -224,7 +215,7 @@ cleanup:
     free(steps);
     if (!rc) {
         /* A limit too small even for the request: the head. */
-        b.len = utf8_cut(b.ptr, b.len, max);
+        b.len = loom__utf8_cut(b.ptr, b.len, max);
         b.ptr[b.len] = '\0';
         if (!(*out = loom_buf_detach(&b)))
             rc = loom__error_oom();
@@ -443,7 +434,7 @@ static int skip(loom__review_outcome *o, const char *answer, size_t len,
     }
     ascii_if_invalid(o->reason);
     if (answer && len) {
-        size_t keep = utf8_cut(answer, len, LOOM_REVIEW_EXCERPT_MAX);
+        size_t keep = loom__utf8_cut(answer, len, LOOM_REVIEW_EXCERPT_MAX);
         if (!(o->answer = strndup(answer, keep)))
             return loom__error_oom();
         ascii_if_invalid(o->answer);

@@ -25,6 +25,7 @@
  */
 #include "tools/web_search.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "core/http.h"
 
 #include <curl/curl.h>
@@ -100,16 +101,6 @@ static const backend *find_backend(const char *name)
 }
 
 /* ---- small text helpers */
-
-/* Cuts s (length len) to at most max bytes on a UTF-8 boundary. */
-static size_t utf8_cut(const char *s, size_t len, size_t max)
-{
-    if (len <= max)
-        return len;
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
-        max--;
-    return max;
-}
 
 static size_t utf8_count(const char *s)
 {
@@ -197,7 +188,7 @@ static char *clean_text(const char *s, size_t max)
         out[o++] = (char)c;
         i++;
     }
-    cut = utf8_cut(out, o, max);
+    cut = loom__utf8_cut(out, o, max);
     if (cut < o) {
         while (cut > 0 && out[cut - 1] == ' ')
             cut--;
@@ -425,7 +416,7 @@ static int exa_snippet(const json_t *r, char **out)
     if (!s)
         return 0;
     /* Page text can be long: copy only what a snippet can use. */
-    *out = strndup(s, utf8_cut(s, strlen(s), SNIPPET_MAX * 2));
+    *out = strndup(s, loom__utf8_cut(s, strlen(s), SNIPPET_MAX * 2));
     return *out ? 0 : loom__error_oom();
 }
 

@@ -1,0 +1,25 @@
+/*
+ * Internal: cutting text on UTF-8 character boundaries. Every place that
+ * caps a string for a model, an event or the store cuts through this, so
+ * no cut leaves half a character behind.
+ */
+#ifndef LOOM_CORE_UTF8_H
+#define LOOM_CORE_UTF8_H
+
+#include <stddef.h>
+
+/*
+ * The length of the longest prefix of s (len bytes) that is at most max
+ * bytes and does not end inside a UTF-8 sequence: len when it fits, else
+ * max moved back over continuation bytes.
+ */
+static inline size_t loom__utf8_cut(const char *s, size_t len, size_t max)
+{
+    if (len <= max)
+        return len;
+    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+        max--;
+    return max;
+}
+
+#endif
