@@ -4,9 +4,15 @@
  * A recorder is a sink that sits in front of another sink: it notes what
  * the store needs and the events do not leave behind in the run itself
  * (where in the assistant text each tool call appeared, each tool's
- * outcome and duration, each model call's usage), then forwards every
- * event unchanged. After the run, loom_recorder_turn() fills a loom_turn
- * ready for loom_store_save_turn().
+ * outcome and duration, each model call's usage, the tool records of
+ * `tool.metric` events and the sources of `citation` events), then
+ * forwards every event unchanged. After the run, loom_recorder_turn()
+ * fills a loom_turn ready for loom_store_save_turn().
+ *
+ * Memory is bounded: at most LOOM_RECORDER_MAX_TOOL_RECORDS tool records
+ * and LOOM_RECORDER_MAX_CITATIONS citations are kept (references to the
+ * events' data, which the run already bounds); later ones are counted,
+ * not kept, and loom_recorder_turn() logs a warning saying how many.
  */
 #ifndef LOOM_RECORDER_H
 #define LOOM_RECORDER_H
@@ -20,6 +26,11 @@ extern "C" {
 
 typedef struct loom_recorder loom_recorder;
 
+/* Tool records kept (as many as a run keeps, LOOM_RUN_MAX_TOOL_RECORDS). */
+#define LOOM_RECORDER_MAX_TOOL_RECORDS 1024
+/* Citations kept (a run numbers at most 999 sources). */
+#define LOOM_RECORDER_MAX_CITATIONS 1000
+
 /* inner may have a NULL emit (record only). */
 int loom_recorder_new(loom_recorder **out, loom_sink inner);
 /* The sink to give the run (payload is the recorder). */
@@ -28,9 +39,12 @@ loom_sink loom_recorder_sink(loom_recorder *rec);
 /*
  * Fills *turn from what was recorded and from the finished run: output
  * messages, status (ok, error or cancelled with the run's error as
- * reason), finish reason, tool outcomes, call offsets and usage rows. The
- * caller sets conversation_id, input and agent. Pointers are borrowed
- * from rec and run: valid until either is freed.
+ * reason), finish reason, tool outcomes, call offsets, usage rows, tool
+ * records and citations (NULL when none were seen) and the run's context
+ * summary (loom_run_summary: NULL when the run made none, so the stored
+ * one is kept). The caller sets conversation_id, input and agent.
+ * Pointers are borrowed from rec and run: valid until either is freed.
+ * LOOM_ENOMEM when recording ran out of memory.
  */
 int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
                        loom_turn *turn);

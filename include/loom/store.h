@@ -14,6 +14,11 @@
  * it to loom_store_save_turn() once, at the end, which writes it in one
  * transaction. A failed or cancelled turn is saved too, marked so.
  *
+ * With a turn also go the context engine's summary of older messages
+ * (kept with the conversation, handed to the next run), the sources the
+ * answer cites (kept on the answer) and the record of every tool call
+ * (tool.metric, kept per conversation).
+ *
  * Threads: a store may be used from any number of threads at once (each
  * call takes what it needs; SQLite connections are per thread or pooled
  * inside the backend).
@@ -73,19 +78,33 @@ int loom_store_conversation_info(loom_store *st, const char *id,
 int loom_store_conversation_list(loom_store *st, const char *after,
                                  int limit, json_t **out);
 /*
- * The whole conversation as JSON: the info fields plus "messages": each
- * {id, role, content, reasoning, model, finish_reason, status, error,
+ * The whole conversation as JSON: the info fields, "summary" (the
+ * stored context summary or null) and "summary_covers", plus "messages":
+ * each {id, role, content, reasoning, model, finish_reason, status, error,
  * prompt_tokens, completion_tokens, cost, created_at, run_id,
- * tool_calls: [{id, name, arguments, text_offset}],
- * tool_call_id, name, tool_status, duration_ms (tool messages)}
- * and "usage": [{run_id, model, iteration, prompt_tokens,
+ * tool_calls: [{id, name, arguments, text_offset}] and citations (the
+ * array saved with the turn, null when none) (assistant messages),
+ * tool_call_id, name, tool_status, duration_ms (tool messages)},
+ * "usage": [{run_id, model, iteration, prompt_tokens,
  * completion_tokens, cached_tokens, reasoning_tokens, total_tokens,
- * cost}]. LOOM_ENOTFOUND when absent.
+ * cost}] and "tool_records": every tool record saved, oldest first, as
+ * saved plus "run_id". LOOM_ENOTFOUND when absent.
  */
 int loom_store_conversation_get(loom_store *st, const char *id,
                                 json_t **out);
 /* Deletes it with everything it holds. LOOM_ENOTFOUND when absent. */
 int loom_store_conversation_delete(loom_store *st, const char *id);
+
+/*
+ * The context summary stored with the conversation by its latest turn
+ * that had one (loom_turn.summary), for the next run's
+ * loom_run_context_options.summary: *summary_out (caller frees) is NULL
+ * when there is none, and *covers_out (may be NULL) how many messages it
+ * replaces, counted as loom_store_load_history() gives them (0 with no
+ * summary). LOOM_ENOTFOUND for an unknown conversation.
+ */
+int loom_store_conversation_summary(loom_store *st, const char *id,
+                                    char **summary_out, size_t *covers_out);
 
 /*
  * Loads the conversation's messages in order into out (appended), as the
@@ -148,13 +167,49 @@ typedef struct {
     const loom_turn_usage *usage; /* may be NULL */
     size_t usage_len;
     double cost; /* total, < 0 when unknown */
+    /*
+     * The context summary the run made (loom_run_summary) and how many
+     * messages it replaces, counted as loom_store_load_history() will
+     * give them once this turn is saved (history, then input, then
+     * output). Replaces the conversation's summary; NULL keeps the one it
+     * has. At most LOOM_STORE_SUMMARY_MAX_BYTES.
+     */
+    const char *summary;
+    size_t summary_covers;
+    /*
+     * The sources the answer cites: a JSON array of objects (the data of
+     * the run's `citation` events, docs/citations.md), kept on the
+     * turn's last assistant message. NULL or empty: none. At most
+     * LOOM_STORE_CITATIONS_MAX of them, LOOM_STORE_CITATIONS_MAX_BYTES
+     * as JSON.
+     */
+    const json_t *citations;
+    /*
+     * The run's tool records: a JSON array of objects (the data of its
+     * `tool.metric` events, docs/events.md), kept in order. NULL: none.
+     * At most LOOM_STORE_TOOL_RECORDS_MAX of them; one over
+     * LOOM_STORE_TOOL_RECORD_MAX_BYTES as JSON is kept cut (its short
+     * top-level fields and "record_cut": true, "record_bytes": size).
+     */
+    const json_t *tool_records;
 } loom_turn;
+
+/* Limits of a turn's extras; crossing one is an error (LOOM_ETOOLARGE,
+ * nothing written) except a tool record's size, which is cut. */
+#define LOOM_STORE_SUMMARY_MAX_BYTES (256 * 1024)   /* a summary */
+#define LOOM_STORE_CITATIONS_MAX 1000               /* citations of a turn */
+#define LOOM_STORE_CITATIONS_MAX_BYTES (8 * 1024 * 1024) /* as JSON */
+#define LOOM_STORE_TOOL_RECORDS_MAX 10000           /* records of a turn */
+#define LOOM_STORE_TOOL_RECORD_MAX_BYTES (64 * 1024) /* one record, JSON */
 
 /*
  * Writes the turn in one transaction: all of it or nothing. The status,
- * error and finish reason land on the last assistant message (or, with no
- * assistant message, on a stored empty assistant message, so a failed
- * turn is always visible). LOOM_ENOTFOUND for an unknown conversation,
+ * error, finish reason and citations land on the last assistant message
+ * (or, with no assistant message, on a stored empty assistant message, so
+ * a failed turn is always visible); the summary on the conversation; the
+ * tool records in their own rows. LOOM_ENOTFOUND for an unknown
+ * conversation, LOOM_EINVALID for a malformed turn (citations or tool
+ * records not an array of objects), LOOM_ETOOLARGE past a limit,
  * LOOM_EIO when the write fails (disk full, ...): nothing is written then.
  */
 int loom_store_save_turn(loom_store *st, const loom_turn *turn);

@@ -1,12 +1,15 @@
 /*
  * The turn recorder (see loom/recorder.h). It keeps small arrays of what
  * it saw; the strings it keeps are copies, since event data is borrowed
- * only for the sink call. Costs arrive as exact integer micro-dollars
+ * only for the sink call, and the tool records and citations are kept as
+ * references to the events' data (json_incref), which the run no longer
+ * changes once emitted. Costs arrive as exact integer micro-dollars
  * and are summed as such; they become the store's dollars (a double)
  * only at the end, once per row and once for the turn.
  */
 #include "loom/recorder.h"
 #include "core/error.h"
+#include "loom/log.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,10 @@ struct loom_recorder {
     int64_t cost_micros; /* sum of the usage rows' costs */
     int unpriced;        /* usage rows without a cost */
     char *model;         /* the model that answered last, when named */
+    json_t *records;     /* tool.metric data, at most the cap */
+    size_t records_dropped;
+    json_t *citations;   /* citation data, at most the cap */
+    size_t citations_dropped;
     int failed;          /* out of memory while recording */
 };
 
@@ -63,6 +70,21 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 static long field_long(const json_t *o, const char *k)
 {
     return (long)json_integer_value(json_object_get(o, k));
+}
+
+/* Keeps a reference to d in *arr (made on first use) while it holds
+ * fewer than max; past that only counts it. */
+static void keep(loom_recorder *r, json_t **arr, size_t max, size_t *dropped,
+                 json_t *d)
+{
+    if (!json_is_object(d))
+        return;
+    if (*arr && json_array_size(*arr) >= max) {
+        (*dropped)++;
+        return;
+    }
+    if ((!*arr && !(*arr = json_array())) || json_array_append(*arr, d))
+        r->failed = 1;
 }
 
 static void note(loom_recorder *r, const loom_event *ev)
@@ -150,6 +172,14 @@ static void note(loom_recorder *r, const loom_event *ev)
         note_model(r, d);
         break;
     }
+    case LOOM_EV_TOOL_METRIC:
+        keep(r, &r->records, LOOM_RECORDER_MAX_TOOL_RECORDS,
+             &r->records_dropped, ev->data);
+        break;
+    case LOOM_EV_CITATION:
+        keep(r, &r->citations, LOOM_RECORDER_MAX_CITATIONS,
+             &r->citations_dropped, ev->data);
+        break;
     case LOOM_EV_RUN_COMPLETED:
     case LOOM_EV_RUN_FAILED:
         note_model(r, d);
@@ -212,6 +242,18 @@ int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
     turn->cost = rec->nusage && !rec->unpriced
                      ? (double)rec->cost_micros / 1e6
                      : -1;
+    turn->tool_records = rec->records;
+    turn->citations = rec->citations;
+    turn->summary = loom_run_summary(run, &turn->summary_covers);
+    if (rec->records_dropped)
+        loom_warn("run %s: %zu tool records past the first %d are not "
+                  "stored",
+                  turn->run_id ? turn->run_id : "?", rec->records_dropped,
+                  LOOM_RECORDER_MAX_TOOL_RECORDS);
+    if (rec->citations_dropped)
+        loom_warn("run %s: %zu citations past the first %d are not stored",
+                  turn->run_id ? turn->run_id : "?", rec->citations_dropped,
+                  LOOM_RECORDER_MAX_CITATIONS);
     return 0;
 }
 
@@ -229,5 +271,7 @@ void loom_recorder_free(loom_recorder *rec)
     free(rec->calls);
     free(rec->usage);
     free(rec->model);
+    json_decref(rec->records);
+    json_decref(rec->citations);
     free(rec);
 }

@@ -132,6 +132,31 @@ const char *const loom__sqlite_migrations[] = {
     "  INSERT INTO memories_fts (rowid, content)"
     "    VALUES (new.seq, new.content);"
     "END;",
+
+    /* 5: what a turn leaves besides its messages: the context engine's
+     * summary of older messages (with how many messages it replaces),
+     * the sources an answer cites (a JSON array on the answer), and one
+     * row per tool call record (tool.metric data as JSON, with the fields
+     * one filters on in columns). */
+    "ALTER TABLE conversations ADD COLUMN summary TEXT;"
+    "ALTER TABLE conversations ADD COLUMN summary_covers INTEGER NOT NULL"
+    "  DEFAULT 0;"
+    "ALTER TABLE messages ADD COLUMN citations TEXT;"
+    "CREATE TABLE tool_records ("
+    "  id INTEGER PRIMARY KEY,"
+    "  conversation_id TEXT NOT NULL"
+    "    REFERENCES conversations(id) ON DELETE CASCADE,"
+    "  run_id TEXT,"
+    "  position INTEGER NOT NULL,"
+    "  tool TEXT,"
+    "  call_id TEXT,"
+    "  status TEXT,"
+    "  duration_ms REAL,"
+    "  record TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX tool_records_by_conversation"
+    "  ON tool_records (conversation_id, id);",
 };
 
 const int loom__sqlite_migrations_len =

@@ -52,6 +52,9 @@ enum {
     S_MSG_SELECT,
     S_CALL_SELECT,
     S_USAGE_SELECT,
+    S_CONV_SUMMARY,
+    S_RECORD_INSERT,
+    S_RECORD_SELECT,
     S_COUNT
 };
 
@@ -78,14 +81,17 @@ static const char *const sql_text[S_COUNT] = {
         "UPDATE conversations SET updated_at = MAX(updated_at, ?2), "
         "message_count = message_count + ?3, agent = ?4, model = ?5, "
         "title = CASE WHEN title = '' AND ?6 IS NOT NULL THEN ?6 "
-        "ELSE title END WHERE id = ?1",
+        "ELSE title END, "
+        "summary = CASE WHEN ?7 IS NULL THEN summary ELSE ?7 END, "
+        "summary_covers = CASE WHEN ?7 IS NULL THEN summary_covers "
+        "ELSE ?8 END WHERE id = ?1",
     [S_MSG_INSERT] =
         "INSERT INTO messages (id, conversation_id, position, run_id, role, "
         "content, reasoning, model, finish_reason, status, error, "
         "prompt_tokens, completion_tokens, cost, tool_call_id, name, "
-        "placeholder, created_at, provider_state, cost_micros) VALUES (?1, "
-        "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-        "?17, ?18, ?19, ?20)",
+        "placeholder, created_at, provider_state, cost_micros, citations) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+        "?15, ?16, ?17, ?18, ?19, ?20, ?21)",
     [S_CALL_INSERT] = "INSERT INTO tool_calls (message_id, position, "
                       "call_id, name, arguments, text_offset) "
                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -101,7 +107,7 @@ static const char *const sql_text[S_COUNT] = {
         "m.finish_reason, m.status, m.error, m.prompt_tokens, "
         "m.completion_tokens, m.cost, m.created_at, m.run_id, "
         "m.tool_call_id, m.name, m.placeholder, o.status, o.duration_ms, "
-        "m.provider_state, m.cost_micros "
+        "m.provider_state, m.cost_micros, m.citations "
         "FROM messages m LEFT JOIN tool_outputs o ON o.message_id = m.id "
         "WHERE m.conversation_id = ?1 ORDER BY m.position",
     [S_CALL_SELECT] =
@@ -113,6 +119,14 @@ static const char *const sql_text[S_COUNT] = {
         "cached_tokens, reasoning_tokens, total_tokens, cost, "
         "cache_write_tokens, cost_micros FROM usage "
         "WHERE conversation_id = ?1 ORDER BY id",
+    [S_CONV_SUMMARY] =
+        "SELECT summary, summary_covers FROM conversations WHERE id = ?1",
+    [S_RECORD_INSERT] =
+        "INSERT INTO tool_records (conversation_id, run_id, position, tool, "
+        "call_id, status, duration_ms, record, created_at) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [S_RECORD_SELECT] = "SELECT run_id, record FROM tool_records "
+                        "WHERE conversation_id = ?1 ORDER BY id",
 };
 
 /* Columns of S_MSG_SELECT. */
@@ -136,7 +150,8 @@ enum {
     M_TOOL_STATUS,
     M_DURATION,
     M_PROVIDER_STATE,
-    M_COST_MICROS
+    M_COST_MICROS,
+    M_CITATIONS
 };
 
 typedef struct loom__sqlite_conn {
@@ -346,6 +361,14 @@ static void b_text(sqlite3_stmt *s, int i, const char *v, int *rc)
                 : sqlite3_bind_null(s, i);
 }
 
+/* Binds len bytes of v (NULL when v is). */
+static void b_textn(sqlite3_stmt *s, int i, const char *v, size_t len, int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = v ? sqlite3_bind_text64(s, i, v, len, SQLITE_STATIC, SQLITE_UTF8)
+                : sqlite3_bind_null(s, i);
+}
+
 static void b_int(sqlite3_stmt *s, int i, int64_t v, int *rc)
 {
     if (*rc == SQLITE_OK)
@@ -413,6 +436,19 @@ static json_t *col_json(sqlite3_stmt *s, int i)
 static int put(json_t *o, const char *key, json_t *v)
 {
     return v ? json_object_set_new(o, key, v) : -1;
+}
+
+/*
+ * Column i, which holds JSON text the store wrote, parsed; NULL when the
+ * column is NULL or does not parse (only a file changed from outside).
+ */
+static json_t *col_parsed(sqlite3_stmt *s, int i)
+{
+    const char *v = col_text(s, i);
+
+    if (!v)
+        return NULL;
+    return json_loadb(v, (size_t)sqlite3_column_bytes(s, i), 0, NULL);
 }
 
 static int row_info(sqlite3_stmt *s, loom_conversation_info *out)
@@ -878,6 +914,10 @@ static json_t *message_json(sqlite3_stmt *ms, sqlite3_stmt *cs, int *crc)
         bad = put(m, msg_keys[i], col_json(ms, i));
     if (!bad)
         bad = put(m, "cost_micros", col_json(ms, M_COST_MICROS));
+    if (!bad && assistant) {
+        json_t *cites = col_parsed(ms, M_CITATIONS);
+        bad = put(m, "citations", cites ? cites : json_null());
+    }
     if (!bad && (assistant || call_of(cs, *crc, mid))) {
         bad = !(calls = json_array()) ||
               json_object_set_new(m, "tool_calls", calls);
@@ -924,6 +964,70 @@ static json_t *usage_json(sqlite3_stmt *us)
     return o;
 }
 
+/* The conversation's summary row, left on s for the caller (who calls
+ * done(s) after reading it). LOOM_ENOTFOUND when absent. */
+static int summary_on(sqlite_store *st, conn *c, const char *id,
+                      sqlite3_stmt **s)
+{
+    int rc, src = SQLITE_OK;
+
+    if ((rc = use(st, c, S_CONV_SUMMARY, s)) != 0)
+        return rc;
+    b_text(*s, 1, id, &src);
+    if (src == SQLITE_OK)
+        src = sqlite3_step(*s);
+    if (src == SQLITE_ROW)
+        return 0;
+    rc = src == SQLITE_DONE ? not_found(id)
+                            : fail(st, c->db, src, "reading a summary");
+    done(*s);
+    return rc;
+}
+
+/* One tool record row as the API shows it: the record with its run id. */
+static json_t *record_json(sqlite3_stmt *rs)
+{
+    json_t *r = col_parsed(rs, 1);
+
+    if (r && !json_is_object(r)) {
+        json_decref(r);
+        r = NULL;
+    }
+    /* A record changed from outside into something else is shown so. */
+    if (!r && (!(r = json_object()) ||
+               json_object_set_new(r, "record_unreadable", json_true()))) {
+        json_decref(r);
+        return NULL;
+    }
+    if (put(r, "run_id", col_json(rs, 0))) {
+        json_decref(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Appends the conversation's tool records to arr. */
+static int records_on(sqlite_store *st, conn *c, const char *id, json_t *arr)
+{
+    sqlite3_stmt *s = NULL;
+    int rc, src = SQLITE_OK;
+
+    if ((rc = use(st, c, S_RECORD_SELECT, &s)) != 0)
+        return rc;
+    b_text(s, 1, id, &src);
+    while (src == SQLITE_OK && (src = sqlite3_step(s)) == SQLITE_ROW) {
+        src = SQLITE_OK;
+        if (json_array_append_new(arr, record_json(s))) {
+            done(s);
+            return loom__error_oom();
+        }
+    }
+    if (src != SQLITE_DONE)
+        rc = fail(st, c->db, src, "reading tool records");
+    done(s);
+    return rc;
+}
+
 /* Binds id to the message and call walks and starts the call walk. */
 static int start_walk(sqlite_store *st, conn *c, const char *id,
                       sqlite3_stmt **ms, sqlite3_stmt **cs, int *crc)
@@ -956,8 +1060,8 @@ static int sqlite_conversation_get(loom_store *base, const char *id,
 {
     sqlite_store *st = (sqlite_store *)base;
     loom_conversation_info info = {0};
-    json_t *res = NULL, *msgs = NULL, *usage = NULL;
-    sqlite3_stmt *ms = NULL, *cs = NULL, *us = NULL;
+    json_t *res = NULL, *msgs = NULL, *usage = NULL, *records = NULL;
+    sqlite3_stmt *ms = NULL, *cs = NULL, *us = NULL, *ss = NULL;
     int rc, mrc, crc, urc = SQLITE_OK;
     conn *c;
 
@@ -966,7 +1070,17 @@ static int sqlite_conversation_get(loom_store *base, const char *id,
     if ((rc = begin_read(st, c)) != 0 || (rc = info_on(st, c, id, &info)))
         goto cleanup;
     if (!(res = loom__store_info_json(&info)) || !(msgs = json_array()) ||
-        !(usage = json_array())) {
+        !(usage = json_array()) || !(records = json_array())) {
+        rc = loom__error_oom();
+        goto cleanup;
+    }
+    if ((rc = summary_on(st, c, id, &ss)) != 0)
+        goto cleanup;
+    rc = put(res, "summary", col_json(ss, 0)) ||
+         put(res, "summary_covers",
+             json_integer((json_int_t)sqlite3_column_int64(ss, 1)));
+    done(ss);
+    if (rc) {
         rc = loom__error_oom();
         goto cleanup;
     }
@@ -992,15 +1106,18 @@ static int sqlite_conversation_get(loom_store *base, const char *id,
         rc = fail(st, c->db, urc, "reading usage");
         goto cleanup;
     }
-    if ((rc = commit(st, c, "reading a conversation")) != 0)
+    if ((rc = records_on(st, c, id, records)) != 0 ||
+        (rc = commit(st, c, "reading a conversation")) != 0)
         goto cleanup;
     if (json_object_set(res, "messages", msgs) ||
-        json_object_set(res, "usage", usage))
+        json_object_set(res, "usage", usage) ||
+        json_object_set(res, "tool_records", records))
         rc = loom__error_oom();
 cleanup:
     loom_conversation_info_clear(&info);
     json_decref(msgs);
     json_decref(usage);
+    json_decref(records);
     if (rc) {
         json_decref(res);
         res = NULL;
@@ -1021,8 +1138,8 @@ static int sqlite_conversation_delete(loom_store *base, const char *id)
     if ((rc = acquire(st, &c)) != 0 || (rc = use(st, c, S_CONV_DELETE, &s)))
         goto cleanup;
     b_text(s, 1, id, &src);
-    /* One statement: the cascade to messages, calls, outputs and usage
-     * is part of it, so it is atomic without BEGIN. */
+    /* One statement: the cascade to messages, calls, outputs, usage and
+     * tool records is part of it, so it is atomic without BEGIN. */
     if ((src = step_done(s, src)) != SQLITE_OK)
         rc = fail(st, c->db, src, "deleting a conversation");
     else if (sqlite3_changes(c->db) == 0)
@@ -1112,6 +1229,32 @@ static int exists_on(sqlite_store *st, conn *c, const char *id, int64_t *count)
     return rc;
 }
 
+static int sqlite_conversation_summary(loom_store *base, const char *id,
+                                       char **summary, size_t *covers)
+{
+    sqlite_store *st = (sqlite_store *)base;
+    sqlite3_stmt *s = NULL;
+    const char *v;
+    int64_t n;
+    conn *c;
+    int rc;
+
+    if ((rc = acquire(st, &c)) != 0)
+        return rc;
+    if ((rc = summary_on(st, c, id, &s)) != 0)
+        goto cleanup;
+    if ((v = col_text(s, 0)) != NULL) {
+        if (!(*summary = strdup(v)))
+            rc = loom__error_oom();
+        n = sqlite3_column_int64(s, 1);
+        *covers = n > 0 ? (size_t)n : 0;
+    }
+    done(s);
+cleanup:
+    release(st, c);
+    return rc;
+}
+
 static int sqlite_load_history(loom_store *base, const char *id,
                                loom_messages *out)
 {
@@ -1191,6 +1334,7 @@ static int insert_message(sqlite_store *st, conn *c, const loom__store_plan *p,
     b_int(s, 18, p->now, &src);
     b_text(s, 19, msg->provider_state, &src);
     b_micros(s, 20, m->cost_micros, &src);
+    b_text(s, 21, m->citations, &src);
     if ((src = step_done(s, src)) != SQLITE_OK)
         goto failed;
     done(s);
@@ -1254,6 +1398,32 @@ static int insert_usage(sqlite_store *st, conn *c, const loom__store_plan *p)
     return 0;
 }
 
+static int insert_records(sqlite_store *st, conn *c, const loom__store_plan *p)
+{
+    const loom_turn *t = p->turn;
+    sqlite3_stmt *s = NULL;
+    int rc, src = SQLITE_OK;
+
+    for (size_t i = 0; i < p->records_len; i++) {
+        const loom__store_record *r = &p->records[i];
+        if ((rc = use(st, c, S_RECORD_INSERT, &s)) != 0)
+            return rc;
+        b_text(s, 1, t->conversation_id, &src);
+        b_text(s, 2, t->run_id, &src);
+        b_int(s, 3, (int64_t)i, &src);
+        b_textn(s, 4, r->tool, r->tool_len, &src);
+        b_textn(s, 5, r->call_id, r->call_id_len, &src);
+        b_textn(s, 6, r->status, r->status_len, &src);
+        b_real(s, 7, r->duration_ms, &src);
+        b_text(s, 8, r->json, &src);
+        b_int(s, 9, p->now, &src);
+        if ((src = step_done(s, src)) != SQLITE_OK)
+            return fail(st, c->db, src, "saving tool records");
+        done(s);
+    }
+    return 0;
+}
+
 static int update_conversation(sqlite_store *st, conn *c,
                                const loom__store_plan *p)
 {
@@ -1269,6 +1439,8 @@ static int update_conversation(sqlite_store *st, conn *c,
     b_text(s, 4, t->agent, &src);
     b_text(s, 5, t->model, &src);
     b_text(s, 6, p->title, &src);
+    b_text(s, 7, t->summary, &src);
+    b_int(s, 8, (int64_t)t->summary_covers, &src);
     if ((src = step_done(s, src)) != SQLITE_OK)
         return fail(st, c->db, src, "updating a conversation");
     done(s);
@@ -1297,6 +1469,7 @@ static int sqlite_save_turn(loom_store *base, const loom__store_plan *p)
         if ((rc = insert_message(st, c, p, i, count + (int64_t)i)) != 0)
             goto cleanup;
     if ((rc = insert_usage(st, c, p)) != 0 ||
+        (rc = insert_records(st, c, p)) != 0 ||
         (rc = update_conversation(st, c, p)) != 0 ||
         (rc = commit(st, c, "saving a turn")) != 0)
         goto cleanup;
@@ -1369,6 +1542,7 @@ static const loom__store_vtable sqlite_vtable = {
     sqlite_conversation_get,
     sqlite_conversation_delete,
     sqlite_load_history,
+    sqlite_conversation_summary,
     sqlite_save_turn,
     loom__sqlite_memory_add,
     loom__sqlite_memory_search,

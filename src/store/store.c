@@ -3,8 +3,9 @@
  *
  * Every public call lands here first: arguments and limits are checked,
  * ids and times are made, and a turn is turned into a "plan" in which each
- * message already knows its status, tool outcome, token counts and the
- * text offsets of its tool calls. The backend behind the vtable
+ * message already knows its status, tool outcome, token counts, citations
+ * and the text offsets of its tool calls, and each tool record is JSON
+ * text within its limit. The backend behind the vtable
  * (store_internal.h) then only writes rows, so a second backend
  * (PostgreSQL) shares all of this logic and callers never change.
  */
@@ -287,6 +288,25 @@ int loom_store_conversation_delete(loom_store *st, const char *id)
     return rc ? rc : st->vt->conversation_delete(st, id);
 }
 
+int loom_store_conversation_summary(loom_store *st, const char *id,
+                                    char **summary_out, size_t *covers_out)
+{
+    size_t covers = 0;
+    int rc;
+
+    if (!summary_out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *summary_out = NULL;
+    if (covers_out)
+        *covers_out = 0;
+    if ((rc = check_id(st, id)) != 0)
+        return rc;
+    rc = st->vt->conversation_summary(st, id, summary_out, &covers);
+    if (rc == 0 && covers_out)
+        *covers_out = covers;
+    return rc;
+}
+
 int loom_store_load_history(loom_store *st, const char *id, loom_messages *out)
 {
     int rc;
@@ -397,6 +417,56 @@ static size_t find_offset(const loom_turn *t, const char *id, size_t hint)
     return 0;
 }
 
+/*
+ * Checks that a turn's JSON array (citations, tool records) is an array
+ * of at most max objects; NULL is none.
+ */
+static int check_objects(const json_t *a, const char *what, size_t max)
+{
+    size_t i, n;
+    json_t *v;
+
+    if (!a)
+        return 0;
+    if (!json_is_array(a))
+        return loom__error_set(LOOM_EINVALID, "turn: %s must be a JSON array",
+                               what);
+    if ((n = json_array_size(a)) > max)
+        return loom__error_set(LOOM_ETOOLARGE,
+                               "a turn holds at most %zu %s, this one has %zu",
+                               max, what, n);
+    /* jansson's iteration takes no const; nothing is changed. */
+    json_array_foreach((json_t *)a, i, v)
+    {
+        if (!json_is_object(v))
+            return loom__error_set(LOOM_EINVALID,
+                                   "turn: %s item %zu is not a JSON object",
+                                   what, i);
+    }
+    return 0;
+}
+
+static int check_extras(const loom_turn *t)
+{
+    size_t n;
+    int rc;
+
+    if (t->summary && (n = strlen(t->summary)) > LOOM_STORE_SUMMARY_MAX_BYTES)
+        return loom__error_set(LOOM_ETOOLARGE,
+                               "a context summary has at most %d bytes, this "
+                               "one has %zu; nothing was saved",
+                               LOOM_STORE_SUMMARY_MAX_BYTES, n);
+    if (t->summary && t->summary_covers > (size_t)INT64_MAX)
+        return loom__error_set(LOOM_EINVALID,
+                               "turn: summary_covers %zu is out of range",
+                               t->summary_covers);
+    if ((rc = check_objects(t->citations, "citations",
+                            LOOM_STORE_CITATIONS_MAX)) != 0)
+        return rc;
+    return check_objects(t->tool_records, "tool records",
+                         LOOM_STORE_TOOL_RECORDS_MAX);
+}
+
 static int check_turn(const loom_turn *t)
 {
     size_t nin = msgs_len(t->input), nout = msgs_len(t->output), ncalls = 0;
@@ -422,14 +492,144 @@ static int check_turn(const loom_turn *t)
         if (ncalls > LOOM__STORE_MAX_TURN_ITEMS)
             return too_many("tool calls", ncalls);
     }
-    return 0;
+    return check_extras(t);
 }
 
 static void plan_free(loom__store_plan *p)
 {
+    for (size_t i = 0; p->records && i < p->records_len; i++)
+        free(p->records[i].json);
+    free(p->records);
+    free(p->citations);
     free(p->msgs);
     free(p->offsets);
     free(p->title);
+}
+
+/* How many of the first len bytes of s to keep so that at most max are
+ * kept and no UTF-8 sequence is split. */
+static size_t cut_utf8(const char *s, size_t len, size_t max)
+{
+    if (len <= max)
+        return len;
+    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+        max--;
+    return max;
+}
+
+/* The turn's citations as JSON text (NULL for none). */
+static int plan_citations(const loom_turn *t, loom__store_plan *p)
+{
+    size_t n;
+
+    if (!t->citations || json_array_size(t->citations) == 0)
+        return 0;
+    if (!(p->citations = json_dumps(t->citations, JSON_COMPACT)))
+        return loom__error_oom();
+    if ((n = strlen(p->citations)) > LOOM_STORE_CITATIONS_MAX_BYTES)
+        return loom__error_set(LOOM_ETOOLARGE,
+                               "the citations of a turn take at most %d bytes "
+                               "as JSON, these take %zu; nothing was saved",
+                               LOOM_STORE_CITATIONS_MAX_BYTES, n);
+    return 0;
+}
+
+/* Top-level fields a cut record keeps at most, and the longest key. With
+ * LOOM__STORE_RECORD_FIELD_MAX, even strings of control characters
+ * (6 bytes each as JSON) keep a cut record far below the limit. */
+#define CUT_FIELDS_MAX 32
+#define CUT_KEY_MAX 64
+
+/*
+ * The stand-in for a record over LOOM_STORE_TOOL_RECORD_MAX_BYTES (size
+ * bytes as JSON): its first CUT_FIELDS_MAX numbers, booleans, nulls and
+ * strings (cut to LOOM__STORE_RECORD_FIELD_MAX bytes), so what a record
+ * is about (tool, call id, status, duration, sizes) survives, plus
+ * "record_cut": true and "record_bytes". Arrays and objects (arguments,
+ * documents, error) go. NULL when out of memory.
+ */
+static json_t *cut_record(const json_t *r, size_t size)
+{
+    json_t *c = json_object(), *v, *nv;
+    const char *k;
+    size_t kept = 0;
+
+    if (!c)
+        return NULL;
+    /* jansson's iteration takes no const; nothing is changed. */
+    json_object_foreach((json_t *)r, k, v)
+    {
+        if (kept == CUT_FIELDS_MAX || strlen(k) > CUT_KEY_MAX)
+            continue;
+        if (json_is_string(v))
+            nv = json_stringn(json_string_value(v),
+                              cut_utf8(json_string_value(v),
+                                       json_string_length(v),
+                                       LOOM__STORE_RECORD_FIELD_MAX));
+        else if (json_is_number(v) || json_is_boolean(v) || json_is_null(v))
+            nv = json_deep_copy(v);
+        else
+            continue;
+        if (!nv || json_object_set_new(c, k, nv))
+            goto fail;
+        kept++;
+    }
+    if (json_object_set_new(c, "record_cut", json_true()) ||
+        json_object_set_new(c, "record_bytes", json_integer((json_int_t)size)))
+        goto fail;
+    return c;
+fail:
+    json_decref(c);
+    return NULL;
+}
+
+/* A string field of a record for its column: borrowed, cut. */
+static void record_field(const json_t *r, const char *key, const char **s,
+                         size_t *len)
+{
+    const json_t *v = json_object_get(r, key);
+
+    *s = NULL;
+    *len = 0;
+    if (!json_is_string(v))
+        return;
+    *s = json_string_value(v);
+    *len = cut_utf8(*s, json_string_length(v), LOOM__STORE_RECORD_FIELD_MAX);
+}
+
+static int plan_records(const loom_turn *t, loom__store_plan *p)
+{
+    size_t n = t->tool_records ? json_array_size(t->tool_records) : 0, size;
+
+    if (n == 0)
+        return 0;
+    if (!(p->records = calloc(n, sizeof(*p->records))))
+        return loom__error_oom();
+    p->records_len = n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *r = json_array_get(t->tool_records, i), *d;
+        loom__store_record *rec = &p->records[i];
+        json_t *cut;
+
+        record_field(r, "tool", &rec->tool, &rec->tool_len);
+        record_field(r, "call_id", &rec->call_id, &rec->call_id_len);
+        record_field(r, "status", &rec->status, &rec->status_len);
+        d = json_object_get(r, "duration_ms");
+        rec->duration_ms = json_is_number(d) ? json_number_value(d) : -1;
+        if (!(rec->json = json_dumps(r, JSON_COMPACT)))
+            return loom__error_oom();
+        if ((size = strlen(rec->json)) <= LOOM_STORE_TOOL_RECORD_MAX_BYTES)
+            continue;
+        /* Telemetry is not worth losing the turn for: keep it cut. */
+        free(rec->json);
+        rec->json = NULL;
+        cut = cut_record(r, size);
+        rec->json = cut ? json_dumps(cut, JSON_COMPACT) : NULL;
+        json_decref(cut);
+        if (!rec->json)
+            return loom__error_oom();
+    }
+    return 0;
 }
 
 /* The empty assistant message that carries a failed turn's status. */
@@ -510,7 +710,10 @@ static int plan_turn(const loom_turn *t, loom__store_plan *p)
     }
     m->cost = t->cost;
     m->cost_micros = turn_micros(t);
-    return 0;
+    if ((rc = plan_citations(t, p)) != 0)
+        return rc;
+    m->citations = p->citations;
+    return plan_records(t, p);
 }
 
 int loom_store_save_turn(loom_store *st, const loom_turn *turn)

@@ -55,7 +55,21 @@ typedef struct {
     const char *tool_status; /* tool messages: "success", "error", NULL */
     double duration_ms;      /* tool messages: < 0 unknown */
     size_t offsets_at;       /* assistant: first of its calls in offsets */
+    const char *citations;   /* the status carrier: JSON array, or NULL */
 } loom__store_msg;
+
+/* Bytes kept of a tool record's tool, call id and status columns, and of
+ * a string field of a cut record. */
+#define LOOM__STORE_RECORD_FIELD_MAX 256
+
+/* One tool record of a planned turn. The column strings are borrowed
+ * from the turn's JSON and hold len bytes (not NUL-terminated). */
+typedef struct {
+    const char *tool, *call_id, *status; /* NULL when absent */
+    size_t tool_len, call_id_len, status_len;
+    double duration_ms; /* < 0 unknown */
+    char *json;         /* the record as stored (owned by the plan) */
+} loom__store_record;
 
 /* A turn ready to write: messages in order (input, output, placeholder). */
 typedef struct {
@@ -66,6 +80,10 @@ typedef struct {
     size_t offsets_len;
     char *title; /* NULL when the turn has no user text */
     int64_t now; /* Unix ms */
+    char *citations; /* the turn's citations as JSON text, or NULL */
+    loom__store_record *records; /* the tool records, in order */
+    size_t records_len;
+    /* turn->summary replaces the conversation's when not NULL. */
 } loom__store_plan;
 
 typedef struct {
@@ -84,6 +102,9 @@ typedef struct {
     int (*conversation_get)(loom_store *st, const char *id, json_t **out);
     int (*conversation_delete)(loom_store *st, const char *id);
     int (*load_history)(loom_store *st, const char *id, loom_messages *out);
+    /* *summary NULL and *covers 0 when the conversation has none. */
+    int (*conversation_summary)(loom_store *st, const char *id,
+                                char **summary, size_t *covers);
     /* Writes the plan in one transaction, all or nothing. */
     int (*save_turn)(loom_store *st, const loom__store_plan *plan);
     /*
