@@ -107,6 +107,15 @@ int loom_store_conversation_summary(loom_store *st, const char *id,
                                     char **summary_out, size_t *covers_out);
 
 /*
+ * The plan stored with the conversation by its latest turn that had one
+ * (loom_turn.plan), for the next run's loom_run_options.plan: *plan_out
+ * (a new reference) is NULL when there is none. LOOM_ENOTFOUND for an
+ * unknown conversation.
+ */
+int loom_store_conversation_plan(loom_store *st, const char *id,
+                                 json_t **plan_out);
+
+/*
  * Loads the conversation's messages in order into out (appended), as the
  * run loop needs them: user, assistant (with tool calls and reasoning),
  * tool results. Messages of failed or cancelled turns are included with
@@ -192,11 +201,19 @@ typedef struct {
      * top-level fields and "record_cut": true, "record_bytes": size).
      */
     const json_t *tool_records;
+    /*
+     * The run's plan (loom_run_plan: a JSON object, see todo_write in
+     * docs/tools.md), kept with the conversation for the next run's
+     * loom_run_options.plan. NULL: keep what the conversation has. At
+     * most LOOM_STORE_PLAN_MAX_BYTES as JSON.
+     */
+    const json_t *plan;
 } loom_turn;
 
 /* Limits of a turn's extras; crossing one is an error (LOOM_ETOOLARGE,
  * nothing written) except a tool record's size, which is cut. */
 #define LOOM_STORE_SUMMARY_MAX_BYTES (256 * 1024)   /* a summary */
+#define LOOM_STORE_PLAN_MAX_BYTES (256 * 1024)      /* a plan, as JSON */
 #define LOOM_STORE_CITATIONS_MAX 1000               /* citations of a turn */
 #define LOOM_STORE_CITATIONS_MAX_BYTES (8 * 1024 * 1024) /* as JSON */
 #define LOOM_STORE_TOOL_RECORDS_MAX 10000           /* records of a turn */

@@ -245,6 +245,7 @@ int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
     turn->tool_records = rec->records;
     turn->citations = rec->citations;
     turn->summary = loom_run_summary(run, &turn->summary_covers);
+    turn->plan = loom_run_plan(run);
     if (rec->records_dropped)
         loom_warn("run %s: %zu tool records past the first %d are not "
                   "stored",

@@ -157,6 +157,9 @@ const char *const loom__sqlite_migrations[] = {
     ");"
     "CREATE INDEX tool_records_by_conversation"
     "  ON tool_records (conversation_id, id);",
+
+    /* 6: the run's plan (todo_write) kept with the conversation. */
+    "ALTER TABLE conversations ADD COLUMN plan TEXT;",
 };
 
 const int loom__sqlite_migrations_len =

@@ -84,7 +84,8 @@ static const char *const sql_text[S_COUNT] = {
         "ELSE title END, "
         "summary = CASE WHEN ?7 IS NULL THEN summary ELSE ?7 END, "
         "summary_covers = CASE WHEN ?7 IS NULL THEN summary_covers "
-        "ELSE ?8 END WHERE id = ?1",
+        "ELSE ?8 END, plan = CASE WHEN ?9 IS NULL THEN plan ELSE ?9 END "
+        "WHERE id = ?1",
     [S_MSG_INSERT] =
         "INSERT INTO messages (id, conversation_id, position, run_id, role, "
         "content, reasoning, model, finish_reason, status, error, "
@@ -120,7 +121,8 @@ static const char *const sql_text[S_COUNT] = {
         "cache_write_tokens, cost_micros FROM usage "
         "WHERE conversation_id = ?1 ORDER BY id",
     [S_CONV_SUMMARY] =
-        "SELECT summary, summary_covers FROM conversations WHERE id = ?1",
+        "SELECT summary, summary_covers, plan FROM conversations "
+        "WHERE id = ?1",
     [S_RECORD_INSERT] =
         "INSERT INTO tool_records (conversation_id, run_id, position, tool, "
         "call_id, status, duration_ms, record, created_at) "
@@ -1078,7 +1080,9 @@ static int sqlite_conversation_get(loom_store *base, const char *id,
         goto cleanup;
     rc = put(res, "summary", col_json(ss, 0)) ||
          put(res, "summary_covers",
-             json_integer((json_int_t)sqlite3_column_int64(ss, 1)));
+             json_integer((json_int_t)sqlite3_column_int64(ss, 1))) ||
+         put(res, "plan",
+             col_text(ss, 2) ? col_parsed(ss, 2) : json_null());
     done(ss);
     if (rc) {
         rc = loom__error_oom();
@@ -1230,7 +1234,8 @@ static int exists_on(sqlite_store *st, conn *c, const char *id, int64_t *count)
 }
 
 static int sqlite_conversation_summary(loom_store *base, const char *id,
-                                       char **summary, size_t *covers)
+                                       char **summary, size_t *covers,
+                                       char **plan)
 {
     sqlite_store *st = (sqlite_store *)base;
     sqlite3_stmt *s = NULL;
@@ -1249,6 +1254,9 @@ static int sqlite_conversation_summary(loom_store *base, const char *id,
         n = sqlite3_column_int64(s, 1);
         *covers = n > 0 ? (size_t)n : 0;
     }
+    if (rc == 0 && plan && (v = col_text(s, 2)) != NULL &&
+        !(*plan = strdup(v)))
+        rc = loom__error_oom();
     done(s);
 cleanup:
     release(st, c);
@@ -1441,6 +1449,7 @@ static int update_conversation(sqlite_store *st, conn *c,
     b_text(s, 6, p->title, &src);
     b_text(s, 7, t->summary, &src);
     b_int(s, 8, (int64_t)t->summary_covers, &src);
+    b_text(s, 9, p->plan_text, &src);
     if ((src = step_done(s, src)) != SQLITE_OK)
         return fail(st, c->db, src, "updating a conversation");
     done(s);

@@ -10,6 +10,7 @@
  * (PostgreSQL) shares all of this logic and callers never change.
  */
 #include "core/error.h"
+#include "core/utf8.h"
 #include "store/store_internal.h"
 
 #include <errno.h>
@@ -301,9 +302,30 @@ int loom_store_conversation_summary(loom_store *st, const char *id,
         *covers_out = 0;
     if ((rc = check_id(st, id)) != 0)
         return rc;
-    rc = st->vt->conversation_summary(st, id, summary_out, &covers);
+    rc = st->vt->conversation_summary(st, id, summary_out, &covers, NULL);
     if (rc == 0 && covers_out)
         *covers_out = covers;
+    return rc;
+}
+
+int loom_store_conversation_plan(loom_store *st, const char *id,
+                                 json_t **plan_out)
+{
+    char *summary = NULL, *text = NULL;
+    size_t covers;
+    int rc;
+
+    if (!plan_out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *plan_out = NULL;
+    if ((rc = check_id(st, id)) != 0)
+        return rc;
+    rc = st->vt->conversation_summary(st, id, &summary, &covers, &text);
+    free(summary);
+    if (rc == 0 && text && !(*plan_out = json_loads(text, 0, NULL)))
+        rc = loom__error_set(LOOM_EIO, "store: conversation %s has a "
+                             "damaged plan", id);
+    free(text);
     return rc;
 }
 
@@ -501,20 +523,30 @@ static void plan_free(loom__store_plan *p)
         free(p->records[i].json);
     free(p->records);
     free(p->citations);
+    free(p->plan_text);
     free(p->msgs);
     free(p->offsets);
     free(p->title);
 }
 
-/* How many of the first len bytes of s to keep so that at most max are
- * kept and no UTF-8 sequence is split. */
-static size_t cut_utf8(const char *s, size_t len, size_t max)
+/* The turn's plan as JSON text (NULL: the conversation keeps its own). */
+static int plan_plan(const loom_turn *t, loom__store_plan *p)
 {
-    if (len <= max)
-        return len;
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
-        max--;
-    return max;
+    size_t n;
+
+    if (!t->plan)
+        return 0;
+    if (!json_is_object(t->plan))
+        return loom__error_set(LOOM_EINVALID,
+                               "turn: a plan must be a JSON object");
+    if (!(p->plan_text = json_dumps(t->plan, JSON_COMPACT)))
+        return loom__error_oom();
+    if ((n = strlen(p->plan_text)) > LOOM_STORE_PLAN_MAX_BYTES)
+        return loom__error_set(LOOM_ETOOLARGE,
+                               "a plan takes at most %d bytes as JSON, this "
+                               "one takes %zu; nothing was saved",
+                               LOOM_STORE_PLAN_MAX_BYTES, n);
+    return 0;
 }
 
 /* The turn's citations as JSON text (NULL for none). */
@@ -563,7 +595,7 @@ static json_t *cut_record(const json_t *r, size_t size)
             continue;
         if (json_is_string(v))
             nv = json_stringn(json_string_value(v),
-                              cut_utf8(json_string_value(v),
+                              loom__utf8_cut(json_string_value(v),
                                        json_string_length(v),
                                        LOOM__STORE_RECORD_FIELD_MAX));
         else if (json_is_number(v) || json_is_boolean(v) || json_is_null(v))
@@ -594,7 +626,7 @@ static void record_field(const json_t *r, const char *key, const char **s,
     if (!json_is_string(v))
         return;
     *s = json_string_value(v);
-    *len = cut_utf8(*s, json_string_length(v), LOOM__STORE_RECORD_FIELD_MAX);
+    *len = loom__utf8_cut(*s, json_string_length(v), LOOM__STORE_RECORD_FIELD_MAX);
 }
 
 static int plan_records(const loom_turn *t, loom__store_plan *p)
@@ -710,7 +742,7 @@ static int plan_turn(const loom_turn *t, loom__store_plan *p)
     }
     m->cost = t->cost;
     m->cost_micros = turn_micros(t);
-    if ((rc = plan_citations(t, p)) != 0)
+    if ((rc = plan_citations(t, p)) != 0 || (rc = plan_plan(t, p)) != 0)
         return rc;
     m->citations = p->citations;
     return plan_records(t, p);

@@ -81,6 +81,7 @@ typedef struct {
     char *title; /* NULL when the turn has no user text */
     int64_t now; /* Unix ms */
     char *citations; /* the turn's citations as JSON text, or NULL */
+    char *plan_text; /* the turn's plan as JSON text, or NULL: keep */
     loom__store_record *records; /* the tool records, in order */
     size_t records_len;
     /* turn->summary replaces the conversation's when not NULL. */
@@ -103,8 +104,11 @@ typedef struct {
     int (*conversation_delete)(loom_store *st, const char *id);
     int (*load_history)(loom_store *st, const char *id, loom_messages *out);
     /* *summary NULL and *covers 0 when the conversation has none. */
+    /* The summary, its coverage and the plan (JSON text); plan may be
+     * NULL when not wanted. */
     int (*conversation_summary)(loom_store *st, const char *id,
-                                char **summary, size_t *covers);
+                                char **summary, size_t *covers,
+                                char **plan);
     /* Writes the plan in one transaction, all or nothing. */
     int (*save_turn)(loom_store *st, const loom__store_plan *plan);
     /*

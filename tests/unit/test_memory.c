@@ -591,7 +591,8 @@ static void test_migration_from_v3(void **state)
                                    "WHERE name = 'memories'"),
                      0);
     st = open_ok(path);
-    assert_int_equal(loom_store_schema_version(st), 5);
+    assert_int_equal(loom_store_schema_version(st),
+                     loom__sqlite_migrations_len);
     /* The version 3 data is still there. */
     assert_int_equal(loom_store_conversation_info(st, conv, &info), 0);
     assert_string_equal(info.id, conv);
@@ -601,7 +602,8 @@ static void test_migration_from_v3(void **state)
     assert_int_equal(json_array_size(data), 1);
     json_decref(data);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "PRAGMA user_version"), 5);
+    assert_int_equal(raw_int(path, "PRAGMA user_version"),
+                     loom__sqlite_migrations_len);
     assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_master "
                                    "WHERE name IN ('memories', "
                                    "'memories_fts', 'memories_by_user', "

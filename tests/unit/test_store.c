@@ -331,10 +331,12 @@ static void test_open_creates_folders_wal_schema(void **state)
     snprintf(path, n, "%s/a/b/loom.db", dir);
     snprintf(loc, n, "sqlite:%s", path);
     st = open_ok(loc);
-    assert_int_equal(loom_store_schema_version(st), 5);
+    assert_int_equal(loom_store_schema_version(st),
+                     loom__sqlite_migrations_len);
     assert_int_equal(loom_store_ping(st), 0);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "PRAGMA user_version"), 5);
+    assert_int_equal(raw_int(path, "PRAGMA user_version"),
+                     loom__sqlite_migrations_len);
     /* WAL is stored in the file: a plain connection sees it. */
     {
         sqlite3 *db;
@@ -954,7 +956,7 @@ static void test_schema_newer_refused(void **state)
     assert_int_equal(loom_store_open(&st, path), LOOM_EINVALID);
     assert_null(st);
     assert_non_null(strstr(loom_error_last(), "database schema version 99 "
-                                              "is newer than this loom (5)"));
+                                              "is newer than this loom (6)"));
     rm_db(path);
     free(path);
 }
@@ -969,7 +971,8 @@ static void test_migrations(void **state)
     /* An empty file is version 0. */
     assert_int_equal(test_write_file(path, "", 0), 0);
     st = open_ok(path);
-    assert_int_equal(loom_store_schema_version(st), 5);
+    assert_int_equal(loom_store_schema_version(st),
+                     loom__sqlite_migrations_len);
     loom_store_free(st);
     rm_db(path);
 
@@ -1002,7 +1005,8 @@ static void test_migrations(void **state)
                      0);
     /* Opening migrates it to 5 and keeps the data. */
     st = open_ok(path);
-    assert_int_equal(loom_store_schema_version(st), 5);
+    assert_int_equal(loom_store_schema_version(st),
+                     loom__sqlite_migrations_len);
     assert_int_equal(loom_store_conversation_info(st, id, &info), 0);
     assert_string_equal(info.title, "from v1");
     assert_int_equal(info.message_count, 2);
@@ -1021,11 +1025,12 @@ static void test_migrations(void **state)
                      2);
     /* Reopening a current database changes nothing. */
     st = open_ok(path);
-    assert_int_equal(loom_store_schema_version(st), 5);
+    assert_int_equal(loom_store_schema_version(st),
+                     loom__sqlite_migrations_len);
     assert_int_equal(loom_store_conversation_info(st, id, &info), 0);
     loom_conversation_info_clear(&info);
     loom_store_free(st);
-    assert_int_equal(loom__store_sqlite_open_version(&st, path, 6),
+    assert_int_equal(loom__store_sqlite_open_version(&st, path, 7),
                      LOOM_EINVALID);
     free(id);
     rm_db(path);

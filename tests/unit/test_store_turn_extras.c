@@ -713,7 +713,8 @@ static void test_migration_from_v4(void **state)
 
     /* Opening migrates it to 5 and keeps the data. */
     st = open_ok(path);
-    assert_int_equal(loom_store_schema_version(st), 5);
+    assert_int_equal(loom_store_schema_version(st),
+                     loom__sqlite_migrations_len);
     j = get_ok(st, id);
     assert_string_equal(json_string_value(json_object_get(j, "title")),
                         "from v4");
@@ -747,7 +748,8 @@ static void test_migration_from_v4(void **state)
     assert_int_equal(covers, 2);
     free(summary);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "PRAGMA user_version"), 5);
+    assert_int_equal(raw_int(path, "PRAGMA user_version"),
+                     loom__sqlite_migrations_len);
     assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_master "
                                    "WHERE name IN ('tool_records', "
                                    "'tool_records_by_conversation')"),
@@ -757,6 +759,60 @@ static void test_migration_from_v4(void **state)
     json_decref(recs);
     json_decref(cites);
     free(id);
+    rm_db(path);
+    free(path);
+}
+
+static void test_plan_kept_and_limited(void **state)
+{
+    char *path = db_path("extras_plan.db"), *id, *big;
+    loom_store *st = open_ok(path);
+    json_t *plan, *got = NULL, *conv = NULL;
+    turn_t t;
+
+    (void)state;
+    id = create_ok(st);
+    assert_int_equal(loom_store_conversation_plan(st, id, &got), 0);
+    assert_null(got);
+    plan = json_pack("{s:s,s:[{s:s,s:s,s:s}]}", "goal", "Ship it", "tasks",
+                     "id", "t1", "description", "Write the code", "status",
+                     "in_progress");
+    assert_non_null(plan);
+    turn_init(&t, id, "one");
+    t.turn.plan = plan;
+    assert_int_equal(loom_store_save_turn(st, &t.turn), 0);
+    turn_free(&t);
+    /* A turn without a plan keeps the stored one. */
+    turn_init(&t, id, "two");
+    assert_int_equal(loom_store_save_turn(st, &t.turn), 0);
+    turn_free(&t);
+    assert_int_equal(loom_store_conversation_plan(st, id, &got), 0);
+    assert_true(json_equal(got, plan));
+    json_decref(got);
+    assert_int_equal(loom_store_conversation_get(st, id, &conv), 0);
+    assert_true(json_equal(json_object_get(conv, "plan"), plan));
+    json_decref(conv);
+    /* Not an object; over the limit: refused, nothing written. */
+    turn_init(&t, id, "three");
+    t.turn.plan = json_object_get(plan, "goal");
+    assert_int_equal(loom_store_save_turn(st, &t.turn), LOOM_EINVALID);
+    big = fill(LOOM_STORE_PLAN_MAX_BYTES, 'p');
+    json_object_set_new(plan, "goal", json_string(big));
+    t.turn.plan = plan;
+    assert_int_equal(loom_store_save_turn(st, &t.turn), LOOM_ETOOLARGE);
+    turn_free(&t);
+    assert_int_equal(loom_store_conversation_plan(st, id, &got), 0);
+    assert_string_equal(json_string_value(json_object_get(got, "goal")),
+                        "Ship it");
+    json_decref(got);
+    assert_int_equal(
+        loom_store_conversation_plan(st, "conv_000000000000000000000000",
+                                     &got),
+        LOOM_ENOTFOUND);
+    free(big);
+    json_decref(plan);
+    free(id);
+    loom_store_free(st);
     rm_db(path);
     free(path);
 }
@@ -774,6 +830,7 @@ int main(void)
         cmocka_unit_test(test_record_cut),
         cmocka_unit_test(test_malformed_extras),
         cmocka_unit_test(test_migration_from_v4),
+        cmocka_unit_test(test_plan_kept_and_limited),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
