@@ -179,6 +179,11 @@ typedef struct {
     int planning;            /* offer todo_write; default 0 */
     int think;               /* offer think; default 0 */
     long tool_timeout_ms;    /* 0: the run's default */
+    int review;              /* review each tool turn; default 0 */
+    char *review_model;      /* "provider/model" of the reviewer; NULL:
+                              * the agent's model */
+    int citations;           /* number tool documents, check [n]; 0 */
+    int memory;              /* offer the memory tools; default 1 */
 } loom_agent_config;
 
 /*

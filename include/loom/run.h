@@ -135,11 +135,18 @@ typedef struct {
     const char *fallback_upstream_model; /* id sent upstream */
     long fallback_window;
     long fallback_max_output_tokens;
+    /*
+     * The model's token counter (loom/tokenizer.h) when counter's
+     * callbacks are its: after each model call that reports prompt
+     * tokens, an estimating counter is corrected with them
+     * (loom_token_counter_observe). NULL: no feedback. Borrowed.
+     */
+    struct loom_token_counter *token_counter;
 } loom_run_context_options;
 
 #define LOOM_RUN_CONTEXT_OPTIONS_INIT                                        \
     { 0, 0, 0, 0.0, NULL, NULL, NULL, 0, 0, NULL, 0, {NULL, NULL, NULL},     \
-      NULL, NULL, NULL, 0, 0 }
+      NULL, NULL, NULL, 0, 0, NULL }
 
 
 typedef struct loom_run loom_run;
@@ -295,6 +302,35 @@ typedef struct {
      * LOOM_RUN_DEFAULT_TOOL_TIMEOUT_MS; negative: no limit.
      */
     long tool_timeout_ms;
+    /*
+     * Automatic review (docs/review.md): after each turn with tool calls
+     * that the run's last call does not follow (and that did more than
+     * think), a reviewer model judges the progress, a `review` event
+     * reports it, and its note goes into the next turn. provider NULL:
+     * the run's; model NULL: the run's upstream model; max_tokens 0: 512;
+     * prompt NULL: the built-in one. Borrowed.
+     */
+    struct {
+        int enabled;
+        loom_provider *provider;
+        const char *model;
+        long max_tokens;
+        const char *prompt;
+    } review;
+    /*
+     * Citations (docs/citations.md): documents that tools report get
+     * numbers the model is shown, and the answer's [n] markers are
+     * checked, emitted as `citation` events and kept (loom_run_citations).
+     */
+    int citations;
+    /*
+     * The user the run is for, and that user's own keys (an object, name
+     * -> key), given to every tool call (loom_tool_ctx.user_id,
+     * user_keys; the memory tools need a user). NULL: anonymous, none.
+     * Each call gets its own copies. Borrowed.
+     */
+    const char *user_id;
+    const json_t *user_keys;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1
@@ -302,7 +338,7 @@ typedef struct {
     { LOOM_RUN_OPTIONS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL,  \
       NULL, 0, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, 0, 0, 0, -1.0,     \
       {NULL, NULL}, NULL, 0, 0, NULL, 0, 0, LOOM_RUN_CONTEXT_OPTIONS_INIT, \
-      NULL, 0, 0, 0, 0, NULL, 0 }
+      NULL, 0, 0, 0, 0, NULL, 0, {0, NULL, NULL, 0, NULL}, 0, NULL, NULL }
 
 /*
  * Creates a run over a copy of history (the conversation so far, ending
@@ -354,6 +390,14 @@ const char *loom_run_model(const loom_run *run);
  * the run.
  */
 const char *loom_run_summary(const loom_run *run, size_t *covers);
+
+/*
+ * The sources the final answer cites (docs/citations.md), as stored with
+ * the message: an array of {number, id, url, title, published,
+ * tool_call_id}; NULL when citations are off or the answer was not
+ * checked. Borrowed from the run.
+ */
+const json_t *loom_run_citations(const loom_run *run);
 
 /* The error message of a failed run, "" otherwise. */
 const char *loom_run_error(const loom_run *run);

@@ -696,6 +696,8 @@ int loom__run_tools(loom_run *run, const loom_message *assistant,
     xo.cancel = &run->cancel;
     xo.max_result = run->opts.max_tool_result;
     xo.max_error = run->opts.max_tool_error;
+    xo.user_id = run->opts.user_id;
+    xo.user_keys = run->opts.user_keys;
     for (size_t i = 0; i < n; i++) {
         const loom_tool_call *c = &assistant->tool_calls[i];
         const loom_tool *tool;
@@ -735,13 +737,28 @@ int loom__run_tools(loom_run *run, const loom_message *assistant,
     /* Results go back in call order, each matched to its call id. */
     for (size_t i = 0; i < nj; i++) {
         loom_message m = {0};
-        int rc2;
+        char *note = NULL, *shown = NULL;
+        int rc2 = 0;
         m.role = LOOM_ROLE_TOOL;
         m.tool_call_id = jobs[i].call->id;
         m.name = jobs[i].call->name;
         m.content = jobs[i].output ? jobs[i].output : "Error: no result";
         m.summary = jobs[i].summary;
-        rc2 = loom__run_add_message(run, &(loom_messages){&m, 1, 1});
+        /* Citations: the model reads the numbers of the documents. */
+        if (run->cites && !jobs[i].failed && jobs[i].documents &&
+            (rc2 = loom__citations_annotate(run->cites, jobs[i].documents,
+                                            jobs[i].call->id, &note)) == 0 &&
+            note) {
+            if (asprintf(&shown, "%s\n\n%s", m.content, note) < 0) {
+                shown = NULL;
+                rc2 = loom__error_oom();
+            }
+            m.content = shown;
+        }
+        if (!rc2)
+            rc2 = loom__run_add_message(run, &(loom_messages){&m, 1, 1});
+        free(note);
+        free(shown);
         if (rc2 && !rc)
             rc = rc2;
     }

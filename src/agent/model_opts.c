@@ -12,6 +12,8 @@ void loom__run_options_use_model(loom_run_options *o,
     o->upstream_model = m->upstream;
     if (!m->capabilities.tools) {
         o->tools = NULL;
+        o->tool_names = NULL;
+        o->tool_names_len = 0;
         o->client_tools = NULL;
         o->client_tools_len = 0;
         o->tool_choice.kind = LOOM_TOOL_CHOICE_AUTO;
@@ -35,12 +37,24 @@ static long model_window(const loom_model_config *mc, const char *upstream)
     return loom_config_known_context_window(upstream);
 }
 
+static size_t count_message(const loom_message *msg, void *payload)
+{
+    return loom_token_counter_message(payload, msg);
+}
+
+static size_t count_tools(const loom_tool_def *tools, size_t n,
+                          void *payload)
+{
+    return loom_token_counter_tools(payload, tools, n);
+}
+
 int loom__run_context_setup(loom__run_context *rc, loom_run_options *o,
                             const loom_config *cfg,
                             const loom_router_options *ropts)
 {
     const loom_model_config *mc = NULL, *fc = NULL;
     loom_model_config tmp, ftmp;
+    const char *counted = o->upstream_model ? o->upstream_model : o->model;
     int rc_;
 
     memset(rc, 0, sizeof(*rc));
@@ -49,6 +63,19 @@ int loom__run_context_setup(loom__run_context *rc, loom_run_options *o,
     if (!o->model || loom_config_model(&mc, &tmp, cfg, o->model) != 0)
         mc = NULL;
     o->context.window = model_window(mc, o->upstream_model);
+    /* The id sent upstream decides how it is counted: a configured name
+     * may be an alias. */
+    if (counted && *counted &&
+        (rc_ = loom_token_counter_for_model(&rc->counter, counted)) != 0) {
+        loom_model_config_clear(&tmp);
+        return rc_;
+    }
+    if (rc->counter) {
+        o->context.counter.message = count_message;
+        o->context.counter.tools = count_tools;
+        o->context.counter.payload = rc->counter;
+        o->context.token_counter = rc->counter;
+    }
     if (!mc || !mc->context_window_fallback || o->context.window <= 0) {
         loom_model_config_clear(&tmp);
         return 0;
@@ -71,8 +98,35 @@ int loom__run_context_setup(loom__run_context *rc, loom_run_options *o,
     return 0;
 }
 
+int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
+                          const loom_config *cfg,
+                          const loom_agent_config *agent,
+                          const loom_router_options *ropts)
+{
+    int rc_;
+
+    if (!agent)
+        return 0;
+    o->planning = agent->planning;
+    o->think = agent->think;
+    if (agent->tool_timeout_ms > 0)
+        o->tool_timeout_ms = agent->tool_timeout_ms;
+    o->citations = agent->citations;
+    o->review.enabled = agent->review;
+    if (!agent->review || !agent->review_model)
+        return 0;
+    if ((rc_ = loom_router_new(&rc->review, cfg, agent->review_model, ropts,
+                               &rc->review_req)) != 0)
+        return rc_;
+    o->review.provider = rc->review;
+    o->review.model = rc->review_req.upstream;
+    return 0;
+}
+
 void loom__run_context_free(loom__run_context *rc)
 {
+    loom_provider_free(rc->review);
     loom_provider_free(rc->fallback);
+    loom_token_counter_free(rc->counter);
     memset(rc, 0, sizeof(*rc));
 }

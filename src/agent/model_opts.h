@@ -8,6 +8,7 @@
 #include "loom/config.h"
 #include "loom/router.h"
 #include "loom/run.h"
+#include "loom/tokenizer.h"
 
 /*
  * Applies m to o: the model's names, its request options (reasoning
@@ -21,17 +22,25 @@ void loom__run_options_use_model(loom_run_options *o,
                                  const loom_model_request_options *m);
 
 /* What a run's context engine needs that the caller must keep alive: the
- * router of the model's context_window_fallback. */
+ * router of the model's context_window_fallback, and the model's token
+ * counter. */
 typedef struct {
     loom_provider *fallback;
     loom_model_request_options fallback_req;
+    loom_token_counter *counter;
+    loom_provider *review;  /* the agent's review_model, or NULL */
+    loom_model_request_options review_req;
 } loom__run_context;
 
 /*
  * Turns the context engine on for o's model (o->model set, see above):
  * its window is the model's `context_window`, else the known window of
  * its upstream id (loom_config_known_context_window), else the engine
- * stays off. A `context_window_fallback` gets a router of its own (built
+ * stays off. The engine counts with the model's token counter
+ * (loom_token_counter_for_model on o->upstream_model, else o->model),
+ * kept in *rc and set as o->context.counter and o->context.token_counter,
+ * so the run corrects its estimate with the usage the provider reports.
+ * A `context_window_fallback` gets a router of its own (built
  * with ropts, which may be NULL), kept in *rc until
  * loom__run_context_free. LOOM_ENOTFOUND when the fallback does not
  * resolve, LOOM_ENOMEM.
@@ -39,6 +48,19 @@ typedef struct {
 int loom__run_context_setup(loom__run_context *rc, loom_run_options *o,
                             const loom_config *cfg,
                             const loom_router_options *ropts);
+
+/*
+ * Applies an agent's run options to o (agent may be NULL: nothing):
+ * planning, think, tool_timeout_ms, review and citations. A review_model
+ * gets a router of its own (built with ropts, which may be NULL), kept
+ * in *rc; call after loom__run_context_setup, which clears *rc. Errors
+ * as loom_router_new (LOOM_ENOTFOUND for a model that does not resolve).
+ */
+int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
+                          const loom_config *cfg,
+                          const loom_agent_config *agent,
+                          const loom_router_options *ropts);
+
 void loom__run_context_free(loom__run_context *rc);
 
 #endif

@@ -25,10 +25,12 @@
  * provider, registry and sink are borrowed from the caller.
  */
 #include "loom/run.h"
+#include "agent/review.h"
 #include "agent/run_internal.h"
 #include "core/error.h"
 #include "loom/buf.h"
 #include "loom/log.h"
+#include "loom/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,6 +389,11 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
     }
     if ((rc = add_history(run, history)) != 0)
         goto fail;
+    if (opts->citations &&
+        ((rc = loom__citations_new(&run->cites, 0)) != 0 ||
+         (rc = loom__citations_seed(run->cites, history->items,
+                                    history->len)) != 0))
+        goto fail;
     if (opts->context.window > 0 && (rc = context_open(run)) != 0)
         goto fail;
     *out = run;
@@ -634,6 +641,37 @@ static int context_switch(loom_run *run)
     return 1;
 }
 
+/* The engine counts with the run's token counter (model_opts.c). */
+static int c_is_token_counter(const loom_run_context_options *c)
+{
+    return c->token_counter && c->counter.message &&
+           c->counter.payload == (void *)c->token_counter;
+}
+
+/*
+ * Feeds the provider's reported prompt tokens back to an estimating
+ * token counter, so the model's correction factor follows what the
+ * provider counts. Not after a switch to the fallback model, whose
+ * tokenizer the counter is not for.
+ */
+static void observe_tokens(loom_run *run, const loom_llm_request *req,
+                           const loom_llm_response *resp)
+{
+    loom_token_counter *tc = run->opts.context.token_counter;
+    size_t est = run->estimated_prompt;
+
+    if (!tc || run->switched || resp->usage.prompt_tokens <= 0 ||
+        loom_token_counter_is_exact(tc))
+        return;
+    if (!est)
+        est = loom_token_counter_request(tc, req->messages,
+                                         req->messages_len, req->tools,
+                                         req->tools_len);
+    if (est && est != (size_t)-1)
+        loom_token_counter_observe(tc, est,
+                                   (size_t)resp->usage.prompt_tokens);
+}
+
 /*
  * Fits the request to the window: req gets the engine's messages, the
  * summary call's usage joins the run's, a new summary is kept for
@@ -692,6 +730,11 @@ static int context_fit(loom_run *run, loom_llm_request *req)
     }
     req->messages = r.messages;
     req->messages_len = r.messages_len;
+    /* The engine counted the request with the run's token counter: its
+     * count, with the 3 tokens that prime the reply, is the estimate
+     * loom_token_counter_request() would give. */
+    run->estimated_prompt =
+        c_is_token_counter(&run->opts.context) ? r.tokens_after + 3 : 0;
     if (loom__run_has_sink(run) &&
         (data = loom_context_result_json(&r)) != NULL) {
         json_t *sum = json_object_get(data, "summary");
@@ -711,6 +754,61 @@ static int context_fit(loom_run *run, loom_llm_request *req)
         loom__run_emit(run, LOOM_EV_CONTEXT, data);
     }
     free(why);
+    return 0;
+}
+
+/*
+ * Reviews the turn whose tool results were just added: the review's usage
+ * joins the run's, a `review` event reports it, and a parsed review's
+ * note goes into the next request as loom's own system message. Only
+ * cancellation and running out of memory are returned.
+ */
+static int review_turn(loom_run *run)
+{
+    const loom_run_options *o = &run->opts;
+    loom__review_options ro = LOOM__REVIEW_OPTIONS_INIT;
+    loom__review_outcome out;
+    char *note = NULL;
+    int rc;
+
+    ro.provider = o->review.provider ? o->review.provider : o->provider;
+    ro.model = o->review.model ? o->review.model : o->upstream_model;
+    ro.max_tokens = o->review.max_tokens;
+    ro.prompt = o->review.prompt;
+    rc = loom__review_run(&out, &ro, run->all.items, run->all.len,
+                          &run->cancel);
+    if (!rc && (out.usage.total_tokens || out.usage.prompt_tokens ||
+                out.usage.completion_tokens)) {
+        loom_usage u = out.usage;
+        if (!out.cost_known)
+            u.cost_micros = 0;
+        loom_usage_add(&run->usage, &u);
+        if (out.cost_known)
+            run->priced_calls++;
+        else
+            run->unpriced_calls++;
+    }
+    if (!rc && loom__run_has_sink(run))
+        loom__run_emit(run, LOOM_EV_REVIEW,
+                       loom__review_event_json(&out, run->iterations));
+    if (!rc && out.ok &&
+        (rc = loom__review_note(&note, &out.review)) == 0 &&
+        (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, note)) == 0)
+        rc = track(run, 0);
+    free(note);
+    loom__review_outcome_clear(&out);
+    return rc;
+}
+
+/* Keeps the sources a checked answer cites and emits their events. */
+static int emit_citations(loom_run *run, const loom__citations_checked *ck)
+{
+    json_decref(run->citations);
+    if (!(run->citations = loom__citations_used_json(run->cites, ck)))
+        return loom__error_oom();
+    for (size_t i = 0; loom__run_has_sink(run) && i < ck->numbers_len; i++)
+        loom__run_emit(run, LOOM_EV_CITATION,
+                       loom__citation_json(run->cites, ck->numbers[i]));
     return 0;
 }
 
@@ -792,6 +890,9 @@ int loom_run_execute(loom_run *run)
         run->iterations++;
         rc = loom_provider_complete(o->provider, &req, on_llm_event, run,
                                     &resp, &run->cancel);
+        if (rc == 0)
+            observe_tokens(run, &req, &resp);
+        run->estimated_prompt = 0;
         /* A forced tool choice applies to one call, then returns to auto. */
         run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
         run->choice.function = NULL;
@@ -850,24 +951,43 @@ int loom_run_execute(loom_run *run)
                     rc = loom__error_oom();
                 break;
             }
+            /* Review, unless the next call is the last (it may not
+             * call tools) or the turn only thought. */
+            if (o->review.enabled && !think_only &&
+                run->iterations - run->think_turns + 1 < o->max_iterations &&
+                (rc = review_turn(run)) != 0)
+                break;
             run->index++;
             continue;
         }
         /* No tool calls (or tools no longer allowed): the answer. */
         {
             loom_message m = {0};
+            loom__citations_checked ck;
+            size_t nsrc = loom__citations_count(run->cites);
             m.role = LOOM_ROLE_ASSISTANT;
             m.content = resp.text ? resp.text : "";
             m.reasoning = resp.reasoning;
             m.provider_state = resp.provider_state;
+            memset(&ck, 0, sizeof(ck));
+            /* Citations are checked once the answer is whole; an answer
+             * too large to check is kept as it is. */
+            if (nsrc && (rc = loom__citations_check(nsrc, m.content,
+                                                    strlen(m.content), 0,
+                                                    &ck)) != 0 &&
+                rc != LOOM_ENOMEM)
+                rc = 0;
+            if (ck.text)
+                m.content = ck.text;
             free(run->final_text);
-            run->final_text = strdup(m.content);
-            if (!run->final_text ||
-                (rc = loom__run_add_message(
-                     run, &(loom_messages){&m, 1, 1})) != 0) {
+            run->final_text = rc ? NULL : strdup(m.content);
+            if (!rc && (!run->final_text ||
+                        (rc = loom__run_add_message(
+                             run, &(loom_messages){&m, 1, 1})) != 0))
                 rc = rc ? rc : loom__error_oom();
-                break;
-            }
+            if (!rc && ck.text)
+                rc = emit_citations(run, &ck);
+            loom__citations_checked_clear(&ck);
         }
         break;
     }
@@ -891,6 +1011,8 @@ int loom_run_execute(loom_run *run)
         if (run->think_turns)
             json_object_set_new(done, "think_turns",
                                 json_integer(run->think_turns));
+        if (json_array_size(run->citations))
+            json_object_set(done, "citations", run->citations);
         loom__run_emit(run, LOOM_EV_RUN_COMPLETED, done);
     } else {
         /* Keep the message of the failure before other calls reset it. */
@@ -967,6 +1089,11 @@ const char *loom_run_summary(const loom_run *run, size_t *covers)
     return run->summary;
 }
 
+const json_t *loom_run_citations(const loom_run *run)
+{
+    return run->citations;
+}
+
 const char *loom_run_error(const loom_run *run)
 {
     return run->error ? run->error : "";
@@ -1010,6 +1137,8 @@ void loom_run_free(loom_run *run)
     loom_context_free(run->ctx);
     free(run->stored);
     free(run->summary);
+    loom__citations_free(run->cites);
+    json_decref(run->citations);
     loom__hooks_free(run);
     loom__loop_tools_free(run);
     free(run);

@@ -10,6 +10,7 @@
 #ifndef LOOM_AGENT_RUN_INTERNAL_H
 #define LOOM_AGENT_RUN_INTERNAL_H
 
+#include "agent/citations.h"
 #include "agent/toolexec.h"
 #include "loom/buf.h"
 #include "loom/run.h"
@@ -91,6 +92,15 @@ struct loom_run {
     int has_system;      /* run->all.items[0] is loom's system message */
     char *system_prev;   /* the system text the last request carried */
     int think_turns;     /* think-only turns that cost no iteration */
+
+    /* ---- citations (citations.c) ---- */
+    loom__citations *cites; /* NULL: citations off */
+    json_t *citations;      /* the answer's, for loom_run_citations */
+
+    /* ---- token counting feedback ---- */
+    /* The request's tokens as the context engine counted them with the
+     * run's token counter (plus the reply's priming); 0: not counted. */
+    size_t estimated_prompt;
 };
 
 /*

@@ -157,6 +157,8 @@ struct slot {
     loom_tool_call call;  /* copies of the call's strings */
     loom_tool tool;       /* execute and payload, borrowed from the registry */
     json_t *settings;     /* a copy of the tool's settings, or NULL */
+    char *user_id;        /* a copy of the run's user, or NULL */
+    json_t *user_keys;    /* a copy of the user's keys, or NULL */
     loom_cancel cancel;   /* the tool's own flag */
     size_t max_result, max_error;
     double deadline;      /* monotonic ms; 0: none */
@@ -179,6 +181,8 @@ static void slot_free(slot *s)
     free(s->call.name);
     free(s->call.arguments);
     json_decref(s->settings);
+    free(s->user_id);
+    json_decref(s->user_keys);
     free(s);
 }
 
@@ -210,6 +214,8 @@ static void run_job(slot *s)
     ctx.tool_name = s->call.name;
     ctx.cancel = &s->cancel;
     ctx.settings = s->settings;
+    ctx.user_id = s->user_id;
+    ctx.user_keys = s->user_keys;
     loom_buf_init(&out, s->max_result);
     loom_buf_init(&summary, LOOM_TOOL_SUMMARY_MAX);
     ctx.summary = &summary;
@@ -314,7 +320,10 @@ static void start(hub *h, loom__tool_job *job, size_t i,
         !(s->call.name = strdup(job->tool->name)) ||
         !(s->work.documents = json_array()) ||
         (job->args && !(s->work.args = json_deep_copy(job->args))) ||
-        (set && !(s->settings = json_deep_copy(set))))
+        (set && !(s->settings = json_deep_copy(set))) ||
+        (opts->user_id && !(s->user_id = strdup(opts->user_id))) ||
+        (opts->user_keys &&
+         !(s->user_keys = json_deep_copy(opts->user_keys))))
         goto oom;
     s->tool.name = s->call.name;
     s->work.call = &s->call;

@@ -64,6 +64,10 @@ typedef struct {
     loom_cancel *cancel;    /* the run's */
     size_t max_result;  /* bytes of one result the model is shown */
     size_t max_error;   /* bytes of one error message */
+    /* The run's user and that user's keys (loom_tool_ctx); each started
+     * call gets copies of its own. May be NULL. */
+    const char *user_id;
+    const json_t *user_keys;
 } loom__tool_exec_opts;
 
 /*

@@ -29,6 +29,8 @@
 #include <unistd.h>
 
 #define MAX_QUESTION (8 * 1024 * 1024)
+/* How long the exit waits for tool calls abandoned at their timeout. */
+#define ABANDONED_WAIT_MS 5000
 
 static const char run_usage[] =
     "usage: loom run [options] \"question\"\n"
@@ -365,7 +367,8 @@ int cli_run(int argc, char **argv)
         ro.tool_concurrency = agent->tool_concurrency;
     }
     loom__run_options_use_model(&ro, &model);
-    if (loom__run_context_setup(&ctxs, &ro, cfg, NULL) != 0) {
+    if (loom__run_context_setup(&ctxs, &ro, cfg, NULL) != 0 ||
+        loom__run_agent_setup(&ctxs, &ro, cfg, agent, NULL) != 0) {
         fprintf(stderr, "loom run: %s\n", loom_error_last());
         rc = CLI_USAGE;
         goto done;
@@ -405,7 +408,13 @@ done:
     loom__run_context_free(&ctxs);
     loom_messages_free(&history);
     loom_provider_free(provider);
-    loom_tool_registry_free(reg);
+    /* A tool call abandoned at its timeout still uses the registry: it
+     * is freed once they have ended, and left to the exit otherwise. */
+    if (loom_run_wait_abandoned_tools(ABANDONED_WAIT_MS) == 0)
+        loom_tool_registry_free(reg);
+    else
+        loom_warn("loom run: %zu abandoned tool calls still running at "
+                  "exit", loom_run_abandoned_tools());
     cli_offline_stop(fake_pid);
     loom_config_free(cfg);
     free(default_model);

@@ -9,6 +9,8 @@
  */
 #include "cli/cli.h"
 #include "loom/log.h"
+#include "loom/memory.h"
+#include "loom/run.h"
 #include "loom/server.h"
 #include "loom/store.h"
 #include "loom/tools.h"
@@ -19,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* How long the exit waits for tool calls abandoned at their timeout. */
+#define ABANDONED_WAIT_MS 5000
 
 
 static const char serve_usage[] =
@@ -169,6 +174,13 @@ int cli_serve(int argc, char **argv)
         rc = CLI_USAGE;
         goto done;
     }
+    /* The memory tools keep users' facts in the store (offered per run,
+     * to runs that have a user). */
+    if (loom_tools_add_memory(reg, store) != 0) {
+        fprintf(stderr, "loom serve: %s\n", loom_error_last());
+        rc = CLI_FAILED;
+        goto done;
+    }
     so.config = cfg;
     so.store = store;
     so.tools = reg;
@@ -203,7 +215,10 @@ done:
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     loom_server_free(srv);
-    loom_tool_registry_free(reg);
+    /* Abandoned tool calls still use the registry: freed once they have
+     * ended, left to the exit otherwise. */
+    if (loom_run_wait_abandoned_tools(ABANDONED_WAIT_MS) == 0)
+        loom_tool_registry_free(reg);
     loom_store_free(store);
     loom_config_free(cfg);
     return rc;

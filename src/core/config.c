@@ -398,6 +398,7 @@ static void agent_clear(loom_agent_config *a)
     free(a->name);
     free(a->model);
     free(a->system_prompt);
+    free(a->review_model);
     for (size_t i = 0; i < a->tools_len; i++)
         free(a->tools[i]);
     free(a->tools);

@@ -1308,9 +1308,13 @@ static int parse_agent(loader *ld, const entry *e, loom_agent_config *a)
                                         "planning",
                                         "think",
                                         "tool_timeout_ms",
+                                        "review",
+                                        "review_model",
+                                        "citations",
+                                        "memory",
                                         NULL};
     enum { MODEL, PROMPT, TOOLS, ITER, CHOICE, PARALLEL, CONC, PLAN, THINK,
-           TTIMEOUT, NFIELDS };
+           TTIMEOUT, REVIEW, RMODEL, CITES, MEMORY, NFIELDS };
     yaml_node_t *v[NFIELDS];
     char key[KEY_LEN], sub[KEY_LEN], why[512];
     int rc;
@@ -1320,6 +1324,7 @@ static int parse_agent(loader *ld, const entry *e, loom_agent_config *a)
     a->max_iterations = 10;
     a->parallel_tool_calls = 1;
     a->tool_concurrency = 8;
+    a->memory = 1;
     if (!(a->name = strdup(e->name)))
         return loom__error_oom();
     join_key(key, sizeof(key), "agents", e->name);
@@ -1368,6 +1373,25 @@ static int parse_agent(loader *ld, const entry *e, loom_agent_config *a)
     join_key(sub, sizeof(sub), key, "tool_timeout_ms");
     if ((rc = get_long(ld, v[TTIMEOUT], sub, 1, 86400000L,
                        &a->tool_timeout_ms)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "review");
+    if ((rc = get_bool(ld, v[REVIEW], sub, &a->review)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "review_model");
+    if (v[RMODEL] && !is_null(v[RMODEL]) &&
+        (rc = get_str(ld, v[RMODEL], sub, "a model name",
+                      &a->review_model)) != 0)
+        return rc;
+    if (a->review_model &&
+        loom__config_model_unresolved(ld->cfg, a->review_model, why,
+                                      sizeof(why)))
+        return fail_at(ld, LOOM_EINVALID, line_of(v[RMODEL]), sub, "%s",
+                       why);
+    join_key(sub, sizeof(sub), key, "citations");
+    if ((rc = get_bool(ld, v[CITES], sub, &a->citations)) != 0)
+        return rc;
+    join_key(sub, sizeof(sub), key, "memory");
+    if ((rc = get_bool(ld, v[MEMORY], sub, &a->memory)) != 0)
         return rc;
     join_key(sub, sizeof(sub), key, "tool_choice");
     if (v[CHOICE])

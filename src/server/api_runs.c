@@ -16,6 +16,7 @@
  * be stored answers 500 "store_failed". See docs/server.md.
  */
 #include "server/srvpriv.h"
+#include "server/chat_format.h"
 #include "core/error.h"
 
 #include <errno.h>
@@ -112,7 +113,7 @@ static int parse_start(srv_request *r, start_req *q)
     static const char *const known[] = {
         "agent",  "model",      "input",  "conversation_id", "stream",
         "background", "system", "max_iterations", "max_tokens",
-        "temperature", "tools", NULL};
+        "temperature", "tools", "user", NULL};
     const json_t *b = r->json, *v;
     const char *key, *msg = NULL;
     json_t *val;
@@ -142,7 +143,13 @@ static int parse_start(srv_request *r, start_req *q)
     STR_FIELD("model", q->spec.model);
     STR_FIELD("conversation_id", q->spec.conversation_id);
     STR_FIELD("system", q->spec.system_prompt);
+    STR_FIELD("user", q->spec.user_id);
 #undef STR_FIELD
+    if (q->spec.user_id && !loom__chat_user_valid(q->spec.user_id))
+        return bad(r, "user",
+                   "`user` must be 1 to 128 characters of A-Z, a-z, 0-9 "
+                   "and " LOOM__CHAT_USER_PUNCT);
+    _Static_assert(LOOM__CHAT_USER_MAX == 128, "the message above");
     if ((v = json_object_get(b, "stream")) && !json_is_null(v)) {
         if (!json_is_boolean(v))
             return bad(r, "stream", "`stream` must be true or false");

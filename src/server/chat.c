@@ -446,6 +446,7 @@ static int handle(srv_request *r, loom__chat_request *req)
     spec.parallel_tool_calls = req->parallel_tool_calls;
     spec.max_tokens = req->max_tokens;
     spec.temperature = req->temperature;
+    spec.user_id = req->user;
     /*
      * With a conversation, the stored history comes first and only the
      * messages after the request's last assistant message are new: a

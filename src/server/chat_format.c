@@ -646,6 +646,23 @@ static int get_max_tokens(long *out, const json_t *body, const char *key,
     return 0;
 }
 
+int loom__chat_user_valid(const char *s)
+{
+    size_t n = 0;
+
+    if (!s || !*s)
+        return 0;
+    for (; s[n]; n++) {
+        unsigned char c = (unsigned char)s[n];
+        if (n >= LOOM__CHAT_USER_MAX)
+            return 0;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || strchr(LOOM__CHAT_USER_PUNCT, c)))
+            return 0;
+    }
+    return 1;
+}
+
 static int parse_options(loom__chat_request *req, const json_t *body,
                          loom__chat_error *err)
 {
@@ -679,6 +696,15 @@ static int parse_options(loom__chat_request *req, const json_t *body,
     }
     if ((rc = get_string(&s, body, "user", "user", 0, err)) != 0)
         return rc;
+    if (s) {
+        if (!loom__chat_user_valid(s))
+            return bad_value(err, "user",
+                             "expected 1 to %d characters of A-Z, a-z, "
+                             "0-9 and '%s'.",
+                             LOOM__CHAT_USER_MAX, LOOM__CHAT_USER_PUNCT);
+        if (!(req->user = strdup(s)))
+            return loom__error_oom();
+    }
     if ((rc = get_string(&s, body, "conversation_id", "conversation_id", 0,
                          err)) != 0)
         return rc;
@@ -771,6 +797,7 @@ void loom__chat_request_clear(loom__chat_request *req)
     json_decref(req->tools_json);
     free(req->tool_choice.function);
     free(req->conversation_id);
+    free(req->user);
     memset(req, 0, sizeof(*req));
     req->parallel_tool_calls = -1;
     req->temperature = -1.0;

@@ -86,7 +86,21 @@ typedef struct {
     long max_tokens;         /* 0 unset; max_completion_tokens wins */
     double temperature;      /* < 0 unset */
     char *conversation_id;   /* NULL when none */
+    char *user;              /* `user`: the run's user id; NULL when none */
 } loom__chat_request;
+
+/* The longest user id a request may give. */
+#define LOOM__CHAT_USER_MAX 128
+/* The characters of a user id besides ASCII letters and digits. */
+#define LOOM__CHAT_USER_PUNCT "_-.@:+="
+
+/*
+ * 1 when s is a usable user id (the chat API's `user`, the runs API's
+ * `user`): 1 to LOOM__CHAT_USER_MAX bytes of ASCII letters, digits and
+ * LOOM__CHAT_USER_PUNCT (room for emails, UUIDs and hashed ids; nothing
+ * that needs quoting in logs or the store). Else 0.
+ */
+int loom__chat_user_valid(const char *s);
 
 /*
  * Parses an OpenAI chat completions body. Unknown fields are ignored,

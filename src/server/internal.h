@@ -212,11 +212,14 @@ typedef struct {
     double temperature;      /* < 0: unset */
     int max_iterations;      /* 0: the agent's */
     int background;          /* a client going away does not cancel it */
+    /* The user the run is for (loom__chat_user_valid), or NULL: anonymous.
+     * Without one the memory tools are not offered. */
+    const char *user_id;
 } srv_run_spec;
 
 #define SRV_RUN_SPEC_INIT                                                    \
     { NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, NULL,       \
-      {LOOM_TOOL_CHOICE_AUTO, NULL}, 0, -1, 0, -1.0, 0, 0 }
+      {LOOM_TOOL_CHOICE_AUTO, NULL}, 0, -1, 0, -1.0, 0, 0, NULL }
 
 /*
  * Starts a run on a worker thread of its own and returns a reference to
@@ -281,6 +284,8 @@ const char *srv_run_store_error(srv_run *run);
 /* How long a store call answering LOOM_EIO (busy, locked, disk full) is
  * retried, with a backoff of 50 ms doubling up to 1 s. */
 #define SRV_STORE_RETRY_MS 10000
+/* How long loom_server_free waits for tool calls that runs abandoned. */
+#define SRV_ABANDONED_WAIT_MS 10000
 
 /*
  * The loom_run behind it, for reading the result (text, usage, finish

@@ -32,6 +32,7 @@
 #include "agent/model_opts.h"
 #include "core/error.h"
 #include "loom/log.h"
+#include "loom/memory.h"
 #include "loom/recorder.h"
 #include "store/store_internal.h"
 
@@ -61,6 +62,7 @@ struct srv_run {
     /* what the loom_run borrows */
     char *system_prompt;
     char *upstream;
+    char *user_id;
     char **tool_names;
     size_t ntool_names;
     char *choice_fn;
@@ -269,6 +271,7 @@ static void run_free(srv_run *r)
     json_decref(r->client_json);
     free(r->system_prompt);
     free(r->upstream);
+    free(r->user_id);
     free(r->conversation_id);
     free(r->model);
     free(r->agent);
@@ -924,6 +927,56 @@ static char *dup_or_null(const char *s, int *oom)
     return d;
 }
 
+/* Whether the run offers tool `name` (memory tools: see loom/memory.h). */
+static int offered(const srv_run *r, const loom_agent_config *agent,
+                   const char *name)
+{
+    json_t *as = agent ? json_boolean(agent->memory) : NULL;
+    int on = loom_memory_tool_offered(name, r->user_id, as, NULL,
+                                      r->s->cfg->tools);
+
+    json_decref(as);
+    return on == 1;
+}
+
+/*
+ * Leaves the memory tools out of the run when they may not be offered
+ * (no user, memory off for the agent or the tool): from its tool names,
+ * or, when it offers every registered tool, by naming all the others.
+ */
+static int keep_memory_choice(srv_run *r, const loom_agent_config *agent)
+{
+    const loom_tool_registry *reg = r->s->tools;
+    size_t n = reg ? loom_tool_registry_count(reg) : 0, k = 0;
+    int hidden = 0;
+
+    if (r->tool_names) {
+        for (size_t i = 0; i < r->ntool_names; i++) {
+            if (offered(r, agent, r->tool_names[i]))
+                r->tool_names[k++] = r->tool_names[i];
+            else
+                free(r->tool_names[i]);
+        }
+        r->ntool_names = k;
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        hidden += !offered(r, agent, loom_tool_registry_at(reg, i)->name);
+    if (!hidden)
+        return 0;
+    if (!(r->tool_names = calloc(n + 1, sizeof(*r->tool_names))))
+        return loom__error_oom();
+    for (size_t i = 0; i < n; i++) {
+        const char *name = loom_tool_registry_at(reg, i)->name;
+        if (!offered(r, agent, name))
+            continue;
+        if (!(r->tool_names[r->ntool_names] = strdup(name)))
+            return loom__error_oom();
+        r->ntool_names++;
+    }
+    return 0;
+}
+
 /* Copies what the loom_run options borrow into r. */
 static int keep_spec(srv_run *r, const srv_run_spec *sp,
                      const loom_agent_config *agent)
@@ -964,9 +1017,10 @@ static int keep_spec(srv_run *r, const srv_run_spec *sp,
                    sp->client_tools_len * sizeof(*r->client_defs));
         r->client_json = json_incref(sp->client_tools_json);
     }
+    r->user_id = dup_or_null(sp->user_id, &oom);
     if (!oom && loom_messages_append(&r->input, sp->input) != 0)
         oom = 1;
-    return oom ? loom__error_oom() : 0;
+    return oom ? loom__error_oom() : keep_memory_choice(r, agent);
 }
 
 /*
@@ -1052,11 +1106,13 @@ static int build_run(srv_run *r, const srv_run_spec *sp,
     o.temperature = sp->temperature;
     o.client_tools = r->client_defs;
     o.client_tools_len = sp->client_tools_len;
+    o.user_id = r->user_id;
     loom__run_options_use_model(&o, &r->mreq);
     o.model = r->model;
     o.upstream_model = r->upstream;
     ropts = router_options(s);
-    if ((rc = loom__run_context_setup(&r->ctxs, &o, s->cfg, &ropts)) != 0)
+    if ((rc = loom__run_context_setup(&r->ctxs, &o, s->cfg, &ropts)) != 0 ||
+        (rc = loom__run_agent_setup(&r->ctxs, &o, s->cfg, agent, &ropts)) != 0)
         return rc;
     if ((rc = loom_recorder_new(&r->rec, (loom_sink){on_event, r})) != 0)
         return rc;

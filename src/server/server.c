@@ -22,6 +22,7 @@
 #include "server/srvpriv.h"
 #include "core/error.h"
 #include "loom/log.h"
+#include "loom/memory.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -389,7 +390,9 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
     if (opts->tools) {
         s->tools = opts->tools;
     } else {
-        if ((rc = loom_tools_new_from_config(&s->own_tools, s->cfg)) != 0)
+        /* The server has the store: its runs may remember for users. */
+        if ((rc = loom_tools_new_from_config(&s->own_tools, s->cfg)) != 0 ||
+            (rc = loom_tools_add_memory(s->own_tools, s->store)) != 0)
             goto fail;
         s->tools = s->own_tools;
     }
@@ -615,7 +618,15 @@ void loom_server_free(loom_server *s)
     free(s->providers);
     loom_router_health_free(s->health);
     srv__metrics_free(s->metrics);
-    loom_tool_registry_free(s->own_tools);
+    /* Tool calls abandoned at their timeout still use the registry (ours
+     * or the caller's): it may be freed once they have ended. Past the
+     * wait ours is left to the exit rather than freed under them. */
+    if (loom_run_wait_abandoned_tools(SRV_ABANDONED_WAIT_MS) == 0) {
+        loom_tool_registry_free(s->own_tools);
+    } else {
+        loom_warn("%zu abandoned tool calls still running at shutdown",
+                  loom_run_abandoned_tools());
+    }
     if (s->stop_pipe[0] >= 0)
         close(s->stop_pipe[0]);
     if (s->stop_pipe[1] >= 0)

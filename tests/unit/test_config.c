@@ -501,7 +501,8 @@ static void test_unknown_keys(void **state)
                 LOOM_EINVALID, "t.yaml:4: agents.helper: ",
                 "unknown key 'modle' (known: model, system_prompt, tools, "
                 "max_iterations, tool_choice, parallel_tool_calls, "
-                "tool_concurrency, planning, think, tool_timeout_ms)",
+                "tool_concurrency, planning, think, tool_timeout_ms, review, "
+                "review_model, citations, memory)",
                 NULL);
     expect_fail("log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
                 "t.yaml:2: unknown key 'srever' (known: log, providers, "
