@@ -72,6 +72,10 @@ struct srv_run {
      * request options it gives (strings borrowed from it). */
     loom_provider *router;
     loom_model_request_options mreq;
+    /* What the continued conversation carries (options borrow them). */
+    char *stored_summary;
+    size_t stored_covers;
+    json_t *stored_plan;
     loom__run_context ctxs; /* the context engine's fallback model */
     loom_run_options opts; /* the worker builds the run again from these */
     loom_messages input;
@@ -260,6 +264,8 @@ static void run_free(srv_run *r)
     free(r->watchers);
     loom_recorder_free(r->rec);
     loom_run_free(r->lr);
+    free(r->stored_summary);
+    json_decref(r->stored_plan);
     loom__run_context_free(&r->ctxs);
     loom_provider_free(r->router);
     loom_messages_free(&r->input);
@@ -651,13 +657,29 @@ typedef struct {
     loom_messages *hist;
 } load_ctx;
 
+/*
+ * Loads what the conversation carries into the next run: the context
+ * summary and the plan (kept on the run, which its options borrow), then
+ * the history. Appends nothing unless it all succeeds, so a retry starts
+ * clean.
+ */
 static int op_load(void *arg)
 {
     load_ctx *c = arg;
+    srv_run *r = c->r;
+    int rc;
 
-    /* Appends nothing unless it succeeds, so a retry starts clean. */
-    return loom_store_load_history(c->r->s->store, c->r->conversation_id,
-                                   c->hist);
+    free(r->stored_summary);
+    r->stored_summary = NULL;
+    json_decref(r->stored_plan);
+    r->stored_plan = NULL;
+    if ((rc = loom_store_conversation_summary(r->s->store, r->conversation_id,
+                                              &r->stored_summary,
+                                              &r->stored_covers)) != 0 ||
+        (rc = loom_store_conversation_plan(r->s->store, r->conversation_id,
+                                           &r->stored_plan)) != 0)
+        return rc;
+    return loom_store_load_history(r->s->store, r->conversation_id, c->hist);
 }
 
 static int op_save(void *arg)
@@ -716,6 +738,12 @@ static int prepare(srv_run *r, const char **op)
     lc.hist = &hist;
     if ((rc = srv__store_retry(r->s, op_load, &lc, *op)) == 0) {
         *op = "build_run";
+        if (r->stored_summary) {
+            r->opts.context.summary = r->stored_summary;
+            r->opts.context.summary_covers = r->stored_covers;
+        }
+        if (r->stored_plan && !r->opts.plan)
+            r->opts.plan = r->stored_plan;
         if ((rc = loom_messages_append(&hist, &r->input)) == 0 &&
             (rc = loom_run_new(&lr, &r->opts, &hist)) == 0) {
             loom_run_free(r->lr);

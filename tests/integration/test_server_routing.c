@@ -318,6 +318,57 @@ static void test_context_window_and_fallback(void **state)
     rt_free(&t);
 }
 
+static void test_plan_carried_to_next_turn(void **state)
+{
+    rt t;
+    json_t *run, *conv, *reqs, *msgs;
+    char body[512], path[128], *conv_id, *sys;
+
+    (void)state;
+    rt_start(&t,
+             "{\"responses\":["
+             "{\"tool_calls\":[{\"id\":\"c1\",\"name\":\"todo_write\","
+             "\"arguments\":\"{\\\"goal\\\":\\\"Ship the report\\\","
+             "\\\"tasks\\\":[{\\\"id\\\":\\\"t1\\\",\\\"description\\\":"
+             "\\\"Draft it\\\",\\\"status\\\":\\\"in_progress\\\"}]}\"}]},"
+             "{\"text\":[\"planned\"]},{\"text\":[\"carrying on\"]}]}",
+             "{\"responses\":[]}",
+             "models:\n"
+             "  p1/m: {}\n"
+             "agents:\n"
+             "  planner: {model: p1/m, planning: true, tools: []}\n");
+    run = sh_json(&t.h, "POST", "/v1/runs",
+                  "{\"agent\":\"planner\",\"input\":\"plan it\"}", 200);
+    assert_string_equal(sh_str(run, "text"), "planned");
+    conv_id = strdup(sh_str(run, "conversation_id"));
+    json_decref(run);
+    /* The plan is kept with the conversation... */
+    snprintf(path, sizeof(path), "/v1/conversations/%s", conv_id);
+    conv = sh_json(&t.h, "GET", path, NULL, 200);
+    assert_string_equal(sh_str(json_object_get(conv, "plan"), "goal"),
+                        "Ship the report");
+    json_decref(conv);
+    /* ...and the next turn's system prompt shows it. */
+    snprintf(body, sizeof(body),
+             "{\"agent\":\"planner\",\"input\":\"go on\","
+             "\"conversation_id\":\"%s\"}",
+             conv_id);
+    run = sh_json(&t.h, "POST", "/v1/runs", body, 200);
+    assert_string_equal(sh_str(run, "text"), "carrying on");
+    json_decref(run);
+    reqs = fake_requests(t.h.fake);
+    assert_int_equal(json_array_size(reqs), 3);
+    msgs = json_object_get(json_object_get(json_array_get(reqs, 2), "body"),
+                           "messages");
+    sys = json_dumps(msgs, 0);
+    assert_non_null(strstr(sys, "<plan>"));
+    assert_non_null(strstr(sys, "Ship the report"));
+    free(sys);
+    json_decref(reqs);
+    free(conv_id);
+    rt_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -326,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_model_request_options_reach_upstream),
         cmocka_unit_test(test_bare_model_goes_to_default_provider),
         cmocka_unit_test(test_context_window_and_fallback),
+        cmocka_unit_test(test_plan_carried_to_next_turn),
     };
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
