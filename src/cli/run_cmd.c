@@ -18,6 +18,7 @@
 #include "agent/model_opts.h"
 #include "cli/cli.h"
 #include "loom/log.h"
+#include "loom/memory.h"
 #include "loom/router.h"
 #include "loom/tools.h"
 
@@ -107,7 +108,9 @@ static int check_agent_tools(const loom_config *cfg,
     for (size_t i = 0; i < cfg->agents_len; i++) {
         const loom_agent_config *a = &cfg->agents[i];
         for (size_t j = 0; j < a->tools_len; j++) {
-            if (!loom_tool_registry_get(reg, a->tools[j])) {
+            /* Memory tools exist where a store does (loom serve). */
+            if (!loom_tool_registry_get(reg, a->tools[j]) &&
+                !loom_memory_is_tool(a->tools[j])) {
                 char *names = loom_tool_registry_names(reg);
                 fprintf(stderr,
                         "loom: config: %s: agents.%s.tools: unknown tool "
@@ -275,6 +278,7 @@ int cli_run(int argc, char **argv)
     int rc, fake_pid = -1;
     const char *model_name;
     char *default_model = NULL;
+    const char **tool_names = NULL;
     loom__run_context ctxs;
     struct sigaction sa;
 
@@ -356,8 +360,18 @@ int cli_run(int argc, char **argv)
     ro.system_prompt = a.system ? a.system : agent ? agent->system_prompt
                                                    : NULL;
     if (agent && !agent->tools_all && ro.tools) {
-        ro.tool_names = (const char *const *)agent->tools;
-        ro.tool_names_len = agent->tools_len;
+        /* The agent's tools that exist here: loom run has no store, so
+         * no memory tools. */
+        if (!(tool_names = calloc(agent->tools_len + 1,
+                                  sizeof(*tool_names)))) {
+            rc = CLI_FAILED;
+            goto done;
+        }
+        for (size_t i = 0; i < agent->tools_len; i++)
+            if (loom_tool_registry_get(reg, agent->tools[i]) ||
+                !loom_memory_is_tool(agent->tools[i]))
+                tool_names[ro.tool_names_len++] = agent->tools[i];
+        ro.tool_names = tool_names;
     }
     ro.max_iterations = a.max_iterations ? a.max_iterations
                         : agent ? agent->max_iterations : 0;
@@ -405,6 +419,7 @@ int cli_run(int argc, char **argv)
     }
 done:
     loom_run_free(run);
+    free(tool_names);
     loom__run_context_free(&ctxs);
     loom_messages_free(&history);
     loom_provider_free(provider);

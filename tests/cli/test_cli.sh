@@ -103,6 +103,25 @@ sed 's/tools: \[get_time\]/tools: [get_tiem]/' "$tmp/good.yaml" > "$tmp/badtool.
 expect_rc 2 $? "config check unknown tool"
 expect_grep "unknown tool 'get_tiem'" "$tmp/out" "unknown tool named"
 
+# --- an agent naming memory tools: they exist only in loom serve ---
+start_fake '{"responses":[{"text":["remembered nothing"]}]}'
+cat > "$tmp/mem.yaml" <<EOF
+providers:
+  fake: {base_url: "$base_url", api_key: sk-test}
+agents:
+  keeper: {model: fake/m, tools: [get_time, memory_store, memory_retrieve]}
+EOF
+"$LOOM_BIN" config check "$tmp/mem.yaml" > "$tmp/out" 2>&1
+expect_rc 0 $? "config check accepts memory tools"
+env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/mem.yaml" \
+    -a keeper "hi" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "run with an agent naming memory tools"
+expect_grep "remembered nothing" "$tmp/out" "memory agent answers"
+expect_grep '"get_time"' "$tmp/requests.jsonl" "the agent's other tools offered"
+if grep -q memory_store "$tmp/requests.jsonl"; then
+    bad "memory tools offered without a store"; else ok; fi
+stop_fake
+
 # --- a run with a tool, plain mode ---
 start_fake '{"responses":[
  {"tool_calls":[{"id":"c1","name":"get_time","arguments":"{\"timezone\":\"Asia/Tokyo\"}"}]},

@@ -1796,7 +1796,12 @@ static void test_example_loads(void **state)
     assert_string_equal(loom_config_provider(cfg, "ollama")->base_url,
                         "http://127.0.0.1:11434/v1");
     assert_int_equal(cfg->models_len, 3);
-    assert_int_equal(cfg->agents_len, 2);
+    assert_int_equal(cfg->agents_len, 3);
+    assert_int_equal(loom_config_agent(cfg, "researcher")->planning, 1);
+    assert_int_equal(loom_config_agent(cfg, "researcher")->citations, 1);
+    assert_int_equal(cfg->http_tools_len, 1);
+    assert_string_equal(cfg->models[0].context_window_fallback,
+                        "anthropic/claude-haiku-4-5");
     assert_string_equal(loom_config_provider(cfg, "anthropic")->kind,
                         "anthropic");
     assert_int_equal(cfg->models[0].prices.input, 150000);
