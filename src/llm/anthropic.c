@@ -3,9 +3,10 @@
  * {base_url}/v1/messages with x-api-key and anthropic-version headers.
  *
  * This file maps loom's provider-neutral request onto the Messages API
- * and does the parts with I/O: the body, the headers, and the call through
- * the attempt loop that every adapter shares (llm/attempt.c: retries
- * before output only, Retry-After honoured). Decoding the answer is
+ * builds the body; the provider object, its headers (x-api-key,
+ * anthropic-version) and the call through the attempt loop are what every
+ * adapter shares (llm/adapter.c, llm/attempt.c: retries before output
+ * only, Retry-After honoured). Decoding the answer is
  * llm/anthropic_stream.c's job, which does no I/O.
  *
  * The mapping has to bridge a few differences (docs/providers.md says
@@ -21,31 +22,16 @@
  */
 #include "llm/anthropic.h"
 #include "core/error.h"
-#include "core/http.h"
-#include "llm/attempt.h"
+#include "llm/adapter.h"
 #include "llm/openai.h" /* the shared HTTP error parser */
-#include "loom/log.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 typedef struct {
-    loom_provider base;
-    char *url;
-    char **headers; /* fixed request header lines */
-    size_t headers_len;
-    /* The lines of a request: headers, then Accept unless the config has
-     * one; for a streamed and for a JSON answer. */
-    const char **stream_headers, **json_headers;
-    size_t request_headers_len;
-    long connect_ms, first_byte_ms, idle_ms;
-    int max_retries;
-    long base_delay_ms, max_delay_ms;
+    loom__llm_adapter a; /* first: the part every adapter has */
     loom__anthropic_limits limits;
-    loom__http_pool *pool;
 } anthropic_provider;
 
 /* ---- request body ---------------------------------------------------- */
@@ -102,7 +88,7 @@ static json_t *tool_use_block(const loom_tool_call *c)
 
 static int is_type(const json_t *block, const char *type)
 {
-    const char *t = json_string_value(json_object_get(block, "type"));
+    const char *t = loom__llm_jstr(block, "type");
 
     return t && strcmp(t, type) == 0;
 }
@@ -120,7 +106,7 @@ static int add_block(json_t *turns, const char *role, json_t *blk)
 
     if (!blk)
         return -1;
-    if (!t || strcmp(json_string_value(json_object_get(t, "role")), role)) {
+    if (!t || strcmp(loom__llm_jstr(t, "role"), role)) {
         t = json_pack("{s:s,s:[]}", "role", role, "content");
         if (json_array_append_new(turns, t) != 0) {
             json_decref(blk);
@@ -187,7 +173,7 @@ static int add_assistant(json_t *turns, const loom_message *m)
     }
     json_array_foreach(layout, i, b)
     {
-        const char *id = json_string_value(json_object_get(b, "id"));
+        const char *id = loom__llm_jstr(b, "id");
         if (rc)
             break;
         if (is_type(b, "thinking") || is_type(b, "redacted_thinking")) {
@@ -347,27 +333,16 @@ static json_t *tool_choice_json(const loom_llm_request *req, int placeholder)
     return tc;
 }
 
-/* Sets o[key] = v, stealing v; non-zero when v is NULL or on OOM. */
-static int put(json_t *o, const char *key, json_t *v)
-{
-    if (!v)
-        return -1;
-    return json_object_set_new(o, key, v);
-}
-
 int loom__anthropic_build_body(json_t **out, const loom_llm_request *req)
 {
     json_t *body = NULL, *system = NULL, *turns = NULL, *tools = NULL;
-    int thinking = thinking_on(req), bad = 0, tool_blocks = 0, placeholder;
+    int thinking = thinking_on(req), bad = 0, tool_blocks = 0, placeholder, rc;
     long max_tokens = req->max_tokens;
     size_t i = 0, users;
 
     *out = NULL;
-    if (!req->model || !*req->model)
-        return loom__error_set(LOOM_EINVALID, "request has no model");
-    if (req->tools_len && req->tool_choice.kind == LOOM_TOOL_CHOICE_FUNCTION &&
-        (!req->tool_choice.function || !*req->tool_choice.function))
-        return loom__error_set(LOOM_EINVALID, "tool choice names no function");
+    if ((rc = loom__llm_request_check(req)) != 0)
+        return rc;
     if (max_tokens <= 0)
         max_tokens = LOOM_ANTHROPIC_DEFAULT_MAX_TOKENS +
                      (thinking ? req->thinking_budget : 0);
@@ -423,7 +398,7 @@ int loom__anthropic_build_body(json_t **out, const loom_llm_request *req)
         users = 0;
         for (size_t k = json_array_size(turns); !bad && users < 2 && k-- > 0;) {
             json_t *t = json_array_get(turns, k);
-            if (strcmp(json_string_value(json_object_get(t, "role")), "user"))
+            if (strcmp(loom__llm_jstr(t, "role"), "user"))
                 continue;
             users++;
             bad |= mark_cache(json_object_get(t, "content"));
@@ -431,24 +406,26 @@ int loom__anthropic_build_body(json_t **out, const loom_llm_request *req)
     }
     if (bad)
         goto cleanup;
-    bad |= put(body, "model", loom__llm_json_string(req->model));
-    bad |= put(body, "max_tokens", json_integer(max_tokens));
+    bad |= loom__llm_put(body, "model", loom__llm_json_string(req->model));
+    bad |= loom__llm_put(body, "max_tokens", json_integer(max_tokens));
     if (json_array_size(system))
-        bad |= put(body, "system", json_incref(system));
-    bad |= put(body, "messages", json_incref(turns));
+        bad |= loom__llm_put(body, "system", json_incref(system));
+    bad |= loom__llm_put(body, "messages", json_incref(turns));
     if (tools) {
-        bad |= put(body, "tools", json_incref(tools));
-        bad |= put(body, "tool_choice", tool_choice_json(req, placeholder));
+        bad |= loom__llm_put(body, "tools", json_incref(tools));
+        bad |= loom__llm_put(body, "tool_choice",
+                             tool_choice_json(req, placeholder));
     }
     if (thinking)
-        bad |= put(body, "thinking",
-                   json_pack("{s:s,s:I}", "type", "enabled", "budget_tokens",
-                             (json_int_t)req->thinking_budget));
+        bad |= loom__llm_put(body, "thinking",
+                             json_pack("{s:s,s:I}", "type", "enabled",
+                                       "budget_tokens",
+                                       (json_int_t)req->thinking_budget));
     /* With thinking the API takes no temperature but its own. */
     if (req->temperature >= 0 && !thinking)
-        bad |= put(body, "temperature", json_real(req->temperature));
+        bad |= loom__llm_put(body, "temperature", json_real(req->temperature));
     if (req->stream)
-        bad |= put(body, "stream", json_true());
+        bad |= loom__llm_put(body, "stream", json_true());
 
 cleanup:
     json_decref(system);
@@ -475,7 +452,7 @@ int loom__anthropic_error_from_http(loom_upstream_error *err, long status,
 
 int loom__anthropic_status_retryable(long status)
 {
-    return loom__openai_status_retryable(status);
+    return loom__llm_status_retryable(status);
 }
 
 int loom__anthropic_stream_error_retryable(const loom_upstream_error *err)
@@ -486,71 +463,16 @@ int loom__anthropic_stream_error_retryable(const loom_upstream_error *err)
 
 /* ---- the adapter ------------------------------------------------------- */
 
-/* What a decoder of one attempt is made with. */
-typedef struct {
-    const loom__anthropic_limits *limits;
-    loom_llm_event_cb cb;
-    void *payload;
-} decoder_args;
-
 static int op_new(void **out, void *payload)
 {
-    decoder_args *a = payload;
+    const loom__llm_decoder_args *x = payload;
+    const anthropic_provider *p = (const anthropic_provider *)x->adapter;
     loom__anthropic_decoder *d = NULL;
-    int rc = loom__anthropic_decoder_new(&d, a->limits, a->cb, a->payload);
+    int rc = loom__anthropic_decoder_new(&d, &p->limits, x->cb, x->payload);
 
     *out = d;
     return rc;
 }
-
-static void op_free(void *d)
-{
-    loom__anthropic_decoder_free(d);
-}
-
-static int op_feed(void *d, const char *data, size_t len)
-{
-    return loom__anthropic_decoder_feed(d, data, len);
-}
-
-static int op_finish(void *d)
-{
-    return loom__anthropic_decoder_finish(d);
-}
-
-static int op_complete(void *d, const char *body, size_t len)
-{
-    return loom__anthropic_decoder_complete(d, body, len);
-}
-
-static int op_started(const void *d)
-{
-    return loom__anthropic_decoder_output_started(d);
-}
-
-static const loom_upstream_error *op_error(const void *d)
-{
-    return loom__anthropic_decoder_error(d);
-}
-
-static int op_export(void *d, loom_llm_response *resp)
-{
-    return loom__anthropic_decoder_export(d, resp);
-}
-
-static const loom__llm_decoder_ops decoder_ops = {
-    op_new,
-    op_free,
-    op_feed,
-    op_finish,
-    op_complete,
-    op_started,
-    op_error,
-    op_export,
-    loom__anthropic_error_from_http,
-    loom__anthropic_status_retryable,
-    loom__anthropic_stream_error_retryable,
-};
 
 void loom__anthropic_provider_set_limits(loom_provider *base,
                                          const loom__anthropic_limits *limits)
@@ -560,11 +482,12 @@ void loom__anthropic_provider_set_limits(loom_provider *base,
 
 const char *loom__anthropic_provider_url(const loom_provider *base)
 {
-    return ((const anthropic_provider *)base)->url;
+    return ((const anthropic_provider *)base)->a.url;
 }
 
-static size_t max_body(const anthropic_provider *p)
+static size_t max_body(const loom__llm_adapter *a)
 {
+    const anthropic_provider *p = (const anthropic_provider *)a;
     size_t text =
         p->limits.max_text ? p->limits.max_text : LOOM_ANTHROPIC_MAX_TEXT;
     size_t state =
@@ -574,189 +497,28 @@ static size_t max_body(const anthropic_provider *p)
                               : 2 * (text + state) + ((size_t)1 << 20);
 }
 
-static int anthropic_complete(loom_provider *base, const loom_llm_request *req,
-                              loom_llm_event_cb cb, void *payload,
-                              loom_llm_response *resp, loom_cancel *cancel)
-{
-    anthropic_provider *p = (anthropic_provider *)base;
-    decoder_args da = {&p->limits, cb, payload};
-    loom__llm_attempts_opts o = {0};
-    loom__http_request hreq = {0};
-    json_t *body = NULL;
-    char *text = NULL;
-    int rc;
+/* anthropic-beta and the like go in the config's headers. */
+static const char *const own_headers[] = {"anthropic-version",
+                                          LOOM_ANTHROPIC_VERSION, NULL};
 
-    resp->error.attempts = 0;
-    if ((rc = loom__anthropic_build_body(&body, req)) != 0)
-        goto cleanup;
-    if (!(text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15)))) {
-        rc = loom__error_oom();
-        goto cleanup;
-    }
-    hreq.method = "POST";
-    hreq.url = p->url;
-    hreq.headers = req->stream ? p->stream_headers : p->json_headers;
-    hreq.headers_len = p->request_headers_len;
-    hreq.body = text;
-    hreq.body_len = strlen(text);
-    hreq.connect_timeout_ms = p->connect_ms;
-    hreq.first_byte_timeout_ms = p->first_byte_ms;
-    hreq.idle_timeout_ms = p->idle_ms;
-    hreq.max_body = max_body(p);
-    hreq.cancel = cancel;
-    o.name = p->base.name;
-    o.pool = p->pool;
-    o.http = &hreq;
-    o.stream = req->stream;
-    o.max_json_body = max_body(p);
-    o.max_retries = p->max_retries;
-    o.base_delay_ms = p->base_delay_ms;
-    o.max_delay_ms = p->max_delay_ms;
-    o.ops = &decoder_ops;
-    o.payload = &da;
-    rc = loom__llm_attempts(&o, resp);
-
-cleanup:
-    if (!resp->text && !(resp->text = strdup("")) && rc == 0)
-        rc = loom__error_oom();
-    json_decref(body);
-    free(text);
-    return rc;
-}
-
-static void anthropic_free(loom_provider *base)
-{
-    anthropic_provider *p = (anthropic_provider *)base;
-
-    loom__http_pool_free(p->pool);
-    for (size_t i = 0; i < p->headers_len; i++)
-        free(p->headers[i]);
-    free(p->headers);
-    free(p->stream_headers);
-    free(p->json_headers);
-    free(p->url);
-    free(p->base.name);
-    free(p);
-}
-
-static const loom_provider_vtable anthropic_vtable = {anthropic_complete,
-                                                      anthropic_free};
-
-static int add_header(anthropic_provider *p, const char *name,
-                      const char *value)
-{
-    char *line;
-
-    if (asprintf(&line, "%s: %s", name, value) < 0)
-        return loom__error_oom();
-    p->headers[p->headers_len++] = line;
-    return 0;
-}
-
-/* loom's own headers, each unless the config names it, then the
- * config's (anthropic-beta goes there). */
-static int build_headers(anthropic_provider *p, const loom_provider_config *c,
-                         const char *name)
-{
-    const json_t *h = json_is_object(c->headers) ? c->headers : NULL;
-    const char *k;
-    json_t *v;
-    char ua[64], num[32];
-    int rc = 0, has_accept = loom__llm_config_has_header(h, "Accept");
-
-    p->headers = calloc(json_object_size(h) + 4, sizeof(*p->headers));
-    if (!p->headers)
-        return loom__error_oom();
-    if (c->api_key && *c->api_key &&
-        !loom__llm_config_has_header(h, "x-api-key")) {
-        if (strpbrk(c->api_key, "\r\n"))
-            return loom__error_set(
-                LOOM_EINVALID, "provider '%s': api_key has a line break", name);
-        if ((rc = add_header(p, "x-api-key", c->api_key)))
-            return rc;
-    }
-    if (!loom__llm_config_has_header(h, "anthropic-version") &&
-        (rc = add_header(p, "anthropic-version", LOOM_ANTHROPIC_VERSION)))
-        return rc;
-    if (!loom__llm_config_has_header(h, "Content-Type") &&
-        (rc = add_header(p, "Content-Type", "application/json")))
-        return rc;
-    snprintf(ua, sizeof(ua), "loom/%s", loom_version());
-    if (!loom__llm_config_has_header(h, "User-Agent") &&
-        (rc = add_header(p, "User-Agent", ua)))
-        return rc;
-    json_object_foreach((json_t *)h, k, v)
-    {
-        const char *s = json_string_value(v);
-        if (json_is_integer(v)) {
-            snprintf(num, sizeof(num), "%lld",
-                     (long long)json_integer_value(v));
-            s = num;
-        }
-        if (!s || !loom__llm_header_ok(k, s))
-            return loom__error_set(LOOM_EINVALID,
-                                   "provider '%s': header '%s' must be a "
-                                   "token name with a one-line string value",
-                                   name, k);
-        if ((rc = add_header(p, k, s)))
-            return rc;
-    }
-    p->stream_headers = calloc(p->headers_len + 1, sizeof(char *));
-    p->json_headers = calloc(p->headers_len + 1, sizeof(char *));
-    if (!p->stream_headers || !p->json_headers)
-        return loom__error_oom();
-    for (size_t i = 0; i < p->headers_len; i++)
-        p->stream_headers[i] = p->json_headers[i] = p->headers[i];
-    p->request_headers_len = p->headers_len;
-    if (!has_accept) {
-        p->stream_headers[p->headers_len] = "Accept: text/event-stream";
-        p->json_headers[p->headers_len] = "Accept: application/json";
-        p->request_headers_len++;
-    }
-    return 0;
-}
+static const loom__llm_adapter_spec anthropic_spec = {
+    .kind = "anthropic",
+    .default_base_url = LOOM_ANTHROPIC_DEFAULT_BASE_URL,
+    .version = "v1",
+    .path = "/messages",
+    .key_header = "x-api-key",
+    .key_prefix = "",
+    .headers = own_headers,
+    .build_json = loom__anthropic_build_body,
+    .max_body = max_body,
+    .decoder_new = op_new,
+    .error_from_http = loom__anthropic_error_from_http,
+    .stream_error_retryable = loom__anthropic_stream_error_retryable,
+};
 
 int loom_provider_anthropic_new(loom_provider **out,
                                 const loom_provider_config *config)
 {
-    const char *name = config->name ? config->name : "anthropic";
-    const char *base = config->base_url && *config->base_url
-                           ? config->base_url
-                           : LOOM_ANTHROPIC_DEFAULT_BASE_URL;
-    anthropic_provider *p;
-    size_t n;
-    int rc, v1;
-
-    *out = NULL;
-    if (!(p = calloc(1, sizeof(*p))))
-        return loom__error_oom();
-    p->base.vt = &anthropic_vtable;
-    n = strlen(base);
-    while (n > 0 && base[n - 1] == '/')
-        n--;
-    /* A base URL that already names the version is not given another. */
-    v1 = n >= 3 && strncmp(base + n - 3, "/v1", 3) == 0;
-    if (!(p->base.name = strdup(name)) ||
-        asprintf(&p->url, "%.*s%s", (int)n, base,
-                 v1 ? "/messages" : "/v1/messages") < 0) {
-        p->url = NULL;
-        rc = loom__error_oom();
-        goto fail;
-    }
-    if ((rc = build_headers(p, config, name)) != 0)
-        goto fail;
-    p->connect_ms = config->connect_timeout_ms;
-    p->first_byte_ms = config->first_byte_timeout_ms;
-    p->idle_ms = config->idle_timeout_ms;
-    p->max_retries = config->max_retries > 0 ? config->max_retries : 0;
-    p->base_delay_ms = config->retry_base_delay_ms;
-    p->max_delay_ms = config->retry_max_delay_ms;
-    if ((rc = loom__http_pool_new(&p->pool)) != 0)
-        goto fail;
-    *out = &p->base;
-    return 0;
-
-fail:
-    anthropic_free(&p->base);
-    return rc;
+    return loom__llm_adapter_new(out, sizeof(anthropic_provider),
+                                 &anthropic_spec, config);
 }

@@ -11,6 +11,7 @@
 #ifndef LOOM_LLM_ANTHROPIC_H
 #define LOOM_LLM_ANTHROPIC_H
 
+#include "llm/answer.h" /* LOOM_LLM_MAX_* */
 #include "loom/llm.h"
 
 #include <jansson.h>
@@ -25,10 +26,11 @@
 #define LOOM_ANTHROPIC_PLACEHOLDER_TOOL "loom_no_tools"
 
 /* Default limits of one answer. */
-#define LOOM_ANTHROPIC_MAX_TOOL_CALLS 128
-#define LOOM_ANTHROPIC_MAX_ARGS ((size_t)1 << 20)  /* per tool call */
-#define LOOM_ANTHROPIC_MAX_TEXT ((size_t)16 << 20) /* text, and thinking */
-#define LOOM_ANTHROPIC_MAX_BLOCKS 1024             /* content blocks */
+/* (the same for every adapter: llm/answer.h) */
+#define LOOM_ANTHROPIC_MAX_TOOL_CALLS LOOM_LLM_MAX_TOOL_CALLS
+#define LOOM_ANTHROPIC_MAX_ARGS LOOM_LLM_MAX_ARGS /* per tool call */
+#define LOOM_ANTHROPIC_MAX_TEXT LOOM_LLM_MAX_TEXT /* text, and thinking */
+#define LOOM_ANTHROPIC_MAX_BLOCKS 1024            /* content blocks */
 /* Signatures and redacted thinking data of one answer, together. */
 #define LOOM_ANTHROPIC_MAX_STATE ((size_t)16 << 20)
 

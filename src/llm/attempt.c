@@ -50,34 +50,15 @@ static int on_body(const char *data, size_t len, void *payload)
     return loom_buf_put(&a->json, data, len);
 }
 
-/* Frees err's strings and zeroes it, keeping the attempt count. */
-static void clear_error(loom_upstream_error *err)
-{
-    int attempts = err->attempts;
-
-    free(err->type);
-    free(err->message);
-    free(err->request_id);
-    memset(err, 0, sizeof(*err));
-    err->attempts = attempts;
-}
-
+/* Sets err from a failed attempt (msg NULL is "", never "HTTP <n>"). */
 static int set_error(loom_upstream_error *err, loom_upstream_kind kind,
                      long status, const char *msg, const char *type,
                      const char *request_id)
 {
-    clear_error(err);
-    err->kind = kind;
-    err->http_status = (int)status;
-    err->message = strdup(msg ? msg : "");
-    if (type)
-        err->type = strdup(type);
-    if (request_id)
-        err->request_id = strdup(request_id);
-    if (!err->message || (type && !err->type) ||
-        (request_id && !err->request_id))
-        return loom__error_oom();
-    return 0;
+    if (!msg)
+        msg = "";
+    return loom__llm_error_set(err, kind, status, msg, strlen(msg), type,
+                               request_id);
 }
 
 /* Sets the thread's error message for err and returns code. */
@@ -133,7 +114,7 @@ static int outcome(attempt_ctx *a, int rc, const loom__http_response *hr,
         else
             rc = ops->complete(a->d, loom_buf_cstr(&hr->body), hr->body.len);
         if (rc == 0) {
-            clear_error(err);
+            loom__upstream_error_clear(err);
             return 0;
         }
     } else if (rc == 0) {
@@ -250,32 +231,6 @@ cleanup:
     return rc;
 }
 
-/* The length of the valid UTF-8 sequence at p (NUL-terminated), 0 when
- * the byte at p does not start one; the rules are jansson's. */
-static size_t utf8_len(const unsigned char *p)
-{
-    unsigned c = p[0];
-    unsigned long cp;
-    size_t n;
-
-    if (c < 0x80)
-        return 1;
-    n = c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
-    if (!n)
-        return 0;
-    cp = c & (0x7Fu >> n);
-    for (size_t k = 1; k < n; k++) {
-        /* The NUL terminator is no continuation byte: no overread. */
-        if ((p[k] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[k] & 0x3F);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n;
-}
-
 json_t *loom__llm_json_string(const char *s)
 {
     const unsigned char *p = (const unsigned char *)(s ? s : "");
@@ -288,7 +243,7 @@ json_t *loom__llm_json_string(const char *s)
         return j;
     /* Written by hand: jansson has no lossy mode. */
     while (!bad && p[i]) {
-        if ((n = utf8_len(p + i)) != 0) {
+        if ((n = loom__llm_utf8_seq(p + i, 4)) != 0) {
             i += n;
             continue;
         }
@@ -303,25 +258,89 @@ json_t *loom__llm_json_string(const char *s)
     return j;
 }
 
-int loom__llm_header_ok(const char *name, const char *value)
+int loom__llm_put(json_t *o, const char *key, json_t *v)
 {
-    if (!*name)
-        return 0;
-    for (const char *s = name; *s; s++)
-        if (*s <= ' ' || *s >= 127 || strchr("\"(),/:;<=>?@[\\]{}", *s))
-            return 0;
-    return strpbrk(value, "\r\n") == NULL;
+    return v ? json_object_set_new(o, key, v) : -1;
 }
 
-int loom__llm_config_has_header(const json_t *headers, const char *name)
+const char *loom__llm_jstr(const json_t *o, const char *key)
 {
-    const char *k;
-    json_t *v;
+    return json_string_value(json_object_get(o, key));
+}
 
-    json_object_foreach((json_t *)headers, k, v)
-    {
-        if (strcasecmp(k, name) == 0)
-            return 1;
+/* ---- upstream errors -------------------------------------------------- */
+
+void loom__upstream_error_clear(loom_upstream_error *err)
+{
+    int attempts = err->attempts;
+
+    free(err->type);
+    free(err->message);
+    free(err->request_id);
+    memset(err, 0, sizeof(*err));
+    err->attempts = attempts;
+}
+
+int loom__llm_error_set(loom_upstream_error *err, loom_upstream_kind kind,
+                        long status, const char *msg, size_t len,
+                        const char *type, const char *request_id)
+{
+    char num[32];
+
+    loom__upstream_error_clear(err);
+    err->kind = kind;
+    err->http_status = (int)status;
+    if (!msg) {
+        snprintf(num, sizeof(num), "HTTP %ld", status);
+        msg = num;
+        len = strlen(num);
     }
+    err->message = strndup(msg, len);
+    if (type)
+        err->type = strdup(type);
+    if (request_id)
+        err->request_id = strdup(request_id);
+    if (!err->message || (type && !err->type) ||
+        (request_id && !err->request_id))
+        return loom__error_oom();
     return 0;
+}
+
+loom_upstream_kind loom__llm_status_kind(long status)
+{
+    switch (status) {
+    case 400:
+        return LOOM_UPSTREAM_BAD_REQUEST;
+    case 401:
+        return LOOM_UPSTREAM_AUTH;
+    case 403:
+        return LOOM_UPSTREAM_PERMISSION;
+    case 404:
+        return LOOM_UPSTREAM_NOT_FOUND;
+    case 408:
+        return LOOM_UPSTREAM_TIMEOUT;
+    case 409:
+        return LOOM_UPSTREAM_CONFLICT;
+    case 413:
+        return LOOM_UPSTREAM_TOO_LARGE;
+    case 422:
+        return LOOM_UPSTREAM_UNPROCESSABLE;
+    case 429:
+        return LOOM_UPSTREAM_RATE_LIMIT;
+    default:
+        break;
+    }
+    if (status >= 200 && status < 300)
+        return LOOM_UPSTREAM_NONE;
+    if (status >= 500 && status < 600)
+        return LOOM_UPSTREAM_SERVER;
+    if (status >= 400 && status < 500)
+        return LOOM_UPSTREAM_BAD_REQUEST;
+    return LOOM_UPSTREAM_PROTOCOL;
+}
+
+int loom__llm_status_retryable(long status)
+{
+    return status == 408 || status == 409 || status == 429 ||
+           (status >= 500 && status < 600);
 }

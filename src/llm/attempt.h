@@ -1,11 +1,13 @@
 /*
  * llm/attempt.h: what the HTTP model adapters share beyond core/http and
- * llm/retry: the attempt loop (send, decode, classify, retry) and lossy
- * JSON strings for request bodies.
+ * llm/retry: the attempt loop (send, decode, classify, retry), the JSON
+ * helpers of request bodies (lossy strings), and upstream errors (their
+ * kinds by HTTP status, setting and clearing them).
  *
  * Coordination note for adapter authors (gemini, openai-responses, ...):
  * this header was written by the anthropic adapter. Use
- * loom__llm_attempts() for your retry loop instead of writing one, and
+ * loom__llm_attempts() for your retry loop instead of writing one (or,
+ * better, llm/adapter.h, which drives it for you), and
  * loom__llm_json_string() for strings that may hold bytes that are not
  * UTF-8. If you need the loop to do more, extend loom__llm_decoder_ops
  * with an optional member at the end (NULL keeps today's behaviour) and
@@ -106,11 +108,67 @@ int loom__llm_attempts(const loom__llm_attempts_opts *o,
  */
 json_t *loom__llm_json_string(const char *s);
 
-/* Whether name is an HTTP header token and value has no line break: what
- * every adapter checks on headers taken from the config. */
-int loom__llm_header_ok(const char *name, const char *value);
+/*
+ * The length of the valid UTF-8 sequence at s (n bytes readable), or 0
+ * when the bytes there do not start one, by jansson's rules: no overlong
+ * form, no surrogate, nothing past U+10FFFF. A NUL-terminated string may
+ * pass n = 4: its terminator is no continuation byte, so nothing past it
+ * is read. Inline because the OpenAI decoder's fast path checks every
+ * string of every chunk with it.
+ */
+static inline size_t loom__llm_utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    unsigned long cp;
+    size_t k;
 
-/* Whether the config's headers object names this header (any case). */
-int loom__llm_config_has_header(const json_t *headers, const char *name);
+    if (c < 0x80)
+        return 1;
+    k = c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
+    if (!k || k > n)
+        return 0;
+    cp = c & (0x7Fu >> k);
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) ||
+        (k == 3 && cp < 0x800) || (k == 4 && cp < 0x10000))
+        return 0;
+    return k;
+}
+
+
+/* Sets o[key] = v, stealing v; -1 when v is NULL (a failed allocation
+ * while making it) or on OOM: request builders chain these with |=. */
+int loom__llm_put(json_t *o, const char *key, json_t *v);
+
+/* o[key] when it is a string, else NULL (o may be anything, or NULL). */
+const char *loom__llm_jstr(const json_t *o, const char *key);
+
+/* ---- upstream errors -------------------------------------------------- */
+
+/* Frees the strings of err and zeroes it (attempts kept). */
+void loom__upstream_error_clear(loom_upstream_error *err);
+
+/*
+ * Sets *err, cleared first (attempts kept): kind, http_status, a copy of
+ * the len bytes at msg ("HTTP <status>" when msg is NULL), and copies of
+ * type and request_id when they are not NULL. LOOM_ENOMEM.
+ */
+int loom__llm_error_set(loom_upstream_error *err, loom_upstream_kind kind,
+                        long status, const char *msg, size_t len,
+                        const char *type, const char *request_id);
+
+/*
+ * The kind for an HTTP status, as every adapter reads it: 400, 401, 403,
+ * 404, 408, 409, 413, 422 and 429 their own, other 4xx bad_request, 5xx
+ * server, 2xx none, anything else protocol.
+ */
+loom_upstream_kind loom__llm_status_kind(long status);
+
+/* Whether a status is worth retrying: 408, 409, 429 and 5xx. */
+int loom__llm_status_retryable(long status);
 
 #endif

@@ -8,9 +8,10 @@
  * `systemInstruction`, tool results as functionResponse parts, tools as
  * functionDeclarations whose JSON Schema is cut down to the subset Gemini
  * accepts, tool choice as toolConfig, limits and thinking as
- * generationConfig) and the headers; it hands the call to the attempt
- * loop that every adapter shares (llm/attempt.c: retries, backoff,
- * classification). Decoding the answer is llm/gemini_stream.c's job.
+ * generationConfig); the provider object, its headers and the call through
+ * the attempt loop are what every adapter shares (llm/adapter.c,
+ * llm/attempt.c: retries, backoff, classification). Decoding the answer is
+ * llm/gemini_stream.c's job.
  *
  * Gemini wants back, on the next request, each thoughtSignature on the
  * part it came on and the ids it gave its calls: the decoder records them
@@ -21,30 +22,17 @@
  */
 #include "llm/gemini.h"
 #include "core/error.h"
-#include "core/http.h"
-#include "llm/attempt.h"
+#include "llm/adapter.h"
 #include "loom/buf.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 typedef struct {
-    loom_provider base;
-    char *base_url; /* as configured; NULL: the default */
-    char **headers; /* fixed request header lines */
-    size_t headers_len;
-    /* The lines of a request: headers, then Accept unless the config has
-     * one; for a streamed and for a JSON answer. */
-    const char **stream_headers, **json_headers;
-    size_t request_headers_len;
-    long connect_ms, first_byte_ms, idle_ms;
-    int max_retries;
-    long base_delay_ms, max_delay_ms;
+    loom__llm_adapter a; /* first; its url is the configured base URL */
     loom__gemini_limits limits;
-    loom__http_pool *pool;
 } gemini_provider;
 
 /* ---- URL ------------------------------------------------------------- */
@@ -107,19 +95,6 @@ int loom__gemini_url(char **out, const char *base_url, const char *model,
 
 /* ---- schema ---------------------------------------------------------- */
 
-static const char *jstr(const json_t *o, const char *key)
-{
-    return json_string_value(json_object_get(o, key));
-}
-
-/* Sets o[key] = v, stealing v; -1 when v is NULL or on OOM. */
-static int put(json_t *o, const char *key, json_t *v)
-{
-    if (!v)
-        return -1;
-    return json_object_set_new(o, key, v);
-}
-
 /* Gemini's name for a JSON Schema type, NULL for none it has. */
 static const char *gemini_type(const char *t)
 {
@@ -135,7 +110,7 @@ static const char *gemini_type(const char *t)
 
 static int is_null_schema(const json_t *s)
 {
-    const char *t = jstr(s, "type");
+    const char *t = loom__llm_jstr(s, "type");
 
     return t && strcmp(t, "null") == 0;
 }
@@ -149,10 +124,10 @@ static int put_common(json_t *o, const json_t *s, int nullable)
     for (size_t i = 0; i < 2; i++) {
         const json_t *v = json_object_get(s, keys[i]);
         if (json_is_string(v) && !json_object_get(o, keys[i]))
-            bad |= put(o, keys[i], json_copy((json_t *)v));
+            bad |= loom__llm_put(o, keys[i], json_copy((json_t *)v));
     }
     if (nullable)
-        bad |= put(o, "nullable", json_true());
+        bad |= loom__llm_put(o, "nullable", json_true());
     return bad ? loom__error_oom() : 0;
 }
 
@@ -163,7 +138,7 @@ static int put_counts(json_t *o, const json_t *s, const char *const *keys,
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_object_get(s, keys[i]);
         if (json_is_integer(v) && json_integer_value(v) >= 0 &&
-            put(o, keys[i], json_copy((json_t *)v)))
+            loom__llm_put(o, keys[i], json_copy((json_t *)v)))
             return loom__error_oom();
     }
     return 0;
@@ -217,7 +192,8 @@ static int put_enum(json_t *o, const json_t *s, int *nullable)
     if (!json_is_array(e)) {
         if (!json_is_string(k))
             return 0;
-        return put(o, "enum", json_pack("[o]", json_copy((json_t *)k)))
+        return loom__llm_put(o, "enum",
+                             json_pack("[o]", json_copy((json_t *)k)))
                    ? loom__error_oom()
                    : 0;
     }
@@ -246,11 +222,13 @@ static int put_format(json_t *o, const json_t *s, const char *type)
     static const char *const ok[][2] = {
         {"STRING", "date-time"}, {"STRING", "enum"},   {"NUMBER", "float"},
         {"NUMBER", "double"},    {"INTEGER", "int32"}, {"INTEGER", "int64"}};
-    const char *f = jstr(s, "format");
+    const char *f = loom__llm_jstr(s, "format");
 
     for (size_t i = 0; f && i < sizeof(ok) / sizeof(ok[0]); i++)
         if (strcmp(type, ok[i][0]) == 0 && strcmp(f, ok[i][1]) == 0)
-            return put(o, "format", json_string(f)) ? loom__error_oom() : 0;
+            return loom__llm_put(o, "format", json_string(f))
+                       ? loom__error_oom()
+                       : 0;
     return 0;
 }
 
@@ -310,7 +288,7 @@ static int put_array(json_t *o, const json_t *s, int depth)
         /* Gemini refuses an array without items. */
         c = json_pack("{s:s}", "type", "STRING");
     }
-    if (put(o, "items", c))
+    if (loom__llm_put(o, "items", c))
         return loom__error_oom();
     return put_counts(o, s, counts, 2);
 }
@@ -416,7 +394,8 @@ static int convert(json_t **out, const json_t *s, int depth,
         const char *keys[] = {"minimum", "maximum"};
         for (size_t i = 0; i < 2; i++) {
             const json_t *v = json_object_get(s, keys[i]);
-            if (json_is_number(v) && put(o, keys[i], json_copy((json_t *)v))) {
+            if (json_is_number(v) &&
+                loom__llm_put(o, keys[i], json_copy((json_t *)v))) {
                 rc = loom__error_oom();
                 goto fail;
             }
@@ -549,9 +528,9 @@ static json_t *function_call_part(const loom_tool_call *c, const char *id)
 {
     json_t *fc = json_object(), *part;
 
-    if (!fc || put(fc, "name", loom__llm_json_string(c->name)) ||
-        put(fc, "args", args_object(c->arguments)) ||
-        (id && put(fc, "id", json_string(id)))) {
+    if (!fc || loom__llm_put(fc, "name", loom__llm_json_string(c->name)) ||
+        loom__llm_put(fc, "args", args_object(c->arguments)) ||
+        (id && loom__llm_put(fc, "id", json_string(id)))) {
         json_decref(fc);
         return NULL;
     }
@@ -596,16 +575,17 @@ static int model_parts_from_state(json_t *arr, const loom_message *m,
         } else if (th) {
             read_range(th, m->reasoning ? strlen(m->reasoning) : 0, &off, &len);
             part = text_part(m->reasoning, off, len);
-            if (part && put(part, "thought", json_true())) {
+            if (part && loom__llm_put(part, "thought", json_true())) {
                 json_decref(part);
                 part = NULL;
             }
         } else {
             size_t c = (size_t)json_integer_value(json_object_get(e, "call"));
-            part = function_call_part(&m->tool_calls[c], jstr(e, "id"));
+            part =
+                function_call_part(&m->tool_calls[c], loom__llm_jstr(e, "id"));
         }
         if (part && sig &&
-            put(part, "thoughtSignature", json_copy((json_t *)sig))) {
+            loom__llm_put(part, "thoughtSignature", json_copy((json_t *)sig))) {
             json_decref(part);
             part = NULL;
         }
@@ -658,7 +638,7 @@ static void find_call(const loom_llm_request *req, const msg_state *states,
         {
             const json_t *call = json_object_get(e, "call");
             if (json_is_integer(call) && (size_t)json_integer_value(call) == c)
-                *id = jstr(e, "id");
+                *id = loom__llm_jstr(e, "id");
         }
         return;
     }
@@ -685,12 +665,13 @@ static json_t *function_response_part(const loom_llm_request *req,
     if (!name)
         name = m->name && *m->name ? m->name : "unknown_tool";
     fr = json_object();
-    if (!fr || put(fr, "name", loom__llm_json_string(name))) {
+    if (!fr || loom__llm_put(fr, "name", loom__llm_json_string(name))) {
         json_decref(resp);
         json_decref(fr);
         return NULL;
     }
-    if (put(fr, "response", resp) || (id && put(fr, "id", json_string(id)))) {
+    if (loom__llm_put(fr, "response", resp) ||
+        (id && loom__llm_put(fr, "id", json_string(id)))) {
         json_decref(fr);
         return NULL;
     }
@@ -701,7 +682,8 @@ static json_t *content_json(const char *role, json_t *parts)
 {
     json_t *c = parts ? json_object() : NULL;
 
-    if (!c || put(c, "role", json_string(role)) || put(c, "parts", parts)) {
+    if (!c || loom__llm_put(c, "role", json_string(role)) ||
+        loom__llm_put(c, "parts", parts)) {
         json_decref(parts);
         json_decref(c);
         return NULL;
@@ -773,7 +755,8 @@ static int add_contents(json_t *body, const loom_llm_request *req,
             rc = loom__error_oom();
     }
     if (!rc && json_array_size(sys) &&
-        put(body, "systemInstruction", json_pack("{s:O}", "parts", sys)))
+        loom__llm_put(body, "systemInstruction",
+                      json_pack("{s:O}", "parts", sys)))
         rc = loom__error_oom();
     json_decref(sys);
     return rc;
@@ -786,14 +769,16 @@ static int add_tools(json_t *body, const loom_llm_request *req)
     int rc;
 
     if (!decls ||
-        put(body, "tools", json_pack("[{s:o}]", "functionDeclarations", decls)))
+        loom__llm_put(body, "tools",
+                      json_pack("[{s:o}]", "functionDeclarations", decls)))
         return loom__error_oom();
     for (size_t i = 0; i < req->tools_len; i++) {
         const loom_tool_def *t = &req->tools[i];
         if (!(d = json_object()) || json_array_append_new(decls, d) ||
-            put(d, "name", loom__llm_json_string(t->name)) ||
+            loom__llm_put(d, "name", loom__llm_json_string(t->name)) ||
             (t->description &&
-             put(d, "description", loom__llm_json_string(t->description))))
+             loom__llm_put(d, "description",
+                           loom__llm_json_string(t->description))))
             return loom__error_oom();
         if (!t->parameters)
             continue;
@@ -803,12 +788,12 @@ static int add_tools(json_t *body, const loom_llm_request *req)
         /* Gemini refuses an OBJECT without properties: a tool that takes
          * nothing declares no parameters. */
         props = json_object_get(params, "properties");
-        if (jstr(params, "type") &&
-            strcmp(jstr(params, "type"), "OBJECT") == 0 && !props) {
+        if (loom__llm_jstr(params, "type") &&
+            strcmp(loom__llm_jstr(params, "type"), "OBJECT") == 0 && !props) {
             json_decref(params);
             continue;
         }
-        if (put(d, "parameters", params))
+        if (loom__llm_put(d, "parameters", params))
             return loom__error_oom();
     }
     switch (req->tool_choice.kind) {
@@ -824,14 +809,14 @@ static int add_tools(json_t *body, const loom_llm_request *req)
     }
     d = json_pack("{s:s}", "mode", mode);
     if (d && req->tool_choice.kind == LOOM_TOOL_CHOICE_FUNCTION &&
-        put(d, "allowedFunctionNames",
-            json_pack("[o]",
-                      loom__llm_json_string(req->tool_choice.function)))) {
+        loom__llm_put(d, "allowedFunctionNames",
+                      json_pack("[o]", loom__llm_json_string(
+                                           req->tool_choice.function)))) {
         json_decref(d);
         d = NULL;
     }
-    if (!d ||
-        put(body, "toolConfig", json_pack("{s:o}", "functionCallingConfig", d)))
+    if (!d || loom__llm_put(body, "toolConfig",
+                            json_pack("{s:o}", "functionCallingConfig", d)))
         return loom__error_oom();
     return 0;
 }
@@ -842,14 +827,15 @@ static int add_generation_config(json_t *body, const loom_llm_request *req)
     int bad = !g || json_object_set_new(body, "generationConfig", g);
 
     if (!bad && req->max_tokens > 0)
-        bad |= put(g, "maxOutputTokens", json_integer(req->max_tokens));
+        bad |=
+            loom__llm_put(g, "maxOutputTokens", json_integer(req->max_tokens));
     if (!bad && req->temperature >= 0)
-        bad |= put(g, "temperature", json_real(req->temperature));
+        bad |= loom__llm_put(g, "temperature", json_real(req->temperature));
     if (!bad && req->thinking_budget > 0)
-        bad |= put(g, "thinkingConfig",
-                   json_pack("{s:I,s:b}", "thinkingBudget",
-                             (json_int_t)req->thinking_budget,
-                             "includeThoughts", 1));
+        bad |= loom__llm_put(g, "thinkingConfig",
+                             json_pack("{s:I,s:b}", "thinkingBudget",
+                                       (json_int_t)req->thinking_budget,
+                                       "includeThoughts", 1));
     return bad ? loom__error_oom() : 0;
 }
 
@@ -869,11 +855,8 @@ int loom__gemini_build_body(json_t **out, const loom_llm_request *req)
     int rc;
 
     *out = NULL;
-    if (!req->model || !*req->model)
-        return loom__error_set(LOOM_EINVALID, "request has no model");
-    if (req->tools_len && req->tool_choice.kind == LOOM_TOOL_CHOICE_FUNCTION &&
-        (!req->tool_choice.function || !*req->tool_choice.function))
-        return loom__error_set(LOOM_EINVALID, "tool choice names no function");
+    if ((rc = loom__llm_request_check(req)) != 0)
+        return rc;
     if (req->messages_len &&
         !(states = calloc(req->messages_len, sizeof(*states))))
         return loom__error_oom();
@@ -908,8 +891,9 @@ void loom__gemini_provider_set_limits(loom_provider *base,
     p->limits = *limits;
 }
 
-static size_t max_body(const gemini_provider *p)
+static size_t max_body(const loom__llm_adapter *a)
 {
+    const gemini_provider *p = (const gemini_provider *)a;
     size_t text =
         p->limits.max_text ? p->limits.max_text : LOOM_GEMINI_MAX_TEXT;
 
@@ -917,266 +901,43 @@ static size_t max_body(const gemini_provider *p)
                               : 2 * text + ((size_t)1 << 20);
 }
 
-/* What the decoder of each attempt is made with. */
-typedef struct {
-    const gemini_provider *p;
-    long turn;
-    loom_llm_event_cb cb;
-    void *payload;
-} call_ctx;
+/* The URL names the model, and whether the answer streams. */
+static int request_url(const loom__llm_adapter *a, const loom_llm_request *req,
+                       char **out)
+{
+    return loom__gemini_url(out, a->url, req->model, req->stream);
+}
 
+/* The decoder of each attempt; arg is the turn (loom__gemini_turn). */
 static int op_new(void **out, void *payload)
 {
-    const call_ctx *c = payload;
+    const loom__llm_decoder_args *x = payload;
+    const gemini_provider *p = (const gemini_provider *)x->adapter;
     loom__gemini_decoder *d = NULL;
     int rc =
-        loom__gemini_decoder_new(&d, &c->p->limits, c->turn, c->cb, c->payload);
+        loom__gemini_decoder_new(&d, &p->limits, x->arg, x->cb, x->payload);
 
     *out = d;
     return rc;
 }
 
-static void op_free(void *d)
-{
-    loom__gemini_decoder_free(d);
-}
-
-static int op_feed(void *d, const char *data, size_t len)
-{
-    return loom__gemini_decoder_feed(d, data, len);
-}
-
-static int op_finish(void *d)
-{
-    return loom__gemini_decoder_finish(d);
-}
-
-static int op_complete(void *d, const char *body, size_t len)
-{
-    return loom__gemini_decoder_complete(d, body, len);
-}
-
-static int op_output_started(const void *d)
-{
-    return loom__gemini_decoder_output_started(d);
-}
-
-static const loom_upstream_error *op_error(const void *d)
-{
-    return loom__gemini_decoder_error(d);
-}
-
-static int op_export(void *d, loom_llm_response *resp)
-{
-    return loom__gemini_decoder_export(d, resp);
-}
-
-static int status_retryable(long status)
-{
-    return status == 408 || status == 409 || status == 429 ||
-           (status >= 500 && status < 600);
-}
-
-static const loom__llm_decoder_ops gemini_ops = {
-    op_new,
-    op_free,
-    op_feed,
-    op_finish,
-    op_complete,
-    op_output_started,
-    op_error,
-    op_export,
-    loom__gemini_error_from_http,
-    status_retryable,
-    loom__gemini_stream_error_retryable,
+static const loom__llm_adapter_spec gemini_spec = {
+    .kind = "gemini",
+    .key_header = "x-goog-api-key",
+    .key_prefix = "",
+    .build_json = loom__gemini_build_body,
+    .request_url = request_url,
+    .decoder_arg = loom__gemini_turn,
+    .max_body = max_body,
+    .decoder_new = op_new,
+    .error_from_http = loom__gemini_error_from_http,
+    .stream_error_retryable = loom__gemini_stream_error_retryable,
+    .body_retry_after = loom__gemini_retry_delay,
 };
-
-static int gemini_complete(loom_provider *base, const loom_llm_request *req,
-                           loom_llm_event_cb cb, void *payload,
-                           loom_llm_response *resp, loom_cancel *cancel)
-{
-    gemini_provider *p = (gemini_provider *)base;
-    loom__http_request hreq = {0};
-    loom__llm_attempts_opts o = {0};
-    call_ctx c = {p, loom__gemini_turn(req), cb, payload};
-    json_t *body = NULL;
-    char *text = NULL, *url = NULL;
-    int rc;
-
-    resp->error.attempts = 0;
-    if ((rc = loom__gemini_build_body(&body, req)) != 0 ||
-        (rc = loom__gemini_url(&url, p->base_url, req->model, req->stream)))
-        goto cleanup;
-    /* 15 digits: a temperature of 0.7 goes as 0.7. */
-    if (!(text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15)))) {
-        rc = loom__error_oom();
-        goto cleanup;
-    }
-    hreq.method = "POST";
-    hreq.url = url;
-    hreq.headers = req->stream ? p->stream_headers : p->json_headers;
-    hreq.headers_len = p->request_headers_len;
-    hreq.body = text;
-    hreq.body_len = strlen(text);
-    hreq.connect_timeout_ms = p->connect_ms;
-    hreq.first_byte_timeout_ms = p->first_byte_ms;
-    hreq.idle_timeout_ms = p->idle_ms;
-    hreq.max_body = max_body(p);
-    hreq.cancel = cancel;
-    o.name = p->base.name;
-    o.pool = p->pool;
-    o.http = &hreq;
-    o.stream = req->stream;
-    o.max_json_body = max_body(p);
-    o.max_retries = p->max_retries;
-    o.base_delay_ms = p->base_delay_ms;
-    o.max_delay_ms = p->max_delay_ms;
-    o.ops = &gemini_ops;
-    o.payload = &c;
-    o.body_retry_after = loom__gemini_retry_delay;
-    rc = loom__llm_attempts(&o, resp);
-
-cleanup:
-    if (!resp->text && !(resp->text = strdup("")) && rc == 0)
-        rc = loom__error_oom();
-    json_decref(body);
-    free(text);
-    free(url);
-    return rc;
-}
-
-static void gemini_free(loom_provider *base)
-{
-    gemini_provider *p = (gemini_provider *)base;
-
-    loom__http_pool_free(p->pool);
-    for (size_t i = 0; i < p->headers_len; i++)
-        free(p->headers[i]);
-    free(p->headers);
-    free(p->stream_headers);
-    free(p->json_headers);
-    free(p->base_url);
-    free(p->base.name);
-    free(p);
-}
-
-static const loom_provider_vtable gemini_vtable = {gemini_complete,
-                                                   gemini_free};
-
-static int add_header(gemini_provider *p, const char *name, const char *value)
-{
-    char *line;
-
-    if (asprintf(&line, "%s: %s", name, value) < 0)
-        return loom__error_oom();
-    p->headers[p->headers_len++] = line;
-    return 0;
-}
-
-/* The configured header named name (any case), or NULL. */
-static const json_t *config_header(const json_t *headers, const char *name)
-{
-    const char *k;
-    json_t *v;
-
-    json_object_foreach((json_t *)headers, k, v)
-    {
-        if (strcasecmp(k, name) == 0)
-            return v;
-    }
-    return NULL;
-}
-
-/* loom's own lines (each left out when the config names it), then the
- * configured ones. */
-static int build_headers(gemini_provider *p, const loom_provider_config *c,
-                         const char *name)
-{
-    const json_t *h = json_is_object(c->headers) ? c->headers : NULL;
-    const char *k;
-    json_t *v;
-    char ua[64], num[32];
-    int rc = 0;
-
-    p->headers = calloc(json_object_size(h) + 3, sizeof(*p->headers));
-    if (!p->headers)
-        return loom__error_oom();
-    if (c->api_key && *c->api_key && !config_header(h, "x-goog-api-key")) {
-        if (strpbrk(c->api_key, "\r\n"))
-            return loom__error_set(
-                LOOM_EINVALID, "provider '%s': api_key has a line break", name);
-        if ((rc = add_header(p, "x-goog-api-key", c->api_key)))
-            return rc;
-    }
-    if (!config_header(h, "Content-Type") &&
-        (rc = add_header(p, "Content-Type", "application/json")))
-        return rc;
-    snprintf(ua, sizeof(ua), "loom/%s", loom_version());
-    if (!config_header(h, "User-Agent") &&
-        (rc = add_header(p, "User-Agent", ua)))
-        return rc;
-    json_object_foreach((json_t *)h, k, v)
-    {
-        const char *s = json_string_value(v);
-        if (json_is_integer(v)) {
-            snprintf(num, sizeof(num), "%lld",
-                     (long long)json_integer_value(v));
-            s = num;
-        }
-        if (!s || !loom__llm_header_ok(k, s))
-            return loom__error_set(LOOM_EINVALID,
-                                   "provider '%s': header '%s' must be a "
-                                   "token name with a one-line string value",
-                                   name, k);
-        if ((rc = add_header(p, k, s)))
-            return rc;
-    }
-    p->stream_headers = calloc(p->headers_len + 1, sizeof(char *));
-    p->json_headers = calloc(p->headers_len + 1, sizeof(char *));
-    if (!p->stream_headers || !p->json_headers)
-        return loom__error_oom();
-    for (size_t i = 0; i < p->headers_len; i++)
-        p->stream_headers[i] = p->json_headers[i] = p->headers[i];
-    p->request_headers_len = p->headers_len;
-    if (!config_header(h, "Accept")) {
-        p->stream_headers[p->headers_len] = "Accept: text/event-stream";
-        p->json_headers[p->headers_len] = "Accept: application/json";
-        p->request_headers_len++;
-    }
-    return 0;
-}
 
 int loom_provider_gemini_new(loom_provider **out,
                              const loom_provider_config *config)
 {
-    const char *name = config->name ? config->name : "gemini";
-    gemini_provider *p;
-    int rc;
-
-    *out = NULL;
-    if (!(p = calloc(1, sizeof(*p))))
-        return loom__error_oom();
-    p->base.vt = &gemini_vtable;
-    if (!(p->base.name = strdup(name)) ||
-        (config->base_url && *config->base_url &&
-         !(p->base_url = strdup(config->base_url)))) {
-        rc = loom__error_oom();
-        goto fail;
-    }
-    if ((rc = build_headers(p, config, name)) != 0)
-        goto fail;
-    p->connect_ms = config->connect_timeout_ms;
-    p->first_byte_ms = config->first_byte_timeout_ms;
-    p->idle_ms = config->idle_timeout_ms;
-    p->max_retries = config->max_retries > 0 ? config->max_retries : 0;
-    p->base_delay_ms = config->retry_base_delay_ms;
-    p->max_delay_ms = config->retry_max_delay_ms;
-    if ((rc = loom__http_pool_new(&p->pool)) != 0)
-        goto fail;
-    *out = &p->base;
-    return 0;
-
-fail:
-    gemini_free(&p->base);
-    return rc;
+    return loom__llm_adapter_new(out, sizeof(gemini_provider), &gemini_spec,
+                                 config);
 }

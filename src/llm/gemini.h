@@ -28,19 +28,21 @@
 #ifndef LOOM_LLM_GEMINI_H
 #define LOOM_LLM_GEMINI_H
 
+#include "llm/answer.h" /* LOOM_LLM_MAX_* */
 #include "loom/buf.h"
 #include "loom/llm.h"
 
 #include <jansson.h>
 
 /* Default limits of one answer. */
-#define LOOM_GEMINI_MAX_TOOL_CALLS 128
-#define LOOM_GEMINI_MAX_ARGS ((size_t)1 << 20)  /* per call, as JSON text */
-#define LOOM_GEMINI_MAX_TEXT ((size_t)16 << 20) /* text, and reasoning */
+/* (the same for every adapter: llm/answer.h) */
+#define LOOM_GEMINI_MAX_TOOL_CALLS LOOM_LLM_MAX_TOOL_CALLS
+#define LOOM_GEMINI_MAX_ARGS LOOM_LLM_MAX_ARGS /* per call, as JSON text */
+#define LOOM_GEMINI_MAX_TEXT LOOM_LLM_MAX_TEXT /* text, and reasoning */
 /* provider_state kept for the next request (signatures, ids, parts). */
 #define LOOM_GEMINI_MAX_STATE ((size_t)4 << 20)
 /* Upstream error text kept when the body is not JSON. */
-#define LOOM_GEMINI_MAX_ERROR_TEXT 500
+#define LOOM_GEMINI_MAX_ERROR_TEXT LOOM_LLM_MAX_ERROR_TEXT
 /* Deepest tool schema the converter follows. */
 #define LOOM_GEMINI_MAX_SCHEMA_DEPTH 32
 

@@ -10,17 +10,20 @@
 #ifndef LOOM_LLM_OPENAI_H
 #define LOOM_LLM_OPENAI_H
 
+#include "llm/answer.h"  /* LOOM_LLM_MAX_* */
+#include "llm/attempt.h" /* loom__upstream_error_clear */
 #include "loom/buf.h"
 #include "loom/llm.h"
 
 #include <jansson.h>
 
 /* Default limits of one answer. */
-#define LOOM_OPENAI_MAX_TOOL_CALLS 128
-#define LOOM_OPENAI_MAX_ARGS ((size_t)1 << 20)  /* per tool call */
-#define LOOM_OPENAI_MAX_TEXT ((size_t)16 << 20) /* text, and reasoning */
+/* (the same for every adapter: llm/answer.h) */
+#define LOOM_OPENAI_MAX_TOOL_CALLS LOOM_LLM_MAX_TOOL_CALLS
+#define LOOM_OPENAI_MAX_ARGS LOOM_LLM_MAX_ARGS /* per tool call */
+#define LOOM_OPENAI_MAX_TEXT LOOM_LLM_MAX_TEXT /* text, and reasoning */
 /* Upstream error text kept when the body is not JSON. */
-#define LOOM_OPENAI_MAX_ERROR_TEXT 500
+#define LOOM_OPENAI_MAX_ERROR_TEXT LOOM_LLM_MAX_ERROR_TEXT
 
 typedef struct {
     size_t max_tool_calls; /* 0: LOOM_OPENAI_MAX_TOOL_CALLS */
@@ -36,6 +39,16 @@ typedef struct {
  * choice names no function; LOOM_ENOMEM.
  */
 int loom__openai_build_body(json_t **out, const loom_llm_request *req);
+
+/*
+ * Puts req's tools into body as both OpenAI formats do (Chat Completions,
+ * Responses): "tools" (each as tool() makes it), "tool_choice" (as
+ * choice() makes it) and "parallel_tool_calls" when the request sets it.
+ * tool() and choice() return a new reference, NULL on OOM. -1 on OOM.
+ */
+int loom__openai_put_tools(json_t *body, const loom_llm_request *req,
+                           json_t *(*tool)(const loom_tool_def *t),
+                           json_t *(*choice)(const loom_tool_choice *tc));
 
 /*
  * Writes the /chat/completions body for req into out (emptied first): the
@@ -122,11 +135,22 @@ loom__openai_decoder_error(const loom__openai_decoder *d);
 int loom__openai_decoder_export(loom__openai_decoder *d,
                                 loom_llm_response *resp);
 
-/* The kind for an HTTP status (LOOM_UPSTREAM_NONE for 2xx). */
+/* The kind for an HTTP status (LOOM_UPSTREAM_NONE for 2xx):
+ * loom__llm_status_kind(). */
 loom_upstream_kind loom__openai_status_kind(long status);
 
-/* Whether a status is worth retrying (408, 409, 429, 5xx). */
+/* Whether a status is worth retrying (408, 409, 429, 5xx):
+ * loom__llm_status_retryable(). */
 int loom__openai_status_retryable(long status);
+
+/*
+ * The message and type of an OpenAI error object o, borrowed from it:
+ * error.message and error.type (else error.code) of {"error": {...}},
+ * the string of {"error": "..."}, or vLLM's top-level message and type
+ * ({"object": "error", ...}); NULL for what it lacks.
+ */
+void loom__openai_error_fields(const json_t *o, const char **msg,
+                               const char **type);
 
 /*
  * Fills *err (cleared first) from an HTTP error answer: kind from status,
@@ -137,9 +161,6 @@ int loom__openai_status_retryable(long status);
 int loom__openai_error_from_http(loom_upstream_error *err, long status,
                                  const char *body, size_t len,
                                  const char *request_id);
-
-/* Frees the strings of err and zeroes it (attempts kept). */
-void loom__upstream_error_clear(loom_upstream_error *err);
 
 /*
  * Replaces the limits of an "openai" provider (for tests that cross them

@@ -37,6 +37,8 @@
  * forces the jansson path so tests can compare the two on every input.
  */
 #include "core/error.h"
+#include "llm/answer.h"
+#include "llm/attempt.h"
 #include "llm/openai.h"
 #include "loom/buf.h"
 #include "loom/sse.h"
@@ -83,10 +85,10 @@ typedef struct {
     size_t len;
     int ntok;
     jsmntok_t tok[FAST_MAX_TOKENS];
-    int next[FAST_MAX_TOKENS]; /* first token after this one's subtree */
-    int str_at[FAST_MAX_TOKENS];  /* decoded string in scratch; -1: not yet */
+    int next[FAST_MAX_TOKENS];   /* first token after this one's subtree */
+    int str_at[FAST_MAX_TOKENS]; /* decoded string in scratch; -1: not yet */
     int str_len[FAST_MAX_TOKENS];
-    int open[FAST_MAX_TOKENS]; /* while checking: containers still open */
+    int open[FAST_MAX_TOKENS];  /* while checking: containers still open */
     int items[FAST_MAX_TOKENS]; /* and how many tokens each holds so far */
     unsigned char kind[FAST_MAX_TOKENS];
     unsigned char esc[FAST_MAX_TOKENS]; /* string holds a backslash */
@@ -98,128 +100,42 @@ typedef struct {
 } fast_doc;
 
 struct loom__openai_decoder {
+    loom__llm_answer a; /* first: the part every decoder has */
     loom__openai_limits lim;
-    loom_llm_event_cb cb;
-    void *payload;
-    loom_sse_parser *sse;
-
-    loom_buf text;
-    loom_buf reasoning;
-    int has_reasoning;
     call_slot *slots; /* by upstream index; gaps have present == 0 */
     size_t slots_len;
     size_t ncalls;
-    loom_tool_call *calls; /* the complete calls, built at the end */
-    size_t calls_len;
-    loom_usage usage;
-    int has_usage;
-    char *finish_reason;
-    char *response_id;
 
-    int output_started;
     int positional; /* a whole message: each call is its own, in order */
     int saw_done;   /* data: [DONE] */
-    int ended;      /* closing events emitted */
-    int failed;     /* the error that stopped the decoder, 0 while fine */
-    loom_upstream_error error;
 
     fast_doc *fast;   /* made on the first chunk */
     int jansson_only; /* tests: never take the fast path */
     size_t fast_chunks;
 };
 
-void loom__upstream_error_clear(loom_upstream_error *err)
-{
-    int attempts = err->attempts;
-
-    free(err->type);
-    free(err->message);
-    free(err->request_id);
-    memset(err, 0, sizeof(*err));
-    err->attempts = attempts;
-}
-
-static int fail(loom__openai_decoder *d, int rc)
-{
-    d->failed = rc;
-    return rc;
-}
-
-static int emit(loom__openai_decoder *d, const loom_llm_event *ev)
-{
-    if (d->cb && d->cb(ev, d->payload) != 0)
-        return fail(d, loom__error_set(LOOM_ECANCELED,
-                                       "canceled by the event callback"));
-    return 0;
-}
-
-static int on_sse(const loom_sse_event *ev, void *payload);
+/* What the shared part (llm/answer.h) calls back; defined at the end. */
+static const loom__llm_answer_kind openai_kind;
 
 int loom__openai_decoder_new(loom__openai_decoder **out,
                              const loom__openai_limits *limits,
                              loom_llm_event_cb cb, void *payload)
 {
-    loom_sse_options opts = LOOM_SSE_OPTIONS_INIT;
-    loom__openai_decoder *d;
+    loom__openai_limits lim = {0};
     size_t big;
+    void *d = NULL;
     int rc;
 
-    *out = NULL;
-    d = calloc(1, sizeof(*d));
-    if (!d)
-        return loom__error_oom();
     if (limits)
-        d->lim = *limits;
-    if (!d->lim.max_tool_calls)
-        d->lim.max_tool_calls = LOOM_OPENAI_MAX_TOOL_CALLS;
-    if (!d->lim.max_args)
-        d->lim.max_args = LOOM_OPENAI_MAX_ARGS;
-    if (!d->lim.max_text)
-        d->lim.max_text = LOOM_OPENAI_MAX_TEXT;
-    d->cb = cb;
-    d->payload = payload;
-    loom_buf_init(&d->text, d->lim.max_text);
-    loom_buf_init(&d->reasoning, d->lim.max_text);
+        lim = *limits;
+    big = loom__llm_limits(&lim.max_tool_calls, &lim.max_args, &lim.max_text);
     /* One chunk may carry a whole answer (some servers do not split), and
      * JSON escaping may double it: leave room, but stay bounded. */
-    big = d->lim.max_text > d->lim.max_args ? d->lim.max_text : d->lim.max_args;
-    opts.max_line = opts.max_event = 2 * big + 65536;
-    if ((rc = loom_sse_parser_new(&d->sse, &opts, on_sse, d)) != 0) {
-        free(d);
-        return rc;
-    }
-    *out = d;
-    return 0;
-}
-
-static void free_calls(loom_tool_call *calls, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        loom_tool_call_clear(&calls[i]);
-    free(calls);
-}
-
-void loom__openai_decoder_free(loom__openai_decoder *d)
-{
-    if (!d)
-        return;
-    loom_sse_parser_free(d->sse);
-    loom_buf_free(&d->text);
-    loom_buf_free(&d->reasoning);
-    for (size_t i = 0; i < d->slots_len; i++) {
-        free(d->slots[i].id);
-        free(d->slots[i].name);
-        loom_buf_free(&d->slots[i].args);
-    }
-    free(d->slots);
-    free_calls(d->calls, d->calls_len);
-    free(d->finish_reason);
-    free(d->response_id);
-    loom__upstream_error_clear(&d->error);
-    if (d->fast)
-        free(d->fast->heap_scratch);
-    free(d->fast);
-    free(d);
+    rc = loom__llm_answer_new(&d, sizeof(**out), &openai_kind, lim.max_text,
+                              2 * big + 65536, cb, payload);
+    if ((*out = d) != NULL)
+        (*out)->lim = lim;
+    return rc;
 }
 
 void loom__openai_decoder_set_jansson_only(loom__openai_decoder *d, int on)
@@ -232,28 +148,12 @@ size_t loom__openai_decoder_fast_chunks(const loom__openai_decoder *d)
     return d->fast_chunks;
 }
 
-int loom__openai_decoder_output_started(const loom__openai_decoder *d)
-{
-    return d->output_started;
-}
-
-int loom__openai_decoder_done(const loom__openai_decoder *d)
-{
-    return d->ended;
-}
-
-const loom_upstream_error *
-loom__openai_decoder_error(const loom__openai_decoder *d)
-{
-    return &d->error;
-}
-
 /* ---- the fast path: checking a chunk's tokens ------------------------ */
 
 static size_t skip_ws(const char *js, size_t pos, size_t len)
 {
-    while (pos < len && (js[pos] == ' ' || js[pos] == '\t' ||
-                         js[pos] == '\n' || js[pos] == '\r'))
+    while (pos < len && (js[pos] == ' ' || js[pos] == '\t' || js[pos] == '\n' ||
+                         js[pos] == '\r'))
         pos++;
     return pos;
 }
@@ -280,31 +180,6 @@ static long hex4(const unsigned char *s, size_t n)
     return v;
 }
 
-/* Length of the UTF-8 sequence at s, 0 when jansson would refuse it (the
- * same rules as its utf8_check_first/utf8_check_full). */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    unsigned long cp;
-    size_t k;
-
-    if (c < 0x80)
-        return 1;
-    k = c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
-    if (!k || k > n)
-        return 0;
-    cp = c & (0x7Fu >> k);
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) ||
-        (k == 3 && cp < 0x800) || (k == 4 && cp < 0x10000))
-        return 0;
-    return k;
-}
-
 /*
  * Checks the body of a string token as jansson reads strings: no control
  * bytes, valid UTF-8, known escapes, \u escapes with paired surrogates and
@@ -325,13 +200,11 @@ static int check_string(const unsigned char *s, size_t n)
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x60 */
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x70 */
         1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x80 */
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     size_t i = 0, k;
     int esc = 0;
     long cp, lo;
@@ -345,7 +218,7 @@ static int check_string(const unsigned char *s, size_t n)
         if (c < 0x20 || c == '"')
             return -1;
         if (c != '\\') {
-            if (!(k = utf8_seq(s + i, n - i)))
+            if (!(k = loom__llm_utf8_seq(s + i, n - i)))
                 return -1;
             i += k;
             continue;
@@ -760,8 +633,7 @@ static jv jv_get(const loom__openai_decoder *d, jv o, const char *key)
      * in jansson. */
     for (int k = o.t + 1; k < f->next[o.t]; k = f->next[k + 1]) {
         const jsmntok_t *t = &f->tok[k];
-        if ((size_t)(t->end - t->start) == klen &&
-            f->js[t->start] == key[0] &&
+        if ((size_t)(t->end - t->start) == klen && f->js[t->start] == key[0] &&
             memcmp(f->js + t->start, key, klen) == 0)
             found = k + 1;
     }
@@ -903,28 +775,15 @@ static const char *str_of(const loom__openai_decoder *d, jv o, const char *key)
     return jv_str(d, jv_get(d, o, key), NULL);
 }
 
-/* Token counts beyond this are nonsense from a broken server; clamping
- * keeps sums of them (usage totals over a run) from overflowing. */
-#define MAX_TOKEN_COUNT 1000000000000L
-
-/* A non-negative count from o[key], clamped; 0 when absent or not a
- * number. */
+/* A count from o[key] (see loom__llm_count). */
 static long num_of(const loom__openai_decoder *d, jv o, const char *key)
 {
     jv v = jv_get(d, o, key);
-    double r;
 
-    if (jv_kind(d, v) == K_INT) {
-        json_int_t i = jv_int(d, v);
-        return i < 0 ? 0 : i > MAX_TOKEN_COUNT ? MAX_TOKEN_COUNT : (long)i;
-    }
-    if (jv_kind(d, v) == K_REAL) {
-        r = jv_real(d, v);
-        /* NaN fails both comparisons and lands on 0. */
-        return r >= 1.0 ? r < (double)MAX_TOKEN_COUNT ? (long)r
-                                                       : MAX_TOKEN_COUNT
-                        : 0;
-    }
+    if (jv_kind(d, v) == K_INT)
+        return loom__llm_count_int(jv_int(d, v));
+    if (jv_kind(d, v) == K_REAL)
+        return loom__llm_count_real(jv_real(d, v));
     return 0;
 }
 
@@ -935,76 +794,16 @@ static int dup_into(char **dst, const char *src, size_t len)
     return *dst ? 0 : loom__error_oom();
 }
 
-static const char *jstr_of(const json_t *o, const char *key)
-{
-    return json_string_value(json_object_get(o, key));
-}
-
 /* An error inside the stream (a chunk with "error", or `event: error`);
  * always on the jansson path. */
 static int stream_error(loom__openai_decoder *d, const char *data, size_t len,
                         const json_t *obj)
 {
-    loom_llm_event ev = {0};
-    const json_t *err = json_object_get(obj, "error");
-    const char *msg = NULL, *type = NULL;
+    const char *msg, *type;
 
-    loom__upstream_error_clear(&d->error);
-    d->error.kind = LOOM_UPSTREAM_STREAM;
-    if (json_is_object(err)) {
-        msg = jstr_of(err, "message");
-        type = jstr_of(err, "type");
-        if (!type)
-            type = jstr_of(err, "code");
-    } else if (json_is_string(err)) {
-        msg = json_string_value(err);
-    } else if (json_is_object(obj)) {
-        msg = jstr_of(obj, "message");
-        type = jstr_of(obj, "type");
-    }
-    if (msg)
-        d->error.message = strdup(msg);
-    else
-        d->error.message = strndup(data, len > LOOM_OPENAI_MAX_ERROR_TEXT
-                                             ? LOOM_OPENAI_MAX_ERROR_TEXT
-                                             : len);
-    if (type)
-        d->error.type = strdup(type);
-    if (!d->error.message || (type && !d->error.type))
-        return fail(d, loom__error_oom());
-    ev.type = LOOM_LLM_ERROR;
-    ev.error_code = LOOM_EUPSTREAM;
-    ev.error_message = d->error.message;
-    if (d->cb)
-        d->cb(&ev, d->payload);
-    return fail(d, loom__error_set(LOOM_EUPSTREAM, "stream error: %s",
-                                   d->error.message));
-}
-
-static int add_text(loom__openai_decoder *d, loom_llm_event_type type,
-                    const char *s, size_t len)
-{
-    loom_buf *b = type == LOOM_LLM_TEXT ? &d->text : &d->reasoning;
-    loom_llm_event ev = {0};
-
-    if (!len)
-        return 0;
-    if (len > b->max - b->len)
-        return fail(
-            d, loom__error_set(LOOM_ETOOLARGE,
-                               "answer %s passed the limit of "
-                               "%zu bytes",
-                               type == LOOM_LLM_TEXT ? "text" : "reasoning",
-                               b->max));
-    if (loom_buf_put(b, s, len) != 0)
-        return fail(d, loom__error_oom());
-    if (type == LOOM_LLM_REASONING)
-        d->has_reasoning = 1;
-    d->output_started = 1;
-    ev.type = type;
-    ev.text = s;
-    ev.text_len = len;
-    return emit(d, &ev);
+    loom__openai_error_fields(obj, &msg, &type);
+    return loom__llm_answer_error(&d->a, LOOM_UPSTREAM_STREAM, 0, msg, type,
+                                  data, len, 1);
 }
 
 static int add_json_text(loom__openai_decoder *d, loom_llm_event_type type,
@@ -1015,7 +814,7 @@ static int add_json_text(loom__openai_decoder *d, loom_llm_event_type type,
 
     if (!s)
         return 0;
-    return add_text(d, type, s, len);
+    return loom__llm_answer_text(&d->a, type, s, len);
 }
 
 /* Finds the slot a fragment belongs to (see the file comment), making it
@@ -1029,8 +828,9 @@ static int find_slot(loom__openai_decoder *d, jv tc, const char *id,
     if (jv_present(jidx) && jv_kind(d, jidx) != K_NULL) {
         json_int_t v = jv_int(d, jidx);
         if (jv_kind(d, jidx) != K_INT || v < 0)
-            return fail(
-                d, loom__error_set(LOOM_EPROTO, "tool call with a bad index"));
+            return loom__llm_answer_fail(
+                &d->a,
+                loom__error_set(LOOM_EPROTO, "tool call with a bad index"));
         if ((uint64_t)v >= d->lim.max_tool_calls)
             goto too_many;
         i = (size_t)v;
@@ -1053,7 +853,7 @@ static int find_slot(loom__openai_decoder *d, jv tc, const char *id,
     if (i >= d->slots_len) {
         call_slot *s = realloc(d->slots, (i + 1) * sizeof(*s));
         if (!s)
-            return fail(d, loom__error_oom());
+            return loom__llm_answer_fail(&d->a, loom__error_oom());
         memset(s + d->slots_len, 0, (i + 1 - d->slots_len) * sizeof(*s));
         for (size_t k = d->slots_len; k <= i; k++)
             loom_buf_init(&s[k].args, d->lim.max_args);
@@ -1064,9 +864,10 @@ static int find_slot(loom__openai_decoder *d, jv tc, const char *id,
     return 0;
 
 too_many:
-    return fail(d, loom__error_set(LOOM_ETOOLARGE,
-                                   "answer has more than %zu tool calls",
-                                   d->lim.max_tool_calls));
+    return loom__llm_answer_fail(
+        &d->a,
+        loom__error_set(LOOM_ETOOLARGE, "answer has more than %zu tool calls",
+                        d->lim.max_tool_calls));
 }
 
 static int tool_fragment(loom__openai_decoder *d, jv tc)
@@ -1076,14 +877,15 @@ static int tool_fragment(loom__openai_decoder *d, jv tc)
     const char *id = str_of(d, tc, "id"), *name = str_of(d, fn, "name");
     const char *args = "";
     char *dumped = NULL;
+    const char *first_id = NULL, *first_name = NULL;
     size_t idx = 0, args_len = 0;
-    loom_llm_event ev = {0};
     call_slot *s;
     int rc;
 
     if (jv_kind(d, tc) != K_OBJECT)
-        return fail(d, loom__error_set(LOOM_EPROTO,
-                                       "tool call delta is not an object"));
+        return loom__llm_answer_fail(
+            &d->a,
+            loom__error_set(LOOM_EPROTO, "tool call delta is not an object"));
     if (id && !*id)
         id = NULL;
     if (name && !*name)
@@ -1096,7 +898,7 @@ static int tool_fragment(loom__openai_decoder *d, jv tc)
         /* Some servers (Ollama) send the arguments as an object. */
         dumped = jv_dump(d, jargs);
         if (!dumped)
-            return fail(d, loom__error_oom());
+            return loom__llm_answer_fail(&d->a, loom__error_oom());
         args = dumped;
         args_len = strlen(dumped);
     }
@@ -1108,35 +910,23 @@ static int tool_fragment(loom__openai_decoder *d, jv tc)
     if (id && !s->id) {
         if ((rc = dup_into(&s->id, id, strlen(id))) != 0)
             goto out;
-        ev.tool_id = s->id;
+        first_id = s->id;
     }
     if (name && !s->name) {
         if ((rc = dup_into(&s->name, name, strlen(name))) != 0)
             goto out;
-        ev.tool_name = s->name;
+        first_name = s->name;
     }
-    if (args_len > s->args.max - s->args.len) {
-        rc = loom__error_set(LOOM_ETOOLARGE,
-                             "tool call %zu: arguments passed the limit "
-                             "of %zu bytes",
-                             idx, s->args.max);
-        goto out;
-    }
-    if (loom_buf_put(&s->args, args, args_len) != 0) {
-        rc = loom__error_oom();
-        goto out;
-    }
-    d->output_started = 1;
-    ev.type = LOOM_LLM_TOOL_CALL_DELTA;
-    ev.tool_index = (int)idx;
-    ev.args_delta = args;
-    rc = emit(d, &ev);
+    rc = loom__llm_answer_args(&d->a, &s->args, idx, args, args_len);
+    if (rc == 0)
+        rc =
+            loom__llm_answer_call_delta(&d->a, idx, first_id, first_name, args);
     free(dumped);
     return rc;
 
 out:
     free(dumped);
-    return fail(d, rc);
+    return loom__llm_answer_fail(&d->a, rc);
 }
 
 static int tool_calls(loom__openai_decoder *d, jv arr)
@@ -1147,8 +937,8 @@ static int tool_calls(loom__openai_decoder *d, jv arr)
     if (!jv_present(arr) || jv_kind(d, arr) == K_NULL)
         return 0;
     if (jv_kind(d, arr) != K_ARRAY)
-        return fail(d,
-                    loom__error_set(LOOM_EPROTO, "tool_calls is not an array"));
+        return loom__llm_answer_fail(
+            &d->a, loom__error_set(LOOM_EPROTO, "tool_calls is not an array"));
     for (jv tc = jv_first(d, arr, &it); jv_present(tc);
          tc = jv_next(d, arr, &it)) {
         if ((rc = tool_fragment(d, tc)) != 0)
@@ -1161,27 +951,27 @@ static void read_usage(loom__openai_decoder *d, jv u)
 {
     if (jv_kind(d, u) != K_OBJECT)
         return;
-    d->usage.prompt_tokens = num_of(d, u, "prompt_tokens");
-    d->usage.completion_tokens = num_of(d, u, "completion_tokens");
-    d->usage.total_tokens = num_of(d, u, "total_tokens");
+    d->a.usage.prompt_tokens = num_of(d, u, "prompt_tokens");
+    d->a.usage.completion_tokens = num_of(d, u, "completion_tokens");
+    d->a.usage.total_tokens = num_of(d, u, "total_tokens");
     if (!jv_present(jv_get(d, u, "total_tokens")))
-        d->usage.total_tokens =
-            d->usage.prompt_tokens + d->usage.completion_tokens;
-    d->usage.cached_tokens = num_of(
-        d, jv_get(d, u, "prompt_tokens_details"), "cached_tokens");
-    d->usage.reasoning_tokens = num_of(
+        d->a.usage.total_tokens =
+            d->a.usage.prompt_tokens + d->a.usage.completion_tokens;
+    d->a.usage.cached_tokens =
+        num_of(d, jv_get(d, u, "prompt_tokens_details"), "cached_tokens");
+    d->a.usage.reasoning_tokens = num_of(
         d, jv_get(d, u, "completion_tokens_details"), "reasoning_tokens");
-    d->has_usage = 1;
+    d->a.has_usage = 1;
 }
 
 static int keep_finish(loom__openai_decoder *d, jv v)
 {
     const char *s = jv_str(d, v, NULL);
 
-    if (!s || d->finish_reason)
+    if (!s || d->a.finish_reason)
         return 0;
-    if (!(d->finish_reason = strdup(s)))
-        return fail(d, loom__error_oom());
+    if (!(d->a.finish_reason = strdup(s)))
+        return loom__llm_answer_fail(&d->a, loom__error_oom());
     return 0;
 }
 
@@ -1216,11 +1006,12 @@ static int answer_object(loom__openai_decoder *d, jv o, const char *part)
     size_t it;
     int rc;
 
-    if (id && !d->response_id && dup_into(&d->response_id, id, strlen(id)))
-        return fail(d, LOOM_ENOMEM);
+    if (id && !d->a.response_id && dup_into(&d->a.response_id, id, strlen(id)))
+        return loom__llm_answer_fail(&d->a, LOOM_ENOMEM);
     read_usage(d, jv_get(d, o, "usage"));
     if (jv_present(choices) && jv_kind(d, choices) != K_ARRAY)
-        return fail(d, loom__error_set(LOOM_EPROTO, "choices is not an array"));
+        return loom__llm_answer_fail(
+            &d->a, loom__error_set(LOOM_EPROTO, "choices is not an array"));
     for (jv c = jv_first(d, choices, &it); jv_present(c);
          c = jv_next(d, choices, &it)) {
         jv ci = jv_get(d, c, "index");
@@ -1236,71 +1027,29 @@ static int answer_object(loom__openai_decoder *d, jv o, const char *part)
 }
 
 /* Builds the complete calls and emits USAGE, TOOL_CALLS and FINISH. */
-static int close_answer(loom__openai_decoder *d)
+static int close_answer(void *owner)
 {
-    loom_llm_event ev = {0};
-    size_t n = 0;
-    int rc;
+    loom__openai_decoder *d = owner;
+    char gen[32];
 
-    d->ended = 1;
-    if (d->ncalls) {
-        d->calls = calloc(d->ncalls, sizeof(*d->calls));
-        if (!d->calls)
-            return fail(d, loom__error_oom());
-    }
+    d->a.ended = 1;
+    if (loom__llm_answer_calls(&d->a, d->ncalls))
+        return LOOM_ENOMEM;
     for (size_t i = 0; i < d->slots_len; i++) {
         call_slot *s = &d->slots[i];
-        loom_tool_call *c;
-        char gen[32];
 
         if (!s->present)
             continue;
         if (!s->name)
-            return fail(d, loom__error_set(LOOM_EPROTO,
-                                           "tool call %zu has no name", i));
-        c = &d->calls[n++];
-        d->calls_len = n;
-        /* A call without an id (some local servers) still needs one for
-         * its result to refer to. */
+            return loom__llm_answer_fail(
+                &d->a,
+                loom__error_set(LOOM_EPROTO, "tool call %zu has no name", i));
         snprintf(gen, sizeof(gen), "call_%zu", i);
-        c->id = s->id ? s->id : strdup(gen);
-        c->name = s->name;
-        s->id = s->name = NULL;
-        /* No arguments at all means none: "{}" is what a tool expects. */
-        c->arguments = s->args.len ? loom_buf_detach(&s->args) : strdup("{}");
-        if (!c->id || !c->arguments)
-            return fail(d, loom__error_oom());
+        if (loom__llm_answer_take_call(&d->a, &d->a.calls[d->a.calls_len++],
+                                       &s->id, &s->name, &s->args, gen))
+            return LOOM_ENOMEM;
     }
-    if (d->has_usage) {
-        ev.type = LOOM_LLM_USAGE;
-        ev.usage = d->usage;
-        if ((rc = emit(d, &ev)) != 0)
-            return rc;
-    }
-    if (d->calls_len) {
-        memset(&ev, 0, sizeof(ev));
-        ev.type = LOOM_LLM_TOOL_CALLS;
-        ev.calls = d->calls;
-        ev.calls_len = d->calls_len;
-        if ((rc = emit(d, &ev)) != 0)
-            return rc;
-    }
-    if (d->finish_reason) {
-        memset(&ev, 0, sizeof(ev));
-        ev.type = LOOM_LLM_FINISH;
-        ev.finish_reason = d->finish_reason;
-        if ((rc = emit(d, &ev)) != 0)
-            return rc;
-    }
-    return 0;
-}
-
-static int bad_json(loom__openai_decoder *d, const char *what,
-                    const json_error_t *je, const char *data, size_t len)
-{
-    return fail(d, loom__error_set(LOOM_EPROTO, "malformed %s (%s): %.*s", what,
-                                   je ? je->text : "not an object",
-                                   (int)(len > 120 ? 120 : len), data));
+    return loom__llm_answer_close(&d->a);
 }
 
 static int on_sse(const loom_sse_event *ev, void *payload)
@@ -1310,8 +1059,8 @@ static int on_sse(const loom_sse_event *ev, void *payload)
     json_t *o;
     int rc;
 
-    if (d->failed)
-        return d->failed;
+    if (d->a.failed)
+        return d->a.failed;
     if (d->saw_done)
         return 0; /* nothing after [DONE] belongs to the answer */
     if (strcmp(ev->event, "error") == 0) {
@@ -1337,9 +1086,11 @@ static int on_sse(const loom_sse_event *ev, void *payload)
     }
     o = json_loadb(ev->data, ev->data_len, 0, &je);
     if (!o)
-        return bad_json(d, "chunk", &je, ev->data, ev->data_len);
+        return loom__llm_answer_bad_json(&d->a, "chunk", &je, ev->data,
+                                         ev->data_len);
     if (!json_is_object(o))
-        rc = bad_json(d, "chunk", NULL, ev->data, ev->data_len);
+        rc = loom__llm_answer_bad_json(&d->a, "chunk", NULL, ev->data,
+                                       ev->data_len);
     else if (json_object_get(o, "error") &&
              !json_is_null(json_object_get(o, "error")))
         rc = stream_error(d, ev->data, ev->data_len, o);
@@ -1349,105 +1100,51 @@ static int on_sse(const loom_sse_event *ev, void *payload)
     return rc;
 }
 
-int loom__openai_decoder_feed(loom__openai_decoder *d, const char *data,
-                              size_t len)
+/* A whole JSON body (loom__llm_answer_kind.complete). */
+static int complete(void *owner, const json_t *o, const char *body, size_t len)
 {
+    loom__openai_decoder *d = owner;
+    const json_t *choices = json_object_get(o, "choices");
     int rc;
 
-    if (d->failed)
-        return d->failed;
-    if (d->saw_done)
-        return 0;
-    rc = loom_sse_parser_feed(d->sse, data, len);
-    if (rc && !d->failed)
-        d->failed = rc; /* the SSE parser's own limit */
-    return rc;
-}
-
-int loom__openai_decoder_finish(loom__openai_decoder *d)
-{
-    int rc;
-
-    if (d->failed)
-        return d->failed;
-    if (d->ended)
-        return 0;
-    if ((rc = loom_sse_parser_finish(d->sse)) != 0) {
-        if (!d->failed)
-            d->failed = rc;
-        return rc;
-    }
-    if (d->ended)
-        return 0;
-    /* Servers that omit [DONE] still send a finish reason. */
-    if (d->finish_reason)
-        return close_answer(d);
-    loom__upstream_error_clear(&d->error);
-    d->error.kind = LOOM_UPSTREAM_CONNECTION;
-    d->error.message = strdup("stream ended before the answer was complete");
-    if (!d->error.message)
-        return fail(d, loom__error_oom());
-    return fail(d, loom__error_set(LOOM_EUPSTREAM, "%s", d->error.message));
-}
-
-int loom__openai_decoder_complete(loom__openai_decoder *d, const char *body,
-                                  size_t len)
-{
-    json_error_t je;
-    json_t *o, *choices;
-    int rc;
-
-    if (d->failed)
-        return d->failed;
-    o = json_loadb(body, len, 0, &je);
-    if (!o)
-        return bad_json(d, "answer", &je, body, len);
-    choices = json_object_get(o, "choices");
     d->positional = 1;
-    if (!json_is_object(o))
-        rc = bad_json(d, "answer", NULL, body, len);
-    else if (json_object_get(o, "error") &&
-             !json_is_null(json_object_get(o, "error")))
-        rc = stream_error(d, body, len, o);
-    else if (!json_is_array(choices) || json_array_size(choices) == 0)
-        rc = fail(d, loom__error_set(LOOM_EPROTO, "answer has no choices"));
-    else if ((rc = answer_object(d, jv_json(o), "message")) == 0)
-        rc = close_answer(d);
-    json_decref(o);
-    return rc;
+    if (json_object_get(o, "error") &&
+        !json_is_null(json_object_get(o, "error")))
+        return stream_error(d, body, len, o);
+    if (!json_is_array(choices) || json_array_size(choices) == 0)
+        return loom__llm_answer_fail(
+            &d->a, loom__error_set(LOOM_EPROTO, "answer has no choices"));
+    if ((rc = answer_object(d, jv_json(o), "message")) != 0)
+        return rc;
+    return close_answer(d);
 }
 
-int loom__openai_decoder_export(loom__openai_decoder *d,
-                                loom_llm_response *resp)
+/* Frees what is this decoder's own (loom__llm_answer_free() does the
+ * rest). */
+static void release(void *owner)
 {
-    char *text = loom_buf_detach(&d->text);
+    loom__openai_decoder *d = owner;
 
-    if (!text)
-        return loom__error_oom();
-    free(resp->text);
-    resp->text = text;
-    free(resp->reasoning);
-    resp->reasoning = NULL;
-    if (d->has_reasoning && !(resp->reasoning = loom_buf_detach(&d->reasoning)))
-        return loom__error_oom();
-    resp->usage = d->usage;
-    free(resp->finish_reason);
-    resp->finish_reason = d->finish_reason;
-    d->finish_reason = NULL;
-    free(resp->response_id);
-    resp->response_id = d->response_id;
-    d->response_id = NULL;
-    resp->output_started = d->output_started;
-    for (size_t i = 0; i < resp->tool_calls_len; i++)
-        loom_tool_call_clear(&resp->tool_calls[i]);
-    free(resp->tool_calls);
-    resp->tool_calls = NULL;
-    resp->tool_calls_len = 0;
-    if (d->ended && !d->failed) {
-        resp->tool_calls = d->calls;
-        resp->tool_calls_len = d->calls_len;
-        d->calls = NULL;
-        d->calls_len = 0;
+    for (size_t i = 0; i < d->slots_len; i++) {
+        free(d->slots[i].id);
+        free(d->slots[i].name);
+        loom_buf_free(&d->slots[i].args);
     }
-    return 0;
+    free(d->slots);
+    if (d->fast)
+        free(d->fast->heap_scratch);
+    free(d->fast);
 }
+
+/* A stream without [DONE] ends an answer that has its finish reason:
+ * servers that omit [DONE] still send one. */
+static const loom__llm_answer_kind openai_kind = {
+    .on_sse = on_sse,
+    .close = close_answer,
+    .complete = complete,
+    .release = release,
+    .cut_what = "answer",
+    .reasoning_name = "reasoning",
+};
+
+LOOM__LLM_DECODER_API(loom__openai_decoder)

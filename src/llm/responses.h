@@ -24,6 +24,7 @@
 #ifndef LOOM_LLM_RESPONSES_H
 #define LOOM_LLM_RESPONSES_H
 
+#include "llm/answer.h" /* LOOM_LLM_MAX_* */
 #include "loom/buf.h"
 #include "loom/llm.h"
 
@@ -33,9 +34,10 @@
 #define LOOM_RESPONSES_KIND "openai-responses"
 
 /* Default limits of one answer. */
-#define LOOM_RESPONSES_MAX_TOOL_CALLS 128
-#define LOOM_RESPONSES_MAX_ARGS ((size_t)1 << 20)  /* per tool call */
-#define LOOM_RESPONSES_MAX_TEXT ((size_t)16 << 20) /* text, and reasoning */
+/* (the same for every adapter: llm/answer.h) */
+#define LOOM_RESPONSES_MAX_TOOL_CALLS LOOM_LLM_MAX_TOOL_CALLS
+#define LOOM_RESPONSES_MAX_ARGS LOOM_LLM_MAX_ARGS /* per tool call */
+#define LOOM_RESPONSES_MAX_TEXT LOOM_LLM_MAX_TEXT /* text, and reasoning */
 /* Output items of one answer (output_index must stay below it). */
 #define LOOM_RESPONSES_MAX_ITEMS 1024
 /* Bytes of reasoning items kept in provider_state for the next request. */

@@ -19,129 +19,24 @@
 #include "loom/buf.h"
 #include "loom/llm.h"
 #include "loom/run.h"
+#include "provider_harness.h"
 #include "testutil.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-typedef struct {
-    loom_fake *fake;
-    loom_provider_config cfg;
-    loom_provider *p;
-    loom_messages msgs;
-    loom_llm_request req;
-    loom_llm_response resp;
-    loom_buf events_text;
-    loom_buf order; /* one letter per event: T R D C U F E */
-} ctx;
-
-static int on_event(const loom_llm_event *ev, void *payload)
-{
-    ctx *c = payload;
-
-    loom_buf_putc(&c->order, "TRDCUFE"[ev->type]);
-    if (ev->type == LOOM_LLM_TEXT)
-        loom_buf_put(&c->events_text, ev->text, ev->text_len);
-    return 0;
-}
+typedef provider_ctx ctx;
 
 static ctx *setup(const char *script, int retries)
 {
-    ctx *c = calloc(1, sizeof(*c));
+    loom_fake *f = fake_start_script(script);
 
-    assert_non_null(c);
-    c->fake = fake_start_script(script);
-    assert_non_null(c->fake);
-    c->cfg.name = "claude";
-    c->cfg.kind = "anthropic";
-    c->cfg.base_url = (char *)fake_base_url(c->fake);
-    c->cfg.api_key = "sk-ant-test";
-    c->cfg.headers =
-        json_pack("{s:s}", "anthropic-beta", "interleaved-thinking-2025-05-14");
-    c->cfg.connect_timeout_ms = 5000;
-    c->cfg.first_byte_timeout_ms = 30000;
-    c->cfg.idle_timeout_ms = 30000;
-    c->cfg.max_retries = retries;
-    c->cfg.retry_base_delay_ms = 10;
-    c->cfg.retry_max_delay_ms = 50;
-    assert_int_equal(loom_provider_new(&c->p, &c->cfg), 0);
-    assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_USER, "Hi"), 0);
-    c->req = (loom_llm_request)LOOM_LLM_REQUEST_INIT;
-    c->req.model = "claude-test";
-    c->req.messages = c->msgs.items;
-    c->req.messages_len = c->msgs.len;
-    loom_buf_init(&c->events_text, LOOM_BUF_UNLIMITED);
-    loom_buf_init(&c->order, LOOM_BUF_UNLIMITED);
-    return c;
-}
-
-static void reconfigure(ctx *c)
-{
-    loom_provider_free(c->p);
-    assert_int_equal(loom_provider_new(&c->p, &c->cfg), 0);
-}
-
-static int run(ctx *c, loom_cancel *cancel)
-{
-    int rc;
-
-    loom_llm_response_clear(&c->resp);
-    loom_buf_clear(&c->events_text);
-    loom_buf_clear(&c->order);
-    c->req.messages = c->msgs.items;
-    c->req.messages_len = c->msgs.len;
-    rc = loom_provider_complete(c->p, &c->req, on_event, c, &c->resp, cancel);
-    if (getenv("LOOM_TEST_VERBOSE"))
-        fprintf(stderr, "  rc %s: %s\n", loom_error_name(rc),
-                rc ? loom_error_last() : "");
-    return rc;
-}
-
-static void teardown(ctx *c)
-{
-    loom_provider_free(c->p);
-    json_decref(c->cfg.headers);
-    loom_messages_free(&c->msgs);
-    loom_llm_response_clear(&c->resp);
-    loom_buf_free(&c->events_text);
-    loom_buf_free(&c->order);
-    fake_stop(c->fake);
-    free(c);
-}
-
-static size_t nreq(ctx *c)
-{
-    return fake_request_count(c->fake);
-}
-
-/* The body of recorded request i (a new reference). */
-static json_t *req_body(ctx *c, size_t i)
-{
-    json_t *r = fake_request(c->fake, i), *b;
-
-    assert_non_null(r);
-    b = json_incref(json_object_get(r, "body"));
-    json_decref(r);
-    assert_non_null(b);
-    return b;
-}
-
-static void assert_json(const json_t *v, const char *want)
-{
-    json_t *w = json_loads(want, JSON_DECODE_ANY, NULL);
-    char *s;
-
-    assert_non_null(w);
-    if (!v || !json_equal(v, w)) {
-        s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-        fprintf(stderr, "got:  %s\nwant: %s\n", s ? s : "(null)", want);
-        free(s);
-        fail();
-    }
-    json_decref(w);
+    assert_non_null(f);
+    return provider_start(
+        f, NULL, "claude", "anthropic", "sk-ant-test",
+        json_pack("{s:s}", "anthropic-beta", "interleaved-thinking-2025-05-14"),
+        "claude-test", retries);
 }
 
 /* ---- happy paths ------------------------------------------------------- */
@@ -156,7 +51,7 @@ static void test_stream_text(void **state)
     json_t *r, *h, *b;
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Hello");
     assert_string_equal(loom_buf_cstr(&c->events_text), "Hello");
     assert_string_equal(loom_buf_cstr(&c->order), "TTUF");
@@ -191,7 +86,7 @@ static void test_stream_text(void **state)
                    "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
                    "\"text\",\"text\":\"Hi\"}]}],\"stream\":true}");
     json_decref(r);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_non_streamed(void **state)
@@ -205,7 +100,7 @@ static void test_non_streamed(void **state)
 
     (void)state;
     c->req.stream = 0;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Hello");
     assert_int_equal(c->resp.tool_calls_len, 1);
     assert_string_equal(c->resp.tool_calls[0].id, "toolu_1");
@@ -219,7 +114,7 @@ static void test_non_streamed(void **state)
                         "application/json");
     assert_null(json_object_get(json_object_get(r, "body"), "stream"));
     json_decref(r);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_parallel_tool_calls(void **state)
@@ -232,7 +127,7 @@ static void test_parallel_tool_calls(void **state)
                    0);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_int_equal(c->resp.tool_calls_len, 2);
     assert_string_equal(c->resp.tool_calls[0].name, "get_weather");
     assert_string_equal(c->resp.tool_calls[0].arguments,
@@ -243,7 +138,7 @@ static void test_parallel_tool_calls(void **state)
     /* text, per call a start fragment and two argument fragments, then
      * the closing events */
     assert_string_equal(loom_buf_cstr(&c->order), "TDDDDDDUCF");
-    teardown(c);
+    provider_stop(c);
 }
 
 static const char thinking_script[] =
@@ -278,33 +173,28 @@ static void thinking_round_trip(int stream)
     c->req.thinking_budget = 1024;
     c->req.tools = &tool;
     c->req.tools_len = 1;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.reasoning, "Let me think.");
     assert_string_equal(c->resp.text, "Checking.");
     assert_int_equal(c->resp.tool_calls_len, 2);
     assert_non_null(c->resp.provider_state);
-    b = req_body(c, 0);
+    b = provider_sent_body(c->fake, 0);
     assert_json(json_object_get(b, "thinking"),
                 "{\"type\":\"enabled\",\"budget_tokens\":1024}");
     assert_json(json_object_get(b, "max_tokens"), "5120");
     json_decref(b);
 
-    assert_int_equal(
-        loom_messages_add_assistant(&c->msgs, c->resp.text, c->resp.reasoning,
-                                    c->resp.tool_calls, c->resp.tool_calls_len),
-        0);
-    c->msgs.items[c->msgs.len - 1].provider_state =
-        strdup(c->resp.provider_state);
+    provider_add_answer(c);
     assert_int_equal(loom_messages_add_tool_result(&c->msgs, "toolu_1",
                                                    "get_weather", "sunny"),
                      0);
     assert_int_equal(
         loom_messages_add_tool_result(&c->msgs, "toolu_2", "get_time", "noon"),
         0);
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Sunny.");
     assert_null(c->resp.provider_state);
-    b = req_body(c, 1);
+    b = provider_sent_body(c->fake, 1);
     assert_json(json_array_get(json_object_get(b, "messages"), 1),
                 thinking_turn);
     assert_json(json_array_get(json_object_get(b, "messages"), 2),
@@ -315,7 +205,7 @@ static void thinking_round_trip(int stream)
                 "\"content\":\"noon\"}]}");
     assert_non_null(json_object_get(b, "thinking"));
     json_decref(b);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_thinking_round_trip_stream(void **state)
@@ -340,12 +230,12 @@ static void test_429_retried(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "ok");
     assert_int_equal(c->resp.error.attempts, 2);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_NONE);
-    assert_int_equal(nreq(c), 2);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 2);
+    provider_stop(c);
 }
 
 static void test_529_exhausted(void **state)
@@ -356,18 +246,18 @@ static void test_529_exhausted(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_SERVER);
     assert_int_equal(c->resp.error.http_status, 529);
     assert_string_equal(c->resp.error.type, "overloaded_error");
     assert_string_equal(c->resp.error.message, "Overloaded");
     assert_string_equal(c->resp.error.request_id, "req_529");
     assert_int_equal(c->resp.error.attempts, 3);
-    assert_int_equal(nreq(c), 3);
+    assert_int_equal(fake_request_count(c->fake), 3);
     assert_non_null(strstr(loom_error_last(), "claude: 529 server: "
                                               "Overloaded (request req_529)"
                                               " after 3 attempts"));
-    teardown(c);
+    provider_stop(c);
 }
 
 typedef struct {
@@ -395,12 +285,12 @@ static void test_4xx_not_retried(void **state)
                  "{\"message\":\"no\"}}]}",
                  cases[i].status);
         c = setup(script, 2);
-        assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+        assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
         assert_int_equal(c->resp.error.kind, cases[i].kind);
         assert_string_equal(c->resp.error.type, cases[i].type);
         assert_int_equal(c->resp.error.attempts, 1);
-        assert_int_equal(nreq(c), 1);
-        teardown(c);
+        assert_int_equal(fake_request_count(c->fake), 1);
+        provider_stop(c);
     }
 }
 
@@ -412,20 +302,20 @@ static void test_stream_error_before_output(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "ok");
-    assert_int_equal(nreq(c), 2);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 2);
+    provider_stop(c);
 
     /* another error type is not */
     c = setup("{\"responses\":[{\"stream_error\":{\"type\":"
               "\"invalid_request_error\",\"message\":\"bad\"}},"
               "{\"text\":[\"ok\"]}]}",
               2);
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_STREAM);
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_stream_error_after_output(void **state)
@@ -435,14 +325,14 @@ static void test_stream_error_after_output(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_STREAM);
     assert_string_equal(c->resp.error.type, "overloaded_error");
     assert_string_equal(c->resp.text, "par");
     assert_true(c->resp.output_started);
     assert_non_null(strchr(loom_buf_cstr(&c->order), 'E'));
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_disconnect(void **state)
@@ -453,20 +343,20 @@ static void test_disconnect(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "ok");
-    assert_int_equal(nreq(c), 2);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 2);
+    provider_stop(c);
 
     /* start, block start, ping, "a": output started, no retry */
     c = setup("{\"responses\":[{\"text\":[\"a\",\"b\"],"
               "\"disconnect_after_chunks\":4},{\"text\":[\"ok\"]}]}",
               2);
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_CONNECTION);
     assert_string_equal(c->resp.text, "a");
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_first_byte_timeout(void **state)
@@ -476,22 +366,13 @@ static void test_first_byte_timeout(void **state)
 
     (void)state;
     c->cfg.first_byte_timeout_ms = 300;
-    reconfigure(c);
+    provider_reconfigure(c);
     t0 = test_now_ms();
-    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
     assert_true(test_now_ms() - t0 >= 290);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_TIMEOUT);
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
-}
-
-static void *cancel_after(void *arg)
-{
-    struct timespec ts = {0, 200 * 1000000L};
-
-    nanosleep(&ts, NULL);
-    loom_cancel_set(arg);
-    return NULL;
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_cancel_during_hang(void **state)
@@ -499,16 +380,11 @@ static void test_cancel_during_hang(void **state)
     ctx *c = setup("{\"responses\":[{\"text\":[\"a\"],\"hang\":true,"
                    "\"hang_after_chunks\":4}]}",
                    2);
-    loom_cancel cancel = LOOM_CANCEL_INIT;
-    pthread_t th;
-
     (void)state;
-    assert_int_equal(pthread_create(&th, NULL, cancel_after, &cancel), 0);
-    assert_int_equal(run(c, &cancel), LOOM_ECANCELED);
-    pthread_join(th, NULL);
+    assert_int_equal(provider_run_canceled(c, 200), LOOM_ECANCELED);
     assert_string_equal(c->resp.text, "a");
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_limits(void **state)
@@ -523,39 +399,20 @@ static void test_limits(void **state)
     lim.max_body = 100;
     loom__anthropic_provider_set_limits(c->p, &lim);
     c->req.stream = 0;
-    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETOOLARGE);
     assert_non_null(strstr(loom_error_last(), "claude: "));
     /* streamed text over max_text: what came first is kept */
     lim.max_body = 0;
     lim.max_text = 8;
     loom__anthropic_provider_set_limits(c->p, &lim);
     c->req.stream = 1;
-    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETOOLARGE);
     assert_string_equal(c->resp.text, "0123");
-    assert_int_equal(nreq(c), 2);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 2);
+    provider_stop(c);
 }
 
 /* ---- a whole run ------------------------------------------------------- */
-
-static int echo_exec(const json_t *args, const loom_tool_ctx *tctx,
-                     loom_buf *out, void *payload)
-{
-    (void)tctx;
-    (void)payload;
-    return loom_buf_printf(out, "echo:%s",
-                           json_string_value(json_object_get(args, "text")));
-}
-
-static int fail_exec(const json_t *args, const loom_tool_ctx *tctx,
-                     loom_buf *out, void *payload)
-{
-    (void)args;
-    (void)tctx;
-    (void)payload;
-    loom_buf_puts(out, "disk on fire");
-    return LOOM_ERROR;
-}
 
 static void test_run_loop(void **state)
 {
@@ -575,42 +432,20 @@ static void test_run_loop(void **state)
         "{\"text\":[\"Final \",\"answer.\"],"
         "\"usage\":{\"input_tokens\":30,\"output_tokens\":2}}]}";
     loom_fake *f = fake_start_script(script);
-    loom_provider_config pc = {0};
+    loom_provider_config pc;
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
-    loom_tool_registry *reg;
+    loom_tool_registry *reg = provider_tools();
     loom_provider *p;
     loom_messages hist = {0};
     loom_run *r;
-    loom_tool t;
-    json_t *schema, *b, *msgs, *last;
+    json_t *b, *msgs, *last;
     const loom_usage *u;
 
     (void)state;
     assert_non_null(f);
-    pc.name = "claude";
-    pc.kind = "anthropic";
-    pc.base_url = (char *)fake_base_url(f);
-    pc.api_key = "sk-ant-test";
-    pc.headers = json_object();
-    pc.connect_timeout_ms = 5000;
-    pc.first_byte_timeout_ms = 30000;
-    pc.idle_timeout_ms = 30000;
+    provider_config(&pc, f, NULL, "claude", "anthropic", "sk-ant-test", NULL,
+                    0);
     assert_int_equal(loom_provider_new(&p, &pc), 0);
-    assert_int_equal(loom_tool_registry_new(&reg), 0);
-    schema =
-        json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object", "properties",
-                  "text", "type", "string", "required", "text");
-    memset(&t, 0, sizeof(t));
-    t.name = "echo";
-    t.description = "Echoes text back.";
-    t.parameters = schema;
-    t.execute = echo_exec;
-    assert_int_equal(loom_tool_registry_add(reg, &t), 0);
-    t.name = "fail";
-    t.description = "Always fails.";
-    t.parameters = NULL;
-    t.execute = fail_exec;
-    assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     ro.provider = p;
     ro.model = "claude/claude-test";
     ro.upstream_model = "claude-test";
@@ -691,7 +526,6 @@ static void test_run_loop(void **state)
     loom_run_free(r);
     loom_messages_free(&hist);
     loom_tool_registry_free(reg);
-    json_decref(schema);
     loom_provider_free(p);
     json_decref(pc.headers);
     assert_int_equal(fake_stop_check(f), 0);

@@ -24,6 +24,7 @@
 
 #include "fake.h"
 #include "loom/llm.h"
+#include "provider_harness.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,23 +197,11 @@ static const error_case cases[] = {
      NOT_RETRIED, "", "Hmm."},
 };
 
-/* A copy of s with every ' turned into " (the caller frees). */
-static char *q(const char *s)
-{
-    char *r = strdup(s);
-
-    assert_non_null(r);
-    for (char *p = r; *p; p++)
-        if (*p == '\'')
-            *p = '"';
-    return r;
-}
-
 static void check_case(const error_case *c)
 {
-    char *script = q(c->script);
+    char *script = provider_quotes(c->script);
     loom_fake *f = fake_start_script(script);
-    loom_provider_config pc = {0};
+    loom_provider_config pc;
     loom_provider *p = NULL;
     loom_messages msgs = {0};
     loom_llm_request req = LOOM_LLM_REQUEST_INIT;
@@ -221,15 +210,7 @@ static void check_case(const error_case *c)
 
     free(script);
     assert_non_null(f);
-    pc.name = "p";
-    pc.kind = (char *)c->kind;
-    pc.base_url = (char *)fake_base_url(f);
-    pc.api_key = "test-key";
-    pc.headers = json_object();
-    pc.connect_timeout_ms = 5000;
-    pc.first_byte_timeout_ms = 30000;
-    pc.idle_timeout_ms = 30000;
-    pc.max_retries = RETRIES;
+    provider_config(&pc, f, NULL, "p", c->kind, "test-key", NULL, RETRIES);
     pc.retry_base_delay_ms = 1;
     pc.retry_max_delay_ms = 5;
     assert_int_equal(loom_provider_new(&p, &pc), 0);

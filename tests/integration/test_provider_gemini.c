@@ -22,159 +22,28 @@
 #include "loom/buf.h"
 #include "loom/llm.h"
 #include "loom/run.h"
+#include "provider_harness.h"
 #include "testutil.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-typedef struct {
-    loom_fake *fake;
-    loom_provider_config cfg;
-    loom_provider *p;
-    loom_messages msgs;
-    loom_llm_request req;
-    loom_llm_response resp;
-    loom_buf events_text;
-    loom_buf events_reasoning;
-    int ndeltas;
-    int abort_on_text;
-} ctx;
+typedef provider_ctx ctx;
 
-static int on_event(const loom_llm_event *ev, void *payload)
-{
-    ctx *c = payload;
-
-    if (ev->type == LOOM_LLM_TEXT) {
-        loom_buf_put(&c->events_text, ev->text, ev->text_len);
-        if (c->abort_on_text)
-            return 1;
-    } else if (ev->type == LOOM_LLM_REASONING) {
-        loom_buf_put(&c->events_reasoning, ev->text, ev->text_len);
-    } else if (ev->type == LOOM_LLM_TOOL_CALL_DELTA) {
-        c->ndeltas++;
-    }
-    return 0;
-}
-
-/* A fake with script (or a replay when script is NULL and replay set) and
- * a "gemini" provider in front of it. */
+/* A fake (a script's or a replay) and a "gemini" provider in front of
+ * it. */
 static ctx *setup_fake(loom_fake *fake, int retries)
 {
-    ctx *c = calloc(1, sizeof(*c));
-
-    assert_non_null(c);
-    c->fake = fake;
-    assert_non_null(c->fake);
-    c->cfg.name = "gem";
-    c->cfg.kind = "gemini";
-    c->cfg.base_url = (char *)fake_base_url(c->fake);
-    c->cfg.api_key = "gk-test";
-    c->cfg.headers = json_pack("{s:s}", "X-Extra", "v1");
-    c->cfg.connect_timeout_ms = 5000;
-    c->cfg.first_byte_timeout_ms = 30000;
-    c->cfg.idle_timeout_ms = 30000;
-    c->cfg.max_retries = retries;
-    c->cfg.retry_base_delay_ms = 10;
-    c->cfg.retry_max_delay_ms = 50;
-    assert_int_equal(loom_provider_new(&c->p, &c->cfg), 0);
-    assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_USER, "Hi"), 0);
-    c->req = (loom_llm_request)LOOM_LLM_REQUEST_INIT;
-    c->req.model = "gemini-test";
-    c->req.messages = c->msgs.items;
-    c->req.messages_len = c->msgs.len;
-    loom_buf_init(&c->events_text, LOOM_BUF_UNLIMITED);
-    loom_buf_init(&c->events_reasoning, LOOM_BUF_UNLIMITED);
-    return c;
+    assert_non_null(fake);
+    return provider_start(fake, NULL, "gem", "gemini", "gk-test",
+                          json_pack("{s:s}", "X-Extra", "v1"), "gemini-test",
+                          retries);
 }
 
 static ctx *setup(const char *script, int retries)
 {
     return setup_fake(fake_start_script(script), retries);
-}
-
-static void reconfigure(ctx *c)
-{
-    loom_provider_free(c->p);
-    assert_int_equal(loom_provider_new(&c->p, &c->cfg), 0);
-}
-
-static int run(ctx *c, loom_cancel *cancel)
-{
-    int rc;
-
-    c->req.messages = c->msgs.items;
-    c->req.messages_len = c->msgs.len;
-    loom_llm_response_clear(&c->resp);
-    loom_buf_clear(&c->events_text);
-    loom_buf_clear(&c->events_reasoning);
-    c->ndeltas = 0;
-    rc = loom_provider_complete(c->p, &c->req, on_event, c, &c->resp, cancel);
-    if (getenv("LOOM_TEST_VERBOSE"))
-        fprintf(stderr, "  rc %s: %s\n", loom_error_name(rc),
-                rc ? loom_error_last() : "");
-    return rc;
-}
-
-static void teardown(ctx *c)
-{
-    loom_provider_free(c->p);
-    json_decref(c->cfg.headers);
-    loom_messages_free(&c->msgs);
-    loom_llm_response_clear(&c->resp);
-    loom_buf_free(&c->events_text);
-    loom_buf_free(&c->events_reasoning);
-    fake_stop(c->fake);
-    free(c);
-}
-
-static size_t nreq(ctx *c)
-{
-    return fake_request_count(c->fake);
-}
-
-/* The body of recorded request i (a new reference). */
-static json_t *sent_body(ctx *c, size_t i)
-{
-    json_t *r = fake_request(c->fake, i), *b;
-
-    assert_non_null(r);
-    b = json_incref(json_object_get(r, "body"));
-    json_decref(r);
-    assert_non_null(b);
-    return b;
-}
-
-static void assert_json(const json_t *v, const char *expect)
-{
-    json_t *e = json_loads(expect, 0, NULL);
-
-    assert_non_null(e);
-    if (!json_equal((json_t *)v, e)) {
-        char *got = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
-        print_error("got:  %s\nwant: %s\n", got, expect);
-        free(got);
-        json_decref(e);
-        fail();
-    }
-    json_decref(e);
-}
-
-/* Appends the assistant message of c->resp (with its state), as the run
- * loop does. */
-static void add_answer(ctx *c)
-{
-    loom_message *m;
-
-    assert_int_equal(
-        loom_messages_add_assistant(&c->msgs, c->resp.text, c->resp.reasoning,
-                                    c->resp.tool_calls, c->resp.tool_calls_len),
-        0);
-    m = &c->msgs.items[c->msgs.len - 1];
-    if (c->resp.provider_state)
-        m->provider_state = strdup(c->resp.provider_state);
 }
 
 /* ---- happy paths ----------------------------------------------------- */
@@ -192,7 +61,7 @@ static void test_stream_text(void **state)
     assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_SYSTEM, "Be kind."),
                      0);
     assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_USER, "Hi"), 0);
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Hello");
     assert_string_equal(loom_buf_cstr(&c->events_text), "Hello");
     assert_string_equal(c->resp.finish_reason, "stop");
@@ -204,7 +73,7 @@ static void test_stream_text(void **state)
     assert_true(c->resp.output_started);
     assert_null(c->resp.provider_state);
 
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(fake_request_count(c->fake), 1);
     r = fake_request(c->fake, 0);
     assert_string_equal(json_string_value(json_object_get(r, "method")),
                         "POST");
@@ -228,7 +97,7 @@ static void test_stream_text(void **state)
                 "\"contents\":[{\"role\":\"user\",\"parts\":[{\"text\":"
                 "\"Hi\"}]}],\"generationConfig\":{}}");
     json_decref(r);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_non_streamed(void **state)
@@ -246,7 +115,7 @@ static void test_non_streamed(void **state)
     (void)state;
     c->req.stream = 0;
     c->req.max_tokens = 100;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     r = fake_request(c->fake, 0);
     assert_string_equal(json_string_value(json_object_get(r, "path")),
                         "/v1/models/gemini-test:generateContent");
@@ -270,7 +139,7 @@ static void test_non_streamed(void **state)
     assert_string_equal(c->resp.provider_state,
                         "{\"gemini\":{\"parts\":[{\"text\":[0,16]},{\"call\":"
                         "0,\"thoughtSignature\":\"c2ln\"}]}}");
-    teardown(c);
+    provider_stop(c);
 }
 
 /* Two calls in one turn, one with Gemini's id; the signature on the first
@@ -295,7 +164,7 @@ static void test_parallel_calls_state_round_trip(void **state)
     (void)state;
     c->req.tools = tools;
     c->req.tools_len = 2;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_int_equal(c->resp.tool_calls_len, 2);
     assert_int_equal(c->ndeltas, 2);
     assert_string_equal(c->resp.tool_calls[0].id, "call_0_0");
@@ -303,7 +172,7 @@ static void test_parallel_calls_state_round_trip(void **state)
     assert_string_equal(c->resp.tool_calls[1].id, "fc-2");
     assert_string_equal(c->resp.finish_reason, "tool_calls");
     assert_non_null(c->resp.provider_state);
-    b = sent_body(c, 0);
+    b = provider_sent_body(c->fake, 0);
     assert_json(json_object_get(b, "tools"),
                 "[{\"functionDeclarations\":[{\"name\":\"get_weather\","
                 "\"description\":\"Weather.\",\"parameters\":{\"type\":"
@@ -312,16 +181,16 @@ static void test_parallel_calls_state_round_trip(void **state)
                 "\"description\":\"Time.\"}]}]");
     json_decref(b);
 
-    add_answer(c);
+    provider_add_answer(c);
     assert_int_equal(loom_messages_add_tool_result(&c->msgs, "call_0_0",
                                                    "get_weather", "sunny"),
                      0);
     assert_int_equal(
         loom_messages_add_tool_result(&c->msgs, "fc-2", "get_time", "12:00"),
         0);
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Sunny, 12:00.");
-    b = sent_body(c, 1);
+    b = provider_sent_body(c->fake, 1);
     assert_json(json_object_get(b, "contents"),
                 "[{\"role\":\"user\",\"parts\":[{\"text\":\"Hi\"}]},"
                 "{\"role\":\"model\",\"parts\":["
@@ -337,7 +206,7 @@ static void test_parallel_calls_state_round_trip(void **state)
                 "{\"result\":\"12:00\"},\"id\":\"fc-2\"}}]}]");
     json_decref(b);
     json_decref(params);
-    teardown(c);
+    provider_stop(c);
 }
 
 /* Thoughts stream as reasoning; the signature on the last text part goes
@@ -355,29 +224,29 @@ static void test_reasoning_round_trip(void **state)
 
     (void)state;
     c->req.thinking_budget = 2048;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.reasoning, "Let me think.");
     assert_string_equal(loom_buf_cstr(&c->events_reasoning), "Let me think.");
     assert_string_equal(c->resp.text, "The answer is 4.");
     assert_int_equal(c->resp.usage.reasoning_tokens, 4);
     assert_int_equal(c->resp.usage.completion_tokens, 9);
     assert_int_equal(c->resp.usage.total_tokens, 19);
-    b = sent_body(c, 0);
+    b = provider_sent_body(c->fake, 0);
     assert_json(json_object_get(b, "generationConfig"),
                 "{\"thinkingConfig\":{\"thinkingBudget\":2048,"
                 "\"includeThoughts\":true}}");
     json_decref(b);
 
-    add_answer(c);
+    provider_add_answer(c);
     assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_USER, "Sure?"), 0);
-    assert_int_equal(run(c, NULL), 0);
-    b = sent_body(c, 1);
+    assert_int_equal(provider_run(c, NULL), 0);
+    b = provider_sent_body(c->fake, 1);
     assert_json(json_array_get(json_object_get(b, "contents"), 1),
                 "{\"role\":\"model\",\"parts\":[{\"text\":\"The answer\"},"
                 "{\"text\":\" is 4.\",\"thoughtSignature\":"
                 "\"U0lHTkFUVVJF\"}]}");
     json_decref(b);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_stream_answered_with_json(void **state)
@@ -392,10 +261,10 @@ static void test_stream_answered_with_json(void **state)
                    0);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "ab");
     assert_string_equal(c->resp.finish_reason, "stop");
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_config(void **state)
@@ -407,8 +276,8 @@ static void test_config(void **state)
     (void)state;
     /* No key: no key header. */
     c->cfg.api_key = NULL;
-    reconfigure(c);
-    assert_int_equal(run(c, NULL), 0);
+    provider_reconfigure(c);
+    assert_int_equal(provider_run(c, NULL), 0);
     r = fake_request(c->fake, 0);
     assert_null(
         json_object_get(json_object_get(r, "headers"), "x-goog-api-key"));
@@ -417,8 +286,8 @@ static void test_config(void **state)
     c->cfg.api_key = "gk-test";
     json_object_set_new(c->cfg.headers, "X-Goog-Api-Key", json_string("mine"));
     json_object_set_new(c->cfg.headers, "Accept", json_string("*/*"));
-    reconfigure(c);
-    assert_int_equal(run(c, NULL), 0);
+    provider_reconfigure(c);
+    assert_int_equal(provider_run(c, NULL), 0);
     r = fake_request(c->fake, 1);
     h = json_object_get(r, "headers");
     assert_string_equal(json_string_value(json_object_get(h, "x-goog-api-key")),
@@ -445,7 +314,7 @@ static void test_config(void **state)
     assert_string_equal(c->resp.text, "");
     loom_provider_free(p);
     c->cfg.base_url = (char *)fake_base_url(c->fake);
-    teardown(c);
+    provider_stop(c);
 }
 
 /* ---- errors and retries ------------------------------------------------ */
@@ -457,11 +326,11 @@ static void test_429_retried(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "ok");
     assert_int_equal(c->resp.error.attempts, 2);
-    assert_int_equal(nreq(c), 2);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 2);
+    provider_stop(c);
 }
 
 static void test_retry_info_honoured(void **state)
@@ -474,11 +343,11 @@ static void test_retry_info_honoured(void **state)
     long long t0 = test_now_ms();
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     /* The body's delay, not the 10-50 ms backoff. */
     assert_true(test_now_ms() - t0 >= 390);
-    assert_int_equal(nreq(c), 2);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 2);
+    provider_stop(c);
 }
 
 static void test_retry_info_too_long(void **state)
@@ -490,12 +359,12 @@ static void test_retry_info_too_long(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 1);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_RATE_LIMIT);
     assert_string_equal(c->resp.error.type, "RESOURCE_EXHAUSTED");
     assert_string_equal(c->resp.error.message, "quota");
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_5xx_exhausted(void **state)
@@ -505,7 +374,7 @@ static void test_5xx_exhausted(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.attempts, 3);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_SERVER);
     assert_int_equal(c->resp.error.http_status, 503);
@@ -513,8 +382,8 @@ static void test_5xx_exhausted(void **state)
     assert_non_null(strstr(loom_error_last(),
                            "gem: 503 server: The model is overloaded. after 3 "
                            "attempts"));
-    assert_int_equal(nreq(c), 3);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 3);
+    provider_stop(c);
 }
 
 static void test_400_not_retried(void **state)
@@ -524,12 +393,12 @@ static void test_400_not_retried(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 1);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_BAD_REQUEST);
     assert_string_equal(c->resp.error.type, "INVALID_ARGUMENT");
     assert_string_equal(c->resp.error.message, "API key not valid.");
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_recorded_404(void **state)
@@ -538,14 +407,14 @@ static void test_recorded_404(void **state)
     ctx *c = setup_fake(fake_start_replay(path, 0), 2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 1);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_NOT_FOUND);
     assert_int_equal(c->resp.error.http_status, 404);
     assert_string_equal(c->resp.error.type, "NOT_FOUND");
     assert_non_null(strstr(c->resp.error.message, "is not found"));
     free(path);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_stream_error_before_output(void **state)
@@ -558,17 +427,17 @@ static void test_stream_error_before_output(void **state)
 
     (void)state;
     /* A 503 inside the stream before any output is retried... */
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "ok");
     assert_int_equal(c->resp.error.attempts, 2);
     /* ... a 400 is not. */
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_STREAM);
     assert_string_equal(c->resp.error.message, "bad");
     assert_string_equal(c->resp.error.type, "INVALID_ARGUMENT");
     assert_int_equal(c->resp.error.attempts, 1);
-    assert_int_equal(nreq(c), 3);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 3);
+    provider_stop(c);
 }
 
 static void test_stream_error_after_output(void **state)
@@ -579,13 +448,13 @@ static void test_stream_error_after_output(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 1);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_STREAM);
     assert_string_equal(c->resp.error.message, "overloaded");
     assert_string_equal(c->resp.text, "Hel");
     assert_true(c->resp.output_started);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_disconnect_after_output(void **state)
@@ -595,12 +464,12 @@ static void test_disconnect_after_output(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 1);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_CONNECTION);
     assert_string_equal(c->resp.text, "a");
     assert_null(c->resp.finish_reason);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_disconnect_before_output(void **state)
@@ -610,11 +479,11 @@ static void test_disconnect_before_output(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
-    assert_int_equal(nreq(c), 2);
+    assert_int_equal(provider_run(c, NULL), 0);
+    assert_int_equal(fake_request_count(c->fake), 2);
     assert_string_equal(c->resp.text, "ok");
     assert_string_equal(loom_buf_cstr(&c->events_text), "ok");
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_first_byte_timeout(void **state)
@@ -624,13 +493,13 @@ static void test_first_byte_timeout(void **state)
 
     (void)state;
     c->cfg.first_byte_timeout_ms = 300;
-    reconfigure(c);
+    provider_reconfigure(c);
     t0 = test_now_ms();
-    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
     assert_true(test_now_ms() - t0 >= 290);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_TIMEOUT);
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_idle_timeout(void **state)
@@ -642,23 +511,14 @@ static void test_idle_timeout(void **state)
 
     (void)state;
     c->cfg.idle_timeout_ms = 300;
-    reconfigure(c);
+    provider_reconfigure(c);
     t0 = test_now_ms();
-    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
     assert_true(test_now_ms() - t0 >= 290);
     assert_non_null(strstr(loom_error_last(), "idle timeout"));
     assert_string_equal(c->resp.text, "a");
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
-}
-
-static void *cancel_after(void *arg)
-{
-    struct timespec ts = {0, 200 * 1000000L};
-
-    nanosleep(&ts, NULL);
-    loom_cancel_set(arg);
-    return NULL;
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_cancel(void **state)
@@ -666,18 +526,14 @@ static void test_cancel(void **state)
     ctx *c = setup("{\"responses\":[{\"text\":[\"a\",\"b\"],\"hang\":true,"
                    "\"hang_after_chunks\":1}]}",
                    2);
-    loom_cancel cancel = LOOM_CANCEL_INIT;
-    pthread_t th;
     long long t0 = test_now_ms();
 
     (void)state;
-    assert_int_equal(pthread_create(&th, NULL, cancel_after, &cancel), 0);
-    assert_int_equal(run(c, &cancel), LOOM_ECANCELED);
-    pthread_join(th, NULL);
+    assert_int_equal(provider_run_canceled(c, 200), LOOM_ECANCELED);
     assert_true(test_now_ms() - t0 < 5000);
     assert_string_equal(c->resp.text, "a");
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_callback_abort(void **state)
@@ -688,9 +544,9 @@ static void test_callback_abort(void **state)
 
     (void)state;
     c->abort_on_text = 1;
-    assert_int_equal(run(c, NULL), LOOM_ECANCELED);
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(provider_run(c, NULL), LOOM_ECANCELED);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 /* ---- limits ------------------------------------------------------------ */
@@ -706,13 +562,13 @@ static void test_json_body_limit(void **state)
     (void)state;
     c->req.stream = 0;
     loom__gemini_provider_set_limits(c->p, &lim);
-    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETOOLARGE);
     assert_non_null(strstr(loom_error_last(), "gem: "));
     lim.max_body = 400;
     loom__gemini_provider_set_limits(c->p, &lim);
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "012345678901234567890123456789");
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_stream_text_limit(void **state)
@@ -722,32 +578,13 @@ static void test_stream_text_limit(void **state)
 
     (void)state;
     loom__gemini_provider_set_limits(c->p, &lim);
-    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETOOLARGE);
     assert_string_equal(c->resp.text, "0123");
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 /* ---- whole runs ---------------------------------------------------------- */
-
-static int echo_exec(const json_t *args, const loom_tool_ctx *tctx,
-                     loom_buf *out, void *payload)
-{
-    (void)tctx;
-    (void)payload;
-    return loom_buf_printf(out, "echo:%s",
-                           json_string_value(json_object_get(args, "text")));
-}
-
-static int fail_exec(const json_t *args, const loom_tool_ctx *tctx,
-                     loom_buf *out, void *payload)
-{
-    (void)args;
-    (void)tctx;
-    (void)payload;
-    loom_buf_puts(out, "disk on fire");
-    return LOOM_ERROR;
-}
 
 typedef struct {
     loom_fake *fake;
@@ -762,36 +599,13 @@ static void run_script(harness *h, const char *script, int max_iterations)
 {
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     loom_messages hist = {0};
-    json_t *schema =
-        json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object", "properties",
-                  "text", "type", "string", "required", "text");
-    loom_tool t;
 
     memset(h, 0, sizeof(*h));
     h->fake = fake_start_script(script);
     assert_non_null(h->fake);
-    h->pc.name = "gem";
-    h->pc.kind = "gemini";
-    h->pc.base_url = (char *)fake_base_url(h->fake);
-    h->pc.api_key = "gk-test";
-    h->pc.headers = json_object();
-    h->pc.connect_timeout_ms = 2000;
-    h->pc.first_byte_timeout_ms = 5000;
-    h->pc.idle_timeout_ms = 5000;
+    provider_config(&h->pc, h->fake, NULL, "gem", "gemini", "gk-test", NULL, 0);
     assert_int_equal(loom_provider_new(&h->provider, &h->pc), 0);
-    assert_int_equal(loom_tool_registry_new(&h->reg), 0);
-    memset(&t, 0, sizeof(t));
-    t.name = "echo";
-    t.description = "Echoes text back.";
-    t.parameters = schema;
-    t.execute = echo_exec;
-    assert_int_equal(loom_tool_registry_add(h->reg, &t), 0);
-    t.name = "fail";
-    t.description = "Always fails.";
-    t.parameters = NULL;
-    t.execute = fail_exec;
-    assert_int_equal(loom_tool_registry_add(h->reg, &t), 0);
-    json_decref(schema);
+    h->reg = provider_tools();
     ro.provider = h->provider;
     ro.model = "gem/gemini-test";
     ro.upstream_model = "gemini-test";

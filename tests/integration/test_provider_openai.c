@@ -17,109 +17,29 @@
 #include "llm/openai.h"
 #include "loom/buf.h"
 #include "loom/llm.h"
+#include "provider_harness.h"
 #include "testutil.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
-typedef struct {
-    loom_fake *fake;
-    loom_provider_config cfg;
-    loom_provider *p;
-    loom_messages msgs;
-    loom_llm_request req;
-    loom_llm_response resp;
-    loom_buf events_text;
-    int nevents;
-    int abort_on_text;
-} ctx;
-
-static int on_event(const loom_llm_event *ev, void *payload)
-{
-    ctx *c = payload;
-
-    c->nevents++;
-    if (ev->type == LOOM_LLM_TEXT) {
-        loom_buf_put(&c->events_text, ev->text, ev->text_len);
-        if (c->abort_on_text)
-            return 1;
-    }
-    return 0;
-}
+typedef provider_ctx ctx;
 
 /* Starts a fake with script and a provider in front of it. base_url NULL:
  * the fake's. */
 static ctx *setup(const char *script, const char *base_url, int retries)
 {
-    ctx *c = calloc(1, sizeof(*c));
+    loom_fake *f = script ? fake_start_script(script) : NULL;
 
-    assert_non_null(c);
-    if (script) {
-        c->fake = fake_start_script(script);
-        assert_non_null(c->fake);
-    }
-    c->cfg.name = "openai";
-    c->cfg.kind = "openai";
-    c->cfg.base_url = (char *)(base_url ? base_url : fake_base_url(c->fake));
-    c->cfg.api_key = "sk-test";
-    c->cfg.headers = json_pack("{s:s}", "X-Extra", "v1");
-    c->cfg.connect_timeout_ms = 5000;
-    c->cfg.first_byte_timeout_ms = 30000;
-    c->cfg.idle_timeout_ms = 30000;
-    c->cfg.max_retries = retries;
-    c->cfg.retry_base_delay_ms = 10;
-    c->cfg.retry_max_delay_ms = 50;
-    assert_int_equal(loom_provider_new(&c->p, &c->cfg), 0);
-    assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_USER, "Hi"), 0);
-    c->req = (loom_llm_request)LOOM_LLM_REQUEST_INIT;
-    c->req.model = "gpt-test";
-    c->req.messages = c->msgs.items;
-    c->req.messages_len = c->msgs.len;
-    loom_buf_init(&c->events_text, LOOM_BUF_UNLIMITED);
-    return c;
-}
-
-/* Rebuilds the provider after a change to c->cfg. */
-static void reconfigure(ctx *c)
-{
-    loom_provider_free(c->p);
-    assert_int_equal(loom_provider_new(&c->p, &c->cfg), 0);
-}
-
-static int run(ctx *c, loom_cancel *cancel)
-{
-    int rc;
-
-    loom_llm_response_clear(&c->resp);
-    loom_buf_clear(&c->events_text);
-    rc = loom_provider_complete(c->p, &c->req, on_event, c, &c->resp, cancel);
-    if (getenv("LOOM_TEST_VERBOSE"))
-        fprintf(stderr, "  rc %s: %s\n", loom_error_name(rc),
-                rc ? loom_error_last() : "");
-    return rc;
-}
-
-static void teardown(ctx *c)
-{
-    loom_provider_free(c->p);
-    json_decref(c->cfg.headers);
-    loom_messages_free(&c->msgs);
-    loom_llm_response_clear(&c->resp);
-    loom_buf_free(&c->events_text);
-    fake_stop(c->fake);
-    free(c);
-}
-
-static size_t nreq(ctx *c)
-{
-    return fake_request_count(c->fake);
+    assert_true(!script || f);
+    return provider_start(f, base_url, "openai", "openai", "sk-test",
+                          json_pack("{s:s}", "X-Extra", "v1"), "gpt-test",
+                          retries);
 }
 
 /* ---- happy paths ----------------------------------------------------- */
@@ -133,7 +53,7 @@ static void test_stream_text(void **state)
     json_t *r, *h, *b;
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Hello");
     assert_string_equal(loom_buf_cstr(&c->events_text), "Hello");
     assert_string_equal(c->resp.finish_reason, "stop");
@@ -145,7 +65,7 @@ static void test_stream_text(void **state)
     assert_int_equal(c->resp.output_started, 1);
 
     /* what loom sent */
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(fake_request_count(c->fake), 1);
     r = fake_request(c->fake, 0);
     assert_non_null(r);
     assert_string_equal(json_string_value(json_object_get(r, "method")),
@@ -175,7 +95,7 @@ static void test_stream_text(void **state)
         "Hi");
     assert_null(json_object_get(b, "tools"));
     json_decref(r);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_no_api_key(void **state)
@@ -185,13 +105,13 @@ static void test_no_api_key(void **state)
 
     (void)state;
     c->cfg.api_key = NULL;
-    reconfigure(c);
-    assert_int_equal(run(c, NULL), 0);
+    provider_reconfigure(c);
+    assert_int_equal(provider_run(c, NULL), 0);
     r = fake_request(c->fake, 0);
     assert_null(
         json_object_get(json_object_get(r, "headers"), "authorization"));
     json_decref(r);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_config_headers(void **state)
@@ -208,8 +128,8 @@ static void test_config_headers(void **state)
     json_decref(c->cfg.headers);
     c->cfg.headers =
         json_pack("{s:s,s:i}", "Authorization", "Token abc", "X-Num", 7);
-    reconfigure(c);
-    assert_int_equal(run(c, NULL), 0);
+    provider_reconfigure(c);
+    assert_int_equal(provider_run(c, NULL), 0);
     r = fake_request(c->fake, 0);
     h = json_object_get(r, "headers");
     assert_string_equal(json_string_value(json_object_get(r, "path")),
@@ -218,7 +138,7 @@ static void test_config_headers(void **state)
                         "Token abc");
     assert_string_equal(json_string_value(json_object_get(h, "x-num")), "7");
     json_decref(r);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_config_invalid(void **state)
@@ -258,7 +178,7 @@ static void test_tool_calls_streamed(void **state)
                    NULL, 0);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_int_equal(c->resp.tool_calls_len, 2);
     assert_string_equal(c->resp.tool_calls[0].id, "call_a");
     assert_string_equal(c->resp.tool_calls[0].name, "get_weather");
@@ -267,7 +187,7 @@ static void test_tool_calls_streamed(void **state)
     assert_string_equal(c->resp.tool_calls[1].id, "call_b");
     assert_string_equal(c->resp.tool_calls[1].arguments, "{\"tz\":\"UTC\"}");
     assert_string_equal(c->resp.finish_reason, "tool_calls");
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_non_streamed(void **state)
@@ -281,7 +201,7 @@ static void test_non_streamed(void **state)
 
     (void)state;
     c->req.stream = 0;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Hello");
     assert_string_equal(c->resp.reasoning, "hm");
     assert_int_equal(c->resp.tool_calls_len, 1);
@@ -295,7 +215,7 @@ static void test_non_streamed(void **state)
     assert_null(json_object_get(b, "stream"));
     assert_null(json_object_get(b, "stream_options"));
     json_decref(r);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_stream_answered_with_json(void **state)
@@ -308,10 +228,10 @@ static void test_stream_answered_with_json(void **state)
                    NULL, 0);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "plain");
     assert_string_equal(c->resp.finish_reason, "stop");
-    teardown(c);
+    provider_stop(c);
 }
 
 /* ---- errors and retries ---------------------------------------------- */
@@ -325,13 +245,13 @@ static void test_429_retry_after(void **state)
     long long t0 = test_now_ms();
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_true(test_now_ms() - t0 >= 950);
     assert_string_equal(c->resp.text, "ok");
     assert_int_equal(c->resp.error.attempts, 2);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_NONE);
-    assert_int_equal(nreq(c), 2);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 2);
+    provider_stop(c);
 }
 
 static void test_retry_after_ms(void **state)
@@ -344,12 +264,12 @@ static void test_retry_after_ms(void **state)
     long long t0 = test_now_ms(), dt;
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     dt = test_now_ms() - t0;
     assert_true(dt >= 290);
     assert_true(dt < 30000);
-    assert_int_equal(nreq(c), 2);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 2);
+    provider_stop(c);
 }
 
 static void test_retry_after_too_long(void **state)
@@ -361,8 +281,8 @@ static void test_retry_after_too_long(void **state)
                    NULL, 2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 1);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_RATE_LIMIT);
     assert_int_equal(c->resp.error.http_status, 429);
     assert_string_equal(c->resp.error.message, "quota");
@@ -370,7 +290,7 @@ static void test_retry_after_too_long(void **state)
     assert_string_equal(c->resp.error.request_id, "req_9");
     assert_string_equal(loom_error_last(),
                         "openai: 429 rate_limit: quota (request req_9)");
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_500_then_ok(void **state)
@@ -381,11 +301,11 @@ static void test_500_then_ok(void **state)
                    NULL, 2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "ok");
     assert_int_equal(c->resp.error.attempts, 3);
-    assert_int_equal(nreq(c), 3);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 3);
+    provider_stop(c);
 }
 
 static void test_retries_exhausted(void **state)
@@ -395,14 +315,14 @@ static void test_retries_exhausted(void **state)
                    NULL, 2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 3);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 3);
     assert_int_equal(c->resp.error.attempts, 3);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_SERVER);
     assert_string_equal(c->resp.error.message, "bad gateway");
     assert_non_null(strstr(loom_error_last(), "after 3 attempts"));
     assert_string_equal(c->resp.text, "");
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_max_retries_zero(void **state)
@@ -412,11 +332,11 @@ static void test_max_retries_zero(void **state)
                    NULL, 0);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 1);
     assert_int_equal(c->resp.error.attempts, 1);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_SERVER);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_401_not_retried(void **state)
@@ -427,15 +347,15 @@ static void test_401_not_retried(void **state)
                    NULL, 2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 1);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_AUTH);
     assert_int_equal(c->resp.error.http_status, 401);
     assert_string_equal(c->resp.error.message, "Incorrect API key provided");
     assert_string_equal(c->resp.error.type, "invalid_request_error");
     assert_non_null(strstr(loom_error_last(), "401 authentication: "
                                               "Incorrect API key provided"));
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_stream_error_after_output(void **state)
@@ -446,13 +366,13 @@ static void test_stream_error_after_output(void **state)
                    NULL, 2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 1);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_STREAM);
     assert_string_equal(c->resp.error.message, "overloaded");
     assert_string_equal(c->resp.text, "Hel");
     assert_int_equal(c->resp.output_started, 1);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_disconnect_after_output(void **state)
@@ -463,13 +383,13 @@ static void test_disconnect_after_output(void **state)
                    NULL, 2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
-    assert_int_equal(nreq(c), 1);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(fake_request_count(c->fake), 1);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_CONNECTION);
     assert_string_equal(c->resp.text, "a");
     assert_int_equal(c->resp.output_started, 1);
     assert_null(c->resp.finish_reason);
-    teardown(c);
+    provider_stop(c);
 }
 
 static void test_disconnect_before_output(void **state)
@@ -480,11 +400,11 @@ static void test_disconnect_before_output(void **state)
                    NULL, 2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
-    assert_int_equal(nreq(c), 2);
+    assert_int_equal(provider_run(c, NULL), 0);
+    assert_int_equal(fake_request_count(c->fake), 2);
     assert_string_equal(c->resp.text, "ok");
     assert_string_equal(loom_buf_cstr(&c->events_text), "ok");
-    teardown(c);
+    provider_stop(c);
 }
 
 static int free_port(void)
@@ -512,14 +432,14 @@ static void test_connection_refused(void **state)
     (void)state;
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1", free_port());
     c = setup(NULL, url, 2);
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_CONNECTION);
     assert_int_equal(c->resp.error.attempts, 3);
     assert_int_equal(c->resp.error.http_status, 0);
     assert_non_null(c->resp.error.message);
     assert_non_null(strstr(loom_error_last(), "openai: connection: "));
     assert_string_equal(c->resp.text, "");
-    teardown(c);
+    provider_stop(c);
 }
 
 /* ---- timeouts and cancellation --------------------------------------- */
@@ -563,15 +483,15 @@ static void test_connect_timeout(void **state)
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1", stuck_listener(fds));
     c = setup(NULL, url, 1);
     c->cfg.connect_timeout_ms = 200;
-    reconfigure(c);
+    provider_reconfigure(c);
     t0 = test_now_ms();
-    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
     assert_true(test_now_ms() - t0 >= 2 * 190);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_TIMEOUT);
     /* a connect timeout is retried: nothing was sent */
     assert_int_equal(c->resp.error.attempts, 2);
     assert_non_null(strstr(loom_error_last(), "connect timeout"));
-    teardown(c);
+    provider_stop(c);
     for (int i = 0; i < 4; i++)
         close(fds[i]);
 }
@@ -584,14 +504,15 @@ static void test_first_byte_timeout(void **state)
 
     (void)state;
     c->cfg.first_byte_timeout_ms = 300;
-    reconfigure(c);
+    provider_reconfigure(c);
     t0 = test_now_ms();
-    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
     assert_true(test_now_ms() - t0 >= 290);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_TIMEOUT);
     assert_non_null(strstr(loom_error_last(), "first-byte timeout"));
-    assert_int_equal(nreq(c), 1); /* a slow model is not retried */
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake),
+                     1); /* a slow model is not retried */
+    provider_stop(c);
 }
 
 static void test_idle_timeout(void **state)
@@ -603,14 +524,14 @@ static void test_idle_timeout(void **state)
 
     (void)state;
     c->cfg.idle_timeout_ms = 300;
-    reconfigure(c);
+    provider_reconfigure(c);
     t0 = test_now_ms();
-    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
     assert_true(test_now_ms() - t0 >= 290);
     assert_non_null(strstr(loom_error_last(), "idle timeout"));
     assert_string_equal(c->resp.text, "a");
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_slow_chunks_within_idle(void **state)
@@ -623,19 +544,10 @@ static void test_slow_chunks_within_idle(void **state)
     (void)state;
     c->cfg.idle_timeout_ms = 2000;
     c->cfg.first_byte_timeout_ms = 2000;
-    reconfigure(c);
-    assert_int_equal(run(c, NULL), 0);
+    provider_reconfigure(c);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "abc");
-    teardown(c);
-}
-
-static void *cancel_after(void *arg)
-{
-    struct timespec ts = {0, 200 * 1000000L};
-
-    nanosleep(&ts, NULL);
-    loom_cancel_set(arg);
-    return NULL;
+    provider_stop(c);
 }
 
 static void test_cancel_during_hang(void **state)
@@ -643,18 +555,14 @@ static void test_cancel_during_hang(void **state)
     ctx *c = setup("{\"responses\":[{\"text\":[\"a\"],\"hang\":true,"
                    "\"hang_after_chunks\":2}]}",
                    NULL, 2);
-    loom_cancel cancel = LOOM_CANCEL_INIT;
-    pthread_t th;
     long long t0 = test_now_ms();
 
     (void)state;
-    assert_int_equal(pthread_create(&th, NULL, cancel_after, &cancel), 0);
-    assert_int_equal(run(c, &cancel), LOOM_ECANCELED);
-    pthread_join(th, NULL);
+    assert_int_equal(provider_run_canceled(c, 200), LOOM_ECANCELED);
     assert_true(test_now_ms() - t0 < 5000);
     assert_string_equal(c->resp.text, "a"); /* what came is kept */
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_cancel_during_backoff(void **state)
@@ -663,17 +571,13 @@ static void test_cancel_during_backoff(void **state)
                    "\"Retry-After\":\"30\"},\"error\":{\"message\":\"x\"}},"
                    "{\"text\":[\"ok\"]}]}",
                    NULL, 2);
-    loom_cancel cancel = LOOM_CANCEL_INIT;
-    pthread_t th;
     long long t0 = test_now_ms();
 
     (void)state;
-    assert_int_equal(pthread_create(&th, NULL, cancel_after, &cancel), 0);
-    assert_int_equal(run(c, &cancel), LOOM_ECANCELED);
-    pthread_join(th, NULL);
+    assert_int_equal(provider_run_canceled(c, 200), LOOM_ECANCELED);
     assert_true(test_now_ms() - t0 < 20000);
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_cancel_before_start(void **state)
@@ -683,9 +587,9 @@ static void test_cancel_before_start(void **state)
 
     (void)state;
     loom_cancel_set(&cancel);
-    assert_int_equal(run(c, &cancel), LOOM_ECANCELED);
-    assert_int_equal(nreq(c), 0);
-    teardown(c);
+    assert_int_equal(provider_run(c, &cancel), LOOM_ECANCELED);
+    assert_int_equal(fake_request_count(c->fake), 0);
+    provider_stop(c);
 }
 
 static void test_callback_abort(void **state)
@@ -696,9 +600,9 @@ static void test_callback_abort(void **state)
 
     (void)state;
     c->abort_on_text = 1;
-    assert_int_equal(run(c, NULL), LOOM_ECANCELED);
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(provider_run(c, NULL), LOOM_ECANCELED);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 /* ---- limits ---------------------------------------------------------- */
@@ -718,13 +622,13 @@ static void test_non_streamed_body_limit(void **state)
     (void)state;
     loom__openai_provider_set_limits(c->p, &lim);
     c->req.stream = 0;
-    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETOOLARGE);
     /* the same limit holds when a streamed call gets JSON back */
     c->req.stream = 1;
-    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETOOLARGE);
     assert_non_null(strstr(loom_error_last(), "100 bytes"));
-    assert_int_equal(nreq(c), 2);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 2);
+    provider_stop(c);
 }
 
 static void test_stream_text_limit(void **state)
@@ -735,10 +639,10 @@ static void test_stream_text_limit(void **state)
 
     (void)state;
     loom__openai_provider_set_limits(c->p, &lim);
-    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETOOLARGE);
     assert_string_equal(c->resp.text, "0123");
-    assert_int_equal(nreq(c), 1);
-    teardown(c);
+    assert_int_equal(fake_request_count(c->fake), 1);
+    provider_stop(c);
 }
 
 static void test_error_body_cap(void **state)
@@ -780,10 +684,10 @@ static void test_error_body_cap(void **state)
 
     /* the provider reports its head */
     c = setup(NULL, fake_base_url(f), 0);
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_BAD_REQUEST);
     assert_int_equal(strlen(c->resp.error.message), LOOM_OPENAI_MAX_ERROR_TEXT);
-    teardown(c);
+    provider_stop(c);
     fake_stop(f);
 }
 

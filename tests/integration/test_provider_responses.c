@@ -20,167 +20,43 @@
 #include "loom/llm.h"
 #include "loom/run.h"
 #include "loom/tools.h"
+#include "provider_harness.h"
 #include "testutil.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-typedef struct {
-    loom_fake *fake;
-    loom_provider_config cfg;
-    loom_provider *p;
-    loom_messages msgs;
-    loom_llm_request req;
-    loom_llm_response resp;
-    loom_buf text;
-    loom_buf reasoning;
-    int ncalls_events;
-} ctx;
-
-static int on_event(const loom_llm_event *ev, void *payload)
-{
-    ctx *c = payload;
-
-    if (ev->type == LOOM_LLM_TEXT)
-        loom_buf_put(&c->text, ev->text, ev->text_len);
-    else if (ev->type == LOOM_LLM_REASONING)
-        loom_buf_put(&c->reasoning, ev->text, ev->text_len);
-    else if (ev->type == LOOM_LLM_TOOL_CALLS)
-        c->ncalls_events++;
-    return 0;
-}
-
-/* A copy of s with every ' turned into " (the caller frees). */
-static char *q(const char *s)
-{
-    char *r = strdup(s);
-
-    assert_non_null(r);
-    for (char *p = r; *p; p++)
-        if (*p == '\'')
-            *p = '"';
-    return r;
-}
+typedef provider_ctx ctx;
 
 /* Starts a fake with the script text and a provider before it. */
 static ctx *setup_json(const char *script, int retries)
 {
-    ctx *c = calloc(1, sizeof(*c));
+    loom_fake *f = fake_start_script(script);
 
-    assert_non_null(c);
-    c->fake = fake_start_script(script);
-    assert_non_null(c->fake);
-    c->cfg.name = "oai";
-    c->cfg.kind = "openai-responses";
-    c->cfg.base_url = (char *)fake_base_url(c->fake);
-    c->cfg.api_key = "sk-test";
-    c->cfg.headers = json_pack("{s:s}", "X-Extra", "v1");
-    c->cfg.connect_timeout_ms = 5000;
-    c->cfg.first_byte_timeout_ms = 30000;
-    c->cfg.idle_timeout_ms = 30000;
-    c->cfg.max_retries = retries;
-    c->cfg.retry_base_delay_ms = 10;
-    c->cfg.retry_max_delay_ms = 50;
-    assert_int_equal(loom_provider_new(&c->p, &c->cfg), 0);
-    assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_USER, "Hi"), 0);
-    c->req = (loom_llm_request)LOOM_LLM_REQUEST_INIT;
-    c->req.model = "gpt-test";
-    c->req.messages = c->msgs.items;
-    c->req.messages_len = c->msgs.len;
-    loom_buf_init(&c->text, LOOM_BUF_UNLIMITED);
-    loom_buf_init(&c->reasoning, LOOM_BUF_UNLIMITED);
-    return c;
+    assert_non_null(f);
+    return provider_start(f, NULL, "oai", "openai-responses", "sk-test",
+                          json_pack("{s:s}", "X-Extra", "v1"), "gpt-test",
+                          retries);
 }
 
 /* setup_json() with a script written with ' for ". */
 static ctx *setup(const char *script, int retries)
 {
-    char *s = q(script);
+    char *s = provider_quotes(script);
     ctx *c = setup_json(s, retries);
 
     free(s);
     return c;
 }
 
-static void reconfigure(ctx *c)
-{
-    loom_provider_free(c->p);
-    assert_int_equal(loom_provider_new(&c->p, &c->cfg), 0);
-}
-
-static int run(ctx *c, loom_cancel *cancel)
-{
-    int rc;
-
-    c->req.messages = c->msgs.items;
-    c->req.messages_len = c->msgs.len;
-    loom_llm_response_clear(&c->resp);
-    loom_buf_clear(&c->text);
-    loom_buf_clear(&c->reasoning);
-    c->ncalls_events = 0;
-    rc = loom_provider_complete(c->p, &c->req, on_event, c, &c->resp, cancel);
-    if (getenv("LOOM_TEST_VERBOSE"))
-        fprintf(stderr, "  rc %s: %s\n", loom_error_name(rc),
-                rc ? loom_error_last() : "");
-    return rc;
-}
-
-static void teardown(ctx *c)
-{
-    loom_provider_free(c->p);
-    json_decref(c->cfg.headers);
-    loom_messages_free(&c->msgs);
-    loom_llm_response_clear(&c->resp);
-    loom_buf_free(&c->text);
-    loom_buf_free(&c->reasoning);
-    assert_int_equal(fake_stop_check(c->fake), 0);
-    free(c);
-}
-
-/* The body loom sent in request i (a new reference). */
-static json_t *sent_body(ctx *c, size_t i)
-{
-    json_t *r = fake_request(c->fake, i), *b;
-
-    assert_non_null(r);
-    b = json_incref(json_object_get(r, "body"));
-    json_decref(r);
-    assert_non_null(b);
-    return b;
-}
-
 /* Asserts json equals the JSON written with '. */
-static void assert_json(const json_t *j, const char *expect)
+static void assert_qjson(const json_t *j, const char *expect)
 {
-    char *e = q(expect);
-    json_t *b = json_loads(e, 0, NULL);
+    char *e = provider_quotes(expect);
 
-    assert_non_null(b);
-    if (!json_equal((json_t *)j, b)) {
-        char *s = json_dumps(j, JSON_COMPACT);
-        fprintf(stderr, "got:  %s\nwant: %s\n", s ? s : "NULL", e);
-        free(s);
-        fail();
-    }
-    json_decref(b);
+    assert_json(j, e);
     free(e);
-}
-
-/* Appends the answer in c->resp as an assistant message with its state. */
-static void keep_answer(ctx *c)
-{
-    loom_message *m;
-
-    assert_int_equal(loom_messages_add_assistant(
-                         &c->msgs, c->resp.text, c->resp.reasoning,
-                         c->resp.tool_calls, c->resp.tool_calls_len),
-                     0);
-    m = &c->msgs.items[c->msgs.len - 1];
-    if (c->resp.provider_state)
-        m->provider_state = strdup(c->resp.provider_state);
 }
 
 /* ---- happy paths ----------------------------------------------------- */
@@ -194,9 +70,9 @@ static void test_stream_text(void **state)
     json_t *r, *h, *b;
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Hello");
-    assert_string_equal(loom_buf_cstr(&c->text), "Hello");
+    assert_string_equal(loom_buf_cstr(&c->events_text), "Hello");
     assert_string_equal(c->resp.finish_reason, "stop");
     assert_string_equal(c->resp.response_id, "resp_fake_1");
     assert_int_equal(c->resp.usage.prompt_tokens, 3);
@@ -221,10 +97,10 @@ static void test_stream_text(void **state)
                         "application/json");
     assert_string_equal(json_string_value(json_object_get(h, "x-extra")), "v1");
     b = json_object_get(r, "body");
-    assert_json(b, "{'model':'gpt-test','input':[{'type':'message','role':"
-                   "'user','content':'Hi'}],'store':false,'stream':true}");
+    assert_qjson(b, "{'model':'gpt-test','input':[{'type':'message','role':"
+                    "'user','content':'Hi'}],'store':false,'stream':true}");
     json_decref(r);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 static void test_non_streamed(void **state)
@@ -238,7 +114,7 @@ static void test_non_streamed(void **state)
 
     (void)state;
     c->req.stream = 0;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Hello");
     assert_string_equal(c->resp.reasoning, "hm");
     assert_int_equal(c->resp.tool_calls_len, 1);
@@ -251,7 +127,7 @@ static void test_non_streamed(void **state)
                         "application/json");
     assert_null(json_object_get(json_object_get(r, "body"), "stream"));
     json_decref(r);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 static void test_parallel_calls(void **state)
@@ -270,7 +146,7 @@ static void test_parallel_calls(void **state)
     c->req.tools = tools;
     c->req.tools_len = 2;
     c->req.parallel_tool_calls = 1;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Let me check.");
     assert_int_equal(c->ncalls_events, 1);
     assert_int_equal(c->resp.tool_calls_len, 2);
@@ -280,18 +156,18 @@ static void test_parallel_calls(void **state)
     assert_string_equal(c->resp.tool_calls[1].name, "get_time");
     assert_string_equal(c->resp.tool_calls[1].arguments, "{\"tz\":\"UTC\"}");
     assert_string_equal(c->resp.finish_reason, "tool_calls");
-    b = sent_body(c, 0);
-    assert_json(json_object_get(b, "tools"),
-                "[{'type':'function','name':'get_weather','description':"
-                "'Weather','parameters':{'type':'object','properties':{}},"
-                "'strict':false},{'type':'function','name':'get_time',"
-                "'parameters':{'type':'object','properties':{}},'strict':"
-                "false}]");
+    b = provider_sent_body(c->fake, 0);
+    assert_qjson(json_object_get(b, "tools"),
+                 "[{'type':'function','name':'get_weather','description':"
+                 "'Weather','parameters':{'type':'object','properties':{}},"
+                 "'strict':false},{'type':'function','name':'get_time',"
+                 "'parameters':{'type':'object','properties':{}},'strict':"
+                 "false}]");
     assert_string_equal(json_string_value(json_object_get(b, "tool_choice")),
                         "auto");
     assert_true(json_is_true(json_object_get(b, "parallel_tool_calls")));
     json_decref(b);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 /*
@@ -333,7 +209,7 @@ static void test_reasoning_sent_back(void **state)
         "'output_tokens':20,'output_tokens_details':{"
         "'reasoning_tokens':15},'total_tokens':29}}}\n\n";
     json_t *script, *resps, *b;
-    char *s = q(sse), *text;
+    char *s = provider_quotes(sse), *text;
     ctx *c;
 
     (void)state;
@@ -353,48 +229,48 @@ static void test_reasoning_sent_back(void **state)
     free(text);
     c->req.reasoning_effort = "low";
 
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.reasoning, "Need it.");
     assert_int_equal(c->resp.usage.reasoning_tokens, 15);
     assert_int_equal(c->resp.tool_calls_len, 1);
-    keep_answer(c);
+    provider_add_answer(c);
     assert_int_equal(
         loom_messages_add_tool_result(&c->msgs, "call_1", "lookup", "42"), 0);
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Done.");
     assert_string_equal(c->resp.reasoning, "Found it.");
-    assert_string_equal(loom_buf_cstr(&c->reasoning), "Found it.");
+    assert_string_equal(loom_buf_cstr(&c->events_reasoning), "Found it.");
 
-    b = sent_body(c, 0);
-    assert_json(json_object_get(b, "include"),
-                "['reasoning.encrypted_content']");
-    assert_json(json_object_get(b, "reasoning"), "{'effort':'low'}");
+    b = provider_sent_body(c->fake, 0);
+    assert_qjson(json_object_get(b, "include"),
+                 "['reasoning.encrypted_content']");
+    assert_qjson(json_object_get(b, "reasoning"), "{'effort':'low'}");
     assert_true(json_is_false(json_object_get(b, "store")));
     json_decref(b);
-    b = sent_body(c, 1);
-    assert_json(json_object_get(b, "input"),
-                "[{'type':'message','role':'user','content':'Hi'},"
-                "{'type':'reasoning','id':'rs_1','summary':[{'type':"
-                "'summary_text','text':'Need it.'}],'encrypted_content':"
-                "'gAAAA-opaque=='},"
-                "{'type':'function_call','id':'fc_1','call_id':'call_1',"
-                "'name':'lookup','arguments':'{}'},"
-                "{'type':'function_call_output','call_id':'call_1',"
-                "'output':'42'}]");
+    b = provider_sent_body(c->fake, 1);
+    assert_qjson(json_object_get(b, "input"),
+                 "[{'type':'message','role':'user','content':'Hi'},"
+                 "{'type':'reasoning','id':'rs_1','summary':[{'type':"
+                 "'summary_text','text':'Need it.'}],'encrypted_content':"
+                 "'gAAAA-opaque=='},"
+                 "{'type':'function_call','id':'fc_1','call_id':'call_1',"
+                 "'name':'lookup','arguments':'{}'},"
+                 "{'type':'function_call_output','call_id':'call_1',"
+                 "'output':'42'}]");
     json_decref(b);
 
     /* the fake's reasoning item has no encrypted content and was not
      * stored: it cannot go back, and the message goes without its id */
-    keep_answer(c);
+    provider_add_answer(c);
     assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_USER, "More"), 0);
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.reasoning, "Summary");
-    b = sent_body(c, 2);
-    assert_json(json_array_get(json_object_get(b, "input"), 4),
-                "{'type':'message','role':'assistant','content':'Done.'}");
+    b = provider_sent_body(c->fake, 2);
+    assert_qjson(json_array_get(json_object_get(b, "input"), 4),
+                 "{'type':'message','role':'assistant','content':'Done.'}");
     assert_int_equal(json_array_size(json_object_get(b, "input")), 6);
     json_decref(b);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 /* Chaining: the second request names the first response and sends only
@@ -408,25 +284,25 @@ static void test_chaining(void **state)
     c->req.chain_responses = 1;
     assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_SYSTEM, "late"),
                      0);
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.response_id, "resp_fake_1");
-    keep_answer(c);
+    provider_add_answer(c);
     assert_int_equal(loom_messages_add(&c->msgs, LOOM_ROLE_USER, "Again"), 0);
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "Two.");
     assert_string_equal(c->resp.response_id, "resp_fake_2");
-    b = sent_body(c, 0);
-    assert_json(b, "{'model':'gpt-test','input':[{'type':'message','role':"
-                   "'user','content':'Hi'},{'type':'message','role':"
-                   "'developer','content':'late'}],'store':true,"
-                   "'stream':true}");
+    b = provider_sent_body(c->fake, 0);
+    assert_qjson(b, "{'model':'gpt-test','input':[{'type':'message','role':"
+                    "'user','content':'Hi'},{'type':'message','role':"
+                    "'developer','content':'late'}],'store':true,"
+                    "'stream':true}");
     json_decref(b);
-    b = sent_body(c, 1);
-    assert_json(b, "{'model':'gpt-test','previous_response_id':"
-                   "'resp_fake_1','input':[{'type':'message','role':'user',"
-                   "'content':'Again'}],'store':true,'stream':true}");
+    b = provider_sent_body(c->fake, 1);
+    assert_qjson(b, "{'model':'gpt-test','previous_response_id':"
+                    "'resp_fake_1','input':[{'type':'message','role':'user',"
+                    "'content':'Again'}],'store':true,'stream':true}");
     json_decref(b);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 /* ---- errors and retries ---------------------------------------------- */
@@ -440,24 +316,24 @@ static void test_retries(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "ok");
     assert_int_equal(c->resp.error.attempts, 3);
     assert_int_equal(fake_request_count(c->fake), 3);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 
     /* out of retries: the last error, with the attempts */
     c = setup("{'loop':true,'responses':[{'status':500,'error':{'message':"
               "'boom','type':'server_error'}}]}",
               1);
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_SERVER);
     assert_int_equal(c->resp.error.http_status, 500);
     assert_int_equal(c->resp.error.attempts, 2);
     assert_string_equal(c->resp.error.message, "boom");
     assert_non_null(strstr(loom_error_last(), "oai: 500 server: boom"));
     assert_non_null(strstr(loom_error_last(), "after 2 attempts"));
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 static void test_4xx_not_retried(void **state)
@@ -469,13 +345,13 @@ static void test_4xx_not_retried(void **state)
                    3);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_BAD_REQUEST);
     assert_string_equal(c->resp.error.type, "invalid_request_error");
     assert_string_equal(c->resp.error.message, "Previous response not found");
     assert_int_equal(c->resp.error.attempts, 1);
     assert_int_equal(fake_request_count(c->fake), 1);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 static void test_stream_errors(void **state)
@@ -486,43 +362,43 @@ static void test_stream_errors(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_STREAM);
     assert_string_equal(c->resp.error.type, "server_error");
     assert_string_equal(c->resp.error.message, "boom");
     assert_string_equal(c->resp.text, "par");
     assert_int_equal(c->resp.output_started, 1);
     assert_int_equal(fake_request_count(c->fake), 1);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 
     /* response.failed, rate limited */
     c = setup("{'responses':[{'text':['x'],'stream_error':{'message':"
               "'tpm','code':'rate_limit_exceeded'},'stream_error_event':"
               "'response.failed'}]}",
               2);
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_RATE_LIMIT);
     assert_string_equal(c->resp.error.message, "tpm");
     assert_non_null(strstr(loom_error_last(), "oai: rate_limit: tpm"));
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 
     /* a server_error before any output is retried */
     c = setup("{'responses':[{'stream_error':{'message':'transient'}},"
               "{'text':['ok']}]}",
               2);
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "ok");
     assert_int_equal(c->resp.error.attempts, 2);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 
     /* another code before any output is not */
     c = setup("{'responses':[{'stream_error':{'message':'too long','code':"
               "'context_length_exceeded'}},{'text':['ok']}]}",
               2);
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_string_equal(c->resp.error.type, "context_length_exceeded");
     assert_int_equal(fake_request_count(c->fake), 1);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 static void test_disconnect(void **state)
@@ -534,20 +410,20 @@ static void test_disconnect(void **state)
                    2);
 
     (void)state;
-    assert_int_equal(run(c, NULL), 0);
+    assert_int_equal(provider_run(c, NULL), 0);
     assert_string_equal(c->resp.text, "ok");
     assert_int_equal(fake_request_count(c->fake), 2);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 
     /* cut after two text deltas: shown, so not retried */
     c = setup("{'responses':[{'text':['a','b','c'],"
               "'disconnect_after_chunks':6},{'text':['never']}]}",
               2);
-    assert_int_equal(run(c, NULL), LOOM_EUPSTREAM);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_CONNECTION);
     assert_string_equal(c->resp.text, "ab");
     assert_int_equal(fake_request_count(c->fake), 1);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 static void test_timeouts(void **state)
@@ -557,29 +433,22 @@ static void test_timeouts(void **state)
 
     (void)state;
     c->cfg.first_byte_timeout_ms = 300;
-    reconfigure(c);
+    provider_reconfigure(c);
     t0 = test_now_ms();
-    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
     assert_true(test_now_ms() - t0 >= 250);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_TIMEOUT);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 
     /* idle: the stream stops after the first text delta */
     c = setup("{'responses':[{'text':['a','b'],'hang':true,"
               "'hang_after_chunks':5}]}",
               0);
     c->cfg.idle_timeout_ms = 300;
-    reconfigure(c);
-    assert_int_equal(run(c, NULL), LOOM_ETIMEDOUT);
+    provider_reconfigure(c);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
     assert_string_equal(c->resp.text, "a");
-    teardown(c);
-}
-
-static void *cancel_after(void *arg)
-{
-    usleep(200 * 1000);
-    loom_cancel_set(arg);
-    return NULL;
+    assert_int_equal(provider_stop(c), 0);
 }
 
 static void test_cancel(void **state)
@@ -587,16 +456,11 @@ static void test_cancel(void **state)
     ctx *c = setup("{'responses':[{'text':['a','b'],'hang':true,"
                    "'hang_after_chunks':5}]}",
                    2);
-    loom_cancel cancel = LOOM_CANCEL_INIT;
-    pthread_t th;
-
     (void)state;
-    assert_int_equal(pthread_create(&th, NULL, cancel_after, &cancel), 0);
-    assert_int_equal(run(c, &cancel), LOOM_ECANCELED);
-    pthread_join(th, NULL);
+    assert_int_equal(provider_run_canceled(c, 200), LOOM_ECANCELED);
     assert_string_equal(c->resp.text, "a");
     assert_int_equal(fake_request_count(c->fake), 1);
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 static void test_limit(void **state)
@@ -607,32 +471,13 @@ static void test_limit(void **state)
     (void)state;
     lim.max_text = 10;
     loom__responses_provider_set_limits(c->p, &lim);
-    assert_int_equal(run(c, NULL), LOOM_ETOOLARGE);
+    assert_int_equal(provider_run(c, NULL), LOOM_ETOOLARGE);
     assert_non_null(strstr(loom_error_last(), "oai: answer text larger"));
     assert_string_equal(c->resp.text, "0123456789");
-    teardown(c);
+    assert_int_equal(provider_stop(c), 0);
 }
 
 /* ---- a whole run ----------------------------------------------------- */
-
-static int echo_exec(const json_t *args, const loom_tool_ctx *tctx,
-                     loom_buf *out, void *payload)
-{
-    (void)tctx;
-    (void)payload;
-    return loom_buf_printf(out, "echo:%s",
-                           json_string_value(json_object_get(args, "text")));
-}
-
-static int fail_exec(const json_t *args, const loom_tool_ctx *tctx,
-                     loom_buf *out, void *payload)
-{
-    (void)args;
-    (void)tctx;
-    (void)payload;
-    loom_buf_puts(out, "disk on fire");
-    return LOOM_ERROR;
-}
 
 /* The input item of request i that has call_id and type (borrowed). */
 static json_t *item_of(json_t *reqs, size_t i, const char *type,
@@ -656,55 +501,34 @@ static json_t *item_of(json_t *reqs, size_t i, const char *type,
 static void test_run_loop(void **state)
 {
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
-    loom_provider_config pc = {0};
+    loom_provider_config pc;
     loom_provider *p;
-    loom_tool_registry *reg;
+    loom_tool_registry *reg = provider_tools();
     loom_messages hist = {0};
     loom_fake *fake;
     loom_run *run_;
-    json_t *echo = json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object",
-                             "properties", "text", "type", "string",
-                             "required", "text");
     json_t *reqs, *body, *input, *last;
-    loom_tool t;
     char *script;
 
     (void)state;
     /* two parallel calls (one fails) after some reasoning, one more call,
      * then the iteration limit forces the answer */
-    script = q("{'responses':["
-               "{'reasoning':['Two lookups.'],'tool_calls':["
-               "{'id':'c1','name':'echo','arguments':['{\\'text\\':','"
-               "\\'a\\'}']},{'id':'c2','name':'fail','arguments':'{}'}],"
-               "'usage':{'input_tokens':10,'output_tokens':5}},"
-               "{'tool_calls':[{'id':'c3','name':'echo','arguments':"
-               "'{\\'text\\':\\'b\\'}'}],'usage':{'input_tokens':20,"
-               "'output_tokens':5}},"
-               "{'text':['Final ','answer.'],'usage':{'input_tokens':30,"
-               "'output_tokens':2}}]}");
+    script = provider_quotes(
+        "{'responses':["
+        "{'reasoning':['Two lookups.'],'tool_calls':["
+        "{'id':'c1','name':'echo','arguments':['{\\'text\\':','"
+        "\\'a\\'}']},{'id':'c2','name':'fail','arguments':'{}'}],"
+        "'usage':{'input_tokens':10,'output_tokens':5}},"
+        "{'tool_calls':[{'id':'c3','name':'echo','arguments':"
+        "'{\\'text\\':\\'b\\'}'}],'usage':{'input_tokens':20,"
+        "'output_tokens':5}},"
+        "{'text':['Final ','answer.'],'usage':{'input_tokens':30,"
+        "'output_tokens':2}}]}");
     fake = fake_start_script(script);
     free(script);
     assert_non_null(fake);
-    pc.name = "oai";
-    pc.kind = "openai-responses";
-    pc.base_url = (char *)fake_base_url(fake);
-    pc.headers = json_object();
-    pc.connect_timeout_ms = 5000;
-    pc.first_byte_timeout_ms = 30000;
-    pc.idle_timeout_ms = 30000;
+    provider_config(&pc, fake, NULL, "oai", "openai-responses", NULL, NULL, 0);
     assert_int_equal(loom_provider_new(&p, &pc), 0);
-    assert_int_equal(loom_tool_registry_new(&reg), 0);
-    memset(&t, 0, sizeof(t));
-    t.name = "echo";
-    t.description = "Echoes text back.";
-    t.parameters = echo;
-    t.execute = echo_exec;
-    assert_int_equal(loom_tool_registry_add(reg, &t), 0);
-    t.name = "fail";
-    t.description = "Always fails.";
-    t.parameters = NULL;
-    t.execute = fail_exec;
-    assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     ro.provider = p;
     ro.model = "oai/gpt-test";
     ro.upstream_model = "gpt-test";
@@ -735,9 +559,9 @@ static void test_run_loop(void **state)
         "You are terse.");
     assert_int_equal(json_array_size(json_object_get(body, "tools")), 2);
     /* request 2: both calls and both results, the error as text */
-    assert_json(item_of(reqs, 1, "function_call", "c1"),
-                "{'type':'function_call','call_id':'c1','name':'echo',"
-                "'arguments':'{\\'text\\':\\'a\\'}'}");
+    assert_qjson(item_of(reqs, 1, "function_call", "c1"),
+                 "{'type':'function_call','call_id':'c1','name':'echo',"
+                 "'arguments':'{\\'text\\':\\'a\\'}'}");
     assert_non_null(item_of(reqs, 1, "function_call", "c2"));
     assert_string_equal(json_string_value(json_object_get(
                             item_of(reqs, 1, "function_call_output", "c1"),
@@ -771,7 +595,6 @@ static void test_run_loop(void **state)
     loom_tool_registry_free(reg);
     loom_provider_free(p);
     json_decref(pc.headers);
-    json_decref(echo);
     assert_int_equal(fake_stop_check(fake), 0);
 }
 
