@@ -16,110 +16,13 @@
 #include <cmocka.h>
 
 #include "loom/run.h"
+#include "mock_provider.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* ---- mock provider ---- */
-
-#define MAX_CALLS 8
-#define MAX_TURNS 24
-
-typedef struct {
-    const char *text;
-    const char *calls[MAX_CALLS][3]; /* {id, name, arguments} */
-    int ncalls;
-    /* When > 0: this many calls of calls[0]'s tool, ids "m<i>", arguments
-     * from calls[0][2] as a printf format of i. */
-    int many;
-} answer;
-
-typedef struct {
-    char *tools;  /* "a,b,c" */
-    char *system; /* the first message when it is a system one */
-    loom_tool_choice_kind choice;
-} seen_req;
-
-typedef struct {
-    loom_provider base;
-    const answer *answers;
-    int n, next;
-    seen_req seen[MAX_TURNS];
-} mock;
-
-static char *dup_s(const char *s)
-{
-    return s ? strdup(s) : NULL;
-}
-
-static int mock_complete(loom_provider *p, const loom_llm_request *req,
-                         loom_llm_event_cb cb, void *payload,
-                         loom_llm_response *resp, loom_cancel *cancel)
-{
-    mock *m = (mock *)p;
-    const answer *a;
-    seen_req *s;
-    loom_buf names = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
-    int n;
-
-    (void)cancel;
-    assert_true(m->next < m->n);
-    assert_true(m->next < MAX_TURNS);
-    a = &m->answers[m->next];
-    s = &m->seen[m->next++];
-    for (size_t i = 0; i < req->tools_len; i++)
-        loom_buf_printf(&names, "%s%s", i ? "," : "", req->tools[i].name);
-    s->tools = strdup(loom_buf_cstr(&names));
-    loom_buf_free(&names);
-    s->choice = req->tool_choice.kind;
-    if (req->messages_len && req->messages[0].role == LOOM_ROLE_SYSTEM)
-        s->system = dup_s(req->messages[0].content);
-    if (a->text) {
-        loom_llm_event ev;
-        memset(&ev, 0, sizeof(ev));
-        ev.type = LOOM_LLM_TEXT;
-        ev.text = a->text;
-        ev.text_len = strlen(a->text);
-        if (cb(&ev, payload))
-            return LOOM_ECANCELED;
-    }
-    resp->text = strdup(a->text ? a->text : "");
-    n = a->many > 0 ? a->many : a->ncalls;
-    if (n) {
-        resp->tool_calls = calloc((size_t)n, sizeof(loom_tool_call));
-        resp->tool_calls_len = (size_t)n;
-        for (int i = 0; i < n; i++) {
-            loom_tool_call *c = &resp->tool_calls[i];
-            if (a->many > 0) {
-                /* calls[0][2] with "%d" replaced by i. */
-                const char *t = a->calls[0][2], *at = strstr(t, "%d");
-                char id[32], args[256];
-                snprintf(id, sizeof(id), "m%d", i);
-                snprintf(args, sizeof(args), "%.*s%d%s", (int)(at - t), t, i,
-                         at + 2);
-                c->id = strdup(id);
-                c->name = strdup(a->calls[0][1]);
-                c->arguments = strdup(args);
-            } else {
-                c->id = strdup(a->calls[i][0]);
-                c->name = strdup(a->calls[i][1]);
-                c->arguments = strdup(a->calls[i][2]);
-            }
-        }
-    }
-    resp->finish_reason = strdup(n ? "tool_calls" : "stop");
-    return 0;
-}
-
-static void mock_free(loom_provider *p)
-{
-    (void)p;
-}
-
-static const loom_provider_vtable mock_vt = {mock_complete, mock_free};
 
 /* ---- test tools ---- */
 
@@ -300,7 +203,7 @@ static void reset_tools(void)
 /* ---- harness ---- */
 
 typedef struct {
-    mock m;
+    mock_provider m;
     loom_tool_registry *reg;
     json_t *events;
     int cancel_on_start; /* the sink cancels the run at tool.started */
@@ -317,7 +220,7 @@ static int record(const loom_event *ev, void *payload)
 }
 
 /* Makes the run (its options from ro, or the defaults) and runs it. */
-static void run_with(harness *h, const answer *answers, int n,
+static void run_with(harness *h, const mock_answer *answers, int n,
                      const loom_run_options *ro_in)
 {
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
@@ -325,10 +228,7 @@ static void run_with(harness *h, const answer *answers, int n,
 
     if (ro_in)
         ro = *ro_in;
-    memset(&h->m, 0, sizeof(h->m));
-    h->m.base.vt = &mock_vt;
-    h->m.answers = answers;
-    h->m.n = n;
+    mock_init(&h->m, answers, n, 0);
     h->reg = make_tools();
     h->events = json_array();
     ro.provider = &h->m.base;
@@ -351,10 +251,7 @@ static void harness_free(harness *h)
     if (loom_run_abandoned_tools() == 0)
         loom_tool_registry_free(h->reg);
     json_decref(h->events);
-    for (int i = 0; i < h->m.next; i++) {
-        free(h->m.seen[i].tools);
-        free(h->m.seen[i].system);
-    }
+    mock_clear(&h->m);
 }
 
 static int count_type(const harness *h, const char *type)
@@ -445,7 +342,7 @@ static const char *str_at(const json_t *o, const char *key)
 
 static void test_duplicate_calls(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"c1", "counter", "{\"a\":1,\"b\":[1,2]}"}}, .ncalls = 1},
         /* The same arguments, keys in another order and spaced: skipped.
          * Other arguments run. */
@@ -485,7 +382,7 @@ static void test_duplicate_calls(void **state)
 /* A failed call is no success: the same call runs again. */
 static void test_failed_call_is_not_duplicate(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"c1", "flaky", "{}"}}, .ncalls = 1},
         {.calls = {{"c2", "flaky", "{}"}}, .ncalls = 1},
         {.text = "done"}};
@@ -504,7 +401,7 @@ static void test_failed_call_is_not_duplicate(void **state)
 
 static void test_failure_budget(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"c1", "flaky", "{}"}}, .ncalls = 1},
         {.calls = {{"c2", "flaky", "{\"x\":1}"}}, .ncalls = 1},
         {.calls = {{"c3", "flaky", "{\"x\":2}"}}, .ncalls = 1},
@@ -551,7 +448,7 @@ static void test_failure_budget(void **state)
 /* Calls of one turn count together; failures of validation do not. */
 static void test_failure_budget_parallel(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"c1", "echo", "{}"}, {"c2", "echo", "{}"},
                    {"c3", "echo", "{}"}},
          .ncalls = 3},
@@ -636,7 +533,7 @@ static loom_hook_action after_a(loom_tool_hook_call *hc, void *payload)
 
 static void test_hooks(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"c1", "echo", "{\"text\":\"skip\"}"},
                    {"c2", "echo", "{\"text\":\"block\"}"},
                    {"c3", "echo", "{\"text\":\"rewrite\"}"},
@@ -707,7 +604,7 @@ static void test_hooks(void **state)
 
 static void test_todo_write(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"p1", "todo_write",
                     "{\"goal\":\"Find X\",\"tasks\":["
                     "{\"id\":\"t1\",\"description\":\"search for X\","
@@ -804,7 +701,7 @@ static void test_bad_plans(void **state)
     char *longg = plan_text(1, 5, LOOM_PLAN_GOAL_MAX + 1, 0, 0);
     char *dups = plan_text(2, 5, 5, 1, 0);
     char *tools = plan_text(1, 5, 5, 0, LOOM_PLAN_TASK_TOOLS_MAX + 1);
-    answer a[2];
+    mock_answer a[2];
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     harness h = {0};
     (void)state;
@@ -860,7 +757,7 @@ static void test_bad_plans(void **state)
 
 static void test_stored_plan(void **state)
 {
-    static const answer a[] = {{.text = "done"}};
+    static const mock_answer a[] = {{.text = "done"}};
     json_t *plan = json_pack("{s:s,s:[{s:s,s:s,s:s,s:[]}]}", "goal", "G",
                              "tasks", "id", "t1", "description", "D",
                              "status", "completed", "tools");
@@ -869,7 +766,7 @@ static void test_stored_plan(void **state)
     loom_messages hist = {0};
     loom_run *run = NULL;
     harness h = {0};
-    mock m;
+    mock_provider m;
     (void)state;
 
     reset_tools();
@@ -883,8 +780,7 @@ static void test_stored_plan(void **state)
     harness_free(&h);
 
     /* A plan that breaks the rules is refused. */
-    memset(&m, 0, sizeof(m));
-    m.base.vt = &mock_vt;
+    mock_init(&m, NULL, 0, 0);
     ro = (loom_run_options)LOOM_RUN_OPTIONS_INIT;
     ro.provider = &m.base;
     ro.upstream_model = "m";
@@ -904,7 +800,7 @@ static void test_stored_plan(void **state)
 
 static void test_think_turns_are_free(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"t1", "think", "{\"thought\":\"first\"}"}}, .ncalls = 1},
         {.calls = {{"t2", "think", "{\"thought\":\"second\"}"},
                    {"t3", "think", "{\"thought\":\"third\"}"}},
@@ -940,7 +836,7 @@ static void test_think_turns_are_free(void **state)
 
 static void think_cap(int max_think, int expect_free)
 {
-    answer a[MAX_TURNS];
+    mock_answer a[MOCK_MAX_TURNS];
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     int n = expect_free + 2;
     harness h = {0};
@@ -991,9 +887,9 @@ static void test_think_limits_and_names(void **state)
     loom_tool_registry *reg;
     loom_messages hist = {0};
     loom_run *run = NULL;
-    answer a[2];
+    mock_answer a[2];
     harness h = {0};
-    mock m;
+    mock_provider m;
     int n;
     (void)state;
 
@@ -1026,8 +922,7 @@ static void test_think_limits_and_names(void **state)
     /* A registered tool named think cannot stand beside loom's. */
     assert_int_equal(loom_tool_registry_new(&reg), 0);
     add_tool(reg, "think", echo_exec, NULL);
-    memset(&m, 0, sizeof(m));
-    m.base.vt = &mock_vt;
+    mock_init(&m, NULL, 0, 0);
     ro = (loom_run_options)LOOM_RUN_OPTIONS_INIT;
     ro.provider = &m.base;
     ro.upstream_model = "m";
@@ -1051,7 +946,7 @@ static void test_think_limits_and_names(void **state)
 
 static void test_seen_documents(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"s1", "search", "{\"query\":\"a\"}"}}, .ncalls = 1},
         {.calls = {{"s2", "search", "{\"query\":\"b\",\"n\":1}"}},
          .ncalls = 1},
@@ -1121,7 +1016,7 @@ static void test_seen_documents(void **state)
 
 static void test_document_limits(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         /* One call reports 150: 100 are taken. */
         {.calls = {{"b0", "bulk", "{\"prefix\":\"x\",\"n\":150}"}},
          .ncalls = 1},
@@ -1156,7 +1051,7 @@ static void test_document_limits(void **state)
 
 static void test_tool_metric(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"c1", "echo", "{\"text\":\"hello\"}"},
                    {"c2", "flaky", "{}"},
                    {"c3", "nope", "{}"},
@@ -1222,7 +1117,7 @@ static void test_tool_metric(void **state)
 static void test_record_limits(void **state)
 {
     char *bigargs = malloc(LOOM_RUN_RECORD_ARGS_MAX + 64);
-    answer a[3];
+    mock_answer a[3];
     const char *shown;
     json_t *m;
     harness h = {0};
@@ -1281,7 +1176,7 @@ static void release_sleepers(int expect)
 
 static void test_tool_timeout(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"z1", "sleeper", "{}"}, {"e1", "echo", "{\"text\":\"q\"}"}},
          .ncalls = 2},
         {.text = "done"}};
@@ -1320,7 +1215,7 @@ static void test_tool_timeout(void **state)
 /* The run's default, when the tool's settings give none. */
 static void test_run_default_timeout(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"z1", "sleeper", "{}"}}, .ncalls = 1}, {.text = "done"}};
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     loom_tool_registry *reg;
@@ -1340,7 +1235,7 @@ static void test_run_default_timeout(void **state)
 
 static void test_timeout_setting_range(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"e1", "echo", "{\"text\":\"a\"}"}}, .ncalls = 1},
         {.text = "done"}};
     const json_t *bad[] = {json_integer(0), json_integer(86400001),
@@ -1383,7 +1278,7 @@ static void test_timeout_setting_range(void **state)
  * leaves the ones that do not stop. */
 static void test_cancel_abandons(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"z1", "sleeper", "{}"}}, .ncalls = 1}, {.text = "done"}};
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     loom_tool_registry *reg;
@@ -1415,7 +1310,7 @@ static void test_cancel_abandons(void **state)
 /* Waiting for abandoned tools gives up at its deadline. */
 static void test_wait_abandoned_deadline(void **state)
 {
-    static const answer a[] = {
+    static const mock_answer a[] = {
         {.calls = {{"z1", "sleeper", "{}"}}, .ncalls = 1}, {.text = "done"}};
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     loom_tool_registry *reg;

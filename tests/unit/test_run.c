@@ -13,6 +13,7 @@
 
 #include "loom/recorder.h"
 #include "loom/run.h"
+#include "mock_provider.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,144 +23,8 @@
 
 /* ---- mock provider ---- */
 
-typedef struct {
-    const char *text;        /* whole text, sent as one delta */
-    const char *calls[4][3]; /* {id, name, arguments} */
-    int ncalls;
-    long prompt, completion;
-    const char *text_after;  /* text streamed after the call deltas */
-    int fail_rc;             /* returned instead of an answer */
-    int wait_cancel;         /* block until cancelled */
-} mock_answer;
-
-typedef struct {
-    int tools_len;
-    loom_tool_choice_kind choice;
-    size_t nmsg;
-    loom_role last_role;
-    char *last_content;
-    char *all_roles; /* "s,u,a,t" */
-} mock_seen;
-
-typedef struct {
-    loom_provider base;
-    const mock_answer *answers;
-    int n, next;
-    mock_seen seen[16];
-} mock_provider;
-
-static int mock_complete(loom_provider *p, const loom_llm_request *req,
-                         loom_llm_event_cb cb, void *payload,
-                         loom_llm_response *resp, loom_cancel *cancel)
-{
-    mock_provider *m = (mock_provider *)p;
-    const mock_answer *a;
-    mock_seen *s;
-    loom_llm_event ev;
-    char roles[256] = "";
-
-    assert_true(m->next < m->n);
-    a = &m->answers[m->next];
-    s = &m->seen[m->next++];
-    s->tools_len = (int)req->tools_len;
-    s->choice = req->tool_choice.kind;
-    s->nmsg = req->messages_len;
-    s->last_role = req->messages[req->messages_len - 1].role;
-    s->last_content = req->messages[req->messages_len - 1].content
-                          ? strdup(req->messages[req->messages_len - 1].content)
-                          : NULL;
-    for (size_t i = 0; i < req->messages_len; i++)
-        strncat(roles, loom_role_name(req->messages[i].role), 1);
-    s->all_roles = strdup(roles);
-
-    if (a->wait_cancel) {
-        while (!loom_cancel_is_set(cancel))
-            usleep(1000);
-        resp->text = strdup("partial");
-        return LOOM_ECANCELED;
-    }
-    if (a->fail_rc) {
-        resp->error.kind = LOOM_UPSTREAM_SERVER;
-        resp->error.http_status = 500;
-        resp->error.attempts = 3;
-        return a->fail_rc;
-    }
-    memset(&ev, 0, sizeof(ev));
-    if (a->text) {
-        ev.type = LOOM_LLM_TEXT;
-        ev.text = a->text;
-        ev.text_len = strlen(a->text);
-        if (cb(&ev, payload))
-            return LOOM_ECANCELED;
-    }
-    /* Each call's first fragment, as an adapter streams it. */
-    for (int i = 0; i < a->ncalls; i++) {
-        memset(&ev, 0, sizeof(ev));
-        ev.type = LOOM_LLM_TOOL_CALL_DELTA;
-        ev.tool_index = i;
-        ev.tool_id = a->calls[i][0];
-        ev.tool_name = a->calls[i][1];
-        ev.args_delta = a->calls[i][2];
-        if (cb(&ev, payload))
-            return LOOM_ECANCELED;
-    }
-    if (a->text_after) {
-        memset(&ev, 0, sizeof(ev));
-        ev.type = LOOM_LLM_TEXT;
-        ev.text = a->text_after;
-        ev.text_len = strlen(a->text_after);
-        if (cb(&ev, payload))
-            return LOOM_ECANCELED;
-    }
-    {
-        char joined[512];
-        snprintf(joined, sizeof(joined), "%s%s", a->text ? a->text : "",
-                 a->text_after ? a->text_after : "");
-        resp->text = strdup(joined);
-    }
-    if (a->ncalls) {
-        resp->tool_calls = calloc((size_t)a->ncalls, sizeof(loom_tool_call));
-        resp->tool_calls_len = (size_t)a->ncalls;
-        for (int i = 0; i < a->ncalls; i++) {
-            resp->tool_calls[i].id = strdup(a->calls[i][0]);
-            resp->tool_calls[i].name = strdup(a->calls[i][1]);
-            resp->tool_calls[i].arguments = strdup(a->calls[i][2]);
-        }
-    }
-    resp->usage.prompt_tokens = a->prompt;
-    resp->usage.completion_tokens = a->completion;
-    resp->usage.total_tokens = a->prompt + a->completion;
-    resp->finish_reason = strdup(a->ncalls ? "tool_calls" : "stop");
-    {
-        char st[64];
-        snprintf(st, sizeof(st), "{\"mock\":{\"turn\":%d}}", m->next);
-        resp->provider_state = strdup(st);
-    }
-    return 0;
-}
-
-static void mock_free(loom_provider *p)
-{
-    (void)p;
-}
-
-static const loom_provider_vtable mock_vt = {mock_complete, mock_free};
-
-static void mock_init(mock_provider *m, const mock_answer *a, int n)
-{
-    memset(m, 0, sizeof(*m));
-    m->base.vt = &mock_vt;
-    m->answers = a;
-    m->n = n;
-}
-
-static void mock_clear(mock_provider *m)
-{
-    for (int i = 0; i < m->next; i++) {
-        free(m->seen[i].last_content);
-        free(m->seen[i].all_roles);
-    }
-}
+/* The run tests stream call deltas and see provider_state come back. */
+#define RUN_MOCK (MOCK_STREAM_CALLS | MOCK_STATE)
 
 /* ---- test tools ---- */
 
@@ -314,7 +179,7 @@ static void run_with(harness *h, const mock_answer *answers, int n,
 
     if (ro_in)
         ro = *ro_in;
-    mock_init(&h->mock, answers, n);
+    mock_init(&h->mock, answers, n, RUN_MOCK);
     h->reg = make_tools();
     h->rec.events = json_array();
     ro.provider = &h->mock.base;
@@ -635,7 +500,7 @@ static void test_tool_subset_and_unknown_name(void **state)
 
     /* An agent naming a tool that does not exist is refused up front. */
     static const char *const bad[] = {"nosuch"};
-    mock_init(&mock, a, 2);
+    mock_init(&mock, a, 2, RUN_MOCK);
     ro = (loom_run_options)LOOM_RUN_OPTIONS_INIT;
     ro.provider = &mock.base;
     ro.upstream_model = "m";
@@ -691,7 +556,7 @@ static void test_cancel(void **state)
     pthread_t t;
     (void)state;
 
-    mock_init(&mock, a, 1);
+    mock_init(&mock, a, 1, RUN_MOCK);
     ro.provider = &mock.base;
     ro.upstream_model = "m";
     assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "hi"), 0);
@@ -726,7 +591,7 @@ static void test_sink_cancels(void **state)
     const loom_messages *m;
     (void)state;
 
-    mock_init(&mock, a, 2);
+    mock_init(&mock, a, 2, RUN_MOCK);
     ro.provider = &mock.base;
     ro.upstream_model = "m";
     ro.tools = reg;
@@ -830,7 +695,7 @@ static void test_client_tools_end_the_run(void **state)
         mock_provider mock;
         loom_tool_registry *reg = make_tools();
         loom_run *run = NULL;
-        mock_init(&mock, a, 2);
+        mock_init(&mock, a, 2, RUN_MOCK);
         ro = (loom_run_options)LOOM_RUN_OPTIONS_INIT;
         ro.provider = &mock.base;
         ro.upstream_model = "m";
@@ -867,7 +732,7 @@ static void test_recorder(void **state)
     ro.sink = loom_recorder_sink(rec);
     {
         loom_messages hist = {0};
-        mock_init(&h.mock, a, 2);
+        mock_init(&h.mock, a, 2, RUN_MOCK);
         h.reg = make_tools();
         h.rec.events = json_array();
         ro.provider = &h.mock.base;
@@ -914,7 +779,7 @@ static void test_history_with_unanswered_calls(void **state)
     (void)state;
 
     /* A stored cancelled turn: two calls, only the first answered. */
-    mock_init(&mock, a, 1);
+    mock_init(&mock, a, 1, RUN_MOCK);
     ro.provider = &mock.base;
     ro.upstream_model = "m";
     assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "q1"), 0);
@@ -940,7 +805,7 @@ static void test_bad_options(void **state)
     loom_run *run = NULL;
     (void)state;
 
-    mock_init(&mock, NULL, 0);
+    mock_init(&mock, NULL, 0, RUN_MOCK);
     assert_int_equal(loom_run_new(&run, &ro, &hist), LOOM_EINVALID);
     ro.provider = &mock.base;
     ro.upstream_model = "m";

@@ -16,6 +16,7 @@
 #include "loom/config.h"
 #include "loom/run.h"
 #include "loom/tokenizer.h"
+#include "mock_provider.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,88 +28,50 @@
 
 /* ---- the mock model ------------------------------------------------------ */
 
+/* The scripted model: answer k is a[k] (text, or one call "call_1"); past
+ * what a test sets, an empty answer. Every call reports 5 completion
+ * tokens and, as prompt tokens, the counter's estimate of the request
+ * times ratio (0: a fixed 10). */
 typedef struct {
-    loom_provider base;
-    const char *answers[MAXCALLS]; /* text of each call, or NULL */
-    const char *calls[MAXCALLS];   /* tool to call, or NULL */
-    const char *args[MAXCALLS];    /* its arguments; NULL: {} */
-    /* prompt tokens reported: the counter's estimate of the request
-     * times ratio (0: a fixed 10) */
+    mock_provider mock;
+    mock_answer a[MAXCALLS];
     loom_token_counter *counter;
     double ratio;
-    int next;
-    char *last[MAXCALLS];          /* the last message of each request */
-    char *tool_content[MAXCALLS];  /* the first tool message of each */
-    size_t nsystem[MAXCALLS];      /* system messages of each request */
 } mockp;
 
-static int mock_complete(loom_provider *p, const loom_llm_request *req,
-                         loom_llm_event_cb cb, void *payload,
-                         loom_llm_response *resp, loom_cancel *cancel)
+static void wire_usage(const loom_llm_request *req, loom_usage *usage,
+                       void *payload)
 {
-    mockp *m = (mockp *)p;
-    int k = m->next++;
-    const loom_message *lm = &req->messages[req->messages_len - 1];
-    loom_llm_event ev;
+    const mockp *m = payload;
 
-    (void)cancel;
-    assert_true(k < MAXCALLS);
-    m->last[k] = strdup(lm->content ? lm->content : "");
-    for (size_t i = 0; i < req->messages_len; i++) {
-        m->nsystem[k] += req->messages[i].role == LOOM_ROLE_SYSTEM;
-        if (req->messages[i].role == LOOM_ROLE_TOOL && !m->tool_content[k])
-            m->tool_content[k] = strdup(req->messages[i].content);
-    }
-    memset(&ev, 0, sizeof(ev));
-    if (m->answers[k]) {
-        ev.type = LOOM_LLM_TEXT;
-        ev.text = m->answers[k];
-        ev.text_len = strlen(ev.text);
-        cb(&ev, payload);
-    }
-    resp->text = strdup(m->answers[k] ? m->answers[k] : "");
-    if (m->calls[k]) {
-        resp->tool_calls = calloc(1, sizeof(loom_tool_call));
-        resp->tool_calls_len = 1;
-        resp->tool_calls[0].id = strdup("call_1");
-        resp->tool_calls[0].name = strdup(m->calls[k]);
-        resp->tool_calls[0].arguments =
-            strdup(m->args[k] ? m->args[k] : "{}");
-    }
     if (m->counter && m->ratio > 0) {
         size_t est = loom_token_counter_request(
             m->counter, req->messages, req->messages_len, req->tools,
             req->tools_len);
-        resp->usage.prompt_tokens = (int64_t)((double)est * m->ratio);
+        usage->prompt_tokens = (int64_t)((double)est * m->ratio);
     } else {
-        resp->usage.prompt_tokens = 10;
+        usage->prompt_tokens = 10;
     }
-    resp->usage.completion_tokens = 5;
-    resp->usage.total_tokens = resp->usage.prompt_tokens + 5;
-    resp->finish_reason = strdup(m->calls[k] ? "tool_calls" : "stop");
-    return 0;
+    usage->completion_tokens = 5;
+    usage->total_tokens = usage->prompt_tokens + 5;
 }
 
-static void mock_free(loom_provider *p)
-{
-    (void)p;
-}
-
-static const loom_provider_vtable vt = {mock_complete, mock_free};
-
-static void mock_init(mockp *m)
+static void wire_init(mockp *m)
 {
     memset(m, 0, sizeof(*m));
-    m->base.vt = &vt;
-    m->base.name = (char *)"mock";
+    mock_init(&m->mock, m->a, MAXCALLS, 0);
+    m->mock.base.name = (char *)"mock";
+    m->mock.usage = wire_usage;
+    m->mock.usage_payload = m;
 }
 
-static void mock_clear(mockp *m)
+/* Answer k calls tool with arguments {}. */
+static void wire_call(mockp *m, int k, const char *tool)
 {
-    for (int k = 0; k < MAXCALLS; k++) {
-        free(m->last[k]);
-        free(m->tool_content[k]);
-    }
+    m->a[k].calls[0][0] = "call_1";
+    m->a[k].calls[0][1] = tool;
+    m->a[k].calls[0][2] = "{}";
+    m->a[k].ncalls = 1;
 }
 
 /* ---- tools and the sink -------------------------------------------------- */
@@ -222,12 +185,12 @@ static void test_review_and_citations(void **state)
     json_t *rev, *done;
 
     (void)state;
-    mock_init(&m);
-    m.calls[0] = "search";
-    m.answers[1] = "```json\n{\"complete\":false,\"gaps\":[\"B's date\"],"
+    wire_init(&m);
+    wire_call(&m, 0, "search");
+    m.a[1].text = "```json\n{\"complete\":false,\"gaps\":[\"B's date\"],"
                    "\"next_step\":\"gather_more\",\"note\":\"Check B.\"}\n```";
-    m.answers[2] = "Tokyo has 14M [1,2] and [9].";
-    o.provider = &m.base;
+    m.a[2].text = "Tokyo has 14M [1,2] and [9].";
+    o.provider = &m.mock.base;
     o.upstream_model = "m";
     o.tools = reg;
     o.review.enabled = 1;
@@ -239,15 +202,16 @@ static void test_review_and_citations(void **state)
     assert_int_equal(loom_run_execute(run), 0);
     /* Grouped markers split, the one naming no source dropped. */
     assert_string_equal(loom_run_text(run), "Tokyo has 14M [1][2] and.");
-    assert_int_equal(m.next, 3);
+    assert_int_equal(m.mock.next, 3);
     /* The review call read the transcript with the tool's result. */
-    assert_non_null(strstr(m.last[1], "two results"));
+    assert_non_null(strstr(m.mock.seen[1].last_content, "two results"));
     /* The next turn: the result annotated, the review's note last. */
-    assert_non_null(strstr(m.tool_content[2],
+    assert_non_null(strstr(m.mock.seen[2].first_tool,
                            "two results: A, B\n\nCitation numbers"));
-    assert_non_null(strstr(m.tool_content[2], "[1] ws_aaa\n[2] ws_bbb"));
-    assert_non_null(strstr(m.last[2], "gather_more"));
-    assert_int_equal(m.nsystem[2], 1);
+    assert_non_null(strstr(m.mock.seen[2].first_tool,
+                           "[1] ws_aaa\n[2] ws_bbb"));
+    assert_non_null(strstr(m.mock.seen[2].last_content, "gather_more"));
+    assert_int_equal(m.mock.seen[2].nsystem, 1);
     assert_int_equal(count_events(s.events, "review"), 1);
     rev = first_event(s.events, "review");
     assert_int_equal(json_integer_value(json_object_get(rev, "iteration")),
@@ -278,7 +242,7 @@ static void test_review_and_citations(void **state)
     loom_messages_free(&hist);
     loom_tool_registry_free(reg);
     json_decref(s.events);
-    mock_clear(&m);
+    mock_clear(&m.mock);
 }
 
 /* No review when the next call is the last (it may not call tools). */
@@ -292,10 +256,10 @@ static void test_no_review_before_last_call(void **state)
     sinkst s = {json_array()};
 
     (void)state;
-    mock_init(&m);
-    m.calls[0] = "search";
-    m.answers[1] = "Done [1].";
-    o.provider = &m.base;
+    wire_init(&m);
+    wire_call(&m, 0, "search");
+    m.a[1].text = "Done [1].";
+    o.provider = &m.mock.base;
     o.upstream_model = "m";
     o.tools = reg;
     o.max_iterations = 2;
@@ -305,10 +269,10 @@ static void test_no_review_before_last_call(void **state)
     assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "q"), 0);
     assert_int_equal(loom_run_new(&run, &o, &hist), 0);
     assert_int_equal(loom_run_execute(run), 0);
-    assert_int_equal(m.next, 2);
+    assert_int_equal(m.mock.next, 2);
     assert_int_equal(count_events(s.events, "review"), 0);
     /* Citations off: no numbers, markers left as written. */
-    assert_null(strstr(m.tool_content[1], "Citation numbers"));
+    assert_null(strstr(m.mock.seen[1].first_tool, "Citation numbers"));
     assert_null(loom_run_citations(run));
     assert_string_equal(loom_run_text(run), "Done [1].");
     assert_int_equal(count_events(s.events, "citation"), 0);
@@ -316,7 +280,7 @@ static void test_no_review_before_last_call(void **state)
     loom_messages_free(&hist);
     loom_tool_registry_free(reg);
     json_decref(s.events);
-    mock_clear(&m);
+    mock_clear(&m.mock);
 }
 
 /* A turn that only thought is not reviewed; a later tool turn is. */
@@ -330,14 +294,14 @@ static void test_no_review_for_think_turn(void **state)
     sinkst s = {json_array()};
 
     (void)state;
-    mock_init(&m);
-    m.calls[0] = "think";
-    m.args[0] = "{\"thought\":\"search first\"}";
-    m.calls[1] = "search";
-    m.answers[2] = "{\"complete\":true,\"next_step\":\"proceed\","
+    wire_init(&m);
+    wire_call(&m, 0, "think");
+    m.a[0].calls[0][2] = "{\"thought\":\"search first\"}";
+    wire_call(&m, 1, "search");
+    m.a[2].text = "{\"complete\":true,\"next_step\":\"proceed\","
                    "\"note\":\"ok\"}";
-    m.answers[3] = "Answer.";
-    o.provider = &m.base;
+    m.a[3].text = "Answer.";
+    o.provider = &m.mock.base;
     o.upstream_model = "m";
     o.tools = reg;
     o.think = 1;
@@ -347,7 +311,7 @@ static void test_no_review_for_think_turn(void **state)
     assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "q"), 0);
     assert_int_equal(loom_run_new(&run, &o, &hist), 0);
     assert_int_equal(loom_run_execute(run), 0);
-    assert_int_equal(m.next, 4);
+    assert_int_equal(m.mock.next, 4);
     assert_int_equal(count_events(s.events, "review"), 1);
     assert_int_equal(json_integer_value(json_object_get(
                          first_event(s.events, "review"), "iteration")),
@@ -357,7 +321,7 @@ static void test_no_review_for_think_turn(void **state)
     loom_messages_free(&hist);
     loom_tool_registry_free(reg);
     json_decref(s.events);
-    mock_clear(&m);
+    mock_clear(&m.mock);
 }
 
 /* A review whose answer is not the JSON asked for is skipped, never
@@ -373,11 +337,11 @@ static void test_review_skipped(void **state)
     json_t *rev;
 
     (void)state;
-    mock_init(&m);
-    m.calls[0] = "search";
-    m.answers[1] = "I think it is fine.";
-    m.answers[2] = "Answer.";
-    o.provider = &m.base;
+    wire_init(&m);
+    wire_call(&m, 0, "search");
+    m.a[1].text = "I think it is fine.";
+    m.a[2].text = "Answer.";
+    o.provider = &m.mock.base;
     o.upstream_model = "m";
     o.tools = reg;
     o.review.enabled = 1;
@@ -390,13 +354,13 @@ static void test_review_skipped(void **state)
     assert_non_null(rev);
     assert_string_equal(json_string_value(json_object_get(rev, "status")),
                         "skipped");
-    assert_int_equal(m.nsystem[2], 0);
+    assert_int_equal(m.mock.seen[2].nsystem, 0);
     assert_string_equal(loom_run_text(run), "Answer.");
     loom_run_free(run);
     loom_messages_free(&hist);
     loom_tool_registry_free(reg);
     json_decref(s.events);
-    mock_clear(&m);
+    mock_clear(&m.mock);
 }
 
 /* ---- token counting ------------------------------------------------------ */
@@ -415,11 +379,11 @@ static void observe_run(const char *model, long window, double ratio,
     loom_messages hist = {0};
     loom_run *run;
 
-    mock_init(&m);
-    m.answers[0] = "Fine.";
+    wire_init(&m);
+    m.a[0].text = "Fine.";
     m.counter = tc;
     m.ratio = ratio;
-    o.provider = &m.base;
+    o.provider = &m.mock.base;
     o.upstream_model = model;
     o.system_prompt = LONG_PROMPT;
     o.context.window = window;
@@ -431,7 +395,7 @@ static void observe_run(const char *model, long window, double ratio,
     assert_int_equal(loom_run_execute(run), 0);
     loom_run_free(run);
     loom_messages_free(&hist);
-    mock_clear(&m);
+    mock_clear(&m.mock);
 }
 
 /* An estimating counter (an Anthropic model) follows the reported
@@ -490,10 +454,10 @@ static void test_token_counter_engine_on(void **state)
                                 "{context_window: 100000}\n",
                                 "t.yaml"),
         0);
-    mock_init(&m);
-    m.answers[0] = "Fine.";
+    wire_init(&m);
+    m.a[0].text = "Fine.";
     m.ratio = 2.0;
-    o.provider = &m.base;
+    o.provider = &m.mock.base;
     o.model = "anthropic/claude-wire-engine";
     o.upstream_model = "claude-wire-engine";
     o.system_prompt = LONG_PROMPT;
@@ -517,7 +481,7 @@ static void test_token_counter_engine_on(void **state)
     loom_messages_free(&hist);
     loom_config_free(cfg);
     json_decref(s.events);
-    mock_clear(&m);
+    mock_clear(&m.mock);
 }
 
 /* ---- users --------------------------------------------------------------- */
@@ -532,10 +496,10 @@ static void test_user_reaches_tools(void **state)
     json_t *keys = json_pack("{s:s}", "tavily", "tv-123");
 
     (void)state;
-    mock_init(&m);
-    m.calls[0] = "whoami";
-    m.answers[1] = "ok";
-    o.provider = &m.base;
+    wire_init(&m);
+    wire_call(&m, 0, "whoami");
+    m.a[1].text = "ok";
+    o.provider = &m.mock.base;
     o.upstream_model = "m";
     o.tools = reg;
     o.user_id = "alice";
@@ -543,22 +507,22 @@ static void test_user_reaches_tools(void **state)
     assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "q"), 0);
     assert_int_equal(loom_run_new(&run, &o, &hist), 0);
     assert_int_equal(loom_run_execute(run), 0);
-    assert_string_equal(m.tool_content[1], "user=alice key=tv-123");
+    assert_string_equal(m.mock.seen[1].first_tool, "user=alice key=tv-123");
     loom_run_free(run);
-    mock_clear(&m);
+    mock_clear(&m.mock);
 
     /* Anonymous. */
-    mock_init(&m);
-    m.calls[0] = "whoami";
-    m.answers[1] = "ok";
-    o.provider = &m.base;
+    wire_init(&m);
+    wire_call(&m, 0, "whoami");
+    m.a[1].text = "ok";
+    o.provider = &m.mock.base;
     o.user_id = NULL;
     o.user_keys = NULL;
     assert_int_equal(loom_run_new(&run, &o, &hist), 0);
     assert_int_equal(loom_run_execute(run), 0);
-    assert_string_equal(m.tool_content[1], "user=(none) key=(none)");
+    assert_string_equal(m.mock.seen[1].first_tool, "user=(none) key=(none)");
     loom_run_free(run);
-    mock_clear(&m);
+    mock_clear(&m.mock);
     loom_messages_free(&hist);
     loom_tool_registry_free(reg);
     json_decref(keys);
@@ -578,10 +542,10 @@ static void test_user_outlives_run(void **state)
 
     (void)state;
     atomic_store(&slow_saw_user, 0);
-    mock_init(&m);
-    m.calls[0] = "slow_user";
-    m.answers[1] = "gave up";
-    o.provider = &m.base;
+    wire_init(&m);
+    wire_call(&m, 0, "slow_user");
+    m.a[1].text = "gave up";
+    o.provider = &m.mock.base;
     o.upstream_model = "m";
     o.tools = reg;
     o.user_id = user;
@@ -597,7 +561,7 @@ static void test_user_outlives_run(void **state)
     assert_int_equal(atomic_load(&slow_saw_user), 1);
     loom_messages_free(&hist);
     loom_tool_registry_free(reg);
-    mock_clear(&m);
+    mock_clear(&m.mock);
 }
 
 /* ---- agent config -------------------------------------------------------- */
