@@ -885,7 +885,11 @@ int loom_run_execute(loom_run *run)
         req.thinking_budget = o->thinking_budget;
         req.reasoning_effort = o->reasoning_effort;
         req.prompt_cache = o->prompt_cache;
-        req.chain_responses = o->chain_responses;
+        /* The limit note holds for this call only: a chained (stored)
+         * response would keep it in the API's copy of the conversation,
+         * where the next run, chaining from the answer, would read again
+         * that tools are no longer available. */
+        req.chain_responses = limit_injected ? 0 : o->chain_responses;
 
         run->iterations++;
         rc = loom_provider_complete(o->provider, &req, on_llm_event, run,

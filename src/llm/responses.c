@@ -301,27 +301,6 @@ static int chain_point(const loom_llm_request *req, size_t *at, char **id)
     return 0;
 }
 
-/*
- * Whether the response is to be stored (and the request chained). With
- * chaining every one is, but the run loop's last permitted call: its
- * "limit reached" note (a system message after the tool results, with
- * tool_choice none) holds for that call only. Stored, it would stay in
- * the API's copy of the conversation, and the next run, chaining from the
- * answer, would read again that tools are no longer available. That call
- * goes unchained and unstored, and chain_point() then finds nothing to
- * chain from at its answer.
- */
-static int stores(const loom_llm_request *req)
-{
-    size_t n = req->messages_len;
-
-    if (!req->chain_responses)
-        return 0;
-    return !(n >= 2 && req->messages[n - 1].role == LOOM_ROLE_SYSTEM &&
-             req->messages[n - 2].role == LOOM_ROLE_TOOL &&
-             req->tool_choice.kind == LOOM_TOOL_CHOICE_NONE);
-}
-
 /* The leading system messages joined by blank lines, or NULL. */
 static int instructions(const loom_llm_request *req, size_t *leading,
                         loom_buf *b)
@@ -347,7 +326,7 @@ int loom__responses_build_body(json_t **out, const loom_llm_request *req)
     json_t *body = NULL, *input;
     size_t leading = 0, start, at = 0;
     char *prev = NULL;
-    int store = stores(req);
+    int store = req->chain_responses != 0;
     int bad = 0, rc;
 
     *out = NULL;
@@ -429,7 +408,7 @@ static size_t max_body(const loom__llm_adapter *a)
 /* What the decoder of req is made with: whether the API stores it. */
 static long decoder_arg(const loom_llm_request *req)
 {
-    return stores(req);
+    return req->chain_responses != 0;
 }
 
 static int dec_new(void **out, void *payload)
