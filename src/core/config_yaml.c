@@ -849,25 +849,37 @@ static int parse_provider(loader *ld, const entry *e, loom_provider_config *p)
     return 0;
 }
 
+/*
+ * Checks a name against loom's rule ([a-zA-Z0-9_-]{1,64}, and '.' too
+ * when dots): 0, or LOOM_EINVALID at line and key naming what it is.
+ */
+static int check_name(const loader *ld, size_t line, const char *key,
+                      const char *name, int dots, const char *what)
+{
+    char tmp[64];
+
+    if (name && loom__config_valid_name(name, dots))
+        return 0;
+    return fail_at(ld, LOOM_EINVALID, line, key,
+                   "'%s' is not a valid %s name (%s)",
+                   name ? loom__config_shown(tmp, sizeof(tmp), name) : "null",
+                   what,
+                   dots ? "[a-zA-Z0-9_.-]{1,64}" : "[a-zA-Z0-9_-]{1,64}");
+}
+
 static int parse_providers(loader *ld, const yaml_node_t *n)
 {
     loom_provider_config p;
     entry *es = NULL;
     size_t len = 0;
-    char tmp[64];
     int rc;
 
     memset(&p, 0, sizeof(p));
     if ((rc = read_entries(ld, n, "providers", &es, &len)) != 0)
         return rc;
     for (size_t i = 0; i < len; i++) {
-        if (!loom__config_valid_name(es[i].name, 1)) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].key), "providers",
-                         "'%s' is not a valid provider name "
-                         "([a-zA-Z0-9_.-]{1,64})",
-                         loom__config_shown(tmp, sizeof(tmp), es[i].name));
+        if ((rc = check_name(ld, line_of(es[i].key), "providers", es[i].name, 1, "provider")) != 0)
             goto cleanup;
-        }
         if ((rc = parse_provider(ld, &es[i], &p)) != 0 ||
             (rc = loom__config_provider_install(ld->cfg, &p)) != 0)
             goto cleanup;
@@ -1205,7 +1217,7 @@ static int parse_agent_tools(loader *ld, const yaml_node_t *n, const char *key,
                              loom_agent_config *a)
 {
     json_t *seen = NULL;
-    char sub[KEY_LEN], tmp[64], *s = NULL;
+    char sub[KEY_LEN], *s = NULL;
     size_t count, i = 0;
     int rc;
 
@@ -1230,13 +1242,8 @@ static int parse_agent_tools(loader *ld, const yaml_node_t *n, const char *key,
         index_key(sub, sizeof(sub), key, i);
         if ((rc = get_str(ld, item, sub, "a tool name", &s)) != 0)
             goto cleanup;
-        if (!s || !loom__config_valid_name(s, 0)) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(item), sub,
-                         "'%s' is not a valid tool name "
-                         "([a-zA-Z0-9_-]{1,64})",
-                         s ? loom__config_shown(tmp, sizeof(tmp), s) : "null");
+        if ((rc = check_name(ld, line_of(item), sub, s, 0, "tool")) != 0)
             goto cleanup;
-        }
         if (json_object_get(seen, s)) {
             rc = fail_at(ld, LOOM_EINVALID, line_of(item), sub,
                          "tool '%s' is listed twice", s);
@@ -1404,7 +1411,6 @@ static int parse_agents(loader *ld, const yaml_node_t *n)
     loom_config *cfg = ld->cfg;
     entry *es = NULL;
     size_t len = 0;
-    char tmp[64];
     int rc;
 
     if ((rc = read_entries(ld, n, "agents", &es, &len)) != 0 || len == 0)
@@ -1414,13 +1420,8 @@ static int parse_agents(loader *ld, const yaml_node_t *n)
         goto cleanup;
     }
     for (size_t i = 0; i < len; i++) {
-        if (!loom__config_valid_name(es[i].name, 1)) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].key), "agents",
-                         "'%s' is not a valid agent name "
-                         "([a-zA-Z0-9_.-]{1,64})",
-                         loom__config_shown(tmp, sizeof(tmp), es[i].name));
+        if ((rc = check_name(ld, line_of(es[i].key), "agents", es[i].name, 1, "agent")) != 0)
             goto cleanup;
-        }
         cfg->agents_len++;
         if ((rc = parse_agent(ld, &es[i], &cfg->agents[i])) != 0)
             goto cleanup;
@@ -1453,7 +1454,7 @@ static int parse_tools(loader *ld, const yaml_node_t *n)
 {
     entry *es = NULL;
     size_t len = 0;
-    char key[KEY_LEN], tmp[64];
+    char key[KEY_LEN];
     json_t *v = NULL;
     int rc;
 
@@ -1461,13 +1462,8 @@ static int parse_tools(loader *ld, const yaml_node_t *n)
         return rc;
     for (size_t i = 0; i < len; i++) {
         join_key(key, sizeof(key), "tools", es[i].name);
-        if (!loom__config_valid_name(es[i].name, 0)) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].key), "tools",
-                         "'%s' is not a valid tool name "
-                         "([a-zA-Z0-9_-]{1,64})",
-                         loom__config_shown(tmp, sizeof(tmp), es[i].name));
+        if ((rc = check_name(ld, line_of(es[i].key), "tools", es[i].name, 0, "tool")) != 0)
             goto cleanup;
-        }
         if (is_null(es[i].value)) {
             v = json_object();
         } else if (es[i].value->type != YAML_MAPPING_NODE) {
@@ -1654,7 +1650,6 @@ static int parse_http_tools(loader *ld, const yaml_node_t *n)
     loom_config *cfg = ld->cfg;
     entry *es = NULL;
     size_t len = 0;
-    char tmp[64];
     int rc;
 
     if ((rc = read_entries(ld, n, "http_tools", &es, &len)) != 0 || len == 0)
@@ -1664,13 +1659,8 @@ static int parse_http_tools(loader *ld, const yaml_node_t *n)
         goto cleanup;
     }
     for (size_t i = 0; i < len; i++) {
-        if (!loom__config_valid_name(es[i].name, 0)) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].key), "http_tools",
-                         "'%s' is not a valid tool name "
-                         "([a-zA-Z0-9_-]{1,64})",
-                         loom__config_shown(tmp, sizeof(tmp), es[i].name));
+        if ((rc = check_name(ld, line_of(es[i].key), "http_tools", es[i].name, 0, "tool")) != 0)
             goto cleanup;
-        }
         cfg->http_tools_len++;
         if ((rc = parse_http_tool(ld, &es[i], &cfg->http_tools[i])) != 0)
             goto cleanup;
