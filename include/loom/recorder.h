@@ -7,7 +7,7 @@
  * outcome and duration, each model call's usage, the tool records of
  * `tool.metric` events and the sources of `citation` events), then
  * forwards every event unchanged. After the run, loom_recorder_turn()
- * fills a loom_turn ready for loom_store_save_turn().
+ * fills a loom_turn_record ready for loom_store_save_turn().
  *
  * Memory is bounded: at most LOOM_RECORDER_MAX_TOOL_RECORDS tool records
  * and LOOM_RECORDER_MAX_CITATIONS citations are kept (references to the
@@ -47,7 +47,7 @@ loom_sink loom_recorder_sink(loom_recorder *rec);
  * LOOM_ENOMEM when recording ran out of memory.
  */
 int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
-                       loom_turn *turn);
+                       loom_turn_record *turn);
 
 void loom_recorder_free(loom_recorder *rec);
 

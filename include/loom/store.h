@@ -97,7 +97,7 @@ int loom_store_conversation_delete(loom_store *st, const char *id);
 
 /*
  * The context summary stored with the conversation by its latest turn
- * that had one (loom_turn.summary), for the next run's
+ * that had one (loom_turn_record.summary), for the next run's
  * loom_run_context_options.summary: *summary_out (caller frees) is NULL
  * when there is none, and *covers_out (may be NULL) how many messages it
  * replaces, counted as loom_store_load_history() gives them (0 with no
@@ -108,7 +108,7 @@ int loom_store_conversation_summary(loom_store *st, const char *id,
 
 /*
  * The plan stored with the conversation by its latest turn that had one
- * (loom_turn.plan), for the next run's loom_run_options.plan: *plan_out
+ * (loom_turn_record.plan), for the next run's loom_run_options.plan: *plan_out
  * (a new reference) is NULL when there is none. LOOM_ENOTFOUND for an
  * unknown conversation.
  */
@@ -208,7 +208,7 @@ typedef struct {
      * most LOOM_STORE_PLAN_MAX_BYTES as JSON.
      */
     const json_t *plan;
-} loom_turn;
+} loom_turn_record;
 
 /* Limits of a turn's extras; crossing one is an error (LOOM_ETOOLARGE,
  * nothing written) except a tool record's size, which is cut. */
@@ -229,7 +229,7 @@ typedef struct {
  * records not an array of objects), LOOM_ETOOLARGE past a limit,
  * LOOM_EIO when the write fails (disk full, ...): nothing is written then.
  */
-int loom_store_save_turn(loom_store *st, const loom_turn *turn);
+int loom_store_save_turn(loom_store *st, const loom_turn_record *turn);
 
 /*
  * Memories: short texts a user's runs keep across conversations (the

@@ -216,7 +216,7 @@ loom_sink loom_recorder_sink(loom_recorder *rec)
 }
 
 int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
-                       loom_turn *turn)
+                       loom_turn_record *turn)
 {
     loom_run_status st = loom_run_status_get(run);
 

@@ -685,7 +685,7 @@ static int op_load(void *arg)
 static int op_save(void *arg)
 {
     srv_run *r = arg;
-    loom_turn turn;
+    loom_turn_record turn;
     int rc;
 
     /* Recorded again on each attempt: only pointers, nothing copied. */

@@ -1314,7 +1314,7 @@ static int insert_message(sqlite_store *st, conn *c, const loom__store_plan *p,
 {
     const loom__store_msg *m = &p->msgs[i];
     const loom_message *msg = m->msg;
-    const loom_turn *t = p->turn;
+    const loom_turn_record *t = p->turn;
     sqlite3_stmt *s = NULL;
     int rc, src = SQLITE_OK;
 
@@ -1378,7 +1378,7 @@ failed:
 
 static int insert_usage(sqlite_store *st, conn *c, const loom__store_plan *p)
 {
-    const loom_turn *t = p->turn;
+    const loom_turn_record *t = p->turn;
     sqlite3_stmt *s = NULL;
     int rc, src = SQLITE_OK;
 
@@ -1408,7 +1408,7 @@ static int insert_usage(sqlite_store *st, conn *c, const loom__store_plan *p)
 
 static int insert_records(sqlite_store *st, conn *c, const loom__store_plan *p)
 {
-    const loom_turn *t = p->turn;
+    const loom_turn_record *t = p->turn;
     sqlite3_stmt *s = NULL;
     int rc, src = SQLITE_OK;
 
@@ -1435,7 +1435,7 @@ static int insert_records(sqlite_store *st, conn *c, const loom__store_plan *p)
 static int update_conversation(sqlite_store *st, conn *c,
                                const loom__store_plan *p)
 {
-    const loom_turn *t = p->turn;
+    const loom_turn_record *t = p->turn;
     sqlite3_stmt *s = NULL;
     int rc, src = SQLITE_OK;
 

@@ -391,7 +391,7 @@ static int too_many(const char *what, size_t n)
 
 /* The outcome of the tool message answering id; hint is its likely slot
  * (the recorder keeps tools in tool-message order). */
-static const loom_turn_tool *find_tool(const loom_turn *t, const char *id,
+static const loom_turn_tool *find_tool(const loom_turn_record *t, const char *id,
                                        size_t hint)
 {
     if (!id)
@@ -411,7 +411,7 @@ static const loom_turn_tool *find_tool(const loom_turn *t, const char *id,
  * every row is priced, else the turn's own figure rounded (a caller that
  * gives only a total), else -1 (unknown).
  */
-static int64_t turn_micros(const loom_turn *t)
+static int64_t turn_micros(const loom_turn_record *t)
 {
     int64_t sum = 0;
 
@@ -425,7 +425,7 @@ static int64_t turn_micros(const loom_turn *t)
     return t->usage_len ? sum : (int64_t)llround(t->cost * 1e6);
 }
 
-static size_t find_offset(const loom_turn *t, const char *id, size_t hint)
+static size_t find_offset(const loom_turn_record *t, const char *id, size_t hint)
 {
     if (!id)
         return 0;
@@ -468,7 +468,7 @@ static int check_objects(const json_t *a, const char *what, size_t max)
     return 0;
 }
 
-static int check_extras(const loom_turn *t)
+static int check_extras(const loom_turn_record *t)
 {
     size_t n;
     int rc;
@@ -489,7 +489,7 @@ static int check_extras(const loom_turn *t)
                          LOOM_STORE_TOOL_RECORDS_MAX);
 }
 
-static int check_turn(const loom_turn *t)
+static int check_turn(const loom_turn_record *t)
 {
     size_t nin = msgs_len(t->input), nout = msgs_len(t->output), ncalls = 0;
 
@@ -530,7 +530,7 @@ static void plan_free(loom__store_plan *p)
 }
 
 /* The turn's plan as JSON text (NULL: the conversation keeps its own). */
-static int plan_plan(const loom_turn *t, loom__store_plan *p)
+static int plan_plan(const loom_turn_record *t, loom__store_plan *p)
 {
     size_t n;
 
@@ -550,7 +550,7 @@ static int plan_plan(const loom_turn *t, loom__store_plan *p)
 }
 
 /* The turn's citations as JSON text (NULL for none). */
-static int plan_citations(const loom_turn *t, loom__store_plan *p)
+static int plan_citations(const loom_turn_record *t, loom__store_plan *p)
 {
     size_t n;
 
@@ -629,7 +629,7 @@ static void record_field(const json_t *r, const char *key, const char **s,
     *len = loom__utf8_cut(*s, json_string_length(v), LOOM__STORE_RECORD_FIELD_MAX);
 }
 
-static int plan_records(const loom_turn *t, loom__store_plan *p)
+static int plan_records(const loom_turn_record *t, loom__store_plan *p)
 {
     size_t n = t->tool_records ? json_array_size(t->tool_records) : 0, size;
 
@@ -667,7 +667,7 @@ static int plan_records(const loom_turn *t, loom__store_plan *p)
 /* The empty assistant message that carries a failed turn's status. */
 static const loom_message placeholder_msg = {.role = LOOM_ROLE_ASSISTANT};
 
-static int plan_turn(const loom_turn *t, loom__store_plan *p)
+static int plan_turn(const loom_turn_record *t, loom__store_plan *p)
 {
     size_t nin = msgs_len(t->input), nout = msgs_len(t->output);
     size_t carrier = (size_t)-1, ntool = 0, ncall = 0, noff = 0;
@@ -748,7 +748,7 @@ static int plan_turn(const loom_turn *t, loom__store_plan *p)
     return plan_records(t, p);
 }
 
-int loom_store_save_turn(loom_store *st, const loom_turn *turn)
+int loom_store_save_turn(loom_store *st, const loom_turn_record *turn)
 {
     loom__store_plan plan;
     int rc;

@@ -73,7 +73,7 @@ typedef struct {
 
 /* A turn ready to write: messages in order (input, output, placeholder). */
 typedef struct {
-    const loom_turn *turn;
+    const loom_turn_record *turn;
     loom__store_msg *msgs;
     size_t len;
     size_t *offsets; /* text offset of every tool call, message order */

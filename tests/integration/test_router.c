@@ -490,7 +490,7 @@ static void test_run_costs(void **state)
     loom_messages hist = {0};
     loom_run *run = NULL;
     loom_config *cfg;
-    loom_turn turn;
+    loom_turn_record turn;
     loom_tool t;
     json_t *evs = json_array(), *u, *done;
     char yaml[2048];
@@ -636,7 +636,7 @@ static void test_run_without_prices(void **state)
     loom_run *run = NULL;
     loom_fake *f;
     loom_config *cfg;
-    loom_turn turn;
+    loom_turn_record turn;
     json_t *evs = json_array(), *u;
     char yaml[512];
 

@@ -180,7 +180,7 @@ static void test_nothing_recorded(void **state)
 {
     loom_tool_registry *reg = big_registry();
     loom_recorder *rec;
-    loom_turn turn;
+    loom_turn_record turn;
     loom_run *run;
     mock m;
 
@@ -205,7 +205,7 @@ static void test_synthetic_events(void **state)
     json_t *metric, *cite1, *cite2, *want_metric, *want_cites, *odd;
     inner_sink inner = {0, NULL};
     loom_recorder *rec;
-    loom_turn turn;
+    loom_turn_record turn;
     loom_run *run;
     size_t before;
     mock m;
@@ -271,7 +271,7 @@ static void test_caps(void **state)
     loom_tool_registry *reg = big_registry();
     loom_recorder *rec;
     char *logpath = test_tmp_path("recorder.log"), *log;
-    loom_turn turn;
+    loom_turn_record turn;
     loom_run *run;
     FILE *f;
     mock m;
@@ -332,7 +332,7 @@ static void test_summary_and_records_to_store(void **state)
     const char *run_summary;
     size_t run_covers = 0, covers = 0, i;
     json_t *r, *j;
-    loom_turn turn;
+    loom_turn_record turn;
     loom_run *run;
     mock m;
 

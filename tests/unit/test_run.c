@@ -723,7 +723,7 @@ static void test_recorder(void **state)
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     loom_recorder *rec;
     recorder inner = {json_array()};
-    loom_turn turn;
+    loom_turn_record turn;
     harness h;
     (void)state;
 

@@ -147,7 +147,7 @@ static json_t *get_ok(loom_store *st, const char *id)
 /* A simple turn: one user message in, one assistant answer out. */
 typedef struct {
     loom_messages in, out;
-    loom_turn turn;
+    loom_turn_record turn;
 } simple_turn;
 
 static void simple_init(simple_turn *t, const char *conv, const char *user,
@@ -228,7 +228,7 @@ typedef struct {
     loom_turn_tool tools[2];
     loom_turn_call calls[2];
     loom_turn_usage usage[2];
-    loom_turn turn;
+    loom_turn_record turn;
 } rich_turn;
 
 static void rich_init(rich_turn *r, const char *conv)
@@ -1110,7 +1110,7 @@ static void *work(void *arg)
     for (int i = 0; i < NTURNS && !w->failed; i++) {
         for (int which = 0; which < 2 && !w->failed; which++) {
             loom_messages in = {0}, out = {0}, hist = {0};
-            loom_turn t = {0};
+            loom_turn_record t = {0};
             snprintf(user, sizeof(user), "u %d %d", w->k, i);
             snprintf(answer, sizeof(answer), "a %d %d", w->k, i);
             if (loom_messages_add(&in, LOOM_ROLE_USER, user) ||

@@ -132,7 +132,7 @@ static int64_t message_count(loom_store *st, const char *id)
  * tool result and the answer (or nothing when answer is NULL). */
 typedef struct {
     loom_messages in, out;
-    loom_turn turn;
+    loom_turn_record turn;
 } turn_t;
 
 static void turn_init(turn_t *t, const char *conv, const char *answer)
