@@ -50,6 +50,28 @@ const char *loom_error_name(int code);
 /* loom's version string, "MAJOR.MINOR.PATCH". */
 const char *loom_version(void);
 
+/*
+ * A yes/no option whose zero value means "the default": options structs
+ * are zero-initialised, so a field that is not set must not read as no.
+ */
+typedef enum {
+    LOOM_OPT_DEFAULT = 0,
+    LOOM_OPT_ON,
+    LOOM_OPT_OFF
+} loom_opt_bool;
+
+/* Bytes of an id loom makes (prefix of at most 7 bytes, 24 hex digits,
+ * NUL), and the longest id a caller may choose. */
+#define LOOM_ID_SIZE 32
+#define LOOM_ID_MAX 128
+
+/*
+ * Fills id with prefix + 24 random hex digits (96 bits from the kernel):
+ * "run_...", "conv_...". LOOM_EINVALID for a prefix over 7 bytes, LOOM_EIO
+ * when the kernel gives no randomness.
+ */
+int loom_id_new(char id[LOOM_ID_SIZE], const char *prefix);
+
 #ifdef __cplusplus
 }
 #endif

@@ -144,9 +144,8 @@ typedef struct {
     struct loom_token_counter *token_counter;
 } loom_run_context_options;
 
-#define LOOM_RUN_CONTEXT_OPTIONS_INIT                                        \
-    { 0, 0, 0, 0.0, NULL, NULL, NULL, 0, 0, NULL, 0, {NULL, NULL, NULL},     \
-      NULL, NULL, NULL, 0, 0, NULL }
+/* Every field zero: the engine's defaults (off while window is 0). */
+#define LOOM_RUN_CONTEXT_OPTIONS_INIT {.window = 0}
 
 
 typedef struct loom_run loom_run;
@@ -234,8 +233,19 @@ typedef struct {
 /* Bytes of a record's arguments before they are shown cut. */
 #define LOOM_RUN_RECORD_ARGS_MAX 4096
 
+/*
+ * A run's options. Zero means the default for every field: start from
+ * LOOM_RUN_OPTIONS_INIT (or `= {0}`, which version 0 also accepts).
+ */
 typedef struct {
     unsigned version;
+    /*
+     * The run's id (at most LOOM_ID_MAX bytes), in every event; NULL:
+     * one is made ("run_" + 24 hex digits). The conversation it belongs
+     * to, reported in run.started; NULL: none. Copied.
+     */
+    const char *run_id;
+    const char *conversation_id;
     /* What the run talks to. All borrowed: they must outlive the run. */
     loom_provider *provider;
     const char *model;          /* "provider/model", reported in events */
@@ -249,12 +259,13 @@ typedef struct {
     size_t tool_names_len;
     int max_iterations;         /* model calls at most; default 10 */
     loom_tool_choice tool_choice; /* applies to the first call only */
-    int parallel_tool_calls;    /* sent upstream; -1 unset */
+    loom_opt_bool parallel_tool_calls; /* sent upstream when set */
     int tool_concurrency;       /* tools run at once; default 8 */
     size_t max_tool_result;     /* bytes of one result; default 64 KiB */
     size_t max_tool_error;      /* bytes of an error shown; default 2 KiB */
     long max_output_tokens;     /* 0: unset */
-    double temperature;         /* < 0: unset */
+    double temperature;         /* sent when temperature_set */
+    int temperature_set;
     /* Events go here; emit may be NULL. */
     loom_sink sink;
     /*
@@ -334,16 +345,12 @@ typedef struct {
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1
-#define LOOM_RUN_OPTIONS_INIT                                                \
-    { LOOM_RUN_OPTIONS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL,  \
-      NULL, 0, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, 0, 0, 0, -1.0,     \
-      {NULL, NULL}, NULL, 0, 0, NULL, 0, 0, LOOM_RUN_CONTEXT_OPTIONS_INIT, \
-      NULL, 0, 0, 0, 0, NULL, 0, {0, NULL, NULL, 0, NULL}, 0, NULL, NULL }
+#define LOOM_RUN_OPTIONS_INIT {.version = LOOM_RUN_OPTIONS_VERSION}
 
 /*
  * Creates a run over a copy of history (the conversation so far, ending
  * with the user's message). LOOM_EINVALID when the options are unusable
- * (no provider, no model, empty history).
+ * (a bad version, no provider, no model, a bad run_id, empty history).
  */
 int loom_run_new(loom_run **out, const loom_run_options *opts,
                  const loom_messages *history);

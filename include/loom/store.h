@@ -66,6 +66,16 @@ void loom_conversation_info_clear(loom_conversation_info *c);
 
 /* Creates an empty conversation; *id_out (caller frees) is its id. */
 int loom_store_conversation_create(loom_store *st, char **id_out);
+
+/*
+ * Creates an empty conversation whose id the caller chose (with
+ * loom_id_new(id, "conv_"), say), so that a caller can announce the id
+ * before the write happens (a server sends it in a header, then creates
+ * the conversation on the turn's thread). An id of at most LOOM_ID_MAX
+ * bytes. LOOM_EIO when the write fails (the store was busy beyond its
+ * busy timeout, the disk is full); LOOM_ERROR when the id is taken.
+ */
+int loom_store_conversation_create_id(loom_store *st, const char *id);
 /* LOOM_ENOTFOUND when absent. */
 int loom_store_conversation_info(loom_store *st, const char *id,
                                  loom_conversation_info *out);
@@ -128,9 +138,9 @@ typedef enum {
     LOOM_TURN_OK = 0,
     LOOM_TURN_ERROR,
     LOOM_TURN_CANCELLED
-} loom_turn_status;
+} loom_turn_record_status;
 
-const char *loom_turn_status_name(loom_turn_status s);
+const char *loom_turn_status_name(loom_turn_record_status s);
 
 /* Per tool result: how it went. Indexed like the tool messages. */
 typedef struct {
@@ -166,7 +176,7 @@ typedef struct {
     const char *model;           /* "provider/model" */
     const loom_messages *input;  /* new user/system/tool messages */
     const loom_messages *output; /* assistant and tool messages */
-    loom_turn_status status;
+    loom_turn_record_status status;
     const char *error;           /* reason, for ERROR/CANCELLED */
     const char *finish_reason;   /* of the last model call, may be NULL */
     const loom_turn_tool *tools; /* may be NULL */

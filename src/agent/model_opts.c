@@ -20,7 +20,7 @@ void loom__run_options_use_model(loom_run_options *o,
         o->tool_choice.function = NULL;
     }
     if (!m->capabilities.parallel_tool_calls)
-        o->parallel_tool_calls = -1;
+        o->parallel_tool_calls = LOOM_OPT_DEFAULT;
     if (o->max_output_tokens <= 0)
         o->max_output_tokens = m->max_output_tokens;
     o->thinking_budget = m->thinking_budget;

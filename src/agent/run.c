@@ -108,23 +108,6 @@ static json_t *delta_json(const char *text, size_t len)
     return pk_done(&p);
 }
 
-static void make_id(char *out, size_t size)
-{
-    unsigned char r[12];
-    size_t off;
-
-    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
-        /* No entropy source: fall back to an address/time mix. */
-        unsigned long long x = (unsigned long long)(uintptr_t)out ^
-                               (unsigned long long)time(NULL) * 2654435761u;
-        for (size_t i = 0; i < sizeof(r); i++, x >>= 5)
-            r[i] = (unsigned char)x;
-    }
-    off = (size_t)snprintf(out, size, "run_");
-    for (size_t i = 0; i < sizeof(r) && off + 2 < size; i++)
-        off += (size_t)snprintf(out + off, size - off, "%02x", r[i]);
-}
-
 static int find_tool_name(const loom_run_options *o, const char *name)
 {
     for (size_t i = 0; i < o->tool_names_len; i++)
@@ -318,22 +301,24 @@ static int add_history(loom_run *run, const loom_messages *history)
     return 0;
 }
 
-int loom_run_new(loom_run **out, const loom_run_options *opts,
-                 const loom_messages *history)
+int loom__run_create(loom_run **out, const loom_run_options *opts)
 {
     loom_run *run;
     int rc;
 
     *out = NULL;
-    if (!opts || opts->version != LOOM_RUN_OPTIONS_VERSION)
+    if (!opts || (opts->version != LOOM_RUN_OPTIONS_VERSION &&
+                  opts->version != 0))
         return loom__error_set(LOOM_EINVALID, "run options: bad version");
     if (!opts->provider || !opts->upstream_model)
         return loom__error_set(LOOM_EINVALID,
                                "run options: a provider and a model are "
                                "required");
-    if (!history || history->len == 0)
+    if (opts->run_id &&
+        (!*opts->run_id || strlen(opts->run_id) > LOOM_ID_MAX))
         return loom__error_set(LOOM_EINVALID,
-                               "run: the conversation is empty");
+                               "run options: a run_id has 1 to %d bytes",
+                               LOOM_ID_MAX);
     run = calloc(1, sizeof(*run));
     if (!run)
         return loom__error_oom();
@@ -351,7 +336,18 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
     if (run->opts.tool_timeout_ms == 0)
         run->opts.tool_timeout_ms = LOOM_RUN_DEFAULT_TOOL_TIMEOUT_MS;
     run->opts.plan = NULL; /* borrowed: a copy is kept (loom__plan_set) */
-    make_id(run->id, sizeof(run->id));
+    run->opts.run_id = NULL;
+    run->opts.conversation_id = NULL;
+    if (opts->run_id)
+        run->id = strdup(opts->run_id);
+    else if ((run->id = malloc(LOOM_ID_SIZE)) != NULL &&
+             (rc = loom_id_new(run->id, "run_")) != 0)
+        goto fail;
+    if (!run->id || (opts->conversation_id &&
+                     !(run->conversation_id = strdup(opts->conversation_id)))) {
+        rc = loom__error_oom();
+        goto fail;
+    }
     loom_buf_init(&run->text, LOOM_BUF_UNLIMITED);
     run->choice = opts->tool_choice;
     if (opts->tool_choice.function &&
@@ -387,20 +383,58 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
             goto fail;
         run->has_system = 1;
     }
-    if ((rc = add_history(run, history)) != 0)
-        goto fail;
-    if (opts->citations &&
-        ((rc = loom__citations_new(&run->cites, 0)) != 0 ||
-         (rc = loom__citations_seed(run->cites, history->items,
-                                    history->len)) != 0))
-        goto fail;
-    if (opts->context.window > 0 && (rc = context_open(run)) != 0)
-        goto fail;
     *out = run;
     return 0;
 fail:
     loom_run_free(run);
     return rc;
+}
+
+int loom__run_begin(loom_run *run, const loom_messages *history,
+                    const loom__run_carried *carried)
+{
+    int rc;
+
+    if (!history || history->len == 0)
+        return loom__error_set(LOOM_EINVALID,
+                               "run: the conversation is empty");
+    if (carried && carried->plan && !run->plan &&
+        (rc = loom__plan_set(run, carried->plan)) != 0)
+        return rc;
+    if (carried && carried->summary && !run->opts.context.summary) {
+        run->opts.context.summary = carried->summary;
+        run->opts.context.summary_covers = carried->summary_covers;
+    }
+    if ((rc = add_history(run, history)) != 0)
+        return rc;
+    if (run->opts.citations &&
+        ((rc = loom__citations_new(&run->cites, 0)) != 0 ||
+         (rc = loom__citations_seed(run->cites, history->items,
+                                    history->len)) != 0))
+        return rc;
+    if (run->opts.context.window > 0 && (rc = context_open(run)) != 0)
+        return rc;
+    return 0;
+}
+
+int loom_run_new(loom_run **out, const loom_run_options *opts,
+                 const loom_messages *history)
+{
+    loom_run *run;
+    int rc;
+
+    *out = NULL;
+    if (!history || history->len == 0)
+        return loom__error_set(LOOM_EINVALID,
+                               "run: the conversation is empty");
+    if ((rc = loom__run_create(&run, opts)) != 0)
+        return rc;
+    if ((rc = loom__run_begin(run, history, NULL)) != 0) {
+        loom_run_free(run);
+        return rc;
+    }
+    *out = run;
+    return 0;
 }
 
 int loom__run_add_message(loom_run *run, const loom_messages *one)
@@ -483,8 +517,29 @@ static int ensure_call_ids(loom_tool_call *calls, size_t n, int iteration)
     return 0;
 }
 
-static void finish_failed(loom_run *run, int rc,
-                          const loom_llm_response *resp)
+/* The first event of every run. */
+static void emit_started(loom_run *run)
+{
+    const loom_run_options *o = &run->opts;
+    pk p;
+
+    run->status = LOOM_RUN_RUNNING;
+    if (!loom__run_has_sink(run))
+        return;
+    p = pk_new();
+    pk_str_or_null(&p, "agent", o->agent);
+    pk_str_or_null(&p, "model", o->model ? o->model : o->upstream_model);
+    pk_int(&p, "max_iterations", o->max_iterations);
+    pk_int(&p, "tools", (int)run->ndefs);
+    if (run->conversation_id)
+        pk_str(&p, "conversation_id", run->conversation_id);
+    loom__run_emit(run, LOOM_EV_RUN_STARTED, pk_done(&p));
+}
+
+/* Ends the run failed (or cancelled) with run.failed; code NULL: the
+ * name of rc. */
+static void finish_failed_code(loom_run *run, int rc, const char *code,
+                               const loom_llm_response *resp)
 {
     json_t *err;
     int cancelled = rc == LOOM_ECANCELED || loom_cancel_is_set(&run->cancel);
@@ -493,8 +548,8 @@ static void finish_failed(loom_run *run, int rc,
     free(run->error);
     run->error = strdup(cancelled ? "run cancelled" : loom_error_last());
     err = json_pack("{s:s,s:s}", "code",
-                    cancelled ? "cancelled" : loom_error_name(rc), "message",
-                    run->error ? run->error : "");
+                    cancelled ? "cancelled" : code ? code : loom_error_name(rc),
+                    "message", run->error ? run->error : "");
     if (!cancelled && resp && resp->error.kind != LOOM_UPSTREAM_NONE) {
         json_object_set_new(
             err, "kind",
@@ -514,6 +569,18 @@ static void finish_failed(loom_run *run, int rc,
                    run->final_text ? run->final_text : "", "iterations",
                    run->iterations, "usage", run_usage_json(run), "model",
                    run->answered_model));
+}
+
+static void finish_failed(loom_run *run, int rc,
+                          const loom_llm_response *resp)
+{
+    finish_failed_code(run, rc, NULL, resp);
+}
+
+void loom__run_fail(loom_run *run, int rc, const char *code)
+{
+    emit_started(run);
+    finish_failed_code(run, rc, code, NULL);
 }
 
 /* Keeps what the model had said when a turn breaks off. */
@@ -821,15 +888,7 @@ int loom_run_execute(loom_run *run)
     memset(&resp, 0, sizeof(resp));
     if (!run->cache && (rc = loom_llm_cache_new(&run->cache)) != 0)
         return rc;
-    run->status = LOOM_RUN_RUNNING;
-    if (loom__run_has_sink(run)) {
-        pk p = pk_new();
-        pk_str_or_null(&p, "agent", o->agent);
-        pk_str_or_null(&p, "model", o->model ? o->model : o->upstream_model);
-        pk_int(&p, "max_iterations", o->max_iterations);
-        pk_int(&p, "tools", (int)run->ndefs);
-        loom__run_emit(run, LOOM_EV_RUN_STARTED, pk_done(&p));
-    }
+    emit_started(run);
     for (;;) {
         loom_llm_request req = LOOM_LLM_REQUEST_INIT;
         /* Think-only turns within their allowance cost no iteration. */
@@ -876,10 +935,13 @@ int loom_run_execute(loom_run *run)
                 req.tool_choice.kind = LOOM_TOOL_CHOICE_NONE;
                 req.tool_choice.function = NULL;
             }
-            req.parallel_tool_calls = o->parallel_tool_calls;
+            if (o->parallel_tool_calls != LOOM_OPT_DEFAULT)
+                req.parallel_tool_calls =
+                    o->parallel_tool_calls == LOOM_OPT_ON;
         }
         req.max_tokens = o->max_output_tokens;
-        req.temperature = o->temperature;
+        if (o->temperature_set)
+            req.temperature = o->temperature;
         req.stream = 1;
         req.cache = run->cache;
         req.thinking_budget = o->thinking_budget;
@@ -1124,6 +1186,8 @@ void loom_run_free(loom_run *run)
         return;
     loom_messages_free(&run->all);
     loom_messages_free(&run->added);
+    free(run->id);
+    free(run->conversation_id);
     free(run->defs);
     free(run->offered);
     for (size_t i = 0; i < run->npending; i++)

@@ -20,7 +20,8 @@ enum { LOOM__LOOP_TODO = 0, LOOM__LOOP_THINK, LOOM__LOOP_COUNT };
 
 struct loom_run {
     loom_run_options opts;
-    char id[40];
+    char *id;
+    char *conversation_id; /* reported in run.started; NULL: none */
     loom_cancel cancel;
     loom_run_status status;
     loom_messages all;   /* system prompt + history + this run's messages */
@@ -102,6 +103,37 @@ struct loom_run {
      * run's token counter (plus the reply's priming); 0: not counted. */
     size_t estimated_prompt;
 };
+
+/*
+ * A run built in two steps, for a caller that learns the history after
+ * the options (the session layer: a bad request fails at once, before the
+ * store is read). loom_run_new() is create + begin.
+ *
+ * loom__run_create checks and applies the options (errors as
+ * loom_run_new, but no history is needed). loom__run_begin gives the run
+ * its history (copied, not empty) and what the conversation carries from
+ * earlier runs (may be NULL; strings borrowed until the run is freed):
+ * the context summary with the messages it covers, used unless the
+ * options set one, and the plan, used unless the options set one. Once,
+ * before loom_run_execute.
+ */
+typedef struct {
+    const char *summary;
+    size_t summary_covers;
+    const json_t *plan;
+} loom__run_carried;
+
+int loom__run_create(loom_run **out, const loom_run_options *opts);
+int loom__run_begin(loom_run *run, const loom_messages *history,
+                    const loom__run_carried *carried);
+
+/*
+ * Ends a run that never executed as failed: emits run.started and a
+ * run.failed whose error has code (NULL: the name of rc) and the message
+ * of loom_error_last(). For a turn whose store work failed before the
+ * model call.
+ */
+void loom__run_fail(loom_run *run, int rc, const char *code);
 
 /*
  * Event payloads are built with the pk_ helpers below rather than

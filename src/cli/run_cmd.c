@@ -15,12 +15,9 @@
  * Ctrl-C cancels the run cleanly (the upstream request is aborted and the
  * command exits 130); a second Ctrl-C exits at once.
  */
-#include "agent/model_opts.h"
 #include "cli/cli.h"
 #include "loom/log.h"
-#include "loom/memory.h"
-#include "loom/router.h"
-#include "loom/tools.h"
+#include "loom/session.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -30,8 +27,6 @@
 #include <unistd.h>
 
 #define MAX_QUESTION (8 * 1024 * 1024)
-/* How long the exit waits for tool calls abandoned at their timeout. */
-#define ABANDONED_WAIT_MS 5000
 
 static const char run_usage[] =
     "usage: loom run [options] \"question\"\n"
@@ -63,7 +58,7 @@ static const char config_usage[] =
     "Validates a config file (syntax, keys, types, references, tool names)\n"
     "without running anything. Exit 0 when valid, 2 otherwise.\n";
 
-static loom_run *volatile current_run;
+static loom_turn *volatile current_turn;
 static volatile sig_atomic_t interrupts;
 
 static void on_sigint(int sig)
@@ -71,8 +66,8 @@ static void on_sigint(int sig)
     (void)sig;
     if (++interrupts > 1)
         _exit(CLI_INTERRUPTED);
-    if (current_run)
-        loom_run_cancel(current_run);
+    if (current_turn)
+        loom_turn_cancel(current_turn);
 }
 
 int cli_load_config(loom_config **out, const char *path)
@@ -101,33 +96,10 @@ void cli_setup_log(const loom_config *cfg, const char *level_arg,
                  fm && !strcmp(fm, "json") ? LOOM_LOG_JSON : LOOM_LOG_TEXT);
 }
 
-/* Checks the agents' tool names against the built-in registry. */
-static int check_agent_tools(const loom_config *cfg,
-                             const loom_tool_registry *reg)
-{
-    for (size_t i = 0; i < cfg->agents_len; i++) {
-        const loom_agent_config *a = &cfg->agents[i];
-        for (size_t j = 0; j < a->tools_len; j++) {
-            /* Memory tools exist where a store does (loom serve). */
-            if (!loom_tool_registry_get(reg, a->tools[j]) &&
-                !loom_memory_is_tool(a->tools[j])) {
-                char *names = loom_tool_registry_names(reg);
-                fprintf(stderr,
-                        "loom: config: %s: agents.%s.tools: unknown tool "
-                        "'%s' (available: %s)\n",
-                        cfg->path ? cfg->path : "environment", a->name,
-                        a->tools[j], names ? names : "");
-                free(names);
-                return CLI_USAGE;
-            }
-        }
-    }
-    return 0;
-}
-
 int cli_config(int argc, char **argv)
 {
-    loom_tool_registry *reg = NULL;
+    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
+    loom_session *session = NULL;
     loom_config *cfg = NULL;
     int rc;
 
@@ -147,14 +119,17 @@ int cli_config(int argc, char **argv)
         fprintf(stderr, "loom: config: %s\n", loom_error_last());
         return CLI_USAGE;
     }
-    if (loom_tools_new_from_config(&reg, cfg) != 0) {
-        fprintf(stderr, "loom: config: %s\n", loom_error_last());
+    /* A session checks what a run would: tools, agents' tool names. */
+    so.config = cfg;
+    if (loom_session_new(&session, &so) != 0) {
+        fprintf(stderr, "loom: config: %s: %s\n", argv[2], loom_error_last());
         rc = CLI_USAGE;
-    } else if ((rc = check_agent_tools(cfg, reg)) == 0) {
+    } else {
         printf("%s: ok (%zu providers, %zu models, %zu agents)\n", argv[2],
                cfg->providers_len, cfg->models_len, cfg->agents_len);
+        rc = CLI_OK;
     }
-    loom_tool_registry_free(reg);
+    loom_session_free(session);
     loom_config_free(cfg);
     return rc;
 }
@@ -268,23 +243,17 @@ int cli_run(int argc, char **argv)
 {
     run_args a;
     loom_config *cfg = NULL;
-    const loom_agent_config *agent = NULL;
-    loom_model_request_options model;
-    loom_tool_registry *reg = NULL;
-    loom_provider *provider = NULL;
-    loom_messages history = {0};
-    loom_run *run = NULL;
+    loom_session *session = NULL;
+    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
+    loom_turn_options to = LOOM_TURN_OPTIONS_INIT;
+    loom_messages input = {0};
+    loom_turn *turn = NULL;
     cli_printer printer;
     int rc, fake_pid = -1;
-    const char *model_name;
-    char *default_model = NULL;
-    const char **tool_names = NULL;
-    loom__run_context ctxs;
+    const char *agent = NULL;
     struct sigaction sa;
 
     memset(&a, 0, sizeof(a));
-    memset(&model, 0, sizeof(model));
-    memset(&ctxs, 0, sizeof(ctxs));
     if ((rc = parse_args(&a, argc, argv)) != 0) {
         free(a.question);
         return rc < 0 ? CLI_OK : rc;
@@ -292,32 +261,7 @@ int cli_run(int argc, char **argv)
     if ((rc = cli_load_config(&cfg, a.config)) != 0)
         goto done;
     cli_setup_log(cfg, a.log_level, a.log_format);
-    if (loom_tools_new_from_config(&reg, cfg) != 0) {
-        fprintf(stderr, "loom: config: %s\n", loom_error_last());
-        rc = CLI_USAGE;
-        goto done;
-    }
-    if ((rc = check_agent_tools(cfg, reg)) != 0)
-        goto done;
-    if (a.agent) {
-        agent = loom_config_agent(cfg, a.agent);
-        if (!agent) {
-            fprintf(stderr, "loom run: no agent named '%s' in the config\n",
-                    a.agent);
-            rc = CLI_USAGE;
-            goto done;
-        }
-    } else if (cfg->default_agent) {
-        agent = loom_config_agent(cfg, cfg->default_agent);
-    }
-    if (!a.model && !(agent && agent->model) &&
-        loom_config_default_model(&default_model, cfg) != 0) {
-        rc = CLI_FAILED;
-        goto done;
-    }
-    model_name = a.model                 ? a.model
-                 : agent && agent->model ? agent->model
-                                         : default_model;
+    agent = a.agent;
     if (cfg->providers_len == 0 && !a.model) {
         fprintf(stderr,
                 "loom: no model provider is configured (OPENAI_API_KEY, "
@@ -330,18 +274,27 @@ int cli_run(int argc, char **argv)
         /* No provider means no agent either (an agent needs a model). */
         agent = NULL;
         loom_config_free(cfg);
+        cfg = NULL;
         if (cli_offline_start(&cfg, &fake_pid) != 0) {
             rc = CLI_FAILED;
             goto done;
         }
-        model_name = CLI_OFFLINE_MODEL;
+        so.default_model = CLI_OFFLINE_MODEL;
     }
-    if (loom_model_provider_new(&provider, cfg, model_name, &model) != 0) {
-        fprintf(stderr, "loom run: %s\n", loom_error_last());
+    so.config = cfg;
+    if (loom_session_new(&session, &so) != 0) {
+        fprintf(stderr, "loom: config: %s: %s\n",
+                cfg->path ? cfg->path : "environment", loom_error_last());
         rc = CLI_USAGE;
         goto done;
     }
-    if (loom_messages_add(&history, LOOM_ROLE_USER, a.question) != 0) {
+    if (agent && !loom_config_agent(cfg, agent)) {
+        fprintf(stderr, "loom run: no agent named '%s' in the config\n",
+                agent);
+        rc = CLI_USAGE;
+        goto done;
+    }
+    if (loom_messages_add(&input, LOOM_ROLE_USER, a.question) != 0) {
         rc = CLI_FAILED;
         goto done;
     }
@@ -352,44 +305,14 @@ int cli_run(int argc, char **argv)
     printer.color = printer.tty && !getenv("NO_COLOR");
     printer.ended_nl = 1;
 
-    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
-    ro.provider = provider;
-    ro.tools = reg;
-    ro.tool_settings = cfg->tools;
-    ro.agent = agent ? agent->name : "default";
-    ro.system_prompt = a.system ? a.system : agent ? agent->system_prompt
-                                                   : NULL;
-    if (agent && !agent->tools_all && ro.tools) {
-        /* The agent's tools that exist here: loom run has no store, so
-         * no memory tools. */
-        if (!(tool_names = calloc(agent->tools_len + 1,
-                                  sizeof(*tool_names)))) {
-            rc = CLI_FAILED;
-            goto done;
-        }
-        for (size_t i = 0; i < agent->tools_len; i++)
-            if (loom_tool_registry_get(reg, agent->tools[i]) ||
-                !loom_memory_is_tool(agent->tools[i]))
-                tool_names[ro.tool_names_len++] = agent->tools[i];
-        ro.tool_names = tool_names;
-    }
-    ro.max_iterations = a.max_iterations ? a.max_iterations
-                        : agent ? agent->max_iterations : 0;
-    if (agent) {
-        ro.tool_choice = agent->tool_choice;
-        ro.parallel_tool_calls = agent->parallel_tool_calls;
-        ro.tool_concurrency = agent->tool_concurrency;
-    }
-    loom__run_options_use_model(&ro, &model);
-    if (loom__run_context_setup(&ctxs, &ro, cfg, NULL) != 0 ||
-        loom__run_agent_setup(&ctxs, &ro, cfg, agent, NULL) != 0) {
-        fprintf(stderr, "loom run: %s\n", loom_error_last());
-        rc = CLI_USAGE;
-        goto done;
-    }
-    ro.sink.emit = cli_printer_emit;
-    ro.sink.payload = &printer;
-    if (loom_run_new(&run, &ro, &history) != 0) {
+    to.agent = agent;
+    to.model = a.model;
+    to.input = &input;
+    to.system_prompt = a.system;
+    to.max_iterations = a.max_iterations;
+    to.sink.emit = cli_printer_emit;
+    to.sink.payload = &printer;
+    if (loom_turn_new(&turn, session, &to) != 0) {
         fprintf(stderr, "loom run: %s\n", loom_error_last());
         rc = CLI_USAGE;
         goto done;
@@ -398,41 +321,32 @@ int cli_run(int argc, char **argv)
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
-    current_run = run;
+    current_turn = turn;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    rc = loom_run_execute(run);
-    current_run = NULL;
+    rc = loom_turn_execute(turn);
+    current_turn = NULL;
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
 
     if (rc == 0) {
         rc = CLI_OK;
-    } else if (loom_run_status_get(run) == LOOM_RUN_CANCELLED) {
+    } else if (loom_turn_status(turn) == LOOM_RUN_CANCELLED) {
         if (!a.json)
             fprintf(stderr, "loom: run cancelled\n");
         rc = interrupts ? CLI_INTERRUPTED : CLI_FAILED;
     } else {
         if (!a.json)
-            fprintf(stderr, "loom: run failed: %s\n", loom_run_error(run));
+            fprintf(stderr, "loom: run failed: %s\n",
+                    loom_run_error(loom_turn_run(turn)));
         rc = CLI_FAILED;
     }
 done:
-    loom_run_free(run);
-    free(tool_names);
-    loom__run_context_free(&ctxs);
-    loom_messages_free(&history);
-    loom_provider_free(provider);
-    /* A tool call abandoned at its timeout still uses the registry: it
-     * is freed once they have ended, and left to the exit otherwise. */
-    if (loom_run_wait_abandoned_tools(ABANDONED_WAIT_MS) == 0)
-        loom_tool_registry_free(reg);
-    else
-        loom_warn("loom run: %zu abandoned tool calls still running at "
-                  "exit", loom_run_abandoned_tools());
+    loom_turn_free(turn);
+    loom_messages_free(&input);
+    loom_session_free(session);
     cli_offline_stop(fake_pid);
     loom_config_free(cfg);
-    free(default_model);
     free(a.question);
     return rc;
 }

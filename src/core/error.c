@@ -5,8 +5,11 @@
  */
 #include "core/error.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
 
 #ifndef LOOM_VERSION
 #define LOOM_VERSION "0.0.0"
@@ -68,4 +71,30 @@ const char *loom_error_name(int code)
 const char *loom_version(void)
 {
     return LOOM_VERSION;
+}
+
+int loom_id_new(char id[LOOM_ID_SIZE], const char *prefix)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char raw[12];
+    size_t got = 0, plen = strlen(prefix);
+
+    if (plen + 2 * sizeof(raw) + 1 > LOOM_ID_SIZE)
+        return loom__error_set(LOOM_EINVALID, "id prefix too long");
+    while (got < sizeof(raw)) {
+        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return loom__error_set(LOOM_EIO, "getrandom: %s", strerror(errno));
+        }
+        got += (size_t)n;
+    }
+    memcpy(id, prefix, plen);
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        id[plen + 2 * i] = hex[raw[i] >> 4];
+        id[plen + 2 * i + 1] = hex[raw[i] & 15];
+    }
+    id[plen + 2 * sizeof(raw)] = '\0';
+    return 0;
 }

@@ -6,6 +6,7 @@
 #ifndef LOOM_CORE_UTF8_H
 #define LOOM_CORE_UTF8_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 /*
@@ -21,5 +22,13 @@ static inline size_t loom__utf8_cut(const char *s, size_t len, size_t max)
         max--;
     return max;
 }
+
+/*
+ * A JSON string of len bytes of s, any invalid UTF-8 byte replaced with
+ * U+FFFD (stored text and messages from outside may hold any bytes;
+ * jansson takes only UTF-8). json null when s is NULL. NULL only when out
+ * of memory.
+ */
+json_t *loom__json_text(const char *s, size_t len);
 
 #endif

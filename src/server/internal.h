@@ -28,6 +28,7 @@
 #include "loom/llm.h"
 #include "loom/run.h"
 #include "loom/server.h"
+#include "loom/session.h"
 #include "loom/store.h"
 #include "loom/tools.h"
 
@@ -305,19 +306,9 @@ json_t *srv_run_to_json(srv_run *run, int with_events);
 
 /* ---- the event log of a run ---------------------------------------------- */
 
-/*
- * One event as every reader sees it: serialized once, immutable. json is
- * loom_event_to_json() of the event, with "conversation_id" added to
- * run.started; text is its compact JSON text.
- */
-typedef struct {
-    uint64_t seq;
-    loom_event_type type;
-    const char *type_name; /* "message.delta" */
-    json_t *json;          /* read only: never modify */
-    const char *text;
-    size_t text_len;
-} srv_event;
+/* One logged event of a run's turn (loom/session.h's loom_turn_event):
+ * serialized once, immutable; json has "conversation_id" on run.started. */
+typedef loom_turn_event srv_event;
 
 /* The seq of the last event so far (0: none); *ended (may be NULL) is 1
  * when the run ended, i.e. no event will follow. */

@@ -116,9 +116,7 @@ const loom_agent_config *srv_agent(const srv_server *s, const char *name)
 
 const char *srv_default_model(srv_server *s, const loom_agent_config *agent)
 {
-    if (agent && agent->model)
-        return agent->model;
-    return s->default_model;
+    return loom_session_default_model(s->session, agent);
 }
 
 /* ---- suspension ---------------------------------------------------------- */
@@ -301,22 +299,40 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     loom_debug("microhttpd: %s", msg);
 }
 
-/* The model used when neither the request nor an agent names one. */
-static int pick_default_model(srv_server *s)
+static void observe_store_retry(const char *op, void *payload)
 {
-    return loom_config_default_model(&s->default_model, s->cfg);
+    srv__metrics_store_retry(((srv_server *)payload)->metrics, op);
 }
 
-static int check_agent_tools(const srv_server *s)
+static void observe_store_error(const char *op, void *payload)
 {
-    for (size_t i = 0; i < s->cfg->agents_len; i++) {
-        const loom_agent_config *a = &s->cfg->agents[i];
-        for (size_t j = 0; j < a->tools_len; j++)
-            if (!loom_tool_registry_get(s->tools, a->tools[j]))
-                return loom__error_set(LOOM_EINVALID,
-                                       "agents.%s.tools: unknown tool '%s'",
-                                       a->name, a->tools[j]);
-    }
+    srv__metrics_store_error(((srv_server *)payload)->metrics, op);
+}
+
+/*
+ * The session every run is a turn of: the config, the store, the tools
+ * (the caller's, else built-ins, the config's and the memory tools: the
+ * server has the store, so its runs may remember for users), every
+ * router sharing the server's adapters and failure record.
+ */
+static int build_session(srv_server *s, const loom_server_options *opts)
+{
+    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
+    int rc;
+
+    so.config = s->cfg;
+    so.tools = opts->tools;
+    so.store = s->store;
+    so.health = s->health;
+    so.lookup = srv__provider_lookup;
+    so.lookup_payload = s;
+    so.store_retry_ms = SRV_STORE_RETRY_MS;
+    so.observer.store_retry = observe_store_retry;
+    so.observer.store_error = observe_store_error;
+    so.observer.payload = s;
+    if ((rc = loom_session_new(&s->session, &so)) != 0)
+        return rc;
+    s->tools = loom_session_tools(s->session);
     return 0;
 }
 
@@ -378,7 +394,6 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
     }
     s->cfg = opts->config;
     s->sc = &opts->config->server;
-    s->store_retry_ms = SRV_STORE_RETRY_MS;
     s->store = opts->store;
     listen = opts->listen ? opts->listen : s->sc->listen;
     if (!listen)
@@ -387,20 +402,10 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
         rc = loom__error_oom();
         goto fail;
     }
-    if (opts->tools) {
-        s->tools = opts->tools;
-    } else {
-        /* The server has the store: its runs may remember for users. */
-        if ((rc = loom_tools_new_from_config(&s->own_tools, s->cfg)) != 0 ||
-            (rc = loom_tools_add_memory(s->own_tools, s->store)) != 0)
-            goto fail;
-        s->tools = s->own_tools;
-    }
-    if ((rc = check_agent_tools(s)) != 0 ||
-        (rc = pick_default_model(s)) != 0 ||
-        (rc = srv__metrics_new(&s->metrics)) != 0 ||
+    if ((rc = srv__metrics_new(&s->metrics)) != 0 ||
         (rc = build_providers(s)) != 0 ||
         (rc = loom_router_health_new(&s->health)) != 0 ||
+        (rc = build_session(s, opts)) != 0 ||
         (rc = srv__runs_new(&s->runs)) != 0 ||
         (rc = srv__router_new(&s->router)) != 0 ||
         (rc = srv__api_runs_routes(s->router)) != 0 ||
@@ -616,17 +621,18 @@ void loom_server_free(loom_server *s)
         free(s->providers[i].name);
     }
     free(s->providers);
-    loom_router_health_free(s->health);
-    srv__metrics_free(s->metrics);
-    /* Tool calls abandoned at their timeout still use the registry (ours
-     * or the caller's): it may be freed once they have ended. Past the
-     * wait ours is left to the exit rather than freed under them. */
+    /* Tool calls abandoned at their timeout still use the registry (the
+     * session's or the caller's): it may be freed once they have ended.
+     * Past the wait the session is left to the exit rather than freed
+     * under them. */
     if (loom_run_wait_abandoned_tools(SRV_ABANDONED_WAIT_MS) == 0) {
-        loom_tool_registry_free(s->own_tools);
+        loom_session_free(s->session);
     } else {
         loom_warn("%zu abandoned tool calls still running at shutdown",
                   loom_run_abandoned_tools());
     }
+    loom_router_health_free(s->health);
+    srv__metrics_free(s->metrics);
     if (s->stop_pipe[0] >= 0)
         close(s->stop_pipe[0]);
     if (s->stop_pipe[1] >= 0)
@@ -634,7 +640,6 @@ void loom_server_free(loom_server *s)
     pthread_mutex_destroy(&s->susp_lock);
     pthread_mutex_destroy(&s->tick_lock);
     pthread_cond_destroy(&s->tick_cv);
-    free(s->default_model);
     free(s->listen);
     free(s);
 }

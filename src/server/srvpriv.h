@@ -17,6 +17,7 @@
 
 #include "server/internal.h"
 #include "loom/router.h"
+#include "loom/session.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -26,6 +27,7 @@
 
 typedef struct srv_susp {
     struct MHD_Connection *mc;
+    struct loom_server *srv; /* set by srv__run_watch, for its wakes */
     int fd;
     srv_run *run;          /* cancelled when the client goes away */
     long keepalive_ms;     /* 0: no keep-alive (deferred requests) */
@@ -77,12 +79,10 @@ int srv__runs_wait_idle(srv_server *s, long long deadline_ms);
 void srv__runs_cancel_all(srv_server *s);
 
 /*
- * Calls op(arg) until it returns anything but LOOM_EIO, or until
- * s->store_retry_ms have passed since the first call, sleeping 50 ms
- * doubling up to 1 s between calls (counted in loom_store_retries_total
- * under what). Returns op's last answer. For worker threads only.
+ * loom_session_store_retry with the server's session: retries counted in
+ * loom_store_retries_total under what. For worker threads only.
  */
-typedef int (*srv_store_op)(void *arg);
+typedef loom_store_op_fn srv_store_op;
 int srv__store_retry(srv_server *s, srv_store_op op, void *arg,
                      const char *what);
 
@@ -102,15 +102,15 @@ struct loom_server {
     const loom_config *cfg;
     const loom_server_config *sc;
     loom_store *store;
-    const loom_tool_registry *tools;
-    loom_tool_registry *own_tools;
+    const loom_tool_registry *tools; /* the session's */
+    /* Every run is a turn of this session (loom/session.h). */
+    loom_session *session;
     srv_provider_entry *providers;
     size_t nproviders;
     /* Which deployments are failing or cooling down, shared by every
      * run's router (loom/router.h). */
     loom_router_health *health;
     char *listen;
-    char *default_model; /* see srv_default_model */
     struct MHD_Daemon *d;
     int port;
     srv_router *router;
@@ -123,7 +123,6 @@ struct loom_server {
     /* Requests handled and not completed (waiting for a run, streaming,
      * sending their answer): the stop waits for them. */
     atomic_int pending;
-    long store_retry_ms;  /* SRV_STORE_RETRY_MS; tests lower it */
     /* suspended connections */
     pthread_mutex_t susp_lock;
     srv_susp *susp_head;

@@ -18,6 +18,7 @@
  * sqlite_memory.c, which borrows the pool through sqlite_internal.h.
  */
 #include "core/error.h"
+#include "core/utf8.h"
 #include "store/sqlite_internal.h"
 
 #include <errno.h>
@@ -430,7 +431,7 @@ static json_t *col_json(sqlite3_stmt *s, int i)
         return json_null();
     default: {
         const char *v = col_text(s, i);
-        return loom__store_json_text(v, (size_t)sqlite3_column_bytes(s, i));
+        return loom__json_text(v, (size_t)sqlite3_column_bytes(s, i));
     }
     }
 }
@@ -828,7 +829,7 @@ static int sqlite_conversation_list(loom_store *base, const char *after,
         if ((rc = row_info(s, &info)) != 0)
             goto cleanup;
         json_decref(next);
-        next = loom__store_json_text(info.id, strlen(info.id));
+        next = loom__json_text(info.id, strlen(info.id));
         if (!next || json_array_append_new(data, loom__store_info_json(&info)))
             rc = loom__error_oom();
         loom_conversation_info_clear(&info);

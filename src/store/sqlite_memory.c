@@ -17,6 +17,7 @@
  * statement cache private to it.
  */
 #include "core/error.h"
+#include "core/utf8.h"
 #include "loom/buf.h"
 #include "store/sqlite_internal.h"
 
@@ -110,7 +111,7 @@ static int find_on(loom_store *st, loom__sqlite_conn *c,
         src = sqlite3_step(s);
     if (src == SQLITE_ROW) {
         v = (const char *)sqlite3_column_text(s, 0);
-        /* Ids are written by loom__store_new_id, but the file is outside
+        /* Ids are written by loom_id_new, but the file is outside
          * our control: never copy past the buffer. */
         if (!v || strlen(v) >= LOOM__STORE_ID_SIZE)
             rc = loom__error_set(LOOM_EPROTO, "store: a memory id in the "
@@ -224,8 +225,8 @@ static json_t *row_json(sqlite3_stmt *s)
 
     return json_pack(
         "{s:o,s:o,s:I,s:I}", "id",
-        loom__store_json_text(id, id ? strlen(id) : 0), "content",
-        loom__store_json_text(text ? text : "",
+        loom__json_text(id, id ? strlen(id) : 0), "content",
+        loom__json_text(text ? text : "",
                               text ? (size_t)sqlite3_column_bytes(s, 1) : 0),
         "created_at", (json_int_t)sqlite3_column_int64(s, 2), "updated_at",
         (json_int_t)sqlite3_column_int64(s, 3));

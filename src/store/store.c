@@ -22,7 +22,7 @@
 
 static const char *const turn_status_names[] = {"ok", "error", "cancelled"};
 
-const char *loom_turn_status_name(loom_turn_status s)
+const char *loom_turn_status_name(loom_turn_record_status s)
 {
     return (unsigned)s < 3 ? turn_status_names[s] : "error";
 }
@@ -40,32 +40,6 @@ void loom_conversation_info_clear(loom_conversation_info *c)
 
 /* ---- helpers for backends ------------------------------------------ */
 
-int loom__store_new_id(char id[LOOM__STORE_ID_SIZE], const char *prefix)
-{
-    static const char hex[] = "0123456789abcdef";
-    unsigned char raw[12];
-    size_t got = 0, plen = strlen(prefix);
-
-    if (plen + 2 * sizeof(raw) + 1 > LOOM__STORE_ID_SIZE)
-        return loom__error_set(LOOM_EINVALID, "id prefix too long");
-    while (got < sizeof(raw)) {
-        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return loom__error_set(LOOM_EIO, "getrandom: %s", strerror(errno));
-        }
-        got += (size_t)n;
-    }
-    memcpy(id, prefix, plen);
-    for (size_t i = 0; i < sizeof(raw); i++) {
-        id[plen + 2 * i] = hex[raw[i] >> 4];
-        id[plen + 2 * i + 1] = hex[raw[i] & 15];
-    }
-    id[plen + 2 * sizeof(raw)] = '\0';
-    return 0;
-}
-
 int64_t loom__store_now_ms(void)
 {
     struct timespec ts;
@@ -74,79 +48,9 @@ int64_t loom__store_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/*
- * Length of the valid UTF-8 sequence at p (at most left bytes), or 0 when
- * the bytes there are not one. Rejects what jansson rejects: overlong
- * forms, surrogates and code points past U+10FFFF.
- */
-static size_t utf8_seq(const unsigned char *p, size_t left)
-{
-    unsigned c = p[0];
-    unsigned lo = 0x80, hi = 0xBF;
-    size_t n;
-
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2;
-    else if (c >= 0xE0 && c <= 0xEF)
-        n = 3;
-    else if (c >= 0xF0 && c <= 0xF4)
-        n = 4;
-    else
-        return 0;
-    if (c == 0xE0)
-        lo = 0xA0;
-    else if (c == 0xED)
-        hi = 0x9F;
-    else if (c == 0xF0)
-        lo = 0x90;
-    else if (c == 0xF4)
-        hi = 0x8F;
-    if (n > left || p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t k = 2; k < n; k++)
-        if ((p[k] & 0xC0) != 0x80)
-            return 0;
-    return n;
-}
-
-/* Written by hand: jansson has no lossy mode for invalid UTF-8. */
-json_t *loom__store_json_text(const char *s, size_t len)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    unsigned char *fixed, *w;
-    json_t *j;
-    size_t i = 0;
-
-    if (!s)
-        return json_null();
-    if ((j = json_stringn(s, len)) != NULL)
-        return j;
-    if (len > ((size_t)-1 - 1) / 3 || !(fixed = malloc(len * 3 + 1)))
-        return NULL;
-    w = fixed;
-    while (i < len) {
-        size_t n = utf8_seq(p + i, len - i);
-        if (n == 0) {
-            *w++ = 0xEF;
-            *w++ = 0xBF;
-            *w++ = 0xBD;
-            i++;
-            continue;
-        }
-        memcpy(w, p + i, n);
-        w += n;
-        i += n;
-    }
-    j = json_stringn((const char *)fixed, (size_t)(w - fixed));
-    free(fixed);
-    return j;
-}
-
 static json_t *opt_string(const char *s)
 {
-    return loom__store_json_text(s, s ? strlen(s) : 0);
+    return loom__json_text(s, s ? strlen(s) : 0);
 }
 
 json_t *loom__store_info_json(const loom_conversation_info *c)
@@ -223,7 +127,7 @@ int loom_store_conversation_create(loom_store *st, char **id_out)
     *id_out = NULL;
     if (!st)
         return loom__error_set(LOOM_EINVALID, "store: NULL store");
-    if ((rc = loom__store_new_id(id, "conv_")) != 0 ||
+    if ((rc = loom_id_new(id, "conv_")) != 0 ||
         (rc = st->vt->conversation_create(st, id, loom__store_now_ms())) != 0)
         return rc;
     if (!(*id_out = strdup(id)))
@@ -231,7 +135,7 @@ int loom_store_conversation_create(loom_store *st, char **id_out)
     return 0;
 }
 
-int loom__store_conversation_create_id(loom_store *st, const char *id)
+int loom_store_conversation_create_id(loom_store *st, const char *id)
 {
     int rc = check_id(st, id);
 
@@ -704,7 +608,7 @@ static int plan_turn(const loom_turn_record *t, loom__store_plan *p)
             m->msg = &placeholder_msg;
             m->placeholder = 1;
         }
-        if ((rc = loom__store_new_id(m->id, "msg_")) != 0)
+        if ((rc = loom_id_new(m->id, "msg_")) != 0)
             return rc;
         m->status = "ok";
         m->cost = -1;
@@ -891,7 +795,7 @@ int loom_store_memory_add(loom_store *st, const char *user_id,
     m.norm = norm;
     m.now = loom__store_now_ms();
     m.max_per_user = LOOM_STORE_MEMORY_MAX_PER_USER;
-    if ((rc = loom__store_new_id(m.id, "mem_")) != 0 ||
+    if ((rc = loom_id_new(m.id, "mem_")) != 0 ||
         (rc = st->vt->memory_add(st, &m, id, &dup)) != 0)
         goto cleanup;
     if (!(*id_out = strdup(id))) {

@@ -22,7 +22,7 @@
 #define LOOM__STORE_TITLE_MAX 80
 
 /* "conv_" or "msg_" + 24 hex digits + NUL fits. */
-#define LOOM__STORE_ID_SIZE 32
+#define LOOM__STORE_ID_SIZE LOOM_ID_SIZE
 
 /* A memory to add, as the front has checked and prepared it. */
 typedef struct {
@@ -139,29 +139,8 @@ int loom__store_sqlite_open(loom_store **out, const char *path);
 
 /* ---- helpers the front gives every backend ---------------------------- */
 
-/* Fills id with prefix + 24 random hex digits. LOOM_EIO when the kernel
- * gives no randomness. */
-int loom__store_new_id(char id[LOOM__STORE_ID_SIZE], const char *prefix);
-
 /* Wall clock in Unix milliseconds. */
 int64_t loom__store_now_ms(void);
-
-/*
- * Creates an empty conversation whose id the caller chose (with
- * loom__store_new_id(id, "conv_")), so that a caller can announce the id
- * before the write happens (the server sends it in a header, then
- * creates the conversation on a run's worker thread). An id of at most
- * 128 bytes. LOOM_EIO when the write fails (the store was busy beyond its
- * busy timeout, the disk is full); LOOM_ERROR when the id is taken.
- */
-int loom__store_conversation_create_id(loom_store *st, const char *id);
-
-/*
- * A JSON string of len bytes of s, any invalid UTF-8 byte replaced with
- * U+FFFD (stored text may hold any bytes; jansson takes only UTF-8).
- * json null when s is NULL. NULL only when out of memory.
- */
-json_t *loom__store_json_text(const char *s, size_t len);
 
 /*
  * The dedup key of a memory's text (loom_store_memory_add): ASCII blanks

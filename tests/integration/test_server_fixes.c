@@ -315,7 +315,7 @@ static void test_store_failure_reported(void **state)
 
     (void)state;
     sh_start(&h, LOOP(HELLO), NULL, NULL);
-    h.srv->store_retry_ms = 200;
+    loom_session_set_store_retry_ms(h.srv->session, 200);
     /* A conversation stored while the store still writes. */
     run = sh_json(&h, "POST", "/v1/runs", "{\"input\":\"first\"}", 200);
     assert_true(json_is_true(json_object_get(run, "stored")));
@@ -433,7 +433,7 @@ static void test_store_retry(void **state)
     (void)state;
     sh_start(&h, LOOP(HELLO), NULL, NULL);
     /* Busy twice, then it works. */
-    h.srv->store_retry_ms = 30000;
+    loom_session_set_store_retry_ms(h.srv->session, 30000);
     o = (retry_op){0, 2, LOOM_EIO};
     assert_int_equal(srv__store_retry(h.srv, flaky, &o, "test_op"), 0);
     assert_int_equal(o.calls, 3);
@@ -444,7 +444,7 @@ static void test_store_retry(void **state)
                      LOOM_ENOTFOUND);
     assert_int_equal(o.calls, 1);
     /* Past the limit it gives up with the last error. */
-    h.srv->store_retry_ms = 300;
+    loom_session_set_store_retry_ms(h.srv->session, 300);
     o = (retry_op){0, -1, LOOM_EIO};
     t0 = test_now_ms();
     assert_int_equal(srv__store_retry(h.srv, flaky, &o, "test_op"),

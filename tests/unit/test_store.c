@@ -311,7 +311,7 @@ static void test_names(void **state)
     assert_string_equal(loom_turn_status_name(LOOM_TURN_ERROR), "error");
     assert_string_equal(loom_turn_status_name(LOOM_TURN_CANCELLED),
                         "cancelled");
-    assert_string_equal(loom_turn_status_name((loom_turn_status)42),
+    assert_string_equal(loom_turn_status_name((loom_turn_record_status)42),
                         "error");
     loom_conversation_info_clear(NULL);
 }

@@ -1,0 +1,340 @@
+/*
+ * loom/session.h: the one way to start a turn.
+ *
+ * A session turns a config (or an embedder's own provider, tools and
+ * store) into turns. A turn is one run of an agent over a conversation:
+ * it resolves the agent and its model, maps the agent's config to run
+ * options, loads the conversation's history, context summary and plan
+ * from the store, runs the loop with a recorder in front of the caller's
+ * sink, stores the turn (retrying a busy store) and only then emits the
+ * final event, so whoever sees run.completed can read the conversation
+ * back. `loom run`, `loom serve` and embedders all start turns here.
+ *
+ * Ownership. A session is immutable once made and may be shared by any
+ * number of threads; each turn holds a reference on it, so
+ * loom_session_free() may be called while turns still run (the last one
+ * out frees it). Everything the session options borrow (config, tools,
+ * store, provider, health record) must outlive the session.
+ *
+ * Threads. loom_turn_execute() runs the whole turn on the calling thread;
+ * loom_turn_start() runs it on a thread of its own. loom_turn_cancel()
+ * may be called from any thread or a signal handler. The sink is called
+ * from the thread that executes the turn, one event at a time; wake
+ * callbacks (loom_turn_watch) are called from it too, with no lock of the
+ * caller's held.
+ */
+#ifndef LOOM_SESSION_H
+#define LOOM_SESSION_H
+
+#include "common.h"
+#include "config.h"
+#include "llm.h"
+#include "router.h"
+#include "run.h"
+#include "store.h"
+#include "tools.h"
+#include <jansson.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_session loom_session;
+typedef struct loom_turn loom_turn;
+
+/* How long a store call answering LOOM_EIO (busy, locked, disk full) is
+ * retried by default, with a backoff of 50 ms doubling up to 1 s. */
+#define LOOM_SESSION_STORE_RETRY_MS 10000
+
+/*
+ * Told of the store's trouble (for metrics): op is "create_conversation",
+ * "load_history" or "save_turn". retry: a call failed with LOOM_EIO and is
+ * tried again; error: it failed for good.
+ */
+typedef struct {
+    void (*store_retry)(const char *op, void *payload);
+    void (*store_error)(const char *op, void *payload);
+    void *payload;
+} loom_session_observer;
+
+typedef struct {
+    unsigned version;
+    /*
+     * The config: providers, models, agents, tool settings. NULL: an
+     * empty one (an embedder that gives its own provider).
+     */
+    const loom_config *config;
+    /*
+     * Tools every turn may offer (each agent picks its own). NULL: the
+     * session builds loom's built-ins plus the config's http_tools, and
+     * the memory tools when there is a store.
+     */
+    const loom_tool_registry *tools;
+    /* Where turns are loaded from and stored. NULL: nothing is loaded or
+     * stored (history must be given with each turn). */
+    loom_store *store;
+    /*
+     * Routing (loom/router.h): a failure record shared by every turn's
+     * router (NULL: each router keeps its own) and the adapters to use
+     * (NULL lookup: each router builds its own).
+     */
+    loom_router_health *health;
+    loom_provider_lookup_fn lookup;
+    void *lookup_payload;
+    /*
+     * An embedder's own provider: when set, every turn talks to it, with
+     * model as the id sent upstream and reported in events (the config's
+     * models are not consulted). NULL: models come from the config.
+     */
+    loom_provider *provider;
+    const char *model;
+    /* The model of turns that name none and whose agent names none. NULL:
+     * $LOOM_MODEL, else the config's first model, else a well-known
+     * model of its first provider (loom_config_default_model). */
+    const char *default_model;
+    /* How long a busy store is retried: 0, LOOM_SESSION_STORE_RETRY_MS;
+     * negative: not at all. */
+    long store_retry_ms;
+    loom_session_observer observer;
+} loom_session_options;
+
+#define LOOM_SESSION_OPTIONS_VERSION 1
+#define LOOM_SESSION_OPTIONS_INIT {.version = LOOM_SESSION_OPTIONS_VERSION}
+
+/*
+ * Makes a session. Errors: LOOM_EINVALID for a bad version or options
+ * (with neither a provider nor a config), errors of building the tools
+ * (loom_tools_new_from_config), LOOM_ENOMEM.
+ */
+int loom_session_new(loom_session **out, const loom_session_options *opts);
+
+/* Drops the caller's reference; NULL is a no-op. Turns still running keep
+ * the session alive until they end. */
+void loom_session_free(loom_session *s);
+
+/* Borrowed from the session. */
+const loom_config *loom_session_config(const loom_session *s);
+const loom_tool_registry *loom_session_tools(const loom_session *s);
+loom_store *loom_session_store(const loom_session *s);
+
+/*
+ * The model a turn of agent (NULL: none) runs when it names none: the
+ * agent's model, else the session's default. NULL when there is none (no
+ * provider at all). Borrowed from the session or the config.
+ */
+const char *loom_session_default_model(const loom_session *s,
+                                       const loom_agent_config *agent);
+
+/*
+ * Calls op(arg) until it answers anything but LOOM_EIO, or until the
+ * session's store retry time has passed since the first call, sleeping 50
+ * ms doubling up to 1 s between calls (each retry told to the observer
+ * under `what`). Returns op's last answer. Blocks: not for a thread that
+ * serves others.
+ */
+typedef int (*loom_store_op_fn)(void *arg);
+int loom_session_store_retry(loom_session *s, loom_store_op_fn op, void *arg,
+                             const char *what);
+
+/* Changes the store retry time of turns that store from now on (tests,
+ * operators' reloads); any thread. */
+void loom_session_set_store_retry_ms(loom_session *s, long ms);
+
+/* ---- turns --------------------------------------------------------------- */
+
+/* Bytes of one turn's event log by default (loom_turn_options.log). */
+#define LOOM_TURN_LOG_DEFAULT_BYTES (64L * 1024 * 1024)
+
+/* A watcher's callback: the turn has a new event, or ended. */
+typedef void (*loom_turn_wake_fn)(void *payload);
+
+typedef struct {
+    unsigned version;
+    /*
+     * Ids. run_id: NULL makes one ("run_" + 24 hex digits); at most
+     * LOOM_ID_MAX bytes. conversation_id: continue this conversation,
+     * which must exist in the store; NULL: a new conversation when the
+     * session has a store, none otherwise.
+     */
+    const char *run_id;
+    const char *conversation_id;
+    /* The agent by name; NULL: the config's default_agent, or none. */
+    const char *agent;
+    /* "provider/model"; NULL: the agent's, else the session's default. */
+    const char *model;
+    /* This turn's new messages, ending with the user's; not empty. */
+    const loom_messages *input;
+    /*
+     * The conversation before input. NULL: loaded from the store when the
+     * turn continues a conversation (with its context summary and plan);
+     * non-NULL: used as is (clients that resend the whole history).
+     */
+    const loom_messages *history;
+    /* The user the turn is for (memory tools need one); NULL: anonymous.
+     * user_keys: that user's own keys (name -> key) for tools. */
+    const char *user_id;
+    const json_t *user_keys;
+    /*
+     * Per-turn overrides; zero keeps the agent's. tool_names with
+     * tool_names_set: the server tools offered (an empty list: none).
+     */
+    const char *system_prompt;
+    const char *const *tool_names;
+    size_t tool_names_len;
+    int tool_names_set;
+    loom_tool_choice tool_choice; /* when tool_choice_set */
+    int tool_choice_set;
+    loom_opt_bool parallel_tool_calls;
+    long max_output_tokens;
+    double temperature; /* when temperature_set */
+    int temperature_set;
+    int max_iterations;
+    /* Tools the client runs (see loom_run_options); copied. */
+    const loom_tool_def *client_tools;
+    size_t client_tools_len;
+    /*
+     * Where events go, after the recorder and the log: every event, the
+     * final one only once the turn is stored. A non-zero return cancels
+     * the turn. emit may be NULL.
+     */
+    loom_sink sink;
+    /*
+     * The event log (loom_turn_next_event): every event kept serialized
+     * for any number of readers. log: keep one. log_max_bytes: its limit
+     * (0: LOOM_TURN_LOG_DEFAULT_BYTES); past it the turn is cancelled and
+     * only its final event is still logged.
+     */
+    int log;
+    long log_max_bytes;
+    /*
+     * Called on the executing thread once the turn is stored and its
+     * final event made, just before the turn is marked ended (a server
+     * frees the turn's slot there, so a client that sees the end may
+     * start the next turn at once). May be NULL.
+     */
+    void (*ending)(loom_turn *t, void *payload);
+    void *ending_payload;
+} loom_turn_options;
+
+#define LOOM_TURN_OPTIONS_VERSION 1
+#define LOOM_TURN_OPTIONS_INIT {.version = LOOM_TURN_OPTIONS_VERSION}
+
+/*
+ * Prepares a turn: resolves the agent, model and tools, checks the
+ * options (a bad request fails here, before anything is written), checks
+ * that a continued conversation exists (a store read), and fixes the ids.
+ * Nothing is written and no model is called. Errors: LOOM_EINVALID (bad
+ * options: no input, an unknown tool_choice, a bad id), LOOM_ENOTFOUND
+ * (unknown agent, model or conversation), LOOM_EIO from the store,
+ * LOOM_ENOMEM. The turn holds a reference on s.
+ */
+int loom_turn_new(loom_turn **out, loom_session *s,
+                  const loom_turn_options *opts);
+
+/*
+ * Runs a prepared turn to its end on the calling thread: creates the new
+ * conversation or loads the continued one (retrying a busy store; a
+ * failure there ends the turn failed with code "store_failed" before any
+ * model call), runs the loop, stores the turn (also a failed or cancelled
+ * one) and emits the final event. Returns 0 when the turn completed and
+ * was stored, LOOM_ECANCELED when cancelled, else the error that failed it
+ * (the run's, or the store's). Once only.
+ */
+int loom_turn_execute(loom_turn *t);
+
+/*
+ * loom_turn_new, then loom_turn_execute on a detached thread of its own,
+ * which holds its own reference. *out is the caller's reference.
+ */
+int loom_turn_start(loom_turn **out, loom_session *s,
+                    const loom_turn_options *opts);
+
+/*
+ * Asks the turn to stop; safe from any thread and from signal handlers.
+ * Returns 1 when the cancel may still take effect (the loop had not
+ * ended), 0 when it comes too late (the turn is storing or ended).
+ */
+int loom_turn_cancel(loom_turn *t);
+
+void loom_turn_ref(loom_turn *t);
+/* Drops a reference; NULL is a no-op. The last one frees the turn. */
+void loom_turn_free(loom_turn *t);
+
+/* Constant for the turn's life. conversation_id is NULL without one. */
+const char *loom_turn_id(const loom_turn *t);
+const char *loom_turn_conversation_id(const loom_turn *t);
+const char *loom_turn_model(const loom_turn *t); /* "provider/model" */
+const char *loom_turn_agent(const loom_turn *t); /* NULL: no agent */
+
+/* 1 once the turn has ended: stored (or failed to be) and final event
+ * logged. */
+int loom_turn_ended(const loom_turn *t);
+
+/*
+ * The outcome (status, stored, errors, run) is readable from the `ending`
+ * callback on, and by anyone once loom_turn_ended() is 1.
+ *
+ * RUNNING until then, then the turn's final status: the run's, except
+ * that a turn whose store work failed is FAILED even when its loop
+ * completed.
+ */
+loom_run_status loom_turn_status(const loom_turn *t);
+
+/* Whether the turn is in the store, and why not (NULL when
+ * it is, or with no store); the error code of a turn failed by loom
+ * itself ("store_failed"), else NULL. Borrowed from the turn. */
+int loom_turn_stored(const loom_turn *t);
+const char *loom_turn_store_error(const loom_turn *t);
+const char *loom_turn_error_code(const loom_turn *t);
+
+/* The run, for its text, usage, finish reason and messages, once the
+ * outcome is final (see above); NULL before. Borrowed from the turn. */
+const loom_run *loom_turn_run(const loom_turn *t);
+
+/* ---- the event log --------------------------------------------------------- */
+
+/*
+ * One logged event, serialized once and immutable: json is
+ * loom_event_to_json() of the event (run.started carries the
+ * conversation_id); text is its compact JSON.
+ */
+typedef struct {
+    uint64_t seq;
+    loom_event_type type;
+    const char *type_name; /* "message.delta" */
+    json_t *json;          /* read only */
+    const char *text;
+    size_t text_len;
+} loom_turn_event;
+
+/* The seq of the last logged event (0: none); *ended (may be NULL) is 1
+ * when no event will follow. */
+uint64_t loom_turn_last_seq(loom_turn *t, int *ended);
+
+/* The first logged event with a seq above after_seq, or NULL when there
+ * is none yet. Borrowed: valid while the caller holds a reference. Seqs
+ * have no gaps unless the log passed its limit. */
+const loom_turn_event *loom_turn_next_event(loom_turn *t, uint64_t after_seq);
+
+/* The logged event with this seq; NULL for 0 or one not logged yet. */
+const loom_turn_event *loom_turn_event_at(loom_turn *t, uint64_t seq);
+
+/*
+ * Waits up to timeout_ms (< 0: forever) until an event after after_seq is
+ * logged or the turn ended. 1 when so, 0 at the timeout.
+ */
+int loom_turn_wait(loom_turn *t, uint64_t after_seq, long timeout_ms);
+
+/*
+ * wake(payload) is called after every new logged event and at the end,
+ * until loom_turn_unwatch with the same pair. 0, or LOOM_ENOMEM (the
+ * watcher is then not added).
+ */
+int loom_turn_watch(loom_turn *t, loom_turn_wake_fn wake, void *payload);
+void loom_turn_unwatch(loom_turn *t, loom_turn_wake_fn wake, void *payload);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

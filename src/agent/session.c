@@ -1,0 +1,1207 @@
+/*
+ * The session layer (loom/session.h): the one path from a config to a
+ * stored turn, under `loom run`, `loom serve` and every embedder.
+ *
+ * A turn is prepared in loom_turn_new without I/O beyond one store read:
+ * the agent and model are resolved, the agent's config is mapped to run
+ * options (turn_run_options: the only place that mapping exists), and the
+ * run is created from those options, so a bad request fails before
+ * anything is written. loom_turn_execute then does the store work the
+ * model call needs (create the conversation, or load its history,
+ * summary and plan), gives the run its history, runs it, stores the turn
+ * and logs the final event. A busy store is retried with a backoff for
+ * store_retry_ms.
+ *
+ * Events flow run -> recorder -> the turn's sink (log, hold the final
+ * event) -> the caller's sink. The final event (run.completed or
+ * run.failed) is held until the store has answered: a turn that could
+ * not be stored ends with a run.failed whose code is "store_failed"
+ * instead of run.completed.
+ *
+ * The log keeps every event serialized once, in order, so any number of
+ * readers can replay it from any seq and follow it live (a wake callback
+ * per watcher). It is bounded by log_max_bytes: past it the turn is
+ * cancelled and only its final event is still logged.
+ */
+#include "agent/model_opts.h"
+#include "agent/run_internal.h"
+#include "core/error.h"
+#include "core/utf8.h"
+#include "loom/log.h"
+#include "loom/memory.h"
+#include "loom/recorder.h"
+#include "loom/session.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Backoff between attempts of a store call that failed with LOOM_EIO. */
+#define STORE_BACKOFF_MIN_MS 50
+#define STORE_BACKOFF_MAX_MS 1000
+
+/* What the executing thread is doing; loom_turn_cancel reads it. */
+enum { PH_PREPARED = 0, PH_PREPARING, PH_EXECUTING, PH_STORING, PH_ENDED };
+
+struct loom_session {
+    atomic_int refs;
+    loom_session_options o;
+    const loom_config *cfg;
+    loom_config *own_cfg;
+    const loom_tool_registry *tools;
+    loom_tool_registry *own_tools;
+    char *default_model;
+    atomic_long store_retry_ms;
+};
+
+typedef struct {
+    loom_turn_wake_fn wake;
+    void *payload;
+} watcher;
+
+struct loom_turn {
+    atomic_int refs;
+    loom_session *s;
+    char *id;
+    char *conversation_id;
+    char *model;
+    char *upstream;
+    char *agent;
+    const loom_agent_config *agent_cfg;
+    /* what the run options borrow */
+    char *system_prompt;
+    char *user_id;
+    json_t *user_keys;
+    char **tool_names;
+    size_t ntool_names;
+    char *choice_fn;
+    loom_tool_def *client_defs;
+    size_t nclient;
+    json_t *client_json; /* names, descriptions and parameters kept */
+    loom_provider *router;
+    loom_model_request_options mreq;
+    loom__run_context ctxs;
+    loom_run_options ro;
+    /* the turn's messages and what the conversation carries */
+    loom_messages input;
+    loom_messages *given_history; /* NULL: load from the store */
+    char *stored_summary;
+    size_t stored_covers;
+    json_t *stored_plan;
+    int create_conversation;
+    int load_history;
+    loom_run *lr;
+    loom_recorder *rec;
+    loom_sink sink;   /* the caller's */
+    void (*ending)(loom_turn *t, void *payload);
+    void *ending_payload;
+    atomic_int phase;
+    /* the outcome, written by the executing thread before ended */
+    int stored;
+    int failed_here;
+    const char *fail_code;
+    char *store_error;
+    /* the held final event */
+    loom_event_type term_type;
+    uint64_t term_seq;
+    uint32_t term_index;
+    json_t *term_data;
+    /* the log, guarded by lock */
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    int log;
+    size_t log_max;
+    loom_turn_event **events;
+    size_t nevents, capevents;
+    size_t bytes;
+    int overflow;
+    int done;  /* the outcome is final (set before `ending` is called) */
+    int ended; /* ended: set after `ending` */
+    watcher *watchers;
+    size_t nwatch, capwatch;
+};
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char *dup_or_null(const char *s, int *oom)
+{
+    char *d = s ? strdup(s) : NULL;
+
+    if (s && !d)
+        *oom = 1;
+    return d;
+}
+
+/* ---- the session --------------------------------------------------------- */
+
+/* The agents' tools must exist; memory tools only where a store is. */
+static int check_agent_tools(const loom_session *s)
+{
+    const loom_config *c = s->cfg;
+
+    for (size_t i = 0; i < c->agents_len; i++) {
+        const loom_agent_config *a = &c->agents[i];
+        for (size_t j = 0; j < a->tools_len; j++) {
+            char *names;
+            if (loom_tool_registry_get(s->tools, a->tools[j]) ||
+                (!s->o.store && loom_memory_is_tool(a->tools[j])))
+                continue;
+            names = loom_tool_registry_names(s->tools);
+            loom__error_set(LOOM_EINVALID,
+                            "agents.%s.tools: unknown tool '%s' "
+                            "(available: %s)",
+                            a->name, a->tools[j], names ? names : "");
+            free(names);
+            return LOOM_EINVALID;
+        }
+    }
+    return 0;
+}
+
+int loom_session_new(loom_session **out, const loom_session_options *opts)
+{
+    loom_session *s;
+    int rc;
+
+    *out = NULL;
+    if (!opts || (opts->version != LOOM_SESSION_OPTIONS_VERSION &&
+                  opts->version != 0))
+        return loom__error_set(LOOM_EINVALID, "session options: bad version");
+    if (opts->provider && !opts->model)
+        return loom__error_set(LOOM_EINVALID,
+                               "session options: a provider needs a model");
+    if (!(s = calloc(1, sizeof(*s))))
+        return loom__error_oom();
+    atomic_init(&s->refs, 1);
+    s->o = *opts;
+    atomic_init(&s->store_retry_ms,
+                opts->store_retry_ms ? opts->store_retry_ms
+                                     : LOOM_SESSION_STORE_RETRY_MS);
+    if (opts->config) {
+        s->cfg = opts->config;
+    } else {
+        if ((rc = loom_config_load_string(&s->own_cfg, "{}", "session")) != 0)
+            goto fail;
+        s->cfg = s->own_cfg;
+    }
+    if (opts->tools) {
+        s->tools = opts->tools;
+    } else {
+        if ((rc = loom_tools_new_from_config(&s->own_tools, s->cfg)) != 0 ||
+            (opts->store &&
+             (rc = loom_tools_add_memory(s->own_tools, opts->store)) != 0))
+            goto fail;
+        s->tools = s->own_tools;
+    }
+    if ((rc = check_agent_tools(s)) != 0)
+        goto fail;
+    if (opts->default_model) {
+        if (!(s->default_model = strdup(opts->default_model))) {
+            rc = loom__error_oom();
+            goto fail;
+        }
+    } else if (!opts->provider &&
+               (rc = loom_config_default_model(&s->default_model, s->cfg)) !=
+                   0) {
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    loom_session_free(s);
+    return rc;
+}
+
+static void session_ref(loom_session *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+}
+
+void loom_session_free(loom_session *s)
+{
+    if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    loom_tool_registry_free(s->own_tools);
+    loom_config_free(s->own_cfg);
+    free(s->default_model);
+    free(s);
+}
+
+const loom_config *loom_session_config(const loom_session *s)
+{
+    return s->cfg;
+}
+
+const loom_tool_registry *loom_session_tools(const loom_session *s)
+{
+    return s->tools;
+}
+
+loom_store *loom_session_store(const loom_session *s)
+{
+    return s->o.store;
+}
+
+const char *loom_session_default_model(const loom_session *s,
+                                       const loom_agent_config *agent)
+{
+    if (s->o.provider)
+        return s->o.model;
+    if (agent && agent->model)
+        return agent->model;
+    return s->default_model;
+}
+
+void loom_session_set_store_retry_ms(loom_session *s, long ms)
+{
+    atomic_store(&s->store_retry_ms, ms);
+}
+
+int loom_session_store_retry(loom_session *s, loom_store_op_fn op, void *arg,
+                             const char *what)
+{
+    long long deadline = mono_ms() + atomic_load(&s->store_retry_ms);
+    long wait = STORE_BACKOFF_MIN_MS;
+    int rc;
+
+    for (;;) {
+        long long left;
+        struct timespec ts;
+        if ((rc = op(arg)) != LOOM_EIO)
+            return rc;
+        left = deadline - mono_ms();
+        if (left <= 0)
+            return rc;
+        if (wait > left)
+            wait = (long)left;
+        if (s->o.observer.store_retry)
+            s->o.observer.store_retry(what, s->o.observer.payload);
+        loom_warn("store: %s failed (%s); retrying in %ld ms", what,
+                  loom_error_last(), wait);
+        ts.tv_sec = wait / 1000;
+        ts.tv_nsec = (wait % 1000) * 1000000L;
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+        wait = wait * 2 > STORE_BACKOFF_MAX_MS ? STORE_BACKOFF_MAX_MS
+                                               : wait * 2;
+    }
+}
+
+/* ---- refcounting --------------------------------------------------------- */
+
+void loom_turn_ref(loom_turn *t)
+{
+    atomic_fetch_add(&t->refs, 1);
+}
+
+static void event_free(loom_turn_event *e)
+{
+    if (!e)
+        return;
+    json_decref(e->json);
+    free((char *)e->text);
+    free(e);
+}
+
+static void turn_free(loom_turn *t)
+{
+    for (size_t i = 0; i < t->nevents; i++)
+        event_free(t->events[i]);
+    free(t->events);
+    free(t->watchers);
+    json_decref(t->term_data);
+    free(t->store_error);
+    loom_recorder_free(t->rec);
+    loom_run_free(t->lr);
+    free(t->stored_summary);
+    json_decref(t->stored_plan);
+    loom__run_context_free(&t->ctxs);
+    loom_provider_free(t->router);
+    loom_messages_free(&t->input);
+    if (t->given_history) {
+        loom_messages_free(t->given_history);
+        free(t->given_history);
+    }
+    for (size_t i = 0; i < t->ntool_names; i++)
+        free(t->tool_names[i]);
+    free(t->tool_names);
+    free(t->choice_fn);
+    free(t->client_defs);
+    json_decref(t->client_json);
+    json_decref(t->user_keys);
+    free(t->system_prompt);
+    free(t->user_id);
+    free(t->upstream);
+    free(t->model);
+    free(t->agent);
+    free(t->conversation_id);
+    free(t->id);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->cv);
+    loom_session_free(t->s);
+    free(t);
+}
+
+void loom_turn_free(loom_turn *t)
+{
+    if (t && atomic_fetch_sub(&t->refs, 1) == 1)
+        turn_free(t);
+}
+
+/* ---- accessors ----------------------------------------------------------- */
+
+const char *loom_turn_id(const loom_turn *t)
+{
+    return t->id;
+}
+
+const char *loom_turn_conversation_id(const loom_turn *t)
+{
+    return t->conversation_id;
+}
+
+const char *loom_turn_model(const loom_turn *t)
+{
+    return t->model;
+}
+
+const char *loom_turn_agent(const loom_turn *t)
+{
+    return t->agent;
+}
+
+int loom_turn_ended(const loom_turn *t)
+{
+    loom_turn *m = (loom_turn *)t;
+    int e;
+
+    pthread_mutex_lock(&m->lock);
+    e = m->ended;
+    pthread_mutex_unlock(&m->lock);
+    return e;
+}
+
+/* The outcome is final: from the `ending` callback on. */
+static int turn_done(const loom_turn *t)
+{
+    loom_turn *m = (loom_turn *)t;
+    int d;
+
+    pthread_mutex_lock(&m->lock);
+    d = m->done;
+    pthread_mutex_unlock(&m->lock);
+    return d;
+}
+
+loom_run_status loom_turn_status(const loom_turn *t)
+{
+    if (!turn_done(t))
+        return LOOM_RUN_RUNNING;
+    return t->failed_here ? LOOM_RUN_FAILED : loom_run_status_get(t->lr);
+}
+
+int loom_turn_stored(const loom_turn *t)
+{
+    return turn_done(t) && t->stored;
+}
+
+const char *loom_turn_store_error(const loom_turn *t)
+{
+    return turn_done(t) ? t->store_error : NULL;
+}
+
+const char *loom_turn_error_code(const loom_turn *t)
+{
+    return turn_done(t) && t->failed_here ? t->fail_code : NULL;
+}
+
+const loom_run *loom_turn_run(const loom_turn *t)
+{
+    return turn_done(t) ? t->lr : NULL;
+}
+
+/* Lock-free, so a signal handler or a server's ticker may call it: the
+ * run exists from loom_turn_new on, and its cancel is a flag. */
+int loom_turn_cancel(loom_turn *t)
+{
+    if (!t)
+        return 0;
+    loom_run_cancel(t->lr);
+    return atomic_load(&t->phase) < PH_STORING;
+}
+
+/* ---- the event log ------------------------------------------------------- */
+
+int loom_turn_watch(loom_turn *t, loom_turn_wake_fn wake, void *payload)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&t->lock);
+    if (t->nwatch == t->capwatch) {
+        size_t c = t->capwatch ? t->capwatch * 2 : 4;
+        watcher *w = realloc(t->watchers, c * sizeof(*w));
+        if (w) {
+            t->watchers = w;
+            t->capwatch = c;
+        } else {
+            rc = loom__error_oom();
+        }
+    }
+    if (!rc)
+        t->watchers[t->nwatch++] = (watcher){wake, payload};
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+void loom_turn_unwatch(loom_turn *t, loom_turn_wake_fn wake, void *payload)
+{
+    pthread_mutex_lock(&t->lock);
+    for (size_t i = 0; i < t->nwatch; i++) {
+        if (t->watchers[i].wake == wake && t->watchers[i].payload == payload) {
+            t->watchers[i] = t->watchers[--t->nwatch];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Wakes every watcher; t->lock held (a wake only flags and signals). */
+static void wake_watchers(loom_turn *t)
+{
+    for (size_t i = 0; i < t->nwatch; i++)
+        t->watchers[i].wake(t->watchers[i].payload);
+}
+
+uint64_t loom_turn_last_seq(loom_turn *t, int *ended)
+{
+    uint64_t seq;
+
+    pthread_mutex_lock(&t->lock);
+    seq = t->nevents ? t->events[t->nevents - 1]->seq : 0;
+    if (ended)
+        *ended = t->ended;
+    pthread_mutex_unlock(&t->lock);
+    return seq;
+}
+
+/* Index of the first event with seq > after; t->lock held. */
+static size_t first_after(const loom_turn *t, uint64_t after)
+{
+    size_t lo = 0, hi = t->nevents;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->events[mid]->seq <= after)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+const loom_turn_event *loom_turn_next_event(loom_turn *t, uint64_t after_seq)
+{
+    const loom_turn_event *e = NULL;
+    size_t i;
+
+    pthread_mutex_lock(&t->lock);
+    i = first_after(t, after_seq);
+    if (i < t->nevents)
+        e = t->events[i];
+    pthread_mutex_unlock(&t->lock);
+    return e;
+}
+
+const loom_turn_event *loom_turn_event_at(loom_turn *t, uint64_t seq)
+{
+    const loom_turn_event *e;
+
+    if (seq == 0)
+        return NULL;
+    e = loom_turn_next_event(t, seq - 1);
+    return e && e->seq == seq ? e : NULL;
+}
+
+int loom_turn_wait(loom_turn *t, uint64_t after_seq, long timeout_ms)
+{
+    struct timespec ts;
+    int ready, rc = 0;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (timeout_ms > 0) {
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+    }
+    pthread_mutex_lock(&t->lock);
+    for (;;) {
+        ready = t->ended || first_after(t, after_seq) < t->nevents;
+        if (ready || timeout_ms == 0 || rc == ETIMEDOUT)
+            break;
+        if (timeout_ms < 0)
+            pthread_cond_wait(&t->cv, &t->lock);
+        else
+            rc = pthread_cond_timedwait(&t->cv, &t->lock, &ts);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return ready;
+}
+
+/* A log entry for j (taken, also on failure); NULL when out of memory. */
+static loom_turn_event *event_new(json_t *j, uint64_t seq,
+                                  loom_event_type type)
+{
+    loom_turn_event *e;
+    char *text;
+
+    if (!j)
+        return NULL;
+    if (!(text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(15))) ||
+        !(e = calloc(1, sizeof(*e)))) {
+        json_decref(j);
+        free(text);
+        return NULL;
+    }
+    e->seq = seq;
+    e->type = type;
+    e->type_name = loom_event_type_name(type);
+    e->json = j;
+    e->text = text;
+    e->text_len = strlen(text);
+    return e;
+}
+
+/* Appends e to the log and wakes the readers; t->lock held. 0, or -1
+ * when out of memory (e is then still the caller's). */
+static int log_append(loom_turn *t, loom_turn_event *e)
+{
+    if (t->nevents == t->capevents) {
+        size_t c = t->capevents ? t->capevents * 2 : 64;
+        loom_turn_event **ne = realloc(t->events, c * sizeof(*ne));
+        if (!ne)
+            return -1;
+        t->events = ne;
+        t->capevents = c;
+    }
+    t->events[t->nevents++] = e;
+    t->bytes += e->text_len;
+    pthread_cond_broadcast(&t->cv);
+    wake_watchers(t);
+    return 0;
+}
+
+/* Logs ev (when the turn keeps a log); 1 when the turn must stop. */
+static int log_event(loom_turn *t, const loom_event *ev, int force)
+{
+    loom_turn_event *e;
+    int rc = 0;
+
+    if (!t->log)
+        return 0;
+    if (!(e = event_new(loom_event_to_json(ev), ev->seq, ev->type)))
+        return 1;
+    pthread_mutex_lock(&t->lock);
+    if (!force &&
+        (t->overflow || t->bytes + e->text_len > t->log_max)) {
+        if (!t->overflow)
+            loom_warn("run %s: event log passed %zu bytes: cancelling it",
+                      t->id, t->log_max);
+        t->overflow = 1;
+        rc = 1;
+    } else if (log_append(t, e) != 0) {
+        rc = 1;
+    } else {
+        e = NULL;
+    }
+    pthread_mutex_unlock(&t->lock);
+    event_free(e);
+    return rc;
+}
+
+/*
+ * The sink behind the recorder: logs each event and passes it on. The
+ * final event is held for loom_turn_execute to log once the turn is
+ * stored. A non-zero return cancels the run.
+ */
+static int on_event(const loom_event *ev, void *payload)
+{
+    loom_turn *t = payload;
+    int rc;
+
+    if (ev->type == LOOM_EV_RUN_COMPLETED || ev->type == LOOM_EV_RUN_FAILED) {
+        /* Only the executing thread calls the sink and reads this. */
+        json_decref(t->term_data);
+        t->term_data = json_incref(ev->data);
+        t->term_type = ev->type;
+        t->term_seq = ev->seq;
+        t->term_index = ev->index;
+        return 0;
+    }
+    rc = log_event(t, ev, 0);
+    if (t->sink.emit && t->sink.emit(ev, t->sink.payload) != 0)
+        rc = 1;
+    return rc;
+}
+
+/* ---- preparing ----------------------------------------------------------- */
+
+/* Whether the turn offers tool `name` (memory tools: see loom/memory.h). */
+static int offered(const loom_turn *t, const char *name)
+{
+    const loom_agent_config *agent = t->agent_cfg;
+    json_t *as = agent ? json_boolean(agent->memory) : NULL;
+    int on;
+
+    /* A memory tool that is not there (no store) is not offered. */
+    if (loom_memory_is_tool(name) &&
+        !loom_tool_registry_get(t->s->tools, name))
+        on = 0;
+    else
+        on = loom_memory_tool_offered(name, t->user_id, as, NULL,
+                                      t->s->cfg->tools);
+    json_decref(as);
+    return on == 1;
+}
+
+/*
+ * Leaves the memory tools out of the turn when they may not be offered
+ * (no store, no user, memory off for the agent or the tool): from its tool
+ * names, or, when it offers every registered tool, by naming the others.
+ */
+static int keep_memory_choice(loom_turn *t)
+{
+    const loom_tool_registry *reg = t->s->tools;
+    size_t n = reg ? loom_tool_registry_count(reg) : 0, k = 0;
+    int hidden = 0;
+
+    if (t->tool_names) {
+        for (size_t i = 0; i < t->ntool_names; i++) {
+            if (offered(t, t->tool_names[i]))
+                t->tool_names[k++] = t->tool_names[i];
+            else
+                free(t->tool_names[i]);
+        }
+        t->ntool_names = k;
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        hidden += !offered(t, loom_tool_registry_at(reg, i)->name);
+    if (!hidden)
+        return 0;
+    if (!(t->tool_names = calloc(n + 1, sizeof(*t->tool_names))))
+        return loom__error_oom();
+    for (size_t i = 0; i < n; i++) {
+        const char *name = loom_tool_registry_at(reg, i)->name;
+        if (!offered(t, name))
+            continue;
+        if (!(t->tool_names[t->ntool_names] = strdup(name)))
+            return loom__error_oom();
+        t->ntool_names++;
+    }
+    return 0;
+}
+
+/* Copies the client tools: the definitions point into t->client_json. */
+static int keep_client_tools(loom_turn *t, const loom_turn_options *o)
+{
+    if (!o->client_tools_len)
+        return 0;
+    if (!(t->client_defs = calloc(o->client_tools_len,
+                                  sizeof(*t->client_defs))) ||
+        !(t->client_json = json_array()))
+        return loom__error_oom();
+    for (size_t i = 0; i < o->client_tools_len; i++) {
+        const loom_tool_def *d = &o->client_tools[i];
+        json_t *e = json_pack("{s:s,s:s?,s:O?}", "name", d->name,
+                              "description", d->description, "parameters",
+                              (json_t *)d->parameters);
+        if (!e || json_array_append_new(t->client_json, e) != 0)
+            return loom__error_oom();
+        t->client_defs[i].name = json_string_value(json_object_get(e, "name"));
+        t->client_defs[i].description =
+            json_string_value(json_object_get(e, "description"));
+        t->client_defs[i].parameters = json_object_get(e, "parameters");
+    }
+    t->nclient = o->client_tools_len;
+    return 0;
+}
+
+/* Copies what the run options borrow into t. */
+static int keep_spec(loom_turn *t, const loom_turn_options *o)
+{
+    const loom_agent_config *agent = t->agent_cfg;
+    int oom = 0;
+
+    t->model = dup_or_null(t->mreq.model, &oom);
+    t->upstream = dup_or_null(t->mreq.upstream, &oom);
+    t->agent = dup_or_null(agent ? agent->name : NULL, &oom);
+    t->system_prompt = dup_or_null(
+        o->system_prompt ? o->system_prompt
+                         : agent ? agent->system_prompt : NULL,
+        &oom);
+    if (o->tool_names_set || (agent && !agent->tools_all)) {
+        const char *const *names = o->tool_names_set
+                                       ? o->tool_names
+                                       : (const char *const *)agent->tools;
+        size_t n = o->tool_names_set ? o->tool_names_len : agent->tools_len;
+        /* One extra slot so an empty list is still a list. */
+        if (!(t->tool_names = calloc(n + 1, sizeof(*t->tool_names))))
+            oom = 1;
+        for (size_t i = 0; !oom && i < n; i++) {
+            if (!(t->tool_names[i] = strdup(names[i])))
+                oom = 1;
+            else
+                t->ntool_names++;
+        }
+    }
+    if (o->tool_choice_set && o->tool_choice.function)
+        t->choice_fn = dup_or_null(o->tool_choice.function, &oom);
+    t->user_id = dup_or_null(o->user_id, &oom);
+    if (o->user_keys && !(t->user_keys = json_deep_copy(o->user_keys)))
+        oom = 1;
+    if (!oom && loom_messages_append(&t->input, o->input) != 0)
+        oom = 1;
+    if (!oom && o->history) {
+        if (!(t->given_history = calloc(1, sizeof(*t->given_history))) ||
+            loom_messages_append(t->given_history, o->history) != 0)
+            oom = 1;
+    }
+    if (oom)
+        return loom__error_oom();
+    return keep_client_tools(t, o) ? LOOM_ENOMEM : keep_memory_choice(t);
+}
+
+/*
+ * The one mapping of an agent's config and a turn's overrides to run
+ * options, for every front end.
+ */
+static int turn_run_options(loom_turn *t, const loom_turn_options *o)
+{
+    const loom_agent_config *agent = t->agent_cfg;
+    loom_session *s = t->s;
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
+    int rc;
+
+    ro.run_id = t->id;
+    ro.conversation_id = t->conversation_id;
+    ro.provider = s->o.provider ? s->o.provider : t->router;
+    ro.tools = s->tools;
+    ro.tool_settings = s->cfg->tools;
+    ro.agent = t->agent;
+    ro.system_prompt = t->system_prompt;
+    if (t->tool_names) {
+        ro.tool_names = (const char *const *)t->tool_names;
+        ro.tool_names_len = t->ntool_names;
+    }
+    ro.max_iterations = o->max_iterations > 0 ? o->max_iterations
+                        : agent              ? agent->max_iterations
+                                             : 0;
+    if (agent) {
+        ro.tool_choice = agent->tool_choice;
+        ro.parallel_tool_calls =
+            agent->parallel_tool_calls ? LOOM_OPT_ON : LOOM_OPT_OFF;
+        ro.tool_concurrency = agent->tool_concurrency;
+    }
+    if (o->tool_choice_set) {
+        ro.tool_choice.kind = o->tool_choice.kind;
+        ro.tool_choice.function = t->choice_fn;
+    }
+    if (o->parallel_tool_calls != LOOM_OPT_DEFAULT)
+        ro.parallel_tool_calls = o->parallel_tool_calls;
+    ro.max_output_tokens = o->max_output_tokens > 0 ? o->max_output_tokens
+                                                    : 0;
+    ro.temperature = o->temperature;
+    ro.temperature_set = o->temperature_set;
+    ro.client_tools = t->client_defs;
+    ro.client_tools_len = t->nclient;
+    ro.user_id = t->user_id;
+    ro.user_keys = t->user_keys;
+    loom__run_options_use_model(&ro, &t->mreq);
+    ro.model = t->model;
+    ro.upstream_model = t->upstream;
+    rto.health = s->o.health;
+    rto.lookup = s->o.lookup;
+    rto.lookup_payload = s->o.lookup_payload;
+    if ((rc = loom__run_context_setup(&t->ctxs, &ro, s->cfg, &rto)) != 0 ||
+        (rc = loom__run_agent_setup(&t->ctxs, &ro, s->cfg, agent, &rto)) != 0)
+        return rc;
+    if ((rc = loom_recorder_new(&t->rec, (loom_sink){on_event, t})) != 0)
+        return rc;
+    ro.sink = loom_recorder_sink(t->rec);
+    t->ro = ro;
+    return 0;
+}
+
+/* The model: the session's own provider, else a router from the config. */
+static int pick_model(loom_turn *t, const loom_turn_options *o)
+{
+    loom_session *s = t->s;
+    loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
+    const char *name = o->model ? o->model
+                                : loom_session_default_model(s, t->agent_cfg);
+
+    if (s->o.provider) {
+        memset(&t->mreq, 0, sizeof(t->mreq));
+        t->mreq.model = s->o.model;
+        t->mreq.upstream = s->o.model;
+        t->mreq.capabilities.tools = 1;
+        t->mreq.capabilities.parallel_tool_calls = 1;
+        return 0;
+    }
+    if (!name)
+        return loom__error_set(LOOM_EINVALID,
+                               "no model provider is configured");
+    rto.health = s->o.health;
+    rto.lookup = s->o.lookup;
+    rto.lookup_payload = s->o.lookup_payload;
+    return loom_router_new(&t->router, s->cfg, name, &rto, &t->mreq);
+}
+
+/*
+ * The conversation's id: a new one (created when the turn executes), or
+ * the one continued, which must exist. The check is a read: in WAL mode
+ * it never waits for the store's writers.
+ */
+static int pick_conversation(loom_turn *t, const loom_turn_options *o)
+{
+    loom_store *st = t->s->o.store;
+    char id[LOOM_ID_SIZE];
+    int rc;
+
+    if (!st) {
+        if (o->conversation_id)
+            return loom__error_set(LOOM_EINVALID,
+                                   "a conversation needs a store");
+        return 0;
+    }
+    if (!o->conversation_id) {
+        if ((rc = loom_id_new(id, "conv_")) != 0)
+            return rc;
+        t->create_conversation = 1;
+    } else {
+        loom_conversation_info info;
+        memset(&info, 0, sizeof(info));
+        rc = loom_store_conversation_info(st, o->conversation_id, &info);
+        loom_conversation_info_clear(&info);
+        if (rc)
+            return rc;
+        t->load_history = !o->history;
+    }
+    t->conversation_id = strdup(o->conversation_id ? o->conversation_id : id);
+    return t->conversation_id ? 0 : loom__error_oom();
+}
+
+int loom_turn_new(loom_turn **out, loom_session *s,
+                  const loom_turn_options *o)
+{
+    loom_turn *t;
+    int rc;
+
+    *out = NULL;
+    if (!o || (o->version != LOOM_TURN_OPTIONS_VERSION && o->version != 0))
+        return loom__error_set(LOOM_EINVALID, "turn options: bad version");
+    if (!o->input || o->input->len == 0)
+        return loom__error_set(LOOM_EINVALID, "the run has no input");
+    if (o->run_id && (!*o->run_id || strlen(o->run_id) > LOOM_ID_MAX))
+        return loom__error_set(LOOM_EINVALID,
+                               "a run id has 1 to %d bytes", LOOM_ID_MAX);
+    if (!(t = calloc(1, sizeof(*t))))
+        return loom__error_oom();
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    atomic_init(&t->refs, 1);
+    atomic_init(&t->phase, PH_PREPARED);
+    session_ref(s);
+    t->s = s;
+    t->sink = o->sink;
+    t->ending = o->ending;
+    t->ending_payload = o->ending_payload;
+    t->log = o->log;
+    t->log_max = (size_t)(o->log_max_bytes > 0 ? o->log_max_bytes
+                                               : LOOM_TURN_LOG_DEFAULT_BYTES);
+    if (o->agent && !(t->agent_cfg = loom_config_agent(s->cfg, o->agent))) {
+        rc = loom__error_set(LOOM_ENOTFOUND, "no agent named '%s'", o->agent);
+        goto fail;
+    }
+    if (!o->agent && s->cfg->default_agent)
+        t->agent_cfg = loom_config_agent(s->cfg, s->cfg->default_agent);
+    if (o->run_id) {
+        t->id = strdup(o->run_id);
+    } else if ((t->id = malloc(LOOM_ID_SIZE)) != NULL &&
+               (rc = loom_id_new(t->id, "run_")) != 0) {
+        goto fail;
+    }
+    if (!t->id) {
+        rc = loom__error_oom();
+        goto fail;
+    }
+    if ((rc = pick_model(t, o)) != 0 || (rc = keep_spec(t, o)) != 0 ||
+        (rc = pick_conversation(t, o)) != 0 ||
+        (rc = turn_run_options(t, o)) != 0 ||
+        (rc = loom__run_create(&t->lr, &t->ro)) != 0)
+        goto fail;
+    *out = t;
+    return 0;
+fail:
+    loom_turn_free(t);
+    return rc;
+}
+
+/* ---- executing ----------------------------------------------------------- */
+
+static int op_create(void *arg)
+{
+    loom_turn *t = arg;
+
+    return loom_store_conversation_create_id(t->s->o.store,
+                                             t->conversation_id);
+}
+
+typedef struct {
+    loom_turn *t;
+    loom_messages *hist;
+} load_ctx;
+
+/*
+ * Loads what the conversation carries into the run: the context summary
+ * and the plan, then the history. Appends nothing unless it all
+ * succeeds, so a retry starts clean.
+ */
+static int op_load(void *arg)
+{
+    load_ctx *c = arg;
+    loom_turn *t = c->t;
+    loom_store *st = t->s->o.store;
+    int rc;
+
+    free(t->stored_summary);
+    t->stored_summary = NULL;
+    json_decref(t->stored_plan);
+    t->stored_plan = NULL;
+    if ((rc = loom_store_conversation_summary(st, t->conversation_id,
+                                              &t->stored_summary,
+                                              &t->stored_covers)) != 0 ||
+        (rc = loom_store_conversation_plan(st, t->conversation_id,
+                                           &t->stored_plan)) != 0)
+        return rc;
+    return loom_store_load_history(st, t->conversation_id, c->hist);
+}
+
+static int op_save(void *arg)
+{
+    loom_turn *t = arg;
+    loom_turn_record rec;
+    int rc;
+
+    /* Recorded again on each attempt: only pointers, nothing copied. */
+    if ((rc = loom_recorder_turn(t->rec, t->lr, &rec)) != 0)
+        return rc;
+    rec.run_id = t->id;
+    rec.conversation_id = t->conversation_id;
+    rec.agent = t->agent;
+    rec.input = &t->input;
+    return loom_store_save_turn(t->s->o.store, &rec);
+}
+
+/*
+ * Notes why the turn is not stored (the message is loom_error_last's)
+ * and, when the store is what failed, tells the observer.
+ */
+static void store_failed(loom_turn *t, const char *op, int rc, int counted)
+{
+    const char *msg = loom_error_last();
+    const loom_session_observer *ob = &t->s->o.observer;
+
+    free(t->store_error);
+    t->store_error = strdup(*msg ? msg : loom_error_name(rc));
+    t->stored = 0;
+    if (counted && ob->store_error)
+        ob->store_error(op, ob->payload);
+    loom_log(LOOM_LOG_ERROR, "run %s: %s failed: %s", t->id, op,
+             t->store_error ? t->store_error : loom_error_name(rc));
+}
+
+/*
+ * The store work before the model call, then the run's history: the
+ * caller's, or the conversation's from the store (with its summary and
+ * plan), then the input. 0, or the error (the turn then fails without
+ * calling the model); *op names the step that failed.
+ */
+static int prepare(loom_turn *t, const char **op)
+{
+    loom_messages hist = {0};
+    loom__run_carried carried;
+    load_ctx lc = {t, &hist};
+    int rc = 0;
+
+    memset(&carried, 0, sizeof(carried));
+    if (t->create_conversation) {
+        *op = "create_conversation";
+        rc = loom_session_store_retry(t->s, op_create, t, *op);
+    } else if (t->load_history) {
+        *op = "load_history";
+        if ((rc = loom_session_store_retry(t->s, op_load, &lc, *op)) == 0) {
+            carried.summary = t->stored_summary;
+            carried.summary_covers = t->stored_covers;
+            carried.plan = t->stored_plan;
+        }
+    } else if (t->given_history) {
+        rc = loom_messages_append(&hist, t->given_history);
+    }
+    if (rc == 0) {
+        *op = "build_run";
+        if ((rc = loom_messages_append(&hist, &t->input)) == 0)
+            rc = loom__run_begin(t->lr, &hist, &carried);
+    }
+    loom_messages_free(&hist);
+    return rc;
+}
+
+/*
+ * The final event of a turn whose store work failed: a completed run
+ * becomes a run.failed with code "store_failed"; a run that failed anyway
+ * keeps its event, which gains "store_error". 0, or -1 when out of memory
+ * (the original is kept then).
+ */
+static int mark_unstored(loom_turn *t)
+{
+    json_t *j = json_copy(t->term_data);
+    json_t *msg = loom__json_text(t->store_error, strlen(t->store_error));
+    int bad = !j || !msg;
+
+    if (!bad && t->term_type == LOOM_EV_RUN_COMPLETED)
+        bad = json_object_set_new(j, "status", json_string("failed")) ||
+              json_object_set_new(j, "error",
+                                  json_pack("{s:s,s:O}", "code",
+                                            "store_failed", "message", msg));
+    else if (!bad)
+        bad = json_object_set(j, "store_error", msg);
+    json_decref(msg);
+    if (bad) {
+        json_decref(j);
+        return -1;
+    }
+    json_decref(t->term_data);
+    t->term_data = j;
+    t->term_type = LOOM_EV_RUN_FAILED;
+    return 0;
+}
+
+/* Logs and passes on the held final event. */
+static void emit_final(loom_turn *t)
+{
+    loom_event ev;
+
+    if (!t->term_data)
+        return;
+    memset(&ev, 0, sizeof(ev));
+    ev.type = t->term_type;
+    ev.seq = t->term_seq;
+    ev.index = t->term_index;
+    ev.run_id = t->id;
+    ev.data = t->term_data;
+    /* The final event goes past the log's limit: it is the one a reader
+     * must see. */
+    (void)log_event(t, &ev, 1);
+    if (t->sink.emit)
+        (void)t->sink.emit(&ev, t->sink.payload);
+}
+
+int loom_turn_execute(loom_turn *t)
+{
+    const char *op = NULL;
+    int prep, rc = 0, expected = PH_PREPARED;
+
+    if (!atomic_compare_exchange_strong(&t->phase, &expected, PH_PREPARING))
+        return loom__error_set(LOOM_EINVALID, "the turn was executed already");
+    if ((prep = prepare(t, &op)) == 0) {
+        atomic_store(&t->phase, PH_EXECUTING);
+        rc = loom_run_execute(t->lr);
+        atomic_store(&t->phase, PH_STORING);
+        if (!t->s->o.store) {
+            /* Nothing to store: the turn ends as its run did. */
+        } else if ((prep = loom_session_store_retry(t->s, op_save, t,
+                                                    "save_turn")) == 0) {
+            t->stored = 1;
+        } else {
+            store_failed(t, "save_turn", prep, 1);
+            if (loom_run_status_get(t->lr) == LOOM_RUN_COMPLETED) {
+                t->failed_here = 1;
+                t->fail_code = "store_failed";
+                rc = prep;
+            }
+            if (t->term_data && t->store_error)
+                (void)mark_unstored(t);
+        }
+    } else {
+        int from_store = strcmp(op, "build_run") != 0;
+        atomic_store(&t->phase, PH_STORING);
+        store_failed(t, op, prep, from_store);
+        t->failed_here = 1;
+        t->fail_code = from_store ? "store_failed" : loom_error_name(prep);
+        loom__error_set(prep, "%s", t->store_error ? t->store_error : "");
+        loom__run_fail(t->lr, prep, t->fail_code);
+        rc = prep;
+    }
+    pthread_mutex_lock(&t->lock);
+    t->done = 1;
+    pthread_mutex_unlock(&t->lock);
+    emit_final(t);
+    if (t->ending)
+        t->ending(t, t->ending_payload);
+    pthread_mutex_lock(&t->lock);
+    atomic_store(&t->phase, PH_ENDED);
+    t->ended = 1;
+    pthread_cond_broadcast(&t->cv);
+    wake_watchers(t);
+    pthread_mutex_unlock(&t->lock);
+    if (rc && t->failed_here)
+        loom__error_set(rc, "%s", t->store_error ? t->store_error : "");
+    return rc;
+}
+
+static void *turn_thread(void *arg)
+{
+    loom_turn *t = arg;
+
+    (void)loom_turn_execute(t);
+    loom_turn_free(t);
+    return NULL;
+}
+
+int loom_turn_start(loom_turn **out, loom_session *s,
+                    const loom_turn_options *opts)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+    loom_turn *t;
+    int rc;
+
+    *out = NULL;
+    if ((rc = loom_turn_new(&t, s, opts)) != 0)
+        return rc;
+    loom_turn_ref(t); /* the thread's */
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&th, &attr, turn_thread, t);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        loom_turn_free(t);
+        loom_turn_free(t);
+        return loom__error_set(LOOM_ERROR, "cannot start a turn thread: %s",
+                               strerror(rc));
+    }
+    *out = t;
+    return 0;
+}
