@@ -339,26 +339,6 @@ int loom_tool_choice_parse(loom_tool_choice *out, const char *s);
  */
 int loom_price_parse(int64_t *out, const char *text);
 
-typedef struct loom_tool_registry loom_tool_registry; /* loom/tools.h */
-
-/*
- * Registers the tools the config declares (today the `http_tools`) in
- * reg, in file order; each copies what it needs, so cfg may be freed
- * after. LOOM_EEXISTS when a name is already registered (a built-in),
- * LOOM_EINVALID for a malformed allow_hosts entry; tools added before the
- * failure stay registered. Defined in src/tools/http_tools.c.
- */
-int loom_tools_add_from_config(loom_tool_registry *reg,
-                               const loom_config *cfg);
-
-/*
- * A new registry with loom's built-in tools and then the config's own
- * (what `loom run` and `loom serve` offer). On failure *out is NULL and
- * the error says which tool.
- */
-int loom_tools_new_from_config(loom_tool_registry **out,
-                               const loom_config *cfg);
-
 #ifdef __cplusplus
 }
 #endif

@@ -13,82 +13,12 @@
 #include "cancel.h"
 #include "common.h"
 #include "config.h"
+#include "message.h"
 #include <jansson.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum {
-    LOOM_ROLE_SYSTEM = 0,
-    LOOM_ROLE_USER,
-    LOOM_ROLE_ASSISTANT,
-    LOOM_ROLE_TOOL
-} loom_role;
-
-const char *loom_role_name(loom_role role);
-
-typedef struct {
-    char *id;        /* provider's call id ("call_abc") */
-    char *name;      /* tool name */
-    char *arguments; /* JSON text as the model produced it (may be invalid) */
-} loom_tool_call;
-
-/* One conversation message. Every pointer is owned by the message. */
-typedef struct {
-    loom_role role;
-    char *content;   /* text; may be NULL (assistant with only tool calls) */
-    char *reasoning; /* assistant reasoning text, may be NULL */
-    loom_tool_call *tool_calls; /* assistant only */
-    size_t tool_calls_len;
-    char *tool_call_id; /* tool only: the call this answers */
-    char *name;         /* tool only: the tool's name */
-    /*
-     * Assistant only: what a provider must get back unchanged on the next
-     * request (Anthropic thinking blocks and their signatures, Gemini
-     * thoughtSignature, a Responses API response id). A JSON object text
-     * whose keys are adapter kinds ("anthropic", "gemini", ...), each
-     * adapter reading only its own key; NULL when none. Opaque to the run
-     * loop and the store, which carry it as is.
-     */
-    char *provider_state;
-    /*
-     * Tool only: a short summary of the result that the tool gave (seed
-     * 000 "Use-and-throw" reduced versions), or NULL. Never sent as is:
-     * the context engine (loom/context.h) shows it in place of an older
-     * result when the request must shrink.
-     */
-    char *summary;
-} loom_message;
-
-/* A growable list of messages that owns them. */
-typedef struct {
-    loom_message *items;
-    size_t len;
-    size_t cap;
-} loom_messages;
-
-/* Appends a message of role with a copy of content (may be NULL). */
-int loom_messages_add(loom_messages *m, loom_role role, const char *content);
-/* Appends a tool result answering call_id. */
-int loom_messages_add_tool_result(loom_messages *m, const char *call_id,
-                                  const char *name, const char *content);
-/* Appends an assistant message, copying text, reasoning and calls. */
-int loom_messages_add_assistant(loom_messages *m, const char *content,
-                                const char *reasoning,
-                                const loom_tool_call *calls, size_t ncalls);
-/* Deep-copies every message of src onto the end of dst. */
-int loom_messages_append(loom_messages *dst, const loom_messages *src);
-void loom_messages_free(loom_messages *m);
-void loom_tool_call_clear(loom_tool_call *c);
-void loom_message_clear(loom_message *msg);
-
-/* A tool as offered to the model. Borrowed by the request. */
-typedef struct {
-    const char *name;
-    const char *description;
-    const json_t *parameters; /* JSON Schema object */
-} loom_tool_def;
 
 /*
  * Request text that the model calls of one conversation share (a run keeps
@@ -151,26 +81,6 @@ typedef struct {
         NULL, NULL, 0, NULL, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, -1.0,  \
             1, NULL, 0, NULL, 0, 0                                           \
     }
-
-typedef struct {
-    long prompt_tokens;
-    long completion_tokens;
-    long cached_tokens;    /* prompt tokens served from the cache */
-    long reasoning_tokens; /* completion tokens spent reasoning */
-    long total_tokens;
-    /* Prompt tokens written to the provider's prompt cache (Anthropic
-     * cache_creation_input_tokens), counted in prompt_tokens like
-     * cached_tokens: adapters whose provider reports them apart add them
-     * to prompt_tokens. */
-    long cache_write_tokens;
-    /* What the call cost in micro-dollars (1e-6 USD), from the answering
-     * model's configured prices (see loom/router.h); 0 when unknown, as
-     * loom_llm_response.cost_known then says. */
-    int64_t cost_micros;
-} loom_usage;
-
-/* Adds b into a, field by field. */
-void loom_usage_add(loom_usage *a, const loom_usage *b);
 
 typedef enum {
     LOOM_LLM_TEXT = 0,       /* text delta */

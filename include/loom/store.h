@@ -27,7 +27,7 @@
 #define LOOM_STORE_H
 
 #include "common.h"
-#include "llm.h"
+#include "message.h"
 #include <jansson.h>
 
 #ifdef __cplusplus

@@ -23,7 +23,7 @@
 
 #include "buf.h"
 #include "common.h"
-#include "llm.h"
+#include "message.h"
 
 #ifdef __cplusplus
 extern "C" {

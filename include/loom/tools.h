@@ -18,6 +18,7 @@
 #include "buf.h"
 #include "cancel.h"
 #include "common.h"
+#include "config.h"
 #include <jansson.h>
 
 #ifdef __cplusplus
@@ -128,6 +129,24 @@ int loom_schema_validate(const json_t *schema, const json_t *value,
 
 /* Adds loom's built-in tools (get_time, ...). */
 int loom_tools_add_builtins(loom_tool_registry *reg);
+
+/*
+ * Registers the tools the config declares (today the `http_tools`) in
+ * reg, in file order; each copies what it needs, so cfg may be freed
+ * after. LOOM_EEXISTS when a name is already registered (a built-in),
+ * LOOM_EINVALID for a malformed allow_hosts entry; tools added before the
+ * failure stay registered. Defined in src/tools/http_tools.c.
+ */
+int loom_tools_add_from_config(loom_tool_registry *reg,
+                               const loom_config *cfg);
+
+/*
+ * A new registry with loom's built-in tools and then the config's own
+ * (what `loom run` and `loom serve` offer). On failure *out is NULL and
+ * the error says which tool.
+ */
+int loom_tools_new_from_config(loom_tool_registry **out,
+                               const loom_config *cfg);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,11 @@
 /*
  * Unit tests of the small core modules every other layer stands on:
  * limited buffers (core/buf.c), the per-thread error state (core/error.c),
- * logging (core/log.c, written to an open_memstream FILE and read back)
- * and the owned message structures of the model interface
- * (llm/message.c). Limits are crossed by a byte; copies are checked to be
- * deep by changing or freeing the source and reading the copy under ASan.
+ * logging (core/log.c, written to an open_memstream FILE and read back),
+ * the owned message structures (core/message.c) and the response and
+ * error names of the model interface (llm/provider.c). Limits are crossed
+ * by a byte; copies are checked to be deep by changing or freeing the
+ * source and reading the copy under ASan.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,15 +1,15 @@
 /*
- * Conversation messages, usage arithmetic and response cleanup: the small
- * owned data structures that every provider adapter and the run loop share.
+ * Conversation messages and usage arithmetic (loom/message.h): the small
+ * owned data structures that every provider adapter, the run loop, the
+ * store and the tokenizer share.
  */
-#include "loom/llm.h"
+#include "loom/message.h"
 #include "core/error.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const role_names[] = {"system", "user", "assistant",
-                                         "tool"};
+static const char *const role_names[] = {"system", "user", "assistant", "tool"};
 
 const char *loom_role_name(loom_role role)
 {
@@ -62,8 +62,7 @@ void loom_message_clear(loom_message *msg)
     memset(msg, 0, sizeof(*msg));
 }
 
-static int copy_calls(loom_message *msg, const loom_tool_call *calls,
-                      size_t n)
+static int copy_calls(loom_message *msg, const loom_tool_call *calls, size_t n)
 {
     if (!n)
         return 0;
@@ -165,67 +164,4 @@ void loom_usage_add(loom_usage *a, const loom_usage *b)
     a->total_tokens += b->total_tokens;
     a->cache_write_tokens += b->cache_write_tokens;
     a->cost_micros += b->cost_micros;
-}
-
-void loom_llm_response_clear(loom_llm_response *r)
-{
-    free(r->text);
-    free(r->reasoning);
-    for (size_t i = 0; i < r->tool_calls_len; i++)
-        loom_tool_call_clear(&r->tool_calls[i]);
-    free(r->tool_calls);
-    free(r->finish_reason);
-    free(r->response_id);
-    free(r->provider_state);
-    free(r->error.type);
-    free(r->error.message);
-    free(r->error.request_id);
-    free(r->model);
-    memset(r, 0, sizeof(*r));
-}
-
-const char *loom_upstream_kind_name(loom_upstream_kind kind)
-{
-    static const char *const names[] = {
-        "none",          "bad_request", "authentication", "permission",
-        "not_found",     "timeout",     "conflict",       "too_large",
-        "unprocessable", "rate_limit",  "server",         "connection",
-        "stream",        "protocol"};
-    return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind]
-                                                             : "unknown";
-}
-
-void loom_provider_free(loom_provider *p)
-{
-    if (p && p->vt && p->vt->free)
-        p->vt->free(p);
-}
-
-/* Every adapter, by the `kind` a provider config names. */
-static const struct {
-    const char *kind;
-    int (*make)(loom_provider **out, const loom_provider_config *config);
-} adapters[] = {
-    {"openai", loom_provider_openai_new},
-    {"anthropic", loom_provider_anthropic_new},
-    {"openai-responses", loom_provider_responses_new},
-    {"gemini", loom_provider_gemini_new},
-    /* Further adapters add one line here. */
-};
-
-int loom_provider_new(loom_provider **out, const loom_provider_config *config)
-{
-    const char *kind = config->kind ? config->kind : "openai";
-    char known[256] = "";
-
-    *out = NULL;
-    for (size_t i = 0; i < sizeof(adapters) / sizeof(adapters[0]); i++) {
-        if (strcmp(kind, adapters[i].kind) == 0)
-            return adapters[i].make(out, config);
-        snprintf(known + strlen(known), sizeof(known) - strlen(known),
-                 "%s%s", i ? ", " : "", adapters[i].kind);
-    }
-    return loom__error_set(LOOM_EINVALID,
-                           "provider '%s': unknown kind '%s' (known: %s)",
-                           config->name ? config->name : "?", kind, known);
 }
