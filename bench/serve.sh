@@ -584,8 +584,9 @@ write_results() {
         echo "  streamed $(us "$L_P99"): $(verdict "$L_P99" 200); streamed"
         echo "  $(us "$L_P99S"): $(verdict "$L_P99S" 200)."
         echo "- No added time to first token beyond 1 ms ($CHUNKS chunks"
-        echo "  $CHUNK_MS ms apart): p50 $(us "$L_TTFT50"), p99"
-        echo "  $(us "$L_TTFT99"): $(verdict "$L_TTFT99" 1000)."
+        echo "  $CHUNK_MS ms apart): p50 $(us "$L_TTFT50"):"
+        echo "  $(verdict "$L_TTFT50" 1000); p99 $(us "$L_TTFT99"):"
+        echo "  $(verdict "$L_TTFT99" 1000)."
         echo
         echo "## Setup"
         echo
