@@ -1,6 +1,6 @@
 /*
  * loom/context.h: the context engine, which fits every model request to
- * the model's context window (seed 000 "Context Window Optimization").
+ * the model's context window.
  *
  * A run keeps one engine. Before each model call it hands the engine the
  * whole conversation (which it never changes: the stored conversation

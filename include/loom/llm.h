@@ -59,7 +59,7 @@ typedef struct {
     loom_llm_cache *cache;   /* NULL: none; see loom_llm_cache */
     /*
      * Reasoning controls, sent only by adapters whose model supports them
-     * (the model's config says so; seed 003 supportsReasoningControls):
+     * (the model's config says so: capabilities.reasoning):
      * thinking_budget is tokens (Anthropic `thinking.budget_tokens`,
      * Gemini `thinkingConfig.thinkingBudget`), 0 unset;
      * reasoning_effort is "minimal", "low", "medium" or "high" (OpenAI

@@ -7,12 +7,12 @@
  * run's user (loom_tool_ctx.user_id): a run without a user cannot use
  * them, and a user never sees another's memories.
  *
- * Memory can be turned off for an agent or by a user (seed 000,
- * defaultRegistry: the tools are then not offered at all, not merely
- * refused). The registry is shared and immutable, so "not offered" is
- * decided per run: the run setup asks loom_memory_tool_offered() for each
- * tool name it is about to offer and leaves the memory tools out of the
- * run's tool_names when it says no. See docs/memory.md.
+ * Memory can be turned off for an agent or by a user (the tools are then
+ * not offered at all, not merely refused). The registry is shared and
+ * immutable, so "not offered" is decided per run: the run setup asks
+ * loom_memory_tool_offered() for each tool name it is about to offer and
+ * leaves the memory tools out of the run's tool_names when it says no. See
+ * docs/memory.md.
  */
 #ifndef LOOM_MEMORY_H
 #define LOOM_MEMORY_H

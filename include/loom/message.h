@@ -52,10 +52,9 @@ typedef struct {
      */
     char *provider_state;
     /*
-     * Tool only: a short summary of the result that the tool gave (seed
-     * 000 "Use-and-throw" reduced versions), or NULL. Never sent as is:
-     * the context engine (loom/context.h) shows it in place of an older
-     * result when the request must shrink.
+     * Tool only: a short summary of the result that the tool gave, or NULL.
+     * Never sent as is: the context engine (loom/context.h) shows it in
+     * place of an older result when the request must shrink.
      */
     char *summary;
 } loom_message;

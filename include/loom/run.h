@@ -2,9 +2,9 @@
  * loom/run.h: the run loop and its event stream.
  *
  * A run takes a conversation, calls the model, runs the tools the model
- * asks for (in parallel, bounded), feeds the results back and repeats
- * until the model answers or a limit ends it (seed 000, "The Orchestration
- * Flow"). Everything it does is reported, in order, as events to a sink.
+ * asks for (in parallel, bounded), feeds the results back and repeats until
+ * the model answers or a limit ends it. Everything it does is reported, in
+ * order, as events to a sink.
  *
  * Threads: loom_run_execute() runs the whole loop on the calling thread
  * (tools of a turn run on short-lived threads it starts; one that overruns

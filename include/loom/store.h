@@ -10,8 +10,8 @@
  * search). SQLite (WAL, one file) is the first backend; the interface
  * is shaped so a PostgreSQL backend can follow without touching callers.
  *
- * Persistence is final-only (seed 003): a run buffers its turn and hands
- * it to loom_store_save_turn() once, at the end, which writes it in one
+ * Persistence is final-only: a run buffers its turn and hands it to
+ * loom_store_save_turn() once, at the end, which writes it in one
  * transaction. A failed or cancelled turn is saved too, marked so.
  *
  * With a turn also go the context engine's summary of older messages

@@ -9,8 +9,8 @@
  * payload.
  *
  * A registry maps names to tools. It is built at start and then only read
- * (DESIGN.md: registries are immutable once built); add/remove/clear are
- * not safe while a run is using it.
+ * (registries are immutable once built); add/remove/clear are not safe
+ * while a run is using it.
  */
 #ifndef LOOM_TOOLS_H
 #define LOOM_TOOLS_H
@@ -36,12 +36,11 @@ typedef struct {
                                 none */
     const char *user_id;     /* the user the run is for; NULL: anonymous */
     /*
-     * Where the tool may write a short summary of its result (seed 000
-     * "Use-and-throw" reduced versions), at most LOOM_TOOL_SUMMARY_MAX
-     * bytes; optional. The context engine (loom/context.h) shows it in
-     * place of the result once the result is old and the request must
-     * shrink; the full result is still what is stored. NULL when the
-     * caller takes no summary.
+     * Where the tool may write a short summary of its result, at most
+     * LOOM_TOOL_SUMMARY_MAX bytes; optional. The context engine
+     * (loom/context.h) shows it in place of the result once the result is
+     * old and the request must shrink; the full result is still what is
+     * stored. NULL when the caller takes no summary.
      */
     loom_buf *summary;
     /*
