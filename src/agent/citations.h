@@ -1,6 +1,6 @@
 /*
  * Internal: the citation map of a run, and the check of an answer's
- * citation markers (seed 004 "Citation Management", "seenDocuments").
+ * citation markers.
  *
  * Sources that tools return (web_search documents: id, title, url,
  * published) get stable numbers 1..N in the order the run first sees

@@ -526,7 +526,7 @@ static int ensure_cut(loom_context *ctx, size_t i, const loom_message *m,
 }
 
 /*
- * The reduced form of a tool result (seed 000 "Use-and-throw"): the
+ * The reduced form of a tool result: the
  * tool's summary, or the head of the result, with a note. Left NULL when
  * it would not be smaller than the result as shown.
  */
@@ -1120,8 +1120,8 @@ int loom_context_fit(loom_context *ctx, loom_context_result *r,
     set_summarised(ctx, &f);
 
     /* The pinned parts must fit; the current user message is cut when
-     * it alone is too large for what they leave (seed 000
-     * USER_MESSAGE_TOO_LARGE). */
+     * it alone is too large for what they leave (the
+     * USER_MESSAGE_TOO_LARGE warning). */
     f.fixed = pinned_total(ctx, &f);
     if (f.fixed > f.budget) {
         size_t others = f.fixed - user_tokens, room, ncuts = ctx->ncuts;

@@ -2,8 +2,7 @@
  * The tool calls of one turn, from the model's request to the results it
  * reads: lookup and validation, the before-tool hooks, execution (loop
  * tools here, the others in parallel through toolexec.c), the after-tool
- * hooks, the events and a telemetry record per call (seed 004, "JAF Run
- * Configuration with Hooks", "ToolExecutionRecord").
+ * hooks, the events and a telemetry record per call.
  *
  * loom's own policies are hooks of the public kind (loom_tool_hook) that
  * sit around the caller's in one chain, so they follow the same rules:
@@ -144,7 +143,7 @@ static int has_string(const json_t *arr, const char *s)
 }
 
 /*
- * Seen documents (seed 004 `seenDocuments`): a tool whose schema has an
+ * Seen documents: a tool whose schema has an
  * `excluded_ids` array gets the ids of the documents the run has seen
  * added to the ones the model gave, newest first when the schema's
  * maxItems leaves no room for all, and ids longer than its items'
@@ -664,8 +663,8 @@ static void emit_calls(loom_run *run, const loom_message *assistant)
         json_t *c = loom__run_call_json(&assistant->tool_calls[i]);
         size_t off = i < run->ncall_offsets ? run->call_offsets[i]
                                             : SIZE_MAX;
-        /* Where in the turn's text the call appeared (seed 003 text
-         * offsets); the end of the text when it streamed no delta. */
+        /* Where in the turn's text the call appeared (its text
+         * offset); the end of the text when it streamed no delta. */
         json_object_set_new(
             c, "text_offset",
             json_integer((json_int_t)(off == SIZE_MAX ? text_len : off)));

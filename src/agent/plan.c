@@ -1,12 +1,11 @@
 /*
  * Loop tools: todo_write and think, the tools that act on the run itself
  * rather than on the world, so they run on the run's thread with its
- * state at hand (seed 004 "Tool Ecosystem", seed 002 "Think Tool
- * Processing").
+ * state at hand.
  *
  * todo_write replaces the run's plan (a goal and tasks with a status),
- * which the system message shows in a <plan> section at every model call
- * (seed 004 "Simplified Prompt Construction") and which every change
+ * which the system message shows in a <plan> section at every model call,
+ * and which every change
  * reports as a plan.updated event. The plan's limits are the tool's JSON
  * Schema, so a model reads them and a plan given back by a caller (a
  * stored one) is checked by the same rules.

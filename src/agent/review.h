@@ -1,6 +1,5 @@
 /*
- * Internal: the automatic review of a run's progress (seed 004 "Automatic
- * Review").
+ * Internal: the automatic review of a run's progress.
  *
  * After a turn with tool calls, a short model call reads a condensed
  * transcript (the user's request, the calls made and excerpts of their

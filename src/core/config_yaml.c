@@ -939,7 +939,7 @@ static int parse_capabilities(loader *ld, const yaml_node_t *n,
 }
 
 /* `reasoning: {effort, thinking_budget}`; the model must say it supports
- * reasoning controls (seed 003 supportsReasoningControls). */
+ * reasoning controls (capabilities.reasoning). */
 static int parse_reasoning(loader *ld, const yaml_node_t *n, const char *key,
                            loom_model_config *m)
 {

@@ -13,8 +13,8 @@
  * a list of input items (messages, function_call, function_call_output),
  * tools are flat ({type, name, description, parameters, strict}), and two
  * things make a conversation cheaper or possible at all on reasoning
- * models. Chaining (loom_llm_request.chain_responses, seed 003 "Responses
- * API Optimization"): the API stores each response, and the next request
+ * models. Chaining (loom_llm_request.chain_responses):
+ * the API stores each response, and the next request
  * names it by previous_response_id and sends only what came after it.
  * Reasoning items: without chaining nothing is stored ("store": false),
  * so the reasoning items a response produced are kept in the assistant

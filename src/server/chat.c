@@ -4,15 +4,14 @@
  *
  * The handler parses the request (chat_format.c), resolves the model (a
  * configured model, or agent/<name>), works out the tools (names given as
- * strings are loom's own and loom runs them, seed 003 "Tool Name
- * Expansion"; full specs are the client's), and starts a run through the
+ * strings are loom's own and loom runs them; full specs are the
+ * client's), and starts a run through the
  * run manager. It never waits on the server thread: a streamed answer
  * drains the run's event log through the chunk formatter as events come
  * (srv_reply_sse); a non-streamed one is deferred until the run ends and
  * then rendered from the whole log (srv_defer). The conversation id is
  * known once the run has started, so it goes out first: in the
- * X-Loom-Conversation-Id header and on the stream's first chunk (seed
- * 003, "Early Metadata Emission").
+ * X-Loom-Conversation-Id header and on the stream's first chunk.
  */
 #include "server/internal.h"
 #include "server/chat_format.h"

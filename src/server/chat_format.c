@@ -4,14 +4,13 @@
  * that name the field at fault, and the rendering of a run's events as
  * an OpenAI chunk stream or one chat.completion object.
  *
- * The shapes follow what OpenAI sends (the recorded stream in
- * shared/vectors/openai-chat): compact JSON, `data: <json>\n\n` per
+ * The shapes follow what OpenAI sends (as recorded from its API):
+ * compact JSON, `data: <json>\n\n` per
  * event, a role chunk first, a finish chunk with an empty delta, a usage
  * chunk with `choices: []`, `data: [DONE]`. loom's additions ride inside
  * that shape where official SDKs ignore them: `conversation_id` at the top
  * of the role chunk, `tool_output` and `reasoning_content` inside deltas,
- * `tool_events` beside a non-streamed answer (seed 003, "Tool Output
- * Handling", "Streaming vs Non-Streaming Orchestration").
+ * `tool_events` beside a non-streamed answer.
  */
 #include "server/chat_format.h"
 #include "core/error.h"

@@ -5,8 +5,8 @@
  * to build its request (URL, headers, body) and where its answer keeps the
  * results; everything else is shared: settings and key lookup, the HTTP
  * call through core/http.c (with the response size cap and the timeouts),
- * the mapping of upstream errors to messages the model can act on (seed
- * 003, "API Errors": 400 means fix the arguments, 401/403 a bad key, 429
+ * the mapping of upstream errors to messages the model can act on
+ * (400 means fix the arguments, 401/403 a bad key, 429
  * an exhausted quota, 5xx try later), and the rendering of the results.
  *
  * The results are web content, so they are untrusted: the model gets them
@@ -17,7 +17,7 @@
  * can break out of its JSON string or out of the frame.
  *
  * The API key of a call is, in order: the requesting user's own key
- * (ctx->user_keys, seed 003 "User-Scoped Tools"), the deployment's
+ * (ctx->user_keys), the deployment's
  * tools.web_search.api_key, and the environment variable named by
  * tools.web_search.api_key_env (default TAVILY_API_KEY, BRAVE_API_KEY or
  * EXA_API_KEY). The key is never written into a message, and it is cut
