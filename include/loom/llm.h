@@ -167,7 +167,15 @@ void loom_llm_response_clear(loom_llm_response *r);
 
 typedef struct loom_provider loom_provider;
 
+/*
+ * A provider's functions. An embedder's provider fills one (designated
+ * initializers: .version = LOOM_PROVIDER_VTABLE_VERSION, .complete,
+ * .free); a run refuses a version it does not know (0 is taken as the
+ * current one).
+ */
+#define LOOM_PROVIDER_VTABLE_VERSION 1
 typedef struct {
+    unsigned version;
     /*
      * Makes one model call (retrying as configured before output starts),
      * emitting events to cb as they arrive and filling *resp (zeroed by the

@@ -78,7 +78,14 @@ typedef int (*loom_tool_execute_fn)(const json_t *args,
                                     const loom_tool_ctx *ctx, loom_buf *out,
                                     void *payload);
 
+/*
+ * A tool as an embedder writes one: start from `= {0}` or
+ * LOOM_TOOL_INIT and set the fields by name. version: 0 or
+ * LOOM_TOOL_VERSION; the registry refuses one it does not know.
+ */
+#define LOOM_TOOL_VERSION 1
 typedef struct {
+    unsigned version;
     const char *name;        /* [a-zA-Z0-9_-]{1,64} */
     const char *description;
     const json_t *parameters; /* JSON Schema object; NULL: no arguments */
@@ -86,6 +93,8 @@ typedef struct {
     void *payload;                 /* passed to execute */
     void (*free_payload)(void *payload); /* called on removal, may be NULL */
 } loom_tool;
+
+#define LOOM_TOOL_INIT {.version = LOOM_TOOL_VERSION}
 
 typedef struct loom_tool_registry loom_tool_registry;
 
@@ -96,7 +105,7 @@ void loom_tool_registry_free(loom_tool_registry *reg);
 /*
  * Copies the tool (name, description, a reference to parameters) into the
  * registry. LOOM_EEXISTS for a duplicate name, LOOM_EINVALID for a bad
- * name or missing execute. On failure free_payload is not called: the
+ * version or name or a missing execute. On failure free_payload is not called: the
  * caller still owns the payload.
  */
 int loom_tool_registry_add(loom_tool_registry *reg, const loom_tool *tool);

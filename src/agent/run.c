@@ -314,6 +314,12 @@ int loom__run_create(loom_run **out, const loom_run_options *opts)
         return loom__error_set(LOOM_EINVALID,
                                "run options: a provider and a model are "
                                "required");
+    if (!opts->provider->vt || (opts->provider->vt->version != 0 &&
+                                opts->provider->vt->version !=
+                                    LOOM_PROVIDER_VTABLE_VERSION))
+        return loom__error_set(LOOM_EINVALID,
+                               "run options: the provider's vtable has an "
+                               "unknown version");
     if (opts->run_id &&
         (!*opts->run_id || strlen(opts->run_id) > LOOM_ID_MAX))
         return loom__error_set(LOOM_EINVALID,

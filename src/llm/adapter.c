@@ -90,8 +90,10 @@ static void adapter_free(loom_provider *base)
     free(a);
 }
 
-static const loom_provider_vtable adapter_vtable = {adapter_complete,
-                                                    adapter_free};
+static const loom_provider_vtable adapter_vtable = {
+    .version = LOOM_PROVIDER_VTABLE_VERSION,
+    .complete = adapter_complete,
+    .free = adapter_free};
 
 int loom__llm_request_check(const loom_llm_request *req)
 {

@@ -520,7 +520,10 @@ static void router_free(loom_provider *base)
     free(r);
 }
 
-static const loom_provider_vtable router_vt = {router_complete, router_free};
+static const loom_provider_vtable router_vt = {.version =
+                                                   LOOM_PROVIDER_VTABLE_VERSION,
+                                               .complete = router_complete,
+                                               .free = router_free};
 
 /* The adapter of provider pc: the caller's, one this router already
  * built, or a new one it owns. */

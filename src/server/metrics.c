@@ -357,8 +357,10 @@ static void measured_free(loom_provider *p)
     free(mp);
 }
 
-static const loom_provider_vtable measured_vt = {measured_complete,
-                                                 measured_free};
+static const loom_provider_vtable measured_vt = {
+    .version = LOOM_PROVIDER_VTABLE_VERSION,
+    .complete = measured_complete,
+    .free = measured_free};
 
 int srv__metrics_provider(loom_provider **out, srv_metrics *m,
                           loom_provider *inner)

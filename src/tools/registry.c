@@ -121,6 +121,12 @@ int loom_tool_registry_add(loom_tool_registry *reg, const loom_tool *tool)
 
     if (!reg || !tool)
         return loom__error_set(LOOM_EINVALID, "registry and tool are required");
+    if (tool->version != 0 && tool->version != LOOM_TOOL_VERSION)
+        return loom__error_set(LOOM_EINVALID,
+                               "tool '%.80s': unknown version %u (this loom "
+                               "knows %d)",
+                               tool->name ? tool->name : "(null)",
+                               tool->version, LOOM_TOOL_VERSION);
     if (!tool->name || !name_is_valid(tool->name))
         return loom__error_set(LOOM_EINVALID,
                                "invalid tool name '%.80s': use 1 to 64 "

@@ -758,7 +758,10 @@ static void mock_free(loom_provider *p)
     (void)p;
 }
 
-static const loom_provider_vtable mock_vt = {mock_complete, mock_free};
+static const loom_provider_vtable mock_vt = {.version =
+                                                 LOOM_PROVIDER_VTABLE_VERSION,
+                                             .complete = mock_complete,
+                                             .free = mock_free};
 
 static mock mocks[2];
 

@@ -189,7 +189,10 @@ static void sum_free(loom_provider *p)
     (void)p;
 }
 
-static const loom_provider_vtable sum_vt = {sum_complete, sum_free};
+static const loom_provider_vtable sum_vt = {.version =
+                                                LOOM_PROVIDER_VTABLE_VERSION,
+                                            .complete = sum_complete,
+                                            .free = sum_free};
 
 static void sum_init(sum_mock *m, size_t reply_len)
 {
@@ -201,9 +204,9 @@ static void sum_init(sum_mock *m, size_t reply_len)
 /* ---- property tests ------------------------------------------------------ */
 
 typedef struct {
-    size_t sys;     /* index of the system prompt: 0 */
-    size_t user;    /* the current user message */
-    size_t round;   /* newest round after it, or SIZE_MAX */
+    size_t sys;   /* index of the system prompt: 0 */
+    size_t user;  /* the current user message */
+    size_t round; /* newest round after it, or SIZE_MAX */
 } marks;
 
 static void check_request(const loom_context_result *r,
@@ -211,11 +214,8 @@ static void check_request(const loom_context_result *r,
                           const loom_tool_def *tools, size_t ntools)
 {
     const loom_message *o = r->messages;
-    size_t n = r->messages_len, tt = ntools
-                                         ? loom_context_count_tools(tools,
-                                                                    ntools,
-                                                                    NULL)
-                                         : 0;
+    size_t n = r->messages_len,
+           tt = ntools ? loom_context_count_tools(tools, ntools, NULL) : 0;
     int user_seen = 0;
 
     /* Fits, by the engine's own count, which it reports. */
@@ -342,11 +342,11 @@ static void property_case(uint64_t seed, seen_t *seen)
 
     iters = between(1, 12);
     for (size_t it = 0; it < iters; it++) {
-        int rc = loom_context_fit(ctx, &r, all.items, all.len, defs, ntools,
-                                  NULL);
+        int rc =
+            loom_context_fit(ctx, &r, all.items, all.len, defs, ntools, NULL);
         if (rc != 0)
-            fail_msg("seed %llu iteration %zu: %s",
-                     (unsigned long long)seed, it, loom_error_last());
+            fail_msg("seed %llu iteration %zu: %s", (unsigned long long)seed,
+                     it, loom_error_last());
         check_request(&r, &all, &k, defs, ntools);
         /* A summary is made by one call and reused after it; a new one
          * covers at least as much as the one it replaces. */
@@ -397,9 +397,8 @@ static void test_property_requests_fit(void **state)
     /* The generator does reach every step, more than once. */
     print_message("%d fits: full %d, reduced %d, trimmed %d, summary %d; "
                   "%d summaries made, %d user cuts, %d with cuts\n",
-                  seen.fits, seen.layouts[0], seen.layouts[1],
-                  seen.layouts[2], seen.layouts[3], seen.made,
-                  seen.user_cut, seen.cut);
+                  seen.fits, seen.layouts[0], seen.layouts[1], seen.layouts[2],
+                  seen.layouts[3], seen.made, seen.user_cut, seen.cut);
     for (int i = 0; i < 4; i++)
         assert_true(seen.layouts[i] > 10);
     assert_true(seen.made > 10);
@@ -521,10 +520,10 @@ static void test_tool_result_cut_marker(void **state)
     assert_ptr_equal(r.messages[4].content, all.items[4].content);
     assert_int_equal(r.cut_total, 1);
     j = loom_context_result_json(&r);
-    assert_int_equal(json_integer_value(json_object_get(
-                         json_array_get(json_object_get(j, "cuts"), 0),
-                         "bytes")),
-                     102400);
+    assert_int_equal(
+        json_integer_value(json_object_get(
+            json_array_get(json_object_get(j, "cuts"), 0), "bytes")),
+        102400);
     json_decref(j);
     /* Next fit: the same cut, reused (not reported again). */
     assert_int_equal(
@@ -847,8 +846,7 @@ static void test_summary_made_once_then_reused(void **state)
             assert_true(json_is_true(json_object_get(s, "created")));
             assert_non_null(json_string_value(json_object_get(s, "text")));
             assert_int_equal(json_integer_value(json_object_get(
-                                 json_object_get(s, "usage"),
-                                 "total_tokens")),
+                                 json_object_get(s, "usage"), "total_tokens")),
                              110);
             json_decref(j);
             assert_int_equal(r.summary_usage.total_tokens, 110);
@@ -969,9 +967,9 @@ static void test_stored_summary_used(void **state)
     co.summary_covers = 3; /* ends inside the round 2..4 */
     assert_int_equal(loom_context_new(&ctx, &co), 0);
     add_text(&all, LOOM_ROLE_SYSTEM, 100, 's');
-    add_text(&all, LOOM_ROLE_USER, 100, 'u');          /* 1 */
-    add_round(&all, 2, sizes, 0);                      /* 2, 3, 4 */
-    add_text(&all, LOOM_ROLE_ASSISTANT, 100, 'r');     /* 5 */
+    add_text(&all, LOOM_ROLE_USER, 100, 'u');      /* 1 */
+    add_round(&all, 2, sizes, 0);                  /* 2, 3, 4 */
+    add_text(&all, LOOM_ROLE_ASSISTANT, 100, 'r'); /* 5 */
     assert_int_equal(loom_messages_add(&all, LOOM_ROLE_USER, "next"), 0);
     assert_int_equal(
         loom_context_fit(ctx, &r, all.items, all.len, NULL, 0, NULL), 0);
@@ -1038,7 +1036,7 @@ static void test_bad_options_and_set_window(void **state)
 typedef struct {
     loom_provider base;
     int rounds, next, calls, summary_calls;
-    long total; /* usage reported, summaries included */
+    long total;      /* usage reported, summaries included */
     size_t max_seen; /* largest request, by the default count */
     size_t limit;    /* what every request must stay within */
     int saw_summary_msg;
@@ -1051,10 +1049,9 @@ static int run_complete(loom_provider *p, const loom_llm_request *req,
 {
     run_mock *m = (run_mock *)p;
     size_t t = count_all(req->messages, req->messages_len) +
-               (req->tools_len ? loom_context_count_tools(req->tools,
-                                                          req->tools_len,
-                                                          NULL)
-                               : 0);
+               (req->tools_len
+                    ? loom_context_count_tools(req->tools, req->tools_len, NULL)
+                    : 0);
     (void)cancel;
 
     if (!req->stream && !req->tools_len) {
@@ -1110,10 +1107,13 @@ static int run_complete(loom_provider *p, const loom_llm_request *req,
     return 0;
 }
 
-static const loom_provider_vtable run_vt = {run_complete, sum_free};
+static const loom_provider_vtable run_vt = {.version =
+                                                LOOM_PROVIDER_VTABLE_VERSION,
+                                            .complete = run_complete,
+                                            .free = sum_free};
 
-static int big_exec(const json_t *args, const loom_tool_ctx *ctx,
-                    loom_buf *out, void *payload)
+static int big_exec(const json_t *args, const loom_tool_ctx *ctx, loom_buf *out,
+                    void *payload)
 {
     char *t = text_of(12000, 'b');
     int rc = loom_buf_puts(out, t);

@@ -1275,7 +1275,10 @@ static void script_free(loom_provider *p)
     (void)p;
 }
 
-static const loom_provider_vtable script_vt = {script_complete, script_free};
+static const loom_provider_vtable script_vt = {.version =
+                                                   LOOM_PROVIDER_VTABLE_VERSION,
+                                               .complete = script_complete,
+                                               .free = script_free};
 
 static int echo_exec(const json_t *args, const loom_tool_ctx *ctx,
                      loom_buf *out, void *payload)

@@ -160,9 +160,9 @@ static json_t *first_event(const json_t *events, const char *type)
 static loom_tool_registry *registry(void)
 {
     loom_tool_registry *reg;
-    loom_tool t1 = {"search", "Searches.", NULL, search_exec, NULL, NULL};
-    loom_tool t2 = {"whoami", "Says who.", NULL, whoami_exec, NULL, NULL};
-    loom_tool t3 = {"slow_user", "Slow.", NULL, slow_user_exec, NULL, NULL};
+    loom_tool t1 = {LOOM_TOOL_VERSION, "search", "Searches.", NULL, search_exec, NULL, NULL};
+    loom_tool t2 = {LOOM_TOOL_VERSION, "whoami", "Says who.", NULL, whoami_exec, NULL, NULL};
+    loom_tool t3 = {LOOM_TOOL_VERSION, "slow_user", "Slow.", NULL, slow_user_exec, NULL, NULL};
 
     assert_int_equal(loom_tool_registry_new(&reg), 0);
     assert_int_equal(loom_tool_registry_add(reg, &t1), 0);
