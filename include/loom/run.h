@@ -7,9 +7,18 @@
  * order, as events to a sink.
  *
  * Threads: loom_run_execute() runs the whole loop on the calling thread
- * (tools of a turn run on short-lived threads it starts; one that overruns
- * its timeout is abandoned, see loom_run_abandoned_tools). Tool hooks run
+ * (tools of a turn run on short-lived threads it starts). Tool hooks run
  * on the calling thread.
+ *
+ * Abandoned tool calls: a call that overruns its timeout, or does not
+ * stop within a grace period once the run is cancelled, is abandoned: its
+ * result is an error at once and the run goes on (and may end and be
+ * freed) while the call's thread keeps running until the tool returns.
+ * That thread owns copies of everything of the run it reads (arguments,
+ * settings, user, its cancel flag) and holds a reference on the tool
+ * registry (loom/tools.h), so nothing needs waiting for: free the run and
+ * drop your registry reference when you are done; the last call out frees
+ * the registry.
  * loom_run_cancel() may be called from any thread, or a signal handler.
  * The sink is called from the thread that runs execute, one event at a
  * time, never concurrently.
@@ -430,22 +439,6 @@ const json_t *loom_run_tool_records(const loom_run *run);
  * a string `id`. Borrowed from the run.
  */
 const json_t *loom_run_documents(const loom_run *run);
-
-/*
- * Tool calls that runs abandoned (timed out, or cancelled and not
- * stopping) whose threads are still running, in the whole process. Such a
- * thread still uses its tool's execute function and payload: a tool
- * registry must not be freed while any run that used it has abandoned
- * tools running.
- */
-size_t loom_run_abandoned_tools(void);
-
-/*
- * Waits until no abandoned tool call is running, at most timeout_ms
- * (negative: no limit). 0, or LOOM_ETIMEDOUT. For shutdown, before tool
- * registries are freed.
- */
-int loom_run_wait_abandoned_tools(long timeout_ms);
 
 void loom_run_free(loom_run *run);
 

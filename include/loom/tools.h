@@ -10,7 +10,19 @@
  *
  * A registry maps names to tools. It is built at start and then only read
  * (registries are immutable once built); add/remove/clear are not safe
- * while a run is using it.
+ * while a run is using it, nor while a tool call it started may still be
+ * running.
+ *
+ * Ownership: a registry is reference counted. Its creator holds one
+ * reference, and each tool call a run starts holds one more until the
+ * call's thread ends. A call that overruns its timeout (or does not stop
+ * when its run is cancelled) is abandoned by the run but keeps running,
+ * and keeps its reference: the tool's execute function and payload stay
+ * valid however long it takes. So the creator frees the registry when it
+ * is done with it (loom_tool_registry_free drops its reference), with no
+ * wait for such calls; the last one out frees the tools and their
+ * payloads. What a payload merely borrows (a store, say) must outlive the
+ * registry's last reference, or the tool must not be able to overrun.
  */
 #ifndef LOOM_TOOLS_H
 #define LOOM_TOOLS_H
@@ -98,8 +110,13 @@ typedef struct {
 
 typedef struct loom_tool_registry loom_tool_registry;
 
+/* A new, empty registry; the caller holds its one reference. */
 int loom_tool_registry_new(loom_tool_registry **out);
-/* Frees every tool (and their payloads). NULL is a no-op. */
+/*
+ * Drops the caller's reference. The last reference (the caller's, or that
+ * of a tool call still running on its thread) frees every tool and their
+ * payloads. NULL is a no-op.
+ */
 void loom_tool_registry_free(loom_tool_registry *reg);
 
 /*

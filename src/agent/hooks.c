@@ -691,6 +691,7 @@ int loom__run_tools(loom_run *run, const loom_message *assistant,
         emit_calls(run, assistant);
     json_object_clear(run->turn_keys);
     memset(&xo, 0, sizeof(xo));
+    xo.registry = run->opts.tools;
     xo.settings = run->opts.tool_settings;
     xo.cancel = &run->cancel;
     xo.max_result = run->opts.max_tool_result;

@@ -16,10 +16,15 @@
  * own cancel flag) and its output buffers, and the queue (`hub`) is
  * reference counted between the caller and the live threads: whoever
  * leaves last frees it. Nothing of the run is reachable from a thread.
+ * The tool itself (execute, payload) belongs to the registry: each slot
+ * holds a reference on it (tools/registry.h), dropped when the slot is
+ * freed, so the registry lives as long as its last running call. There
+ * is no process-wide list of abandoned calls and nothing to wait for.
  */
 #include "agent/toolexec.h"
 #include "core/error.h"
 #include "loom/run.h"
+#include "tools/registry.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -155,7 +160,8 @@ struct slot {
     size_t index;         /* of the caller's job */
     loom__tool_job work;  /* the thread's job; the caller's stays apart */
     loom_tool_call call;  /* copies of the call's strings */
-    loom_tool tool;       /* execute and payload, borrowed from the registry */
+    loom_tool tool;       /* execute and payload, from the registry */
+    loom_tool_registry *reg; /* a reference on it, or NULL */
     json_t *settings;     /* a copy of the tool's settings, or NULL */
     char *user_id;        /* a copy of the run's user, or NULL */
     json_t *user_keys;    /* a copy of the user's keys, or NULL */
@@ -166,11 +172,6 @@ struct slot {
     int abandoned;        /* under hub->mu */
     slot *next;
 };
-
-/* Abandoned threads still running, in the whole process. */
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static size_t g_abandoned;
 
 static void slot_free(slot *s)
 {
@@ -183,6 +184,8 @@ static void slot_free(slot *s)
     json_decref(s->settings);
     free(s->user_id);
     json_decref(s->user_keys);
+    /* The last call out of a registry its owner let go frees it. */
+    loom_tool_registry_free(s->reg);
     free(s);
 }
 
@@ -282,13 +285,8 @@ static void *worker(void *arg)
         pthread_cond_signal(&h->cv);
     }
     pthread_mutex_unlock(&h->mu);
-    if (abandoned) {
+    if (abandoned)
         slot_free(s);
-        pthread_mutex_lock(&g_mu);
-        g_abandoned--;
-        pthread_cond_broadcast(&g_cv);
-        pthread_mutex_unlock(&g_mu);
-    }
     hub_release(h);
     return NULL;
 }
@@ -316,6 +314,7 @@ static void start(hub *h, loom__tool_job *job, size_t i,
     s->max_error = opts->max_error;
     s->tool.execute = job->tool->execute;
     s->tool.payload = job->tool->payload;
+    s->reg = loom__tool_registry_ref(opts->registry);
     if (!(s->call.id = strdup(c->id ? c->id : "")) ||
         !(s->call.name = strdup(job->tool->name)) ||
         !(s->work.documents = json_array()) ||
@@ -401,9 +400,6 @@ static int abandon(hub *h, slot *s, loom__tool_job *job, int cancelled,
     if (!s->finished) {
         s->abandoned = 1;
         loom_cancel_set(&s->cancel);
-        pthread_mutex_lock(&g_mu);
-        g_abandoned++;
-        pthread_mutex_unlock(&g_mu);
         gone = 1;
     }
     pthread_mutex_unlock(&h->mu);
@@ -597,42 +593,4 @@ void loom__tool_job_clear(loom__tool_job *job)
     json_decref(job->model_args);
     json_decref(job->documents_added);
     memset(job, 0, sizeof(*job));
-}
-
-size_t loom_run_abandoned_tools(void)
-{
-    size_t n;
-
-    pthread_mutex_lock(&g_mu);
-    n = g_abandoned;
-    pthread_mutex_unlock(&g_mu);
-    return n;
-}
-
-int loom_run_wait_abandoned_tools(long timeout_ms)
-{
-    struct timespec ts;
-    int rc = 0;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (timeout_ms >= 0) {
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-    }
-    pthread_mutex_lock(&g_mu);
-    while (g_abandoned > 0 && rc == 0) {
-        if (timeout_ms < 0)
-            pthread_cond_wait(&g_cv, &g_mu);
-        else if (pthread_cond_timedwait(&g_cv, &g_mu, &ts) == ETIMEDOUT)
-            rc = g_abandoned > 0 ? LOOM_ETIMEDOUT : 0;
-    }
-    pthread_mutex_unlock(&g_mu);
-    if (rc)
-        return loom__error_set(rc, "tools abandoned by runs are still "
-                                   "running");
-    return 0;
 }

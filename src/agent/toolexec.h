@@ -14,8 +14,9 @@
  * keeps running until the tool returns; everything it touches (arguments,
  * settings, buffers, its cancel flag) is a copy it owns, so the run may
  * end and be freed meanwhile. Only the tool itself (its execute function
- * and payload, from the registry) is shared: the registry must outlive
- * abandoned tools (loom_run_wait_abandoned_tools in loom/run.h).
+ * and payload) is shared, and it belongs to the registry: each started
+ * call holds a reference on opts->registry until its thread ends, so the
+ * registry outlives every call, abandoned or not (loom/tools.h).
  */
 #ifndef LOOM_AGENT_TOOLEXEC_H
 #define LOOM_AGENT_TOOLEXEC_H
@@ -60,6 +61,10 @@ typedef struct {
 } loom__tool_job;
 
 typedef struct {
+    /* Where the jobs' tools come from: each started call holds a
+     * reference on it until its thread ends. NULL: no reference taken
+     * (the caller then keeps the tools alive past every call). */
+    const loom_tool_registry *registry;
     const json_t *settings; /* config `tools` object, may be NULL */
     loom_cancel *cancel;    /* the run's */
     size_t max_result;  /* bytes of one result the model is shown */

@@ -22,8 +22,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* How long the exit waits for tool calls abandoned at their timeout. */
-#define ABANDONED_WAIT_MS 5000
 
 
 static const char serve_usage[] =
@@ -215,10 +213,7 @@ done:
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     loom_server_free(srv);
-    /* Abandoned tool calls still use the registry: freed once they have
-     * ended, left to the exit otherwise. */
-    if (loom_run_wait_abandoned_tools(ABANDONED_WAIT_MS) == 0)
-        loom_tool_registry_free(reg);
+    loom_tool_registry_free(reg);
     loom_store_free(store);
     loom_config_free(cfg);
     return rc;

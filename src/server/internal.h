@@ -285,8 +285,6 @@ const char *srv_run_store_error(srv_run *run);
 /* How long a store call answering LOOM_EIO (busy, locked, disk full) is
  * retried, with a backoff of 50 ms doubling up to 1 s. */
 #define SRV_STORE_RETRY_MS 10000
-/* How long loom_server_free waits for tool calls that runs abandoned. */
-#define SRV_ABANDONED_WAIT_MS 10000
 
 /*
  * The loom_run behind it, for reading the result (text, usage, finish

@@ -621,16 +621,9 @@ void loom_server_free(loom_server *s)
         free(s->providers[i].name);
     }
     free(s->providers);
-    /* Tool calls abandoned at their timeout still use the registry (the
-     * session's or the caller's): it may be freed once they have ended.
-     * Past the wait the session is left to the exit rather than freed
-     * under them. */
-    if (loom_run_wait_abandoned_tools(SRV_ABANDONED_WAIT_MS) == 0) {
-        loom_session_free(s->session);
-    } else {
-        loom_warn("%zu abandoned tool calls still running at shutdown",
-                  loom_run_abandoned_tools());
-    }
+    /* A tool call that a run abandoned at its timeout holds its own
+     * reference on the registry: the session lets go of its at once. */
+    loom_session_free(s->session);
     loom_router_health_free(s->health);
     srv__metrics_free(s->metrics);
     if (s->stop_pipe[0] >= 0)

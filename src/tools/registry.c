@@ -12,10 +12,16 @@
  * The registry owns copies of each tool's name and description, a
  * reference to its parameters schema, and its payload (freed through
  * free_payload when the tool leaves the registry).
+ *
+ * A registry is reference counted: its creator holds one reference, and
+ * every tool call a run starts holds another until its thread ends (a
+ * call abandoned at its timeout may outlive the run and the caller's
+ * reference). loom_tool_registry_free drops one; the last frees it.
  */
-#include "loom/tools.h"
+#include "tools/registry.h"
 #include "core/error.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +33,7 @@ struct loom_tool_registry {
     size_t cap;
     size_t *slots;     /* index + 1 into items, 0 for an empty slot */
     size_t nslots;     /* a power of two, >= 2 * len, or 0 */
+    atomic_size_t refs; /* the creator's, plus one per running call */
 };
 
 int loom_tool_registry_new(loom_tool_registry **out)
@@ -39,8 +46,18 @@ int loom_tool_registry_new(loom_tool_registry **out)
     reg = calloc(1, sizeof(*reg));
     if (!reg)
         return loom__error_oom();
+    atomic_init(&reg->refs, 1);
     *out = reg;
     return 0;
+}
+
+loom_tool_registry *loom__tool_registry_ref(const loom_tool_registry *reg)
+{
+    loom_tool_registry *r = (loom_tool_registry *)reg;
+
+    if (r)
+        atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+    return r;
 }
 
 /* FNV-1a: short names, few entries; anything reasonable will do. */
@@ -275,7 +292,9 @@ char *loom_tool_registry_names(const loom_tool_registry *reg)
 
 void loom_tool_registry_free(loom_tool_registry *reg)
 {
-    if (!reg)
+    /* Acquire-release: whoever frees sees every other holder's writes. */
+    if (!reg ||
+        atomic_fetch_sub_explicit(&reg->refs, 1, memory_order_acq_rel) != 1)
         return;
     loom_tool_registry_clear(reg);
     free(reg->items);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- test tools ---- */
@@ -34,8 +35,11 @@ static int echo_runs;
 static char *search_excluded[8]; /* excluded_ids of each search call */
 static int nsearch;
 static int sleeper_release;  /* set by the test: the sleeper may return */
+static int sleeper_started;  /* sleepers that began */
 static int sleeper_done;     /* sleepers that returned */
 static int sleeper_saw_cancel;
+static int regs_made;        /* registries make_tools made */
+static int regs_freed;       /* ... and the ones freed (their last ref) */
 
 static int echo_exec(const json_t *args, const loom_tool_ctx *ctx,
                      loom_buf *out, void *payload)
@@ -132,6 +136,7 @@ static int sleeper_exec(const json_t *args, const loom_tool_ctx *ctx,
     (void)args;
     (void)payload;
     pthread_mutex_lock(&mu);
+    sleeper_started++;
     while (!sleeper_release)
         pthread_cond_wait(&cv, &mu);
     sleeper_saw_cancel += loom_cancel_is_set(ctx->cancel);
@@ -147,8 +152,20 @@ static int sleeper_exec(const json_t *args, const loom_tool_ctx *ctx,
     return rc;
 }
 
-static void add_tool(loom_tool_registry *reg, const char *name,
-                     loom_tool_execute_fn fn, json_t *schema)
+/* The sleeper's free_payload: its registry is gone, on whichever thread
+ * dropped the last reference (a sleeper's, when it was abandoned). */
+static void sleeper_reg_freed(void *payload)
+{
+    (void)payload;
+    pthread_mutex_lock(&mu);
+    regs_freed++;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static void add_tool_with(loom_tool_registry *reg, const char *name,
+                          loom_tool_execute_fn fn, json_t *schema,
+                          void (*free_payload)(void *))
 {
     loom_tool t;
 
@@ -157,8 +174,15 @@ static void add_tool(loom_tool_registry *reg, const char *name,
     t.description = name;
     t.parameters = schema;
     t.execute = fn;
+    t.free_payload = free_payload;
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     json_decref(schema);
+}
+
+static void add_tool(loom_tool_registry *reg, const char *name,
+                     loom_tool_execute_fn fn, json_t *schema)
+{
+    add_tool_with(reg, name, fn, schema, NULL);
 }
 
 static loom_tool_registry *make_tools(void)
@@ -185,7 +209,10 @@ static loom_tool_registry *make_tools(void)
              json_pack("{s:s,s:{s:{s:s},s:{s:s}}}", "type", "object",
                        "properties", "prefix", "type", "string", "n",
                        "type", "integer"));
-    add_tool(reg, "sleeper", sleeper_exec, NULL);
+    add_tool_with(reg, "sleeper", sleeper_exec, NULL, sleeper_reg_freed);
+    pthread_mutex_lock(&mu);
+    regs_made++;
+    pthread_mutex_unlock(&mu);
     return reg;
 }
 
@@ -196,7 +223,8 @@ static void reset_tools(void)
     for (int i = 0; i < nsearch; i++)
         free(search_excluded[i]);
     nsearch = 0;
-    sleeper_release = sleeper_done = sleeper_saw_cancel = 0;
+    sleeper_release = sleeper_started = sleeper_done = 0;
+    sleeper_saw_cancel = 0;
     pthread_mutex_unlock(&mu);
 }
 
@@ -247,9 +275,8 @@ static void harness_free(harness *h)
 {
     loom_run_free(h->run);
     h->run = NULL;
-    /* An abandoned tool may still use the registry: not freed here. */
-    if (loom_run_abandoned_tools() == 0)
-        loom_tool_registry_free(h->reg);
+    /* An abandoned tool holds its own reference: the last one frees. */
+    loom_tool_registry_free(h->reg);
     json_decref(h->events);
     mock_clear(&h->m);
 }
@@ -1161,15 +1188,37 @@ static void test_record_limits(void **state)
 
 /* ---- timeouts ---- */
 
+/* Sleepers that began and have not returned: abandoned ones, once their
+ * run is over. */
+static int sleepers_running(void)
+{
+    int n;
+
+    pthread_mutex_lock(&mu);
+    n = sleeper_started - sleeper_done;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+/*
+ * Lets the sleepers return, then waits (30 s at most) until every
+ * registry made is freed: the harness dropped its reference while a
+ * sleeper still held one, so the sleeper's thread frees it on its way
+ * out.
+ */
 static void release_sleepers(int expect)
 {
+    struct timespec until;
+    int e = 0;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
     pthread_mutex_lock(&mu);
     sleeper_release = 1;
     pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
-    assert_int_equal(loom_run_wait_abandoned_tools(30000), 0);
-    assert_int_equal(loom_run_abandoned_tools(), 0);
-    pthread_mutex_lock(&mu);
+    while (regs_freed < regs_made && e == 0)
+        e = pthread_cond_timedwait(&cv, &mu, &until);
+    assert_int_equal(regs_freed, regs_made);
     assert_int_equal(sleeper_done, expect);
     pthread_mutex_unlock(&mu);
 }
@@ -1182,7 +1231,6 @@ static void test_tool_timeout(void **state)
         {.text = "done"}};
     json_t *settings = json_pack("{s:{s:i}}", "sleeper", "timeout_ms", 50);
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
-    loom_tool_registry *reg;
     json_t *m;
     harness h = {0};
     (void)state;
@@ -1203,12 +1251,10 @@ static void test_tool_timeout(void **state)
                         "ETIMEDOUT");
     assert_true(json_real_value(json_object_get(m, "duration_ms")) >= 50.0);
     /* The tool still runs, after its run is gone. */
-    assert_int_equal(loom_run_abandoned_tools(), 1);
-    reg = h.reg;
+    assert_int_equal(sleepers_running(), 1);
     harness_free(&h);
     release_sleepers(1);
     assert_int_equal(sleeper_saw_cancel, 1);
-    loom_tool_registry_free(reg);
     json_decref(settings);
 }
 
@@ -1218,7 +1264,6 @@ static void test_run_default_timeout(void **state)
     static const mock_answer a[] = {
         {.calls = {{"z1", "sleeper", "{}"}}, .ncalls = 1}, {.text = "done"}};
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
-    loom_tool_registry *reg;
     harness h = {0};
     (void)state;
 
@@ -1227,10 +1272,8 @@ static void test_run_default_timeout(void **state)
     run_with(&h, a, 2, &ro);
     assert_int_equal(h.rc, 0);
     assert_contains(result_of(&h, "z1"), "within its timeout of 30 ms");
-    reg = h.reg;
     harness_free(&h);
     release_sleepers(1);
-    loom_tool_registry_free(reg);
 }
 
 static void test_timeout_setting_range(void **state)
@@ -1281,7 +1324,6 @@ static void test_cancel_abandons(void **state)
     static const mock_answer a[] = {
         {.calls = {{"z1", "sleeper", "{}"}}, .ncalls = 1}, {.text = "done"}};
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
-    loom_tool_registry *reg;
     harness h = {0};
     (void)state;
 
@@ -1299,33 +1341,10 @@ static void test_cancel_abandons(void **state)
                                                "error"),
                                "code"),
                         "ECANCELED");
-    assert_int_equal(loom_run_abandoned_tools(), 1);
-    reg = h.reg;
+    assert_int_equal(sleepers_running(), 1);
     harness_free(&h);
     release_sleepers(1);
     assert_int_equal(sleeper_saw_cancel, 1);
-    loom_tool_registry_free(reg);
-}
-
-/* Waiting for abandoned tools gives up at its deadline. */
-static void test_wait_abandoned_deadline(void **state)
-{
-    static const mock_answer a[] = {
-        {.calls = {{"z1", "sleeper", "{}"}}, .ncalls = 1}, {.text = "done"}};
-    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
-    loom_tool_registry *reg;
-    harness h = {0};
-    (void)state;
-
-    reset_tools();
-    ro.tool_timeout_ms = 10;
-    run_with(&h, a, 2, &ro);
-    reg = h.reg;
-    harness_free(&h);
-    assert_int_equal(loom_run_wait_abandoned_tools(20), LOOM_ETIMEDOUT);
-    assert_int_equal(loom_run_abandoned_tools(), 1);
-    release_sleepers(1);
-    loom_tool_registry_free(reg);
 }
 
 /* ---- config ---- */
@@ -1391,7 +1410,6 @@ int main(void)
         cmocka_unit_test(test_run_default_timeout),
         cmocka_unit_test(test_timeout_setting_range),
         cmocka_unit_test(test_cancel_abandons),
-        cmocka_unit_test(test_wait_abandoned_deadline),
         cmocka_unit_test(test_config_agent_fields),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

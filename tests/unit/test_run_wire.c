@@ -18,10 +18,12 @@
 #include "loom/tokenizer.h"
 #include "mock_provider.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAXCALLS 8
@@ -124,6 +126,36 @@ static int slow_user_exec(const json_t *args, const loom_tool_ctx *ctx,
     return loom_buf_puts(out, "late");
 }
 
+/* slow_user's free_payload: counts the registries gone, on whichever
+ * thread dropped the last reference. */
+static pthread_mutex_t freed_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t freed_cv = PTHREAD_COND_INITIALIZER;
+static int regs_freed;
+
+static void slow_reg_freed(void *payload)
+{
+    (void)payload;
+    pthread_mutex_lock(&freed_mu);
+    regs_freed++;
+    pthread_cond_broadcast(&freed_cv);
+    pthread_mutex_unlock(&freed_mu);
+}
+
+/* Waits (30 s at most) until `n` registries in all were freed. */
+static void wait_regs_freed(int n)
+{
+    struct timespec until;
+    int e = 0;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&freed_mu);
+    while (regs_freed < n && e == 0)
+        e = pthread_cond_timedwait(&freed_cv, &freed_mu, &until);
+    assert_int_equal(regs_freed, n);
+    pthread_mutex_unlock(&freed_mu);
+}
+
 typedef struct {
     json_t *events;
 } sinkst;
@@ -160,9 +192,12 @@ static json_t *first_event(const json_t *events, const char *type)
 static loom_tool_registry *registry(void)
 {
     loom_tool_registry *reg;
-    loom_tool t1 = {LOOM_TOOL_VERSION, "search", "Searches.", NULL, search_exec, NULL, NULL};
-    loom_tool t2 = {LOOM_TOOL_VERSION, "whoami", "Says who.", NULL, whoami_exec, NULL, NULL};
-    loom_tool t3 = {LOOM_TOOL_VERSION, "slow_user", "Slow.", NULL, slow_user_exec, NULL, NULL};
+    loom_tool t1 = {LOOM_TOOL_VERSION, "search", "Searches.", NULL,
+                    search_exec, NULL, NULL};
+    loom_tool t2 = {LOOM_TOOL_VERSION, "whoami", "Says who.", NULL,
+                    whoami_exec, NULL, NULL};
+    loom_tool t3 = {LOOM_TOOL_VERSION, "slow_user", "Slow.", NULL,
+                    slow_user_exec, NULL, slow_reg_freed};
 
     assert_int_equal(loom_tool_registry_new(&reg), 0);
     assert_int_equal(loom_tool_registry_add(reg, &t1), 0);
@@ -539,6 +574,7 @@ static void test_user_outlives_run(void **state)
     loom_run *run;
     char *user = strdup("u-slow");
     json_t *keys = json_pack("{s:s}", "k", "v");
+    int freed;
 
     (void)state;
     atomic_store(&slow_saw_user, 0);
@@ -557,10 +593,15 @@ static void test_user_outlives_run(void **state)
     loom_run_free(run);
     free(user);
     json_decref(keys);
-    assert_int_equal(loom_run_wait_abandoned_tools(-1), 0);
+    /* The abandoned call holds the registry: it frees it on its way out,
+     * once it has read its user. */
+    pthread_mutex_lock(&freed_mu);
+    freed = regs_freed;
+    pthread_mutex_unlock(&freed_mu);
+    loom_tool_registry_free(reg);
+    wait_regs_freed(freed + 1);
     assert_int_equal(atomic_load(&slow_saw_user), 1);
     loom_messages_free(&hist);
-    loom_tool_registry_free(reg);
     mock_clear(&m.mock);
 }
 
