@@ -13,8 +13,12 @@
  * think records a thought and answers "Acknowledged, please continue.":
  * the thinking itself is in the call's arguments, in the conversation. A
  * turn of think calls only costs no iteration (run.c counts them).
+ *
+ * The plan object is the run's, but knows nothing of it (plan.h): run.c
+ * puts the text it gives into the system message and hands loop tool
+ * calls over, and events go out through the callback it is given.
  */
-#include "agent/run_internal.h"
+#include "agent/plan.h"
 #include "core/error.h"
 
 #include <stdio.h>
@@ -48,6 +52,12 @@
 
 #define PLAN_FOOTER                                                          \
     "Keep the plan current with todo_write as tasks start, finish or fail."
+
+struct loom__plan {
+    loom_tool tools[LOOM__LOOP_COUNT]; /* their schemas are owned */
+    json_t *plan; /* the current plan, or NULL */
+    int shown;    /* the last system text given shows the current plan */
+};
 
 static const char *const statuses[] = {"pending", "in_progress", "completed",
                                        "blocked", "failed"};
@@ -98,27 +108,55 @@ static json_t *think_schema(void)
                      "additionalProperties", 0);
 }
 
-int loom__loop_tools_init(loom_run *run)
+int loom__plan_new(loom__plan **out)
 {
-    loom_tool *todo = &run->loop_tools[LOOM__LOOP_TODO];
-    loom_tool *think = &run->loop_tools[LOOM__LOOP_THINK];
+    loom__plan *p = calloc(1, sizeof(*p));
+    loom_tool *todo, *think;
 
+    *out = NULL;
+    if (!p)
+        return loom__error_oom();
+    todo = &p->tools[LOOM__LOOP_TODO];
+    think = &p->tools[LOOM__LOOP_THINK];
     todo->name = TODO_NAME;
     todo->description = TODO_DESCRIPTION;
     think->name = THINK_NAME;
     think->description = THINK_DESCRIPTION;
     if (!(todo->parameters = todo_schema()) ||
-        !(think->parameters = think_schema()))
+        !(think->parameters = think_schema())) {
+        loom__plan_free(p);
         return loom__error_oom();
+    }
+    *out = p;
     return 0;
 }
 
-void loom__loop_tools_free(loom_run *run)
+void loom__plan_free(loom__plan *p)
 {
+    if (!p)
+        return;
     for (int k = 0; k < LOOM__LOOP_COUNT; k++)
-        json_decref((json_t *)run->loop_tools[k].parameters);
-    json_decref(run->plan);
-    free(run->system_prev);
+        json_decref((json_t *)p->tools[k].parameters);
+    json_decref(p->plan);
+    free(p);
+}
+
+const loom_tool *loom__plan_tool(const loom__plan *p, int k)
+{
+    return k >= 0 && k < LOOM__LOOP_COUNT ? &p->tools[k] : NULL;
+}
+
+int loom__plan_tool_index(const loom__plan *p, const char *name)
+{
+    for (int k = 0; name && k < LOOM__LOOP_COUNT; k++)
+        if (strcmp(p->tools[k].name, name) == 0)
+            return k;
+    return -1;
+}
+
+const json_t *loom__plan_get(const loom__plan *p)
+{
+    return p->plan;
 }
 
 /*
@@ -126,7 +164,7 @@ void loom__loop_tools_free(loom_run *run)
  * say (task ids are unique), and makes the stored form: every task with
  * its status (pending when not given) and tools ([] when not given).
  */
-static int plan_make(json_t **out, const loom_run *run, const json_t *value,
+static int plan_make(json_t **out, const loom__plan *p, const json_t *value,
                      char **msg)
 {
     const json_t *tasks, *t;
@@ -136,8 +174,8 @@ static int plan_make(json_t **out, const loom_run *run, const json_t *value,
 
     *out = NULL;
     *msg = NULL;
-    if (loom_schema_validate(run->loop_tools[LOOM__LOOP_TODO].parameters,
-                             value, msg) != 0)
+    if (loom_schema_validate(p->tools[LOOM__LOOP_TODO].parameters, value,
+                             msg) != 0)
         return LOOM_EINVALID;
     tasks = json_object_get(value, "tasks");
     if (!(list = json_array()) || !(ids = json_object())) {
@@ -182,11 +220,11 @@ cleanup:
     return rc;
 }
 
-int loom__plan_set(loom_run *run, const json_t *plan)
+int loom__plan_set(loom__plan *p, const json_t *plan)
 {
-    json_t *p = NULL;
+    json_t *made = NULL;
     char *msg = NULL;
-    int rc = plan_make(&p, run, plan, &msg);
+    int rc = plan_make(&made, p, plan, &msg);
 
     if (rc == LOOM_EINVALID)
         rc = loom__error_set(LOOM_EINVALID,
@@ -195,16 +233,15 @@ int loom__plan_set(loom_run *run, const json_t *plan)
     free(msg);
     if (rc)
         return rc;
-    json_decref(run->plan);
-    run->plan = p;
-    run->plan_shown = 0;
+    json_decref(p->plan);
+    p->plan = made;
+    p->shown = 0;
     return 0;
 }
 
-/* The <plan> section for the system message. */
-static int render(loom_buf *b, const json_t *plan)
+int loom__plan_render(const loom__plan *p, loom_buf *b)
 {
-    const json_t *t;
+    const json_t *plan = p->plan, *t;
     size_t i;
     int rc;
 
@@ -239,35 +276,23 @@ static int render(loom_buf *b, const json_t *plan)
     return rc;
 }
 
-int loom__plan_refresh_system(loom_run *run)
+int loom__plan_system_text(loom__plan *p, const char *base, char **text)
 {
     loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
-    const char *base = run->opts.system_prompt;
-    char *text;
-    int rc;
+    int rc = 0;
 
-    if (!run->loop_on[LOOM__LOOP_TODO] || !run->has_system ||
-        run->plan_shown)
+    *text = NULL;
+    if (p->shown)
         return 0;
     if (base && *base)
         rc = loom_buf_printf(&b, "%s\n\n", base);
-    else
-        rc = 0;
     if (!rc)
-        rc = render(&b, run->plan);
-    if (rc || !(text = loom_buf_detach(&b))) {
+        rc = loom__plan_render(p, &b);
+    if (rc || !(*text = loom_buf_detach(&b))) {
         loom_buf_free(&b);
         return rc ? rc : loom__error_oom();
     }
-    /*
-     * The request cache knows messages by their pointers: the text the
-     * last request carried stays allocated until the next change, so the
-     * new one can never take its address.
-     */
-    free(run->system_prev);
-    run->system_prev = run->all.items[0].content;
-    run->all.items[0].content = text;
-    run->plan_shown = 1;
+    p->shown = 1;
     return 0;
 }
 
@@ -279,13 +304,14 @@ static double mono_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static void todo_execute(loom_run *run, loom__tool_job *job)
+static void todo_execute(loom__plan *p, loom__tool_job *job,
+                         const loom__loop_call *c)
 {
     size_t count[NSTATUS] = {0}, i;
     const json_t *t;
     json_t *plan = NULL;
     char *msg = NULL, *why = NULL;
-    int rc = plan_make(&plan, run, job->args, &msg);
+    int rc = plan_make(&plan, p, job->args, &msg);
 
     if (rc) {
         if (asprintf(&why, "todo_write: the plan was not saved: %s",
@@ -293,19 +319,18 @@ static void todo_execute(loom_run *run, loom__tool_job *job)
             why = NULL;
         loom__tool_job_fail(job, "execution", rc,
                             why ? why : "todo_write: the plan was not saved",
-                            NULL, run->opts.max_tool_error);
+                            NULL, c->max_error);
         free(why);
         free(msg);
         return;
     }
-    json_decref(run->plan);
-    run->plan = plan;
-    run->plan_shown = 0;
-    if (loom__run_has_sink(run))
-        loom__run_emit(run, LOOM_EV_PLAN_UPDATED,
-                       json_pack("{s:O, s:s, s:i}", "plan", plan, "call_id",
-                                 job->call->id, "iteration",
-                                 run->iterations));
+    json_decref(p->plan);
+    p->plan = plan;
+    p->shown = 0;
+    if (loom__emit_on(&c->emit))
+        loom__emit_send(&c->emit, LOOM_EV_PLAN_UPDATED,
+                        json_pack("{s:O, s:s, s:i}", "plan", plan, "call_id",
+                                  job->call->id, "iteration", c->iteration));
     json_array_foreach(json_object_get(plan, "tasks"), i, t)
     {
         const char *st = json_string_value(json_object_get(t, "status"));
@@ -323,12 +348,13 @@ static void todo_execute(loom_run *run, loom__tool_job *job)
     job->done = 1;
 }
 
-void loom__loop_tool_execute(loom_run *run, loom__tool_job *job)
+void loom__plan_execute(loom__plan *p, loom__tool_job *job,
+                        const loom__loop_call *c)
 {
     double t0 = mono_ms();
 
     if (job->loop - 1 == LOOM__LOOP_TODO) {
-        todo_execute(run, job);
+        todo_execute(p, job, c);
     } else {
         job->output = strdup(THINK_ANSWER);
         job->done = 1;

@@ -16,17 +16,22 @@
  * context engine (context.c) fits each request to it first: the run's
  * full history is kept and stored as it is, and only the request shrinks.
  *
- * The tool calls of a turn go through hooks.c (hooks, policies,
- * telemetry); the loop tools and the plan shown in the system message
- * are plan.c's. A turn of think calls only costs no iteration, up to
- * max_think_turns of them.
+ * The tool calls of a turn go through the tool turn (toolturn.c: hooks,
+ * policies, telemetry); the loop tools and the plan shown in the system
+ * message are plan.c's. Neither sees the run: this file owns the messages
+ * and sends every event, and hands them an emit callback. A turn of think
+ * calls only costs no iteration, up to max_think_turns of them.
  *
  * Ownership: the run owns copies of the history and every message it adds;
  * provider, registry and sink are borrowed from the caller.
  */
 #include "loom/run.h"
+#include "agent/citations.h"
+#include "agent/emit.h"
+#include "agent/plan.h"
 #include "agent/review.h"
 #include "agent/run_internal.h"
+#include "agent/toolturn.h"
 #include "core/error.h"
 #include "loom/buf.h"
 #include "loom/log.h"
@@ -51,8 +56,84 @@
     "and say briefly if anything could not be completed."
 
 
-/* Sends one event; a sink's non-zero answer cancels the run. Takes data. */
-void loom__run_emit(loom_run *run, loom_event_type type, json_t *data)
+struct loom_run {
+    loom_run_options opts;
+    char *id;
+    char *conversation_id; /* reported in run.started; NULL: none */
+    loom_cancel cancel;
+    loom_run_status status;
+    loom_messages all;   /* system prompt + history + this run's messages */
+    loom_messages added; /* this run's messages only */
+    loom_tool_def *defs; /* offered: server tools, then client tools */
+    const loom_tool **offered; /* the server tools, defs[0..nserver) */
+    size_t ndefs;
+    size_t nserver;
+    loom__toolset set; /* a view of defs and offered for the tool turn */
+    loom_tool_call *pending; /* client calls the run ended on */
+    size_t npending;
+    char *finish_reason;
+    char *available; /* offered names, "a, b" */
+    loom_tool_choice choice; /* for the next model call */
+    char *choice_fn;
+    loom_buf text;   /* text of the current turn */
+    /* Per tool call of the current turn (by its stream index): the bytes
+     * of text streamed before the call's first fragment; SIZE_MAX when
+     * the call streamed no fragment. */
+    size_t *call_offsets;
+    size_t ncall_offsets, capcall_offsets;
+    char *final_text;
+    loom_usage usage;
+    /* Calls that reported usage with and without a known cost: the run's
+     * cost is known when every one of them had one. */
+    int priced_calls, unpriced_calls;
+    char *answered_model; /* the model of the last call, when named */
+    int iterations;
+    uint64_t seq;
+    uint32_t index;
+    char *error;
+    /* The request text of this run's model calls: run->all only grows
+     * during a run, which is the cache's contract. */
+    loom_llm_cache *cache;
+    /* The context engine (NULL: off). stored[i] says whether run->all's
+     * message i is part of the conversation the caller stores (history
+     * and this run's messages) rather than loom's own (the system prompt,
+     * results made up for interrupted calls, the limit prompt): summary
+     * coverage is counted in conversation messages. */
+    loom_context *ctx;
+    unsigned char *stored;
+    size_t nstored, capstored;
+    char *summary; /* the newest summary the engine made */
+    size_t summary_covers;
+    int switched;  /* moved to the context_window_fallback */
+
+    /* The tool calls of each turn: hooks, policies, records (toolturn.c). */
+    loom__toolturn *turn;
+
+    /* The loop tools and the plan (plan.c). */
+    loom__plan *plan;
+    int loop_on[LOOM__LOOP_COUNT];
+    int has_system;    /* run->all.items[0] is loom's system message */
+    char *system_prev; /* the system text the last request carried */
+    int think_turns;   /* think-only turns that cost no iteration */
+
+    /* Citations (citations.c). */
+    loom__citations *cites; /* NULL: citations off */
+    json_t *citations;      /* the answer's, for loom_run_citations */
+
+    /* The request's tokens as the context engine counted them with the
+     * run's token counter (plus the reply's priming); 0: not counted. */
+    size_t estimated_prompt;
+};
+
+/* Whether anybody listens: no event payload is built otherwise. */
+static int has_sink(const loom_run *run)
+{
+    return run->opts.sink.emit != NULL;
+}
+
+/* Sends one event; a sink's non-zero answer cancels the run. Takes data
+ * (NULL: an empty object). */
+static void emit(loom_run *run, loom_event_type type, json_t *data)
 {
     loom_event ev;
 
@@ -68,6 +149,20 @@ void loom__run_emit(loom_run *run, loom_event_type type, json_t *data)
     if (run->opts.sink.emit(&ev, run->opts.sink.payload) != 0)
         loom_cancel_set(&run->cancel);
     json_decref(ev.data);
+}
+
+/* emit() for the tool turn and the plan. */
+static void emit_cb(loom_event_type type, json_t *data, void *payload)
+{
+    emit(payload, type, data);
+}
+
+/* What the tool turn and the plan send events through. */
+static loom__emit run_emitter(loom_run *run)
+{
+    loom__emit e = {has_sink(run) ? emit_cb : NULL, run};
+
+    return e;
 }
 
 /*
@@ -124,15 +219,6 @@ static int is_server_tool_name(const loom_run *run, const char *name)
     return 0;
 }
 
-/* The loop tool of that name (plan.c), or -1. */
-static int loop_index(const loom_run *run, const char *name)
-{
-    for (int k = 0; k < LOOM__LOOP_COUNT; k++)
-        if (strcmp(run->loop_tools[k].name, name) == 0)
-            return k;
-    return -1;
-}
-
 /*
  * Builds the tool definitions offered to the model: the agent's server
  * tools, the loop tools it has (todo_write, think), then the caller's
@@ -153,7 +239,7 @@ static int build_tools(loom_run *run)
         int k;
         if (o->tools && loom_tool_registry_get(o->tools, o->tool_names[i]))
             continue;
-        if ((k = loop_index(run, o->tool_names[i])) >= 0) {
+        if ((k = loom__plan_tool_index(run->plan, o->tool_names[i])) >= 0) {
             run->loop_on[k] = 1;
             continue;
         }
@@ -178,7 +264,7 @@ static int build_tools(loom_run *run)
         run->ndefs++;
     }
     for (int k = 0; k < LOOM__LOOP_COUNT; k++) {
-        const loom_tool *t = &run->loop_tools[k];
+        const loom_tool *t = loom__plan_tool(run->plan, k);
         if (!run->loop_on[k])
             continue;
         if (is_server_tool_name(run, t->name))
@@ -215,24 +301,37 @@ static int build_tools(loom_run *run)
     run->available = loom_buf_detach(&names);
     if (!rc && !run->available)
         rc = loom__error_oom();
+    run->set.offered = run->offered;
+    run->set.nserver = run->nserver;
+    run->set.defs = run->defs;
+    run->set.ndefs = run->ndefs;
+    run->set.available = run->available;
     return rc;
 }
 
-int loom__run_is_client_tool(const loom_run *run, const char *name)
+/* The tool turn of the run, over the tools build_tools offers. */
+static int turn_open(loom_run *run)
 {
-    for (size_t i = run->nserver; name && i < run->ndefs; i++)
-        if (strcmp(run->defs[i].name, name) == 0)
-            return 1;
-    return 0;
-}
+    const loom_run_options *o = &run->opts;
+    loom__toolturn_options to;
 
-const loom_tool *loom__run_offered_tool(const loom_run *run,
-                                        const char *name)
-{
-    for (size_t i = 0; name && i < run->nserver; i++)
-        if (strcmp(run->offered[i]->name, name) == 0)
-            return run->offered[i];
-    return NULL;
+    memset(&to, 0, sizeof(to));
+    to.run = run;
+    to.tools = &run->set;
+    to.plan = run->plan;
+    to.hooks = o->hooks;
+    to.hooks_len = o->hooks_len;
+    to.registry = o->tools;
+    to.settings = o->tool_settings;
+    to.cancel = &run->cancel;
+    to.max_result = o->max_tool_result;
+    to.max_error = o->max_tool_error;
+    to.timeout_ms = o->tool_timeout_ms;
+    to.concurrency = o->tool_concurrency;
+    to.user_id = o->user_id;
+    to.user_keys = o->user_keys;
+    to.emit = run_emitter(run);
+    return loom__toolturn_new(&run->turn, &to);
 }
 
 static int context_open(loom_run *run);
@@ -362,14 +461,14 @@ int loom__run_create(loom_run **out, const loom_run_options *opts)
         goto fail;
     }
     run->choice.function = run->choice_fn;
-    if ((rc = loom__loop_tools_init(run)) != 0 ||
-        (rc = build_tools(run)) != 0 || (rc = loom__hooks_init(run)) != 0)
+    if ((rc = loom__plan_new(&run->plan)) != 0 ||
+        (rc = build_tools(run)) != 0 || (rc = turn_open(run)) != 0)
         goto fail;
-    if (opts->plan && (rc = loom__plan_set(run, opts->plan)) != 0)
+    if (opts->plan && (rc = loom__plan_set(run->plan, opts->plan)) != 0)
         goto fail;
     if (run->choice.kind == LOOM_TOOL_CHOICE_FUNCTION &&
-        !loom__run_offered_tool(run, run->choice.function) &&
-        !loom__run_is_client_tool(run, run->choice.function)) {
+        !loom__toolset_server(&run->set, run->choice.function) &&
+        !loom__toolset_is_client(&run->set, run->choice.function)) {
         rc = loom__error_set(LOOM_EINVALID,
                              "tool_choice names '%s', which is not offered "
                              "(available: %s)",
@@ -404,8 +503,8 @@ int loom__run_begin(loom_run *run, const loom_messages *history,
     if (!history || history->len == 0)
         return loom__error_set(LOOM_EINVALID,
                                "run: the conversation is empty");
-    if (carried && carried->plan && !run->plan &&
-        (rc = loom__plan_set(run, carried->plan)) != 0)
+    if (carried && carried->plan && !loom__plan_get(run->plan) &&
+        (rc = loom__plan_set(run->plan, carried->plan)) != 0)
         return rc;
     if (carried && carried->summary && !run->opts.context.summary) {
         run->opts.context.summary = carried->summary;
@@ -443,7 +542,8 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
     return 0;
 }
 
-int loom__run_add_message(loom_run *run, const loom_messages *one)
+/* Adds a message to both the request history and this run's messages. */
+static int add_message(loom_run *run, const loom_messages *one)
 {
     int rc = loom_messages_append(&run->all, one);
 
@@ -489,13 +589,13 @@ static int on_llm_event(const loom_llm_event *ev, void *payload)
     case LOOM_LLM_TEXT:
         if (loom_buf_put(&run->text, ev->text, ev->text_len) != 0)
             return LOOM_ENOMEM;
-        if (loom__run_has_sink(run))
-            loom__run_emit(run, LOOM_EV_MESSAGE_DELTA,
+        if (has_sink(run))
+            emit(run, LOOM_EV_MESSAGE_DELTA,
                  delta_json(ev->text, ev->text_len));
         break;
     case LOOM_LLM_REASONING:
-        if (loom__run_has_sink(run))
-            loom__run_emit(run, LOOM_EV_REASONING_DELTA,
+        if (has_sink(run))
+            emit(run, LOOM_EV_REASONING_DELTA,
                  delta_json(ev->text, ev->text_len));
         break;
     case LOOM_LLM_TOOL_CALL_DELTA:
@@ -530,7 +630,7 @@ static void emit_started(loom_run *run)
     pk p;
 
     run->status = LOOM_RUN_RUNNING;
-    if (!loom__run_has_sink(run))
+    if (!has_sink(run))
         return;
     p = pk_new();
     pk_str_or_null(&p, "agent", o->agent);
@@ -539,7 +639,7 @@ static void emit_started(loom_run *run)
     pk_int(&p, "tools", (int)run->ndefs);
     if (run->conversation_id)
         pk_str(&p, "conversation_id", run->conversation_id);
-    loom__run_emit(run, LOOM_EV_RUN_STARTED, pk_done(&p));
+    emit(run, LOOM_EV_RUN_STARTED, pk_done(&p));
 }
 
 /* Ends the run failed (or cancelled) with run.failed; code NULL: the
@@ -569,7 +669,7 @@ static void finish_failed_code(loom_run *run, int rc, const char *code,
         json_object_set_new(err, "attempts",
                             json_integer(resp->error.attempts));
     }
-    loom__run_emit(run, LOOM_EV_RUN_FAILED,
+    emit(run, LOOM_EV_RUN_FAILED,
          json_pack("{s:s,s:o,s:s,s:i,s:o,s:s*}", "status",
                    loom_run_status_name(run->status), "error", err, "text",
                    run->final_text ? run->final_text : "", "iterations",
@@ -598,7 +698,7 @@ static void keep_partial(loom_run *run)
         loom_message m = {0};
         m.role = LOOM_ROLE_ASSISTANT;
         m.content = run->text.ptr;
-        (void)loom__run_add_message(run, &(loom_messages){&m, 1, 1});
+        (void)add_message(run, &(loom_messages){&m, 1, 1});
     }
 }
 
@@ -808,7 +908,7 @@ static int context_fit(loom_run *run, loom_llm_request *req)
      * loom_token_counter_request() would give. */
     run->estimated_prompt =
         c_is_token_counter(&run->opts.context) ? r.tokens_after + 3 : 0;
-    if (loom__run_has_sink(run) &&
+    if (has_sink(run) &&
         (data = loom_context_result_json(&r)) != NULL) {
         json_t *sum = json_object_get(data, "summary");
         json_object_set_new(data, "iteration",
@@ -824,7 +924,7 @@ static int context_fit(loom_run *run, loom_llm_request *req)
             if (sw)
                 json_object_set_new(data, "switched", sw);
         }
-        loom__run_emit(run, LOOM_EV_CONTEXT, data);
+        emit(run, LOOM_EV_CONTEXT, data);
     }
     free(why);
     return 0;
@@ -861,8 +961,8 @@ static int review_turn(loom_run *run)
         else
             run->unpriced_calls++;
     }
-    if (!rc && loom__run_has_sink(run))
-        loom__run_emit(run, LOOM_EV_REVIEW,
+    if (!rc && has_sink(run))
+        emit(run, LOOM_EV_REVIEW,
                        loom__review_event_json(&out, run->iterations));
     if (!rc && out.ok &&
         (rc = loom__review_note(&note, &out.review)) == 0 &&
@@ -879,213 +979,409 @@ static int emit_citations(loom_run *run, const loom__citations_checked *ck)
     json_decref(run->citations);
     if (!(run->citations = loom__citations_used_json(run->cites, ck)))
         return loom__error_oom();
-    for (size_t i = 0; loom__run_has_sink(run) && i < ck->numbers_len; i++)
-        loom__run_emit(run, LOOM_EV_CITATION,
+    for (size_t i = 0; has_sink(run) && i < ck->numbers_len; i++)
+        emit(run, LOOM_EV_CITATION,
                        loom__citation_json(run->cites, ck->numbers[i]));
+    return 0;
+}
+
+/*
+ * Puts the plan section into the system message when planning is on and
+ * the plan changed since the last request (or at first). The request
+ * cache knows messages by their pointers: the text the last request
+ * carried stays allocated until the next change, so the new one can
+ * never take its address.
+ */
+static int refresh_system(loom_run *run)
+{
+    char *text = NULL;
+    int rc;
+
+    if (!run->loop_on[LOOM__LOOP_TODO] || !run->has_system)
+        return 0;
+    rc = loom__plan_system_text(run->plan, run->opts.system_prompt, &text);
+    if (rc || !text)
+        return rc;
+    free(run->system_prev);
+    run->system_prev = run->all.items[0].content;
+    run->all.items[0].content = text;
+    return 0;
+}
+
+/* Adds the instruction to answer now, before the last permitted call. */
+static int add_limit_prompt(loom_run *run)
+{
+    char *p = NULL;
+    int rc = 0;
+
+    if (asprintf(&p, LIMIT_PROMPT, run->opts.max_iterations) < 0 ||
+        (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, p)) ||
+        (rc = track(run, 0))) {
+        free(p);
+        return rc ? rc : loom__error_oom();
+    }
+    free(p);
+    return 0;
+}
+
+/*
+ * Fills the next model call's request: the messages (fitted to the
+ * context window), the tools (still declared on the last call, which
+ * may not use them) and the options.
+ */
+static int prepare_request(loom_run *run, loom_llm_request *req, int last,
+                           int limit_injected)
+{
+    const loom_run_options *o = &run->opts;
+    int rc;
+
+    if ((rc = refresh_system(run)) != 0 ||
+        (rc = loom__toolturn_request_tools(run->turn, &req->tools,
+                                           &req->tools_len)) != 0)
+        return rc;
+    req->messages = run->all.items;
+    req->messages_len = run->all.len;
+    if (run->ctx && (rc = context_fit(run, req)) != 0)
+        return rc;
+    req->model = o->upstream_model;
+    if (req->tools_len) {
+        /* The last permitted call still declares the tools (the
+         * history holds calls of them, which Anthropic and Gemini
+         * reject without their declarations) but forbids new calls.
+         * Tools blocked for their failures are left out. */
+        req->tool_choice = run->choice;
+        if (last) {
+            req->tool_choice.kind = LOOM_TOOL_CHOICE_NONE;
+            req->tool_choice.function = NULL;
+        }
+        if (o->parallel_tool_calls != LOOM_OPT_DEFAULT)
+            req->parallel_tool_calls = o->parallel_tool_calls == LOOM_OPT_ON;
+    }
+    req->max_tokens = o->max_output_tokens;
+    if (o->temperature_set)
+        req->temperature = o->temperature;
+    req->stream = 1;
+    req->cache = run->cache;
+    req->thinking_budget = o->thinking_budget;
+    req->reasoning_effort = o->reasoning_effort;
+    req->prompt_cache = o->prompt_cache;
+    /* The limit note holds for this call only: a chained (stored)
+     * response would keep it in the API's copy of the conversation,
+     * where the next run, chaining from the answer, would read again
+     * that tools are no longer available. */
+    req->chain_responses = limit_injected ? 0 : o->chain_responses;
+    return 0;
+}
+
+/* A model call's usage joins the run's, and a `usage` event reports it. */
+static void account_call(loom_run *run, loom_llm_response *resp)
+{
+    if (resp->model) {
+        free(run->answered_model);
+        run->answered_model = strdup(resp->model);
+    }
+    if (!resp->usage.total_tokens && !resp->usage.prompt_tokens &&
+        !resp->usage.completion_tokens)
+        return;
+    if (!resp->cost_known)
+        resp->usage.cost_micros = 0;
+    loom_usage_add(&run->usage, &resp->usage);
+    if (resp->cost_known)
+        run->priced_calls++;
+    else
+        run->unpriced_calls++;
+    if (has_sink(run)) {
+        json_t *u = usage_json_cost(&resp->usage, resp->cost_known);
+        json_object_set_new(u, "iteration", json_integer(run->iterations));
+        /* Which model answered: a router may have fallen back. */
+        if (resp->model)
+            json_object_set_new(u, "model", json_string(resp->model));
+        json_object_set_new(u, "cumulative", run_usage_json(run));
+        emit(run, LOOM_EV_USAGE, u);
+    }
+}
+
+/* The tool.calls event: the turn's calls and where each appeared in its
+ * text. */
+static void emit_calls(loom_run *run, const loom_message *assistant)
+{
+    size_t n = assistant->tool_calls_len;
+    size_t text_len = assistant->content ? strlen(assistant->content) : 0;
+    json_t *calls = json_array();
+
+    for (size_t i = 0; calls && i < n; i++) {
+        json_t *c = loom__tool_call_json(&assistant->tool_calls[i]);
+        size_t off = i < run->ncall_offsets ? run->call_offsets[i]
+                                            : SIZE_MAX;
+        /* Where in the turn's text the call appeared (its text
+         * offset); the end of the text when it streamed no delta. */
+        json_object_set_new(
+            c, "text_offset",
+            json_integer((json_int_t)(off == SIZE_MAX ? text_len : off)));
+        json_array_append_new(calls, c);
+    }
+    emit(run, LOOM_EV_TOOL_CALLS,
+         calls ? json_pack("{s:o}", "calls", calls) : NULL);
+}
+
+/* Appends the results of a turn's server calls, in call order, each
+ * matched to its call id; with citations, the model reads the numbers of
+ * the documents a result brought. */
+static int add_results(loom_run *run, const loom__tool_job *jobs, size_t n)
+{
+    int rc = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        loom_message m = {0};
+        char *note = NULL, *shown = NULL;
+        int rc2 = 0;
+        m.role = LOOM_ROLE_TOOL;
+        m.tool_call_id = jobs[i].call->id;
+        m.name = jobs[i].call->name;
+        m.content = jobs[i].output ? jobs[i].output : "Error: no result";
+        m.summary = jobs[i].summary;
+        if (run->cites && !jobs[i].failed && jobs[i].documents &&
+            (rc2 = loom__citations_annotate(run->cites, jobs[i].documents,
+                                            jobs[i].call->id, &note)) == 0 &&
+            note) {
+            if (asprintf(&shown, "%s\n\n%s", m.content, note) < 0) {
+                shown = NULL;
+                rc2 = loom__error_oom();
+            }
+            m.content = shown;
+        }
+        if (!rc2)
+            rc2 = add_message(run, &(loom_messages){&m, 1, 1});
+        free(note);
+        free(shown);
+        if (rc2 && !rc)
+            rc = rc2;
+    }
+    return rc;
+}
+
+/* Copies the client calls of a turn into run->pending. */
+static int keep_pending(loom_run *run, const loom_message *assistant)
+{
+    size_t n = assistant->tool_calls_len;
+
+    run->pending = calloc(n, sizeof(*run->pending));
+    if (!run->pending)
+        return loom__error_oom();
+    for (size_t i = 0; i < n; i++) {
+        const loom_tool_call *c = &assistant->tool_calls[i];
+        loom_tool_call *p = &run->pending[run->npending];
+        if (!loom__toolset_is_client(&run->set, c->name))
+            continue;
+        run->npending++;
+        if (!(p->id = strdup(c->id)) || !(p->name = strdup(c->name)) ||
+            !(p->arguments = strdup(c->arguments ? c->arguments : "{}")))
+            return loom__error_oom();
+    }
+    return 0;
+}
+
+/*
+ * Runs the tool calls of the turn just added (the last message): the
+ * server calls through the tool turn, their results appended; client
+ * calls are kept as pending. *nclient says how many client calls there
+ * were, *think_only whether every call was a think call.
+ */
+static int run_tools(loom_run *run, size_t *nclient, int *think_only)
+{
+    const loom_message *assistant = &run->all.items[run->all.len - 1];
+    loom__tool_job *jobs = NULL;
+    size_t nj = 0, nthink = 0;
+    int rc, rc2;
+
+    *nclient = 0;
+    for (size_t i = 0; i < assistant->tool_calls_len; i++)
+        *nclient += (size_t)loom__toolset_is_client(
+            &run->set, assistant->tool_calls[i].name);
+    if (has_sink(run))
+        emit_calls(run, assistant);
+    rc = loom__toolturn_run(run->turn, assistant, run->iterations, &jobs,
+                            &nj);
+    if (!jobs)
+        return rc;
+    for (size_t i = 0; i < nj; i++)
+        nthink += jobs[i].loop == LOOM__LOOP_THINK + 1;
+    *think_only = nj > 0 && nthink == nj && *nclient == 0;
+    rc2 = add_results(run, jobs, nj);
+    loom__toolturn_jobs_free(jobs, nj);
+    if (!rc)
+        rc = rc2;
+    if (!rc && *nclient)
+        rc = keep_pending(run, assistant);
+    return rc;
+}
+
+/*
+ * The model asked for tools: its message joins the conversation and the
+ * calls run. *ended is set when the run ends here (client calls are the
+ * caller's to run); otherwise the turn may be reviewed and the loop goes
+ * on.
+ */
+static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
+{
+    const loom_run_options *o = &run->opts;
+    loom_message m = {0};
+    size_t nclient = 0;
+    int think_only = 0, rc;
+
+    *ended = 0;
+    if ((rc = ensure_call_ids(resp->tool_calls, resp->tool_calls_len,
+                              run->iterations)) != 0)
+        return rc;
+    m.role = LOOM_ROLE_ASSISTANT;
+    m.content = resp->text && *resp->text ? resp->text : NULL;
+    m.reasoning = resp->reasoning;
+    m.provider_state = resp->provider_state;
+    m.tool_calls = resp->tool_calls;
+    m.tool_calls_len = resp->tool_calls_len;
+    if ((rc = add_message(run, &(loom_messages){&m, 1, 1})) != 0)
+        return rc;
+    /* The turn's text now lives in the stored message. */
+    loom_buf_clear(&run->text);
+    if ((rc = run_tools(run, &nclient, &think_only)) != 0)
+        return rc;
+    if (think_only && run->think_turns < o->max_think_turns)
+        run->think_turns++;
+    if (nclient) {
+        /* The client runs its own tools: the run ends here. */
+        *ended = 1;
+        free(run->final_text);
+        run->final_text = strdup(resp->text ? resp->text : "");
+        return run->final_text ? 0 : loom__error_oom();
+    }
+    /* Review, unless the next call is the last (it may not call tools)
+     * or the turn only thought. */
+    if (o->review.enabled && !think_only &&
+        run->iterations - run->think_turns + 1 < o->max_iterations &&
+        (rc = review_turn(run)) != 0)
+        return rc;
+    run->index++;
+    return 0;
+}
+
+/* No tool calls (or tools no longer allowed): the answer, its citations
+ * checked once it is whole. */
+static int answer(loom_run *run, const loom_llm_response *resp)
+{
+    loom_message m = {0};
+    loom__citations_checked ck;
+    size_t nsrc = loom__citations_count(run->cites);
+    int rc = 0;
+
+    m.role = LOOM_ROLE_ASSISTANT;
+    m.content = resp->text ? resp->text : "";
+    m.reasoning = resp->reasoning;
+    m.provider_state = resp->provider_state;
+    memset(&ck, 0, sizeof(ck));
+    /* An answer too large to check is kept as it is. */
+    if (nsrc && (rc = loom__citations_check(nsrc, m.content,
+                                            strlen(m.content), 0, &ck)) != 0 &&
+        rc != LOOM_ENOMEM)
+        rc = 0;
+    if (ck.text)
+        m.content = ck.text;
+    free(run->final_text);
+    run->final_text = rc ? NULL : strdup(m.content);
+    if (!rc && (!run->final_text ||
+                (rc = add_message(run, &(loom_messages){&m, 1, 1})) != 0))
+        rc = rc ? rc : loom__error_oom();
+    if (!rc && ck.text)
+        rc = emit_citations(run, &ck);
+    loom__citations_checked_clear(&ck);
+    return rc;
+}
+
+static void finish_completed(loom_run *run)
+{
+    json_t *done = json_pack(
+        "{s:s,s:s,s:i,s:s?,s:o,s:s*}", "status", "completed", "text",
+        run->final_text, "iterations", run->iterations, "finish_reason",
+        run->finish_reason, "usage", run_usage_json(run), "model",
+        run->answered_model);
+
+    run->status = LOOM_RUN_COMPLETED;
+    if (run->npending) {
+        json_t *pc = json_array();
+        for (size_t i = 0; i < run->npending; i++)
+            json_array_append_new(pc,
+                                  loom__tool_call_json(&run->pending[i]));
+        json_object_set_new(done, "pending_tool_calls", pc);
+    }
+    if (run->think_turns)
+        json_object_set_new(done, "think_turns",
+                            json_integer(run->think_turns));
+    if (json_array_size(run->citations))
+        json_object_set(done, "citations", run->citations);
+    emit(run, LOOM_EV_RUN_COMPLETED, done);
+}
+
+/*
+ * One model call and what follows it. Returns 0 and sets *more when the
+ * loop goes round again; 0 with *more unset when the run has its answer.
+ */
+static int iterate(loom_run *run, loom_llm_response *resp,
+                   int *limit_injected, int *more)
+{
+    const loom_run_options *o = &run->opts;
+    loom_llm_request req = LOOM_LLM_REQUEST_INIT;
+    /* Think-only turns within their allowance cost no iteration. */
+    int last = run->iterations - run->think_turns + 1 >= o->max_iterations;
+    int rc, ended = 0;
+
+    *more = 0;
+    if (loom_cancel_is_set(&run->cancel))
+        return LOOM_ECANCELED;
+    if (last && run->iterations > 0 && run->ndefs && !*limit_injected) {
+        if ((rc = add_limit_prompt(run)) != 0)
+            return rc;
+        *limit_injected = 1;
+    }
+    loom_buf_clear(&run->text);
+    run->ncall_offsets = 0;
+    loom_llm_response_clear(resp);
+    if ((rc = prepare_request(run, &req, last, *limit_injected)) != 0)
+        return rc;
+    run->iterations++;
+    rc = loom_provider_complete(o->provider, &req, on_llm_event, run, resp,
+                                &run->cancel);
+    if (rc == 0)
+        observe_tokens(run, &req, resp);
+    run->estimated_prompt = 0;
+    /* A forced tool choice applies to one call, then returns to auto. */
+    run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
+    run->choice.function = NULL;
+    account_call(run, resp);
+    if (rc != 0)
+        return rc;
+    if (!resp->tool_calls_len || last)
+        return answer(run, resp);
+    if ((rc = tool_turn(run, resp, &ended)) != 0)
+        return rc;
+    *more = !ended;
     return 0;
 }
 
 int loom_run_execute(loom_run *run)
 {
-    const loom_run_options *o = &run->opts;
     loom_llm_response resp;
-    int rc = 0, limit_injected = 0;
+    int rc = 0, limit_injected = 0, more = 1;
 
     memset(&resp, 0, sizeof(resp));
     if (!run->cache && (rc = loom_llm_cache_new(&run->cache)) != 0)
         return rc;
     emit_started(run);
-    for (;;) {
-        loom_llm_request req = LOOM_LLM_REQUEST_INIT;
-        /* Think-only turns within their allowance cost no iteration. */
-        int last = run->iterations - run->think_turns + 1 >=
-                   o->max_iterations;
-        int think_only = 0;
-        size_t nclient = 0;
-
-        if (loom_cancel_is_set(&run->cancel)) {
-            rc = LOOM_ECANCELED;
-            break;
-        }
-        if (last && run->iterations > 0 && run->ndefs && !limit_injected) {
-            char *p = NULL;
-            if (asprintf(&p, LIMIT_PROMPT, o->max_iterations) < 0 ||
-                (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, p)) ||
-                (rc = track(run, 0))) {
-                free(p);
-                rc = rc ? rc : loom__error_oom();
-                break;
-            }
-            free(p);
-            limit_injected = 1;
-        }
-        loom_buf_clear(&run->text);
-        run->ncall_offsets = 0;
-        loom_llm_response_clear(&resp);
-        if ((rc = loom__plan_refresh_system(run)) != 0 ||
-            (rc = loom__run_request_tools(run, &req.tools,
-                                          &req.tools_len)) != 0)
-            break;
-        req.messages = run->all.items;
-        req.messages_len = run->all.len;
-        if (run->ctx && (rc = context_fit(run, &req)) != 0)
-            break;
-        req.model = o->upstream_model;
-        if (req.tools_len) {
-            /* The last permitted call still declares the tools (the
-             * history holds calls of them, which Anthropic and Gemini
-             * reject without their declarations) but forbids new calls.
-             * Tools blocked for their failures are left out. */
-            req.tool_choice = run->choice;
-            if (last) {
-                req.tool_choice.kind = LOOM_TOOL_CHOICE_NONE;
-                req.tool_choice.function = NULL;
-            }
-            if (o->parallel_tool_calls != LOOM_OPT_DEFAULT)
-                req.parallel_tool_calls =
-                    o->parallel_tool_calls == LOOM_OPT_ON;
-        }
-        req.max_tokens = o->max_output_tokens;
-        if (o->temperature_set)
-            req.temperature = o->temperature;
-        req.stream = 1;
-        req.cache = run->cache;
-        req.thinking_budget = o->thinking_budget;
-        req.reasoning_effort = o->reasoning_effort;
-        req.prompt_cache = o->prompt_cache;
-        /* The limit note holds for this call only: a chained (stored)
-         * response would keep it in the API's copy of the conversation,
-         * where the next run, chaining from the answer, would read again
-         * that tools are no longer available. */
-        req.chain_responses = limit_injected ? 0 : o->chain_responses;
-
-        run->iterations++;
-        rc = loom_provider_complete(o->provider, &req, on_llm_event, run,
-                                    &resp, &run->cancel);
-        if (rc == 0)
-            observe_tokens(run, &req, &resp);
-        run->estimated_prompt = 0;
-        /* A forced tool choice applies to one call, then returns to auto. */
-        run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
-        run->choice.function = NULL;
-        if (resp.model) {
-            free(run->answered_model);
-            run->answered_model = strdup(resp.model);
-        }
-        if (resp.usage.total_tokens || resp.usage.prompt_tokens ||
-            resp.usage.completion_tokens) {
-            if (!resp.cost_known)
-                resp.usage.cost_micros = 0;
-            loom_usage_add(&run->usage, &resp.usage);
-            if (resp.cost_known)
-                run->priced_calls++;
-            else
-                run->unpriced_calls++;
-            if (loom__run_has_sink(run)) {
-                json_t *u = usage_json_cost(&resp.usage, resp.cost_known);
-                json_object_set_new(u, "iteration",
-                                    json_integer(run->iterations));
-                /* Which model answered: a router may have fallen back. */
-                if (resp.model)
-                    json_object_set_new(u, "model", json_string(resp.model));
-                json_object_set_new(u, "cumulative", run_usage_json(run));
-                loom__run_emit(run, LOOM_EV_USAGE, u);
-            }
-        }
-        if (rc != 0)
-            break;
-        if (resp.tool_calls_len && !last) {
-            loom_message m = {0};
-            if ((rc = ensure_call_ids(resp.tool_calls, resp.tool_calls_len,
-                                      run->iterations)) != 0)
-                break;
-            m.role = LOOM_ROLE_ASSISTANT;
-            m.content = resp.text && *resp.text ? resp.text : NULL;
-            m.reasoning = resp.reasoning;
-            m.provider_state = resp.provider_state;
-            m.tool_calls = resp.tool_calls;
-            m.tool_calls_len = resp.tool_calls_len;
-            if ((rc = loom__run_add_message(
-                     run, &(loom_messages){&m, 1, 1})) != 0)
-                break;
-            /* The turn's text now lives in the stored message. */
-            loom_buf_clear(&run->text);
-            if ((rc = loom__run_tools(run, &run->all.items[run->all.len - 1],
-                                      &nclient, &think_only)) != 0)
-                break;
-            if (think_only && run->think_turns < o->max_think_turns)
-                run->think_turns++;
-            if (nclient) {
-                /* The client runs its own tools: the run ends here. */
-                free(run->final_text);
-                run->final_text = strdup(resp.text ? resp.text : "");
-                if (!run->final_text)
-                    rc = loom__error_oom();
-                break;
-            }
-            /* Review, unless the next call is the last (it may not
-             * call tools) or the turn only thought. */
-            if (o->review.enabled && !think_only &&
-                run->iterations - run->think_turns + 1 < o->max_iterations &&
-                (rc = review_turn(run)) != 0)
-                break;
-            run->index++;
-            continue;
-        }
-        /* No tool calls (or tools no longer allowed): the answer. */
-        {
-            loom_message m = {0};
-            loom__citations_checked ck;
-            size_t nsrc = loom__citations_count(run->cites);
-            m.role = LOOM_ROLE_ASSISTANT;
-            m.content = resp.text ? resp.text : "";
-            m.reasoning = resp.reasoning;
-            m.provider_state = resp.provider_state;
-            memset(&ck, 0, sizeof(ck));
-            /* Citations are checked once the answer is whole; an answer
-             * too large to check is kept as it is. */
-            if (nsrc && (rc = loom__citations_check(nsrc, m.content,
-                                                    strlen(m.content), 0,
-                                                    &ck)) != 0 &&
-                rc != LOOM_ENOMEM)
-                rc = 0;
-            if (ck.text)
-                m.content = ck.text;
-            free(run->final_text);
-            run->final_text = rc ? NULL : strdup(m.content);
-            if (!rc && (!run->final_text ||
-                        (rc = loom__run_add_message(
-                             run, &(loom_messages){&m, 1, 1})) != 0))
-                rc = rc ? rc : loom__error_oom();
-            if (!rc && ck.text)
-                rc = emit_citations(run, &ck);
-            loom__citations_checked_clear(&ck);
-        }
-        break;
-    }
+    while (more && rc == 0)
+        rc = iterate(run, &resp, &limit_injected, &more);
     free(run->finish_reason);
     run->finish_reason = resp.finish_reason ? strdup(resp.finish_reason)
                                             : NULL;
     if (rc == 0) {
-        json_t *done = json_pack(
-            "{s:s,s:s,s:i,s:s?,s:o,s:s*}", "status", "completed", "text",
-            run->final_text, "iterations", run->iterations, "finish_reason",
-            run->finish_reason, "usage", run_usage_json(run), "model",
-            run->answered_model);
-        run->status = LOOM_RUN_COMPLETED;
-        if (run->npending) {
-            json_t *pc = json_array();
-            for (size_t i = 0; i < run->npending; i++)
-                json_array_append_new(pc,
-                                      loom__run_call_json(&run->pending[i]));
-            json_object_set_new(done, "pending_tool_calls", pc);
-        }
-        if (run->think_turns)
-            json_object_set_new(done, "think_turns",
-                                json_integer(run->think_turns));
-        if (json_array_size(run->citations))
-            json_object_set(done, "citations", run->citations);
-        loom__run_emit(run, LOOM_EV_RUN_COMPLETED, done);
+        finish_completed(run);
     } else {
         /* Keep the message of the failure before other calls reset it. */
         char *msg = strdup(loom_error_last());
@@ -1173,17 +1469,17 @@ const char *loom_run_error(const loom_run *run)
 
 const json_t *loom_run_plan(const loom_run *run)
 {
-    return run->plan;
+    return loom__plan_get(run->plan);
 }
 
 const json_t *loom_run_tool_records(const loom_run *run)
 {
-    return run->records;
+    return loom__toolturn_records(run->turn);
 }
 
 const json_t *loom_run_documents(const loom_run *run)
 {
-    return run->documents;
+    return loom__toolturn_documents(run->turn);
 }
 
 void loom_run_free(loom_run *run)
@@ -1213,7 +1509,8 @@ void loom_run_free(loom_run *run)
     free(run->summary);
     loom__citations_free(run->cites);
     json_decref(run->citations);
-    loom__hooks_free(run);
-    loom__loop_tools_free(run);
+    loom__toolturn_free(run->turn);
+    loom__plan_free(run->plan);
+    free(run->system_prev);
     free(run);
 }

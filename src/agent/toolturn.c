@@ -15,10 +15,10 @@
  * The duplicate check sees the model's arguments, before a caller's hook
  * rewrites them or excluded_ids grows: the model repeating itself is what
  * it catches. Everything here runs on the run's thread; the policies'
- * state lives in the run (run_internal.h) and the built-in hooks reach
- * the call they look at through run->cur.
+ * state lives in the tool turn (toolturn.h) and the built-in hooks reach
+ * the call they look at through t->cur.
  */
-#include "agent/run_internal.h"
+#include "agent/toolturn.h"
 #include "core/error.h"
 
 #include <stdio.h>
@@ -28,18 +28,55 @@
 /* The longest per-tool timeout the settings may give: a day. */
 #define TIMEOUT_SETTING_MAX 86400000L
 
-json_t *loom__run_call_json(const loom_tool_call *c)
+struct loom__toolturn {
+    loom__toolturn_options o;
+    /* The before/after chain: loom's policies around the caller's hooks. */
+    loom_tool_hook *hooks;
+    size_t nhooks;
+    loom__tool_job *cur;    /* the job the chain is looking at */
+    int iteration;          /* of the turn being run */
+    unsigned char *blocked; /* per offered server tool: failed too often */
+    int *failures;          /* per offered server tool: failed calls */
+    /* The tools of the next request: defs without the blocked ones. */
+    loom_tool_def *req_defs;
+    size_t nreq_defs;
+    int req_defs_stale;
+    json_t *succeeded; /* duplicate key -> call id of its first success */
+    json_t *turn_keys; /* duplicate key -> call id, this turn's calls */
+    json_t *seen;      /* document id -> true */
+    json_t *documents; /* the documents, in the order first seen */
+    json_t *records;   /* tool call records */
+};
+
+const loom_tool *loom__toolset_server(const loom__toolset *set,
+                                      const char *name)
+{
+    for (size_t i = 0; name && i < set->nserver; i++)
+        if (strcmp(set->offered[i]->name, name) == 0)
+            return set->offered[i];
+    return NULL;
+}
+
+int loom__toolset_is_client(const loom__toolset *set, const char *name)
+{
+    for (size_t i = set->nserver; name && i < set->ndefs; i++)
+        if (strcmp(set->defs[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+json_t *loom__tool_call_json(const loom_tool_call *c)
 {
     return json_pack("{s:s,s:s,s:s}", "id", c->id ? c->id : "", "name",
                      c->name ? c->name : "", "arguments",
                      c->arguments ? c->arguments : "");
 }
 
-/* The position of tool in run->offered, or -1. */
-static long offered_index(const loom_run *run, const loom_tool *tool)
+/* The position of tool in the offered tools, or -1. */
+static long offered_index(const loom__toolturn *t, const loom_tool *tool)
 {
-    for (size_t i = 0; tool && i < run->nserver; i++)
-        if (run->offered[i] == tool)
+    for (size_t i = 0; tool && i < t->o.tools->nserver; i++)
+        if (t->o.tools->offered[i] == tool)
             return (long)i;
     return -1;
 }
@@ -49,16 +86,16 @@ static long offered_index(const loom_run *run, const loom_tool *tool)
 /* Failure budget: a tool that failed too often is not run again. */
 static loom_hook_action budget_before(loom_tool_hook_call *hc, void *payload)
 {
-    loom_run *run = payload;
-    long i = offered_index(run, run->cur->tool);
+    loom__toolturn *t = payload;
+    long i = offered_index(t, t->cur->tool);
 
-    if (i < 0 || !run->blocked[i])
+    if (i < 0 || !t->blocked[i])
         return LOOM_HOOK_CONTINUE;
     loom_buf_printf(hc->text,
                     "tool '%s' is blocked: it failed %d times in this run. "
                     "Do not call it again; use another tool or answer with "
                     "what you have.",
-                    hc->tool_name, run->failures[i]);
+                    hc->tool_name, t->failures[i]);
     return LOOM_HOOK_BLOCK;
 }
 
@@ -87,8 +124,8 @@ static char *call_key(const char *name, const json_t *args)
 static loom_hook_action duplicate_before(loom_tool_hook_call *hc,
                                          void *payload)
 {
-    loom_run *run = payload;
-    loom__tool_job *job = run->cur;
+    loom__toolturn *t = payload;
+    loom__tool_job *job = t->cur;
     const char *first;
 
     if (job->loop)
@@ -96,7 +133,7 @@ static loom_hook_action duplicate_before(loom_tool_hook_call *hc,
     free(job->key);
     if (!(job->key = call_key(hc->tool_name, hc->arguments)))
         return LOOM_HOOK_CONTINUE;
-    first = json_string_value(json_object_get(run->succeeded, job->key));
+    first = json_string_value(json_object_get(t->succeeded, job->key));
     if (first) {
         loom_buf_printf(hc->text,
                         "Not run again: '%s' already succeeded with exactly "
@@ -106,7 +143,7 @@ static loom_hook_action duplicate_before(loom_tool_hook_call *hc,
                         hc->tool_name, first);
         return LOOM_HOOK_SKIP;
     }
-    first = json_string_value(json_object_get(run->turn_keys, job->key));
+    first = json_string_value(json_object_get(t->turn_keys, job->key));
     if (first) {
         loom_buf_printf(hc->text,
                         "Not run: this call repeats call %s of this turn "
@@ -151,12 +188,12 @@ static int has_string(const json_t *arr, const char *s)
  */
 static loom_hook_action seen_before(loom_tool_hook_call *hc, void *payload)
 {
-    loom_run *run = payload;
-    loom__tool_job *job = run->cur;
+    loom__toolturn *t = payload;
+    loom__tool_job *job = t->cur;
     const json_t *props, *prop, *items, *given;
     json_t *args = NULL, *ids = NULL;
     json_int_t max_items = -1, max_len = -1;
-    size_t nseen = json_array_size(run->documents), added = 0;
+    size_t nseen = json_array_size(t->documents), added = 0;
     char *msg = NULL;
 
     props = json_object_get(job->tool->parameters, "properties");
@@ -175,7 +212,7 @@ static loom_hook_action seen_before(loom_tool_hook_call *hc, void *payload)
     /* Newest first: the latest results are the likeliest to come back. */
     for (size_t k = nseen; k-- > 0;) {
         const char *id = json_string_value(
-            json_object_get(json_array_get(run->documents, k), "id"));
+            json_object_get(json_array_get(t->documents, k), "id"));
         if (max_items >= 0 && (json_int_t)json_array_size(ids) >= max_items)
             break;
         if (!id || (max_len >= 0 && (json_int_t)code_points(id) > max_len) ||
@@ -205,7 +242,7 @@ keep:
 }
 
 /* Adds the documents a call reported to the run's seen set. */
-static void take_documents(loom_run *run, loom__tool_job *job)
+static void take_documents(loom__toolturn *t, loom__tool_job *job)
 {
     size_t i;
     json_t *d;
@@ -216,13 +253,13 @@ static void take_documents(loom_run *run, loom__tool_job *job)
     {
         const char *id = json_string_value(json_object_get(d, "id"));
         if (i >= LOOM_TOOL_DOCUMENTS_MAX ||
-            json_array_size(run->documents) >= LOOM_RUN_MAX_DOCUMENTS)
+            json_array_size(t->documents) >= LOOM_RUN_MAX_DOCUMENTS)
             break;
         if (!id || !*id || strlen(id) > LOOM_TOOL_DOCUMENT_ID_MAX ||
-            json_object_get(run->seen, id))
+            json_object_get(t->seen, id))
             continue;
-        if (json_object_set_new(run->seen, id, json_true()) != 0 ||
-            json_array_append(run->documents, d) != 0 ||
+        if (json_object_set_new(t->seen, id, json_true()) != 0 ||
+            json_array_append(t->documents, d) != 0 ||
             json_array_append_new(job->documents_added, json_string(id)))
             break;
     }
@@ -235,30 +272,30 @@ static void take_documents(loom_run *run, loom__tool_job *job)
  */
 static loom_hook_action outcome_after(loom_tool_hook_call *hc, void *payload)
 {
-    loom_run *run = payload;
-    loom__tool_job *job = run->cur;
-    long i = offered_index(run, job->tool);
+    loom__toolturn *t = payload;
+    loom__tool_job *job = t->cur;
+    long i = offered_index(t, job->tool);
     char *note = NULL;
 
     (void)hc;
     if (!job->failed) {
-        if (job->key && !json_object_get(run->succeeded, job->key))
-            json_object_set_new(run->succeeded, job->key,
+        if (job->key && !json_object_get(t->succeeded, job->key))
+            json_object_set_new(t->succeeded, job->key,
                                 json_string(job->call->id));
-        take_documents(run, job);
+        take_documents(t, job);
         return LOOM_HOOK_CONTINUE;
     }
-    if (i < 0 || run->blocked[i] ||
-        ++run->failures[i] < LOOM_RUN_TOOL_FAILURES_MAX)
+    if (i < 0 || t->blocked[i] ||
+        ++t->failures[i] < LOOM_RUN_TOOL_FAILURES_MAX)
         return LOOM_HOOK_CONTINUE;
-    run->blocked[i] = 1;
-    run->req_defs_stale = 1;
+    t->blocked[i] = 1;
+    t->req_defs_stale = 1;
     if (asprintf(&note, "%s\n[loom: tool '%s' has now failed %d times in "
                  "this run and is blocked: it is no longer available. Do "
                  "not call it again; continue with other tools or answer "
                  "with what you have.]",
                  job->output ? job->output : "", job->tool->name,
-                 run->failures[i]) >= 0) {
+                 t->failures[i]) >= 0) {
         free(job->output);
         job->output = note;
     }
@@ -267,75 +304,97 @@ static loom_hook_action outcome_after(loom_tool_hook_call *hc, void *payload)
 
 /* ---- the chain -------------------------------------------------------- */
 
-int loom__hooks_init(loom_run *run)
+int loom__toolturn_new(loom__toolturn **out, const loom__toolturn_options *o)
 {
-    const loom_run_options *o = &run->opts;
-    size_t n = 0;
+    loom__toolturn *t = calloc(1, sizeof(*t));
+    size_t n = 0, nserver = o->tools->nserver;
 
-    run->hooks = calloc(o->hooks_len + 3, sizeof(*run->hooks));
-    run->blocked = calloc(run->nserver + 1, sizeof(*run->blocked));
-    run->failures = calloc(run->nserver + 1, sizeof(*run->failures));
-    run->succeeded = json_object();
-    run->turn_keys = json_object();
-    run->seen = json_object();
-    run->documents = json_array();
-    run->records = json_array();
-    if (!run->hooks || !run->blocked || !run->failures || !run->succeeded ||
-        !run->turn_keys || !run->seen || !run->documents || !run->records)
+    *out = NULL;
+    if (!t)
         return loom__error_oom();
-    run->hooks[n++] = (loom_tool_hook){budget_before, outcome_after, run};
-    run->hooks[n++] = (loom_tool_hook){duplicate_before, NULL, run};
+    t->o = *o;
+    t->hooks = calloc(o->hooks_len + 3, sizeof(*t->hooks));
+    t->blocked = calloc(nserver + 1, sizeof(*t->blocked));
+    t->failures = calloc(nserver + 1, sizeof(*t->failures));
+    t->succeeded = json_object();
+    t->turn_keys = json_object();
+    t->seen = json_object();
+    t->documents = json_array();
+    t->records = json_array();
+    if (!t->hooks || !t->blocked || !t->failures || !t->succeeded ||
+        !t->turn_keys || !t->seen || !t->documents || !t->records) {
+        loom__toolturn_free(t);
+        return loom__error_oom();
+    }
+    t->hooks[n++] = (loom_tool_hook){budget_before, outcome_after, t};
+    t->hooks[n++] = (loom_tool_hook){duplicate_before, NULL, t};
     for (size_t i = 0; i < o->hooks_len; i++)
-        run->hooks[n++] = o->hooks[i];
-    run->hooks[n++] = (loom_tool_hook){seen_before, NULL, run};
-    run->nhooks = n;
-    run->req_defs_stale = 1;
+        t->hooks[n++] = o->hooks[i];
+    t->hooks[n++] = (loom_tool_hook){seen_before, NULL, t};
+    t->nhooks = n;
+    t->req_defs_stale = 1;
+    *out = t;
     return 0;
 }
 
-void loom__hooks_free(loom_run *run)
+void loom__toolturn_free(loom__toolturn *t)
 {
-    free(run->hooks);
-    free(run->blocked);
-    free(run->failures);
-    free(run->req_defs);
-    json_decref(run->succeeded);
-    json_decref(run->turn_keys);
-    json_decref(run->seen);
-    json_decref(run->documents);
-    json_decref(run->records);
+    if (!t)
+        return;
+    free(t->hooks);
+    free(t->blocked);
+    free(t->failures);
+    free(t->req_defs);
+    json_decref(t->succeeded);
+    json_decref(t->turn_keys);
+    json_decref(t->seen);
+    json_decref(t->documents);
+    json_decref(t->records);
+    free(t);
 }
 
-int loom__run_request_tools(loom_run *run, const loom_tool_def **defs,
-                            size_t *n)
+const json_t *loom__toolturn_records(const loom__toolturn *t)
 {
-    if (run->req_defs_stale) {
+    return t->records;
+}
+
+const json_t *loom__toolturn_documents(const loom__toolturn *t)
+{
+    return t->documents;
+}
+
+int loom__toolturn_request_tools(loom__toolturn *t,
+                                 const loom_tool_def **defs, size_t *n)
+{
+    const loom__toolset *set = t->o.tools;
+
+    if (t->req_defs_stale) {
         /* A new array, so the request cache sees the tools changed. */
-        loom_tool_def *d = calloc(run->ndefs + 1, sizeof(*d));
+        loom_tool_def *d = calloc(set->ndefs + 1, sizeof(*d));
         size_t k = 0;
         if (!d)
             return loom__error_oom();
-        for (size_t i = 0; i < run->ndefs; i++)
-            if (i >= run->nserver || !run->blocked[i])
-                d[k++] = run->defs[i];
-        free(run->req_defs);
-        run->req_defs = d;
-        run->nreq_defs = k;
-        run->req_defs_stale = 0;
+        for (size_t i = 0; i < set->ndefs; i++)
+            if (i >= set->nserver || !t->blocked[i])
+                d[k++] = set->defs[i];
+        free(t->req_defs);
+        t->req_defs = d;
+        t->nreq_defs = k;
+        t->req_defs_stale = 0;
     }
-    *defs = run->nreq_defs ? run->req_defs : NULL;
-    *n = run->nreq_defs;
+    *defs = t->nreq_defs ? t->req_defs : NULL;
+    *n = t->nreq_defs;
     return 0;
 }
 
-static void hook_call_init(loom_tool_hook_call *hc, loom_run *run,
+static void hook_call_init(loom_tool_hook_call *hc, loom__toolturn *t,
                            loom__tool_job *job, loom_buf *text)
 {
     memset(hc, 0, sizeof(*hc));
-    hc->run = run;
+    hc->run = t->o.run;
     hc->call_id = job->call->id;
     hc->tool_name = job->tool ? job->tool->name : job->call->name;
-    hc->iteration = run->iterations;
+    hc->iteration = t->iteration;
     hc->arguments = job->args;
     loom_buf_clear(text);
     hc->text = text;
@@ -343,24 +402,24 @@ static void hook_call_init(loom_tool_hook_call *hc, loom_run *run,
 
 /* Runs the before chain on a prepared job; it may end done (skipped,
  * blocked, or refused new arguments). */
-static void before_chain(loom_run *run, loom__tool_job *job)
+static void before_chain(loom__toolturn *t, loom__tool_job *job)
 {
     loom_buf text;
-    size_t max_error = run->opts.max_tool_error;
+    size_t max_error = t->o.max_error;
 
-    loom_buf_init(&text, run->opts.max_tool_result);
-    for (size_t i = 0; i < run->nhooks && !job->done; i++) {
-        const loom_tool_hook *h = &run->hooks[i];
+    loom_buf_init(&text, t->o.max_result);
+    for (size_t i = 0; i < t->nhooks && !job->done; i++) {
+        const loom_tool_hook *h = &t->hooks[i];
         loom_tool_hook_call hc;
         loom_hook_action act;
         char *msg = NULL;
 
         if (!h->before_tool)
             continue;
-        hook_call_init(&hc, run, job, &text);
-        run->cur = job;
+        hook_call_init(&hc, t, job, &text);
+        t->cur = job;
         act = h->before_tool(&hc, h->payload);
-        run->cur = NULL;
+        t->cur = NULL;
         if (act != LOOM_HOOK_REWRITE || !hc.new_arguments) {
             json_decref(hc.new_arguments);
             hc.new_arguments = NULL;
@@ -409,24 +468,24 @@ static void before_chain(loom_run *run, loom__tool_job *job)
 }
 
 /* Runs the after chain on a job that ran. */
-static void after_chain(loom_run *run, loom__tool_job *job)
+static void after_chain(loom__toolturn *t, loom__tool_job *job)
 {
     loom_buf text;
 
-    loom_buf_init(&text, run->opts.max_tool_result);
-    for (size_t i = 0; i < run->nhooks; i++) {
-        const loom_tool_hook *h = &run->hooks[i];
+    loom_buf_init(&text, t->o.max_result);
+    for (size_t i = 0; i < t->nhooks; i++) {
+        const loom_tool_hook *h = &t->hooks[i];
         loom_tool_hook_call hc;
         loom_hook_action act;
 
         if (!h->after_tool)
             continue;
-        hook_call_init(&hc, run, job, &text);
+        hook_call_init(&hc, t, job, &text);
         hc.failed = job->failed;
         hc.result = job->output ? job->output : "";
-        run->cur = job;
+        t->cur = job;
         act = h->after_tool(&hc, h->payload);
-        run->cur = NULL;
+        t->cur = NULL;
         json_decref(hc.new_arguments);
         if (act == LOOM_HOOK_REWRITE) {
             char *s = strdup(loom_buf_cstr(&text));
@@ -441,26 +500,26 @@ static void after_chain(loom_run *run, loom__tool_job *job)
 
 /* ---- events and records ------------------------------------------------ */
 
-static void emit_started(loom_run *run, loom__tool_job *job)
+static void emit_started(loom__toolturn *t, loom__tool_job *job)
 {
     pk p;
 
-    if (!loom__run_has_sink(run))
+    if (!loom__emit_on(&t->o.emit))
         return;
     p = pk_new();
     pk_str(&p, "id", job->call->id);
     pk_str(&p, "name", job->call->name);
     pk_set(&p, "arguments",
            job->args ? json_incref(job->args) : json_null());
-    loom__run_emit(run, LOOM_EV_TOOL_STARTED, pk_done(&p));
+    loom__emit_send(&t->o.emit, LOOM_EV_TOOL_STARTED, pk_done(&p));
 }
 
-static void emit_ended(loom_run *run, loom__tool_job *job)
+static void emit_ended(loom__toolturn *t, loom__tool_job *job)
 {
     const loom_tool_call *c = job->call;
     pk p;
 
-    if (!loom__run_has_sink(run))
+    if (!loom__emit_on(&t->o.emit))
         return;
     p = pk_new();
     pk_str(&p, "id", c->id);
@@ -470,7 +529,7 @@ static void emit_ended(loom_run *run, loom__tool_job *job)
         pk_str(&p, "error", job->error ? job->error : "");
         pk_str(&p, "output", job->output ? job->output : "");
         pk_set(&p, "duration_ms", json_real(job->duration_ms));
-        loom__run_emit(run, LOOM_EV_TOOL_FAILED, pk_done(&p));
+        loom__emit_send(&t->o.emit, LOOM_EV_TOOL_FAILED, pk_done(&p));
         return;
     }
     pk_str(&p, "name", c->name);
@@ -480,7 +539,7 @@ static void emit_ended(loom_run *run, loom__tool_job *job)
     pk_set(&p, "duration_ms", json_real(job->duration_ms));
     if (job->skipped)
         pk_set(&p, "skipped", json_true());
-    loom__run_emit(run, LOOM_EV_TOOL_COMPLETED, pk_done(&p));
+    loom__emit_send(&t->o.emit, LOOM_EV_TOOL_COMPLETED, pk_done(&p));
 }
 
 /* The arguments as a record shows them: the JSON value, or its first
@@ -540,7 +599,7 @@ static const char *record_status(const loom__tool_job *job)
 }
 
 /* Keeps the call's record on the run and sends it as tool.metric. */
-static void record(loom_run *run, loom__tool_job *job)
+static void record(loom__toolturn *t, loom__tool_job *job)
 {
     size_t args_size = 0;
     json_t *args = record_args(job, &args_size), *r, *err = json_null();
@@ -554,7 +613,7 @@ static void record(loom_run *run, loom__tool_job *job)
         "call_id", job->call->id, "tool",
         job->tool ? job->tool->name
                   : (job->call->name ? job->call->name : ""),
-        "iteration", run->iterations, "arguments", args, "arguments_size",
+        "iteration", t->iteration, "arguments", args, "arguments_size",
         (json_int_t)args_size, "started_at_ms",
         (json_int_t)job->started_at_ms, "duration_ms", job->duration_ms,
         "status", record_status(job), "error", err, "result_size",
@@ -568,36 +627,34 @@ static void record(loom_run *run, loom__tool_job *job)
     if (job->excluded_added)
         json_object_set_new(r, "excluded_ids_added",
                             json_integer((json_int_t)job->excluded_added));
-    if (json_array_size(run->records) < LOOM_RUN_MAX_TOOL_RECORDS)
-        json_array_append(run->records, r);
-    else
-        run->records_dropped++;
-    if (loom__run_has_sink(run))
-        loom__run_emit(run, LOOM_EV_TOOL_METRIC, json_incref(r));
+    if (json_array_size(t->records) < LOOM_RUN_MAX_TOOL_RECORDS)
+        json_array_append(t->records, r);
+    if (loom__emit_on(&t->o.emit))
+        loom__emit_send(&t->o.emit, LOOM_EV_TOOL_METRIC, json_incref(r));
     json_decref(r);
 }
 
 /* A job has its outcome: after hooks (when it ran), events, record. */
-static void finish(loom_run *run, loom__tool_job *job)
+static void finish(loom__toolturn *t, loom__tool_job *job)
 {
     if (!job->started_at_ms)
         job->started_at_ms = loom__wall_ms();
     if (job->executed)
-        after_chain(run, job);
+        after_chain(t, job);
     if (!job->output)
         job->output = strdup("Error: no result");
-    emit_ended(run, job);
-    record(run, job);
+    emit_ended(t, job);
+    record(t, job);
 }
 
 static void on_notice(loom__tool_job *job, int done, void *payload)
 {
-    loom_run *run = payload;
+    loom__toolturn *t = payload;
 
     if (done)
-        finish(run, job);
+        finish(t, job);
     else
-        emit_started(run, job);
+        emit_started(t, job);
 }
 
 /* ---- the turn ---------------------------------------------------------- */
@@ -606,15 +663,14 @@ static void on_notice(loom__tool_job *job, int done, void *payload)
  * The call's timeout: its tool's `timeout_ms` setting, else the run's.
  * A setting that is not a number of milliseconds fails the call.
  */
-static void set_timeout(loom_run *run, loom__tool_job *job)
+static void set_timeout(loom__toolturn *t, loom__tool_job *job)
 {
-    const json_t *set = json_object_get(run->opts.tool_settings,
+    const json_t *set = json_object_get(t->o.settings,
                                         job->tool->name);
     const json_t *v = json_object_get(set, "timeout_ms");
     char *msg = NULL;
 
-    job->timeout_ms = run->opts.tool_timeout_ms > 0
-                          ? run->opts.tool_timeout_ms : 0;
+    job->timeout_ms = t->o.timeout_ms > 0 ? t->o.timeout_ms : 0;
     if (!v)
         return;
     if (json_is_integer(v) && json_integer_value(v) >= 1 &&
@@ -628,144 +684,78 @@ static void set_timeout(loom_run *run, loom__tool_job *job)
         msg = NULL;
     loom__tool_job_fail(job, "execution", LOOM_EINVALID,
                         msg ? msg : "bad timeout_ms setting", NULL,
-                        run->opts.max_tool_error);
+                        t->o.max_error);
     free(msg);
 }
 
-/* Copies the client calls of a turn into run->pending. */
-static int keep_pending(loom_run *run, const loom_message *assistant)
+/* Resolves, checks and (for a loop tool) runs one server call; a call
+ * for the threads is left prepared and not done. */
+static void turn_call(loom__toolturn *t, loom__tool_job *job,
+                      const loom__tool_exec_opts *xo)
 {
-    size_t n = assistant->tool_calls_len;
+    const loom_tool *tool = loom__toolset_server(t->o.tools, job->call->name);
+    int k = tool ? loom__plan_tool_index(t->o.plan, tool->name) : -1;
 
-    run->pending = calloc(n, sizeof(*run->pending));
-    if (!run->pending)
-        return loom__error_oom();
-    for (size_t i = 0; i < n; i++) {
-        const loom_tool_call *c = &assistant->tool_calls[i];
-        loom_tool_call *p = &run->pending[run->npending];
-        if (!loom__run_is_client_tool(run, c->name))
-            continue;
-        run->npending++;
-        if (!(p->id = strdup(c->id)) || !(p->name = strdup(c->name)) ||
-            !(p->arguments = strdup(c->arguments ? c->arguments : "{}")))
-            return loom__error_oom();
+    if (k >= 0 && tool == loom__plan_tool(t->o.plan, k))
+        job->loop = k + 1;
+    loom__tool_job_prepare(job, tool, t->o.tools->available, xo);
+    if (!job->done)
+        before_chain(t, job);
+    if (!job->done && !job->loop)
+        set_timeout(t, job);
+    if (!job->done && job->key)
+        json_object_set_new(t->turn_keys, job->key,
+                            json_string(job->call->id));
+    if (job->done) {
+        finish(t, job);
+    } else if (job->loop) {
+        loom__loop_call lc = {t->iteration, t->o.max_error, t->o.emit};
+        job->started_at_ms = loom__wall_ms();
+        emit_started(t, job);
+        loom__plan_execute(t->o.plan, job, &lc);
+        finish(t, job);
     }
-    return 0;
 }
 
-static void emit_calls(loom_run *run, const loom_message *assistant)
+int loom__toolturn_run(loom__toolturn *t, const loom_message *assistant,
+                       int iteration, loom__tool_job **jobs_out,
+                       size_t *njobs)
 {
-    size_t n = assistant->tool_calls_len;
-    size_t text_len = assistant->content ? strlen(assistant->content) : 0;
-    json_t *calls = json_array();
-
-    for (size_t i = 0; calls && i < n; i++) {
-        json_t *c = loom__run_call_json(&assistant->tool_calls[i]);
-        size_t off = i < run->ncall_offsets ? run->call_offsets[i]
-                                            : SIZE_MAX;
-        /* Where in the turn's text the call appeared (its text
-         * offset); the end of the text when it streamed no delta. */
-        json_object_set_new(
-            c, "text_offset",
-            json_integer((json_int_t)(off == SIZE_MAX ? text_len : off)));
-        json_array_append_new(calls, c);
-    }
-    loom__run_emit(run, LOOM_EV_TOOL_CALLS,
-                   calls ? json_pack("{s:o}", "calls", calls) : NULL);
-}
-
-int loom__run_tools(loom_run *run, const loom_message *assistant,
-                    size_t *client_calls, int *think_only)
-{
-    size_t n = assistant->tool_calls_len, nj = 0, nthink = 0;
+    size_t n = assistant->tool_calls_len, nj = 0;
     loom__tool_job *jobs = calloc(n + 1, sizeof(*jobs));
-    const loom_tool *think = &run->loop_tools[LOOM__LOOP_THINK];
     loom__tool_exec_opts xo;
-    int rc = 0;
+    int rc;
 
-    *client_calls = 0;
-    *think_only = 0;
+    *jobs_out = NULL;
+    *njobs = 0;
     if (!jobs)
         return loom__error_oom();
-    if (loom__run_has_sink(run))
-        emit_calls(run, assistant);
-    json_object_clear(run->turn_keys);
+    t->iteration = iteration;
+    json_object_clear(t->turn_keys);
     memset(&xo, 0, sizeof(xo));
-    xo.registry = run->opts.tools;
-    xo.settings = run->opts.tool_settings;
-    xo.cancel = &run->cancel;
-    xo.max_result = run->opts.max_tool_result;
-    xo.max_error = run->opts.max_tool_error;
-    xo.user_id = run->opts.user_id;
-    xo.user_keys = run->opts.user_keys;
+    xo.registry = t->o.registry;
+    xo.settings = t->o.settings;
+    xo.cancel = t->o.cancel;
+    xo.max_result = t->o.max_result;
+    xo.max_error = t->o.max_error;
+    xo.user_id = t->o.user_id;
+    xo.user_keys = t->o.user_keys;
     for (size_t i = 0; i < n; i++) {
         const loom_tool_call *c = &assistant->tool_calls[i];
-        const loom_tool *tool;
-        loom__tool_job *job;
-
-        if (loom__run_is_client_tool(run, c->name)) {
-            (*client_calls)++;
+        if (loom__toolset_is_client(t->o.tools, c->name))
             continue;
-        }
-        job = &jobs[nj++];
-        job->call = c;
-        tool = loom__run_offered_tool(run, c->name);
-        for (int k = 0; tool && k < LOOM__LOOP_COUNT; k++)
-            if (tool == &run->loop_tools[k])
-                job->loop = k + 1;
-        nthink += tool && tool == think;
-        loom__tool_job_prepare(job, tool, run->available, &xo);
-        if (!job->done)
-            before_chain(run, job);
-        if (!job->done && !job->loop)
-            set_timeout(run, job);
-        if (!job->done && job->key)
-            json_object_set_new(run->turn_keys, job->key,
-                                json_string(c->id));
-        if (job->done) {
-            finish(run, job);
-        } else if (job->loop) {
-            job->started_at_ms = loom__wall_ms();
-            emit_started(run, job);
-            loom__loop_tool_execute(run, job);
-            finish(run, job);
-        }
+        jobs[nj].call = c;
+        turn_call(t, &jobs[nj++], &xo);
     }
-    rc = loom__tools_execute(jobs, nj, run->opts.tool_concurrency, &xo,
-                             on_notice, run);
-    *think_only = nj > 0 && nthink == nj && *client_calls == 0;
-    /* Results go back in call order, each matched to its call id. */
-    for (size_t i = 0; i < nj; i++) {
-        loom_message m = {0};
-        char *note = NULL, *shown = NULL;
-        int rc2 = 0;
-        m.role = LOOM_ROLE_TOOL;
-        m.tool_call_id = jobs[i].call->id;
-        m.name = jobs[i].call->name;
-        m.content = jobs[i].output ? jobs[i].output : "Error: no result";
-        m.summary = jobs[i].summary;
-        /* Citations: the model reads the numbers of the documents. */
-        if (run->cites && !jobs[i].failed && jobs[i].documents &&
-            (rc2 = loom__citations_annotate(run->cites, jobs[i].documents,
-                                            jobs[i].call->id, &note)) == 0 &&
-            note) {
-            if (asprintf(&shown, "%s\n\n%s", m.content, note) < 0) {
-                shown = NULL;
-                rc2 = loom__error_oom();
-            }
-            m.content = shown;
-        }
-        if (!rc2)
-            rc2 = loom__run_add_message(run, &(loom_messages){&m, 1, 1});
-        free(note);
-        free(shown);
-        if (rc2 && !rc)
-            rc = rc2;
-    }
-    for (size_t i = 0; i < nj; i++)
+    rc = loom__tools_execute(jobs, nj, t->o.concurrency, &xo, on_notice, t);
+    *jobs_out = jobs;
+    *njobs = nj;
+    return rc;
+}
+
+void loom__toolturn_jobs_free(loom__tool_job *jobs, size_t n)
+{
+    for (size_t i = 0; jobs && i < n; i++)
         loom__tool_job_clear(&jobs[i]);
     free(jobs);
-    if (!rc && *client_calls)
-        rc = keep_pending(run, assistant);
-    return rc;
 }

@@ -1,0 +1,95 @@
+/*
+ * Internal: the tool turn, the server tool calls of one model turn from
+ * the model's request to the results it reads (toolturn.c).
+ *
+ * A loom__toolturn lives as long as its run and keeps what the calls of
+ * every turn share: the hook chain (loom's policies around the caller's
+ * hooks), each tool's failures and whether it is blocked (the strike
+ * budget), the successful calls (duplicate suppression), the documents
+ * seen, and a telemetry record per call. It does not see the run: run.c
+ * lends it the tools offered, hands it each assistant message with tool
+ * calls and appends the results it gives back; events go out through the
+ * emit callback run.c gives it.
+ */
+#ifndef LOOM_AGENT_TOOLTURN_H
+#define LOOM_AGENT_TOOLTURN_H
+
+#include "agent/emit.h"
+#include "agent/plan.h"
+#include "agent/toolexec.h"
+#include "loom/run.h"
+
+/* The tools a run offers; borrowed, all of it outlives the tool turn. */
+typedef struct {
+    const loom_tool *const *offered; /* server tools, then loop tools */
+    size_t nserver;                  /* entries of offered */
+    /* Every definition offered: defs[0..nserver) are offered's, the
+     * rest the caller's client tools. */
+    const loom_tool_def *defs;
+    size_t ndefs;
+    const char *available; /* the offered names, "a, b" */
+} loom__toolset;
+
+/* The offered server tool (or loop tool) of that name, or NULL. */
+const loom_tool *loom__toolset_server(const loom__toolset *set,
+                                      const char *name);
+
+/* Whether name is one of the client tools (the caller runs it). */
+int loom__toolset_is_client(const loom__toolset *set, const char *name);
+
+typedef struct {
+    loom_run *run; /* handed to hooks (loom_tool_hook_call.run) only */
+    const loom__toolset *tools;
+    loom__plan *plan; /* runs the loop tools among tools->offered */
+    const loom_tool_hook *hooks; /* the caller's, in order; borrowed */
+    size_t hooks_len;
+    /* Where the server tools come from: each started call holds a
+     * reference on it (toolexec.h). */
+    const loom_tool_registry *registry;
+    const json_t *settings; /* config `tools` object, may be NULL */
+    loom_cancel *cancel;    /* the run's */
+    size_t max_result;      /* bytes of one result the model is shown */
+    size_t max_error;       /* bytes of one error message */
+    long timeout_ms;        /* a call's, unless its settings say; <= 0:
+                             * none */
+    int concurrency;        /* calls running at once, at least 1 */
+    const char *user_id;    /* the run's user, may be NULL */
+    const json_t *user_keys;
+    loom__emit emit; /* tool.started/completed/failed/metric, plan */
+} loom__toolturn_options;
+
+typedef struct loom__toolturn loom__toolturn;
+
+/* Builds the hook chain and the policies' tables; o and what it points
+ * to are borrowed for the tool turn's life. */
+int loom__toolturn_new(loom__toolturn **out, const loom__toolturn_options *o);
+void loom__toolturn_free(loom__toolturn *t);
+
+/*
+ * Runs the server tool calls of one turn (assistant, asked for by model
+ * call `iteration`) through the hooks and policies, in parallel up to the
+ * concurrency, and reports each through the emit callback. Client calls
+ * are left out. *jobs gets the server calls' outcomes in call order (the
+ * caller frees them with loom__toolturn_jobs_free), each with the output
+ * the model reads; *njobs their count. Every call gets an outcome: only
+ * running out of memory fails.
+ */
+int loom__toolturn_run(loom__toolturn *t, const loom_message *assistant,
+                       int iteration, loom__tool_job **jobs, size_t *njobs);
+
+void loom__toolturn_jobs_free(loom__tool_job *jobs, size_t n);
+
+/* The tools the next request offers: the offered ones less those blocked
+ * for their failures. A new array whenever that changes, so the request
+ * cache sees it; borrowed from t. */
+int loom__toolturn_request_tools(loom__toolturn *t,
+                                 const loom_tool_def **defs, size_t *n);
+
+/* The calls' records and the documents seen; borrowed from t. */
+const json_t *loom__toolturn_records(const loom__toolturn *t);
+const json_t *loom__toolturn_documents(const loom__toolturn *t);
+
+/* {id, name, arguments} of a call; NULL when out of memory. */
+json_t *loom__tool_call_json(const loom_tool_call *c);
+
+#endif
