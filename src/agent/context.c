@@ -858,6 +858,30 @@ static size_t summary_end(const loom_context *ctx, const fit *f,
 }
 
 /*
+ * The first message the summary model reads of those up to k: it reads
+ * at most in_limit tokens (ptok of them its prompt), the newest messages
+ * first and older ones while they fit, starting at a whole unit.
+ */
+static size_t transcript_first(const loom_context *ctx, const fit *f,
+                               size_t k, size_t in_limit, size_t ptok)
+{
+    size_t have = ptok + (ctx->summary ? ctx->summary_tokens : 0) +
+                  TRANSCRIPT_OVERHEAD;
+    size_t first = k;
+
+    for (size_t i = k; i > f->start; i--) {
+        size_t t = shown(ctx, i - 1) + TRANSCRIPT_OVERHEAD;
+        if (have + t > in_limit)
+            break;
+        have += t;
+        first = i - 1;
+    }
+    while (first < k && !ctx->unit_end[first])
+        first++;
+    return first;
+}
+
+/*
  * Step 4: asks the summary model for a summary of the old summary and
  * the messages from f->start to k; on success the new summary covers
  * them. A failure is kept in ctx->summary_error and returns 0 with
@@ -866,7 +890,7 @@ static size_t summary_end(const loom_context *ctx, const fit *f,
 static int summarise(loom_context *ctx, fit *f, loom_cancel *cancel,
                      int *made, loom_usage *usage, int *cost_known)
 {
-    size_t reserve, k, in_limit, have, first, i, ptok, ttok;
+    size_t reserve, k, in_limit, first, i, ptok, ttok;
     loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     loom_llm_request req = LOOM_LLM_REQUEST_INIT;
     loom_llm_response resp;
@@ -891,18 +915,7 @@ static int summarise(loom_context *ctx, fit *f, loom_cancel *cancel,
     msgs[0].content = ctx->prompt;
     in_limit = ctx->limit > reserve ? ctx->limit - reserve : 0;
     ptok = count_msg(ctx, &msgs[0]);
-    have = ptok + (ctx->summary ? ctx->summary_tokens : 0) +
-           TRANSCRIPT_OVERHEAD;
-    first = k;
-    for (i = k; i > f->start; i--) {
-        size_t t = shown(ctx, i - 1) + TRANSCRIPT_OVERHEAD;
-        if (have + t > in_limit)
-            break;
-        have += t;
-        first = i - 1;
-    }
-    while (first < k && !ctx->unit_end[first])
-        first++;
+    first = transcript_first(ctx, f, k, in_limit, ptok);
     if (ctx->summary &&
         (rc = loom_buf_printf(&b, "Summary so far:\n%s\n\n",
                               ctx->summary + strlen(SUMMARY_HEADER))))
@@ -1068,24 +1081,22 @@ static void log_result(const loom_context_result *r)
                r->user_cut ? ", user message cut" : "");
 }
 
-int loom_context_fit(loom_context *ctx, loom_context_result *r,
-                     const loom_message *msgs, size_t n,
-                     const loom_tool_def *tools, size_t ntools,
-                     loom_cancel *cancel)
+/*
+ * Brings the per-message counts up to date with msgs and tools (reused
+ * unless a message changed) and fills r's figures from before the fit.
+ */
+static int count_request(loom_context *ctx, loom_context_result *r,
+                         const loom_message *msgs, size_t n,
+                         const loom_tool_def *tools, size_t ntools)
 {
-    fit f;
-    size_t user_tokens = 0;
-    int rc, made = 0;
+    int rc;
 
-    memset(r, 0, sizeof(*r));
-    memset(&f, 0, sizeof(f));
     free_retired(ctx);
     ctx->ncuts = 0;
     free(ctx->summary_error);
     ctx->summary_error = NULL;
     if ((rc = reserve(ctx, n + 1)) != 0)
         return rc;
-    /* Counts: reused unless the message changed. */
     for (size_t i = 0; i < n; i++)
         sync_entry(ctx, i, &msgs[i]);
     for (size_t i = n; i < ctx->ne; i++)
@@ -1106,7 +1117,55 @@ int loom_context_fit(loom_context *ctx, loom_context_result *r,
     r->tokens_before = ctx->tools_tokens;
     for (size_t i = 0; i < n; i++)
         r->tokens_before += ctx->e[i].tokens;
+    return 0;
+}
 
+/* Fills r from the fitted state: the request, its figures, the summary
+ * and the layout. */
+static void fill_result(loom_context *ctx, const fit *f,
+                        loom_context_result *r, int made)
+{
+    build(ctx, f, r);
+    r->tokens_after = f->total + ctx->tools_tokens;
+    r->cuts = ctx->cuts;
+    r->cuts_len = ctx->ncuts;
+    /* Counted from the final state: a new summary resets the drops. */
+    r->reduced = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        r->dropped_messages += ctx->gone[i] != IN;
+        r->reduced += !ctx->gone[i] && ctx->show[i] == SHOW_REDUCED;
+    }
+    if (ctx->summary) {
+        r->summary = ctx->summary + strlen(SUMMARY_HEADER);
+        r->summary_covers = ctx->summary_covers;
+        r->summary_tokens = ctx->summary_tokens;
+        r->summary_created = made;
+        r->summary_in_request = f->have_summary;
+    }
+    r->summary_error = ctx->summary_error;
+    if (f->have_summary)
+        r->layout = LOOM_CONTEXT_SUMMARY;
+    else if (r->dropped_turns || r->dropped_rounds)
+        r->layout = LOOM_CONTEXT_TRIMMED;
+    else if (r->reduced)
+        r->layout = LOOM_CONTEXT_REDUCED;
+    else
+        r->layout = LOOM_CONTEXT_FULL;
+}
+
+int loom_context_fit(loom_context *ctx, loom_context_result *r,
+                     const loom_message *msgs, size_t n,
+                     const loom_tool_def *tools, size_t ntools,
+                     loom_cancel *cancel)
+{
+    fit f;
+    size_t user_tokens = 0;
+    int rc, made = 0;
+
+    memset(r, 0, sizeof(*r));
+    memset(&f, 0, sizeof(f));
+    if ((rc = count_request(ctx, r, msgs, n, tools, ntools)) != 0)
+        return rc;
     f.m = msgs;
     f.n = n;
     structure(ctx, &f);
@@ -1179,32 +1238,7 @@ int loom_context_fit(loom_context *ctx, loom_context_result *r,
     if (!fits(&f))
         return nothing_fits(ctx, &f, user_tokens);
 
-    build(ctx, &f, r);
-    r->tokens_after = f.total + ctx->tools_tokens;
-    r->cuts = ctx->cuts;
-    r->cuts_len = ctx->ncuts;
-    /* Counted from the final state: a new summary resets the drops. */
-    r->reduced = 0;
-    for (size_t i = 0; i < n; i++) {
-        r->dropped_messages += ctx->gone[i] != IN;
-        r->reduced += !ctx->gone[i] && ctx->show[i] == SHOW_REDUCED;
-    }
-    if (ctx->summary) {
-        r->summary = ctx->summary + strlen(SUMMARY_HEADER);
-        r->summary_covers = ctx->summary_covers;
-        r->summary_tokens = ctx->summary_tokens;
-        r->summary_created = made;
-        r->summary_in_request = f.have_summary;
-    }
-    r->summary_error = ctx->summary_error;
-    if (f.have_summary)
-        r->layout = LOOM_CONTEXT_SUMMARY;
-    else if (r->dropped_turns || r->dropped_rounds)
-        r->layout = LOOM_CONTEXT_TRIMMED;
-    else if (r->reduced)
-        r->layout = LOOM_CONTEXT_REDUCED;
-    else
-        r->layout = LOOM_CONTEXT_FULL;
+    fill_result(ctx, &f, r, made);
     log_result(r);
     return 0;
 }
