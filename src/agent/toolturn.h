@@ -40,7 +40,7 @@ int loom__toolset_is_client(const loom__toolset *set, const char *name);
 typedef struct {
     loom_run *run; /* handed to hooks (loom_tool_hook_call.run) only */
     const loom__toolset *tools;
-    loom__plan *plan; /* runs the loop tools among tools->offered */
+    loom__plan *plan;            /* runs the loop tools among tools->offered */
     const loom_tool_hook *hooks; /* the caller's, in order; borrowed */
     size_t hooks_len;
     /* Where the server tools come from: each started call holds a
@@ -82,8 +82,8 @@ void loom__toolturn_jobs_free(loom__tool_job *jobs, size_t n);
 /* The tools the next request offers: the offered ones less those blocked
  * for their failures. A new array whenever that changes, so the request
  * cache sees it; borrowed from t. */
-int loom__toolturn_request_tools(loom__toolturn *t,
-                                 const loom_tool_def **defs, size_t *n);
+int loom__toolturn_request_tools(loom__toolturn *t, const loom_tool_def **defs,
+                                 size_t *n);
 
 /* The calls' records and the documents seen; borrowed from t. */
 const json_t *loom__toolturn_records(const loom__toolturn *t);

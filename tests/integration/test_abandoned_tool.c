@@ -148,8 +148,8 @@ static int child(const char *mode)
     rc = loom_run_execute(run);
     added = loom_run_messages(run);
     /* The run answered, the call's result being the timeout. */
-    if (rc != 0 || strcmp(loom_run_text(run), "done") != 0 ||
-        added->len != 3 || strcmp(added->items[1].content, want) != 0)
+    if (rc != 0 || strcmp(loom_run_text(run), "done") != 0 || added->len != 3 ||
+        strcmp(added->items[1].content, want) != 0)
         return 13;
     loom_run_free(run);
     loom_messages_free(&hist);

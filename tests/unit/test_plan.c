@@ -26,10 +26,9 @@ static void record(loom_event_type type, json_t *data, void *payload)
 {
     sink *s = payload;
 
-    json_array_append_new(s->events,
-                          json_pack("{s:s,s:o}", "type",
-                                    loom_event_type_name(type), "data",
-                                    data ? data : json_object()));
+    json_array_append_new(
+        s->events, json_pack("{s:s,s:o}", "type", loom_event_type_name(type),
+                             "data", data ? data : json_object()));
 }
 
 static json_t *parse(const char *text)
@@ -61,9 +60,9 @@ static void call(loom__plan *p, loom__tool_job *job, loom_tool_call *c,
     assert_true(job->executed);
 }
 
-#define TWO_TASKS                                                          \
-    "{\"goal\":\"Compare A and B\",\"tasks\":["                            \
-    "{\"id\":\"a\",\"description\":\"Find A\",\"tools\":[\"web\",\"x\"]}," \
+#define TWO_TASKS                                                              \
+    "{\"goal\":\"Compare A and B\",\"tasks\":["                                \
+    "{\"id\":\"a\",\"description\":\"Find A\",\"tools\":[\"web\",\"x\"]},"     \
     "{\"id\":\"b\",\"description\":\"Find B\",\"status\":\"completed\"}]}"
 
 /* ---- tests ------------------------------------------------------------ */
@@ -78,12 +77,11 @@ static void test_tools(void **state)
                         "todo_write");
     assert_string_equal(loom__plan_tool(p, LOOM__LOOP_THINK)->name, "think");
     assert_int_equal(loom__plan_tool_index(p, "think"), LOOM__LOOP_THINK);
-    assert_int_equal(loom__plan_tool_index(p, "todo_write"),
-                     LOOM__LOOP_TODO);
+    assert_int_equal(loom__plan_tool_index(p, "todo_write"), LOOM__LOOP_TODO);
     assert_int_equal(loom__plan_tool_index(p, "web_search"), -1);
     assert_null(loom__plan_tool(p, LOOM__LOOP_COUNT));
-    assert_true(json_is_object(
-        loom__plan_tool(p, LOOM__LOOP_TODO)->parameters));
+    assert_true(
+        json_is_object(loom__plan_tool(p, LOOM__LOOP_TODO)->parameters));
     assert_null(loom__plan_get(p));
     loom__plan_free(p);
     loom__plan_free(NULL);
@@ -138,9 +136,9 @@ static void test_set_refuses(void **state)
         assert_int_equal(loom__plan_set(p, v), LOOM_EINVALID);
         assert_non_null(strstr(loom_error_last(), "the plan is not valid"));
         assert_non_null(strstr(loom_error_last(), why[i]));
-        assert_string_equal(json_string_value(json_object_get(
-                                loom__plan_get(p), "goal")),
-                            "Compare A and B");
+        assert_string_equal(
+            json_string_value(json_object_get(loom__plan_get(p), "goal")),
+            "Compare A and B");
         json_decref(v);
     }
     json_decref(good);
@@ -228,8 +226,7 @@ static void test_todo_write(void **state)
     ev = json_object_get(ev, "data");
     assert_string_equal(json_string_value(json_object_get(ev, "call_id")),
                         "c1");
-    assert_int_equal(json_integer_value(json_object_get(ev, "iteration")),
-                     4);
+    assert_int_equal(json_integer_value(json_object_get(ev, "iteration")), 4);
     assert_true(json_equal(json_object_get(ev, "plan"), loom__plan_get(p)));
     assert_int_equal(loom__plan_system_text(p, NULL, &text), 0);
     assert_non_null(text);
@@ -267,9 +264,9 @@ static void test_todo_write_refused(void **state)
                         "Error: todo_write: the plan was not saved: task id "
                         "'t' is used twice; give every task its own id");
     assert_int_equal(json_array_size(s.events), 0);
-    assert_string_equal(json_string_value(json_object_get(loom__plan_get(p),
-                                                          "goal")),
-                        "Compare A and B");
+    assert_string_equal(
+        json_string_value(json_object_get(loom__plan_get(p), "goal")),
+        "Compare A and B");
     loom__tool_job_clear(&job);
     json_decref(in);
     json_decref(s.events);

@@ -29,8 +29,8 @@ static int echo_exec(const json_t *args, const loom_tool_ctx *ctx,
     (void)ctx;
     (void)payload;
     atomic_fetch_add(&echo_runs, 1);
-    return loom_buf_printf(
-        out, "echo:%s", json_string_value(json_object_get(args, "text")));
+    return loom_buf_printf(out, "echo:%s",
+                           json_string_value(json_object_get(args, "text")));
 }
 
 static int broken_exec(const json_t *args, const loom_tool_ctx *ctx,
@@ -59,8 +59,7 @@ static void on_event(loom_event_type type, json_t *data, void *payload)
 {
     fixture *f = payload;
 
-    json_array_append_new(f->events,
-                          json_string(loom_event_type_name(type)));
+    json_array_append_new(f->events, json_string(loom_event_type_name(type)));
     json_decref(data);
 }
 
@@ -141,8 +140,7 @@ typedef struct {
     loom_message m;
 } turn;
 
-static const loom_message *make(turn *tn, const char *const (*c)[3],
-                                size_t n)
+static const loom_message *make(turn *tn, const char *const (*c)[3], size_t n)
 {
     memset(tn, 0, sizeof(*tn));
     for (size_t i = 0; i < n; i++) {
@@ -162,9 +160,8 @@ static size_t run_turn(fixture *f, turn *tn, const char *const (*c)[3],
 {
     size_t nj = 0;
 
-    assert_int_equal(loom__toolturn_run(f->t, make(tn, c, n), iteration,
-                                        jobs, &nj),
-                     0);
+    assert_int_equal(
+        loom__toolturn_run(f->t, make(tn, c, n), iteration, jobs, &nj), 0);
     return nj;
 }
 
@@ -310,8 +307,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_order_and_client_calls, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_duplicates, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_strike_budget, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_strike_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loop_tool, setup, teardown),
     };
 
