@@ -62,37 +62,6 @@ static char *dup_str(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-/* Copies s for an error message: at most 48 bytes, control characters
- * shown as '?', "..." when cut. Returns dst. */
-const char *loom__config_shown(char *dst, size_t cap, const char *s)
-{
-    size_t i = 0, max = cap - 4 < 48 ? cap - 4 : 48;
-
-    for (; s[i] && i < max; i++)
-        dst[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
-    if (s[i]) {
-        memcpy(dst + i, "...", 3);
-        i += 3;
-    }
-    dst[i] = '\0';
-    return dst;
-}
-
-/* [A-Za-z0-9_-]{1,64} plus '.' when dots is set. */
-int loom__config_valid_name(const char *s, int dots)
-{
-    size_t n = 0;
-
-    for (; s[n]; n++) {
-        char c = s[n];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-              (dots && c == '.')))
-            return 0;
-    }
-    return n >= 1 && n <= LOOM__CONFIG_NAME_MAX;
-}
-
 /* Appends name to a ", "-separated list in dst (cap bytes, at least 8),
  * ending it with "..." once it is full. */
 void loom__config_names_add(char *dst, size_t cap, const char *name)

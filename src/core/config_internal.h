@@ -6,10 +6,11 @@
 #ifndef LOOM_CORE_CONFIG_INTERNAL_H
 #define LOOM_CORE_CONFIG_INTERNAL_H
 
+#include "core/text.h"
 #include "loom/config.h"
 
 #define LOOM__CONFIG_MAX_BYTES ((size_t)4 << 20)
-#define LOOM__CONFIG_NAME_MAX 64 /* tool, provider and agent names */
+#define LOOM__CONFIG_NAME_MAX LOOM__NAME_MAX /* tool, provider, agent names */
 
 /* Reads the YAML text into cfg over what it holds (config_yaml.c). On
  * error cfg may be half filled; the caller frees it. */
@@ -18,9 +19,16 @@ int loom__config_parse_yaml(loom_config *cfg, const char *data, size_t len,
 
 /* Copies s for an error message into dst (cap >= 8): at most 48 bytes,
  * control characters as '?', "..." when cut. Returns dst. */
-const char *loom__config_shown(char *dst, size_t cap, const char *s);
+static inline const char *loom__config_shown(char *dst, size_t cap,
+                                             const char *s)
+{
+    return loom__text_shown(dst, cap, s, 48);
+}
 /* [A-Za-z0-9_-]{1,64}, plus '.' when dots is set. */
-int loom__config_valid_name(const char *s, int dots);
+static inline int loom__config_valid_name(const char *s, int dots)
+{
+    return loom__text_is_name(s, dots);
+}
 /* An http:// or https:// URL with a host part and no spaces. */
 int loom__config_valid_url(const char *s);
 void loom__config_strip_slashes(char *s);

@@ -14,6 +14,7 @@
  */
 #include "server/chat_format.h"
 #include "core/error.h"
+#include "core/text.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -168,22 +169,6 @@ static const json_t *opt(const json_t *o, const char *key)
 {
     const json_t *v = json_object_get(o, key);
     return json_is_null(v) ? NULL : v;
-}
-
-/* Tool names as OpenAI accepts them: [a-zA-Z0-9_-]{1,64}. */
-static int valid_tool_name(const char *s)
-{
-    size_t n = strlen(s);
-
-    if (n == 0 || n > 64)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '_' || c == '-'))
-            return 0;
-    }
-    return 1;
 }
 
 /* Sets *out to a string field; absent -> NULL (or an error if required). */
@@ -513,7 +498,7 @@ static int parse_client_tool(loom__chat_request *req, const json_t *t,
     snprintf(param, sizeof(param), "tools[%zu].function.name", i);
     if ((rc = get_string(&name, fn, "name", param, 1, err)) != 0)
         return rc;
-    if (!valid_tool_name(name))
+    if (!loom__text_is_name(name, 0))
         return bad_value(err, param,
                          "'%s'. A tool name is 1 to 64 of a-z, A-Z, 0-9, "
                          "'_' and '-'.", name);
@@ -561,7 +546,7 @@ static int parse_tools(loom__chat_request *req, const json_t *body,
         snprintf(param, sizeof(param), "tools[%zu]", i);
         if (json_is_string(t)) {
             const char *name = json_string_value(t);
-            if (!valid_tool_name(name))
+            if (!loom__text_is_name(name, 0))
                 return bad_value(err, param,
                                  "'%s'. A tool name is 1 to 64 of a-z, "
                                  "A-Z, 0-9, '_' and '-'.", name);

@@ -12,6 +12,7 @@
  */
 #include "tools/netguard.h"
 #include "core/error.h"
+#include "core/text.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -23,6 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* Bytes of a URL quoted in an error message (longer than config's 48:
+ * the host and port, which the messages are about, come after a scheme). */
+#define SHOWN_MAX 100
 
 /* ---- the resolver ------------------------------------------------------ */
 
@@ -615,21 +620,6 @@ void loom__net_target_clear(loom__net_target *t)
     memset(t, 0, sizeof(*t));
 }
 
-/* A short form of s for messages: at most 100 bytes, controls as '?'. */
-static const char *shown(char *dst, size_t cap, const char *s)
-{
-    size_t i = 0, max = cap - 4 < 100 ? cap - 4 : 100;
-
-    for (; s[i] && i < max; i++)
-        dst[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
-    if (s[i]) {
-        memcpy(dst + i, "...", 3);
-        i += 3;
-    }
-    dst[i] = '\0';
-    return dst;
-}
-
 static int curl_part(CURLU *u, CURLUPart part, unsigned flags, char **out)
 {
     *out = NULL;
@@ -653,49 +643,53 @@ int loom__net_target_check(loom__net_target *t, const loom__net_policy *p,
                                "the URL is longer than %d bytes",
                                LOOM__NET_MAX_URL);
     if (!url_scheme(url, scheme, sizeof(scheme)))
-        return loom__error_set(LOOM_EINVALID,
-                               "'%s' is not a valid URL: it must start with "
-                               "http:// or https://",
-                               shown(tmp, sizeof(tmp), url));
+        return loom__error_set(
+            LOOM_EINVALID,
+            "'%s' is not a valid URL: it must start with "
+            "http:// or https://",
+            loom__text_shown(tmp, sizeof(tmp), url, SHOWN_MAX));
     if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
-        return loom__error_set(LOOM_EINVALID,
-                               "unsupported URL scheme '%s': only http:// "
-                               "and https:// URLs are fetched",
-                               shown(tmp, sizeof(tmp), scheme));
+        return loom__error_set(
+            LOOM_EINVALID,
+            "unsupported URL scheme '%s': only http:// "
+            "and https:// URLs are fetched",
+            loom__text_shown(tmp, sizeof(tmp), scheme, SHOWN_MAX));
     if (!(u = curl_url()))
         return loom__error_oom();
     if ((uc = curl_url_set(u, CURLUPART_URL, url, 0)) != CURLUE_OK) {
         rc = loom__error_set(LOOM_EINVALID, "'%s' is not a valid URL (%s)",
-                             shown(tmp, sizeof(tmp), url),
+                             loom__text_shown(tmp, sizeof(tmp), url, SHOWN_MAX),
                              curl_url_strerror(uc));
         goto cleanup;
     }
     if (curl_part(u, CURLUPART_USER, 0, &s) ||
         curl_part(u, CURLUPART_PASSWORD, 0, &s)) {
-        rc = loom__error_set(LOOM_EINVALID,
-                             "URLs with credentials (user@host) are not "
-                             "fetched: '%s'",
-                             shown(tmp, sizeof(tmp), url));
+        rc =
+            loom__error_set(LOOM_EINVALID,
+                            "URLs with credentials (user@host) are not "
+                            "fetched: '%s'",
+                            loom__text_shown(tmp, sizeof(tmp), url, SHOWN_MAX));
         goto cleanup;
     }
     curl_free(s);
     if (curl_part(u, CURLUPART_ZONEID, 0, &s)) {
-        rc = loom__error_set(LOOM_EINVALID,
-                             "IPv6 zone identifiers are not fetched: '%s'",
-                             shown(tmp, sizeof(tmp), url));
+        rc = loom__error_set(
+            LOOM_EINVALID, "IPv6 zone identifiers are not fetched: '%s'",
+            loom__text_shown(tmp, sizeof(tmp), url, SHOWN_MAX));
         goto cleanup;
     }
     curl_free(s);
     if (!curl_part(u, CURLUPART_HOST, 0, &s) || !*s) {
-        rc = loom__error_set(LOOM_EINVALID, "'%s' has no host",
-                             shown(tmp, sizeof(tmp), url));
+        rc =
+            loom__error_set(LOOM_EINVALID, "'%s' has no host",
+                            loom__text_shown(tmp, sizeof(tmp), url, SHOWN_MAX));
         goto cleanup;
     }
     /* Percent-encoded hosts would be decoded differently by different
      * readers; no real site needs one. */
     if (strchr(s, '%') || !(key = host_key(s, &family, &lit))) {
         rc = loom__error_set(LOOM_EINVALID, "'%s' is not a valid host name",
-                             shown(tmp, sizeof(tmp), s));
+                             loom__text_shown(tmp, sizeof(tmp), s, SHOWN_MAX));
         goto cleanup;
     }
     curl_free(s);
@@ -709,8 +703,9 @@ int loom__net_target_check(loom__net_target *t, const loom__net_policy *p,
     }
     curl_url_set(u, CURLUPART_FRAGMENT, NULL, 0);
     if (!curl_part(u, CURLUPART_PORT, CURLU_DEFAULT_PORT, &s)) {
-        rc = loom__error_set(LOOM_EINVALID, "'%s' has no port",
-                             shown(tmp, sizeof(tmp), url));
+        rc =
+            loom__error_set(LOOM_EINVALID, "'%s' has no port",
+                            loom__text_shown(tmp, sizeof(tmp), url, SHOWN_MAX));
         goto cleanup;
     }
     t->port = atoi(s);
@@ -762,10 +757,11 @@ int loom__net_target_check(loom__net_target *t, const loom__net_policy *p,
                 rc = loom__error_set(LOOM_ERROR, "blocked by policy: %s",
                                      why);
             else
-                rc = loom__error_set(LOOM_ERROR,
-                                     "blocked by policy: host '%s' resolves "
-                                     "to a blocked address: %s",
-                                     shown(tmp, sizeof(tmp), key), why);
+                rc = loom__error_set(
+                    LOOM_ERROR,
+                    "blocked by policy: host '%s' resolves "
+                    "to a blocked address: %s",
+                    loom__text_shown(tmp, sizeof(tmp), key, SHOWN_MAX), why);
             goto cleanup;
         }
     }

@@ -20,12 +20,12 @@
  */
 #include "tools/registry.h"
 #include "core/error.h"
+#include "core/text.h"
+#include "loom/tools.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define NAME_MAX_LEN 64
 
 struct loom_tool_registry {
     loom_tool **items; /* owned tools, in insertion order */
@@ -102,22 +102,6 @@ static int rebuild_index(loom_tool_registry *reg, size_t want)
     return 0;
 }
 
-static int name_is_valid(const char *name)
-{
-    size_t n = 0;
-
-    for (; name[n]; n++) {
-        char c = name[n];
-
-        if (n >= NAME_MAX_LEN)
-            return 0;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '_' || c == '-'))
-            return 0;
-    }
-    return n > 0;
-}
-
 /* Frees the registry's copy of a tool, payload included. */
 static void tool_free(loom_tool *t)
 {
@@ -144,7 +128,7 @@ int loom_tool_registry_add(loom_tool_registry *reg, const loom_tool *tool)
                                "knows %d)",
                                tool->name ? tool->name : "(null)",
                                tool->version, LOOM_TOOL_VERSION);
-    if (!tool->name || !name_is_valid(tool->name))
+    if (!tool->name || !loom__text_is_name(tool->name, 0))
         return loom__error_set(LOOM_EINVALID,
                                "invalid tool name '%.80s': use 1 to 64 "
                                "letters, digits, '_' or '-'",

@@ -1,0 +1,29 @@
+/*
+ * Internal: small text helpers every layer shares. Names (of tools,
+ * providers, agents) are checked by one rule, so config, the tool
+ * registry and the server agree on what a name is; strings quoted in
+ * error messages are shown by one function, so a hostile value can
+ * neither flood a message nor put control characters into a log.
+ */
+#ifndef LOOM_CORE_TEXT_H
+#define LOOM_CORE_TEXT_H
+
+#include <stddef.h>
+
+/* The longest name loom__text_is_name() accepts (OpenAI's tool names). */
+#define LOOM__NAME_MAX 64
+
+/*
+ * Copies s into dst (cap bytes, at least 8) for an error message: at most
+ * max bytes of it (fewer when cap is smaller), control characters shown
+ * as '?', then "..." when it was cut. Returns dst.
+ */
+const char *loom__text_shown(char *dst, size_t cap, const char *s, size_t max);
+
+/*
+ * Whether s is a name: [A-Za-z0-9_-]{1,LOOM__NAME_MAX}, with '.' allowed
+ * too when dots is set (model names).
+ */
+int loom__text_is_name(const char *s, int dots);
+
+#endif
