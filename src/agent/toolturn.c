@@ -20,6 +20,7 @@
  */
 #include "agent/toolturn.h"
 #include "core/error.h"
+#include "core/utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,16 +157,6 @@ static loom_hook_action duplicate_before(loom_tool_hook_call *hc,
     return LOOM_HOOK_CONTINUE;
 }
 
-/* Code points of a UTF-8 string. */
-static size_t code_points(const char *s)
-{
-    size_t n = 0;
-
-    for (; *s; s++)
-        n += ((unsigned char)*s & 0xC0) != 0x80;
-    return n;
-}
-
 static int has_string(const json_t *arr, const char *s)
 {
     size_t i;
@@ -215,7 +206,9 @@ static loom_hook_action seen_before(loom_tool_hook_call *hc, void *payload)
             json_object_get(json_array_get(t->documents, k), "id"));
         if (max_items >= 0 && (json_int_t)json_array_size(ids) >= max_items)
             break;
-        if (!id || (max_len >= 0 && (json_int_t)code_points(id) > max_len) ||
+        if (!id ||
+            (max_len >= 0 &&
+             (json_int_t)loom__utf8_count(id, strlen(id)) > max_len) ||
             has_string(ids, id))
             continue;
         if (json_array_append_new(ids, json_string(id)) != 0)

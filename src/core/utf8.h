@@ -1,7 +1,9 @@
 /*
- * Internal: cutting text on UTF-8 character boundaries. Every place that
- * caps a string for a model, an event or the store cuts through this, so
- * no cut leaves half a character behind.
+ * Internal: cutting text on UTF-8 character boundaries, and counting its
+ * characters. Every place that caps a string for a model, an event or the
+ * store cuts through this, so no cut leaves half a character behind; every
+ * limit stated in characters (schema maxLength, a query's length, a call
+ * id's) counts through loom__utf8_count().
  */
 #ifndef LOOM_CORE_UTF8_H
 #define LOOM_CORE_UTF8_H
@@ -30,5 +32,16 @@ static inline size_t loom__utf8_cut(const char *s, size_t len, size_t max)
  * of memory.
  */
 json_t *loom__json_text(const char *s, size_t len);
+
+/* Code points in len bytes of UTF-8: the bytes that are not continuation
+ * bytes (10xxxxxx), so invalid input counts each stray lead byte. */
+static inline size_t loom__utf8_count(const char *s, size_t len)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < len; i++)
+        n += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return n;
+}
 
 #endif

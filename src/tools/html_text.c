@@ -19,6 +19,7 @@
  */
 #include "tools/html_text.h"
 #include "core/error.h"
+#include "core/utf8.h"
 
 #include <errno.h>
 #include <iconv.h>
@@ -133,16 +134,6 @@ int loom__utf8_sanitize(const char *data, size_t len, loom_buf *out)
     if (rc == 0)
         rc = put_fit(out, (const char *)s + start, i - start);
     return rc;
-}
-
-size_t loom__utf8_count(const char *s, size_t len)
-{
-    size_t n = 0;
-
-    for (size_t i = 0; i < len; i++)
-        if (((unsigned char)s[i] & 0xc0) != 0x80)
-            n++;
-    return n;
 }
 
 size_t loom__utf8_prefix(const char *s, size_t len, size_t max_chars,
@@ -854,12 +845,38 @@ static void xml_init(void)
     xmlInitParser();
 }
 
-int loom__html_to_text(const char *html, size_t len, const char *charset,
-                       const char *base_url, loom_buf *out, int *truncated)
+/*
+ * Parses len bytes of HTML (len checked by the caller) with libxml2,
+ * its error handlers silenced on this thread meanwhile. NULL when
+ * libxml2 builds no document (an empty input, or out of memory).
+ */
+static htmlDocPtr read_html(const char *html, size_t len, const char *url,
+                            const char *encoding)
 {
     xmlGenericErrorFunc old_generic;
     xmlStructuredErrorFunc old_structured;
     void *old_generic_ctx, *old_structured_ctx;
+    htmlDocPtr doc;
+
+    pthread_once(&xml_once, xml_init);
+    /* The handlers are per thread in libxml2; they are put back after. */
+    old_generic = xmlGenericError;
+    old_generic_ctx = xmlGenericErrorContext;
+    old_structured = xmlStructuredError;
+    old_structured_ctx = xmlStructuredErrorContext;
+    xmlSetGenericErrorFunc(NULL, silent_generic);
+    xmlSetStructuredErrorFunc(NULL, silent_structured);
+    doc = htmlReadMemory(html, (int)len, url, encoding,
+                         HTML_PARSE_RECOVER | HTML_PARSE_NOERROR |
+                             HTML_PARSE_NOWARNING | HTML_PARSE_NONET);
+    xmlSetGenericErrorFunc(old_generic_ctx, old_generic);
+    xmlSetStructuredErrorFunc(old_structured_ctx, old_structured);
+    return doc;
+}
+
+int loom__html_to_text(const char *html, size_t len, const char *charset,
+                       const char *base_url, loom_buf *out, int *truncated)
+{
     loom_buf raw = LOOM_BUF_INIT(out->max);
     htmlDocPtr doc = NULL;
     xmlNode *root;
@@ -870,21 +887,9 @@ int loom__html_to_text(const char *html, size_t len, const char *charset,
     *truncated = 0;
     if (len > (size_t)INT32_MAX)
         return loom__error_set(LOOM_ETOOLARGE, "HTML larger than 2 GiB");
-    pthread_once(&xml_once, xml_init);
-    /* The handlers are per thread in libxml2; they are put back after. */
-    old_generic = xmlGenericError;
-    old_generic_ctx = xmlGenericErrorContext;
-    old_structured = xmlStructuredError;
-    old_structured_ctx = xmlStructuredErrorContext;
-    xmlSetGenericErrorFunc(NULL, silent_generic);
-    xmlSetStructuredErrorFunc(NULL, silent_structured);
-
-    doc = htmlReadMemory(html, (int)len, base_url,
-                         charset && charset_name_ok(charset)
-                             ? decoder_name(charset)
-                             : NULL,
-                         HTML_PARSE_RECOVER | HTML_PARSE_NOERROR |
-                             HTML_PARSE_NOWARNING | HTML_PARSE_NONET);
+    doc = read_html(html, len, base_url,
+                    charset && charset_name_ok(charset) ? decoder_name(charset)
+                                                        : NULL);
     if (!doc || !(root = xmlDocGetRootElement(doc))) {
         /* libxml2 builds no document from an empty page: no text. */
         rc = doc || len == 0 ? 0
@@ -927,8 +932,108 @@ cleanup:
     xmlFree(base);
     if (doc)
         xmlFreeDoc(doc);
-    xmlSetGenericErrorFunc(old_generic_ctx, old_generic);
-    xmlSetStructuredErrorFunc(old_structured_ctx, old_structured);
     loom_buf_free(&raw);
     return rc;
+}
+
+void loom__html_defuse(char *s, size_t len, const char *tag)
+{
+    const size_t tl = strlen(tag);
+
+    for (size_t i = 0; i < len; i++) {
+        size_t j = i + 1;
+
+        if (s[i] != '<')
+            continue;
+        if (j < len && s[j] == '/')
+            j++;
+        if (len - j >= tl && strncasecmp(s + j, tag, tl) == 0)
+            s[i] = '[';
+    }
+}
+
+/* ---- fragments ----------------------------------------------------------- */
+
+/* Tags that sit inside words (a search engine's <strong> around a match);
+ * any other tag separates words. */
+static const char *const inline_tags[] = {"a",    "b",    "code",   "em", "i",
+                                          "mark", "span", "strong", "u",  NULL};
+
+static int fragment_space(char c)
+{
+    return (unsigned char)c <= 0x20 || c == 0x7f;
+}
+
+/* Appends the words of s to out, one space between them (asked for by
+ * *space, never before the first). Past out's limit it puts the part of
+ * the word that fits, cut on a character, and returns LOOM_ETOOLARGE. */
+static int fragment_put(loom_buf *out, const char *s, int *space)
+{
+    int rc = 0;
+
+    while (*s && rc == 0) {
+        size_t n = 0, room;
+
+        if (fragment_space(*s)) {
+            *space = 1;
+            s++;
+            continue;
+        }
+        while (s[n] && !fragment_space(s[n]))
+            n++;
+        if (*space && out->len)
+            rc = loom_buf_putc(out, ' ');
+        *space = 0;
+        room = out->max - out->len;
+        if (rc == 0 && n > room) {
+            loom_buf_put(out, s, loom__utf8_cut(s, n, room));
+            rc = LOOM_ETOOLARGE;
+        } else if (rc == 0) {
+            rc = loom_buf_put(out, s, n);
+        }
+        s += n;
+    }
+    return rc;
+}
+
+int loom__html_fragment_text(const char *html, size_t len, loom_buf *out)
+{
+    htmlDocPtr doc;
+    const xmlNode *top, *cur;
+    int space = 0, rc = 0;
+
+    if (len > (size_t)INT32_MAX)
+        return loom__error_set(LOOM_ETOOLARGE, "HTML larger than 2 GiB");
+    /* libxml2 builds no document from an empty fragment: no text. */
+    if (len == 0 || !(doc = read_html(html, len, NULL, "UTF-8")))
+        return 0;
+    /* The walk of walk(), reduced to text and word breaks. */
+    top = (const xmlNode *)doc;
+    cur = top->children;
+    while (cur && rc == 0) {
+        if (cur->type == XML_ELEMENT_NODE) {
+            if (!name_in(cur, inline_tags))
+                space = 1;
+            if (cur->children) {
+                cur = cur->children;
+                continue;
+            }
+        } else if ((cur->type == XML_TEXT_NODE ||
+                    cur->type == XML_CDATA_SECTION_NODE) &&
+                   cur->content) {
+            rc = fragment_put(out, (const char *)cur->content, &space);
+        }
+        while (cur != top && !cur->next) {
+            cur = cur->parent;
+            if (cur->type == XML_ELEMENT_NODE && !name_in(cur, inline_tags))
+                space = 1;
+        }
+        if (cur == top)
+            break;
+        cur = cur->next;
+    }
+    xmlFreeDoc(doc);
+    if (rc == LOOM_ETOOLARGE)
+        return loom__error_set(rc, "the text passed %zu bytes", out->max);
+    return rc ? loom__error_oom() : 0;
 }

@@ -13,6 +13,7 @@
 #ifndef LOOM_TOOLS_HTML_TEXT_H
 #define LOOM_TOOLS_HTML_TEXT_H
 
+#include "core/utf8.h" /* loom__utf8_count, for the counts of cut text */
 #include "loom/buf.h"
 
 #include <stddef.h>
@@ -30,6 +31,24 @@ int loom__html_to_text(const char *html, size_t len, const char *charset,
                        const char *base_url, loom_buf *out, int *truncated);
 
 /*
+ * Turns every "<tag" and "</tag" in len bytes of s (tag in any case) into
+ * "[tag" and "[/tag", so text put inside a <tag> block that frames it as
+ * untrusted cannot open or end such a block itself.
+ */
+void loom__html_defuse(char *s, size_t len, const char *tag);
+
+/*
+ * Appends the text of an HTML fragment (a search result's title or
+ * snippet, UTF-8) to out on one line: tags dropped (an inline one such as
+ * <strong> sits inside a word, any other separates words), entities
+ * decoded, comments dropped, runs of whitespace and control characters
+ * made one space, no space at either end. Parsed by libxml2's HTML
+ * parser, as loom__html_to_text. Past out's limit, out keeps what fits
+ * (cut on a character) and LOOM_ETOOLARGE is returned; LOOM_ENOMEM.
+ */
+int loom__html_fragment_text(const char *html, size_t len, loom_buf *out);
+
+/*
  * Appends len bytes of text in charset (NULL: UTF-8, or windows-1252 when
  * the bytes are not valid UTF-8) to out as UTF-8, through iconv. Unknown
  * charsets are read as UTF-8; bytes that do not decode become U+FFFD.
@@ -41,9 +60,6 @@ int loom__text_to_utf8(const char *data, size_t len, const char *charset,
 /* Appends data as valid UTF-8: invalid bytes become U+FFFD, CR LF
  * becomes LF, other control characters but tab and newline are dropped. */
 int loom__utf8_sanitize(const char *data, size_t len, loom_buf *out);
-
-/* Code points in len bytes of valid UTF-8. */
-size_t loom__utf8_count(const char *s, size_t len);
 
 /* Bytes of the longest prefix of s (valid UTF-8) holding at most
  * max_chars code points and max_bytes bytes, ending on a character. */

@@ -18,6 +18,7 @@
 #include "tools/html_text.h"
 #include "tools/netguard.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "loom/config.h"
 #include "loom/tools.h"
 

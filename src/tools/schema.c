@@ -15,8 +15,9 @@
  * lenient rather than wrong. Recursion is bounded (MAX_DEPTH levels) so a
  * hostile or cyclic-looking input fails with a message, never a crash.
  */
-#include "loom/tools.h"
 #include "core/error.h"
+#include "core/utf8.h"
+#include "loom/tools.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -350,18 +351,6 @@ static int fail_const(vctx *c, const json_t *k)
     return rc;
 }
 
-/* Counts UTF-8 code points; jansson guarantees the string is valid. */
-static size_t utf8_length(const json_t *s)
-{
-    const unsigned char *p = (const unsigned char *)json_string_value(s);
-    size_t n = json_string_length(s), count = 0;
-
-    for (size_t i = 0; i < n; i++)
-        if ((p[i] & 0xC0) != 0x80)
-            count++;
-    return count;
-}
-
 static int check_number(vctx *c, const json_t *schema, const json_t *v)
 {
     char subj[SUBJECT_SIZE], num[64];
@@ -408,7 +397,7 @@ static int check_string(vctx *c, const json_t *schema, const json_t *v)
 {
     char subj[SUBJECT_SIZE];
     const json_t *k;
-    size_t n = utf8_length(v);
+    size_t n = loom__utf8_count(json_string_value(v), json_string_length(v));
 
     k = json_object_get(schema, "minLength");
     if (json_is_integer(k) && (json_int_t)n < json_integer_value(k))

@@ -15,10 +15,11 @@
  * Settings (config `tools: {web_fetch: {...}}`) are read on every call:
  * they are small, and this keeps the tool free of state.
  */
+#include "core/error.h"
+#include "core/utf8.h"
+#include "loom/tools.h"
 #include "tools/html_text.h"
 #include "tools/netguard.h"
-#include "core/error.h"
-#include "loom/tools.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,25 +230,6 @@ static int put_attr(loom_buf *out, const char *s)
     return rc;
 }
 
-/* Turns "<untrusted_content" and "</untrusted_content" inside the text
- * into "[...", so the page cannot end the block itself. */
-static void defuse(char *s, size_t len)
-{
-    static const char tag[] = "untrusted_content";
-    const size_t tl = sizeof(tag) - 1;
-
-    for (size_t i = 0; i < len; i++) {
-        size_t j = i + 1;
-
-        if (s[i] != '<')
-            continue;
-        if (j < len && s[j] == '/')
-            j++;
-        if (len - j >= tl && strncasecmp(s + j, tag, tl) == 0)
-            s[i] = '[';
-    }
-}
-
 /*
  * Writes the framed result: loom's note, the block with its attributes
  * and at most max_chars characters of text (fewer when out's own limit
@@ -300,7 +282,8 @@ static int frame(loom_buf *out, const char *source,
         goto cleanup;
     }
     room = out->max - out->len - head.len - sizeof(foot) - MARKER_RESERVE;
-    defuse(text, len);
+    /* The page cannot end the block itself. */
+    loom__html_defuse(text, len, "untrusted_content");
     keep = loom__utf8_prefix(text, len, (size_t)max_chars, room);
     total = loom__utf8_count(text, len);
     shown = loom__utf8_count(text, keep);

@@ -11,8 +11,9 @@
  *
  * The results are web content, so they are untrusted: the model gets them
  * as a JSON array between marker lines, after a sentence saying so. Titles
- * and snippets are cleaned first (tags stripped, which also removes any
- * copy of the closing marker; whitespace collapsed) and cut, and results
+ * and snippets are cleaned first (read by libxml2's HTML parser, as
+ * web_fetch's pages are: tags stripped, entities decoded, whitespace
+ * collapsed; a marker spelled by entities defused) and cut, and results
  * whose URL is not a plain http(s) URL are dropped, so nothing in a result
  * can break out of its JSON string or out of the frame.
  *
@@ -25,8 +26,9 @@
  */
 #include "tools/web_search.h"
 #include "core/error.h"
-#include "core/utf8.h"
 #include "core/http.h"
+#include "core/utf8.h"
+#include "tools/html_text.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -58,8 +60,9 @@
  * test key would blank out ordinary words. */
 #define REDACT_MIN 8
 
-#define OPEN_MARK "<untrusted_web_results>\n"
-#define CLOSE_MARK "</untrusted_web_results>\n"
+#define FRAME_TAG "untrusted_web_results"
+#define OPEN_MARK "<" FRAME_TAG ">\n"
+#define CLOSE_MARK "</" FRAME_TAG ">\n"
 
 /* ---- backends */
 
@@ -102,100 +105,38 @@ static const backend *find_backend(const char *name)
 
 /* ---- small text helpers */
 
-static size_t utf8_count(const char *s)
-{
-    size_t n = 0;
-
-    for (; *s; s++)
-        if (((unsigned char)*s & 0xC0) != 0x80)
-            n++;
-    return n;
-}
-
-/* The length of the HTML-ish tag s starts with ('<' then a letter, '/'
- * or '!', up to '>'), or 0 when it starts none. */
-static size_t tag_length(const char *s)
-{
-    size_t n = 1;
-    char c = s[1];
-
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '/' ||
-          c == '!'))
-        return 0;
-    /* Tags in snippets are short; a lone '<' in prose is not a tag. */
-    for (; s[n] && n < 200; n++) {
-        if (s[n] == '>')
-            return n + 1;
-        if (s[n] == '<' || s[n] == '\n')
-            return 0;
-    }
-    return 0;
-}
-
-static int is_inline_tag(const char *tag)
-{
-    static const char *const inline_tags[] = {"b", "strong", "em", "i",
-                                              "u", "span", "a", "mark",
-                                              "code"};
-    const char *name = tag + 1 + (tag[1] == '/');
-    size_t n = 0;
-
-    while ((name[n] >= 'a' && name[n] <= 'z') ||
-           (name[n] >= 'A' && name[n] <= 'Z'))
-        n++;
-
-    for (size_t i = 0; i < sizeof(inline_tags) / sizeof(*inline_tags); i++)
-        if (strlen(inline_tags[i]) == n &&
-            strncasecmp(name, inline_tags[i], n) == 0)
-            return 1;
-    return 0;
-}
-
 /*
- * A cleaned copy of s for the model: tags dropped, runs of whitespace and
- * control characters turned into one space, trimmed, cut to max bytes on
- * a UTF-8 boundary (with "..." when cut). NULL when out of memory.
+ * A cleaned copy of s for the model: its text as libxml2's HTML parser
+ * reads it (tags dropped, entities decoded: loom__html_fragment_text),
+ * whitespace and control characters collapsed, trimmed, cut to max bytes
+ * on a UTF-8 boundary (with "..." when cut). NULL when out of memory.
  */
 static char *clean_text(const char *s, size_t max)
 {
-    size_t len = strlen(s), o = 0, cut;
-    char *out = malloc(len + 4);
-    int space = 0;
+    /* A little past max, to know whether anything was cut. */
+    loom_buf b = LOOM_BUF_INIT(max + 8);
+    size_t cut;
+    char *out;
+    int rc = loom__html_fragment_text(s, strlen(s), &b);
 
-    if (!out)
+    if (rc != 0 && rc != LOOM_ETOOLARGE) {
+        loom_buf_free(&b);
         return NULL;
-    /* Past max (plus the character being cut) the rest is dropped. */
-    for (size_t i = 0; i < len && o <= max + 4;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t t;
-
-        if (c == '<' && (t = tag_length(s + i)) > 0) {
-            /* Inline tags (Brave's <strong>) sit inside words; others
-             * separate them. */
-            if (!is_inline_tag(s + i))
-                space = o > 0;
-            i += t;
-            continue;
-        }
-        if (c <= 0x20 || c == 0x7f) {
-            space = o > 0;
-            i++;
-            continue;
-        }
-        if (space)
-            out[o++] = ' ';
-        space = 0;
-        out[o++] = (char)c;
-        i++;
     }
-    cut = loom__utf8_cut(out, o, max);
-    if (cut < o) {
-        while (cut > 0 && out[cut - 1] == ' ')
-            cut--;
-        memcpy(out + cut, "...", 3);
-        cut += 3;
+    cut = loom__utf8_cut(loom_buf_cstr(&b), b.len, max);
+    if ((out = malloc(cut + 4))) {
+        memcpy(out, loom_buf_cstr(&b), cut);
+        if (cut < b.len) {
+            while (cut > 0 && out[cut - 1] == ' ')
+                cut--;
+            memcpy(out + cut, "...", 3);
+            cut += 3;
+        }
+        out[cut] = '\0';
+        /* Entities decoded may spell a marker: it cannot end the frame. */
+        loom__html_defuse(out, cut, FRAME_TAG);
     }
-    out[cut] = '\0';
+    loom_buf_free(&b);
     return out;
 }
 
@@ -689,7 +630,8 @@ static int read_args(const json_t *args, const search_settings *s,
         return loom__error_set(LOOM_EINVALID,
                                "`query` must not be empty: say what to "
                                "search for");
-    if (utf8_count(a->query) > LOOM_WEB_SEARCH_QUERY_MAX)
+    if (loom__utf8_count(a->query, strlen(a->query)) >
+        LOOM_WEB_SEARCH_QUERY_MAX)
         return loom__error_set(LOOM_EINVALID,
                                "`query` must be at most %d characters; "
                                "search for the key words only",
