@@ -19,6 +19,7 @@
  * calls over, and events go out through the callback it is given.
  */
 #include "agent/plan.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <stdio.h>
@@ -296,14 +297,6 @@ int loom__plan_system_text(loom__plan *p, const char *base, char **text)
     return 0;
 }
 
-static double mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void todo_execute(loom__plan *p, loom__tool_job *job,
                          const loom__loop_call *c)
 {
@@ -351,7 +344,7 @@ static void todo_execute(loom__plan *p, loom__tool_job *job,
 void loom__plan_execute(loom__plan *p, loom__tool_job *job,
                         const loom__loop_call *c)
 {
-    double t0 = mono_ms();
+    double t0 = loom__mono_ms_exact();
 
     if (job->loop - 1 == LOOM__LOOP_TODO) {
         todo_execute(p, job, c);
@@ -362,6 +355,6 @@ void loom__plan_execute(loom__plan *p, loom__tool_job *job,
     if (!job->output && !job->failed)
         job->output = strdup("Error: out of memory while storing the result");
     job->output_size = job->output ? strlen(job->output) : 0;
-    job->duration_ms = mono_ms() - t0;
+    job->duration_ms = loom__mono_ms_exact() - t0;
     job->executed = 1;
 }

@@ -22,6 +22,7 @@
  * is no process-wide list of abandoned calls and nothing to wait for.
  */
 #include "agent/toolexec.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "loom/run.h"
 #include "tools/registry.h"
@@ -36,22 +37,6 @@
 #define RECEIVED_QUOTE_MAX 500
 /* How often the waiting caller looks at the run's cancel flag. */
 #define POLL_MS 50.0
-
-static double now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-int64_t loom__wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Cuts s to at most max bytes on a UTF-8 boundary. Returns the new length. */
 static size_t utf8_cut(const char *s, size_t len, size_t max)
@@ -209,7 +194,7 @@ static void run_job(slot *s)
     loom__tool_job *job = &s->work;
     loom_tool_ctx ctx;
     loom_buf out, summary;
-    double t0 = now_ms();
+    double t0 = loom__mono_ms_exact();
     int rc;
 
     memset(&ctx, 0, sizeof(ctx));
@@ -226,7 +211,7 @@ static void run_job(slot *s)
     ctx.cost_micros = &job->cost_micros;
     loom_error_clear();
     rc = s->tool.execute(job->args, &ctx, &out, s->tool.payload);
-    job->duration_ms = now_ms() - t0;
+    job->duration_ms = loom__mono_ms_exact() - t0;
     job->output_size = out.len;
     job->executed = 1;
     if (rc == LOOM_ETOOLARGE && out.len > 0) {
@@ -328,8 +313,8 @@ static void start(hub *h, loom__tool_job *job, size_t i,
     s->work.call = &s->call;
     s->work.tool = &s->tool;
     if (job->timeout_ms > 0)
-        s->deadline = now_ms() + (double)job->timeout_ms;
-    job->started_at_ms = loom__wall_ms();
+        s->deadline = loom__mono_ms_exact() + (double)job->timeout_ms;
+    job->started_at_ms = loom__unix_ms();
     pthread_mutex_lock(&h->mu);
     h->refs++;
     pthread_mutex_unlock(&h->mu);
@@ -421,7 +406,7 @@ static int abandon(hub *h, slot *s, loom__tool_job *job, int cancelled,
     free(msg);
     job->abandoned = 1;
     job->executed = 1;
-    job->duration_ms = now_ms() - started;
+    job->duration_ms = loom__mono_ms_exact() - started;
     return 1;
 }
 
@@ -516,7 +501,7 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
                 continue;
             }
             notice_cb(job, 0, payload);
-            started[next - 1] = now_ms();
+            started[next - 1] = loom__mono_ms_exact();
             start(h, job, next - 1, opts, &running[next - 1]);
             if (!running[next - 1])
                 notice_cb(job, 1, payload);
@@ -527,7 +512,7 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
             break;
         /* Sleep until a job finishes, a deadline passes or it is time to
          * look at the cancel flag again. */
-        now = now_ms();
+        now = loom__mono_ms_exact();
         until = now + POLL_MS;
         for (size_t i = 0; i < n; i++)
             if (running[i] && running[i]->deadline > 0 &&
@@ -545,7 +530,7 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
             notice_cb(&jobs[i], 1, payload);
             fin = nx;
         }
-        now = now_ms();
+        now = loom__mono_ms_exact();
         if (!cancelled && loom_cancel_is_set(opts->cancel)) {
             cancelled = 1;
             cancel_at = now + LOOM__TOOL_CANCEL_GRACE_MS;

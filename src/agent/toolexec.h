@@ -110,7 +110,5 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
 
 void loom__tool_job_clear(loom__tool_job *job);
 
-/* Wall-clock time in Unix milliseconds. */
-int64_t loom__wall_ms(void);
 
 #endif

@@ -19,6 +19,7 @@
  * the call they look at through t->cur.
  */
 #include "agent/toolturn.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/utf8.h"
 
@@ -631,7 +632,7 @@ static void record(loom__toolturn *t, loom__tool_job *job)
 static void finish(loom__toolturn *t, loom__tool_job *job)
 {
     if (!job->started_at_ms)
-        job->started_at_ms = loom__wall_ms();
+        job->started_at_ms = loom__unix_ms();
     if (job->executed)
         after_chain(t, job);
     if (!job->output)
@@ -703,7 +704,7 @@ static void turn_call(loom__toolturn *t, loom__tool_job *job,
         finish(t, job);
     } else if (job->loop) {
         loom__loop_call lc = {t->iteration, t->o.max_error, t->o.emit};
-        job->started_at_ms = loom__wall_ms();
+        job->started_at_ms = loom__unix_ms();
         emit_started(t, job);
         loom__plan_execute(t->o.plan, job, &lc);
         finish(t, job);

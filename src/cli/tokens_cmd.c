@@ -7,6 +7,7 @@
  * (bench/tokenizer.sh uses it).
  */
 #include "cli/cli.h"
+#include "core/clock.h"
 #include "loom/log.h"
 #include "loom/tokenizer.h"
 
@@ -162,14 +163,6 @@ static int read_input(FILE *f, const char *what, size_t max, loom_buf *out)
     return 0;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* --bench: the fastest of N passes of count, and of encode, over the
  * input (the fastest is the least disturbed by other work). */
 static int bench(const loom_tokenizer *t, const loom_buf *in, long passes,
@@ -181,9 +174,9 @@ static int bench(const loom_tokenizer *t, const loom_buf *in, long passes,
     long i;
 
     for (i = 0; i < passes; i++) {
-        t0 = now_seconds();
+        t0 = loom__mono_ms_exact() / 1e3;
         tokens = loom_tokenizer_count(t, loom_buf_cstr(in), in->len);
-        dt = now_seconds() - t0;
+        dt = loom__mono_ms_exact() / 1e3 - t0;
         count_s = dt < count_s ? dt : count_s;
         if (tokens == (size_t)-1) {
             fprintf(stderr, "loom tokens: %s\n", loom_error_last());
@@ -193,13 +186,13 @@ static int bench(const loom_tokenizer *t, const loom_buf *in, long passes,
     for (i = 0; i < passes; i++) {
         free(ids);
         ids = NULL;
-        t0 = now_seconds();
+        t0 = loom__mono_ms_exact() / 1e3;
         if (loom_tokenizer_encode(t, loom_buf_cstr(in), in->len, special,
                                   &ids, &n) < 0) {
             fprintf(stderr, "loom tokens: %s\n", loom_error_last());
             return CLI_FAILED;
         }
-        dt = now_seconds() - t0;
+        dt = loom__mono_ms_exact() / 1e3 - t0;
         encode_s = dt < encode_s ? dt : encode_s;
     }
     free(ids);
@@ -276,7 +269,7 @@ int cli_tokens(int argc, char **argv)
     if (rc)
         goto cleanup;
 
-    t0 = now_seconds();
+    t0 = loom__mono_ms_exact() / 1e3;
     if (a.model) {
         if (loom_token_counter_for_model(&counter, a.model) < 0) {
             fprintf(stderr, "loom tokens: %s\n", loom_error_last());
@@ -304,7 +297,8 @@ int cli_tokens(int argc, char **argv)
         encoding = loom_tokenizer_name(t);
     }
     if (a.bench) {
-        rc = bench(t, &in, a.bench, a.special, now_seconds() - t0);
+        rc =
+            bench(t, &in, a.bench, a.special, loom__mono_ms_exact() / 1e3 - t0);
         goto cleanup;
     }
     if (!t) {

@@ -23,6 +23,7 @@
  * live in the pair, so those pointers stay valid between requests.
  */
 #include "core/http.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <curl/curl.h>
@@ -82,14 +83,6 @@ static CURLcode global_rc = CURLE_FAILED_INIT;
 static void global_init(void)
 {
     global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-long long loom__http_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access,
@@ -292,7 +285,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
     size_t len = size * nmemb;
     int rc;
 
-    t->last_byte_at = loom__http_now_ms();
+    t->last_byte_at = loom__mono_ms();
     t->body_started = 1;
     if (!t->status_known) {
         curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &r->status);
@@ -343,7 +336,7 @@ static int on_prereq(void *ud, char *primary_ip, char *local_ip,
     (void)local_ip;
     (void)primary_port;
     (void)local_port;
-    t->sent_at = loom__http_now_ms();
+    t->sent_at = loom__mono_ms();
     return CURL_PREREQFUNC_OK;
 }
 
@@ -520,7 +513,7 @@ static int finish(transfer *t, CURLcode res, const char *errbuf)
 static int check(transfer *t, long *wait_ms)
 {
     const loom__http_request *req = t->req;
-    long long now = loom__http_now_ms(), left = LOOM_HTTP_TICK_MS;
+    long long now = loom__mono_ms(), left = LOOM_HTTP_TICK_MS;
 
     if (loom_cancel_is_set(req->cancel)) {
         t->resp->failure = LOOM_HTTP_FAIL_CANCELED;

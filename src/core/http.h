@@ -109,7 +109,4 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
 /* Frees what resp holds and zeroes it. */
 void loom__http_response_clear(loom__http_response *resp);
 
-/* Milliseconds on the monotonic clock. */
-long long loom__http_now_ms(void);
-
 #endif

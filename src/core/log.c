@@ -5,6 +5,7 @@
  * interleave mid-line.
  */
 #include "loom/log.h"
+#include "core/clock.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -45,7 +46,8 @@ int loom_log_enabled(loom_log_level level)
 void loom_log(loom_log_level level, const char *fmt, ...)
 {
     char msg[2048], ts[40], *line = NULL;
-    struct timespec now;
+    int64_t now_ms;
+    time_t now;
     struct tm tm;
     va_list ap;
     int n;
@@ -55,11 +57,11 @@ void loom_log(loom_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    clock_gettime(CLOCK_REALTIME, &now);
-    gmtime_r(&now.tv_sec, &tm);
+    now_ms = loom__unix_ms();
+    now = (time_t)(now_ms / 1000);
+    gmtime_r(&now, &tm);
     n = (int)strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(ts + n, sizeof(ts) - (size_t)n, ".%03ldZ",
-             now.tv_nsec / 1000000);
+    snprintf(ts + n, sizeof(ts) - (size_t)n, ".%03ldZ", (long)(now_ms % 1000));
     if (log_format == LOOM_LOG_JSON) {
         json_t *o = json_pack("{s:s,s:s,s:s}", "ts", ts, "level",
                               level_names[level], "msg", msg);

@@ -8,6 +8,7 @@
  * every provider retries, logs and reports failures the same way.
  */
 #include "llm/attempt.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "llm/retry.h"
 #include "loom/buf.h"
@@ -170,7 +171,7 @@ int loom__llm_attempts(const loom__llm_attempts_opts *o,
     long delay;
 
     resp->error.attempts = 0;
-    seed = (unsigned)loom__http_now_ms() ^ (unsigned)(uintptr_t)&seed;
+    seed = (unsigned)loom__mono_ms() ^ (unsigned)(uintptr_t)&seed;
     loom_buf_init(&a.json,
                   o->max_json_body ? o->max_json_body : LOOM_BUF_UNLIMITED);
     a.ops = ops;

@@ -4,6 +4,7 @@
  * obsolete forms), so only the numeric forms are read here.
  */
 #include "llm/retry.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 #include <ctype.h>
@@ -74,31 +75,20 @@ long loom__retry_backoff(int retry, long base_ms, long max_ms, unsigned *seed)
 
 int loom__retry_sleep(long ms, loom_cancel *cancel)
 {
-    struct timespec end, now, ts;
-    long left;
+    double end = loom__mono_ms_exact() + (double)ms, left;
+    struct timespec ts;
 
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    end.tv_sec += ms / 1000;
-    end.tv_nsec += (ms % 1000) * 1000000L;
-    if (end.tv_nsec >= 1000000000L) {
-        end.tv_sec++;
-        end.tv_nsec -= 1000000000L;
-    }
     for (;;) {
         if (loom_cancel_is_set(cancel))
             return loom__error_set(LOOM_ECANCELED, "canceled while waiting "
                                                    "to retry");
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        left = (long)(end.tv_sec - now.tv_sec) * 1000L +
-               (end.tv_nsec - now.tv_nsec) / 1000000L;
-        if (left <= 0 &&
-            (now.tv_sec > end.tv_sec ||
-             (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec)))
+        if ((left = end - loom__mono_ms_exact()) <= 0)
             return 0;
         if (left > SLEEP_SLICE_MS)
             left = SLEEP_SLICE_MS;
         ts.tv_sec = 0;
-        ts.tv_nsec = (left > 0 ? left : 1) * 1000000L;
+        /* Whole milliseconds, at least one (as before). */
+        ts.tv_nsec = (left < 1 ? 1 : (long)left) * 1000000L;
         nanosleep(&ts, NULL);
     }
 }

@@ -12,6 +12,7 @@
  * would repeat or contradict what the caller already showed.
  */
 #include "loom/router.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "llm/retry.h"
 #include "loom/log.h"
@@ -40,11 +41,8 @@ struct loom_router_health {
 
 static int64_t monotonic_ms(void *payload)
 {
-    struct timespec ts;
-
     (void)payload;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return loom__mono_ms();
 }
 
 int loom_router_health_new(loom_router_health **out)

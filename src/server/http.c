@@ -17,9 +17,11 @@
  * as pending on the server from the moment its handler runs until it
  * completes, so a graceful stop can wait until every answer is out.
  */
-#include "server/srvpriv.h"
+#include "core/clock.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "loom/log.h"
+#include "server/srvpriv.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -172,15 +174,6 @@ static int route_matches(const route *r, char **segs, size_t n)
 
 enum { ST_NEW = 0, ST_HANDLED, ST_DEFER, ST_DONE };
 
-/* A monotonic clock in seconds, finer than srv__now_ms for the log. */
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 typedef struct {
     char *name, *value;
 } kv;
@@ -301,7 +294,7 @@ static srv_conn *conn_new(srv_server *s, struct MHD_Connection *mc,
         return NULL;
     c->s = s;
     c->mc = mc;
-    c->start = now_s();
+    c->start = loom__mono_ms_exact() / 1e3;
     loom_buf_init(&c->body, (size_t)s->sc->max_body_bytes);
     c->method = strdup(method);
     c->path = strdup(url);
@@ -535,7 +528,7 @@ int srv_defer_until(srv_request *r, srv_run *run, srv_ready_fn ready,
     c->susp.mc = c->mc;
     c->susp.fd = srv__conn_fd(c->mc);
     c->susp.run = run;
-    c->susp.idle_since = srv__now_ms();
+    c->susp.idle_since = loom__mono_ms();
     srv__run_watch(run, &c->susp);
     c->watching = 1;
     c->state = ST_DEFER;
@@ -694,22 +687,6 @@ enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
     return c->replied ? MHD_YES : MHD_NO;
 }
 
-/* The path for the log line: control bytes shown as '?', cut. */
-static void log_path(char *dst, size_t cap, const char *path)
-{
-    size_t i = 0;
-
-    for (; path[i] && i + 4 < cap && i < MAX_LOG_PATH; i++)
-        dst[i] = (unsigned char)path[i] < 0x20 || path[i] == 0x7f
-                     ? '?'
-                     : path[i];
-    if (path[i]) {
-        memcpy(dst + i, "...", 3);
-        i += 3;
-    }
-    dst[i] = '\0';
-}
-
 void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                        enum MHD_RequestTerminationCode toe)
 {
@@ -728,12 +705,13 @@ void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         srv_run_cancel(c->drun);
     if (c->sse)
         srv__sse_request_done(c->sse, ok);
-    secs = now_s() - c->start;
+    secs = loom__mono_ms_exact() / 1e3 - c->start;
     srv__metrics_request(s->metrics, c->method,
                          c->route ? c->route->tmpl : "unmatched",
                          c->replied ? c->status : 499, secs);
     if (loom_log_enabled(LOOM_LOG_INFO)) {
-        log_path(path, sizeof(path), c->path);
+        /* Control bytes shown as '?', cut. */
+        loom__text_shown(path, sizeof(path), c->path, MAX_LOG_PATH);
         loom_info("%s %s %u %.1fms%s%s%s", c->method, path,
                   c->replied ? c->status : 499, secs * 1000.0,
                   c->run_id[0] ? " run=" : "", c->run_id,

@@ -16,8 +16,9 @@
  * Upstream calls are measured by wrapping each provider: the wrapper
  * times complete() and classifies its failure.
  */
-#include "server/srvpriv.h"
+#include "core/clock.h"
 #include "core/error.h"
+#include "server/srvpriv.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -334,7 +335,7 @@ static int measured_complete(loom_provider *p, const loom_llm_request *req,
                              loom_llm_response *resp, loom_cancel *cancel)
 {
     measured *mp = (measured *)p;
-    long long t0 = srv__now_ms();
+    long long t0 = loom__mono_ms();
     const char *kind = NULL;
     int rc;
 
@@ -344,7 +345,7 @@ static int measured_complete(loom_provider *p, const loom_llm_request *req,
                    ? loom_upstream_kind_name(resp->error.kind)
                    : loom_error_name(rc);
     srv__metrics_upstream(mp->m, mp->base.name,
-                          (double)(srv__now_ms() - t0) / 1000.0, kind);
+                          (double)(loom__mono_ms() - t0) / 1000.0, kind);
     return rc;
 }
 

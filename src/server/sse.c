@@ -12,9 +12,10 @@
  * (ended by the completion callback, which also decides whether the
  * client left early and the run must be cancelled).
  */
-#include "server/srvpriv.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "loom/log.h"
+#include "server/srvpriv.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +112,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
                 loom_buf_clear(&st->out);
                 st->off = 0;
             }
-            st->susp.idle_since = srv__now_ms();
+            st->susp.idle_since = loom__mono_ms();
             return (ssize_t)n;
         }
         if (st->done)
@@ -205,7 +206,7 @@ int srv_reply_sse(srv_request *r, srv_run *run, const srv_sse_options *o)
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     st->susp.run = o->observer ? NULL : run; /* the ticker cancels it */
     st->susp.keepalive_ms = s->sc->keepalive_ms;
-    st->susp.idle_since = srv__now_ms();
+    st->susp.idle_since = loom__mono_ms();
     st->susp.mc = srv__request_mc(r);
     st->susp.fd = srv__conn_fd(st->susp.mc);
     srv__run_watch(run, &st->susp);

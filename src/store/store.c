@@ -9,6 +9,7 @@
  * (store_internal.h) then only writes rows, so a second backend
  * (PostgreSQL) shares all of this logic and callers never change.
  */
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "store/store_internal.h"
@@ -39,14 +40,6 @@ void loom_conversation_info_clear(loom_conversation_info *c)
 }
 
 /* ---- helpers for backends ------------------------------------------ */
-
-int64_t loom__store_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static json_t *opt_string(const char *s)
 {
@@ -128,7 +121,7 @@ int loom_store_conversation_create(loom_store *st, char **id_out)
     if (!st)
         return loom__error_set(LOOM_EINVALID, "store: NULL store");
     if ((rc = loom_id_new(id, "conv_")) != 0 ||
-        (rc = st->vt->conversation_create(st, id, loom__store_now_ms())) != 0)
+        (rc = st->vt->conversation_create(st, id, loom__unix_ms())) != 0)
         return rc;
     if (!(*id_out = strdup(id)))
         return loom__error_oom();
@@ -144,7 +137,7 @@ int loom_store_conversation_create_id(loom_store *st, const char *id)
     if (!*id || strlen(id) > 128)
         return loom__error_set(LOOM_EINVALID,
                                "store: a conversation id has 1 to 128 bytes");
-    return st->vt->conversation_create(st, id, loom__store_now_ms());
+    return st->vt->conversation_create(st, id, loom__unix_ms());
 }
 
 int loom_store_conversation_info(loom_store *st, const char *id,
@@ -580,7 +573,7 @@ static int plan_turn(const loom_turn_record *t, loom__store_plan *p)
 
     memset(p, 0, sizeof(*p));
     p->turn = t;
-    p->now = loom__store_now_ms();
+    p->now = loom__unix_ms();
     for (size_t i = 0; i < nout; i++) {
         if (t->output->items[i].role == LOOM_ROLE_ASSISTANT)
             carrier = nin + i;
@@ -793,7 +786,7 @@ int loom_store_memory_add(loom_store *st, const char *user_id,
     m.content = content;
     m.content_len = len;
     m.norm = norm;
-    m.now = loom__store_now_ms();
+    m.now = loom__unix_ms();
     m.max_per_user = LOOM_STORE_MEMORY_MAX_PER_USER;
     if ((rc = loom_id_new(m.id, "mem_")) != 0 ||
         (rc = st->vt->memory_add(st, &m, id, &dup)) != 0)

@@ -139,8 +139,6 @@ int loom__store_sqlite_open(loom_store **out, const char *path);
 
 /* ---- helpers the front gives every backend ---------------------------- */
 
-/* Wall clock in Unix milliseconds. */
-int64_t loom__store_now_ms(void);
 
 /*
  * The dedup key of a memory's text (loom_store_memory_add): ASCII blanks

@@ -14,8 +14,9 @@
  * Everything is per call, on the stack or in one bounded heap buffer,
  * with bounds checks on every read: nothing is shared between threads.
  */
-#include "loom/tools.h"
+#include "core/clock.h"
 #include "core/error.h"
+#include "loom/tools.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -576,9 +577,8 @@ static int get_time_execute(const json_t *args, const loom_tool_ctx *ctx,
     const json_t *v;
     json_t *result = NULL;
     char iso[64], offset[16], *text = NULL;
-    struct timespec now;
     struct tm tm;
-    time_t local;
+    time_t now, local;
     int32_t off;
     int rc;
 
@@ -597,11 +597,11 @@ static int get_time_execute(const json_t *args, const loom_tool_ctx *ctx,
     if (json_is_string(v) && json_string_value(v)[0])
         zone = json_string_value(v);
 
-    clock_gettime(CLOCK_REALTIME, &now);
-    if ((rc = loom__tz_offset(zone, (int64_t)now.tv_sec, &off)) != 0)
+    now = (time_t)(loom__unix_ms() / 1000);
+    if ((rc = loom__tz_offset(zone, (int64_t)now, &off)) != 0)
         return tool_fail(out, rc);
 
-    local = now.tv_sec + off;
+    local = now + off;
     if (!gmtime_r(&local, &tm))
         return tool_fail(out, loom__error_set(LOOM_ERROR,
                          "time out of range"));
@@ -611,8 +611,8 @@ static int get_time_execute(const json_t *args, const loom_tool_ctx *ctx,
              tm.tm_min, tm.tm_sec, offset);
 
     result = json_pack("{s:s, s:s, s:I, s:s, s:s}", "timezone", zone, "iso",
-                       iso, "unix", (json_int_t)now.tv_sec, "utc_offset",
-                       offset, "weekday", weekdays[tm.tm_wday % 7]);
+                       iso, "unix", (json_int_t)now, "utc_offset", offset,
+                       "weekday", weekdays[tm.tm_wday % 7]);
     if (!result || !(text = json_dumps(result, JSON_COMPACT))) {
         rc = tool_fail(out, loom__error_oom());
         goto cleanup;

@@ -15,8 +15,9 @@
  * shares connections and DNS between calls, which is what a guarded
  * fetch must not do.
  */
-#include "tools/netguard.h"
+#include "core/clock.h"
 #include "core/error.h"
+#include "tools/netguard.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -35,14 +36,6 @@ static CURLcode global_rc = CURLE_FAILED_INIT;
 static void global_init(void)
 {
     global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* State of one hop, shared with the libcurl callbacks. */
@@ -366,7 +359,7 @@ int loom__net_fetch(const loom__net_policy *p, const char *url,
     method = req->method ? req->method : "GET";
     body = req->body;
     body_len = req->body_len;
-    deadline = now_ms() + req->timeout_ms;
+    deadline = loom__mono_ms() + req->timeout_ms;
     if (!(cur = strdup(url)))
         return loom__error_oom();
     for (;;) {
@@ -377,7 +370,7 @@ int loom__net_fetch(const loom__net_policy *p, const char *url,
                 rc = after_redirect(rc, prev);
             goto cleanup;
         }
-        left = deadline - now_ms();
+        left = deadline - loom__mono_ms();
         if (left <= 0) {
             rc = loom__error_set(LOOM_ETIMEDOUT,
                                  "timed out: %s was not reached within "

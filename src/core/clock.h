@@ -1,0 +1,22 @@
+/*
+ * Internal: the two clocks loom reads. The monotonic clock times
+ * durations, timeouts and deadlines (it never jumps); the wall clock
+ * stamps what people read (events, stored rows, log lines). Every layer
+ * reads them here rather than through its own clock_gettime wrapper.
+ */
+#ifndef LOOM_CORE_CLOCK_H
+#define LOOM_CORE_CLOCK_H
+
+#include <stdint.h>
+
+/* Milliseconds on the monotonic clock (since an arbitrary start). */
+int64_t loom__mono_ms(void);
+
+/* Milliseconds on the monotonic clock with the fraction kept (to the
+ * nanosecond): for durations shorter than a millisecond and benchmarks. */
+double loom__mono_ms_exact(void);
+
+/* Milliseconds since the Unix epoch, on the wall clock. */
+int64_t loom__unix_ms(void);
+
+#endif
