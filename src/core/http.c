@@ -35,7 +35,6 @@
 
 /* Idle pairs kept per pool; more concurrent calls make and drop extras. */
 #define POOL_MAX_IDLE 8
-#define DEFAULT_MAX_BODY ((size_t)64 << 20)
 
 /* State of one transfer, shared with the curl callbacks. */
 typedef struct {
@@ -553,7 +552,14 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
     int rc = 0, added = 0, running = 1, done = 0, q;
     long wait_ms = 0;
 
-    loom_buf_init(&resp->body, LOOM_BUF_UNLIMITED);
+    size_t max_body = req->max_body ? req->max_body : LOOM_HTTP_MAX_BODY,
+           max_error_body = req->max_error_body ? req->max_error_body
+                                                : LOOM_HTTP_MAX_ERROR_BODY;
+
+    /* Either body is checked against its own limit as it arrives (with
+     * its own message); the buffer holds to the larger as well. */
+    loom_buf_init(&resp->body,
+                  max_body > max_error_body ? max_body : max_error_body);
     if (loom_cancel_is_set(req->cancel)) {
         resp->failure = LOOM_HTTP_FAIL_CANCELED;
         return loom__error_set(LOOM_ECANCELED, "request canceled");
@@ -567,9 +573,8 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
     t->req = req;
     t->resp = resp;
     t->easy = pr->easy;
-    t->max_error_body =
-        req->max_error_body ? req->max_error_body : LOOM_HTTP_MAX_ERROR_BODY;
-    t->max_body = req->max_body ? req->max_body : DEFAULT_MAX_BODY;
+    t->max_error_body = max_error_body;
+    t->max_body = max_body;
     pr->errbuf[0] = '\0';
     if ((rc = setup(pr, req)) != 0)
         goto cleanup;

@@ -34,6 +34,8 @@ typedef struct loom__http_pool loom__http_pool;
  */
 typedef int (*loom__http_body_cb)(const char *data, size_t len, void *payload);
 
+/* Default size of a 2xx body kept in memory; past it, the call fails. */
+#define LOOM_HTTP_MAX_BODY ((size_t)64 << 20)
 /* Default size of an error body kept in memory; past it, it is cut. */
 #define LOOM_HTTP_MAX_ERROR_BODY ((size_t)1 << 20)
 /* Longest response header value kept; longer ones are cut. */
@@ -52,7 +54,7 @@ typedef struct {
     long first_byte_timeout_ms; /* 0: none; from sending to 1st body byte */
     long idle_timeout_ms;       /* 0: none; longest gap between body bytes */
     size_t max_error_body;      /* 0: LOOM_HTTP_MAX_ERROR_BODY */
-    size_t max_body;            /* 2xx body without on_body; 0: 64 MiB */
+    size_t max_body;            /* 2xx, no on_body; 0: LOOM_HTTP_MAX_BODY */
     loom__http_body_cb on_body; /* NULL: the 2xx body is kept in `body` */
     void *payload;
     loom_cancel *cancel; /* may be NULL */

@@ -173,7 +173,7 @@ int loom__llm_attempts(const loom__llm_attempts_opts *o,
     resp->error.attempts = 0;
     seed = (unsigned)loom__mono_ms() ^ (unsigned)(uintptr_t)&seed;
     loom_buf_init(&a.json,
-                  o->max_json_body ? o->max_json_body : LOOM_BUF_UNLIMITED);
+                  o->max_json_body ? o->max_json_body : LOOM_HTTP_MAX_BODY);
     a.ops = ops;
     a.stream = o->stream;
     a.hr = &hr;

@@ -73,7 +73,8 @@ typedef struct {
      * on_body and payload are ignored: the loop sets its own. */
     const loom__http_request *http;
     int stream;           /* the request asked for a streamed answer */
-    size_t max_json_body; /* a JSON answer to a streaming request */
+    size_t max_json_body; /* a JSON answer to a streaming request; 0:
+                           * LOOM_HTTP_MAX_BODY */
     int max_retries;      /* extra attempts after the first */
     long base_delay_ms, max_delay_ms;
     const loom__llm_decoder_ops *ops;
