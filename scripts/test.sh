@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds loom and runs every test, twice: a normal build with -Werror, then
 # the same suite under AddressSanitizer + UndefinedBehaviorSanitizer (leak
-# checking on). Installs what it needs first (scripts/deps.sh).
+# checking on). Installs what it needs first (scripts/deps.sh). Lint
+# (scripts/lint.sh) runs first and counts as one test.
 # The last line is "N passed, N failed" over both passes.
 # LOOM_TEST_QUICK=1 skips the sanitizer pass (for a fast local loop).
 set -u
@@ -16,6 +17,14 @@ sh scripts/vocab.sh || { echo "vocab failed"; echo "0 passed, 1 failed"; exit 1;
 passed=0
 failed=0
 status=0
+
+echo "== lint"
+if sh scripts/lint.sh; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+    status=1
+fi
 
 # run_pass NAME BUILD_DIR CMAKE_ARGS...
 run_pass() {

@@ -20,6 +20,9 @@
 
 extern char **environ;
 
+/* The fake upstream's first line: LISTENING then its port. */
+#define LISTENING "listening 127.0.0.1:"
+
 static const char demo_script[] =
     "{\"loop\": true, \"responses\": ["
     "{\"tool_calls\": [{\"id\": \"call_demo_1\", \"name\": \"get_time\","
@@ -96,7 +99,8 @@ int cli_offline_start(loom_config **out, int *pid)
     in = fdopen(fds[0], "r");
     fds[0] = -1;
     if (!in || !fgets(line, sizeof(line), in) ||
-        sscanf(line, "listening 127.0.0.1:%d", &port) != 1 || port <= 0) {
+        strncmp(line, LISTENING, sizeof(LISTENING) - 1) != 0 ||
+        (port = (int)strtol(line + sizeof(LISTENING) - 1, NULL, 10)) <= 0) {
         fprintf(stderr, "loom: the fake upstream (%s) did not start\n", bin);
         goto fail;
     }

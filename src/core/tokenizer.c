@@ -454,7 +454,8 @@ static int utf8_replace(const uint8_t *p, size_t n, uint8_t **out,
             o += k;
             i += k;
         } else {
-            memcpy(q + o, "\xef\xbf\xbd", 3);
+            /* Bytes into a counted buffer: no terminator wanted. */
+            memcpy(q + o, "\xef\xbf\xbd", 3); /* NOLINT(bugprone-not-null-*) */
             o += 3;
             i += bad;
         }

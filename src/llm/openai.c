@@ -245,7 +245,8 @@ static int put_str(loom_buf *b, const char *s)
                 e = "\xEF\xBF\xBD";
                 elen = 3;
             } else {
-                memcpy(esc, "\\u00", 4);
+                /* esc is 6 counted bytes, not a string. */
+                memcpy(esc, "\\u00", 4); /* NOLINT(bugprone-not-null-*) */
                 esc[4] = hex[c >> 4];
                 esc[5] = hex[c & 15];
                 elen = 6;

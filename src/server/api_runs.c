@@ -133,11 +133,11 @@ static int parse_start(srv_request *r, start_req *q)
             return 1;
         }
     }
-#define STR_FIELD(name, dst)                                                 \
-    if ((v = json_object_get(b, name)) && !json_is_null(v)) {                \
-        if (!json_is_string(v) || !json_string_length(v))                    \
-            return bad(r, name, "`" name "` must be a non-empty string");    \
-        dst = json_string_value(v);                                          \
+#define STR_FIELD(name, dst)                                                   \
+    if ((v = json_object_get(b, name)) && !json_is_null(v)) {                  \
+        if (!json_is_string(v) || !json_string_length(v))                      \
+            return bad(r, name, "`" name "` must be a non-empty string");      \
+        (dst) = json_string_value(v);                                          \
     }
     STR_FIELD("agent", q->spec.agent);
     STR_FIELD("model", q->spec.model);

@@ -139,7 +139,6 @@ int loom__store_sqlite_open(loom_store **out, const char *path);
 
 /* ---- helpers the front gives every backend ---------------------------- */
 
-
 /*
  * The dedup key of a memory's text (loom_store_memory_add): ASCII blanks
  * and control characters collapsed to one space, ASCII letters

@@ -721,7 +721,8 @@ static void leave(walker *w, const xmlNode *n)
         "div", "tr", "dt", "dd", "li", "caption", "summary", "details",
         "figcaption", "tbody", "thead", "tfoot", "legend", NULL};
 
-    if (heading_level(n)) {
+    /* Headings and paragraphs are never the open link or code span. */
+    if (heading_level(n) || name_in(n, para)) {
         block(w, 2);
     } else if (n == w->link) {
         leave_link(w);
@@ -750,8 +751,6 @@ static void leave(walker *w, const xmlNode *n)
     } else if (name_is(n, "blockquote")) {
         block(w, 2);
         w->quote--;
-    } else if (name_in(n, para)) {
-        block(w, 2);
     } else if (name_in(n, line)) {
         block(w, 1);
     }

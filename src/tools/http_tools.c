@@ -15,12 +15,12 @@
  * Each tool's payload is a copy of its config, built at registration and
  * only read afterwards, so calls may run on many threads at once.
  */
-#include "tools/html_text.h"
-#include "tools/netguard.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "loom/config.h"
 #include "loom/tools.h"
+#include "tools/html_text.h"
+#include "tools/netguard.h"
 
 #include <curl/curl.h>
 #include <stdio.h>

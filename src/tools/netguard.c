@@ -708,7 +708,8 @@ int loom__net_target_check(loom__net_target *t, const loom__net_policy *p,
                             loom__text_shown(tmp, sizeof(tmp), url, SHOWN_MAX));
         goto cleanup;
     }
-    t->port = atoi(s);
+    /* Digits: libcurl checked the port. */
+    t->port = (int)strtol(s, NULL, 10);
     curl_free(s);
     s = NULL;
     t->allowlisted = allowlisted(p, key, t->port, &port_ok);
