@@ -13,12 +13,12 @@
 #include "core/error.h"
 #include "loom/buf.h"
 
+#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -442,23 +442,28 @@ int loom__config_provider_install(loom_config *cfg, loom_provider_config *p)
     return 0;
 }
 
-/* "http://" or "https://" and something after; no spaces or controls. */
+/*
+ * An absolute http:// or https:// URL that libcurl's parser takes: a
+ * host, a port 0..65535 when given, no spaces or control characters.
+ * curl also takes "http:/h" and "http:///h", which in a config are typos,
+ * so the scheme must be followed by "//" and the host itself.
+ */
 int loom__config_valid_url(const char *s)
 {
-    size_t skip;
+    CURLU *u = curl_url();
+    char *scheme = NULL;
+    int ok = 0;
 
-    if (strncasecmp(s, "http://", 7) == 0)
-        skip = 7;
-    else if (strncasecmp(s, "https://", 8) == 0)
-        skip = 8;
-    else
-        return 0;
-    if (s[skip] == '\0' || s[skip] == '/')
-        return 0;
-    for (; *s; s++)
-        if ((unsigned char)*s <= 0x20 || *s == 0x7f)
-            return 0;
-    return 1;
+    if (u && curl_url_set(u, CURLUPART_URL, s, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+        (strcmp(scheme, "http") == 0 || strcmp(scheme, "https") == 0)) {
+        size_t n = strlen(scheme);
+
+        ok = strncmp(s + n, "://", 3) == 0 && s[n + 3] != '/';
+    }
+    curl_free(scheme);
+    curl_url_cleanup(u);
+    return ok;
 }
 
 void loom__config_strip_slashes(char *s)

@@ -29,7 +29,7 @@ static inline int loom__config_valid_name(const char *s, int dots)
 {
     return loom__text_is_name(s, dots);
 }
-/* An http:// or https:// URL with a host part and no spaces. */
+/* An http:// or https:// URL that libcurl parses, with "//" and a host. */
 int loom__config_valid_url(const char *s);
 void loom__config_strip_slashes(char *s);
 /* Appends name to the ", "-separated list in dst, "..." once full. */

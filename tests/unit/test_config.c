@@ -628,6 +628,35 @@ static void test_wrong_types(void **state)
                 NULL);
 }
 
+/* Base URLs are checked with libcurl's parser: what it refuses (a bad
+ * port, no host) is refused, and so are the one-slash and three-slash
+ * forms it would take. */
+static void test_url_forms(void **state)
+{
+    static const char *const good[] = {"http://h", "HTTPS://h/v1//",
+                                       "http://[::1]:8080/v1",
+                                       "http://u:p@h:0/x?y#z", NULL};
+    static const char *const bad[] = {
+        "http:/h",      "http:///h", "http://", "http://:80", "http://h:99999",
+        "http://h/a b", "h:80",      "ftp://h", NULL};
+    char yaml[256];
+
+    (void)state;
+    for (size_t i = 0; good[i]; i++) {
+        snprintf(yaml, sizeof(yaml), "providers:\n  p:\n    base_url: '%s'\n",
+                 good[i]);
+        loom_config_free(load_ok(yaml));
+    }
+    for (size_t i = 0; bad[i]; i++) {
+        snprintf(yaml, sizeof(yaml), "providers:\n  p:\n    base_url: '%s'\n",
+                 bad[i]);
+        expect_fail(yaml, LOOM_EINVALID,
+                    "t.yaml:3: providers.p.base_url: must be an http:// or "
+                    "https:// URL",
+                    NULL);
+    }
+}
+
 static void test_bad_values(void **state)
 {
     (void)state;
@@ -1835,6 +1864,7 @@ int main(void)
         cmocka_unit_test_setup(test_duplicate_keys, reset_env),
         cmocka_unit_test_setup(test_wrong_types, reset_env),
         cmocka_unit_test_setup(test_bad_values, reset_env),
+        cmocka_unit_test_setup(test_url_forms, reset_env),
         cmocka_unit_test_setup(test_ranges, reset_env),
         cmocka_unit_test_setup(test_server_section, reset_env),
         cmocka_unit_test_setup(test_references, reset_env),
