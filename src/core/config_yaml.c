@@ -3,8 +3,12 @@
  * twice: an event pass that checks syntax, the document count and the
  * nesting depth before anything is built, then the document API, whose
  * nodes carry the line numbers every message needs ("loom.yaml:12:
- * agents.helper.max_iterations: ..."). The known sections are walked in a
- * fixed order (providers, models, agents, default_agent) so references
+ * agents.helper.max_iterations: ..."). Each mapping with fixed keys is a
+ * table of fields (name, type, place in the struct, limits, flags) read
+ * by one walker, which reports unknown and duplicate keys, wrong types
+ * and out-of-range values; what a type cannot say is a small handler
+ * beside its table. The top-level sections are read in a fixed order
+ * (providers, routing, models, agents, default_agent, ...) so references
  * are checked as they are read, with the line of the value that refers.
  * ${VAR} interpolation is applied to scalar values (not keys) before they
  * are converted to numbers or booleans. Limits besides the 4 MiB checked
@@ -20,6 +24,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +55,116 @@ typedef struct {
     yaml_node_t *key;
     yaml_node_t *value;
 } entry;
+
+/* ---- the tables' shape ------------------------------------------------- */
+
+/*
+ * A section is a mapping with fixed keys (log, server, a provider, a
+ * model, an agent...), described by a table of fields in the order its
+ * keys are listed in messages. walk() checks the keys, then reads each
+ * field into the struct the section fills (a field's off is its place in
+ * it) with the field's type, limits and flags. What a type cannot say is
+ * a small handler (T_FN) or a section hook, next to the table that uses
+ * it.
+ */
+typedef enum {
+    T_BOOL,    /* int: true/false, yes/no, on/off */
+    T_INT,     /* int in [min, max] */
+    T_LONG,    /* long in [min, max] */
+    T_PRICE,   /* int64_t: dollars per million tokens, exactly */
+    T_STR,     /* char *: replaced when given, kept on null */
+    T_SECTION, /* a nested section (sub) over the struct at off */
+    T_LIST,    /* named entries (list) into an array of the config */
+    T_FN,      /* a handler (fn) */
+} field_type;
+
+enum {
+    F_REQUIRED = 1 << 0,   /* T_STR: absent or null is an error, at the
+                              line of the section's key */
+    F_EMPTY_NULL = 1 << 1, /* T_STR: "" counts as null (and a missing
+                              required value is reported where given) */
+    F_NONEMPTY = 1 << 2,   /* T_STR: "" is an error */
+    F_LOWER = 1 << 3,      /* T_STR: folded to lower case first */
+    F_UPPER = 1 << 4,      /* T_STR: folded to upper case first */
+    F_MODEL = 1 << 5,      /* T_STR: a model name that must resolve */
+    F_ALWAYS = 1 << 6,     /* T_FN: called with n NULL when absent */
+};
+
+#define MAX_FIELDS 16 /* fields of the longest section */
+#define PASSES 3      /* fields are read in passes 0, 1 and 2 */
+
+typedef struct field field;
+typedef struct section section;
+typedef struct list_spec list_spec;
+
+/* A section being read: what hooks and handlers see. */
+typedef struct {
+    loader *ld;
+    const section *sec;
+    const yaml_node_t *map;     /* the mapping, or a null node */
+    const char *key;            /* its dotted path; NULL at the top */
+    size_t line;                /* where a missing key is reported */
+    void *obj;                  /* the struct the fields fill */
+    yaml_node_t *v[MAX_FIELDS]; /* each field's value; NULL when absent */
+} walk_ctx;
+
+/* Reads n (NULL only for F_ALWAYS) at path key into w->obj. */
+typedef int (*field_fn)(walk_ctx *w, const field *f, const yaml_node_t *n,
+                        const char *key);
+
+struct field {
+    const char *name;
+    field_type type;
+    unsigned flags;
+    unsigned pass;               /* read in this pass, then table order */
+    size_t off;                  /* where in the section's struct */
+    long min, max;               /* T_INT, T_LONG */
+    const char *what;            /* T_STR: what a wrong type is told it
+                                    must be; default "a string" */
+    const char *const *choices;  /* T_STR: the values accepted... */
+    int (*valid)(const char *s); /* ...or a test of them */
+    const char *expect;          /* what valid accepts, for messages */
+    const char *hint;            /* F_REQUIRED: said after the message */
+    const section *sub;          /* T_SECTION */
+    const list_spec *list;       /* T_LIST */
+    field_fn fn;                 /* T_FN */
+};
+
+struct section {
+    const field *fields;
+    size_t len;
+    int (*pre)(walk_ctx *w);  /* after the keys, before the fields */
+    int (*post)(walk_ctx *w); /* after the fields */
+};
+
+/* Named entries (models, agents, http_tools) into an array of the
+ * config: items and count are the offsets of the array and its length. */
+struct list_spec {
+    const char *what; /* names are checked as "<what> name"; NULL: by init */
+    int dots;         /* names may hold '.' */
+    size_t size, items, count;
+    /* Defaults of one entry at obj, before its section is read. */
+    int (*init)(loader *ld, const entry *e, const char *key, void *obj);
+    const section *sec;
+};
+
+/* Table entries: a macro gives the name, type and place of a field, and
+ * designators after it add the rest. */
+#define AT(T, m) .off = offsetof(T, m)
+#define K_BOOL(n, T, m) .name = n, .type = T_BOOL, AT(T, m)
+#define K_INT(n, T, m, lo, hi)                                                 \
+    .name = n, .type = T_INT, AT(T, m), .min = lo, .max = hi
+#define K_LONG(n, T, m, lo, hi)                                                \
+    .name = n, .type = T_LONG, AT(T, m), .min = lo, .max = hi
+#define K_PRICE(n, T, m) .name = n, .type = T_PRICE, AT(T, m)
+#define K_STR(n, T, m, w) .name = n, .type = T_STR, AT(T, m), .what = w
+#define K_SUB(n, s) .name = n, .type = T_SECTION, .sub = &s
+#define K_LIST(n, l) .name = n, .type = T_LIST, .list = &l
+#define K_FN(n, f) .name = n, .type = T_FN, .fn = f
+#define SECTION(fields, pre, post)                                             \
+    {                                                                          \
+        fields, sizeof(fields) / sizeof(*(fields)), pre, post                  \
+    }
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -126,13 +241,13 @@ static int fail_at(const loader *ld, int code, size_t line, const char *key,
     return loom__error_set(code, "%s:%zu: %s", ld->name, line, msg);
 }
 
-static const char *known_names(char *dst, size_t cap, const char *const *names,
-                               size_t n)
+/* A section's keys, for messages. */
+static const char *known_names(char *dst, size_t cap, const section *sec)
 {
     dst[0] = '\0';
-    for (size_t i = 0; i < n; i++)
-        loom__config_names_add(dst, cap, names[i]);
-    return n ? dst : "none";
+    for (size_t i = 0; i < sec->len; i++)
+        loom__config_names_add(dst, cap, sec->fields[i].name);
+    return dst;
 }
 
 static const char *agent_names(char *dst, size_t cap, const loom_config *cfg)
@@ -383,6 +498,28 @@ cleanup:
     return rc;
 }
 
+/* One price, exactly (loom_price_parse); a null keeps *out. */
+static int get_price(loader *ld, const yaml_node_t *n, const char *key,
+                     int64_t *out)
+{
+    char tmp[64], why[256], *s = NULL;
+    int rc;
+
+    if (!n)
+        return 0;
+    if ((rc = get_str(ld, n, key, "a price in dollars per million tokens",
+                      &s)) != 0 ||
+        !s)
+        return rc;
+    if (loom_price_parse(out, s) != 0) {
+        snprintf(why, sizeof(why), "%s", loom_error_last());
+        rc = fail_at(ld, LOOM_EINVALID, line_of(n), key, "%s, got '%s'", why,
+                     loom__config_shown(tmp, sizeof(tmp), s));
+    }
+    free(s);
+    return rc;
+}
+
 /* ---- reading mappings ------------------------------------------------- */
 
 /* The key node's text; mapping keys must be plain strings without NUL. */
@@ -404,19 +541,18 @@ static int key_text(loader *ld, const yaml_node_t *k, const char *key,
 }
 
 /*
- * Reads a mapping with a fixed set of keys (known, NULL-terminated) into
- * vals, in the same order (NULL for a key not given). Unknown and
- * duplicate keys are errors. A null node is an empty mapping.
+ * Checks a section's keys: each must be one of its fields, given once.
+ * vals gets each field's value in table order (NULL for a key not
+ * given). A null node is an empty mapping.
  */
 static int read_fields(loader *ld, const yaml_node_t *map, const char *key,
-                       const char *const *known, yaml_node_t **vals)
+                       const section *sec, yaml_node_t **vals)
 {
     char list[512], tmp[64];
-    size_t n = 0;
     int rc;
 
-    while (known[n])
-        vals[n++] = NULL;
+    for (size_t i = 0; i < sec->len; i++)
+        vals[i] = NULL;
     if ((rc = visit(ld, map)) != 0 || is_null(map))
         return rc;
     if (map->type != YAML_MAPPING_NODE)
@@ -430,13 +566,13 @@ static int read_fields(loader *ld, const yaml_node_t *map, const char *key,
 
         if ((rc = key_text(ld, k, key, &name)) != 0)
             return rc;
-        for (i = 0; i < n && strcmp(known[i], name) != 0; i++)
+        for (i = 0; i < sec->len && strcmp(sec->fields[i].name, name) != 0; i++)
             ;
-        if (i == n)
+        if (i == sec->len)
             return fail_at(ld, LOOM_EINVALID, line_of(k), key,
                            "unknown key '%s' (known: %s)",
                            loom__config_shown(tmp, sizeof(tmp), name),
-                           known_names(list, sizeof(list), known, n));
+                           known_names(list, sizeof(list), sec));
         if (vals[i])
             return fail_at(ld, LOOM_EINVALID, line_of(k), key,
                            "duplicate key '%s'", name);
@@ -632,222 +768,7 @@ cleanup:
     return rc;
 }
 
-/* ---- the sections ----------------------------------------------------- */
-
-static void lower(char *s)
-{
-    for (; s && *s; s++)
-        if (*s >= 'A' && *s <= 'Z')
-            *s = (char)(*s - 'A' + 'a');
-}
-
-/* Both are stored in lower case ("warning" stays "warning", which
- * loom_log_level_parse accepts) so callers can compare with strcmp. */
-static int parse_log(loader *ld, const yaml_node_t *n)
-{
-    static const char *const known[] = {"level", "format", NULL};
-    yaml_node_t *v[2];
-    char tmp[64];
-    loom_config *cfg = ld->cfg;
-    int rc;
-
-    if ((rc = read_fields(ld, n, "log", known, v)) != 0)
-        return rc;
-    if (v[0]) {
-        rc = get_str(ld, v[0], "log.level", "a log level", &cfg->log_level);
-        if (rc != 0)
-            return rc;
-        lower(cfg->log_level);
-        if (cfg->log_level && loom_log_level_parse(cfg->log_level) < 0)
-            return fail_at(
-                ld, LOOM_EINVALID, line_of(v[0]), "log.level",
-                "must be debug, info, warn, error or off, got "
-                "'%s'",
-                loom__config_shown(tmp, sizeof(tmp), cfg->log_level));
-    }
-    if (v[1]) {
-        rc = get_str(ld, v[1], "log.format", "text or json", &cfg->log_format);
-        if (rc != 0)
-            return rc;
-        lower(cfg->log_format);
-        if (cfg->log_format && strcmp(cfg->log_format, "text") != 0 &&
-            strcmp(cfg->log_format, "json") != 0)
-            return fail_at(
-                ld, LOOM_EINVALID, line_of(v[1]), "log.format",
-                "must be text or json, got '%s'",
-                loom__config_shown(tmp, sizeof(tmp), cfg->log_format));
-    }
-    return 0;
-}
-
-/* Header names are HTTP tokens; values may not break the header line. */
-static int valid_header_name(const char *s)
-{
-    if (!*s)
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-              (*s >= '0' && *s <= '9') || strchr("!#$%&'*+-.^_`|~", *s)))
-            return 0;
-    return 1;
-}
-
-static int parse_headers(loader *ld, const yaml_node_t *n, const char *key,
-                         json_t *headers)
-{
-    entry *es = NULL;
-    size_t len = 0;
-    char sub[KEY_LEN], tmp[64], *s = NULL;
-    int rc;
-
-    if ((rc = read_entries(ld, n, key, &es, &len)) != 0)
-        return rc;
-    for (size_t i = 0; i < len; i++) {
-        join_key(sub, sizeof(sub), key, es[i].name);
-        if (!valid_header_name(es[i].name)) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].key), key,
-                         "'%s' is not a valid HTTP header name",
-                         loom__config_shown(tmp, sizeof(tmp), es[i].name));
-            goto cleanup;
-        }
-        if ((rc = get_str(ld, es[i].value, sub, "a string", &s)) != 0)
-            goto cleanup;
-        if (!s && !(s = strdup(""))) {
-            rc = loom__error_oom();
-            goto cleanup;
-        }
-        if (strpbrk(s, "\r\n")) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].value), sub,
-                         "header values must not contain line breaks");
-            goto cleanup;
-        }
-        if (json_object_set_new(headers, es[i].name, json_string(s)) != 0) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].value), sub,
-                         "is not valid UTF-8");
-            goto cleanup;
-        }
-        free(s);
-        s = NULL;
-    }
-
-cleanup:
-    free(s);
-    free(es);
-    return rc;
-}
-
-static int parse_provider(loader *ld, const entry *e, loom_provider_config *p)
-{
-    static const char *const known[] = {
-        "kind", "base_url", "api_key", "headers", "timeouts", "retries", NULL};
-    static const char *const tknown[] = {"connect_ms", "first_byte_ms",
-                                         "idle_ms", NULL};
-    static const char *const rknown[] = {"max", "base_delay_ms", "max_delay_ms",
-                                         NULL};
-    enum { KIND, URL, KEY, HEADERS, TIMEOUTS, RETRIES, NFIELDS };
-    yaml_node_t *v[NFIELDS], *t[3], *r[3];
-    char key[KEY_LEN], sub[KEY_LEN], tmp[64], *s = NULL;
-    const char *default_url = NULL;
-    int rc;
-
-    if ((rc = loom__config_provider_init(p, e->name)) != 0)
-        return rc;
-    join_key(key, sizeof(key), "providers", e->name);
-    if ((rc = read_fields(ld, e->value, key, known, v)) != 0)
-        return rc;
-
-    join_key(sub, sizeof(sub), key, "kind");
-    if (v[KIND] && (rc = get_str(ld, v[KIND], sub, "a string", &s)) != 0)
-        return rc;
-    if (s && !loom__config_kind_known(s, NULL)) {
-        rc = fail_at(ld, LOOM_EINVALID, line_of(v[KIND]), sub,
-                     "must be one of: %s, got '%s'",
-                     loom__config_kind_names(),
-                     loom__config_shown(tmp, sizeof(tmp), s));
-        free(s);
-        return rc;
-    }
-    if (s) {
-        free(p->kind);
-        p->kind = s;
-        s = NULL;
-    }
-    loom__config_kind_known(p->kind, &default_url);
-
-    join_key(sub, sizeof(sub), key, "base_url");
-    if (v[URL] && (rc = get_str(ld, v[URL], sub, "a URL", &p->base_url)) != 0)
-        return rc;
-    /* Providers with one public endpoint may leave it out; "openai" is
-     * any OpenAI-compatible server, so it names its own. */
-    if (!p->base_url && default_url &&
-        !(p->base_url = strdup(default_url)))
-        return loom__error_oom();
-    if (!p->base_url)
-        return fail_at(ld, LOOM_EINVALID, line_of(e->key), key,
-                       "missing required key 'base_url' (kind %s)",
-                       p->kind);
-    if (!loom__config_valid_url(p->base_url))
-        return fail_at(ld, LOOM_EINVALID, line_of(v[URL]), sub,
-                       "must be an http:// or https:// URL, got '%s'",
-                       loom__config_shown(tmp, sizeof(tmp), p->base_url));
-    loom__config_strip_slashes(p->base_url);
-
-    join_key(sub, sizeof(sub), key, "api_key");
-    if (v[KEY] && (rc = get_str(ld, v[KEY], sub, "a string", &p->api_key)) != 0)
-        return rc;
-    if (p->api_key && !*p->api_key) {
-        free(p->api_key);
-        p->api_key = NULL;
-    }
-
-    join_key(sub, sizeof(sub), key, "headers");
-    if (v[HEADERS] &&
-        (rc = parse_headers(ld, v[HEADERS], sub, p->headers)) != 0)
-        return rc;
-
-    join_key(sub, sizeof(sub), key, "timeouts");
-    if (v[TIMEOUTS]) {
-        long *dst[] = {&p->connect_timeout_ms, &p->first_byte_timeout_ms,
-                       &p->idle_timeout_ms};
-        char field[KEY_LEN];
-
-        if ((rc = read_fields(ld, v[TIMEOUTS], sub, tknown, t)) != 0)
-            return rc;
-        for (int i = 0; i < 3; i++) {
-            join_key(field, sizeof(field), sub, tknown[i]);
-            if ((rc = get_long(ld, t[i], field, TIMEOUT_MIN, TIMEOUT_MAX,
-                               dst[i])) != 0)
-                return rc;
-        }
-    }
-
-    join_key(sub, sizeof(sub), key, "retries");
-    if (v[RETRIES]) {
-        char field[KEY_LEN];
-
-        if ((rc = read_fields(ld, v[RETRIES], sub, rknown, r)) != 0)
-            return rc;
-        join_key(field, sizeof(field), sub, "max");
-        if ((rc = get_int(ld, r[0], field, 0, 10, &p->max_retries)) != 0)
-            return rc;
-        join_key(field, sizeof(field), sub, "base_delay_ms");
-        if ((rc = get_long(ld, r[1], field, 0, TIMEOUT_MAX,
-                           &p->retry_base_delay_ms)) != 0)
-            return rc;
-        join_key(field, sizeof(field), sub, "max_delay_ms");
-        if ((rc = get_long(ld, r[2], field, 0, TIMEOUT_MAX,
-                           &p->retry_max_delay_ms)) != 0)
-            return rc;
-        /* Without max_delay_ms, a long base delay raises the cap. */
-        if (!r[2] && p->retry_max_delay_ms < p->retry_base_delay_ms)
-            p->retry_max_delay_ms = p->retry_base_delay_ms;
-        if (p->retry_max_delay_ms < p->retry_base_delay_ms)
-            return fail_at(ld, LOOM_EINVALID, line_of(r[2]), field,
-                           "must be at least base_delay_ms (%ld), got %ld",
-                           p->retry_base_delay_ms, p->retry_max_delay_ms);
-    }
-    return 0;
-}
+/* ---- the walker --------------------------------------------------------- */
 
 /*
  * Checks a name against loom's rule ([a-zA-Z0-9_-]{1,64}, and '.' too
@@ -863,24 +784,514 @@ static int check_name(const loader *ld, size_t line, const char *key,
     return fail_at(ld, LOOM_EINVALID, line, key,
                    "'%s' is not a valid %s name (%s)",
                    name ? loom__config_shown(tmp, sizeof(tmp), name) : "null",
-                   what,
-                   dots ? "[a-zA-Z0-9_.-]{1,64}" : "[a-zA-Z0-9_-]{1,64}");
+                   what, dots ? "[a-zA-Z0-9_.-]{1,64}" : "[a-zA-Z0-9_-]{1,64}");
 }
 
-static int parse_providers(loader *ld, const yaml_node_t *n)
+/* Where field f lives in the struct being filled. */
+static void *at(const walk_ctx *w, const field *f)
 {
-    loom_provider_config p;
+    return (char *)w->obj + f->off;
+}
+
+/* The value given for the field called name, NULL when absent. */
+static const yaml_node_t *given(const walk_ctx *w, const char *name)
+{
+    for (size_t i = 0; i < w->sec->len; i++)
+        if (strcmp(w->sec->fields[i].name, name) == 0)
+            return w->v[i];
+    return NULL;
+}
+
+static int in_list(const char *s, const char *const *v)
+{
+    for (; *v; v++)
+        if (strcmp(*v, s) == 0)
+            return 1;
+    return 0;
+}
+
+/* "a, b or c", for messages. */
+static const char *choice_text(char *dst, size_t cap, const char *const *v)
+{
+    dst[0] = '\0';
+    for (size_t i = 0; v[i]; i++) {
+        if (i > 0)
+            key_append(dst, cap, v[i + 1] ? ", " : " or ");
+        key_append(dst, cap, v[i]);
+    }
+    return dst;
+}
+
+static void fold_case(char *s, unsigned flags)
+{
+    for (; *s; s++) {
+        if ((flags & F_LOWER) && *s >= 'A' && *s <= 'Z')
+            *s = (char)(*s - 'A' + 'a');
+        else if ((flags & F_UPPER) && *s >= 'a' && *s <= 'z')
+            *s = (char)(*s - 'a' + 'A');
+    }
+}
+
+/*
+ * A T_STR field: the text replaces what the struct holds when given, a
+ * null keeps it (a default, or NULL). Checked in this order: required,
+ * not empty, the accepted values (after folding case), and for F_MODEL
+ * that the name resolves.
+ */
+static int read_str(walk_ctx *w, const field *f, const yaml_node_t *n,
+                    const char *key)
+{
+    char **dst = at(w, f), *s = NULL, tmp[64], why[512];
+    int rc;
+
+    if (n &&
+        (rc = get_str(w->ld, n, key, f->what ? f->what : "a string", &s)) != 0)
+        return rc;
+    if (s && !*s && (f->flags & F_EMPTY_NULL)) {
+        free(s);
+        s = NULL;
+    }
+    if (!s) {
+        if ((f->flags & F_REQUIRED) && !*dst)
+            return fail_at(
+                w->ld, LOOM_EINVALID,
+                n && (f->flags & F_EMPTY_NULL) ? line_of(n) : w->line, w->key,
+                "missing required key '%s'%s", f->name, f->hint ? f->hint : "");
+        return 0;
+    }
+    fold_case(s, f->flags);
+    if ((f->flags & F_NONEMPTY) && !*s)
+        rc =
+            fail_at(w->ld, LOOM_EINVALID, line_of(n), key, "must not be empty");
+    else if ((f->choices && !in_list(s, f->choices)) ||
+             (f->valid && !f->valid(s)))
+        rc = fail_at(
+            w->ld, LOOM_EINVALID, line_of(n), key, "must be %s, got '%s'",
+            f->choices ? choice_text(why, sizeof(why), f->choices) : f->expect,
+            loom__config_shown(tmp, sizeof(tmp), s));
+    else if ((f->flags & F_MODEL) &&
+             loom__config_model_unresolved(w->ld->cfg, s, why, sizeof(why)))
+        rc = fail_at(w->ld, LOOM_EINVALID, line_of(n), key, "%s", why);
+    else
+        rc = 0;
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    free(*dst);
+    *dst = s;
+    return 0;
+}
+
+static int walk(loader *ld, const yaml_node_t *map, const char *key,
+                size_t line, const section *sec, void *obj);
+static int walk_list(loader *ld, const yaml_node_t *n, const char *key,
+                     const list_spec *list);
+
+/* Reads field f from n (NULL when absent) at path key. */
+static int read_field(walk_ctx *w, const field *f, const yaml_node_t *n,
+                      const char *key)
+{
+    switch (f->type) {
+    case T_BOOL:
+        return get_bool(w->ld, n, key, at(w, f));
+    case T_INT:
+        return get_int(w->ld, n, key, f->min, f->max, at(w, f));
+    case T_LONG:
+        return get_long(w->ld, n, key, f->min, f->max, at(w, f));
+    case T_PRICE:
+        return get_price(w->ld, n, key, at(w, f));
+    case T_STR:
+        return read_str(w, f, n, key);
+    case T_SECTION:
+        return n ? walk(w->ld, n, key, line_of(n), f->sub, at(w, f)) : 0;
+    case T_LIST:
+        return n ? walk_list(w->ld, n, key, f->list) : 0;
+    case T_FN:
+        return n || (f->flags & F_ALWAYS) ? f->fn(w, f, n, key) : 0;
+    }
+    return 0;
+}
+
+/*
+ * Reads the mapping map (path key; line is where a missing key is
+ * reported) into obj as section sec says: the keys first (unknown and
+ * duplicate keys are errors), then the pre hook, the fields pass by pass
+ * in table order, and the post hook. The first error stops the walk.
+ */
+static int walk(loader *ld, const yaml_node_t *map, const char *key,
+                size_t line, const section *sec, void *obj)
+{
+    walk_ctx w = {ld, sec, map, key, line, obj, {0}};
+    char sub[KEY_LEN];
+    int rc;
+
+    if (sec->len > MAX_FIELDS)
+        return loom__error_set(LOOM_ERROR, "%s: config table too long",
+                               key ? key : "top level");
+    if ((rc = read_fields(ld, map, key, sec, w.v)) != 0 ||
+        (sec->pre && (rc = sec->pre(&w)) != 0))
+        return rc;
+    for (unsigned pass = 0; pass < PASSES; pass++) {
+        for (size_t i = 0; i < sec->len; i++) {
+            if (sec->fields[i].pass != pass)
+                continue;
+            join_key(sub, sizeof(sub), key, sec->fields[i].name);
+            if ((rc = read_field(&w, &sec->fields[i], w.v[i], sub)) != 0)
+                return rc;
+        }
+    }
+    return sec->post ? sec->post(&w) : 0;
+}
+
+/*
+ * Reads named entries (path key) into the array list describes, each
+ * name checked, set to its defaults by init and read as list->sec says.
+ */
+static int walk_list(loader *ld, const yaml_node_t *n, const char *key,
+                     const list_spec *list)
+{
+    char *cfg = (char *)ld->cfg, *items, sub[KEY_LEN];
+    size_t *count = (size_t *)(void *)(cfg + list->count);
     entry *es = NULL;
     size_t len = 0;
     int rc;
 
-    memset(&p, 0, sizeof(p));
-    if ((rc = read_entries(ld, n, "providers", &es, &len)) != 0)
+    if ((rc = read_entries(ld, n, key, &es, &len)) != 0 || len == 0)
+        goto cleanup;
+    if (!(items = calloc(len, list->size))) {
+        rc = loom__error_oom();
+        goto cleanup;
+    }
+    memcpy(cfg + list->items, &items, sizeof(items));
+    for (size_t i = 0; i < len; i++) {
+        void *obj = items + i * list->size;
+
+        if (list->what &&
+            (rc = check_name(ld, line_of(es[i].key), key, es[i].name,
+                             list->dots, list->what)) != 0)
+            goto cleanup;
+        /* Counted before reading so a half-built entry is freed too. */
+        (*count)++;
+        join_key(sub, sizeof(sub), key, es[i].name);
+        if ((rc = list->init(ld, &es[i], sub, obj)) != 0 ||
+            (rc = walk(ld, es[i].value, sub, line_of(es[i].key), list->sec,
+                       obj)) != 0)
+            goto cleanup;
+    }
+
+cleanup:
+    free(es);
+    return rc;
+}
+
+/* Items of a list, 0 when n is not one. */
+static size_t seq_len(const yaml_node_t *n)
+{
+    if (n->type != YAML_SEQUENCE_NODE)
+        return 0;
+    return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+}
+
+/* Judges one item s (NULL for a null) of a list of strings at path key;
+ * repeat is set when an earlier item was the same. */
+typedef int (*item_check)(walk_ctx *w, const yaml_node_t *item, const char *key,
+                          const char *s, int repeat);
+
+/*
+ * A list of strings (what: "tool names") into *items (malloc'd) and
+ * *len, each item read as item_what and judged by check. A null keeps
+ * them.
+ */
+static int read_strings(walk_ctx *w, const yaml_node_t *n, const char *key,
+                        const char *what, const char *item_what,
+                        item_check check, char ***items, size_t *len)
+{
+    loader *ld = w->ld;
+    json_t *seen = NULL;
+    char sub[KEY_LEN], *s = NULL;
+    size_t i = 0;
+    int rc;
+
+    if ((rc = visit(ld, n)) != 0 || is_null(n))
+        return rc;
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                       "must be a list of %s, got %s", what, kind_name(n));
+    if (seq_len(n) == 0)
+        return 0;
+    /* A jansson object as a hash set keeps repeat checks linear. */
+    if (!(*items = calloc(seq_len(n), sizeof(**items))) ||
+        !(seen = json_object())) {
+        rc = loom__error_oom();
+        goto cleanup;
+    }
+    for (yaml_node_item_t *it = n->data.sequence.items.start;
+         it < n->data.sequence.items.top; it++, i++) {
+        yaml_node_t *item = node_at(ld, *it);
+
+        index_key(sub, sizeof(sub), key, i);
+        if ((rc = get_str(ld, item, sub, item_what, &s)) != 0 ||
+            (rc = check(w, item, sub, s,
+                        s && json_object_get(seen, s) != NULL)) != 0)
+            goto cleanup;
+        if (json_object_set_new_nocheck(seen, s, json_true()) != 0) {
+            rc = loom__error_oom();
+            goto cleanup;
+        }
+        (*items)[(*len)++] = s;
+        s = NULL;
+    }
+
+cleanup:
+    free(s);
+    json_decref(seen);
+    return rc;
+}
+
+/* ---- log, routing, server ----------------------------------------------- */
+
+/* Both log settings are stored in lower case ("warning" stays "warning",
+ * which loom_log_level_parse accepts) so callers can compare with
+ * strcmp. */
+static int log_level_ok(const char *s)
+{
+    return loom_log_level_parse(s) >= 0;
+}
+
+static const char *const log_formats[] = {"text", "json", NULL};
+
+static const field log_fields[] = {
+    {K_STR("level", loom_config, log_level, "a log level"), .flags = F_LOWER,
+     .valid = log_level_ok, .expect = "debug, info, warn, error or off"},
+    {K_STR("format", loom_config, log_format, "text or json"), .flags = F_LOWER,
+     .choices = log_formats},
+};
+static const section log_section = SECTION(log_fields, NULL, NULL);
+
+/* A routing policy (`routing:` at the top or in a model) over what the
+ * struct holds: keys left out keep their value, so a model's policy
+ * starts from the top-level one. */
+static const field routing_fields[] = {
+    {K_INT("retries", loom_routing_policy, retries, 0, 10)},
+    {K_LONG("cooldown_ms", loom_routing_policy, cooldown_ms, 0, TIMEOUT_MAX)},
+    {K_INT("failures_before_cooldown", loom_routing_policy,
+           failures_before_cooldown, 1, 1000)},
+};
+static const section routing_section = SECTION(routing_fields, NULL, NULL);
+
+/* "HOST:PORT": a non-empty host without spaces or '/', and a port
+ * 0..65535 ("[::1]:80" keeps its brackets). */
+static int valid_listen(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    char *end;
+    long port;
+
+    if (!colon || colon == s || strpbrk(s, " \t/"))
+        return 0;
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    return colon[1] >= '0' && colon[1] <= '9' && *end == '\0' && errno == 0 &&
+           port >= 0 && port <= 65535;
+}
+
+/* The server section (loom serve). Each limit has a floor that keeps the
+ * server usable (a 1 KiB body, one run) and a ceiling against typos. */
+#define S loom_server_config
+static const field server_fields[] = {
+    {K_STR("listen", S, listen, "HOST:PORT"), .valid = valid_listen,
+     .expect = "HOST:PORT (port 0..65535)"},
+    {K_STR("db", S, db, "a path"), .flags = F_NONEMPTY},
+    {K_LONG("max_body_bytes", S, max_body_bytes, 1024, 1L << 30)},
+    {K_INT("max_concurrent_runs", S, max_concurrent_runs, 1, 100000)},
+    {K_INT("max_connections", S, max_connections, 1, 1000000)},
+    {K_LONG("keepalive_ms", S, keepalive_ms, 10, TIMEOUT_MAX)},
+    {K_LONG("read_timeout_ms", S, read_timeout_ms, 1000, TIMEOUT_MAX)},
+    {K_LONG("shutdown_grace_ms", S, shutdown_grace_ms, 0, TIMEOUT_MAX)},
+    {K_INT("keep_finished_runs", S, keep_finished_runs, 0, 1000000)},
+    {K_LONG("max_run_events_bytes", S, max_run_events_bytes, 4096, 1L << 32)},
+};
+#undef S
+static const section server_section = SECTION(server_fields, NULL, NULL);
+
+/* ---- providers ---------------------------------------------------------- */
+
+/* Header names are HTTP tokens; values may not break the header line. */
+static int valid_header_name(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+              (*s >= '0' && *s <= '9') || strchr("!#$%&'*+-.^_`|~", *s)))
+            return 0;
+    return 1;
+}
+
+/* `headers: {Name: value}` into the json_t * object at the field. */
+static int read_headers(walk_ctx *w, const field *f, const yaml_node_t *n,
+                        const char *key)
+{
+    json_t *headers = *(json_t **)at(w, f);
+    entry *es = NULL;
+    size_t len = 0;
+    char sub[KEY_LEN], tmp[64], *s = NULL;
+    int rc;
+
+    if ((rc = read_entries(w->ld, n, key, &es, &len)) != 0)
         return rc;
     for (size_t i = 0; i < len; i++) {
-        if ((rc = check_name(ld, line_of(es[i].key), "providers", es[i].name, 1, "provider")) != 0)
+        join_key(sub, sizeof(sub), key, es[i].name);
+        if (!valid_header_name(es[i].name)) {
+            rc = fail_at(w->ld, LOOM_EINVALID, line_of(es[i].key), key,
+                         "'%s' is not a valid HTTP header name",
+                         loom__config_shown(tmp, sizeof(tmp), es[i].name));
             goto cleanup;
-        if ((rc = parse_provider(ld, &es[i], &p)) != 0 ||
+        }
+        if ((rc = get_str(w->ld, es[i].value, sub, "a string", &s)) != 0)
+            goto cleanup;
+        if (!s && !(s = strdup(""))) {
+            rc = loom__error_oom();
+            goto cleanup;
+        }
+        if (strpbrk(s, "\r\n")) {
+            rc = fail_at(w->ld, LOOM_EINVALID, line_of(es[i].value), sub,
+                         "header values must not contain line breaks");
+            goto cleanup;
+        }
+        if (json_object_set_new(headers, es[i].name, json_string(s)) != 0) {
+            rc = fail_at(w->ld, LOOM_EINVALID, line_of(es[i].value), sub,
+                         "is not valid UTF-8");
+            goto cleanup;
+        }
+        free(s);
+        s = NULL;
+    }
+
+cleanup:
+    free(s);
+    free(es);
+    return rc;
+}
+
+/* providers.X.kind: one of the wire formats config.c knows. */
+static int read_kind(walk_ctx *w, const field *f, const yaml_node_t *n,
+                     const char *key)
+{
+    loom_provider_config *p = w->obj;
+    char tmp[64], *s = NULL;
+    int rc;
+
+    (void)f;
+    if ((rc = get_str(w->ld, n, key, "a string", &s)) != 0 || !s)
+        return rc;
+    if (!loom__config_kind_known(s, NULL)) {
+        rc = fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
+                     "must be one of: %s, got '%s'", loom__config_kind_names(),
+                     loom__config_shown(tmp, sizeof(tmp), s));
+        free(s);
+        return rc;
+    }
+    free(p->kind);
+    p->kind = s;
+    return 0;
+}
+
+/* providers.X.base_url (read after kind, also when absent): providers
+ * with one public endpoint may leave it out; "openai" is any
+ * OpenAI-compatible server, so it names its own. */
+static int read_base_url(walk_ctx *w, const field *f, const yaml_node_t *n,
+                         const char *key)
+{
+    loom_provider_config *p = w->obj;
+    const char *default_url = NULL;
+    int rc;
+
+    if ((rc = read_str(w, f, n, key)) != 0)
+        return rc;
+    loom__config_kind_known(p->kind, &default_url);
+    if (!p->base_url && default_url && !(p->base_url = strdup(default_url)))
+        return loom__error_oom();
+    if (!p->base_url)
+        return fail_at(w->ld, LOOM_EINVALID, w->line, w->key,
+                       "missing required key 'base_url' (kind %s)", p->kind);
+    loom__config_strip_slashes(p->base_url);
+    return 0;
+}
+
+/* Without max_delay_ms, a long base delay raises the cap. */
+static int retries_check(walk_ctx *w)
+{
+    loom_provider_config *p = w->obj;
+    const yaml_node_t *max = given(w, "max_delay_ms");
+    char key[KEY_LEN];
+
+    if (!max && p->retry_max_delay_ms < p->retry_base_delay_ms)
+        p->retry_max_delay_ms = p->retry_base_delay_ms;
+    if (p->retry_max_delay_ms >= p->retry_base_delay_ms)
+        return 0;
+    join_key(key, sizeof(key), w->key, "max_delay_ms");
+    return fail_at(w->ld, LOOM_EINVALID, line_of(max), key,
+                   "must be at least base_delay_ms (%ld), got %ld",
+                   p->retry_base_delay_ms, p->retry_max_delay_ms);
+}
+
+#define URL_RULE                                                               \
+    .valid = loom__config_valid_url, .expect = "an http:// or https:// URL"
+
+#define P loom_provider_config
+static const field timeout_fields[] = {
+    {K_LONG("connect_ms", P, connect_timeout_ms, TIMEOUT_MIN, TIMEOUT_MAX)},
+    {K_LONG("first_byte_ms", P, first_byte_timeout_ms, TIMEOUT_MIN,
+            TIMEOUT_MAX)},
+    {K_LONG("idle_ms", P, idle_timeout_ms, TIMEOUT_MIN, TIMEOUT_MAX)},
+};
+static const section timeout_section = SECTION(timeout_fields, NULL, NULL);
+
+static const field retry_fields[] = {
+    {K_INT("max", P, max_retries, 0, 10)},
+    {K_LONG("base_delay_ms", P, retry_base_delay_ms, 0, TIMEOUT_MAX)},
+    {K_LONG("max_delay_ms", P, retry_max_delay_ms, 0, TIMEOUT_MAX)},
+};
+static const section retry_section = SECTION(retry_fields, NULL, retries_check);
+
+static const field provider_fields[] = {
+    {K_FN("kind", read_kind)},
+    {K_FN("base_url", read_base_url), AT(P, base_url), .flags = F_ALWAYS,
+     .what = "a URL", URL_RULE},
+    {K_STR("api_key", P, api_key, "a string"), .flags = F_EMPTY_NULL},
+    {K_FN("headers", read_headers), AT(P, headers)},
+    {K_SUB("timeouts", timeout_section)},
+    {K_SUB("retries", retry_section)},
+};
+#undef P
+static const section provider_section = SECTION(provider_fields, NULL, NULL);
+
+/* Providers are read one at a time and installed into the config,
+ * replacing one of the same name: that is how the file overrides the
+ * environment. */
+static int read_providers(walk_ctx *w, const field *f, const yaml_node_t *n,
+                          const char *key)
+{
+    loader *ld = w->ld;
+    loom_provider_config p;
+    entry *es = NULL;
+    size_t len = 0;
+    char sub[KEY_LEN];
+    int rc;
+
+    (void)f;
+    memset(&p, 0, sizeof(p));
+    if ((rc = read_entries(ld, n, key, &es, &len)) != 0)
+        return rc;
+    for (size_t i = 0; i < len; i++) {
+        join_key(sub, sizeof(sub), key, es[i].name);
+        if ((rc = check_name(ld, line_of(es[i].key), key, es[i].name, 1,
+                             "provider")) != 0 ||
+            (rc = loom__config_provider_init(&p, es[i].name)) != 0 ||
+            (rc = walk(ld, es[i].value, sub, line_of(es[i].key),
+                       &provider_section, &p)) != 0 ||
             (rc = loom__config_provider_install(ld->cfg, &p)) != 0)
             goto cleanup;
     }
@@ -891,240 +1302,104 @@ cleanup:
     return rc;
 }
 
-/*
- * A routing policy (`routing:` at the top or in a model) over what *rp
- * holds: keys left out keep their value, so a model's policy starts from
- * the top-level one.
- */
-static int parse_routing(loader *ld, const yaml_node_t *n, const char *key,
-                         loom_routing_policy *rp)
+/* ---- models ------------------------------------------------------------- */
+
+/* Reasoning controls need the model to say it supports them
+ * (capabilities.reasoning). */
+static int reasoning_check(walk_ctx *w)
 {
-    static const char *const known[] = {"retries", "cooldown_ms",
-                                        "failures_before_cooldown", NULL};
-    yaml_node_t *v[3];
-    char sub[KEY_LEN];
-    int rc;
+    const loom_model_config *m = w->obj;
 
-    if ((rc = read_fields(ld, n, key, known, v)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "retries");
-    if ((rc = get_int(ld, v[0], sub, 0, 10, &rp->retries)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "cooldown_ms");
-    if ((rc = get_long(ld, v[1], sub, 0, TIMEOUT_MAX, &rp->cooldown_ms)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "failures_before_cooldown");
-    return get_int(ld, v[2], sub, 1, 1000, &rp->failures_before_cooldown);
-}
-
-static int parse_capabilities(loader *ld, const yaml_node_t *n,
-                              const char *key, loom_model_capabilities *c)
-{
-    static const char *const known[] = {"tools", "parallel_tool_calls",
-                                        "reasoning", "vision", NULL};
-    int *dst[] = {&c->tools, &c->parallel_tool_calls, &c->reasoning,
-                  &c->vision};
-    yaml_node_t *v[4];
-    char sub[KEY_LEN];
-    int rc;
-
-    if ((rc = read_fields(ld, n, key, known, v)) != 0)
-        return rc;
-    for (int i = 0; i < 4; i++) {
-        join_key(sub, sizeof(sub), key, known[i]);
-        if ((rc = get_bool(ld, v[i], sub, dst[i])) != 0)
-            return rc;
-    }
+    if ((given(w, "effort") || given(w, "thinking_budget")) &&
+        !m->capabilities.reasoning)
+        return fail_at(w->ld, LOOM_EINVALID, w->line, w->key,
+                       "reasoning controls need capabilities.reasoning: "
+                       "true");
     return 0;
 }
 
-/* `reasoning: {effort, thinking_budget}`; the model must say it supports
- * reasoning controls (capabilities.reasoning). */
-static int parse_reasoning(loader *ld, const yaml_node_t *n, const char *key,
-                           loom_model_config *m)
+/* Both main prices are needed: a missing one would be billed as free,
+ * which is never what a typo meant. */
+static int prices_check(walk_ctx *w)
 {
-    static const char *const known[] = {"effort", "thinking_budget", NULL};
-    static const char *const efforts[] = {"minimal", "low", "medium",
-                                          "high"};
-    yaml_node_t *v[2];
-    char sub[KEY_LEN], tmp[64];
-    size_t i;
-    int rc;
+    loom_model_prices *pr = w->obj;
+    const yaml_node_t *in = given(w, "input"), *out = given(w, "output");
 
-    if ((rc = read_fields(ld, n, key, known, v)) != 0)
-        return rc;
-    if ((v[0] || v[1]) && !m->capabilities.reasoning)
-        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
-                       "reasoning controls need capabilities.reasoning: "
-                       "true");
-    join_key(sub, sizeof(sub), key, "effort");
-    if (v[0] &&
-        (rc = get_str(ld, v[0], sub, "a reasoning effort",
-                      &m->reasoning_effort)) != 0)
-        return rc;
-    if (m->reasoning_effort) {
-        for (i = 0; i < 4 && strcmp(efforts[i], m->reasoning_effort); i++)
-            ;
-        if (i == 4)
-            return fail_at(
-                ld, LOOM_EINVALID, line_of(v[0]), sub,
-                "must be minimal, low, medium or high, got '%s'",
-                loom__config_shown(tmp, sizeof(tmp), m->reasoning_effort));
-    }
-    join_key(sub, sizeof(sub), key, "thinking_budget");
-    return get_long(ld, v[1], sub, 1, TOKENS_MAX, &m->thinking_budget);
-}
-
-/* One price, exactly (loom_price_parse); a null keeps *out. */
-static int get_price(loader *ld, const yaml_node_t *n, const char *key,
-                     int64_t *out)
-{
-    char tmp[64], why[256], *s = NULL;
-    int rc;
-
-    if (!n)
+    if (is_null(w->map))
         return 0;
-    if ((rc = get_str(ld, n, key, "a price in dollars per million tokens",
-                      &s)) != 0 ||
-        !s)
-        return rc;
-    if (loom_price_parse(out, s) != 0) {
-        snprintf(why, sizeof(why), "%s", loom_error_last());
-        rc = fail_at(ld, LOOM_EINVALID, line_of(n), key, "%s, got '%s'", why,
-                     loom__config_shown(tmp, sizeof(tmp), s));
-    }
-    free(s);
-    return rc;
-}
-
-static int parse_prices(loader *ld, const yaml_node_t *n, const char *key,
-                        loom_model_prices *pr)
-{
-    static const char *const known[] = {"input", "cached_input",
-                                        "cache_write", "output",
-                                        "reasoning", NULL};
-    int64_t *dst[] = {&pr->input, &pr->cached_input, &pr->cache_write,
-                      &pr->output, &pr->reasoning};
-    yaml_node_t *v[5];
-    char sub[KEY_LEN];
-    int rc;
-
-    if ((rc = read_fields(ld, n, key, known, v)) != 0 || is_null(n))
-        return rc;
-    /* Both main prices are needed: a missing one would be billed as
-     * free, which is never what a typo meant. */
-    if (!v[0] || is_null(v[0]) || !v[3] || is_null(v[3]))
-        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+    if (!in || is_null(in) || !out || is_null(out))
+        return fail_at(w->ld, LOOM_EINVALID, w->line, w->key,
                        "missing required key '%s' (input and output are "
                        "both required; write 0 for free)",
-                       !v[0] || is_null(v[0]) ? "input" : "output");
-    for (int i = 0; i < 5; i++) {
-        join_key(sub, sizeof(sub), key, known[i]);
-        if ((rc = get_price(ld, v[i], sub, dst[i])) != 0)
-            return rc;
-    }
+                       !in || is_null(in) ? "input" : "output");
     pr->set = 1;
     return 0;
 }
 
-/* `fallbacks: [provider/model, ...]`: each must resolve, once, and not be
- * the model itself. */
-static int parse_fallbacks(loader *ld, const yaml_node_t *n, const char *key,
-                           loom_model_config *m)
+/* A fallback resolves, is not the model itself and is listed once. */
+static int fallback_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                       const char *s, int repeat)
 {
-    char sub[KEY_LEN], tmp[64], why[512], *s = NULL;
-    size_t count, i = 0;
-    int rc;
-
-    if ((rc = visit(ld, n)) != 0 || is_null(n))
-        return rc;
-    if (n->type != YAML_SEQUENCE_NODE)
-        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
-                       "must be a list of model names, got %s",
-                       kind_name(n));
-    count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-    if (count > LOOM_MODEL_MAX_FALLBACKS)
-        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
-                       "at most %d fallbacks, got %zu",
-                       LOOM_MODEL_MAX_FALLBACKS, count);
-    if (count == 0)
-        return 0;
-    if (!(m->fallbacks = calloc(count, sizeof(*m->fallbacks))))
-        return loom__error_oom();
-    for (yaml_node_item_t *it = n->data.sequence.items.start;
-         it < n->data.sequence.items.top; it++, i++) {
-        yaml_node_t *item = node_at(ld, *it);
-
-        index_key(sub, sizeof(sub), key, i);
-        if ((rc = get_str(ld, item, sub, "a model name", &s)) != 0)
-            return rc;
-        if (!s)
-            return fail_at(ld, LOOM_EINVALID, line_of(item), sub,
-                           "must be a model name, got null");
-        if (loom__config_model_unresolved(ld->cfg, s, why, sizeof(why))) {
-            free(s);
-            return fail_at(ld, LOOM_EINVALID, line_of(item), sub, "%s", why);
-        }
-        if (strcmp(s, m->name) == 0) {
-            free(s);
-            return fail_at(ld, LOOM_EINVALID, line_of(item), sub,
-                           "a model cannot be its own fallback");
-        }
-        for (size_t j = 0; j < m->fallbacks_len; j++) {
-            if (strcmp(m->fallbacks[j], s) == 0) {
-                rc = fail_at(ld, LOOM_EINVALID, line_of(item), sub,
-                             "'%s' is listed twice",
-                             loom__config_shown(tmp, sizeof(tmp), s));
-                free(s);
-                return rc;
-            }
-        }
-        m->fallbacks[m->fallbacks_len++] = s;
-        s = NULL;
-    }
-    return 0;
-}
-
-/* context_window_fallback: one model that resolves, not the model
- * itself; null is none. Whether its window is larger is checked when a
- * run uses it. */
-static int parse_window_fallback(loader *ld, const yaml_node_t *n,
-                                 const char *key, loom_model_config *m)
-{
+    const loom_model_config *m = w->obj;
     char why[512], tmp[64];
-    int rc;
 
-    if ((rc = get_str(ld, n, key, "a model name",
-                      &m->context_window_fallback)) != 0)
-        return rc;
-    if (!m->context_window_fallback)
-        return 0; /* null: none */
-    if (loom__config_model_unresolved(ld->cfg, m->context_window_fallback,
-                                      why, sizeof(why)))
-        return fail_at(ld, LOOM_EINVALID, line_of(n), key, "%s", why);
-    if (strcmp(m->context_window_fallback, m->name) == 0)
-        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
-                       "'%s' cannot be its own context window fallback",
-                       loom__config_shown(tmp, sizeof(tmp), m->name));
+    if (!s)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "must be a model name, got null");
+    if (loom__config_model_unresolved(w->ld->cfg, s, why, sizeof(why)))
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key, "%s", why);
+    if (strcmp(s, m->name) == 0)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "a model cannot be its own fallback");
+    if (repeat)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "'%s' is listed twice",
+                       loom__config_shown(tmp, sizeof(tmp), s));
     return 0;
 }
 
-static int parse_model(loader *ld, const entry *e, loom_model_config *m)
+/* `fallbacks: [provider/model, ...]`, at most LOOM_MODEL_MAX_FALLBACKS. */
+static int read_fallbacks(walk_ctx *w, const field *f, const yaml_node_t *n,
+                          const char *key)
 {
-    static const char *const known[] = {
-        "upstream",     "context_window", "max_output_tokens",
-        "capabilities", "reasoning",      "prompt_cache",
-        "chain_responses", "prices",      "fallbacks",
-        "routing",      "context_window_fallback", NULL};
-    enum { UPSTREAM, WINDOW, MAXOUT, CAPS, REASONING, PCACHE, CHAIN, PRICES,
-           FALLBACKS, ROUTING, WINDOW_FALLBACK, NFIELDS };
-    yaml_node_t *v[NFIELDS];
-    char key[KEY_LEN], sub[KEY_LEN], tmp[64], known_p[256];
+    loom_model_config *m = w->obj;
+
+    (void)f;
+    if (seq_len(n) > LOOM_MODEL_MAX_FALLBACKS)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
+                       "at most %d fallbacks, got %zu",
+                       LOOM_MODEL_MAX_FALLBACKS, seq_len(n));
+    return read_strings(w, n, key, "model names", "a model name", fallback_ok,
+                        &m->fallbacks, &m->fallbacks_len);
+}
+
+/* context_window_fallback: a model that resolves, not the model itself;
+ * null is none. Whether its window is larger is checked when a run uses
+ * it. */
+static int read_window_fallback(walk_ctx *w, const field *f,
+                                const yaml_node_t *n, const char *key)
+{
+    loom_model_config *m = w->obj;
+    char tmp[64];
+    int rc = read_str(w, f, n, key);
+
+    if (rc == 0 && m->context_window_fallback &&
+        strcmp(m->context_window_fallback, m->name) == 0)
+        rc = fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
+                     "'%s' cannot be its own context window fallback",
+                     loom__config_shown(tmp, sizeof(tmp), m->name));
+    return rc;
+}
+
+/* A model's key is provider/model with a defined provider; the model id
+ * sent upstream defaults to the part after the provider. */
+static int model_init(loader *ld, const entry *e, const char *key, void *obj)
+{
+    loom_model_config *m = obj;
     size_t plen = loom__config_provider_part(e->name);
-    int rc;
+    char tmp[64], known[256];
 
     loom__config_model_defaults(m, ld->cfg);
-    join_key(key, sizeof(key), "models", e->name);
     if (plen == 0)
         return fail_at(ld, LOOM_EINVALID, line_of(e->key), "models",
                        "'%s' is not of the form provider/model",
@@ -1134,344 +1409,229 @@ static int parse_model(loader *ld, const entry *e, loom_model_config *m)
             ld, LOOM_EINVALID, line_of(e->key), key,
             "provider '%.*s' is not defined (providers: %s)",
             (int)(plen < 64 ? plen : 64), e->name,
-            loom__config_provider_names(known_p, sizeof(known_p), ld->cfg));
-    if (!(m->name = strdup(e->name)) || !(m->provider = strndup(e->name, plen)))
+            loom__config_provider_names(known, sizeof(known), ld->cfg));
+    if (!(m->name = strdup(e->name)) ||
+        !(m->provider = strndup(e->name, plen)) ||
+        !(m->upstream = strdup(e->name + plen + 1)))
         return loom__error_oom();
-    if ((rc = read_fields(ld, e->value, key, known, v)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "upstream");
-    if (v[UPSTREAM] &&
-        (rc = get_str(ld, v[UPSTREAM], sub, "a string", &m->upstream)) != 0)
-        return rc;
-    if (m->upstream && !*m->upstream)
-        return fail_at(ld, LOOM_EINVALID, line_of(v[UPSTREAM]), sub,
-                       "must not be empty");
-    if (!m->upstream && !(m->upstream = strdup(e->name + plen + 1)))
-        return loom__error_oom();
-    join_key(sub, sizeof(sub), key, "context_window");
-    if ((rc = get_long(ld, v[WINDOW], sub, 0, TOKENS_MAX,
-                       &m->context_window)))
-        return rc;
-    join_key(sub, sizeof(sub), key, "max_output_tokens");
-    if ((rc = get_long(ld, v[MAXOUT], sub, 0, TOKENS_MAX,
-                       &m->max_output_tokens)))
-        return rc;
-    join_key(sub, sizeof(sub), key, "capabilities");
-    if (v[CAPS] &&
-        (rc = parse_capabilities(ld, v[CAPS], sub, &m->capabilities)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "reasoning");
-    if (v[REASONING] &&
-        (rc = parse_reasoning(ld, v[REASONING], sub, m)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "prompt_cache");
-    if ((rc = get_bool(ld, v[PCACHE], sub, &m->prompt_cache)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "chain_responses");
-    if ((rc = get_bool(ld, v[CHAIN], sub, &m->chain_responses)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "prices");
-    if (v[PRICES] && (rc = parse_prices(ld, v[PRICES], sub, &m->prices)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "fallbacks");
-    if (v[FALLBACKS] &&
-        (rc = parse_fallbacks(ld, v[FALLBACKS], sub, m)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "routing");
-    if (v[ROUTING] &&
-        (rc = parse_routing(ld, v[ROUTING], sub, &m->routing)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "context_window_fallback");
-    if (v[WINDOW_FALLBACK] &&
-        (rc = parse_window_fallback(ld, v[WINDOW_FALLBACK], sub, m)) != 0)
-        return rc;
     return 0;
 }
 
-static int parse_models(loader *ld, const yaml_node_t *n)
+static const char *const efforts[] = {"minimal", "low", "medium", "high", NULL};
+
+#define M loom_model_config
+static const field capability_fields[] = {
+    {K_BOOL("tools", loom_model_capabilities, tools)},
+    {K_BOOL("parallel_tool_calls", loom_model_capabilities,
+            parallel_tool_calls)},
+    {K_BOOL("reasoning", loom_model_capabilities, reasoning)},
+    {K_BOOL("vision", loom_model_capabilities, vision)},
+};
+static const section capability_section =
+    SECTION(capability_fields, NULL, NULL);
+
+/* `reasoning: {effort, thinking_budget}`, into the model itself. */
+static const field reasoning_fields[] = {
+    {K_STR("effort", M, reasoning_effort, "a reasoning effort"),
+     .choices = efforts},
+    {K_LONG("thinking_budget", M, thinking_budget, 1, TOKENS_MAX)},
+};
+static const section reasoning_section =
+    SECTION(reasoning_fields, reasoning_check, NULL);
+
+static const field price_fields[] = {
+    {K_PRICE("input", loom_model_prices, input)},
+    {K_PRICE("cached_input", loom_model_prices, cached_input)},
+    {K_PRICE("cache_write", loom_model_prices, cache_write)},
+    {K_PRICE("output", loom_model_prices, output)},
+    {K_PRICE("reasoning", loom_model_prices, reasoning)},
+};
+static const section price_section = SECTION(price_fields, prices_check, NULL);
+
+static const field model_fields[] = {
+    {K_STR("upstream", M, upstream, "a string"), .flags = F_NONEMPTY},
+    {K_LONG("context_window", M, context_window, 0, TOKENS_MAX)},
+    {K_LONG("max_output_tokens", M, max_output_tokens, 0, TOKENS_MAX)},
+    {K_SUB("capabilities", capability_section), AT(M, capabilities)},
+    {K_SUB("reasoning", reasoning_section)},
+    {K_BOOL("prompt_cache", M, prompt_cache)},
+    {K_BOOL("chain_responses", M, chain_responses)},
+    {K_SUB("prices", price_section), AT(M, prices)},
+    {K_FN("fallbacks", read_fallbacks)},
+    {K_SUB("routing", routing_section), AT(M, routing)},
+    {K_FN("context_window_fallback", read_window_fallback),
+     AT(M, context_window_fallback), .what = "a model name", .flags = F_MODEL},
+};
+static const section model_section = SECTION(model_fields, NULL, NULL);
+static const list_spec model_list = {NULL,
+                                     0,
+                                     sizeof(M),
+                                     offsetof(loom_config, models),
+                                     offsetof(loom_config, models_len),
+                                     model_init,
+                                     &model_section};
+#undef M
+
+/* ---- agents ------------------------------------------------------------- */
+
+static int tool_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                   const char *s, int repeat)
 {
-    loom_config *cfg = ld->cfg;
-    entry *es = NULL;
-    size_t len = 0;
-    int rc;
+    int rc = check_name(w->ld, line_of(item), key, s, 0, "tool");
 
-    if ((rc = read_entries(ld, n, "models", &es, &len)) != 0 || len == 0)
-        goto cleanup;
-    if (!(cfg->models = calloc(len, sizeof(*cfg->models)))) {
-        rc = loom__error_oom();
-        goto cleanup;
-    }
-    for (size_t i = 0; i < len; i++) {
-        /* Counted before parsing so a half-built entry is freed too. */
-        cfg->models_len++;
-        if ((rc = parse_model(ld, &es[i], &cfg->models[i])) != 0)
-            goto cleanup;
-    }
-
-cleanup:
-    free(es);
+    if (rc == 0 && repeat)
+        rc = fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                     "tool '%s' is listed twice", s);
     return rc;
 }
 
-static int parse_agent_tools(loader *ld, const yaml_node_t *n, const char *key,
-                             loom_agent_config *a)
+/* `tools: [name, ...]`: this list instead of every registered tool; null
+ * is as if absent. */
+static int read_agent_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
+                            const char *key)
 {
-    json_t *seen = NULL;
-    char sub[KEY_LEN], *s = NULL;
-    size_t count, i = 0;
+    loom_agent_config *a = w->obj;
     int rc;
 
-    if ((rc = visit(ld, n)) != 0)
-        return rc;
-    if (n->type != YAML_SEQUENCE_NODE)
-        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
-                       "must be a list of tool names, got %s", kind_name(n));
-    a->tools_all = 0;
-    count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-    if (count == 0)
+    (void)f;
+    if (is_null(n))
         return 0;
-    if (!(a->tools = calloc(count, sizeof(*a->tools))) ||
-        !(seen = json_object())) {
-        rc = loom__error_oom();
-        goto cleanup;
-    }
-    for (yaml_node_item_t *it = n->data.sequence.items.start;
-         it < n->data.sequence.items.top; it++, i++) {
-        yaml_node_t *item = node_at(ld, *it);
-
-        index_key(sub, sizeof(sub), key, i);
-        if ((rc = get_str(ld, item, sub, "a tool name", &s)) != 0)
-            goto cleanup;
-        if ((rc = check_name(ld, line_of(item), sub, s, 0, "tool")) != 0)
-            goto cleanup;
-        if (json_object_get(seen, s)) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(item), sub,
-                         "tool '%s' is listed twice", s);
-            goto cleanup;
-        }
-        if (json_object_set_new(seen, s, json_true()) != 0) {
-            rc = loom__error_oom();
-            goto cleanup;
-        }
-        a->tools[a->tools_len++] = s;
-        s = NULL;
-    }
-
-cleanup:
-    free(s);
-    json_decref(seen);
+    rc = read_strings(w, n, key, "tool names", "a tool name", tool_ok,
+                      &a->tools, &a->tools_len);
+    if (rc == 0)
+        a->tools_all = 0;
     return rc;
 }
 
-static int parse_tool_choice(loader *ld, const yaml_node_t *n, const char *key,
-                             loom_agent_config *a)
+/* tool_choice, read after tools. Tool names themselves are checked by
+ * the caller, who has the registry; what can be checked here is
+ * consistency with `tools`. */
+static int read_tool_choice(walk_ctx *w, const field *f, const yaml_node_t *n,
+                            const char *key)
 {
+    loom_agent_config *a = w->obj;
     char *s = NULL, tmp[64];
     int rc;
 
-    rc = get_str(ld, n, key, "auto, none, required or a tool name", &s);
+    (void)f;
+    rc = get_str(w->ld, n, key, "auto, none, required or a tool name", &s);
     if (rc != 0 || !s)
         return rc;
-    if (loom_tool_choice_parse(&a->tool_choice, s) != 0) {
-        rc = fail_at(ld, LOOM_EINVALID, line_of(n), key,
+    if (loom_tool_choice_parse(&a->tool_choice, s) != 0)
+        rc = fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
                      "must be auto, none, required or a tool name, got '%s'",
                      loom__config_shown(tmp, sizeof(tmp), s));
-        goto cleanup;
-    }
-    /* Tool names themselves are checked by the caller, who has the
-     * registry; what can be checked here is consistency with `tools`. */
-    if (a->tools_all)
-        goto cleanup;
-    if (a->tool_choice.kind == LOOM_TOOL_CHOICE_REQUIRED && a->tools_len == 0) {
-        rc = fail_at(ld, LOOM_EINVALID, line_of(n), key,
+    else if (a->tools_all)
+        rc = 0;
+    else if (a->tool_choice.kind == LOOM_TOOL_CHOICE_REQUIRED &&
+             a->tools_len == 0)
+        rc = fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
                      "'required' needs at least one tool, but tools is "
                      "empty");
-        goto cleanup;
-    }
-    if (a->tool_choice.kind == LOOM_TOOL_CHOICE_FUNCTION) {
-        size_t i;
-        for (i = 0; i < a->tools_len; i++)
-            if (strcmp(a->tools[i], s) == 0)
-                break;
+    else if (a->tool_choice.kind == LOOM_TOOL_CHOICE_FUNCTION) {
+        size_t i = 0;
+
+        while (i < a->tools_len && strcmp(a->tools[i], s) != 0)
+            i++;
         if (i == a->tools_len)
-            rc = fail_at(ld, LOOM_EINVALID, line_of(n), key,
+            rc = fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
                          "tool '%s' is not in this agent's tools", s);
     }
-
-cleanup:
     free(s);
     return rc;
 }
 
-static int parse_agent(loader *ld, const entry *e, loom_agent_config *a)
+static int agent_init(loader *ld, const entry *e, const char *key, void *obj)
 {
-    static const char *const known[] = {"model",
-                                        "system_prompt",
-                                        "tools",
-                                        "max_iterations",
-                                        "tool_choice",
-                                        "parallel_tool_calls",
-                                        "tool_concurrency",
-                                        "planning",
-                                        "think",
-                                        "tool_timeout_ms",
-                                        "review",
-                                        "review_model",
-                                        "citations",
-                                        "memory",
-                                        NULL};
-    enum { MODEL, PROMPT, TOOLS, ITER, CHOICE, PARALLEL, CONC, PLAN, THINK,
-           TTIMEOUT, REVIEW, RMODEL, CITES, MEMORY, NFIELDS };
-    yaml_node_t *v[NFIELDS];
-    char key[KEY_LEN], sub[KEY_LEN], why[512];
-    int rc;
+    loom_agent_config *a = obj;
 
-    memset(a, 0, sizeof(*a));
+    (void)ld;
+    (void)key;
     a->tools_all = 1;
     a->max_iterations = 10;
     a->parallel_tool_calls = 1;
     a->tool_concurrency = 8;
     a->memory = 1;
-    if (!(a->name = strdup(e->name)))
-        return loom__error_oom();
-    join_key(key, sizeof(key), "agents", e->name);
-    if ((rc = read_fields(ld, e->value, key, known, v)) != 0)
-        return rc;
-
-    join_key(sub, sizeof(sub), key, "model");
-    if (v[MODEL] &&
-        (rc = get_str(ld, v[MODEL], sub, "a model name", &a->model)) != 0)
-        return rc;
-    if (!a->model)
-        return fail_at(ld, LOOM_EINVALID, line_of(e->key), key,
-                       "missing required key 'model'");
-    if (loom__config_model_unresolved(ld->cfg, a->model, why, sizeof(why)))
-        return fail_at(ld, LOOM_EINVALID, line_of(v[MODEL]), sub, "%s", why);
-
-    join_key(sub, sizeof(sub), key, "system_prompt");
-    if (v[PROMPT] &&
-        (rc = get_str(ld, v[PROMPT], sub, "a string", &a->system_prompt)) != 0)
-        return rc;
-    if (a->system_prompt && !*a->system_prompt) {
-        free(a->system_prompt);
-        a->system_prompt = NULL;
-    }
-
-    join_key(sub, sizeof(sub), key, "tools");
-    if (v[TOOLS] && !is_null(v[TOOLS]) &&
-        (rc = parse_agent_tools(ld, v[TOOLS], sub, a)) != 0)
-        return rc;
-
-    join_key(sub, sizeof(sub), key, "max_iterations");
-    if ((rc = get_int(ld, v[ITER], sub, 1, 1000, &a->max_iterations)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "parallel_tool_calls");
-    if ((rc = get_bool(ld, v[PARALLEL], sub, &a->parallel_tool_calls)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "tool_concurrency");
-    if ((rc = get_int(ld, v[CONC], sub, 1, 64, &a->tool_concurrency)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "planning");
-    if ((rc = get_bool(ld, v[PLAN], sub, &a->planning)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "think");
-    if ((rc = get_bool(ld, v[THINK], sub, &a->think)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "tool_timeout_ms");
-    if ((rc = get_long(ld, v[TTIMEOUT], sub, 1, 86400000L,
-                       &a->tool_timeout_ms)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "review");
-    if ((rc = get_bool(ld, v[REVIEW], sub, &a->review)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "review_model");
-    if (v[RMODEL] && !is_null(v[RMODEL]) &&
-        (rc = get_str(ld, v[RMODEL], sub, "a model name",
-                      &a->review_model)) != 0)
-        return rc;
-    if (a->review_model &&
-        loom__config_model_unresolved(ld->cfg, a->review_model, why,
-                                      sizeof(why)))
-        return fail_at(ld, LOOM_EINVALID, line_of(v[RMODEL]), sub, "%s",
-                       why);
-    join_key(sub, sizeof(sub), key, "citations");
-    if ((rc = get_bool(ld, v[CITES], sub, &a->citations)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "memory");
-    if ((rc = get_bool(ld, v[MEMORY], sub, &a->memory)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "tool_choice");
-    if (v[CHOICE])
-        return parse_tool_choice(ld, v[CHOICE], sub, a);
-    return 0;
+    return (a->name = strdup(e->name)) ? 0 : loom__error_oom();
 }
 
-static int parse_agents(loader *ld, const yaml_node_t *n)
+#define A loom_agent_config
+static const field agent_fields[] = {
+    {K_STR("model", A, model, "a model name"), .flags = F_REQUIRED | F_MODEL},
+    {K_STR("system_prompt", A, system_prompt, "a string"),
+     .flags = F_EMPTY_NULL},
+    {K_FN("tools", read_agent_tools)},
+    {K_INT("max_iterations", A, max_iterations, 1, 1000)},
+    {K_FN("tool_choice", read_tool_choice), .pass = 1},
+    {K_BOOL("parallel_tool_calls", A, parallel_tool_calls)},
+    {K_INT("tool_concurrency", A, tool_concurrency, 1, 64)},
+    {K_BOOL("planning", A, planning)},
+    {K_BOOL("think", A, think)},
+    {K_LONG("tool_timeout_ms", A, tool_timeout_ms, 1, 86400000L)},
+    {K_BOOL("review", A, review)},
+    {K_STR("review_model", A, review_model, "a model name"), .flags = F_MODEL},
+    {K_BOOL("citations", A, citations)},
+    {K_BOOL("memory", A, memory)},
+};
+static const section agent_section = SECTION(agent_fields, NULL, NULL);
+static const list_spec agent_list = {"agent",
+                                     1,
+                                     sizeof(A),
+                                     offsetof(loom_config, agents),
+                                     offsetof(loom_config, agents_len),
+                                     agent_init,
+                                     &agent_section};
+#undef A
+
+static int read_default_agent(walk_ctx *w, const field *f, const yaml_node_t *n,
+                              const char *key)
 {
-    loom_config *cfg = ld->cfg;
-    entry *es = NULL;
-    size_t len = 0;
-    int rc;
-
-    if ((rc = read_entries(ld, n, "agents", &es, &len)) != 0 || len == 0)
-        goto cleanup;
-    if (!(cfg->agents = calloc(len, sizeof(*cfg->agents)))) {
-        rc = loom__error_oom();
-        goto cleanup;
-    }
-    for (size_t i = 0; i < len; i++) {
-        if ((rc = check_name(ld, line_of(es[i].key), "agents", es[i].name, 1, "agent")) != 0)
-            goto cleanup;
-        cfg->agents_len++;
-        if ((rc = parse_agent(ld, &es[i], &cfg->agents[i])) != 0)
-            goto cleanup;
-    }
-
-cleanup:
-    free(es);
-    return rc;
-}
-
-static int parse_default_agent(loader *ld, const yaml_node_t *n)
-{
-    loom_config *cfg = ld->cfg;
+    loom_config *cfg = w->ld->cfg;
     char tmp[64], known[256];
     int rc;
 
-    if ((rc = get_str(ld, n, "default_agent", "an agent name",
-                      &cfg->default_agent)) != 0 ||
+    (void)f;
+    if ((rc = get_str(w->ld, n, key, "an agent name", &cfg->default_agent)) !=
+            0 ||
         !cfg->default_agent)
         return rc;
     if (!loom_config_agent(cfg, cfg->default_agent))
-        return fail_at(ld, LOOM_EINVALID, line_of(n), "default_agent",
+        return fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
                        "agent '%s' is not defined under agents (agents: %s)",
                        loom__config_shown(tmp, sizeof(tmp), cfg->default_agent),
                        agent_names(known, sizeof(known), cfg));
     return 0;
 }
 
-static int parse_tools(loader *ld, const yaml_node_t *n)
+/* ---- tools and http_tools ----------------------------------------------- */
+
+/* `tools: {name: {settings}}`: free-form settings, kept as JSON. */
+static int read_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
+                      const char *key)
 {
+    loader *ld = w->ld;
     entry *es = NULL;
     size_t len = 0;
-    char key[KEY_LEN];
+    char sub[KEY_LEN];
     json_t *v = NULL;
     int rc;
 
-    if ((rc = read_entries(ld, n, "tools", &es, &len)) != 0)
+    (void)f;
+    if ((rc = read_entries(ld, n, key, &es, &len)) != 0)
         return rc;
     for (size_t i = 0; i < len; i++) {
-        join_key(key, sizeof(key), "tools", es[i].name);
-        if ((rc = check_name(ld, line_of(es[i].key), "tools", es[i].name, 0, "tool")) != 0)
+        join_key(sub, sizeof(sub), key, es[i].name);
+        if ((rc = check_name(ld, line_of(es[i].key), key, es[i].name, 0,
+                             "tool")) != 0)
             goto cleanup;
         if (is_null(es[i].value)) {
             v = json_object();
         } else if (es[i].value->type != YAML_MAPPING_NODE) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].value), key,
+            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].value), sub,
                          "must be a mapping of settings, got %s",
                          kind_name(es[i].value));
             goto cleanup;
-        } else if ((rc = to_json(ld, es[i].value, key, 3, &v)) != 0) {
+        } else if ((rc = to_json(ld, es[i].value, sub, 3, &v)) != 0) {
             goto cleanup;
         }
         if (!v || json_object_set_new(ld->cfg->tools, es[i].name, v) != 0) {
@@ -1487,286 +1647,126 @@ cleanup:
     return rc;
 }
 
-/* ---- http_tools -------------------------------------------------------- */
-
 /* An allowlist entry as far as the config can tell: one word without
  * spaces, '/' or '@'. src/tools/netguard.c parses it fully when the tool
  * is registered. */
-static int plausible_host(const char *s)
+static int host_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                   const char *s, int repeat)
 {
-    size_t n = strlen(s);
+    char tmp[64];
 
-    return n > 0 && n < 256 && !strpbrk(s, " \t\r\n/@?#");
-}
-
-static int parse_allow_hosts(loader *ld, const yaml_node_t *n, const char *key,
-                             loom_http_tool_config *t)
-{
-    char sub[KEY_LEN], tmp[64], *s = NULL;
-    size_t count, i = 0;
-    int rc;
-
-    if ((rc = visit(ld, n)) != 0 || is_null(n))
-        return rc;
-    if (n->type != YAML_SEQUENCE_NODE)
-        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
-                       "must be a list of hosts, got %s", kind_name(n));
-    count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-    if (count == 0)
+    (void)repeat;
+    if (s && *s && strlen(s) < 256 && !strpbrk(s, " \t\r\n/@?#"))
         return 0;
-    if (!(t->allow_hosts = calloc(count, sizeof(*t->allow_hosts))))
-        return loom__error_oom();
-    for (yaml_node_item_t *it = n->data.sequence.items.start;
-         it < n->data.sequence.items.top; it++, i++) {
-        yaml_node_t *item = node_at(ld, *it);
-
-        index_key(sub, sizeof(sub), key, i);
-        if ((rc = get_str(ld, item, sub, "a host", &s)) != 0)
-            return rc;
-        if (!s || !plausible_host(s)) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(item), sub,
-                         "'%s' is not a host, host:port, [IPv6]:port or "
-                         "*.domain",
-                         s ? loom__config_shown(tmp, sizeof(tmp), s) : "null");
-            free(s);
-            return rc;
-        }
-        t->allow_hosts[t->allow_hosts_len++] = s;
-        s = NULL;
-    }
-    return 0;
+    return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                   "'%s' is not a host, host:port, [IPv6]:port or *.domain",
+                   s ? loom__config_shown(tmp, sizeof(tmp), s) : "null");
 }
 
-/* The parameters schema: a mapping whose `type`, when given, is object. */
-static int parse_http_params(loader *ld, const yaml_node_t *n, const char *key,
-                             loom_http_tool_config *t)
+static int read_allow_hosts(walk_ctx *w, const field *f, const yaml_node_t *n,
+                            const char *key)
 {
+    loom_http_tool_config *t = w->obj;
+
+    (void)f;
+    return read_strings(w, n, key, "hosts", "a host", host_ok, &t->allow_hosts,
+                        &t->allow_hosts_len);
+}
+
+/* The parameters schema: a mapping whose `type`, when given, is object;
+ * null keeps the default, an empty object schema. */
+static int read_http_params(walk_ctx *w, const field *f, const yaml_node_t *n,
+                            const char *key)
+{
+    loom_http_tool_config *t = w->obj;
     const json_t *type;
     int rc;
 
-    if (!n || is_null(n)) {
-        if (!(t->parameters = json_pack("{s:s}", "type", "object")))
-            return loom__error_oom();
+    (void)f;
+    if (is_null(n))
         return 0;
-    }
     if (n->type != YAML_MAPPING_NODE)
-        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+        return fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
                        "must be a JSON Schema mapping, got %s", kind_name(n));
-    if ((rc = to_json(ld, n, key, 3, &t->parameters)) != 0)
+    json_decref(t->parameters);
+    if ((rc = to_json(w->ld, n, key, 3, &t->parameters)) != 0)
         return rc;
     type = json_object_get(t->parameters, "type");
     if (type && !(json_is_string(type) &&
                   strcmp(json_string_value(type), "object") == 0))
-        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+        return fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
                        "type must be object: the arguments are a JSON "
                        "object");
     return 0;
 }
 
-static int parse_http_tool(loader *ld, const entry *e,
-                           loom_http_tool_config *t)
+static int http_tool_init(loader *ld, const entry *e, const char *key,
+                          void *obj)
 {
-    static const char *const known[] = {
-        "description", "method",     "url",       "headers",   "parameters",
-        "allow_hosts", "timeout_ms", "max_bytes", "max_chars", NULL};
-    enum { DESC, METHOD, URL, HEADERS, PARAMS, ALLOW, TIMEOUT, BYTES, CHARS,
-           NFIELDS };
-    static const char *const methods[] = {"GET", "POST", "PUT", "PATCH",
-                                          "DELETE", NULL};
-    yaml_node_t *v[NFIELDS];
-    char key[KEY_LEN], sub[KEY_LEN], tmp[64];
-    size_t i;
-    int rc;
+    loom_http_tool_config *t = obj;
 
+    (void)ld;
+    (void)key;
     t->timeout_ms = 30000;
     t->max_bytes = 1L << 20;
     t->max_chars = 20000;
-    if (!(t->name = strdup(e->name)) || !(t->headers = json_object()))
+    if (!(t->name = strdup(e->name)) || !(t->headers = json_object()) ||
+        !(t->method = strdup("POST")) ||
+        !(t->parameters = json_pack("{s:s}", "type", "object")))
         return loom__error_oom();
-    join_key(key, sizeof(key), "http_tools", e->name);
-    if ((rc = read_fields(ld, e->value, key, known, v)) != 0)
-        return rc;
-
-    join_key(sub, sizeof(sub), key, "description");
-    if (v[DESC] &&
-        (rc = get_str(ld, v[DESC], sub, "a string", &t->description)) != 0)
-        return rc;
-    if (!t->description || !*t->description)
-        return fail_at(ld, LOOM_EINVALID,
-                       line_of(v[DESC] ? v[DESC] : e->key), key,
-                       "missing required key 'description' (the model "
-                       "reads it to decide when to call the tool)");
-
-    join_key(sub, sizeof(sub), key, "method");
-    if (v[METHOD] &&
-        (rc = get_str(ld, v[METHOD], sub, "an HTTP method", &t->method)) != 0)
-        return rc;
-    if (!t->method && !(t->method = strdup("POST")))
-        return loom__error_oom();
-    for (char *c = t->method; *c; c++)
-        if (*c >= 'a' && *c <= 'z')
-            *c = (char)(*c - 'a' + 'A');
-    for (i = 0; methods[i] && strcmp(methods[i], t->method) != 0; i++)
-        ;
-    if (!methods[i])
-        return fail_at(ld, LOOM_EINVALID, line_of(v[METHOD]), sub,
-                       "must be GET, POST, PUT, PATCH or DELETE, got '%s'",
-                       loom__config_shown(tmp, sizeof(tmp), t->method));
-
-    join_key(sub, sizeof(sub), key, "url");
-    if (v[URL] && (rc = get_str(ld, v[URL], sub, "a URL", &t->url)) != 0)
-        return rc;
-    if (!t->url)
-        return fail_at(ld, LOOM_EINVALID, line_of(e->key), key,
-                       "missing required key 'url'");
-    if (!loom__config_valid_url(t->url))
-        return fail_at(ld, LOOM_EINVALID, line_of(v[URL]), sub,
-                       "must be an http:// or https:// URL, got '%s'",
-                       loom__config_shown(tmp, sizeof(tmp), t->url));
-
-    join_key(sub, sizeof(sub), key, "headers");
-    if (v[HEADERS] &&
-        (rc = parse_headers(ld, v[HEADERS], sub, t->headers)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "parameters");
-    if ((rc = parse_http_params(ld, v[PARAMS], sub, t)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "allow_hosts");
-    if (v[ALLOW] && (rc = parse_allow_hosts(ld, v[ALLOW], sub, t)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "timeout_ms");
-    if ((rc = get_long(ld, v[TIMEOUT], sub, 100, 300000, &t->timeout_ms)) != 0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "max_bytes");
-    if ((rc = get_long(ld, v[BYTES], sub, 1024, 64L << 20, &t->max_bytes)) !=
-        0)
-        return rc;
-    join_key(sub, sizeof(sub), key, "max_chars");
-    return get_long(ld, v[CHARS], sub, 100, 10000000, &t->max_chars);
-}
-
-static int parse_http_tools(loader *ld, const yaml_node_t *n)
-{
-    loom_config *cfg = ld->cfg;
-    entry *es = NULL;
-    size_t len = 0;
-    int rc;
-
-    if ((rc = read_entries(ld, n, "http_tools", &es, &len)) != 0 || len == 0)
-        goto cleanup;
-    if (!(cfg->http_tools = calloc(len, sizeof(*cfg->http_tools)))) {
-        rc = loom__error_oom();
-        goto cleanup;
-    }
-    for (size_t i = 0; i < len; i++) {
-        if ((rc = check_name(ld, line_of(es[i].key), "http_tools", es[i].name, 0, "tool")) != 0)
-            goto cleanup;
-        cfg->http_tools_len++;
-        if ((rc = parse_http_tool(ld, &es[i], &cfg->http_tools[i])) != 0)
-            goto cleanup;
-    }
-
-cleanup:
-    free(es);
-    return rc;
-}
-
-/* "HOST:PORT": a non-empty host without spaces or '/', and a port
- * 0..65535 ("[::1]:80" keeps its brackets). */
-static int valid_listen(const char *s)
-{
-    const char *colon = strrchr(s, ':');
-    char *end;
-    long port;
-
-    if (!colon || colon == s || strpbrk(s, " \t/"))
-        return 0;
-    errno = 0;
-    port = strtol(colon + 1, &end, 10);
-    return colon[1] >= '0' && colon[1] <= '9' && *end == '\0' &&
-           errno == 0 && port >= 0 && port <= 65535;
-}
-
-/*
- * The server section (loom serve). Each limit has a floor that keeps the
- * server usable (a 1 KiB body, one run) and a ceiling against typos.
- */
-static int parse_server(loader *ld, const yaml_node_t *n)
-{
-    static const char *const known[] = {
-        "listen", "db", "max_body_bytes", "max_concurrent_runs",
-        "max_connections", "keepalive_ms", "read_timeout_ms",
-        "shutdown_grace_ms", "keep_finished_runs", "max_run_events_bytes",
-        NULL};
-    enum { LISTEN, DB, BODY, RUNS, CONNS, KEEPALIVE, READ, GRACE, KEEP,
-           EVENTS, NFIELDS };
-    loom_server_config *sc = &ld->cfg->server;
-    yaml_node_t *v[NFIELDS];
-    char tmp[64], *s = NULL;
-    int rc;
-
-    if ((rc = read_fields(ld, n, "server", known, v)) != 0)
-        return rc;
-    if (v[LISTEN]) {
-        if ((rc = get_str(ld, v[LISTEN], "server.listen", "HOST:PORT",
-                          &s)) != 0)
-            return rc;
-        if (s && !valid_listen(s)) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(v[LISTEN]),
-                         "server.listen",
-                         "must be HOST:PORT (port 0..65535), got '%s'",
-                         loom__config_shown(tmp, sizeof(tmp), s));
-            free(s);
-            return rc;
-        }
-        if (s) {
-            free(sc->listen);
-            sc->listen = s;
-        }
-    }
-    if (v[DB]) {
-        if ((rc = get_str(ld, v[DB], "server.db", "a path", &s)) != 0)
-            return rc;
-        if (s && !*s) {
-            free(s);
-            return fail_at(ld, LOOM_EINVALID, line_of(v[DB]), "server.db",
-                           "must not be empty");
-        }
-        if (s) {
-            free(sc->db);
-            sc->db = s;
-        }
-    }
-    if ((rc = get_long(ld, v[BODY], "server.max_body_bytes", 1024,
-                       1L << 30, &sc->max_body_bytes)) != 0 ||
-        (rc = get_int(ld, v[RUNS], "server.max_concurrent_runs", 1, 100000,
-                      &sc->max_concurrent_runs)) != 0 ||
-        (rc = get_int(ld, v[CONNS], "server.max_connections", 1, 1000000,
-                      &sc->max_connections)) != 0 ||
-        (rc = get_long(ld, v[KEEPALIVE], "server.keepalive_ms", 10,
-                       TIMEOUT_MAX, &sc->keepalive_ms)) != 0 ||
-        (rc = get_long(ld, v[READ], "server.read_timeout_ms", 1000,
-                       TIMEOUT_MAX, &sc->read_timeout_ms)) != 0 ||
-        (rc = get_long(ld, v[GRACE], "server.shutdown_grace_ms", 0,
-                       TIMEOUT_MAX, &sc->shutdown_grace_ms)) != 0 ||
-        (rc = get_int(ld, v[KEEP], "server.keep_finished_runs", 0, 1000000,
-                      &sc->keep_finished_runs)) != 0 ||
-        (rc = get_long(ld, v[EVENTS], "server.max_run_events_bytes", 4096,
-                       1L << 32, &sc->max_run_events_bytes)) != 0)
-        return rc;
     return 0;
 }
 
+static const char *const http_methods[] = {"GET",   "POST",   "PUT",
+                                           "PATCH", "DELETE", NULL};
+
+#define H loom_http_tool_config
+static const field http_tool_fields[] = {
+    {K_STR("description", H, description, "a string"),
+     .flags = F_REQUIRED | F_EMPTY_NULL,
+     .hint = " (the model reads it to decide when to call the tool)"},
+    {K_STR("method", H, method, "an HTTP method"), .flags = F_UPPER,
+     .choices = http_methods},
+    {K_STR("url", H, url, "a URL"), .flags = F_REQUIRED, URL_RULE},
+    {K_FN("headers", read_headers), AT(H, headers)},
+    {K_FN("parameters", read_http_params)},
+    {K_FN("allow_hosts", read_allow_hosts)},
+    {K_LONG("timeout_ms", H, timeout_ms, 100, 300000)},
+    {K_LONG("max_bytes", H, max_bytes, 1024, 64L << 20)},
+    {K_LONG("max_chars", H, max_chars, 100, 10000000)},
+};
+static const section http_tool_section = SECTION(http_tool_fields, NULL, NULL);
+static const list_spec http_tool_list = {"tool",
+                                         0,
+                                         sizeof(H),
+                                         offsetof(loom_config, http_tools),
+                                         offsetof(loom_config, http_tools_len),
+                                         http_tool_init,
+                                         &http_tool_section};
+#undef H
+
+/* ---- the document ------------------------------------------------------- */
+
+/* The top-level keys. Sections refer to those read before them, hence
+ * the passes: providers and routing first (models start from the
+ * routing policy), then models, agents, default_agent and the tools, and
+ * the server last. */
+static const field top_fields[] = {
+    {K_SUB("log", log_section)},
+    {K_FN("providers", read_providers)},
+    {K_LIST("models", model_list), .pass = 1},
+    {K_LIST("agents", agent_list), .pass = 1},
+    {K_FN("default_agent", read_default_agent), .pass = 1},
+    {K_FN("tools", read_tools), .pass = 1},
+    {K_SUB("server", server_section), AT(loom_config, server), .pass = 2},
+    {K_SUB("routing", routing_section), AT(loom_config, routing)},
+    {K_LIST("http_tools", http_tool_list), .pass = 1},
+};
+static const section top_section = SECTION(top_fields, NULL, NULL);
+
 static int parse_document(loader *ld)
 {
-    /* The top-level keys. */
-    static const char *const known[] = {
-        "log",   "providers", "models", "agents", "default_agent",
-        "tools", "server",    "routing", "http_tools", NULL};
-    enum { LOG, PROVIDERS, MODELS, AGENTS, DEFAULT, TOOLS, SERVER, ROUTING,
-           HTTP_TOOLS, NFIELDS };
-    yaml_node_t *root = yaml_document_get_root_node(ld->doc), *v[NFIELDS];
-    int rc;
+    yaml_node_t *root = yaml_document_get_root_node(ld->doc);
 
     if (!root || is_null(root))
         return 0;
@@ -1774,21 +1774,7 @@ static int parse_document(loader *ld)
         return fail_at(ld, LOOM_EINVALID, line_of(root), NULL,
                        "the top level must be a mapping, got %s",
                        kind_name(root));
-    if ((rc = read_fields(ld, root, NULL, known, v)) != 0)
-        return rc;
-    /* Order matters: each section may refer to the ones before it. */
-    if ((v[LOG] && (rc = parse_log(ld, v[LOG])) != 0) ||
-        (v[PROVIDERS] && (rc = parse_providers(ld, v[PROVIDERS])) != 0) ||
-        (v[ROUTING] && (rc = parse_routing(ld, v[ROUTING], "routing",
-                                           &ld->cfg->routing)) != 0) ||
-        (v[MODELS] && (rc = parse_models(ld, v[MODELS])) != 0) ||
-        (v[AGENTS] && (rc = parse_agents(ld, v[AGENTS])) != 0) ||
-        (v[DEFAULT] && (rc = parse_default_agent(ld, v[DEFAULT])) != 0) ||
-        (v[TOOLS] && (rc = parse_tools(ld, v[TOOLS])) != 0) ||
-        (v[HTTP_TOOLS] && (rc = parse_http_tools(ld, v[HTTP_TOOLS])) != 0) ||
-        (v[SERVER] && (rc = parse_server(ld, v[SERVER])) != 0))
-        return rc;
-    return 0;
+    return walk(ld, root, NULL, line_of(root), &top_section, ld->cfg);
 }
 
 /* ---- the YAML layer --------------------------------------------------- */
