@@ -1,15 +1,20 @@
 /*
  * Internal to the SQLite backend: its migrations (migrations.c), what
  * sqlite.c lends the backend's other files (sqlite_memory.c) to run a
- * transaction on a pooled connection, and the hooks its tests use to
- * reach states a caller cannot (an older schema, a full disk).
+ * transaction on a pooled connection, the hooks its tests use to reach
+ * states a caller cannot (an older schema, a full disk), and what the
+ * files of the conversation store share: the pool and its cached
+ * statements (sqlite.c), the conversations (sqlite_conversations.c) and
+ * saving a turn (sqlite_turn.c).
  */
 #ifndef LOOM_STORE_SQLITE_INTERNAL_H
 #define LOOM_STORE_SQLITE_INTERNAL_H
 
 #include "store/store_internal.h"
 
+#include <pthread.h>
 #include <sqlite3.h>
+#include <string.h>
 
 /* Migration N is loom__sqlite_migrations[N - 1]; the newest schema version
  * this loom knows is loom__sqlite_migrations_len. */
@@ -44,14 +49,187 @@ int loom__sqlite_begin(loom_store *st, int write, loom__sqlite_conn **out);
 /* Rolls back whatever is still open, gives c back and drops the write
  * lock. Statements the caller prepared must be finalized first. */
 void loom__sqlite_end(loom_store *st, loom__sqlite_conn *c, int write);
-int loom__sqlite_commit(loom_store *st, loom__sqlite_conn *c,
-                        const char *what);
+int loom__sqlite_commit(loom_store *st, loom__sqlite_conn *c, const char *what);
 /* The connection's handle, for statements the caller prepares itself. */
 sqlite3 *loom__sqlite_db(loom__sqlite_conn *c);
 /* Records SQLite's error rc for what ("store PATH: what: message") and
  * returns the LOOM_E* code it maps to (a full disk is LOOM_EIO). */
 int loom__sqlite_fail(loom_store *st, loom__sqlite_conn *c, int rc,
                       const char *what);
+
+/* ---- the conversation store's files ---------------------------------- */
+
+/* The statements each connection caches (sql_text in sqlite.c). */
+enum {
+    S_BEGIN,
+    S_BEGIN_WRITE,
+    S_COMMIT,
+    S_ROLLBACK,
+    S_PING,
+    S_CONV_INSERT,
+    S_CONV_INFO,
+    S_CONV_LIST,
+    S_CONV_LIST_AFTER,
+    S_CONV_DELETE,
+    S_CONV_BASE,
+    S_CONV_UPDATE,
+    S_MSG_INSERT,
+    S_CALL_INSERT,
+    S_OUTPUT_INSERT,
+    S_USAGE_INSERT,
+    S_MSG_SELECT,
+    S_CALL_SELECT,
+    S_USAGE_SELECT,
+    S_CONV_SUMMARY,
+    S_RECORD_INSERT,
+    S_RECORD_SELECT,
+    S_COUNT
+};
+
+/* Columns of S_MSG_SELECT. */
+enum {
+    M_ID,
+    M_ROLE,
+    M_CONTENT,
+    M_REASONING,
+    M_MODEL,
+    M_FINISH,
+    M_STATUS,
+    M_ERROR,
+    M_PROMPT,
+    M_COMPLETION,
+    M_COST,
+    M_CREATED,
+    M_RUN,
+    M_CALL_ID,
+    M_NAME,
+    M_PLACEHOLDER,
+    M_TOOL_STATUS,
+    M_DURATION,
+    M_PROVIDER_STATE,
+    M_COST_MICROS,
+    M_CITATIONS
+};
+
+struct loom__sqlite_conn {
+    sqlite3 *db;
+    sqlite3_stmt *stmts[S_COUNT];   /* prepared on first use */
+    struct loom__sqlite_conn *next; /* in the idle list */
+};
+
+typedef struct {
+    loom_store base;
+    char *path;
+    int version;
+    pthread_mutex_t lock; /* guards idle, nconns and extra_sql */
+    pthread_cond_t available;
+    loom__sqlite_conn *idle;
+    int nconns;
+    pthread_mutex_t write_lock; /* one writer at a time, in process */
+    char *extra_sql;            /* test hook: run on each new connection */
+} loom__sqlite_store;
+
+/* Records SQLite's error rc (message from db when there is one) as
+ * "store PATH: what: message"; returns the LOOM_E* code. */
+int loom__sqlite_error(loom__sqlite_store *st, sqlite3 *db, int rc,
+                       const char *what);
+/* LOOM_ENOTFOUND: "conversation 'id' not found". */
+int loom__sqlite_not_found(const char *id);
+/* The cached statement id of c, prepared on first use. */
+int loom__sqlite_use(loom__sqlite_store *st, loom__sqlite_conn *c, int id,
+                     sqlite3_stmt **out);
+/* Runs a cached statement that returns no rows; an SQLite code. */
+int loom__sqlite_run(loom__sqlite_conn *c, int id);
+/* Takes an idle connection, opens one, or waits for one. */
+int loom__sqlite_acquire(loom__sqlite_store *st, loom__sqlite_conn **out);
+/* Gives c back (NULL is a no-op), with no statement running and no
+ * transaction open: what an error left open is rolled back. */
+void loom__sqlite_release(loom__sqlite_store *st, loom__sqlite_conn *c);
+/* BEGIN on c: a read transaction, one snapshot for what follows. */
+int loom__sqlite_begin_read(loom__sqlite_store *st, loom__sqlite_conn *c);
+/* Conversation id's message count on c; LOOM_ENOTFOUND when absent. */
+int loom__sqlite_exists(loom__sqlite_store *st, loom__sqlite_conn *c,
+                        const char *id, int64_t *count);
+
+/* The vtable entries of sqlite_conversations.c and sqlite_turn.c. */
+int loom__sqlite_conversation_create(loom_store *base, const char *id,
+                                     int64_t now);
+int loom__sqlite_conversation_info(loom_store *base, const char *id,
+                                   loom_conversation_info *out);
+int loom__sqlite_conversation_list(loom_store *base, const char *after,
+                                   int limit, json_t **out);
+int loom__sqlite_conversation_get(loom_store *base, const char *id,
+                                  json_t **out);
+int loom__sqlite_conversation_delete(loom_store *base, const char *id);
+int loom__sqlite_load_history(loom_store *base, const char *id,
+                              loom_messages *out);
+int loom__sqlite_conversation_summary(loom_store *base, const char *id,
+                                      char **summary, size_t *covers,
+                                      char **plan);
+int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p);
+
+/* ---- binding and reading, for every file of the backend --------------- */
+
+/* Resets a statement so it holds no snapshot and no borrowed strings. */
+static inline void done(sqlite3_stmt *s)
+{
+    if (s) {
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+    }
+}
+
+/* Binders that do nothing once *rc holds an error. */
+static inline void b_text(sqlite3_stmt *s, int i, const char *v, int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = v ? sqlite3_bind_text64(s, i, v, strlen(v), SQLITE_STATIC,
+                                      SQLITE_UTF8)
+                : sqlite3_bind_null(s, i);
+}
+
+/* Binds len bytes of v (NULL when v is). */
+static inline void b_textn(sqlite3_stmt *s, int i, const char *v, size_t len,
+                           int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = v ? sqlite3_bind_text64(s, i, v, len, SQLITE_STATIC, SQLITE_UTF8)
+                : sqlite3_bind_null(s, i);
+}
+
+static inline void b_int(sqlite3_stmt *s, int i, int64_t v, int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = sqlite3_bind_int64(s, i, v);
+}
+
+/* Binds v, or NULL when v is negative (unknown). */
+static inline void b_real(sqlite3_stmt *s, int i, double v, int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = v >= 0 ? sqlite3_bind_double(s, i, v) : sqlite3_bind_null(s, i);
+}
+
+/* Binds micro-dollars, or NULL when v is negative (unknown). */
+static inline void b_micros(sqlite3_stmt *s, int i, int64_t v, int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = v >= 0 ? sqlite3_bind_int64(s, i, v) : sqlite3_bind_null(s, i);
+}
+
+/* Steps s once: SQLITE_DONE becomes SQLITE_OK; anything else stays. */
+static inline int step_done(sqlite3_stmt *s, int rc)
+{
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = sqlite3_step(s);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static inline const char *col_text(sqlite3_stmt *s, int i)
+{
+    return (const char *)sqlite3_column_text(s, i);
+}
 
 /* ---- memories (sqlite_memory.c): the vtable entries ------------------ */
 

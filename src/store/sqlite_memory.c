@@ -13,8 +13,8 @@
  * operator, a column filter or a prefix star). BM25 ranks the matches.
  *
  * Statements are prepared per call rather than cached on the connection:
- * memory calls are rare next to turns, and this keeps sqlite.c's
- * statement cache private to it.
+ * memory calls are rare next to turns, so sqlite.c's statement cache
+ * holds only the conversation store's statements.
  */
 #include "core/error.h"
 #include "core/utf8.h"
@@ -54,33 +54,6 @@ static int prepare(loom__sqlite_conn *c, const char *sql, sqlite3_stmt **s)
     return sqlite3_prepare_v2(loom__sqlite_db(c), sql, -1, s, NULL);
 }
 
-/* Binders that do nothing once *rc holds an error. */
-static void b_text(sqlite3_stmt *s, int i, const char *v, size_t len, int *rc)
-{
-    if (*rc == SQLITE_OK)
-        *rc = sqlite3_bind_text64(s, i, v, len, SQLITE_STATIC, SQLITE_UTF8);
-}
-
-static void b_str(sqlite3_stmt *s, int i, const char *v, int *rc)
-{
-    b_text(s, i, v, strlen(v), rc);
-}
-
-static void b_int(sqlite3_stmt *s, int i, int64_t v, int *rc)
-{
-    if (*rc == SQLITE_OK)
-        *rc = sqlite3_bind_int64(s, i, v);
-}
-
-/* Steps a statement that returns no rows: SQLITE_OK or the error. */
-static int exec_done(sqlite3_stmt *s, int rc)
-{
-    if (rc != SQLITE_OK)
-        return rc;
-    rc = sqlite3_step(s);
-    return rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
 /* Counts user_id's memories on c (inside the caller's transaction). */
 static int count_on(loom_store *st, loom__sqlite_conn *c, const char *user_id,
                     int64_t *out)
@@ -88,7 +61,7 @@ static int count_on(loom_store *st, loom__sqlite_conn *c, const char *user_id,
     sqlite3_stmt *s = NULL;
     int src = prepare(c, sql_count, &s), rc = 0;
 
-    b_str(s, 1, user_id, &src);
+    b_text(s, 1, user_id, &src);
     if (src == SQLITE_OK && (src = sqlite3_step(s)) == SQLITE_ROW)
         *out = sqlite3_column_int64(s, 0);
     else
@@ -105,8 +78,8 @@ static int find_on(loom_store *st, loom__sqlite_conn *c,
     const char *v;
     int src = prepare(c, sql_find, &s), rc = 0;
 
-    b_str(s, 1, m->user_id, &src);
-    b_str(s, 2, m->norm, &src);
+    b_text(s, 1, m->user_id, &src);
+    b_text(s, 2, m->norm, &src);
     if (src == SQLITE_OK)
         src = sqlite3_step(s);
     if (src == SQLITE_ROW) {
@@ -133,9 +106,9 @@ static int touch_on(loom_store *st, loom__sqlite_conn *c, const char *id,
     sqlite3_stmt *s = NULL;
     int src = prepare(c, sql_touch, &s), rc = 0;
 
-    b_str(s, 1, id, &src);
+    b_text(s, 1, id, &src);
     b_int(s, 2, now, &src);
-    if ((src = exec_done(s, src)) != SQLITE_OK)
+    if ((src = step_done(s, src)) != SQLITE_OK)
         rc = loom__sqlite_fail(st, c, src, "storing a memory");
     sqlite3_finalize(s);
     return rc;
@@ -147,12 +120,12 @@ static int insert_on(loom_store *st, loom__sqlite_conn *c,
     sqlite3_stmt *s = NULL;
     int src = prepare(c, sql_insert, &s), rc = 0;
 
-    b_str(s, 1, m->id, &src);
-    b_str(s, 2, m->user_id, &src);
-    b_text(s, 3, m->content, m->content_len, &src);
-    b_str(s, 4, m->norm, &src);
+    b_text(s, 1, m->id, &src);
+    b_text(s, 2, m->user_id, &src);
+    b_textn(s, 3, m->content, m->content_len, &src);
+    b_text(s, 4, m->norm, &src);
     b_int(s, 5, m->now, &src);
-    if ((src = exec_done(s, src)) != SQLITE_OK)
+    if ((src = step_done(s, src)) != SQLITE_OK)
         rc = loom__sqlite_fail(st, c, src, "storing a memory");
     sqlite3_finalize(s);
     return rc;
@@ -224,10 +197,10 @@ static json_t *row_json(sqlite3_stmt *s)
     const char *text = (const char *)sqlite3_column_text(s, 1);
 
     return json_pack(
-        "{s:o,s:o,s:I,s:I}", "id",
-        loom__json_text(id, id ? strlen(id) : 0), "content",
+        "{s:o,s:o,s:I,s:I}", "id", loom__json_text(id, id ? strlen(id) : 0),
+        "content",
         loom__json_text(text ? text : "",
-                              text ? (size_t)sqlite3_column_bytes(s, 1) : 0),
+                        text ? (size_t)sqlite3_column_bytes(s, 1) : 0),
         "created_at", (json_int_t)sqlite3_column_int64(s, 2), "updated_at",
         (json_int_t)sqlite3_column_int64(s, 3));
 }
@@ -253,12 +226,12 @@ int loom__sqlite_memory_search(loom_store *st, const char *user_id,
         goto cleanup;
     if (nterms > 0) {
         src = prepare(c, sql_search, &s);
-        b_text(s, 1, expr.ptr, expr.len, &src);
-        b_str(s, 2, user_id, &src);
+        b_textn(s, 1, expr.ptr, expr.len, &src);
+        b_text(s, 2, user_id, &src);
         b_int(s, 3, limit, &src);
     } else {
         src = prepare(c, sql_recent, &s);
-        b_str(s, 1, user_id, &src);
+        b_text(s, 1, user_id, &src);
         b_int(s, 2, limit, &src);
     }
     while (src == SQLITE_OK && (src = sqlite3_step(s)) == SQLITE_ROW) {
@@ -298,9 +271,9 @@ int loom__sqlite_memory_delete(loom_store *st, const char *user_id,
     if ((rc = loom__sqlite_begin(st, 1, &c)) != 0)
         return rc;
     src = prepare(c, sql_delete, &s);
-    b_str(s, 1, user_id, &src);
-    b_str(s, 2, id, &src);
-    if ((src = exec_done(s, src)) != SQLITE_OK)
+    b_text(s, 1, user_id, &src);
+    b_text(s, 2, id, &src);
+    if ((src = step_done(s, src)) != SQLITE_OK)
         rc = loom__sqlite_fail(st, c, src, "deleting a memory");
     else if (sqlite3_changes(loom__sqlite_db(c)) == 0)
         rc = loom__error_set(LOOM_ENOTFOUND, "memory '%s' not found", id);
@@ -311,8 +284,7 @@ int loom__sqlite_memory_delete(loom_store *st, const char *user_id,
     return rc;
 }
 
-int loom__sqlite_memory_count(loom_store *st, const char *user_id,
-                              int64_t *out)
+int loom__sqlite_memory_count(loom_store *st, const char *user_id, int64_t *out)
 {
     loom__sqlite_conn *c = NULL;
     int rc;

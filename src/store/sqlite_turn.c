@@ -1,0 +1,195 @@
+/*
+ * Saving a turn in the SQLite backend: the messages of the plan that
+ * store.c prepared (with their tool calls and outcomes), the turn's
+ * usage rows and tool records, and the conversation's counters, title,
+ * summary and plan, all in one write transaction after the in-process
+ * write lock: a turn is stored whole or not at all.
+ */
+#include "core/error.h"
+#include "store/sqlite_internal.h"
+
+#include <pthread.h>
+
+/* Writes message i of the plan at position pos, its calls and outcome. */
+static int insert_message(loom__sqlite_store *st, loom__sqlite_conn *c,
+                          const loom__store_plan *p, size_t i, int64_t pos)
+{
+    const loom__store_msg *m = &p->msgs[i];
+    const loom_message *msg = m->msg;
+    const loom_turn_record *t = p->turn;
+    sqlite3_stmt *s = NULL;
+    int rc, src = SQLITE_OK;
+
+    if ((rc = loom__sqlite_use(st, c, S_MSG_INSERT, &s)) != 0)
+        return rc;
+    b_text(s, 1, m->id, &src);
+    b_text(s, 2, t->conversation_id, &src);
+    b_int(s, 3, pos, &src);
+    b_text(s, 4, t->run_id, &src);
+    b_text(s, 5, loom_role_name(msg->role), &src);
+    b_text(s, 6, msg->content, &src);
+    b_text(s, 7, msg->reasoning, &src);
+    b_text(s, 8, m->model, &src);
+    b_text(s, 9, m->finish_reason, &src);
+    b_text(s, 10, m->status, &src);
+    b_text(s, 11, m->error, &src);
+    if (m->has_tokens) {
+        b_int(s, 12, m->prompt_tokens, &src);
+        b_int(s, 13, m->completion_tokens, &src);
+    }
+    b_real(s, 14, m->cost, &src);
+    b_text(s, 15, msg->tool_call_id, &src);
+    b_text(s, 16, msg->name, &src);
+    b_int(s, 17, m->placeholder, &src);
+    b_int(s, 18, p->now, &src);
+    b_text(s, 19, msg->provider_state, &src);
+    b_micros(s, 20, m->cost_micros, &src);
+    b_text(s, 21, m->citations, &src);
+    if ((src = step_done(s, src)) != SQLITE_OK)
+        goto failed;
+    done(s);
+    for (size_t k = 0; k < msg->tool_calls_len; k++) {
+        const loom_tool_call *tc = &msg->tool_calls[k];
+        if ((rc = loom__sqlite_use(st, c, S_CALL_INSERT, &s)) != 0)
+            return rc;
+        b_text(s, 1, m->id, &src);
+        b_int(s, 2, (int64_t)k, &src);
+        b_text(s, 3, tc->id ? tc->id : "", &src);
+        b_text(s, 4, tc->name ? tc->name : "", &src);
+        b_text(s, 5, tc->arguments ? tc->arguments : "{}", &src);
+        b_int(s, 6, (int64_t)p->offsets[m->offsets_at + k], &src);
+        if ((src = step_done(s, src)) != SQLITE_OK)
+            goto failed;
+        done(s);
+    }
+    if (msg->role == LOOM_ROLE_TOOL) {
+        if ((rc = loom__sqlite_use(st, c, S_OUTPUT_INSERT, &s)) != 0)
+            return rc;
+        b_text(s, 1, m->id, &src);
+        b_text(s, 2, msg->tool_call_id ? msg->tool_call_id : "", &src);
+        b_text(s, 3, m->tool_status, &src);
+        b_real(s, 4, m->duration_ms, &src);
+        if ((src = step_done(s, src)) != SQLITE_OK)
+            goto failed;
+        done(s);
+    }
+    return 0;
+failed:
+    return loom__sqlite_error(st, c->db, src, "saving a turn");
+}
+
+static int insert_usage(loom__sqlite_store *st, loom__sqlite_conn *c,
+                        const loom__store_plan *p)
+{
+    const loom_turn_record *t = p->turn;
+    sqlite3_stmt *s = NULL;
+    int rc, src = SQLITE_OK;
+
+    for (size_t i = 0; i < t->usage_len; i++) {
+        const loom_turn_usage *u = &t->usage[i];
+        if ((rc = loom__sqlite_use(st, c, S_USAGE_INSERT, &s)) != 0)
+            return rc;
+        b_text(s, 1, t->conversation_id, &src);
+        b_text(s, 2, t->run_id, &src);
+        b_text(s, 3, u->model ? u->model : t->model, &src);
+        b_int(s, 4, u->iteration, &src);
+        b_int(s, 5, u->usage.prompt_tokens, &src);
+        b_int(s, 6, u->usage.completion_tokens, &src);
+        b_int(s, 7, u->usage.cached_tokens, &src);
+        b_int(s, 8, u->usage.reasoning_tokens, &src);
+        b_int(s, 9, u->usage.total_tokens, &src);
+        b_real(s, 10, u->cost, &src);
+        b_int(s, 11, p->now, &src);
+        b_int(s, 12, u->usage.cache_write_tokens, &src);
+        b_micros(s, 13, u->cost >= 0 ? u->usage.cost_micros : -1, &src);
+        if ((src = step_done(s, src)) != SQLITE_OK)
+            return loom__sqlite_error(st, c->db, src, "saving usage");
+        done(s);
+    }
+    return 0;
+}
+
+static int insert_records(loom__sqlite_store *st, loom__sqlite_conn *c,
+                          const loom__store_plan *p)
+{
+    const loom_turn_record *t = p->turn;
+    sqlite3_stmt *s = NULL;
+    int rc, src = SQLITE_OK;
+
+    for (size_t i = 0; i < p->records_len; i++) {
+        const loom__store_record *r = &p->records[i];
+        if ((rc = loom__sqlite_use(st, c, S_RECORD_INSERT, &s)) != 0)
+            return rc;
+        b_text(s, 1, t->conversation_id, &src);
+        b_text(s, 2, t->run_id, &src);
+        b_int(s, 3, (int64_t)i, &src);
+        b_textn(s, 4, r->tool, r->tool_len, &src);
+        b_textn(s, 5, r->call_id, r->call_id_len, &src);
+        b_textn(s, 6, r->status, r->status_len, &src);
+        b_real(s, 7, r->duration_ms, &src);
+        b_text(s, 8, r->json, &src);
+        b_int(s, 9, p->now, &src);
+        if ((src = step_done(s, src)) != SQLITE_OK)
+            return loom__sqlite_error(st, c->db, src, "saving tool records");
+        done(s);
+    }
+    return 0;
+}
+
+static int update_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
+                               const loom__store_plan *p)
+{
+    const loom_turn_record *t = p->turn;
+    sqlite3_stmt *s = NULL;
+    int rc, src = SQLITE_OK;
+
+    if ((rc = loom__sqlite_use(st, c, S_CONV_UPDATE, &s)) != 0)
+        return rc;
+    b_text(s, 1, t->conversation_id, &src);
+    b_int(s, 2, p->now, &src);
+    b_int(s, 3, (int64_t)p->len, &src);
+    b_text(s, 4, t->agent, &src);
+    b_text(s, 5, t->model, &src);
+    b_text(s, 6, p->title, &src);
+    b_text(s, 7, t->summary, &src);
+    b_int(s, 8, (int64_t)t->summary_covers, &src);
+    b_text(s, 9, p->plan_text, &src);
+    if ((src = step_done(s, src)) != SQLITE_OK)
+        return loom__sqlite_error(st, c->db, src, "updating a conversation");
+    done(s);
+    return 0;
+}
+
+int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p)
+{
+    loom__sqlite_store *st = (loom__sqlite_store *)base;
+    int64_t count = 0;
+    loom__sqlite_conn *c = NULL;
+    int rc, src;
+
+    /* The write lock first, so waiting writers do not hold connections
+     * that readers could use. */
+    pthread_mutex_lock(&st->write_lock);
+    if ((rc = loom__sqlite_acquire(st, &c)) != 0)
+        goto cleanup;
+    if ((src = loom__sqlite_run(c, S_BEGIN_WRITE)) != SQLITE_OK) {
+        rc = loom__sqlite_error(st, c->db, src, "starting a write");
+        goto cleanup;
+    }
+    if ((rc = loom__sqlite_exists(st, c, p->turn->conversation_id, &count)) !=
+        0)
+        goto cleanup;
+    for (size_t i = 0; i < p->len; i++)
+        if ((rc = insert_message(st, c, p, i, count + (int64_t)i)) != 0)
+            goto cleanup;
+    if ((rc = insert_usage(st, c, p)) != 0 ||
+        (rc = insert_records(st, c, p)) != 0 ||
+        (rc = update_conversation(st, c, p)) != 0 ||
+        (rc = loom__sqlite_commit(&st->base, c, "saving a turn")) != 0)
+        goto cleanup;
+cleanup:
+    /* loom__sqlite_release() rolls back whatever an error left open. */
+    loom__sqlite_release(st, c);
+    pthread_mutex_unlock(&st->write_lock);
+    return rc;
+}
