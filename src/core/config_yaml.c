@@ -151,16 +151,16 @@ struct list_spec {
 /* Table entries: a macro gives the name, type and place of a field, and
  * designators after it add the rest. */
 #define AT(T, m) .off = offsetof(T, m)
-#define K_BOOL(n, T, m) .name = n, .type = T_BOOL, AT(T, m)
+#define K_BOOL(n, T, m) .name = (n), .type = T_BOOL, AT(T, m)
 #define K_INT(n, T, m, lo, hi)                                                 \
-    .name = n, .type = T_INT, AT(T, m), .min = lo, .max = hi
+    .name = (n), .type = T_INT, AT(T, m), .min = (lo), .max = (hi)
 #define K_LONG(n, T, m, lo, hi)                                                \
-    .name = n, .type = T_LONG, AT(T, m), .min = lo, .max = hi
-#define K_PRICE(n, T, m) .name = n, .type = T_PRICE, AT(T, m)
-#define K_STR(n, T, m, w) .name = n, .type = T_STR, AT(T, m), .what = w
-#define K_SUB(n, s) .name = n, .type = T_SECTION, .sub = &s
-#define K_LIST(n, l) .name = n, .type = T_LIST, .list = &l
-#define K_FN(n, f) .name = n, .type = T_FN, .fn = f
+    .name = (n), .type = T_LONG, AT(T, m), .min = (lo), .max = (hi)
+#define K_PRICE(n, T, m) .name = (n), .type = T_PRICE, AT(T, m)
+#define K_STR(n, T, m, w) .name = (n), .type = T_STR, AT(T, m), .what = (w)
+#define K_SUB(n, s) .name = (n), .type = T_SECTION, .sub = &(s)
+#define K_LIST(n, l) .name = (n), .type = T_LIST, .list = &(l)
+#define K_FN(n, f) .name = (n), .type = T_FN, .fn = (f)
 #define SECTION(fields, pre, post)                                             \
     {                                                                          \
         fields, sizeof(fields) / sizeof(*(fields)), pre, post                  \
