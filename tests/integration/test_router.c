@@ -37,7 +37,14 @@
 
 /* ---- a clock the tests move ------------------------------------------- */
 
-static int64_t fake_now = 1000000;
+/*
+ * Starts at 0, the monotonic clock's own origin (boot), so the deadlines
+ * it stamps (a few seconds at most) are already past on the real clock,
+ * however recently the machine booted: test_health_record relies on that
+ * when it hands the record back to the real clock.
+ */
+#define FAKE_CLOCK_START 0
+static int64_t fake_now = FAKE_CLOCK_START;
 
 static int64_t fake_clock(void *payload)
 {
@@ -54,7 +61,7 @@ static int reset_env(void **state)
     unsetenv("ANTHROPIC_BASE_URL");
     unsetenv("GEMINI_API_KEY");
     unsetenv("GEMINI_BASE_URL");
-    fake_now = 1000000;
+    fake_now = FAKE_CLOCK_START;
     return 0;
 }
 
