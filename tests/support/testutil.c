@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #ifndef LOOM_VECTORS_DIR
-#define LOOM_VECTORS_DIR "../shared/vectors"
+#define LOOM_VECTORS_DIR "tests/data/vectors"
 #endif
 
 char *test_read_file(const char *path, size_t *len)

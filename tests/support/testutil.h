@@ -26,8 +26,9 @@ int test_write_file(const char *path, const void *data, size_t len);
 /* Creates a folder and its parents (mode 0755); 0 when it exists after. */
 int test_mkdir_p(const char *path);
 
-/* LOOM_VECTORS_DIR "/" rel, a path into the shared wire vectors; the
- * caller frees. NULL only when memory runs out. */
+/* LOOM_VECTORS_DIR "/" rel, a path into the recorded wire vectors
+ * (tests/data/vectors); the caller frees. NULL only when memory runs
+ * out. */
 char *test_vector_path(const char *rel);
 
 /*
