@@ -1,8 +1,8 @@
 /*
  * The web_fetch tool end to end against a local HTTP server
  * (libmicrohttpd on 127.0.0.1, reached through the allowlist on purpose):
- * real HTML manuals from a Debian package (libjansson-doc) turned into
- * clean text, broken HTML, Latin-1 and windows-1252 pages with the
+ * manual pages shaped like a Sphinx build (tests/data/html/manual)
+ * turned into clean text, broken HTML, Latin-1 and windows-1252 pages with the
  * charset only in the header or only in <meta>, JSON and plain text, the
  * untrusted-content framing and its defusing, redirect chains (5 pass,
  * 6 do not; a redirect to 169.254.169.254, to a loopback host that is not
@@ -39,7 +39,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define DOCS "/usr/share/doc/libjansson-dev/html"
+#define DOCS LOOM_SOURCE_DIR "/tests/data/html/manual"
 
 static struct MHD_Daemon *daemon_;
 static int port;
@@ -439,23 +439,22 @@ static size_t count(const char *s, const char *part)
 
 /* ---- pages to text */
 
-static void test_debian_manual(void **state)
+static void test_sphinx_manual(void **state)
 {
     char link[256];
     result r;
 
     (void)state;
-    r = fetch("/docs/conformance.html");
+    r = fetch("/docs/encoding.html");
     expect_ok(&r);
-    has(&r, "Title: RFC Conformance \xe2\x80\x94 Jansson 2.14 documentation");
-    has(&r, "\n# RFC Conformance\n");
-    has(&r, "\n## Character Encoding\n\nJansson only supports UTF-8 "
-            "encoded JSON texts. It does not support or auto-detect any of "
-            "the other encodings mentioned in the RFC");
-    has(&r, "\n### Real vs. Integer\n");
-    has(&r, "[RFC 4627](https://datatracker.ietf.org/doc/html/"
-            "rfc4627.html)");
-    has(&r, "the `double` type and integers to the `json_int_t` type");
+    has(&r, "Title: Text Encoding \xe2\x80\x94 Skein 0.3 documentation");
+    has(&r, "\n# Text Encoding\n");
+    has(&r, "\n## UTF-8 Only\n\nSkein reads and writes UTF-8 encoded text "
+            "only. It does not detect or convert any other encoding");
+    has(&r, "\n### Lengths vs. Widths\n");
+    has(&r, "[RFC 3629](https://datatracker.ietf.org/doc/html/"
+            "rfc3629.html)");
+    has(&r, "the `size_t` type and widths to the `int` type");
     /* page chrome, scripts, the search form and permalink marks: gone */
     lacks(&r, "Quick search");
     lacks(&r, "Powered by");
@@ -467,21 +466,20 @@ static void test_debian_manual(void **state)
 
     r = fetch("/docs/index.html");
     expect_ok(&r);
-    has(&r, "principles are:\n\n- Simple and intuitive API and data model\n"
-            "- Comprehensive documentation\n");
+    has(&r, "principles are:\n\n- Small and predictable API\n"
+            "- Complete documentation\n");
     /* relative links are resolved against the page's URL */
     snprintf(link, sizeof(link),
              "- [Getting Started](http://public.test:%d/docs/"
-             "gettingstarted.html)\n  - [Compiling and Installing Jansson]",
+             "gettingstarted.html)\n  - [Building and Installing Skein]",
              port);
     has(&r, link);
     loom_buf_free(&r.out);
 
     r = fetch("/docs/tutorial.html");
     expect_ok(&r);
-    has(&r, "\n```\ngcc -o github_commits github_commits.c -ljansson "
-            "-lcurl\n```\n");
-    has(&r, "## The GitHub Repo Commits API");
+    has(&r, "\n```\ncc -o wordcount wordcount.c -lskein\n```\n");
+    has(&r, "## The Word Count Program");
     loom_buf_free(&r.out);
 }
 
@@ -843,7 +841,7 @@ static void test_byte_cap(void **state)
     expect_fail(&r, LOOM_ETOOLARGE, "larger than max_bytes");
     loom_buf_free(&r.out);
     /* under the cap: fine */
-    r = fetch_full("/docs/conformance.html", NULL, st, 1 << 20, NULL);
+    r = fetch_full("/docs/encoding.html", NULL, st, 1 << 20, NULL);
     expect_ok(&r);
     loom_buf_free(&r.out);
     free(st);
@@ -967,7 +965,7 @@ static void test_parallel(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_debian_manual),
+        cmocka_unit_test(test_sphinx_manual),
         cmocka_unit_test(test_broken_html),
         cmocka_unit_test(test_charsets),
         cmocka_unit_test(test_json_text_and_types),
