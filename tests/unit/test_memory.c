@@ -21,6 +21,7 @@
 #include "loom/memory.h"
 #include "loom/store.h"
 #include "store/sqlite_internal.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
 #include <pthread.h>
@@ -32,70 +33,11 @@
 
 /* ---- helpers ---- */
 
-static void rm_db(const char *path)
-{
-    char buf[4096];
-
-    unlink(path);
-    snprintf(buf, sizeof(buf), "%s-wal", path);
-    unlink(buf);
-    snprintf(buf, sizeof(buf), "%s-shm", path);
-    unlink(buf);
-}
-
-static char *db_path(const char *name)
-{
-    char *p = test_tmp_path(name);
-
-    assert_non_null(p);
-    rm_db(p);
-    return p;
-}
-
-static loom_store *open_ok(const char *path)
-{
-    loom_store *st = NULL;
-    int rc = loom_store_open(&st, path);
-
-    if (rc)
-        fprintf(stderr, "open %s: %s\n", path, loom_error_last());
-    assert_int_equal(rc, 0);
-    return st;
-}
-
-static long long raw_int(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    sqlite3_stmt *s = NULL;
-    long long v = -1;
-
-    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
-    if (sqlite3_step(s) == SQLITE_ROW)
-        v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
-    return v;
-}
-
-static void raw_exec(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    char *err = NULL;
-
-    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
-                     SQLITE_OK);
-    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
-        fail_msg("raw SQL failed: %s", err ? err : "?");
-    sqlite3_close(db);
-}
-
 /* The full-text index agrees with the rows (FTS5's own check). */
 static void fts_intact(const char *path)
 {
-    raw_exec(path, "INSERT INTO memories_fts (memories_fts) "
-                   "VALUES ('integrity-check')");
+    test_db_exec(path, "INSERT INTO memories_fts (memories_fts) "
+                       "VALUES ('integrity-check')");
 }
 
 static char *add_ok(loom_store *st, const char *user, const char *text,
@@ -150,8 +92,8 @@ static const char *item_str(const json_t *data, size_t i, const char *key)
 
 static void test_add_count_delete(void **state)
 {
-    char *path = db_path("mem_basic.db"), *a, *b, *id = (char *)1;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("mem_basic.db"), *a, *b, *id = (char *)1;
+    loom_store *st = test_store_open_ok(path);
     json_t *data;
     int dup = 7;
 
@@ -194,23 +136,24 @@ static void test_add_count_delete(void **state)
     json_decref(data);
     loom_store_free(st);
     fts_intact(path);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM memories"), 1);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM memories"), 1);
     free(a);
     free(b);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_dedup(void **state)
 {
-    char *path = db_path("mem_dedup.db"), *a, *a2, *a3, *near, *other;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("mem_dedup.db"), *a, *a2, *a3, *near, *other;
+    loom_store *st = test_store_open_ok(path);
     json_t *data;
 
     (void)state;
     a = add_ok(st, "u1", "The user prefers tea.", 0);
     /* Same text up to blanks, ASCII case and a final '.' or '!'. */
-    raw_exec(path, "UPDATE memories SET updated_at = 1000, created_at = 1000");
+    test_db_exec(path,
+                 "UPDATE memories SET updated_at = 1000, created_at = 1000");
     a2 = add_ok(st, "u1", "  the USER   prefers\ttea!! ", 1);
     assert_string_equal(a, a2);
     a3 = add_ok(st, "u1", "The user prefers tea", 1);
@@ -241,14 +184,14 @@ static void test_dedup(void **state)
     free(a3);
     free(near);
     free(other);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_ranked_search(void **state)
 {
-    char *path = db_path("mem_rank.db"), *best, *some, *dog, *cafe;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("mem_rank.db"), *best, *some, *dog, *cafe;
+    loom_store *st = test_store_open_ok(path);
     json_t *data;
 
     (void)state;
@@ -291,15 +234,15 @@ static void test_ranked_search(void **state)
     free(some);
     free(dog);
     free(cafe);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_recent_first(void **state)
 {
-    char *path = db_path("mem_recent.db"), *ids[3];
+    char *path = test_db_path("mem_recent.db"), *ids[3];
     static const char *const empties[] = {NULL, "", "   ", "*", "\"\" - ()"};
-    loom_store *st = open_ok(path);
+    loom_store *st = test_store_open_ok(path);
     json_t *data;
 
     (void)state;
@@ -307,8 +250,8 @@ static void test_recent_first(void **state)
     ids[1] = add_ok(st, "u1", "second thing", 0);
     ids[2] = add_ok(st, "u1", "third thing", 0);
     /* Older times, so that a store now is clearly later. */
-    raw_exec(path, "UPDATE memories SET created_at = 1000 * seq, "
-                   "updated_at = 1000 * seq");
+    test_db_exec(path, "UPDATE memories SET created_at = 1000 * seq, "
+                       "updated_at = 1000 * seq");
     /* No query, or one with no words: newest first. */
     for (size_t i = 0; i < sizeof(empties) / sizeof(empties[0]); i++) {
         data = search_ok(st, "u1", empties[i], 10);
@@ -328,7 +271,7 @@ static void test_recent_first(void **state)
     loom_store_free(st);
     for (int i = 0; i < 3; i++)
         free(ids[i]);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
@@ -364,8 +307,8 @@ static const char *const hostile[] = {
 
 static void test_query_injection(void **state)
 {
-    char *path = db_path("mem_inject.db"), *a, *b;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("mem_inject.db"), *a, *b;
+    loom_store *st = test_store_open_ok(path);
     json_t *data;
 
     (void)state;
@@ -400,17 +343,17 @@ static void test_query_injection(void **state)
     loom_store_free(st);
     free(a);
     free(b);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_isolation(void **state)
 {
-    char *path = db_path("mem_iso.db"), *ids[3];
+    char *path = test_db_path("mem_iso.db"), *ids[3];
     static const char *const texts[] = {"Alice likes climbing",
                                         "Alice's bank is Acme",
                                         "Alice lives in Oslo"};
-    loom_store *st = open_ok(path);
+    loom_store *st = test_store_open_ok(path);
     json_t *data;
 
     (void)state;
@@ -453,7 +396,7 @@ static void test_isolation(void **state)
     fts_intact(path);
     for (int i = 0; i < 3; i++)
         free(ids[i]);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
@@ -471,9 +414,9 @@ static char *text_of(size_t n)
 
 static void test_limits(void **state)
 {
-    char *path = db_path("mem_limits.db"), *t, *id = NULL, *kept;
+    char *path = test_db_path("mem_limits.db"), *t, *id = NULL, *kept;
     char user[LOOM_STORE_USER_ID_MAX + 2];
-    loom_store *st = open_ok(path);
+    loom_store *st = test_store_open_ok(path);
     json_t *res = NULL, *data;
     int dup = 0;
 
@@ -540,13 +483,13 @@ static void test_limits(void **state)
     /* Memories per user: fill "full" to one short of the cap (raw, in
      * one transaction; the triggers index them), then cross it. */
     loom_store_free(st);
-    raw_exec(path,
-             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
-             "FROM n WHERE i < 9999) "
-             "INSERT INTO memories (id, user_id, content, norm, created_at, "
-             "updated_at) SELECT printf('mem_%024d', i), 'full', "
-             "'filler number ' || i, 'filler number ' || i, i, i FROM n");
-    st = open_ok(path);
+    test_db_exec(
+        path, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
+              "FROM n WHERE i < 9999) "
+              "INSERT INTO memories (id, user_id, content, norm, created_at, "
+              "updated_at) SELECT printf('mem_%024d', i), 'full', "
+              "'filler number ' || i, 'filler number ' || i, i, i FROM n");
+    st = test_store_open_ok(path);
     assert_int_equal(count_of(st, "full"), LOOM_STORE_MEMORY_MAX_PER_USER - 1);
     kept = add_ok(st, "full", "the last one that fits", 0);
     assert_int_equal(count_of(st, "full"), LOOM_STORE_MEMORY_MAX_PER_USER);
@@ -571,13 +514,13 @@ static void test_limits(void **state)
     loom_store_free(st);
     fts_intact(path);
     free(kept);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_migration_from_v3(void **state)
 {
-    char *path = db_path("mem_migrate.db"), *conv = NULL;
+    char *path = test_db_path("mem_migrate.db"), *conv = NULL;
     loom_conversation_info info;
     loom_store *st = NULL;
     json_t *data;
@@ -587,10 +530,10 @@ static void test_migration_from_v3(void **state)
     assert_int_equal(loom_store_schema_version(st), 3);
     assert_int_equal(loom_store_conversation_create(st, &conv), 0);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_master "
-                                   "WHERE name = 'memories'"),
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM sqlite_master "
+                                       "WHERE name = 'memories'"),
                      0);
-    st = open_ok(path);
+    st = test_store_open_ok(path);
     assert_int_equal(loom_store_schema_version(st),
                      loom__sqlite_migrations_len);
     /* The version 3 data is still there. */
@@ -602,35 +545,37 @@ static void test_migration_from_v3(void **state)
     assert_int_equal(json_array_size(data), 1);
     json_decref(data);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "PRAGMA user_version"),
+    assert_int_equal(test_db_int(path, "PRAGMA user_version"),
                      loom__sqlite_migrations_len);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_master "
-                                   "WHERE name IN ('memories', "
-                                   "'memories_fts', 'memories_by_user', "
-                                   "'memories_fts_insert', "
-                                   "'memories_fts_delete', "
-                                   "'memories_fts_update')"),
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM sqlite_master "
+                                       "WHERE name IN ('memories', "
+                                       "'memories_fts', 'memories_by_user', "
+                                       "'memories_fts_insert', "
+                                       "'memories_fts_delete', "
+                                       "'memories_fts_update')"),
                      6);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM conversations"), 1);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM conversations"),
+                     1);
     fts_intact(path);
     free(conv);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 /* The index follows every change, including ones made outside loom. */
 static void test_index_in_step(void **state)
 {
-    char *path = db_path("mem_step.db"), *a;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("mem_step.db"), *a;
+    loom_store *st = test_store_open_ok(path);
     json_t *data;
 
     (void)state;
     a = add_ok(st, "u1", "the user plays the oboe", 0);
     loom_store_free(st);
-    raw_exec(path, "UPDATE memories SET content = 'the user plays the cello'");
+    test_db_exec(path,
+                 "UPDATE memories SET content = 'the user plays the cello'");
     fts_intact(path);
-    st = open_ok(path);
+    st = test_store_open_ok(path);
     data = search_ok(st, "u1", "oboe", 5);
     assert_int_equal(json_array_size(data), 0);
     json_decref(data);
@@ -643,11 +588,11 @@ static void test_index_in_step(void **state)
     json_decref(data);
     loom_store_free(st);
     fts_intact(path);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM memories_fts "
-                                   "WHERE memories_fts MATCH 'cello'"),
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM memories_fts "
+                                       "WHERE memories_fts MATCH 'cello'"),
                      0);
     free(a);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
@@ -671,8 +616,8 @@ static void *add_same(void *arg)
 
 static void test_threads_dedup(void **state)
 {
-    char *path = db_path("mem_threads.db");
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("mem_threads.db");
+    loom_store *st = test_store_open_ok(path);
     pthread_t th[NTHREADS];
     adder a[NTHREADS];
     int dups = 0;
@@ -695,7 +640,7 @@ static void test_threads_dedup(void **state)
     assert_int_equal(dups, NTHREADS - 1);
     assert_int_equal(count_of(st, "u1"), 1);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
@@ -709,8 +654,8 @@ typedef struct {
 
 static void env_open(tool_env *e, const char *name)
 {
-    e->path = db_path(name);
-    e->st = open_ok(e->path);
+    e->path = test_db_path(name);
+    e->st = test_store_open_ok(e->path);
     assert_int_equal(loom_tool_registry_new(&e->reg), 0);
     assert_int_equal(loom_tools_add_memory(e->reg, e->st), 0);
 }
@@ -719,7 +664,7 @@ static void env_close(tool_env *e)
 {
     loom_tool_registry_free(e->reg);
     loom_store_free(e->st);
-    rm_db(e->path);
+    test_db_remove(e->path);
     free(e->path);
 }
 

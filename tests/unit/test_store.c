@@ -20,6 +20,7 @@
 
 #include "loom/store.h"
 #include "store/sqlite_internal.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -35,75 +36,6 @@
 #include <unistd.h>
 
 /* ---- helpers ---- */
-
-static void rm_db(const char *path)
-{
-    char buf[4096];
-
-    unlink(path);
-    snprintf(buf, sizeof(buf), "%s-wal", path);
-    unlink(buf);
-    snprintf(buf, sizeof(buf), "%s-shm", path);
-    unlink(buf);
-}
-
-/* A fresh database path for name (any old file removed). */
-static char *db_path(const char *name)
-{
-    char *p = test_tmp_path(name);
-
-    assert_non_null(p);
-    rm_db(p);
-    return p;
-}
-
-static loom_store *open_ok(const char *path)
-{
-    loom_store *st = NULL;
-    int rc = loom_store_open(&st, path);
-
-    if (rc)
-        fprintf(stderr, "open %s: %s\n", path, loom_error_last());
-    assert_int_equal(rc, 0);
-    assert_non_null(st);
-    return st;
-}
-
-static char *create_ok(loom_store *st)
-{
-    char *id = NULL;
-
-    assert_int_equal(loom_store_conversation_create(st, &id), 0);
-    assert_non_null(id);
-    return id;
-}
-
-/* One integer from the raw database (sql returns one row, one column). */
-static long long raw_int(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    sqlite3_stmt *s = NULL;
-    long long v = -1;
-
-    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
-    if (sqlite3_step(s) == SQLITE_ROW)
-        v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
-    return v;
-}
-
-static void raw_exec(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-
-    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-}
 
 static int is_id(const char *id, const char *prefix)
 {
@@ -133,15 +65,6 @@ static json_int_t jint(const json_t *o, const char *k)
 static int jnull(const json_t *o, const char *k)
 {
     return json_is_null(json_object_get(o, k));
-}
-
-static json_t *get_ok(loom_store *st, const char *id)
-{
-    json_t *j = NULL;
-
-    assert_int_equal(loom_store_conversation_get(st, id, &j), 0);
-    assert_non_null(j);
-    return j;
 }
 
 /* A simple turn: one user message in, one assistant answer out. */
@@ -212,13 +135,6 @@ static void assert_messages_equal(const loom_messages *a, const loom_message
                                 y->tool_calls[k].arguments);
         }
     }
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-
-    nanosleep(&ts, NULL);
 }
 
 /* ---- the rich turn used by several tests ---- */
@@ -318,7 +234,7 @@ static void test_names(void **state)
 
 static void test_open_creates_folders_wal_schema(void **state)
 {
-    char *dir = db_path("nested"), *path, *loc;
+    char *dir = test_db_path("nested"), *path, *loc;
     loom_store *st;
     size_t n;
 
@@ -330,12 +246,12 @@ static void test_open_creates_folders_wal_schema(void **state)
     assert_non_null(loc);
     snprintf(path, n, "%s/a/b/loom.db", dir);
     snprintf(loc, n, "sqlite:%s", path);
-    st = open_ok(loc);
+    st = test_store_open_ok(loc);
     assert_int_equal(loom_store_schema_version(st),
                      loom__sqlite_migrations_len);
     assert_int_equal(loom_store_ping(st), 0);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "PRAGMA user_version"),
+    assert_int_equal(test_db_int(path, "PRAGMA user_version"),
                      loom__sqlite_migrations_len);
     /* WAL is stored in the file: a plain connection sees it. */
     {
@@ -350,7 +266,7 @@ static void test_open_creates_folders_wal_schema(void **state)
         sqlite3_finalize(s);
         sqlite3_close(db);
     }
-    rm_db(path);
+    test_db_remove(path);
     snprintf(path, n, "%s/a/b", dir);
     rmdir(path);
     snprintf(path, n, "%s/a", dir);
@@ -363,7 +279,7 @@ static void test_open_creates_folders_wal_schema(void **state)
 
 static void test_open_errors(void **state)
 {
-    char *file = db_path("plainfile"), *path;
+    char *file = test_db_path("plainfile"), *path;
     loom_store *st = (loom_store *)1;
     size_t n = strlen(file) + 32;
 
@@ -401,16 +317,16 @@ static void test_open_errors(void **state)
 
 static void test_create_info(void **state)
 {
-    char *path = db_path("info.db"), *id;
+    char *path = test_db_path("info.db"), *id;
     loom_conversation_info info;
-    loom_store *st = open_ok(path);
+    loom_store *st = test_store_open_ok(path);
     int64_t before = 0, after;
     struct timespec ts;
 
     (void)state;
     clock_gettime(CLOCK_REALTIME, &ts);
     before = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     clock_gettime(CLOCK_REALTIME, &ts);
     after = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     assert_true(is_id(id, "conv_"));
@@ -430,7 +346,7 @@ static void test_create_info(void **state)
     assert_non_null(strstr(loom_error_last(), "conv_nope"));
     free(id);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
@@ -446,9 +362,9 @@ static int newest_first(const void *a, const void *b)
 
 static void test_list_pagination(void **state)
 {
-    char *path = db_path("list.db"), *ids[5];
+    char *path = test_db_path("list.db"), *ids[5];
     loom_conversation_info infos[5];
-    loom_store *st = open_ok(path);
+    loom_store *st = test_store_open_ok(path);
     const char *after = NULL;
     char *after_copy = NULL;
     json_t *page;
@@ -456,7 +372,7 @@ static void test_list_pagination(void **state)
 
     (void)state;
     for (int i = 0; i < 5; i++) {
-        ids[i] = create_ok(st);
+        ids[i] = test_conversation_create_ok(st);
         assert_int_equal(loom_store_conversation_info(st, ids[i], &infos[i]),
                          0);
     }
@@ -491,8 +407,11 @@ static void test_list_pagination(void **state)
     }
     assert_int_equal(seen, 5);
 
-    /* A turn moves the oldest to the top. */
-    sleep_ms(3);
+    /* A turn moves the oldest to the top. Every conversation's last change
+     * goes a second back first, so the turn's is the newest whatever the
+     * clock's resolution (their order among themselves stays). */
+    test_db_exec(path, "UPDATE conversations SET updated_at = updated_at - "
+                       "1000");
     save_simple(st, infos[4].id, "hello", "hi");
     assert_int_equal(loom_store_conversation_list(st, NULL, 100, &page), 0);
     assert_int_equal(json_array_size(json_object_get(page, "data")), 5);
@@ -518,22 +437,22 @@ static void test_list_pagination(void **state)
         free(ids[i]);
     }
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_save_turn_get_json(void **state)
 {
-    char *path = db_path("get.db"), *id;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("get.db"), *id;
+    loom_store *st = test_store_open_ok(path);
     json_t *j, *msgs, *m, *calls, *usage;
     rich_turn r;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     rich_init(&r, id);
     assert_int_equal(loom_store_save_turn(st, &r.turn), 0);
-    j = get_ok(st, id);
+    j = test_conversation_get_ok(st, id);
     assert_string_equal(jstr(j, "id"), id);
     assert_string_equal(jstr(j, "title"), "What's the weather in Paris?");
     assert_string_equal(jstr(j, "agent"), "helper");
@@ -624,20 +543,20 @@ static void test_save_turn_get_json(void **state)
     rich_free(&r);
     free(id);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_load_history_roundtrip(void **state)
 {
-    char *path = db_path("history.db"), *id;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("history.db"), *id;
+    loom_store *st = test_store_open_ok(path);
     loom_messages want = {0}, got = {0};
     rich_turn r;
     simple_turn s;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     rich_init(&r, id);
     assert_int_equal(loom_store_save_turn(st, &r.turn), 0);
     simple_init(&s, id, "And tomorrow?", "Rain.");
@@ -678,20 +597,20 @@ static void test_load_history_roundtrip(void **state)
     rich_free(&r);
     free(id);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_failed_and_cancelled_turns(void **state)
 {
-    char *path = db_path("failed.db"), *id;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("failed.db"), *id;
+    loom_store *st = test_store_open_ok(path);
     loom_messages hist = {0};
     simple_turn t;
     json_t *j, *msgs, *m;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
 
     /* A run that failed after streaming part of its answer. */
     simple_init(&t, id, "Tell me a story", "Once upon a");
@@ -726,7 +645,7 @@ static void test_failed_and_cancelled_turns(void **state)
     assert_int_equal(loom_store_save_turn(st, &t.turn), 0);
     simple_free(&t);
 
-    j = get_ok(st, id);
+    j = test_conversation_get_ok(st, id);
     msgs = json_object_get(j, "messages");
     assert_int_equal(json_array_size(msgs), 2 + 3 + 2);
     assert_int_equal(jint(j, "message_count"), 7);
@@ -763,14 +682,14 @@ static void test_failed_and_cancelled_turns(void **state)
 
     free(id);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_unknown_conversation(void **state)
 {
-    char *path = db_path("unknown.db");
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("unknown.db");
+    loom_store *st = test_store_open_ok(path);
     json_t *j = (json_t *)1;
     rich_turn r;
 
@@ -785,23 +704,23 @@ static void test_unknown_conversation(void **state)
     r.turn.conversation_id = NULL;
     assert_int_equal(loom_store_save_turn(st, &r.turn), LOOM_EINVALID);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM messages"), 0);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM usage"), 0);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"), 0);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM usage"), 0);
     rich_free(&r);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_delete_cascades(void **state)
 {
-    char *path = db_path("delete.db"), *a, *b;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("delete.db"), *a, *b;
+    loom_store *st = test_store_open_ok(path);
     loom_conversation_info info;
     rich_turn r;
 
     (void)state;
-    a = create_ok(st);
-    b = create_ok(st);
+    a = test_conversation_create_ok(st);
+    b = test_conversation_create_ok(st);
     rich_init(&r, a);
     assert_int_equal(loom_store_save_turn(st, &r.turn), 0);
     r.turn.conversation_id = b;
@@ -815,22 +734,23 @@ static void test_delete_cascades(void **state)
     loom_conversation_info_clear(&info);
     loom_store_free(st);
     /* Only b's rows are left in every table. */
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM conversations"), 1);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM messages"), 5);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM tool_calls"), 2);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM tool_outputs"), 2);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM usage"), 2);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM conversations"),
+                     1);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"), 5);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM tool_calls"), 2);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM tool_outputs"), 2);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM usage"), 2);
     rich_free(&r);
     free(a);
     free(b);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_title(void **state)
 {
-    char *path = db_path("title.db"), *id, *id2, *text;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("title.db"), *id, *id2, *text;
+    loom_store *st = test_store_open_ok(path);
     loom_conversation_info info;
     size_t n = 0;
 
@@ -845,7 +765,7 @@ static void test_title(void **state)
         n += 2;
     }
     text[n] = '\0';
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     save_simple(st, id, text, "ok");
     save_simple(st, id, "second question", "ok");
     assert_int_equal(loom_store_conversation_info(st, id, &info), 0);
@@ -856,7 +776,7 @@ static void test_title(void **state)
 
     /* Lines become one; an empty first message leaves the title to the
      * next one. */
-    id2 = create_ok(st);
+    id2 = test_conversation_create_ok(st);
     save_simple(st, id2, "", "ok");
     assert_int_equal(loom_store_conversation_info(st, id2, &info), 0);
     assert_string_equal(info.title, "");
@@ -870,21 +790,21 @@ static void test_title(void **state)
     free(id);
     free(id2);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_invalid_utf8(void **state)
 {
-    char *path = db_path("utf8.db"), *id;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("utf8.db"), *id;
+    loom_store *st = test_store_open_ok(path);
     loom_messages hist = {0};
     json_t *j;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     save_simple(st, id, "ok", "bad \xff byte \xed\xa0\x80 end");
-    j = get_ok(st, id);
+    j = test_conversation_get_ok(st, id);
     assert_string_equal(
         jstr(json_array_get(json_object_get(j, "messages"), 1), "content"),
         "bad \xef\xbf\xbd byte \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd end");
@@ -896,20 +816,20 @@ static void test_invalid_utf8(void **state)
     loom_messages_free(&hist);
     free(id);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_turn_limits(void **state)
 {
-    char *path = db_path("limits.db"), *id;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("limits.db"), *id;
+    loom_store *st = test_store_open_ok(path);
     loom_conversation_info info;
     loom_turn_usage *u;
     simple_turn t;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     simple_init(&t, id, "many", NULL);
     /* 1 input + 9,999 output = exactly the limit: stored. */
     for (int i = 0; i < 9999; i++)
@@ -939,42 +859,42 @@ static void test_turn_limits(void **state)
     simple_free(&t);
     free(id);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM usage"), 10000);
-    rm_db(path);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM usage"), 10000);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_schema_newer_refused(void **state)
 {
-    char *path = db_path("newer.db");
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("newer.db");
+    loom_store *st = test_store_open_ok(path);
 
     (void)state;
     loom_store_free(st);
-    raw_exec(path, "PRAGMA user_version = 99");
+    test_db_exec(path, "PRAGMA user_version = 99");
     st = (loom_store *)1;
     assert_int_equal(loom_store_open(&st, path), LOOM_EINVALID);
     assert_null(st);
     assert_non_null(strstr(loom_error_last(), "database schema version 99 "
                                               "is newer than this loom (6)"));
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_migrations(void **state)
 {
-    char *path = db_path("migrate.db"), *id;
+    char *path = test_db_path("migrate.db"), *id;
     loom_conversation_info info;
     loom_store *st = NULL;
 
     (void)state;
     /* An empty file is version 0. */
     assert_int_equal(test_write_file(path, "", 0), 0);
-    st = open_ok(path);
+    st = test_store_open_ok(path);
     assert_int_equal(loom_store_schema_version(st),
                      loom__sqlite_migrations_len);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
 
     /* A version 1 database (no indexes, no exact costs yet) holding data
      * written the way loom 1 wrote it. */
@@ -983,28 +903,29 @@ static void test_migrations(void **state)
     loom_store_free(st);
     id = strdup("conv_00000000000000000000000a");
     assert_non_null(id);
-    raw_exec(path,
-             "INSERT INTO conversations (id, title, created_at, updated_at, "
-             "message_count) VALUES ('conv_00000000000000000000000a', "
-             "'from v1', 1, 1, 2);"
-             "INSERT INTO messages (id, conversation_id, position, role, "
-             "content, created_at) VALUES ('msg_1', "
-             "'conv_00000000000000000000000a', 0, 'user', 'from v1', 1);"
-             "INSERT INTO messages (id, conversation_id, position, role, "
-             "content, cost, created_at) VALUES ('msg_2', "
-             "'conv_00000000000000000000000a', 1, 'assistant', 'yes', "
-             "0.000123, 1);"
-             "INSERT INTO usage (conversation_id, iteration, prompt_tokens, "
-             "completion_tokens, cached_tokens, reasoning_tokens, "
-             "total_tokens, cost, created_at) VALUES "
-             "('conv_00000000000000000000000a', 1, 1, 1, 0, 0, 2, "
-             "0.000123, 1);");
-    assert_int_equal(raw_int(path, "PRAGMA user_version"), 1);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_master "
-                                   "WHERE name = 'conversations_by_update'"),
+    test_db_exec(
+        path, "INSERT INTO conversations (id, title, created_at, updated_at, "
+              "message_count) VALUES ('conv_00000000000000000000000a', "
+              "'from v1', 1, 1, 2);"
+              "INSERT INTO messages (id, conversation_id, position, role, "
+              "content, created_at) VALUES ('msg_1', "
+              "'conv_00000000000000000000000a', 0, 'user', 'from v1', 1);"
+              "INSERT INTO messages (id, conversation_id, position, role, "
+              "content, cost, created_at) VALUES ('msg_2', "
+              "'conv_00000000000000000000000a', 1, 'assistant', 'yes', "
+              "0.000123, 1);"
+              "INSERT INTO usage (conversation_id, iteration, prompt_tokens, "
+              "completion_tokens, cached_tokens, reasoning_tokens, "
+              "total_tokens, cost, created_at) VALUES "
+              "('conv_00000000000000000000000a', 1, 1, 1, 0, 0, 2, "
+              "0.000123, 1);");
+    assert_int_equal(test_db_int(path, "PRAGMA user_version"), 1);
+    assert_int_equal(test_db_int(path,
+                                 "SELECT count(*) FROM sqlite_master "
+                                 "WHERE name = 'conversations_by_update'"),
                      0);
     /* Opening migrates it to 5 and keeps the data. */
-    st = open_ok(path);
+    st = test_store_open_ok(path);
     assert_int_equal(loom_store_schema_version(st),
                      loom__sqlite_migrations_len);
     assert_int_equal(loom_store_conversation_info(st, id, &info), 0);
@@ -1012,19 +933,20 @@ static void test_migrations(void **state)
     assert_int_equal(info.message_count, 2);
     loom_conversation_info_clear(&info);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_master "
-                                   "WHERE name = 'conversations_by_update'"),
+    assert_int_equal(test_db_int(path,
+                                 "SELECT count(*) FROM sqlite_master "
+                                 "WHERE name = 'conversations_by_update'"),
                      1);
     /* Version 3 carried the costs over exactly. */
-    assert_int_equal(raw_int(path, "SELECT cost_micros FROM messages "
-                                   "WHERE id = 'msg_2'"),
+    assert_int_equal(test_db_int(path, "SELECT cost_micros FROM messages "
+                                       "WHERE id = 'msg_2'"),
                      123);
-    assert_int_equal(raw_int(path, "SELECT cost_micros FROM usage"), 123);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM messages "
-                                   "WHERE provider_state IS NULL"),
+    assert_int_equal(test_db_int(path, "SELECT cost_micros FROM usage"), 123);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages "
+                                       "WHERE provider_state IS NULL"),
                      2);
     /* Reopening a current database changes nothing. */
-    st = open_ok(path);
+    st = test_store_open_ok(path);
     assert_int_equal(loom_store_schema_version(st),
                      loom__sqlite_migrations_len);
     assert_int_equal(loom_store_conversation_info(st, id, &info), 0);
@@ -1033,21 +955,21 @@ static void test_migrations(void **state)
     assert_int_equal(loom__store_sqlite_open_version(&st, path, 7),
                      LOOM_EINVALID);
     free(id);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_disk_full(void **state)
 {
-    char *path = db_path("full.db"), *id, *big;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("full.db"), *id, *big;
+    loom_store *st = test_store_open_ok(path);
     loom_conversation_info info;
     json_t *j;
     rich_turn r;
     int rc = 0, tries = 0;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     save_simple(st, id, "first", "answer");
     /* The file may not grow past its current size (SQLite never lowers
      * the cap below that). */
@@ -1069,7 +991,7 @@ static void test_disk_full(void **state)
     assert_int_equal(loom_store_conversation_info(st, id, &info), 0);
     assert_int_equal(info.message_count, 2);
     loom_conversation_info_clear(&info);
-    j = get_ok(st, id);
+    j = test_conversation_get_ok(st, id);
     assert_int_equal(json_array_size(json_object_get(j, "messages")), 2);
     assert_int_equal(json_array_size(json_object_get(j, "usage")), 0);
     json_decref(j);
@@ -1084,8 +1006,8 @@ static void test_disk_full(void **state)
     rich_free(&r);
     free(id);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM messages"), 7);
-    rm_db(path);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"), 7);
+    test_db_remove(path);
     free(path);
 }
 
@@ -1144,8 +1066,8 @@ static void *work(void *arg)
 
 static void test_threads(void **state)
 {
-    char *path = db_path("threads.db"), *shared, *own[NTHREADS];
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("threads.db"), *shared, *own[NTHREADS];
+    loom_store *st = test_store_open_ok(path);
     pthread_t th[NTHREADS];
     worker w[NTHREADS];
     loom_messages hist = {0};
@@ -1153,9 +1075,9 @@ static void test_threads(void **state)
     json_t *page;
 
     (void)state;
-    shared = create_ok(st);
+    shared = test_conversation_create_ok(st);
     for (int k = 0; k < NTHREADS; k++) {
-        own[k] = create_ok(st);
+        own[k] = test_conversation_create_ok(st);
         w[k] = (worker){st, own[k], shared, k, 0, ""};
         last[k] = -1;
     }
@@ -1206,9 +1128,9 @@ static void test_threads(void **state)
         free(own[k]);
     free(shared);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM messages"),
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"),
                      4 * NTURNS * NTHREADS);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
@@ -1242,7 +1164,7 @@ static void crash_child(const char *path, int fd)
 
 static void test_crash_safety(void **state)
 {
-    char *path = db_path("crash.db"), id[64];
+    char *path = test_db_path("crash.db"), id[64];
     int fds[2], n, reported = -1, status;
     loom_messages hist = {0};
     loom_store *st;
@@ -1287,7 +1209,7 @@ static void test_crash_safety(void **state)
         sqlite3_finalize(s);
         sqlite3_close(db);
     }
-    st = open_ok(path);
+    st = test_store_open_ok(path);
     assert_int_equal(loom_store_load_history(st, id, &hist), 0);
     /* Whole turns only (5 messages each), every reported one there. */
     assert_int_equal(hist.len % 5, 0);
@@ -1300,8 +1222,9 @@ static void test_crash_safety(void **state)
     }
     loom_messages_free(&hist);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM tool_calls") % 2, 0);
-    rm_db(path);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM tool_calls") % 2,
+                     0);
+    test_db_remove(path);
     free(path);
 }
 

@@ -20,6 +20,7 @@
 
 #include "loom/store.h"
 #include "store/sqlite_internal.h"
+#include "store_fixture.h"
 #include "testutil.h"
 
 #include <sqlite3.h>
@@ -29,82 +30,6 @@
 #include <unistd.h>
 
 /* ---- helpers ---- */
-
-static void rm_db(const char *path)
-{
-    char buf[4096];
-
-    unlink(path);
-    snprintf(buf, sizeof(buf), "%s-wal", path);
-    unlink(buf);
-    snprintf(buf, sizeof(buf), "%s-shm", path);
-    unlink(buf);
-}
-
-static char *db_path(const char *name)
-{
-    char *p = test_tmp_path(name);
-
-    assert_non_null(p);
-    rm_db(p);
-    return p;
-}
-
-static loom_store *open_ok(const char *path)
-{
-    loom_store *st = NULL;
-    int rc = loom_store_open(&st, path);
-
-    if (rc)
-        fprintf(stderr, "open %s: %s\n", path, loom_error_last());
-    assert_int_equal(rc, 0);
-    return st;
-}
-
-static char *create_ok(loom_store *st)
-{
-    char *id = NULL;
-
-    assert_int_equal(loom_store_conversation_create(st, &id), 0);
-    assert_non_null(id);
-    return id;
-}
-
-/* One integer from the raw database (sql returns one row, one column). */
-static long long raw_int(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    sqlite3_stmt *s = NULL;
-    long long v = -1;
-
-    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
-    if (sqlite3_step(s) == SQLITE_ROW)
-        v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
-    return v;
-}
-
-static void raw_exec(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-
-    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-}
-
-static json_t *get_ok(loom_store *st, const char *id)
-{
-    json_t *j = NULL;
-
-    assert_int_equal(loom_store_conversation_get(st, id, &j), 0);
-    assert_non_null(j);
-    return j;
-}
 
 static json_t *parse(const char *text)
 {
@@ -200,21 +125,21 @@ static char *fill(size_t n, char c)
 
 static void test_roundtrip(void **state)
 {
-    char *path = db_path("extras_roundtrip.db"), *id, *summary = NULL;
+    char *path = test_db_path("extras_roundtrip.db"), *id, *summary = NULL;
     json_t *cites = parse(cites_json), *recs = parse(records_json), *j, *msgs,
            *got, *m;
-    loom_store *st = open_ok(path);
+    loom_store *st = test_store_open_ok(path);
     size_t covers = 99, i;
     turn_t t;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     /* A new conversation has no summary. */
     assert_int_equal(loom_store_conversation_summary(st, id, &summary, &covers),
                      0);
     assert_null(summary);
     assert_int_equal(covers, 0);
-    j = get_ok(st, id);
+    j = test_conversation_get_ok(st, id);
     assert_true(json_is_null(json_object_get(j, "summary")));
     assert_int_equal(json_integer_value(json_object_get(j, "summary_covers")),
                      0);
@@ -228,7 +153,7 @@ static void test_roundtrip(void **state)
     t.turn.tool_records = recs;
     assert_int_equal(loom_store_save_turn(st, &t.turn), 0);
 
-    j = get_ok(st, id);
+    j = test_conversation_get_ok(st, id);
     assert_string_equal(json_string_value(json_object_get(j, "summary")),
                         "Earlier: the user asked about looms.");
     assert_int_equal(json_integer_value(json_object_get(j, "summary_covers")),
@@ -269,37 +194,40 @@ static void test_roundtrip(void **state)
     loom_store_free(st);
 
     /* The columns one filters on. */
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM tool_records WHERE "
-                                   "position = 0 AND tool = 'echo' AND "
-                                   "call_id = 'c1' AND status = 'success' "
-                                   "AND duration_ms = 1.5 AND run_id = "
-                                   "'run_extras' AND created_at > 0"),
+    assert_int_equal(test_db_int(path,
+                                 "SELECT count(*) FROM tool_records WHERE "
+                                 "position = 0 AND tool = 'echo' AND "
+                                 "call_id = 'c1' AND status = 'success' "
+                                 "AND duration_ms = 1.5 AND run_id = "
+                                 "'run_extras' AND created_at > 0"),
                      1);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM tool_records WHERE "
-                                   "position = 1 AND tool = 'nope' AND "
-                                   "status = 'error' AND duration_ms = 0"),
+    assert_int_equal(test_db_int(path,
+                                 "SELECT count(*) FROM tool_records WHERE "
+                                 "position = 1 AND tool = 'nope' AND "
+                                 "status = 'error' AND duration_ms = 0"),
                      1);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM messages "
-                                   "WHERE citations IS NOT NULL"),
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages "
+                                       "WHERE citations IS NOT NULL"),
                      1);
     turn_free(&t);
     json_decref(cites);
     json_decref(recs);
     free(id);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_summary_replaced_and_kept(void **state)
 {
-    char *path = db_path("extras_summary.db"), *id, *other, *summary = NULL;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("extras_summary.db"), *id, *other,
+         *summary = NULL;
+    loom_store *st = test_store_open_ok(path);
     size_t covers = 0;
     turn_t t;
 
     (void)state;
-    id = create_ok(st);
-    other = create_ok(st);
+    id = test_conversation_create_ok(st);
+    other = test_conversation_create_ok(st);
     turn_init(&t, id, "one");
     t.turn.summary = "first summary";
     t.turn.summary_covers = 2;
@@ -355,20 +283,20 @@ static void test_summary_replaced_and_kept(void **state)
     free(id);
     free(other);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 /* A turn with no answer puts its citations on the placeholder. */
 static void test_citations_on_placeholder(void **state)
 {
-    char *path = db_path("extras_placeholder.db"), *id;
+    char *path = test_db_path("extras_placeholder.db"), *id;
     json_t *cites = parse(cites_json), *empty = json_array(), *j, *msgs;
-    loom_store *st = open_ok(path);
+    loom_store *st = test_store_open_ok(path);
     turn_t t;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     turn_init(&t, id, NULL);
     t.turn.status = LOOM_TURN_ERROR;
     t.turn.error = "upstream failed";
@@ -377,7 +305,7 @@ static void test_citations_on_placeholder(void **state)
     /* An empty array is no citations. */
     t.turn.citations = empty;
     assert_int_equal(loom_store_save_turn(st, &t.turn), 0);
-    j = get_ok(st, id);
+    j = test_conversation_get_ok(st, id);
     msgs = json_object_get(j, "messages");
     assert_int_equal(json_array_size(msgs), 4);
     assert_string_equal(
@@ -393,20 +321,20 @@ static void test_citations_on_placeholder(void **state)
     json_decref(empty);
     free(id);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_delete_cascades_records(void **state)
 {
-    char *path = db_path("extras_delete.db"), *a, *b;
+    char *path = test_db_path("extras_delete.db"), *a, *b;
     json_t *recs = parse(records_json), *cites = parse(cites_json);
-    loom_store *st = open_ok(path);
+    loom_store *st = test_store_open_ok(path);
     turn_t t;
 
     (void)state;
-    a = create_ok(st);
-    b = create_ok(st);
+    a = test_conversation_create_ok(st);
+    b = test_conversation_create_ok(st);
     turn_init(&t, a, "answer");
     t.turn.tool_records = recs;
     t.turn.citations = cites;
@@ -416,36 +344,37 @@ static void test_delete_cascades_records(void **state)
     t.turn.conversation_id = b;
     assert_int_equal(loom_store_save_turn(st, &t.turn), 0);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM tool_records"), 6);
-    st = open_ok(path);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM tool_records"), 6);
+    st = test_store_open_ok(path);
     assert_int_equal(loom_store_conversation_delete(st, a), 0);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM tool_records"), 2);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM tool_records "
-                                   "WHERE conversation_id <> (SELECT id "
-                                   "FROM conversations)"),
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM tool_records"), 2);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM tool_records "
+                                       "WHERE conversation_id <> (SELECT id "
+                                       "FROM conversations)"),
                      0);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM messages "
-                                   "WHERE citations IS NOT NULL"),
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages "
+                                       "WHERE citations IS NOT NULL"),
                      1);
     turn_free(&t);
     json_decref(recs);
     json_decref(cites);
     free(a);
     free(b);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_summary_limit(void **state)
 {
-    char *path = db_path("extras_summary_limit.db"), *id, *big, *summary = NULL;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("extras_summary_limit.db"), *id, *big,
+         *summary = NULL;
+    loom_store *st = test_store_open_ok(path);
     size_t covers = 0;
     turn_t t;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     big = fill(LOOM_STORE_SUMMARY_MAX_BYTES + 1, 's');
     turn_init(&t, id, "answer");
     t.turn.summary = big;
@@ -472,19 +401,19 @@ static void test_summary_limit(void **state)
     free(big);
     free(id);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_citation_limits(void **state)
 {
-    char *path = db_path("extras_cite_limit.db"), *id, *title;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("extras_cite_limit.db"), *id, *title;
+    loom_store *st = test_store_open_ok(path);
     json_t *cites = json_array(), *j;
     turn_t t;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     turn_init(&t, id, "answer");
     t.turn.citations = cites;
     /* Count: LOOM_STORE_CITATIONS_MAX kept, one more refused. */
@@ -498,7 +427,7 @@ static void test_citation_limits(void **state)
     assert_int_equal(loom_store_save_turn(st, &t.turn), LOOM_ETOOLARGE);
     assert_non_null(strstr(loom_error_last(), "1000"));
     assert_int_equal(message_count(st, id), 4);
-    j = get_ok(st, id);
+    j = test_conversation_get_ok(st, id);
     assert_int_equal(
         json_array_size(json_object_get(
             json_array_get(json_object_get(j, "messages"), 3), "citations")),
@@ -530,19 +459,19 @@ static void test_citation_limits(void **state)
     json_decref(cites);
     free(id);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_record_count_limit(void **state)
 {
-    char *path = db_path("extras_record_limit.db"), *id;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("extras_record_limit.db"), *id;
+    loom_store *st = test_store_open_ok(path);
     json_t *recs = json_array();
     turn_t t;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     for (int i = 0; i < LOOM_STORE_TOOL_RECORDS_MAX; i++)
         assert_int_equal(json_array_append_new(
                              recs, json_pack("{s:s,s:i}", "tool", "t", "n", i)),
@@ -558,11 +487,12 @@ static void test_record_count_limit(void **state)
     json_decref(recs);
     free(id);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM tool_records"),
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM tool_records"),
                      LOOM_STORE_TOOL_RECORDS_MAX);
-    assert_int_equal(raw_int(path, "SELECT max(position) FROM tool_records"),
-                     LOOM_STORE_TOOL_RECORDS_MAX - 1);
-    rm_db(path);
+    assert_int_equal(
+        test_db_int(path, "SELECT max(position) FROM tool_records"),
+        LOOM_STORE_TOOL_RECORDS_MAX - 1);
+    test_db_remove(path);
     free(path);
 }
 
@@ -571,13 +501,13 @@ static void test_record_cut(void **state)
 {
     /* {"call_id":"x","pad":""} is 24 bytes as compact JSON. */
     const size_t whole = LOOM_STORE_TOOL_RECORD_MAX_BYTES - 24;
-    char *path = db_path("extras_record_cut.db"), *id, *pad, *tool;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("extras_record_cut.db"), *id, *pad, *tool;
+    loom_store *st = test_store_open_ok(path);
     json_t *recs = json_array(), *big, *j, *r;
     turn_t t;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     pad = fill(whole + 1, 'p');
     /* "a" then 150 two-byte characters: 301 bytes, cut on a character. */
     tool = malloc(302);
@@ -602,7 +532,7 @@ static void test_record_cut(void **state)
     turn_init(&t, id, "answer");
     t.turn.tool_records = recs;
     assert_int_equal(loom_store_save_turn(st, &t.turn), 0);
-    j = get_ok(st, id);
+    j = test_conversation_get_ok(st, id);
     r = json_array_get(json_object_get(j, "tool_records"), 0);
     assert_int_equal(json_string_length(json_object_get(r, "pad")), whole);
     assert_null(json_object_get(r, "record_cut"));
@@ -630,34 +560,35 @@ static void test_record_cut(void **state)
     json_decref(j);
     loom_store_free(st);
     /* The columns: whole values where short, cut where long. */
-    assert_int_equal(raw_int(path, "SELECT length(CAST(tool AS BLOB)) FROM "
-                                   "tool_records WHERE call_id = 'z'"),
+    assert_int_equal(test_db_int(path, "SELECT length(CAST(tool AS BLOB)) FROM "
+                                       "tool_records WHERE call_id = 'z'"),
                      255);
-    assert_int_equal(raw_int(path, "SELECT duration_ms * 10 FROM "
-                                   "tool_records WHERE call_id = 'z'"),
+    assert_int_equal(test_db_int(path, "SELECT duration_ms * 10 FROM "
+                                       "tool_records WHERE call_id = 'z'"),
                      25);
-    assert_true(raw_int(path, "SELECT max(length(record)) FROM tool_records "
-                              "WHERE call_id <> 'x'") < 4096);
-    assert_int_equal(message_count(st = open_ok(path), id), 4);
+    assert_true(test_db_int(path,
+                            "SELECT max(length(record)) FROM tool_records "
+                            "WHERE call_id <> 'x'") < 4096);
+    assert_int_equal(message_count(st = test_store_open_ok(path), id), 4);
     loom_store_free(st);
     turn_free(&t);
     json_decref(recs);
     free(pad);
     free(tool);
     free(id);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_malformed_extras(void **state)
 {
-    char *path = db_path("extras_bad.db"), *id;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("extras_bad.db"), *id;
+    loom_store *st = test_store_open_ok(path);
     json_t *obj = json_object(), *arr_num = json_pack("[i]", 1);
     turn_t t;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     turn_init(&t, id, "answer");
     t.turn.citations = obj;
     assert_int_equal(loom_store_save_turn(st, &t.turn), LOOM_EINVALID);
@@ -676,13 +607,13 @@ static void test_malformed_extras(void **state)
     json_decref(arr_num);
     free(id);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_migration_from_v4(void **state)
 {
-    char *path = db_path("extras_v4.db"), *id, *summary = NULL;
+    char *path = test_db_path("extras_v4.db"), *id, *summary = NULL;
     json_t *recs = parse(records_json), *cites = parse(cites_json), *j, *msgs;
     loom_store *st = NULL;
     size_t covers = 9;
@@ -691,7 +622,7 @@ static void test_migration_from_v4(void **state)
     (void)state;
     assert_int_equal(loom__store_sqlite_open_version(&st, path, 4), 0);
     assert_int_equal(loom_store_schema_version(st), 4);
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     loom_store_free(st);
     {
         char sql[1024];
@@ -705,17 +636,17 @@ static void test_migration_from_v4(void **state)
                  "content, created_at) VALUES ('msg_2', '%s', 1, "
                  "'assistant', 'yes', 1);",
                  id, id, id);
-        raw_exec(path, sql);
+        test_db_exec(path, sql);
     }
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_master "
-                                   "WHERE name = 'tool_records'"),
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM sqlite_master "
+                                       "WHERE name = 'tool_records'"),
                      0);
 
     /* Opening migrates it to 5 and keeps the data. */
-    st = open_ok(path);
+    st = test_store_open_ok(path);
     assert_int_equal(loom_store_schema_version(st),
                      loom__sqlite_migrations_len);
-    j = get_ok(st, id);
+    j = test_conversation_get_ok(st, id);
     assert_string_equal(json_string_value(json_object_get(j, "title")),
                         "from v4");
     assert_true(json_is_null(json_object_get(j, "summary")));
@@ -748,30 +679,30 @@ static void test_migration_from_v4(void **state)
     assert_int_equal(covers, 2);
     free(summary);
     loom_store_free(st);
-    assert_int_equal(raw_int(path, "PRAGMA user_version"),
+    assert_int_equal(test_db_int(path, "PRAGMA user_version"),
                      loom__sqlite_migrations_len);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM sqlite_master "
-                                   "WHERE name IN ('tool_records', "
-                                   "'tool_records_by_conversation')"),
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM sqlite_master "
+                                       "WHERE name IN ('tool_records', "
+                                       "'tool_records_by_conversation')"),
                      2);
-    assert_int_equal(raw_int(path, "SELECT count(*) FROM tool_records"), 2);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM tool_records"), 2);
     turn_free(&t);
     json_decref(recs);
     json_decref(cites);
     free(id);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
 static void test_plan_kept_and_limited(void **state)
 {
-    char *path = db_path("extras_plan.db"), *id, *big;
-    loom_store *st = open_ok(path);
+    char *path = test_db_path("extras_plan.db"), *id, *big;
+    loom_store *st = test_store_open_ok(path);
     json_t *plan, *got = NULL, *conv = NULL;
     turn_t t;
 
     (void)state;
-    id = create_ok(st);
+    id = test_conversation_create_ok(st);
     assert_int_equal(loom_store_conversation_plan(st, id, &got), 0);
     assert_null(got);
     plan = json_pack("{s:s,s:[{s:s,s:s,s:s}]}", "goal", "Ship it", "tasks",
@@ -813,7 +744,7 @@ static void test_plan_kept_and_limited(void **state)
     json_decref(plan);
     free(id);
     loom_store_free(st);
-    rm_db(path);
+    test_db_remove(path);
     free(path);
 }
 
