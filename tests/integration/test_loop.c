@@ -68,11 +68,25 @@ static int wait_exec(const json_t *args, const loom_tool_ctx *ctx,
                            met ? "" : " alone");
 }
 
+/*
+ * How far the run under test has got, for a canceller waiting to cancel
+ * at a known point: the bytes of answer text streamed so far and whether
+ * the hang tool has started. Reset by setup_run().
+ */
+static pthread_mutex_t progress_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t progress_cv = PTHREAD_COND_INITIALIZER;
+static size_t progress_text;
+static int progress_hang_started;
+
 static int hang_exec(const json_t *args, const loom_tool_ctx *ctx,
                      loom_buf *out, void *payload)
 {
     (void)args;
     (void)payload;
+    pthread_mutex_lock(&progress_mu);
+    progress_hang_started = 1;
+    pthread_cond_broadcast(&progress_cv);
+    pthread_mutex_unlock(&progress_mu);
     /* A well-behaved long tool: polls the run's cancel flag. */
     for (int i = 0; i < 1000 && !loom_cancel_is_set(ctx->cancel); i++)
         usleep(10 * 1000);
@@ -133,6 +147,13 @@ static int record(const loom_event *ev, void *payload)
 {
     harness *h = payload;
     json_array_append_new(h->events, loom_event_to_json(ev));
+    if (ev->type == LOOM_EV_MESSAGE_DELTA) {
+        pthread_mutex_lock(&progress_mu);
+        progress_text +=
+            strlen(json_string_value(json_object_get(ev->data, "delta")));
+        pthread_cond_broadcast(&progress_cv);
+        pthread_mutex_unlock(&progress_mu);
+    }
     return 0;
 }
 
@@ -152,6 +173,10 @@ static void setup_run(harness *h, const char *script, loom_run_options *in,
     char url[128];
 
     memset(h, 0, sizeof(*h));
+    pthread_mutex_lock(&progress_mu);
+    progress_text = 0;
+    progress_hang_started = 0;
+    pthread_mutex_unlock(&progress_mu);
     h->fake = fake_start_script(script);
     assert_non_null(h->fake);
     snprintf(url, sizeof(url), "%s", fake_base_url(h->fake));
@@ -623,15 +648,28 @@ static void test_timeout(void **state)
     harness_free(&h);
 }
 
+/* Cancels h's run once text_bytes of answer text have streamed, or once
+ * the hang tool has started (hang_started), or after 60 s at most (then
+ * the test's own assertions say what was missing). */
 typedef struct {
     harness *h;
-    int after_ms;
+    size_t text_bytes;
+    int hang_started;
 } canceller;
 
 static void *cancel_later(void *arg)
 {
     canceller *c = arg;
-    usleep((useconds_t)c->after_ms * 1000);
+    struct timespec deadline;
+
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 60;
+    pthread_mutex_lock(&progress_mu);
+    while (progress_text < c->text_bytes ||
+           (c->hang_started && !progress_hang_started))
+        if (pthread_cond_timedwait(&progress_cv, &progress_mu, &deadline))
+            break;
+    pthread_mutex_unlock(&progress_mu);
     loom_run_cancel(c->h->run);
     return NULL;
 }
@@ -647,8 +685,8 @@ static void test_cancel_during_stream(void **state)
               "{\"responses\":[{\"text\":[\"Some \",\"words\"],\"hang\":true,"
               "\"hang_after_chunks\":3}]}",
               NULL, 0);
-    c.h = &h;
-    c.after_ms = 300;
+    /* Cancel once both chunks are in and the stream hangs. */
+    c = (canceller){&h, strlen("Some words"), 0};
     pthread_create(&t, NULL, cancel_later, &c);
     go(&h);
     pthread_join(t, NULL);
@@ -675,8 +713,7 @@ static void test_cancel_during_tool(void **state)
               "{\"responses\":[{\"tool_calls\":[{\"id\":\"c1\",\"name\":"
               "\"hang\",\"arguments\":\"{}\"}]},{\"text\":[\"never\"]}]}",
               NULL, 0);
-    c.h = &h;
-    c.after_ms = 200;
+    c = (canceller){&h, 0, 1};
     pthread_create(&t, NULL, cancel_later, &c);
     go(&h);
     pthread_join(t, NULL);

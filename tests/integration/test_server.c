@@ -10,10 +10,13 @@
  */
 #include "test_server_harness.h"
 
+#include "store_fixture.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -924,7 +927,10 @@ static void test_conversations(void **state)
         char body[64];
         snprintf(body, sizeof(body), "{\"input\":\"question %d\"}", i);
         runs[i] = sh_json(&h, "POST", "/v1/runs", body, 200);
-        usleep(5 * 1000);
+        /* The conversations so far go a second back: each one is older
+         * than the next by a second, whatever the clock's resolution. */
+        test_db_exec(h.db, "UPDATE conversations SET updated_at = "
+                           "updated_at - 1000");
     }
     page = sh_json(&h, "GET", "/v1/conversations?limit=2", NULL, 200);
     assert_string_equal(sh_str(page, "object"), "list");
@@ -1038,9 +1044,13 @@ static void test_metrics(void **state)
 
 /* ---- graceful stop ------------------------------------------------------- */
 
+/* Set once stop_thread's graceful stop has returned. */
+static atomic_int stop_returned;
+
 static void *stop_thread(void *arg)
 {
     sh_stop_server(arg);
+    atomic_store(&stop_returned, 1);
     return NULL;
 }
 
@@ -1050,6 +1060,7 @@ static void test_stop_lets_runs_finish(void **state)
     sh_resp r;
     json_t *run, *conv = NULL, *last;
     pthread_t th;
+    long long end;
 
     (void)state;
     sh_start(&h, LOOP("{\"delay_ms\":1500,\"text\":[\"done\"]}"), NULL,
@@ -1058,10 +1069,18 @@ static void test_stop_lets_runs_finish(void **state)
                   "{\"input\":\"x\",\"background\":true}", 202);
     while (fake_request_count(h.fake) < 1)
         usleep(10 * 1000);
+    atomic_store(&stop_returned, 0);
     assert_int_equal(pthread_create(&th, NULL, stop_thread, &h), 0);
-    usleep(300 * 1000);
-    /* Stopping: no new connections. */
-    assert_int_equal(sh_req(&h, "GET", "/healthz", NULL, NULL, &r), 0);
+    /* Stopping: no new connections, while the run is still being waited
+     * for (the stop has not returned). Waits up to 10 s for the refusal. */
+    end = test_now_ms() + 10000;
+    while (sh_req(&h, "GET", "/healthz", NULL, NULL, &r) != 0 &&
+           test_now_ms() < end) {
+        sh_resp_free(&r);
+        usleep(10 * 1000);
+    }
+    assert_int_equal(r.status, 0);
+    assert_int_equal(atomic_load(&stop_returned), 0);
     sh_resp_free(&r);
     pthread_join(th, NULL);
     assert_int_equal(loom_store_conversation_get(
