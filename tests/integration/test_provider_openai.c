@@ -407,30 +407,35 @@ static void test_disconnect_before_output(void **state)
     provider_stop(c);
 }
 
-static int free_port(void)
+/*
+ * A port nothing listens on, held for as long as *fd stays open: a TCP
+ * socket bound to 127.0.0.1:0 and never listening, so a connect there is
+ * refused, and no other socket (without SO_REUSEADDR on both) can take
+ * the port meanwhile. The caller closes *fd.
+ */
+static int refusing_port(int *fd)
 {
     struct sockaddr_in sa;
     socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
 
-    assert_true(fd >= 0);
+    *fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(*fd >= 0);
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    port = ntohs(sa.sin_port);
-    close(fd); /* nothing listens there now */
-    return port;
+    assert_int_equal(bind(*fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(*fd, (struct sockaddr *)&sa, &len), 0);
+    return ntohs(sa.sin_port);
 }
 
 static void test_connection_refused(void **state)
 {
     char url[64];
     ctx *c;
+    int fd;
 
     (void)state;
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1", free_port());
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1", refusing_port(&fd));
     c = setup(NULL, url, 2);
     assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
     assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_CONNECTION);
@@ -440,6 +445,7 @@ static void test_connection_refused(void **state)
     assert_non_null(strstr(loom_error_last(), "openai: connection: "));
     assert_string_equal(c->resp.text, "");
     provider_stop(c);
+    close(fd);
 }
 
 /* ---- timeouts and cancellation --------------------------------------- */

@@ -701,10 +701,14 @@ static void test_user_message_too_large(void **state)
     assert_int_equal(r.user_cut, 1);
     assert_int_equal(r.user_tokens_before, 10004);
     assert_true(r.user_tokens_after <= 3420 - 104);
-    /* The system prompt, and the cut message last (the old turn stays
-     * only if there is room left). */
-    assert_true(r.messages_len == 2 || r.messages_len == 4);
+    /* The system prompt, the old turn (the cut leaves room for it: the
+     * cut aims a tenth under what the pinned parts leave) and the cut
+     * message last. */
+    assert_int_equal(r.messages_len, 4);
+    assert_int_equal(r.dropped_turns, 0);
     assert_ptr_equal(r.messages[0].content, all.items[0].content);
+    assert_ptr_equal(r.messages[1].content, all.items[1].content);
+    assert_ptr_equal(r.messages[2].content, all.items[2].content);
     c = r.messages[r.messages_len - 1].content;
     assert_int_equal(strncmp(c, all.items[3].content, 2000), 0);
     assert_non_null(strstr(c, "[message cut to fit the context window: "));
