@@ -4,7 +4,7 @@
  * headers, body), streamed and non-streamed answers, parallel tool calls,
  * thinking sent back unchanged on the next request, retries (429, 529,
  * in-stream overloaded_error, drops; never after output; never on other
- * 4xx), timeouts, cancellation, limits, and a whole run through loom_run
+ * 4xx), cancellation, limits, and a whole run through loom_run
  * with tools. Time checks are lower bounds or generous upper bounds only.
  */
 #include <setjmp.h>
@@ -359,22 +359,6 @@ static void test_disconnect(void **state)
     provider_stop(c);
 }
 
-static void test_first_byte_timeout(void **state)
-{
-    ctx *c = setup("{\"responses\":[{\"hang\":true},{\"text\":[\"ok\"]}]}", 2);
-    long long t0;
-
-    (void)state;
-    c->cfg.first_byte_timeout_ms = 300;
-    provider_reconfigure(c);
-    t0 = test_now_ms();
-    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
-    assert_true(test_now_ms() - t0 >= 290);
-    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_TIMEOUT);
-    assert_int_equal(fake_request_count(c->fake), 1);
-    provider_stop(c);
-}
-
 static void test_cancel_during_hang(void **state)
 {
     ctx *c = setup("{\"responses\":[{\"text\":[\"a\"],\"hang\":true,"
@@ -545,7 +529,6 @@ int main(void)
         cmocka_unit_test(test_stream_error_before_output),
         cmocka_unit_test(test_stream_error_after_output),
         cmocka_unit_test(test_disconnect),
-        cmocka_unit_test(test_first_byte_timeout),
         cmocka_unit_test(test_cancel_during_hang),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_run_loop),

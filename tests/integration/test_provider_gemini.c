@@ -5,7 +5,7 @@
  * streamed and non-streamed answers, parallel calls, reasoning with its
  * thoughtSignature sent back exactly on the next request, errors and
  * retries (429/5xx and RetryInfo honoured, 4xx not, never after output),
- * errors inside the stream, a dropped connection, timeouts, cancellation,
+ * errors inside the stream, a dropped connection, cancellation,
  * limits; then whole runs through loom_run: a tool loop with two parallel
  * calls, a failing tool and reasoning, and the iteration limit. Time
  * checks are lower bounds or generous upper bounds only.
@@ -486,41 +486,6 @@ static void test_disconnect_before_output(void **state)
     provider_stop(c);
 }
 
-static void test_first_byte_timeout(void **state)
-{
-    ctx *c = setup("{\"responses\":[{\"hang\":true},{\"text\":[\"ok\"]}]}", 2);
-    long long t0;
-
-    (void)state;
-    c->cfg.first_byte_timeout_ms = 300;
-    provider_reconfigure(c);
-    t0 = test_now_ms();
-    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
-    assert_true(test_now_ms() - t0 >= 290);
-    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_TIMEOUT);
-    assert_int_equal(fake_request_count(c->fake), 1);
-    provider_stop(c);
-}
-
-static void test_idle_timeout(void **state)
-{
-    ctx *c = setup("{\"responses\":[{\"text\":[\"a\",\"b\"],\"hang\":true,"
-                   "\"hang_after_chunks\":1}]}",
-                   2);
-    long long t0;
-
-    (void)state;
-    c->cfg.idle_timeout_ms = 300;
-    provider_reconfigure(c);
-    t0 = test_now_ms();
-    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
-    assert_true(test_now_ms() - t0 >= 290);
-    assert_non_null(strstr(loom_error_last(), "idle timeout"));
-    assert_string_equal(c->resp.text, "a");
-    assert_int_equal(fake_request_count(c->fake), 1);
-    provider_stop(c);
-}
-
 static void test_cancel(void **state)
 {
     ctx *c = setup("{\"responses\":[{\"text\":[\"a\",\"b\"],\"hang\":true,"
@@ -743,8 +708,6 @@ int main(void)
         cmocka_unit_test(test_stream_error_after_output),
         cmocka_unit_test(test_disconnect_after_output),
         cmocka_unit_test(test_disconnect_before_output),
-        cmocka_unit_test(test_first_byte_timeout),
-        cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_callback_abort),
         cmocka_unit_test(test_json_body_limit),

@@ -1,9 +1,11 @@
 /*
  * The "openai" provider end to end against loom-fake-upstream: what loom
  * sends, streamed and non-streamed answers, retries (and when not to
- * retry), timeouts, cancellation, limits, and the HTTP client's connection
- * reuse and error-body cap. Time checks are lower bounds or generous upper
- * bounds only, so a loaded machine cannot make them flaky.
+ * retry), the connect timeout, cancellation, limits, and the HTTP
+ * client's connection reuse and error-body cap (the first-byte and idle
+ * timeouts of every adapter: test_provider_timeouts.c). Time checks are
+ * lower bounds or generous upper bounds only, so a loaded machine cannot
+ * make them flaky.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -502,44 +504,6 @@ static void test_connect_timeout(void **state)
         close(fds[i]);
 }
 
-static void test_first_byte_timeout(void **state)
-{
-    ctx *c =
-        setup("{\"responses\":[{\"hang\":true},{\"text\":[\"ok\"]}]}", NULL, 2);
-    long long t0;
-
-    (void)state;
-    c->cfg.first_byte_timeout_ms = 300;
-    provider_reconfigure(c);
-    t0 = test_now_ms();
-    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
-    assert_true(test_now_ms() - t0 >= 290);
-    assert_int_equal(c->resp.error.kind, LOOM_UPSTREAM_TIMEOUT);
-    assert_non_null(strstr(loom_error_last(), "first-byte timeout"));
-    assert_int_equal(fake_request_count(c->fake),
-                     1); /* a slow model is not retried */
-    provider_stop(c);
-}
-
-static void test_idle_timeout(void **state)
-{
-    ctx *c = setup("{\"responses\":[{\"text\":[\"a\",\"b\"],\"hang\":true,"
-                   "\"hang_after_chunks\":2}]}",
-                   NULL, 2);
-    long long t0;
-
-    (void)state;
-    c->cfg.idle_timeout_ms = 300;
-    provider_reconfigure(c);
-    t0 = test_now_ms();
-    assert_int_equal(provider_run(c, NULL), LOOM_ETIMEDOUT);
-    assert_true(test_now_ms() - t0 >= 290);
-    assert_non_null(strstr(loom_error_last(), "idle timeout"));
-    assert_string_equal(c->resp.text, "a");
-    assert_int_equal(fake_request_count(c->fake), 1);
-    provider_stop(c);
-}
-
 static void test_slow_chunks_within_idle(void **state)
 {
     /* gaps shorter than the idle timeout are fine, whatever the total */
@@ -771,8 +735,6 @@ int main(void)
         cmocka_unit_test(test_disconnect_before_output),
         cmocka_unit_test(test_connection_refused),
         cmocka_unit_test(test_connect_timeout),
-        cmocka_unit_test(test_first_byte_timeout),
-        cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_slow_chunks_within_idle),
         cmocka_unit_test(test_cancel_during_hang),
         cmocka_unit_test(test_cancel_during_backoff),
