@@ -54,11 +54,7 @@ const char *loom_version(void);
  * A yes/no option whose zero value means "the default": options structs
  * are zero-initialised, so a field that is not set must not read as no.
  */
-typedef enum {
-    LOOM_OPT_DEFAULT = 0,
-    LOOM_OPT_ON,
-    LOOM_OPT_OFF
-} loom_opt_bool;
+typedef enum { LOOM_OPT_DEFAULT = 0, LOOM_OPT_ON, LOOM_OPT_OFF } loom_opt_bool;
 
 /* Bytes of an id loom makes (prefix of at most 7 bytes, 24 hex digits,
  * NUL), and the longest id a caller may choose. */

@@ -154,8 +154,10 @@ typedef struct {
 } loom_run_context_options;
 
 /* Every field zero: the engine's defaults (off while window is 0). */
-#define LOOM_RUN_CONTEXT_OPTIONS_INIT {.window = 0}
-
+#define LOOM_RUN_CONTEXT_OPTIONS_INIT                                          \
+    {                                                                          \
+        .window = 0                                                            \
+    }
 
 typedef struct loom_run loom_run;
 
@@ -354,7 +356,10 @@ typedef struct {
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1
-#define LOOM_RUN_OPTIONS_INIT {.version = LOOM_RUN_OPTIONS_VERSION}
+#define LOOM_RUN_OPTIONS_INIT                                                  \
+    {                                                                          \
+        .version = LOOM_RUN_OPTIONS_VERSION                                    \
+    }
 
 /*
  * Creates a run over a copy of history (the conversation so far, ending

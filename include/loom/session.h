@@ -100,7 +100,10 @@ typedef struct {
 } loom_session_options;
 
 #define LOOM_SESSION_OPTIONS_VERSION 1
-#define LOOM_SESSION_OPTIONS_INIT {.version = LOOM_SESSION_OPTIONS_VERSION}
+#define LOOM_SESSION_OPTIONS_INIT                                              \
+    {                                                                          \
+        .version = LOOM_SESSION_OPTIONS_VERSION                                \
+    }
 
 /*
  * Makes a session. Errors: LOOM_EINVALID for a bad version or options
@@ -141,7 +144,7 @@ int loom_session_store_retry(loom_session *s, loom_store_op_fn op, void *arg,
  * operators' reloads); any thread. */
 void loom_session_set_store_retry_ms(loom_session *s, long ms);
 
-/* ---- turns --------------------------------------------------------------- */
+/* ---- turns ----------------------------------------------------------- */
 
 /* Bytes of one turn's event log by default (loom_turn_options.log). */
 #define LOOM_TURN_LOG_DEFAULT_BYTES (64L * 1024 * 1024)
@@ -218,7 +221,10 @@ typedef struct {
 } loom_turn_options;
 
 #define LOOM_TURN_OPTIONS_VERSION 1
-#define LOOM_TURN_OPTIONS_INIT {.version = LOOM_TURN_OPTIONS_VERSION}
+#define LOOM_TURN_OPTIONS_INIT                                                 \
+    {                                                                          \
+        .version = LOOM_TURN_OPTIONS_VERSION                                   \
+    }
 
 /*
  * Prepares a turn: resolves the agent, model and tools, checks the
@@ -292,7 +298,7 @@ const char *loom_turn_error_code(const loom_turn *t);
  * outcome is final (see above); NULL before. Borrowed from the turn. */
 const loom_run *loom_turn_run(const loom_turn *t);
 
-/* ---- the event log --------------------------------------------------------- */
+/* ---- the event log --------------------------------------------------- */
 
 /*
  * One logged event, serialized once and immutable: json is

@@ -106,7 +106,10 @@ typedef struct {
     void (*free_payload)(void *payload); /* called on removal, may be NULL */
 } loom_tool;
 
-#define LOOM_TOOL_INIT {.version = LOOM_TOOL_VERSION}
+#define LOOM_TOOL_INIT                                                         \
+    {                                                                          \
+        .version = LOOM_TOOL_VERSION                                           \
+    }
 
 typedef struct loom_tool_registry loom_tool_registry;
 
@@ -122,8 +125,8 @@ void loom_tool_registry_free(loom_tool_registry *reg);
 /*
  * Copies the tool (name, description, a reference to parameters) into the
  * registry. LOOM_EEXISTS for a duplicate name, LOOM_EINVALID for a bad
- * version or name or a missing execute. On failure free_payload is not called: the
- * caller still owns the payload.
+ * version or name or a missing execute. On failure free_payload is not called:
+ * the caller still owns the payload.
  */
 int loom_tool_registry_add(loom_tool_registry *reg, const loom_tool *tool);
 /* LOOM_ENOTFOUND when absent. */
@@ -162,8 +165,7 @@ int loom_tools_add_builtins(loom_tool_registry *reg);
  * LOOM_EINVALID for a malformed allow_hosts entry; tools added before the
  * failure stay registered. Defined in src/tools/http_tools.c.
  */
-int loom_tools_add_from_config(loom_tool_registry *reg,
-                               const loom_config *cfg);
+int loom_tools_add_from_config(loom_tool_registry *reg, const loom_config *cfg);
 
 /*
  * A new registry with loom's built-in tools and then the config's own

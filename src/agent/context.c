@@ -862,11 +862,11 @@ static size_t summary_end(const loom_context *ctx, const fit *f,
  * at most in_limit tokens (ptok of them its prompt), the newest messages
  * first and older ones while they fit, starting at a whole unit.
  */
-static size_t transcript_first(const loom_context *ctx, const fit *f,
-                               size_t k, size_t in_limit, size_t ptok)
+static size_t transcript_first(const loom_context *ctx, const fit *f, size_t k,
+                               size_t in_limit, size_t ptok)
 {
-    size_t have = ptok + (ctx->summary ? ctx->summary_tokens : 0) +
-                  TRANSCRIPT_OVERHEAD;
+    size_t have =
+        ptok + (ctx->summary ? ctx->summary_tokens : 0) + TRANSCRIPT_OVERHEAD;
     size_t first = k;
 
     for (size_t i = k; i > f->start; i--) {
@@ -1122,8 +1122,8 @@ static int count_request(loom_context *ctx, loom_context_result *r,
 
 /* Fills r from the fitted state: the request, its figures, the summary
  * and the layout. */
-static void fill_result(loom_context *ctx, const fit *f,
-                        loom_context_result *r, int made)
+static void fill_result(loom_context *ctx, const fit *f, loom_context_result *r,
+                        int made)
 {
     build(ctx, f, r);
     r->tokens_after = f->total + ctx->tools_tokens;

@@ -56,8 +56,8 @@
 
 struct loom__plan {
     loom_tool tools[LOOM__LOOP_COUNT]; /* their schemas are owned */
-    json_t *plan; /* the current plan, or NULL */
-    int shown;    /* the last system text given shows the current plan */
+    json_t *plan;                      /* the current plan, or NULL */
+    int shown; /* the last system text given shows the current plan */
 };
 
 static const char *const statuses[] = {"pending", "in_progress", "completed",

@@ -55,7 +55,6 @@
     "final answer to the user now, using the information gathered so far, " \
     "and say briefly if anything could not be completed."
 
-
 struct loom_run {
     loom_run_options opts;
     char *id;
@@ -68,14 +67,14 @@ struct loom_run {
     const loom_tool **offered; /* the server tools, defs[0..nserver) */
     size_t ndefs;
     size_t nserver;
-    loom__toolset set; /* a view of defs and offered for the tool turn */
+    loom__toolset set;       /* a view of defs and offered for the tool turn */
     loom_tool_call *pending; /* client calls the run ended on */
     size_t npending;
     char *finish_reason;
-    char *available; /* offered names, "a, b" */
+    char *available;         /* offered names, "a, b" */
     loom_tool_choice choice; /* for the next model call */
     char *choice_fn;
-    loom_buf text;   /* text of the current turn */
+    loom_buf text; /* text of the current turn */
     /* Per tool call of the current turn (by its stream index): the bytes
      * of text streamed before the call's first fragment; SIZE_MAX when
      * the call streamed no fragment. */
@@ -104,7 +103,7 @@ struct loom_run {
     size_t nstored, capstored;
     char *summary; /* the newest summary the engine made */
     size_t summary_covers;
-    int switched;  /* moved to the context_window_fallback */
+    int switched; /* moved to the context_window_fallback */
 
     /* The tool calls of each turn: hooks, policies, records (toolturn.c). */
     loom__toolturn *turn;
@@ -406,21 +405,20 @@ int loom__run_create(loom_run **out, const loom_run_options *opts)
     int rc;
 
     *out = NULL;
-    if (!opts || (opts->version != LOOM_RUN_OPTIONS_VERSION &&
-                  opts->version != 0))
+    if (!opts ||
+        (opts->version != LOOM_RUN_OPTIONS_VERSION && opts->version != 0))
         return loom__error_set(LOOM_EINVALID, "run options: bad version");
     if (!opts->provider || !opts->upstream_model)
         return loom__error_set(LOOM_EINVALID,
                                "run options: a provider and a model are "
                                "required");
-    if (!opts->provider->vt || (opts->provider->vt->version != 0 &&
-                                opts->provider->vt->version !=
-                                    LOOM_PROVIDER_VTABLE_VERSION))
+    if (!opts->provider->vt ||
+        (opts->provider->vt->version != 0 &&
+         opts->provider->vt->version != LOOM_PROVIDER_VTABLE_VERSION))
         return loom__error_set(LOOM_EINVALID,
                                "run options: the provider's vtable has an "
                                "unknown version");
-    if (opts->run_id &&
-        (!*opts->run_id || strlen(opts->run_id) > LOOM_ID_MAX))
+    if (opts->run_id && (!*opts->run_id || strlen(opts->run_id) > LOOM_ID_MAX))
         return loom__error_set(LOOM_EINVALID,
                                "run options: a run_id has 1 to %d bytes",
                                LOOM_ID_MAX);
@@ -501,8 +499,7 @@ int loom__run_begin(loom_run *run, const loom_messages *history,
     int rc;
 
     if (!history || history->len == 0)
-        return loom__error_set(LOOM_EINVALID,
-                               "run: the conversation is empty");
+        return loom__error_set(LOOM_EINVALID, "run: the conversation is empty");
     if (carried && carried->plan && !loom__plan_get(run->plan) &&
         (rc = loom__plan_set(run->plan, carried->plan)) != 0)
         return rc;
@@ -530,8 +527,7 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
 
     *out = NULL;
     if (!history || history->len == 0)
-        return loom__error_set(LOOM_EINVALID,
-                               "run: the conversation is empty");
+        return loom__error_set(LOOM_EINVALID, "run: the conversation is empty");
     if ((rc = loom__run_create(&run, opts)) != 0)
         return rc;
     if ((rc = loom__run_begin(run, history, NULL)) != 0) {
@@ -654,7 +650,9 @@ static void finish_failed_code(loom_run *run, int rc, const char *code,
     free(run->error);
     run->error = strdup(cancelled ? "run cancelled" : loom_error_last());
     err = json_pack("{s:s,s:s}", "code",
-                    cancelled ? "cancelled" : code ? code : loom_error_name(rc),
+                    cancelled ? "cancelled"
+                    : code    ? code
+                              : loom_error_name(rc),
                     "message", run->error ? run->error : "");
     if (!cancelled && resp && resp->error.kind != LOOM_UPSTREAM_NONE) {
         json_object_set_new(
@@ -677,8 +675,7 @@ static void finish_failed_code(loom_run *run, int rc, const char *code,
                    run->answered_model));
 }
 
-static void finish_failed(loom_run *run, int rc,
-                          const loom_llm_response *resp)
+static void finish_failed(loom_run *run, int rc, const loom_llm_response *resp)
 {
     finish_failed_code(run, rc, NULL, resp);
 }
@@ -908,8 +905,7 @@ static int context_fit(loom_run *run, loom_llm_request *req)
      * loom_token_counter_request() would give. */
     run->estimated_prompt =
         c_is_token_counter(&run->opts.context) ? r.tokens_after + 3 : 0;
-    if (has_sink(run) &&
-        (data = loom_context_result_json(&r)) != NULL) {
+    if (has_sink(run) && (data = loom_context_result_json(&r)) != NULL) {
         json_t *sum = json_object_get(data, "summary");
         json_object_set_new(data, "iteration",
                             json_integer(run->iterations + 1));
@@ -963,7 +959,7 @@ static int review_turn(loom_run *run)
     }
     if (!rc && has_sink(run))
         emit(run, LOOM_EV_REVIEW,
-                       loom__review_event_json(&out, run->iterations));
+             loom__review_event_json(&out, run->iterations));
     if (!rc && out.ok &&
         (rc = loom__review_note(&note, &out.review)) == 0 &&
         (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, note)) == 0)
@@ -981,7 +977,7 @@ static int emit_citations(loom_run *run, const loom__citations_checked *ck)
         return loom__error_oom();
     for (size_t i = 0; has_sink(run) && i < ck->numbers_len; i++)
         emit(run, LOOM_EV_CITATION,
-                       loom__citation_json(run->cites, ck->numbers[i]));
+             loom__citation_json(run->cites, ck->numbers[i]));
     return 0;
 }
 
@@ -1111,8 +1107,7 @@ static void emit_calls(loom_run *run, const loom_message *assistant)
 
     for (size_t i = 0; calls && i < n; i++) {
         json_t *c = loom__tool_call_json(&assistant->tool_calls[i]);
-        size_t off = i < run->ncall_offsets ? run->call_offsets[i]
-                                            : SIZE_MAX;
+        size_t off = i < run->ncall_offsets ? run->call_offsets[i] : SIZE_MAX;
         /* Where in the turn's text the call appeared (its text
          * offset); the end of the text when it streamed no delta. */
         json_object_set_new(
@@ -1200,8 +1195,7 @@ static int run_tools(loom_run *run, size_t *nclient, int *think_only)
             &run->set, assistant->tool_calls[i].name);
     if (has_sink(run))
         emit_calls(run, assistant);
-    rc = loom__toolturn_run(run->turn, assistant, run->iterations, &jobs,
-                            &nj);
+    rc = loom__toolturn_run(run->turn, assistant, run->iterations, &jobs, &nj);
     if (!jobs)
         return rc;
     for (size_t i = 0; i < nj; i++)
@@ -1279,8 +1273,9 @@ static int answer(loom_run *run, const loom_llm_response *resp)
     m.provider_state = resp->provider_state;
     memset(&ck, 0, sizeof(ck));
     /* An answer too large to check is kept as it is. */
-    if (nsrc && (rc = loom__citations_check(nsrc, m.content,
-                                            strlen(m.content), 0, &ck)) != 0 &&
+    if (nsrc &&
+        (rc = loom__citations_check(nsrc, m.content, strlen(m.content), 0,
+                                    &ck)) != 0 &&
         rc != LOOM_ENOMEM)
         rc = 0;
     if (ck.text)
@@ -1298,18 +1293,17 @@ static int answer(loom_run *run, const loom_llm_response *resp)
 
 static void finish_completed(loom_run *run)
 {
-    json_t *done = json_pack(
-        "{s:s,s:s,s:i,s:s?,s:o,s:s*}", "status", "completed", "text",
-        run->final_text, "iterations", run->iterations, "finish_reason",
-        run->finish_reason, "usage", run_usage_json(run), "model",
-        run->answered_model);
+    json_t *done =
+        json_pack("{s:s,s:s,s:i,s:s?,s:o,s:s*}", "status", "completed", "text",
+                  run->final_text, "iterations", run->iterations,
+                  "finish_reason", run->finish_reason, "usage",
+                  run_usage_json(run), "model", run->answered_model);
 
     run->status = LOOM_RUN_COMPLETED;
     if (run->npending) {
         json_t *pc = json_array();
         for (size_t i = 0; i < run->npending; i++)
-            json_array_append_new(pc,
-                                  loom__tool_call_json(&run->pending[i]));
+            json_array_append_new(pc, loom__tool_call_json(&run->pending[i]));
         json_object_set_new(done, "pending_tool_calls", pc);
     }
     if (run->think_turns)
@@ -1324,8 +1318,8 @@ static void finish_completed(loom_run *run)
  * One model call and what follows it. Returns 0 and sets *more when the
  * loop goes round again; 0 with *more unset when the run has its answer.
  */
-static int iterate(loom_run *run, loom_llm_response *resp,
-                   int *limit_injected, int *more)
+static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
+                   int *more)
 {
     const loom_run_options *o = &run->opts;
     loom_llm_request req = LOOM_LLM_REQUEST_INIT;

@@ -23,6 +23,7 @@
  * per watcher). It is bounded by log_max_bytes: past it the turn is
  * cancelled and only its final event is still logged.
  */
+#include "loom/session.h"
 #include "agent/model_opts.h"
 #include "agent/run_internal.h"
 #include "core/error.h"
@@ -30,7 +31,6 @@
 #include "loom/log.h"
 #include "loom/memory.h"
 #include "loom/recorder.h"
-#include "loom/session.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -95,7 +95,7 @@ struct loom_turn {
     int load_history;
     loom_run *lr;
     loom_recorder *rec;
-    loom_sink sink;   /* the caller's */
+    loom_sink sink; /* the caller's */
     void (*ending)(loom_turn *t, void *payload);
     void *ending_payload;
     atomic_int phase;
@@ -173,8 +173,8 @@ int loom_session_new(loom_session **out, const loom_session_options *opts)
     int rc;
 
     *out = NULL;
-    if (!opts || (opts->version != LOOM_SESSION_OPTIONS_VERSION &&
-                  opts->version != 0))
+    if (!opts ||
+        (opts->version != LOOM_SESSION_OPTIONS_VERSION && opts->version != 0))
         return loom__error_set(LOOM_EINVALID, "session options: bad version");
     if (opts->provider && !opts->model)
         return loom__error_set(LOOM_EINVALID,
@@ -183,9 +183,9 @@ int loom_session_new(loom_session **out, const loom_session_options *opts)
         return loom__error_oom();
     atomic_init(&s->refs, 1);
     s->o = *opts;
-    atomic_init(&s->store_retry_ms,
-                opts->store_retry_ms ? opts->store_retry_ms
-                                     : LOOM_SESSION_STORE_RETRY_MS);
+    atomic_init(&s->store_retry_ms, opts->store_retry_ms
+                                        ? opts->store_retry_ms
+                                        : LOOM_SESSION_STORE_RETRY_MS);
     if (opts->config) {
         s->cfg = opts->config;
     } else {
@@ -209,9 +209,8 @@ int loom_session_new(loom_session **out, const loom_session_options *opts)
             rc = loom__error_oom();
             goto fail;
         }
-    } else if (!opts->provider &&
-               (rc = loom_config_default_model(&s->default_model, s->cfg)) !=
-                   0) {
+    } else if (!opts->provider && (rc = loom_config_default_model(
+                                       &s->default_model, s->cfg)) != 0) {
         goto fail;
     }
     *out = s;
@@ -291,8 +290,8 @@ int loom_session_store_retry(loom_session *s, loom_store_op_fn op, void *arg,
         ts.tv_nsec = (wait % 1000) * 1000000L;
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
-        wait = wait * 2 > STORE_BACKOFF_MAX_MS ? STORE_BACKOFF_MAX_MS
-                                               : wait * 2;
+        wait =
+            wait * 2 > STORE_BACKOFF_MAX_MS ? STORE_BACKOFF_MAX_MS : wait * 2;
     }
 }
 
@@ -558,8 +557,7 @@ int loom_turn_wait(loom_turn *t, uint64_t after_seq, long timeout_ms)
 }
 
 /* A log entry for j (taken, also on failure); NULL when out of memory. */
-static loom_turn_event *event_new(json_t *j, uint64_t seq,
-                                  loom_event_type type)
+static loom_turn_event *event_new(json_t *j, uint64_t seq, loom_event_type type)
 {
     loom_turn_event *e;
     char *text;
@@ -611,8 +609,7 @@ static int log_event(loom_turn *t, const loom_event *ev, int force)
     if (!(e = event_new(loom_event_to_json(ev), ev->seq, ev->type)))
         return 1;
     pthread_mutex_lock(&t->lock);
-    if (!force &&
-        (t->overflow || t->bytes + e->text_len > t->log_max)) {
+    if (!force && (t->overflow || t->bytes + e->text_len > t->log_max)) {
         if (!t->overflow)
             loom_warn("run %s: event log passed %zu bytes: cancelling it",
                       t->id, t->log_max);
@@ -663,8 +660,7 @@ static int offered(const loom_turn *t, const char *name)
     int on;
 
     /* A memory tool that is not there (no store) is not offered. */
-    if (loom_memory_is_tool(name) &&
-        !loom_tool_registry_get(t->s->tools, name))
+    if (loom_memory_is_tool(name) && !loom_tool_registry_get(t->s->tools, name))
         on = 0;
     else
         on = loom_memory_tool_offered(name, t->user_id, as, NULL,
@@ -716,15 +712,15 @@ static int keep_client_tools(loom_turn *t, const loom_turn_options *o)
 {
     if (!o->client_tools_len)
         return 0;
-    if (!(t->client_defs = calloc(o->client_tools_len,
-                                  sizeof(*t->client_defs))) ||
+    if (!(t->client_defs =
+              calloc(o->client_tools_len, sizeof(*t->client_defs))) ||
         !(t->client_json = json_array()))
         return loom__error_oom();
     for (size_t i = 0; i < o->client_tools_len; i++) {
         const loom_tool_def *d = &o->client_tools[i];
-        json_t *e = json_pack("{s:s,s:s?,s:O?}", "name", d->name,
-                              "description", d->description, "parameters",
-                              (json_t *)d->parameters);
+        json_t *e =
+            json_pack("{s:s,s:s?,s:O?}", "name", d->name, "description",
+                      d->description, "parameters", (json_t *)d->parameters);
         if (!e || json_array_append_new(t->client_json, e) != 0)
             return loom__error_oom();
         t->client_defs[i].name = json_string_value(json_object_get(e, "name"));
@@ -745,10 +741,10 @@ static int keep_spec(loom_turn *t, const loom_turn_options *o)
     t->model = dup_or_null(t->mreq.model, &oom);
     t->upstream = dup_or_null(t->mreq.upstream, &oom);
     t->agent = dup_or_null(agent ? agent->name : NULL, &oom);
-    t->system_prompt = dup_or_null(
-        o->system_prompt ? o->system_prompt
-                         : agent ? agent->system_prompt : NULL,
-        &oom);
+    t->system_prompt = dup_or_null(o->system_prompt ? o->system_prompt
+                                   : agent          ? agent->system_prompt
+                                                    : NULL,
+                                   &oom);
     if (o->tool_names_set || (agent && !agent->tools_all)) {
         const char *const *names = o->tool_names_set
                                        ? o->tool_names
@@ -805,8 +801,8 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
         ro.tool_names_len = t->ntool_names;
     }
     ro.max_iterations = o->max_iterations > 0 ? o->max_iterations
-                        : agent              ? agent->max_iterations
-                                             : 0;
+                        : agent               ? agent->max_iterations
+                                              : 0;
     if (agent) {
         ro.tool_choice = agent->tool_choice;
         ro.parallel_tool_calls =
@@ -819,8 +815,7 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
     }
     if (o->parallel_tool_calls != LOOM_OPT_DEFAULT)
         ro.parallel_tool_calls = o->parallel_tool_calls;
-    ro.max_output_tokens = o->max_output_tokens > 0 ? o->max_output_tokens
-                                                    : 0;
+    ro.max_output_tokens = o->max_output_tokens > 0 ? o->max_output_tokens : 0;
     ro.temperature = o->temperature;
     ro.temperature_set = o->temperature_set;
     ro.client_tools = t->client_defs;
@@ -848,8 +843,8 @@ static int pick_model(loom_turn *t, const loom_turn_options *o)
 {
     loom_session *s = t->s;
     loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
-    const char *name = o->model ? o->model
-                                : loom_session_default_model(s, t->agent_cfg);
+    const char *name =
+        o->model ? o->model : loom_session_default_model(s, t->agent_cfg);
 
     if (s->o.provider) {
         memset(&t->mreq, 0, sizeof(t->mreq));
@@ -902,8 +897,7 @@ static int pick_conversation(loom_turn *t, const loom_turn_options *o)
     return t->conversation_id ? 0 : loom__error_oom();
 }
 
-int loom_turn_new(loom_turn **out, loom_session *s,
-                  const loom_turn_options *o)
+int loom_turn_new(loom_turn **out, loom_session *s, const loom_turn_options *o)
 {
     loom_turn *t;
     int rc;
@@ -914,8 +908,8 @@ int loom_turn_new(loom_turn **out, loom_session *s,
     if (!o->input || o->input->len == 0)
         return loom__error_set(LOOM_EINVALID, "the run has no input");
     if (o->run_id && (!*o->run_id || strlen(o->run_id) > LOOM_ID_MAX))
-        return loom__error_set(LOOM_EINVALID,
-                               "a run id has 1 to %d bytes", LOOM_ID_MAX);
+        return loom__error_set(LOOM_EINVALID, "a run id has 1 to %d bytes",
+                               LOOM_ID_MAX);
     if (!(t = calloc(1, sizeof(*t))))
         return loom__error_oom();
     pthread_mutex_init(&t->lock, NULL);
@@ -964,8 +958,7 @@ static int op_create(void *arg)
 {
     loom_turn *t = arg;
 
-    return loom_store_conversation_create_id(t->s->o.store,
-                                             t->conversation_id);
+    return loom_store_conversation_create_id(t->s->o.store, t->conversation_id);
 }
 
 typedef struct {
@@ -1083,8 +1076,8 @@ static int mark_unstored(loom_turn *t)
     if (!bad && t->term_type == LOOM_EV_RUN_COMPLETED)
         bad = json_object_set_new(j, "status", json_string("failed")) ||
               json_object_set_new(j, "error",
-                                  json_pack("{s:s,s:O}", "code",
-                                            "store_failed", "message", msg));
+                                  json_pack("{s:s,s:O}", "code", "store_failed",
+                                            "message", msg));
     else if (!bad)
         bad = json_object_set(j, "store_error", msg);
     json_decref(msg);

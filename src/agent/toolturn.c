@@ -107,9 +107,9 @@ static loom_hook_action budget_before(loom_tool_hook_call *hc, void *payload)
  */
 static char *call_key(const char *name, const json_t *args)
 {
-    char *dump = args ? json_dumps(args, JSON_COMPACT | JSON_SORT_KEYS |
-                                             JSON_ENCODE_ANY)
-                      : NULL;
+    char *dump =
+        args ? json_dumps(args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+             : NULL;
     char *key = NULL;
 
     if (args && !dump)
@@ -123,8 +123,7 @@ static char *call_key(const char *name, const json_t *args)
 /* Duplicate calls: what already succeeded, or is already asked for in
  * this turn, is not run again. Loop tools are exempt: thinking the same
  * thought or saving the same plan twice costs nothing. */
-static loom_hook_action duplicate_before(loom_tool_hook_call *hc,
-                                         void *payload)
+static loom_hook_action duplicate_before(loom_tool_hook_call *hc, void *payload)
 {
     loom__toolturn *t = payload;
     loom__tool_job *job = t->cur;
@@ -279,12 +278,12 @@ static loom_hook_action outcome_after(loom_tool_hook_call *hc, void *payload)
         take_documents(t, job);
         return LOOM_HOOK_CONTINUE;
     }
-    if (i < 0 || t->blocked[i] ||
-        ++t->failures[i] < LOOM_RUN_TOOL_FAILURES_MAX)
+    if (i < 0 || t->blocked[i] || ++t->failures[i] < LOOM_RUN_TOOL_FAILURES_MAX)
         return LOOM_HOOK_CONTINUE;
     t->blocked[i] = 1;
     t->req_defs_stale = 1;
-    if (asprintf(&note, "%s\n[loom: tool '%s' has now failed %d times in "
+    if (asprintf(&note,
+                 "%s\n[loom: tool '%s' has now failed %d times in "
                  "this run and is blocked: it is no longer available. Do "
                  "not call it again; continue with other tools or answer "
                  "with what you have.]",
@@ -357,8 +356,8 @@ const json_t *loom__toolturn_documents(const loom__toolturn *t)
     return t->documents;
 }
 
-int loom__toolturn_request_tools(loom__toolturn *t,
-                                 const loom_tool_def **defs, size_t *n)
+int loom__toolturn_request_tools(loom__toolturn *t, const loom_tool_def **defs,
+                                 size_t *n)
 {
     const loom__toolset *set = t->o.tools;
 
@@ -422,16 +421,19 @@ static void before_chain(loom__toolturn *t, loom__tool_job *job)
         case LOOM_HOOK_REWRITE:
             if (!hc.new_arguments)
                 break;
-            if (loom_schema_validate(job->tool->parameters,
-                                     hc.new_arguments, &msg) != 0) {
+            if (loom_schema_validate(job->tool->parameters, hc.new_arguments,
+                                     &msg) != 0) {
                 char *why = NULL;
-                if (asprintf(&why, "a before-tool hook gave arguments that "
+                if (asprintf(&why,
+                             "a before-tool hook gave arguments that "
                              "do not fit the schema of '%s': %s",
                              job->tool->name, msg ? msg : "invalid") < 0)
                     why = NULL;
                 loom__tool_job_fail(job, "hook", LOOM_EINVALID,
-                                    why ? why : "invalid arguments from a "
-                                                "hook", NULL, max_error);
+                                    why ? why
+                                        : "invalid arguments from a "
+                                          "hook",
+                                    NULL, max_error);
                 free(why);
                 free(msg);
                 json_decref(hc.new_arguments);
@@ -503,8 +505,7 @@ static void emit_started(loom__toolturn *t, loom__tool_job *job)
     p = pk_new();
     pk_str(&p, "id", job->call->id);
     pk_str(&p, "name", job->call->name);
-    pk_set(&p, "arguments",
-           job->args ? json_incref(job->args) : json_null());
+    pk_set(&p, "arguments", job->args ? json_incref(job->args) : json_null());
     loom__emit_send(&t->o.emit, LOOM_EV_TOOL_STARTED, pk_done(&p));
 }
 
@@ -603,17 +604,15 @@ static void record(loom__toolturn *t, loom__tool_job *job)
                         "stage", job->stage, "message",
                         job->error ? job->error : "");
     r = json_pack(
-        "{s:s,s:s,s:i,s:o*,s:I,s:I,s:f,s:s,s:o*,s:I,s:b,s:I,s:O*}",
-        "call_id", job->call->id, "tool",
-        job->tool ? job->tool->name
-                  : (job->call->name ? job->call->name : ""),
+        "{s:s,s:s,s:i,s:o*,s:I,s:I,s:f,s:s,s:o*,s:I,s:b,s:I,s:O*}", "call_id",
+        job->call->id, "tool",
+        job->tool ? job->tool->name : (job->call->name ? job->call->name : ""),
         "iteration", t->iteration, "arguments", args, "arguments_size",
-        (json_int_t)args_size, "started_at_ms",
-        (json_int_t)job->started_at_ms, "duration_ms", job->duration_ms,
-        "status", record_status(job), "error", err, "result_size",
-        (json_int_t)(job->output ? strlen(job->output) : 0), "truncated",
-        job->truncated, "cost_micros", (json_int_t)job->cost_micros,
-        "documents", job->documents_added);
+        (json_int_t)args_size, "started_at_ms", (json_int_t)job->started_at_ms,
+        "duration_ms", job->duration_ms, "status", record_status(job), "error",
+        err, "result_size", (json_int_t)(job->output ? strlen(job->output) : 0),
+        "truncated", job->truncated, "cost_micros",
+        (json_int_t)job->cost_micros, "documents", job->documents_added);
     if (!r)
         return;
     if (!json_object_get(r, "documents"))
@@ -659,8 +658,7 @@ static void on_notice(loom__tool_job *job, int done, void *payload)
  */
 static void set_timeout(loom__toolturn *t, loom__tool_job *job)
 {
-    const json_t *set = json_object_get(t->o.settings,
-                                        job->tool->name);
+    const json_t *set = json_object_get(t->o.settings, job->tool->name);
     const json_t *v = json_object_get(set, "timeout_ms");
     char *msg = NULL;
 
@@ -672,9 +670,10 @@ static void set_timeout(loom__toolturn *t, loom__tool_job *job)
         job->timeout_ms = (long)json_integer_value(v);
         return;
     }
-    if (asprintf(&msg, "setting tools.%s.timeout_ms must be an integer "
-                 "from 1 to %ld (milliseconds)", job->tool->name,
-                 TIMEOUT_SETTING_MAX) < 0)
+    if (asprintf(&msg,
+                 "setting tools.%s.timeout_ms must be an integer "
+                 "from 1 to %ld (milliseconds)",
+                 job->tool->name, TIMEOUT_SETTING_MAX) < 0)
         msg = NULL;
     loom__tool_job_fail(job, "execution", LOOM_EINVALID,
                         msg ? msg : "bad timeout_ms setting", NULL,
@@ -698,8 +697,7 @@ static void turn_call(loom__toolturn *t, loom__tool_job *job,
     if (!job->done && !job->loop)
         set_timeout(t, job);
     if (!job->done && job->key)
-        json_object_set_new(t->turn_keys, job->key,
-                            json_string(job->call->id));
+        json_object_set_new(t->turn_keys, job->key, json_string(job->call->id));
     if (job->done) {
         finish(t, job);
     } else if (job->loop) {
@@ -712,8 +710,7 @@ static void turn_call(loom__toolturn *t, loom__tool_job *job,
 }
 
 int loom__toolturn_run(loom__toolturn *t, const loom_message *assistant,
-                       int iteration, loom__tool_job **jobs_out,
-                       size_t *njobs)
+                       int iteration, loom__tool_job **jobs_out, size_t *njobs)
 {
     size_t n = assistant->tool_calls_len, nj = 0;
     loom__tool_job *jobs = calloc(n + 1, sizeof(*jobs));

@@ -289,8 +289,7 @@ int cli_run(int argc, char **argv)
         goto done;
     }
     if (agent && !loom_config_agent(cfg, agent)) {
-        fprintf(stderr, "loom run: no agent named '%s' in the config\n",
-                agent);
+        fprintf(stderr, "loom run: no agent named '%s' in the config\n", agent);
         rc = CLI_USAGE;
         goto done;
     }

@@ -13,11 +13,11 @@
  * server's polling thread: loom_turn_new (which checks the request and
  * reads the store at most once); the worker thread executes the turn.
  */
-#include "server/srvpriv.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "loom/log.h"
 #include "loom/session.h"
+#include "server/srvpriv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,8 +362,8 @@ static void on_ending(loom_turn *t, void *payload)
     pthread_mutex_lock(&rt->lock);
     r->finished = 1;
     rt->finished++;
-    for (srv_run *o = rt->head; o && we->nevict < 8 &&
-                                rt->finished > s->sc->keep_finished_runs;) {
+    for (srv_run *o = rt->head;
+         o && we->nevict < 8 && rt->finished > s->sc->keep_finished_runs;) {
         srv_run *next = o->next;
         if (o->finished) {
             unlink_run(rt, o);
@@ -469,8 +469,8 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     to.tool_choice = sp->tool_choice;
     to.tool_choice_set = sp->tool_choice_set;
     to.parallel_tool_calls = sp->parallel_tool_calls < 0 ? LOOM_OPT_DEFAULT
-                             : sp->parallel_tool_calls  ? LOOM_OPT_ON
-                                                        : LOOM_OPT_OFF;
+                             : sp->parallel_tool_calls   ? LOOM_OPT_ON
+                                                         : LOOM_OPT_OFF;
     to.max_output_tokens = sp->max_tokens;
     to.temperature = sp->temperature;
     to.temperature_set = sp->temperature >= 0;
@@ -546,10 +546,9 @@ static json_t *error_json(srv_run *run)
 
     if (code)
         return json_pack("{s:o,s:s}", "message",
-                         json_text(serr ? serr : "the run failed"),
-                         "code", code);
-    return *err ? json_pack("{s:o}", "message", json_text(err))
-                : json_null();
+                         json_text(serr ? serr : "the run failed"), "code",
+                         code);
+    return *err ? json_pack("{s:o}", "message", json_text(err)) : json_null();
 }
 
 json_t *srv_run_to_json(srv_run *run, int with_events)
@@ -570,12 +569,10 @@ json_t *srv_run_to_json(srv_run *run, int with_events)
     }
     o = json_pack("{s:s,s:s,s:s,s:s,s:s?,s:s,s:b,s:I}", "id", srv_run_id(run),
                   "object", "run", "status",
-                  ended ? loom_run_status_name(srv_run_status(run))
-                        : "running",
+                  ended ? loom_run_status_name(srv_run_status(run)) : "running",
                   "conversation_id", srv_run_conversation_id(run), "agent",
                   srv_run_agent_name(run), "model", srv_run_model_name(run),
-                  "background",
-                  run->background, "created_at",
+                  "background", run->background, "created_at",
                   (json_int_t)run->created_ms);
     if (!o) {
         json_decref(events);

@@ -15,9 +15,9 @@
 #ifndef LOOM_SERVER_SRVPRIV_H
 #define LOOM_SERVER_SRVPRIV_H
 
-#include "server/internal.h"
 #include "loom/router.h"
 #include "loom/session.h"
+#include "server/internal.h"
 
 #include <microhttpd.h>
 #include <pthread.h>

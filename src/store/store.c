@@ -288,8 +288,8 @@ static int too_many(const char *what, size_t n)
 
 /* The outcome of the tool message answering id; hint is its likely slot
  * (the recorder keeps tools in tool-message order). */
-static const loom_turn_tool *find_tool(const loom_turn_record *t, const char *id,
-                                       size_t hint)
+static const loom_turn_tool *find_tool(const loom_turn_record *t,
+                                       const char *id, size_t hint)
 {
     if (!id)
         return NULL;
@@ -322,7 +322,8 @@ static int64_t turn_micros(const loom_turn_record *t)
     return t->usage_len ? sum : (int64_t)llround(t->cost * 1e6);
 }
 
-static size_t find_offset(const loom_turn_record *t, const char *id, size_t hint)
+static size_t find_offset(const loom_turn_record *t, const char *id,
+                          size_t hint)
 {
     if (!id)
         return 0;

@@ -38,8 +38,8 @@ static int sleeper_release;  /* set by the test: the sleeper may return */
 static int sleeper_started;  /* sleepers that began */
 static int sleeper_done;     /* sleepers that returned */
 static int sleeper_saw_cancel;
-static int regs_made;        /* registries make_tools made */
-static int regs_freed;       /* ... and the ones freed (their last ref) */
+static int regs_made;  /* registries make_tools made */
+static int regs_freed; /* ... and the ones freed (their last ref) */
 
 static int echo_exec(const json_t *args, const loom_tool_ctx *ctx,
                      loom_buf *out, void *payload)

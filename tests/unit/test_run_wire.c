@@ -193,11 +193,11 @@ static loom_tool_registry *registry(void)
 {
     loom_tool_registry *reg;
     loom_tool t1 = {LOOM_TOOL_VERSION, "search", "Searches.", NULL,
-                    search_exec, NULL, NULL};
+                    search_exec,       NULL,     NULL};
     loom_tool t2 = {LOOM_TOOL_VERSION, "whoami", "Says who.", NULL,
-                    whoami_exec, NULL, NULL};
-    loom_tool t3 = {LOOM_TOOL_VERSION, "slow_user", "Slow.", NULL,
-                    slow_user_exec, NULL, slow_reg_freed};
+                    whoami_exec,       NULL,     NULL};
+    loom_tool t3 = {LOOM_TOOL_VERSION, "slow_user", "Slow.",       NULL,
+                    slow_user_exec,    NULL,        slow_reg_freed};
 
     assert_int_equal(loom_tool_registry_new(&reg), 0);
     assert_int_equal(loom_tool_registry_add(reg, &t1), 0);

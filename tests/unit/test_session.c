@@ -34,17 +34,16 @@ typedef struct {
     loom_session *s;
 } fx;
 
-static const char agents_yaml[] =
-    "providers:\n"
-    "  mock:\n"
-    "    kind: openai\n"
-    "    base_url: http://127.0.0.1:9/v1\n"
-    "agents:\n"
-    "  helper:\n"
-    "    model: mock/mock-1\n"
-    "    system_prompt: You help with time.\n"
-    "    tools: [get_time]\n"
-    "    max_iterations: 3\n";
+static const char agents_yaml[] = "providers:\n"
+                                  "  mock:\n"
+                                  "    kind: openai\n"
+                                  "    base_url: http://127.0.0.1:9/v1\n"
+                                  "agents:\n"
+                                  "  helper:\n"
+                                  "    model: mock/mock-1\n"
+                                  "    system_prompt: You help with time.\n"
+                                  "    tools: [get_time]\n"
+                                  "    max_iterations: 3\n";
 
 /* A session over the mock, with agents_yaml; a store when with_store. */
 static void fx_open(fx *f, const mock_answer *answers, int n, int with_store)
@@ -101,8 +100,8 @@ static int sink_emit(const loom_event *ev, void *payload)
     json_array_append_new(l->events, loom_event_to_json(ev));
     if ((ev->type == LOOM_EV_RUN_COMPLETED || ev->type == LOOM_EV_RUN_FAILED) &&
         l->store) {
-        const char *conv = json_string_value(json_object_get(
-            json_array_get(l->events, 0), "conversation_id"));
+        const char *conv = json_string_value(
+            json_object_get(json_array_get(l->events, 0), "conversation_id"));
         loom_messages hist = {0};
         l->final_seen = 1;
         if (conv && loom_store_load_history(l->store, conv, &hist) == 0)
@@ -155,12 +154,11 @@ static void test_turn_without_store(void **state)
     assert_null(loom_turn_store_error(t));
     /* Once only. */
     assert_int_equal(loom_turn_execute(t), LOOM_EINVALID);
-    json_array_foreach(l.events, i, e)
-        assert_string_equal(json_string_value(json_object_get(e, "run_id")),
-                            "run_mine");
+    json_array_foreach(l.events, i, e) assert_string_equal(
+        json_string_value(json_object_get(e, "run_id")), "run_mine");
     assert_string_equal(ev_type(l.events, 0), "run.started");
-    assert_null(json_object_get(json_array_get(l.events, 0),
-                                "conversation_id"));
+    assert_null(
+        json_object_get(json_array_get(l.events, 0), "conversation_id"));
     assert_string_equal(ev_type(l.events, json_array_size(l.events) - 1),
                         "run.completed");
     loom_turn_free(t);
@@ -375,8 +373,7 @@ static void test_event_log(void **state)
     /* One wake per event, one for the end. */
     assert_int_equal(wakes, n + 1);
     assert_int_equal(loom_turn_event_at(t, 1)->type, LOOM_EV_RUN_STARTED);
-    assert_int_equal(loom_turn_event_at(t, last)->type,
-                     LOOM_EV_RUN_COMPLETED);
+    assert_int_equal(loom_turn_event_at(t, last)->type, LOOM_EV_RUN_COMPLETED);
     assert_null(loom_turn_event_at(t, last + 1));
     assert_null(loom_turn_event_at(t, 0));
     assert_int_equal(loom_turn_wait(t, last, 0), 1);
@@ -549,12 +546,13 @@ static void test_unknown_agent_tool(void **state)
     loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
 
     (void)state;
-    assert_int_equal(
-        loom_config_load_string(&cfg,
-                                "providers:\n  x:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n"
-                                "agents:\n  a:\n    model: x/y\n    tools: [nosuch]\n",
-                                "t.yaml"),
-        0);
+    assert_int_equal(loom_config_load_string(
+                         &cfg,
+                         "providers:\n  x:\n    kind: openai\n    base_url: "
+                         "http://127.0.0.1:9/v1\n"
+                         "agents:\n  a:\n    model: x/y\n    tools: [nosuch]\n",
+                         "t.yaml"),
+                     0);
     so.config = cfg;
     assert_int_equal(loom_session_new(&s, &so), LOOM_EINVALID);
     assert_non_null(strstr(loom_error_last(), "unknown tool 'nosuch'"));
