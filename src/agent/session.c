@@ -26,6 +26,7 @@
 #include "loom/session.h"
 #include "agent/model_opts.h"
 #include "agent/run_internal.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "loom/log.h"
@@ -123,14 +124,6 @@ struct loom_turn {
     watcher *watchers;
     size_t nwatch, capwatch;
 };
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static char *dup_or_null(const char *s, int *oom)
 {
@@ -268,7 +261,7 @@ void loom_session_set_store_retry_ms(loom_session *s, long ms)
 int loom_session_store_retry(loom_session *s, loom_store_op_fn op, void *arg,
                              const char *what)
 {
-    long long deadline = mono_ms() + atomic_load(&s->store_retry_ms);
+    long long deadline = loom__mono_ms() + atomic_load(&s->store_retry_ms);
     long wait = STORE_BACKOFF_MIN_MS;
     int rc;
 
@@ -277,7 +270,7 @@ int loom_session_store_retry(loom_session *s, loom_store_op_fn op, void *arg,
         struct timespec ts;
         if ((rc = op(arg)) != LOOM_EIO)
             return rc;
-        left = deadline - mono_ms();
+        left = deadline - loom__mono_ms();
         if (left <= 0)
             return rc;
         if (wait > left)

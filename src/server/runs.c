@@ -13,6 +13,7 @@
  * server's polling thread: loom_turn_new (which checks the request and
  * reads the store at most once); the worker thread executes the turn.
  */
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "loom/log.h"
@@ -44,14 +45,6 @@ struct srv_runs {
     int threads;  /* worker threads not yet done with the server */
     int finished;
 };
-
-static int64_t unix_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- the table ----------------------------------------------------------- */
 
@@ -375,7 +368,7 @@ static void on_ending(loom_turn *t, void *payload)
     rt->active--;
     pthread_cond_broadcast(&rt->cv);
     pthread_mutex_unlock(&rt->lock);
-    r->ended_ms = unix_ms();
+    r->ended_ms = loom__unix_ms();
 }
 
 static void *worker(void *arg)
@@ -452,7 +445,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     atomic_init(&r->refs, 1);
     r->s = s;
     r->background = sp->background;
-    r->created_ms = unix_ms();
+    r->created_ms = loom__unix_ms();
     r->start_mono = srv__now_ms();
     we->r = r;
 

@@ -482,7 +482,7 @@ static int noop_exec(const json_t *args, const loom_tool_ctx *ctx,
 static void test_versions(void **state)
 {
     fx f;
-    loom_session *s;
+    loom_session *s, *bad;
     loom_session_options so = {0};
     loom_turn_options to = {0};
     loom_run_options ro = {0};
@@ -510,7 +510,8 @@ static void test_versions(void **state)
     loom_run_free(run);
     /* Unknown versions. */
     so.version = 99;
-    assert_int_equal(loom_session_new(&s, &so), LOOM_EINVALID);
+    assert_int_equal(loom_session_new(&bad, &so), LOOM_EINVALID);
+    assert_null(bad);
     to.version = 99;
     assert_int_equal(loom_turn_new(&t, f.s, &to), LOOM_EINVALID);
     to.version = 0;
