@@ -123,9 +123,10 @@ typedef struct {
 } loom_context_options;
 
 #define LOOM_CONTEXT_OPTIONS_VERSION 1
-#define LOOM_CONTEXT_OPTIONS_INIT                                            \
-    { LOOM_CONTEXT_OPTIONS_VERSION, 0, 0, 0, {NULL, NULL, NULL}, 0, 0.0, 0,  \
-      NULL, NULL, NULL, 0, NULL, 0, 0 }
+#define LOOM_CONTEXT_OPTIONS_INIT                                              \
+    {                                                                          \
+        .version = LOOM_CONTEXT_OPTIONS_VERSION                                \
+    }
 
 /* What the engine did to a request, strongest step last. */
 typedef enum {

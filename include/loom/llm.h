@@ -76,10 +76,9 @@ typedef struct {
     int chain_responses;
 } loom_llm_request;
 
-#define LOOM_LLM_REQUEST_INIT                                                \
-    {                                                                        \
-        NULL, NULL, 0, NULL, 0, {LOOM_TOOL_CHOICE_AUTO, NULL}, -1, 0, -1.0,  \
-            1, NULL, 0, NULL, 0, 0                                           \
+#define LOOM_LLM_REQUEST_INIT                                                  \
+    {                                                                          \
+        .parallel_tool_calls = -1, .temperature = -1.0, .stream = 1            \
     }
 
 typedef enum {

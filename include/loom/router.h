@@ -131,8 +131,10 @@ typedef struct {
 } loom_router_options;
 
 #define LOOM_ROUTER_OPTIONS_VERSION 1
-#define LOOM_ROUTER_OPTIONS_INIT                                             \
-    { LOOM_ROUTER_OPTIONS_VERSION, NULL, NULL, NULL }
+#define LOOM_ROUTER_OPTIONS_INIT                                               \
+    {                                                                          \
+        .version = LOOM_ROUTER_OPTIONS_VERSION                                 \
+    }
 
 /*
  * Builds the router of model_name (listed under `models`, or an unlisted

@@ -39,8 +39,10 @@ typedef struct {
 } loom_server_options;
 
 #define LOOM_SERVER_OPTIONS_VERSION 1
-#define LOOM_SERVER_OPTIONS_INIT                                             \
-    { LOOM_SERVER_OPTIONS_VERSION, NULL, NULL, NULL, NULL }
+#define LOOM_SERVER_OPTIONS_INIT                                               \
+    {                                                                          \
+        .version = LOOM_SERVER_OPTIONS_VERSION                                 \
+    }
 
 /*
  * Creates a server: builds one provider per configured provider (shared

@@ -44,7 +44,10 @@ typedef struct {
 } loom_sse_options;
 
 #define LOOM_SSE_OPTIONS_VERSION 1
-#define LOOM_SSE_OPTIONS_INIT { LOOM_SSE_OPTIONS_VERSION, 0, 0 }
+#define LOOM_SSE_OPTIONS_INIT                                                  \
+    {                                                                          \
+        .version = LOOM_SSE_OPTIONS_VERSION                                    \
+    }
 
 typedef struct loom_sse_parser loom_sse_parser;
 

@@ -276,7 +276,8 @@ int loom_context_new(loom_context **out, const loom_context_options *opts)
     int rc;
 
     *out = NULL;
-    if (!opts || opts->version != LOOM_CONTEXT_OPTIONS_VERSION)
+    if (!opts ||
+        (opts->version != LOOM_CONTEXT_OPTIONS_VERSION && opts->version != 0))
         return loom__error_set(LOOM_EINVALID, "context options: bad version");
     if (opts->tool_result_share < 0 || opts->tool_result_share > 1)
         return loom__error_set(LOOM_EINVALID,

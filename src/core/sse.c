@@ -278,7 +278,7 @@ int loom_sse_parser_new(loom_sse_parser **out, const loom_sse_options *opts,
     if (!out || !cb)
         return loom__error_set(LOOM_EINVALID,
                                "loom_sse_parser_new: out and cb are required");
-    if (opts && opts->version != LOOM_SSE_OPTIONS_VERSION)
+    if (opts && opts->version != LOOM_SSE_OPTIONS_VERSION && opts->version != 0)
         return loom__error_set(LOOM_EINVALID,
                                "unsupported loom_sse_options version %u",
                                opts->version);

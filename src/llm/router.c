@@ -623,7 +623,7 @@ int loom_router_new(loom_provider **out, const loom_config *cfg,
                                               "argument");
     if (!opts)
         opts = &defaults;
-    if (opts->version != LOOM_ROUTER_OPTIONS_VERSION)
+    if (opts->version != LOOM_ROUTER_OPTIONS_VERSION && opts->version != 0)
         return loom__error_set(LOOM_EINVALID, "router options: bad version");
     if ((rc = loom_config_model(&m, &tmp, cfg, model_name)) != 0)
         return rc;

@@ -218,9 +218,10 @@ typedef struct {
     const char *user_id;
 } srv_run_spec;
 
-#define SRV_RUN_SPEC_INIT                                                    \
-    { NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, NULL,       \
-      {LOOM_TOOL_CHOICE_AUTO, NULL}, 0, -1, 0, -1.0, 0, 0, NULL }
+#define SRV_RUN_SPEC_INIT                                                      \
+    {                                                                          \
+        .parallel_tool_calls = -1, .temperature = -1.0                         \
+    }
 
 /*
  * Starts a run on a worker thread of its own and returns a reference to

@@ -376,6 +376,9 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
         return loom__error_set(LOOM_EINVALID,
                                "loom_server_new: a config and a store are "
                                "required");
+    if (opts->version != LOOM_SERVER_OPTIONS_VERSION && opts->version != 0)
+        return loom__error_set(LOOM_EINVALID,
+                               "loom_server_new: bad options version");
     if (!(s = calloc(1, sizeof(*s))))
         return loom__error_oom();
     s->stop_pipe[0] = s->stop_pipe[1] = -1;
