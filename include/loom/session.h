@@ -84,8 +84,9 @@ typedef struct {
     void *lookup_payload;
     /*
      * An embedder's own provider: when set, every turn talks to it, with
-     * model as the id sent upstream and reported in events (the config's
-     * models are not consulted). NULL: models come from the config.
+     * model (or the turn's own model) as the id sent upstream and reported
+     * in events; the config's models and routing are not consulted. NULL:
+     * models come from the config.
      */
     loom_provider *provider;
     const char *model;

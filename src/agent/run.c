@@ -1,6 +1,6 @@
 /*
- * The run loop (seed 000 "The Orchestration Flow", seed 001 "The Main
- * Loop", seed 003 "Multi-Turn Tool Loop").
+ * The run loop: one agent answering one turn of a conversation, with as
+ * many model calls and tool rounds as it takes.
  *
  * One run is straight-line code on one thread: build the request from the
  * conversation plus the messages of this run, stream the model's answer

@@ -840,9 +840,10 @@ static int pick_model(loom_turn *t, const loom_turn_options *o)
         o->model ? o->model : loom_session_default_model(s, t->agent_cfg);
 
     if (s->o.provider) {
+        /* The embedder's provider: a turn's model is the id sent to it. */
         memset(&t->mreq, 0, sizeof(t->mreq));
-        t->mreq.model = s->o.model;
-        t->mreq.upstream = s->o.model;
+        t->mreq.model = o->model ? o->model : s->o.model;
+        t->mreq.upstream = t->mreq.model;
         t->mreq.capabilities.tools = 1;
         t->mreq.capabilities.parallel_tool_calls = 1;
         return 0;

@@ -188,11 +188,14 @@ static void test_agent_mapping(void **state)
     assert_string_equal(f.mock.seen[0].tools, "get_time");
     loom_turn_free(t);
 
-    /* An override wins over the agent's prompt; unknown agents fail. */
+    /* Overrides win over the agent's prompt and the session's model;
+     * unknown agents fail. */
     mock_clear(&f.mock);
     mock_init(&f.mock, hello, 1, 0);
     to.system_prompt = "Be brief.";
+    to.model = "mock-2";
     assert_int_equal(loom_turn_new(&t, f.s, &to), 0);
+    assert_string_equal(loom_turn_model(t), "mock-2");
     assert_int_equal(loom_turn_execute(t), 0);
     assert_string_equal(f.mock.seen[0].system, "Be brief.");
     loom_turn_free(t);
