@@ -77,10 +77,8 @@ static int put_excerpt(loom_buf *b, const char *s, size_t max)
         return rc;
     /* Past max: the head that leaves room for "...", on a character.
      * The byte after the head is there, as at least max - 1 are. */
-    keep = max > 3 ? max - 3 : 0;
-    while (keep > 0 &&
-           ((unsigned char)b->ptr[start + keep] & 0xC0) == 0x80)
-        keep--;
+    keep =
+        loom__utf8_cut(b->ptr + start, b->len - start, max > 3 ? max - 3 : 0);
     b->len = start + keep;
     if (b->ptr)
         b->ptr[b->len] = '\0';

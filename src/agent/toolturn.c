@@ -565,11 +565,9 @@ static json_t *record_args(const loom__tool_job *job, size_t *size)
         return a;
     }
     json_decref(a);
-    cut = len < LOOM_RUN_RECORD_ARGS_MAX ? len : LOOM_RUN_RECORD_ARGS_MAX;
     {
         const char *s = dump ? dump : raw;
-        while (cut > 0 && cut < len && ((unsigned char)s[cut] & 0xC0) == 0x80)
-            cut--;
+        cut = loom__utf8_cut(s, len, LOOM_RUN_RECORD_ARGS_MAX);
         /* json_stringn refuses invalid UTF-8 (raw text may hold it). */
         v = json_stringn(s, cut);
         if (!v)

@@ -95,10 +95,8 @@ static size_t path_push_key(vctx *c, const char *key)
     int cut = 0;
 
     if (klen > MAX_KEY_SHOWN) {
-        klen = MAX_KEY_SHOWN;
         /* Do not split a UTF-8 sequence. */
-        while (klen > 0 && ((unsigned char)key[klen] & 0xC0) == 0x80)
-            klen--;
+        klen = loom__utf8_cut(key, klen, MAX_KEY_SHOWN);
         cut = 1;
     }
     if (c->len >= MAX_PATH_LEN)
@@ -298,9 +296,7 @@ static int put_json(loom_buf *b, const json_t *v)
         return LOOM_ENOMEM;
     n = strlen(s);
     if (n > MAX_VALUE_SHOWN) {
-        n = MAX_VALUE_SHOWN;
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-            n--;
+        n = loom__utf8_cut(s, n, MAX_VALUE_SHOWN);
         if ((rc = loom_buf_put(b, s, n)) == 0)
             rc = loom_buf_puts(b, "...");
     } else {
