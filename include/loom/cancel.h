@@ -4,18 +4,29 @@
  * A run owns one; the HTTP client polls it so an upstream request is
  * aborted promptly, and tools may poll it too. Setting it is async-signal
  * safe (a lock-free atomic store), so a SIGINT handler may cancel a run.
+ *
+ * C++ has no <stdatomic.h> before C++23, so a C++ includer sees the flag
+ * as std::atomic<int>, which GCC and Clang lay out as C's atomic_int.
  */
 #ifndef LOOM_CANCEL_H
 #define LOOM_CANCEL_H
 
+#ifdef __cplusplus
+#include <atomic>
+#else
 #include <stdatomic.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct {
+#ifdef __cplusplus
+    std::atomic<int> flag;
+#else
     atomic_int flag;
+#endif
 } loom_cancel;
 
 #define LOOM_CANCEL_INIT { 0 }
@@ -23,12 +34,20 @@ typedef struct {
 static inline void loom_cancel_set(loom_cancel *c)
 {
     if (c)
+#ifdef __cplusplus
+        c->flag.store(1);
+#else
         atomic_store(&c->flag, 1);
+#endif
 }
 
 static inline int loom_cancel_is_set(const loom_cancel *c)
 {
+#ifdef __cplusplus
+    return c && c->flag.load();
+#else
     return c && atomic_load((atomic_int *)&c->flag);
+#endif
 }
 
 #ifdef __cplusplus
