@@ -77,8 +77,9 @@ static int put_excerpt(loom_buf *b, const char *s, size_t max)
         return rc;
     /* Past max: the head that leaves room for "...", on a character.
      * The byte after the head is there, as at least max - 1 are. */
-    keep =
-        loom__utf8_cut(b->ptr + start, b->len - start, max > 3 ? max - 3 : 0);
+    keep = b->ptr ? loom__utf8_cut(b->ptr + start, b->len - start,
+                                   max > 3 ? max - 3 : 0)
+                  : 0;
     b->len = start + keep;
     if (b->ptr)
         b->ptr[b->len] = '\0';
