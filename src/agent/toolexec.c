@@ -24,6 +24,7 @@
 #include "agent/toolexec.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "loom/run.h"
 #include "tools/registry.h"
 
@@ -38,21 +39,11 @@
 /* How often the waiting caller looks at the run's cancel flag. */
 #define POLL_MS 50.0
 
-/* Cuts s to at most max bytes on a UTF-8 boundary. Returns the new length. */
-static size_t utf8_cut(const char *s, size_t len, size_t max)
-{
-    if (len <= max)
-        return len;
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
-        max--;
-    return max;
-}
-
 void loom__tool_job_fail(loom__tool_job *job, const char *stage, int code,
                          const char *error, const char *output,
                          size_t max_error)
 {
-    size_t elen = strlen(error), cut = utf8_cut(error, elen, max_error);
+    size_t elen = strlen(error), cut = loom__utf8_cut(error, elen, max_error);
 
     job->done = 1;
     job->failed = 1;
@@ -98,7 +89,8 @@ void loom__tool_job_prepare(loom__tool_job *job, const loom_tool *tool,
                     : json_object();
     if (!job->args) {
         size_t rlen = strlen(job->call->arguments);
-        int q = (int)utf8_cut(job->call->arguments, rlen, RECEIVED_QUOTE_MAX);
+        int q =
+            (int)loom__utf8_cut(job->call->arguments, rlen, RECEIVED_QUOTE_MAX);
         if (asprintf(&msg, "invalid JSON in the arguments of '%s': %s",
                      name, jerr.text) >= 0 &&
             asprintf(&out, "Error: The arguments for tool '%s' are not "
