@@ -218,8 +218,65 @@ const loom_upstream_error *loom__llm_answer_error_of(const void *d);
 int loom__llm_answer_export(void *d, loom_llm_response *resp);
 
 /*
- * Defines the typed entry points that a decoder's header declares, T
- * being its type (loom__openai_decoder, ...): T_free, T_feed, T_finish,
+ * Declares the interface of one adapter's answer decoder, written once
+ * here: T is its type (loom__openai_decoder, ...), L its limits struct
+ * and the rest the parameters T_new takes between limits and cb, each
+ * followed by a comma (none: nothing after L's comma). The adapter's
+ * header says what its wire format adds (what ends an answer, what a
+ * whole body is, what provider_state holds).
+ *
+ * - typedef struct T T, opaque.
+ * - T_new(&d, limits, ..., cb, payload): a decoder for one answer; *out
+ *   is the caller's (T_free). limits may be NULL, and a limit 0, for the
+ *   defaults. Events go to cb (may be NULL) as they are decoded; a
+ *   non-zero return from cb makes the decoder fail with LOOM_ECANCELED.
+ *   Event order: TEXT / REASONING / TOOL_CALL_DELTA as they come, then
+ *   at the end USAGE (once, the last counts seen), TOOL_CALLS (once,
+ *   when the answer has calls, in order) and FINISH (last). LOOM_ENOMEM.
+ * - T_free: the decoder; NULL is a no-op.
+ * - T_feed: streamed body bytes, at any split. Returns 0, or an error,
+ *   after which the decoder is finished: LOOM_EUPSTREAM for an error
+ *   inside the stream (details: T_error), LOOM_EPROTO for data that is
+ *   not what the format says, LOOM_ETOOLARGE past a limit, LOOM_ECANCELED
+ *   when cb aborted.
+ * - T_finish: ends a streamed body (the connection closed cleanly) and
+ *   emits the closing events. A stream that ends before its answer did
+ *   fails with LOOM_EUPSTREAM, kind LOOM_UPSTREAM_CONNECTION. Returns
+ *   like feed.
+ * - T_complete: decodes a whole non-streamed body into the same events
+ *   (each delta whole, then the closing ones). Returns like feed; an
+ *   error body is LOOM_EUPSTREAM.
+ * - T_output_started: whether any text, reasoning or tool call was
+ *   emitted.
+ * - T_done: whether the answer ended (its closing events were emitted).
+ * - T_error: the upstream error after LOOM_EUPSTREAM (borrowed).
+ * - T_export: moves what was decoded into resp: text (always, "" when
+ *   none), reasoning, usage, finish reason, response id, output_started,
+ *   and, only when the answer ended without error (partial calls must
+ *   not be run), the tool calls and provider_state. Frees what resp held
+ *   in those fields. LOOM_ENOMEM.
+ *
+ * T and L are type names, which cannot take the parentheses clang-tidy
+ * asks for.
+ */
+/* NOLINTBEGIN(bugprone-macro-parentheses) */
+#define LOOM__LLM_DECODER_DECLARE(T, L, ...)                                   \
+    typedef struct T T;                                                        \
+    int T##_new(T **out, const L *limits, __VA_ARGS__ loom_llm_event_cb cb,    \
+                void *payload);                                                \
+    void T##_free(T *d);                                                       \
+    int T##_feed(T *d, const char *data, size_t len);                          \
+    int T##_finish(T *d);                                                      \
+    int T##_complete(T *d, const char *body, size_t len);                      \
+    int T##_output_started(const T *d);                                        \
+    int T##_done(const T *d);                                                  \
+    const loom_upstream_error *T##_error(const T *d);                          \
+    int T##_export(T *d, loom_llm_response *resp);
+/* NOLINTEND(bugprone-macro-parentheses) */
+
+/*
+ * Defines the typed entry points that LOOM__LLM_DECODER_DECLARE declares
+ * but _new, T being the decoder's type: T_free, T_feed, T_finish,
  * T_complete, T_output_started, T_done, T_error and T_export, each the
  * loom__llm_answer_ function of the same name (error: _error_of). Written
  * once here rather than as eight one-line wrappers in every decoder. T is

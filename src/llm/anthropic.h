@@ -53,71 +53,22 @@ typedef struct {
  */
 int loom__anthropic_build_body(json_t **out, const loom_llm_request *req);
 
-typedef struct loom__anthropic_decoder loom__anthropic_decoder;
-
 /*
- * A decoder for one answer. Events go to cb (may be NULL) as they are
- * decoded; a non-zero return from cb makes the decoder fail with
- * LOOM_ECANCELED. limits may be NULL for the defaults.
- *
- * Event order, as the OpenAI decoder's: TEXT / REASONING /
- * TOOL_CALL_DELTA as they come (a call's first fragment, at its
- * content_block_start, carries its id and name; tool_index is the call's
- * position among the answer's calls), then at the end USAGE (once),
- * TOOL_CALLS (once, when the answer has calls, in order) and FINISH.
+ * The decoder of a Messages answer (LOOM__LLM_DECODER_DECLARE in
+ * llm/answer.h). Streamed, a call's first fragment, at its
+ * content_block_start, carries its id and name, and tool_index is the
+ * call's position among the answer's calls; feed fails with
+ * LOOM_EUPSTREAM for an `event: error` (kind LOOM_UPSTREAM_STREAM, type
+ * e.g. "overloaded_error"), LOOM_EPROTO for an event that is not the
+ * expected JSON. message_stop ends the answer; a stream that stops before
+ * it is whole when it had a stop reason, else cut off. complete takes a
+ * message object (one TEXT per text block, one REASONING per thinking
+ * block, one TOOL_CALL_DELTA per call with its whole input); a {"type":
+ * "error"} body is LOOM_EUPSTREAM. provider_state is {"anthropic":
+ * {"content": [...]}} when the answer had thinking or redacted_thinking
+ * blocks, NULL otherwise.
  */
-int loom__anthropic_decoder_new(loom__anthropic_decoder **out,
-                                const loom__anthropic_limits *limits,
-                                loom_llm_event_cb cb, void *payload);
-void loom__anthropic_decoder_free(loom__anthropic_decoder *d);
-
-/*
- * Feeds streamed body bytes, at any split. Returns 0, or an error (the
- * decoder is then finished): LOOM_EUPSTREAM for an `event: error` (details:
- * loom__anthropic_decoder_error, kind LOOM_UPSTREAM_STREAM, type e.g.
- * "overloaded_error"), LOOM_EPROTO for an event that is not the expected
- * JSON, LOOM_ETOOLARGE past a limit, LOOM_ECANCELED when cb aborted.
- */
-int loom__anthropic_decoder_feed(loom__anthropic_decoder *d, const char *data,
-                                 size_t len);
-
-/*
- * Ends a streamed body (the connection closed cleanly). Without
- * message_stop and without a stop reason it fails with LOOM_EUPSTREAM,
- * kind LOOM_UPSTREAM_CONNECTION. Emits the closing events. Returns like
- * feed().
- */
-int loom__anthropic_decoder_finish(loom__anthropic_decoder *d);
-
-/*
- * Decodes a whole non-streamed message object into the same events (one
- * TEXT per text block, one REASONING per thinking block, one
- * TOOL_CALL_DELTA per call with its whole input, then the closing events).
- * A {"type": "error"} body is LOOM_EUPSTREAM. Returns like feed().
- */
-int loom__anthropic_decoder_complete(loom__anthropic_decoder *d,
-                                     const char *body, size_t len);
-
-/* Whether any text, reasoning or tool call was emitted. */
-int loom__anthropic_decoder_output_started(const loom__anthropic_decoder *d);
-
-/* Whether the answer ended (message_stop, or a whole body). */
-int loom__anthropic_decoder_done(const loom__anthropic_decoder *d);
-
-/* The error after LOOM_EUPSTREAM (borrowed). */
-const loom_upstream_error *
-loom__anthropic_decoder_error(const loom__anthropic_decoder *d);
-
-/*
- * Moves what was decoded into resp: text (always, "" when none),
- * reasoning, usage, finish reason, response id, output_started; and, only
- * when the answer completed, the tool calls and provider_state
- * ({"anthropic": {"content": [...]}} when the answer had thinking or
- * redacted_thinking blocks, NULL otherwise). Frees what resp held in
- * those fields. LOOM_ENOMEM.
- */
-int loom__anthropic_decoder_export(loom__anthropic_decoder *d,
-                                   loom_llm_response *resp);
+LOOM__LLM_DECODER_DECLARE(loom__anthropic_decoder, loom__anthropic_limits, )
 
 /* The loom finish reason for an Anthropic stop_reason (borrowed, static,
  * or s itself when loom has no name for it). */

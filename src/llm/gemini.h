@@ -99,65 +99,21 @@ int loom__gemini_build_body(json_t **out, const loom_llm_request *req);
 /* The turn number for generated call ids: the assistant messages of req. */
 long loom__gemini_turn(const loom_llm_request *req);
 
-typedef struct loom__gemini_decoder loom__gemini_decoder;
-
 /*
- * A decoder for one answer. Events go to cb (may be NULL); a non-zero
- * return from cb makes the decoder fail with LOOM_ECANCELED. limits may
- * be NULL for the defaults. A function call without Gemini's id gets
- * "call_<turn>_<i>" (i its position in the answer).
- *
- * Event order: TEXT / REASONING / TOOL_CALL_DELTA (one per call, the whole
- * arguments) as they come, then USAGE (once, the last counts seen),
- * TOOL_CALLS (once, when there are calls) and FINISH (last).
+ * The decoder of a Gemini answer (LOOM__LLM_DECODER_DECLARE in
+ * llm/answer.h). turn numbers the ids it makes: a function call without
+ * Gemini's id gets "call_<turn>_<i>" (i its position in the answer).
+ * Each call is one TOOL_CALL_DELTA with the whole arguments. Streamed
+ * (alt=sse), each event is a GenerateContentResponse (feed: LOOM_EPROTO
+ * for one that is not a JSON object, LOOM_EUPSTREAM for an error object,
+ * whose `code` is the error's http_status); a stream that gave no
+ * finishReason (nor a blocked prompt) is cut off. complete takes one
+ * GenerateContentResponse (generateContent) or an array of them
+ * (streamGenerateContent without alt=sse); an error object is
+ * LOOM_EUPSTREAM. provider_state is as above.
  */
-int loom__gemini_decoder_new(loom__gemini_decoder **out,
-                             const loom__gemini_limits *limits, long turn,
-                             loom_llm_event_cb cb, void *payload);
-void loom__gemini_decoder_free(loom__gemini_decoder *d);
-
-/*
- * Feeds streamed (alt=sse) body bytes, at any split. Returns 0, or an
- * error (the decoder is then finished): LOOM_EUPSTREAM for an error object
- * inside the stream (details: loom__gemini_decoder_error), LOOM_EPROTO for
- * an event that is not a JSON object, LOOM_ETOOLARGE past a limit,
- * LOOM_ECANCELED when cb aborted.
- */
-int loom__gemini_decoder_feed(loom__gemini_decoder *d, const char *data,
-                              size_t len);
-
-/*
- * Ends a streamed body (the connection closed cleanly). A stream that
- * gave no finishReason (nor a blocked prompt) fails with LOOM_EUPSTREAM,
- * kind LOOM_UPSTREAM_CONNECTION. Emits the closing events.
- */
-int loom__gemini_decoder_finish(loom__gemini_decoder *d);
-
-/*
- * Decodes a whole JSON body: one GenerateContentResponse (generateContent)
- * or an array of them (streamGenerateContent without alt=sse), into the
- * same events, then the closing ones. Returns like feed(); an error
- * object is LOOM_EUPSTREAM.
- */
-int loom__gemini_decoder_complete(loom__gemini_decoder *d, const char *body,
-                                  size_t len);
-
-int loom__gemini_decoder_output_started(const loom__gemini_decoder *d);
-int loom__gemini_decoder_done(const loom__gemini_decoder *d);
-
-/* The in-stream error after LOOM_EUPSTREAM (borrowed); its http_status is
- * the error object's `code`. */
-const loom_upstream_error *
-loom__gemini_decoder_error(const loom__gemini_decoder *d);
-
-/*
- * Moves what was decoded into resp: text ("" when none), reasoning, usage,
- * finish reason, response id, output_started; the tool calls and
- * provider_state only when the answer completed. Frees what resp held in
- * those fields. LOOM_ENOMEM.
- */
-int loom__gemini_decoder_export(loom__gemini_decoder *d,
-                                loom_llm_response *resp);
+LOOM__LLM_DECODER_DECLARE(loom__gemini_decoder, loom__gemini_limits,
+                          long turn, )
 
 /*
  * Fills *err (cleared first) from an HTTP error answer: kind from status

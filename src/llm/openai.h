@@ -65,46 +65,16 @@ int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
 /* The body buffer a cache keeps for the calls that use it (borrowed). */
 loom_buf *loom__openai_cache_body(loom_llm_cache *cache);
 
-typedef struct loom__openai_decoder loom__openai_decoder;
-
 /*
- * A decoder for one answer. Events go to cb (may be NULL) as they are
- * decoded; a non-zero return from cb makes the decoder fail with
- * LOOM_ECANCELED. limits may be NULL for the defaults.
- *
- * Event order: TEXT / REASONING / TOOL_CALL_DELTA as they come, then at
- * the end USAGE (once, the last counts seen), TOOL_CALLS (once, when the
- * answer has calls, in index order) and FINISH (last).
+ * The decoder of a Chat Completions answer (LOOM__LLM_DECODER_DECLARE in
+ * llm/answer.h). Streamed, each `data:` is a chat.completion.chunk (feed:
+ * LOOM_EPROTO for one that is not JSON) and `data: [DONE]` ends the
+ * answer; a stream that stops before it is whole when it had a finish
+ * reason, else cut off. complete takes a chat.completion (one TEXT, one
+ * REASONING, one TOOL_CALL_DELTA per call); an {"error":...} body is
+ * LOOM_EUPSTREAM. Tool calls come in index order.
  */
-int loom__openai_decoder_new(loom__openai_decoder **out,
-                             const loom__openai_limits *limits,
-                             loom_llm_event_cb cb, void *payload);
-void loom__openai_decoder_free(loom__openai_decoder *d);
-
-/*
- * Feeds streamed body bytes, at any split. Returns 0, or an error (the
- * decoder is then finished): LOOM_EUPSTREAM for an error inside the stream
- * (details: loom__openai_decoder_error), LOOM_EPROTO for a chunk that is
- * not JSON, LOOM_ETOOLARGE past a limit, LOOM_ECANCELED when cb aborted.
- */
-int loom__openai_decoder_feed(loom__openai_decoder *d, const char *data,
-                              size_t len);
-
-/*
- * Ends a streamed body (the connection closed cleanly). A stream without
- * `data: [DONE]` and without a finish reason fails with LOOM_EUPSTREAM,
- * kind LOOM_UPSTREAM_CONNECTION. Emits the closing events. Returns like
- * feed().
- */
-int loom__openai_decoder_finish(loom__openai_decoder *d);
-
-/*
- * Decodes a whole non-streamed chat.completion body into the same events
- * (one TEXT, one REASONING, one TOOL_CALL_DELTA per call, then the closing
- * events). Returns like feed(); an {"error":...} body is LOOM_EUPSTREAM.
- */
-int loom__openai_decoder_complete(loom__openai_decoder *d, const char *body,
-                                  size_t len);
+LOOM__LLM_DECODER_DECLARE(loom__openai_decoder, loom__openai_limits, )
 
 /*
  * Tests: with on non-zero, every chunk is decoded with jansson, never on
@@ -115,25 +85,6 @@ void loom__openai_decoder_set_jansson_only(loom__openai_decoder *d, int on);
 
 /* How many chunks the fast path decoded (the rest went to jansson). */
 size_t loom__openai_decoder_fast_chunks(const loom__openai_decoder *d);
-
-/* Whether any text, reasoning or tool call was emitted. */
-int loom__openai_decoder_output_started(const loom__openai_decoder *d);
-
-/* Whether the answer ended (finish reason, [DONE] or a whole body). */
-int loom__openai_decoder_done(const loom__openai_decoder *d);
-
-/* The in-stream error after LOOM_EUPSTREAM (borrowed). */
-const loom_upstream_error *
-loom__openai_decoder_error(const loom__openai_decoder *d);
-
-/*
- * Moves what was decoded into resp: text (always, "" when none), reasoning,
- * usage, finish reason, response id, output_started, and the tool calls,
- * which are moved only when the answer completed (partial calls must not
- * be run). Frees what resp held in those fields. LOOM_ENOMEM.
- */
-int loom__openai_decoder_export(loom__openai_decoder *d,
-                                loom_llm_response *resp);
 
 /* The kind for an HTTP status (LOOM_UPSTREAM_NONE for 2xx):
  * loom__llm_status_kind(). */

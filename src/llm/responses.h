@@ -73,74 +73,25 @@ typedef struct {
  */
 int loom__responses_build_body(json_t **out, const loom_llm_request *req);
 
-typedef struct loom__responses_decoder loom__responses_decoder;
-
 /*
- * A decoder for one answer. Events go to cb (may be NULL) as they are
- * decoded; a non-zero return from cb makes the decoder fail with
- * LOOM_ECANCELED. limits may be NULL for the defaults. store says whether
- * the request asked the API to store the response (it decides which
- * reasoning items can be sent back by id alone).
- *
- * Event order: TEXT / REASONING / TOOL_CALL_DELTA as they come, then at
- * the end USAGE (once), TOOL_CALLS (once, when the answer has calls, in
- * output order) and FINISH (last).
+ * The decoder of a Responses answer (LOOM__LLM_DECODER_DECLARE in
+ * llm/answer.h). store says whether the request asked the API to store
+ * the response (it decides which reasoning items can be sent back by id
+ * alone). Tool calls come in output order. Streamed, each SSE event's
+ * data is one JSON event keyed on its "type" (an `event:` line, when
+ * present, is only used for data without a type); `data: [DONE]` and
+ * events after the terminal one are ignored. feed fails with
+ * LOOM_EUPSTREAM for an `error` event or response.failed, LOOM_EPROTO for
+ * data that is not a JSON object or an event that contradicts the answer
+ * so far. A stream without its terminal event (response.completed,
+ * response.incomplete, response.failed or error) is cut off. complete
+ * takes a response object (one REASONING per reasoning item, one TEXT per
+ * message item, one TOOL_CALL_DELTA per call); an {"error": ...} body or
+ * a failed response is LOOM_EUPSTREAM. provider_state is the object
+ * above, when there is a response id or an output item.
  */
-int loom__responses_decoder_new(loom__responses_decoder **out,
-                                const loom__responses_limits *limits, int store,
-                                loom_llm_event_cb cb, void *payload);
-void loom__responses_decoder_free(loom__responses_decoder *d);
-
-/*
- * Feeds streamed body bytes, at any split. Each SSE event's data is one
- * JSON event keyed on its "type" (an `event:` line, when present, is only
- * used for data without a type); `data: [DONE]` and events after the
- * terminal one are ignored. Returns 0, or an error (the decoder is then
- * finished): LOOM_EUPSTREAM for an `error` event or response.failed
- * (details: loom__responses_decoder_error), LOOM_EPROTO for data that is
- * not a JSON object or an event that contradicts the answer so far,
- * LOOM_ETOOLARGE past a limit, LOOM_ECANCELED when cb aborted.
- */
-int loom__responses_decoder_feed(loom__responses_decoder *d, const char *data,
-                                 size_t len);
-
-/*
- * Ends a streamed body. A stream without its terminal event
- * (response.completed, response.incomplete, response.failed or error)
- * fails with LOOM_EUPSTREAM, kind LOOM_UPSTREAM_CONNECTION. Returns like
- * feed().
- */
-int loom__responses_decoder_finish(loom__responses_decoder *d);
-
-/*
- * Decodes a whole non-streamed response object into the same events (one
- * REASONING per reasoning item, one TEXT per message item, one
- * TOOL_CALL_DELTA per call, then the closing events). Returns like feed();
- * an {"error": ...} body or a failed response is LOOM_EUPSTREAM.
- */
-int loom__responses_decoder_complete(loom__responses_decoder *d,
-                                     const char *body, size_t len);
-
-/* Whether any text, reasoning or tool call was emitted. */
-int loom__responses_decoder_output_started(const loom__responses_decoder *d);
-
-/* Whether the answer ended (its terminal event, or a whole body). */
-int loom__responses_decoder_done(const loom__responses_decoder *d);
-
-/* The upstream error after LOOM_EUPSTREAM (borrowed). */
-const loom_upstream_error *
-loom__responses_decoder_error(const loom__responses_decoder *d);
-
-/*
- * Moves what was decoded into resp: text (always, "" when none),
- * reasoning, usage, finish reason, response id, output_started,
- * provider_state (the object above, when there is a response id or an
- * output item), and the tool calls, which are moved only when the answer
- * ended without error (partial calls must not be run). Frees what resp
- * held in those fields. LOOM_ENOMEM.
- */
-int loom__responses_decoder_export(loom__responses_decoder *d,
-                                   loom_llm_response *resp);
+LOOM__LLM_DECODER_DECLARE(loom__responses_decoder, loom__responses_limits,
+                          int store, )
 
 /*
  * The in-stream error kind for an error code: rate_limit_exceeded is
