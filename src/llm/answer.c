@@ -27,11 +27,13 @@ size_t loom__llm_limits(size_t *max_tool_calls, size_t *max_args,
 }
 
 int loom__llm_answer_new(void **out, size_t size,
-                         const loom__llm_answer_kind *kind, size_t max_text,
-                         size_t max_event, loom_llm_event_cb cb, void *payload)
+                         const loom__llm_answer_kind *kind, const void *limits,
+                         loom_llm_event_cb cb, void *payload)
 {
     loom_sse_options opts = LOOM_SSE_OPTIONS_INIT;
     loom__llm_answer *a;
+    void *lim;
+    size_t max_text = 0;
     int rc;
 
     *out = NULL;
@@ -40,9 +42,12 @@ int loom__llm_answer_new(void **out, size_t size,
     a->kind = kind;
     a->cb = cb;
     a->payload = payload;
+    lim = (char *)a + kind->lim_offset;
+    if (limits)
+        memcpy(lim, limits, kind->lim_size);
+    opts.max_line = opts.max_event = kind->limits(lim, &max_text);
     loom_buf_init(&a->text, max_text);
     loom_buf_init(&a->reasoning, max_text);
-    opts.max_line = opts.max_event = max_event;
     if ((rc = loom_sse_parser_new(&a->sse, &opts, kind->on_sse, a)) != 0) {
         free(a);
         return rc;

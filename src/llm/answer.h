@@ -57,6 +57,16 @@ typedef struct {
     /* The message when the SSE parser passes its own size limit; NULL:
      * the parser's. */
     const char *sse_limit_msg;
+    /*
+     * The decoder's limits struct: lim_size bytes at lim_offset in the
+     * decoder, where loom__llm_answer_new copies the caller's (all 0 when
+     * it has none). limits sets each 0 in it to its default (the three
+     * every decoder has through loom__llm_limits), sets *max_text to the
+     * limit of text and of reasoning, and returns how many bytes one SSE
+     * line or event may be.
+     */
+    size_t lim_offset, lim_size;
+    size_t (*limits)(void *lim, size_t *max_text);
 } loom__llm_answer_kind;
 
 typedef struct {
@@ -92,14 +102,16 @@ size_t loom__llm_limits(size_t *max_tool_calls, size_t *max_args,
 
 /*
  * Makes a decoder of kind: size bytes (the decoder's struct, whose first
- * member is a loom__llm_answer), zeroed, with text and reasoning each
- * limited to max_text bytes and an SSE parser whose lines and events may
- * be max_event bytes. Events go to cb (may be NULL) with payload. *out is
- * the caller's (loom__llm_answer_free). LOOM_ENOMEM.
+ * member is a loom__llm_answer), zeroed, its limits those of limits (a
+ * struct of kind->lim_size bytes, or NULL) with their defaults as
+ * kind->limits sets them, text and reasoning each limited as it says,
+ * and an SSE parser whose lines and events may be as large as it says.
+ * Events go to cb (may be NULL) with payload. *out is the caller's
+ * (loom__llm_answer_free). LOOM_ENOMEM.
  */
 int loom__llm_answer_new(void **out, size_t size,
-                         const loom__llm_answer_kind *kind, size_t max_text,
-                         size_t max_event, loom_llm_event_cb cb, void *payload);
+                         const loom__llm_answer_kind *kind, const void *limits,
+                         loom_llm_event_cb cb, void *payload);
 
 /* Frees what the shared part of a decoder holds (not a itself). */
 void loom__llm_answer_clear(loom__llm_answer *a);

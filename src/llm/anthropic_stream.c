@@ -29,6 +29,7 @@
 #include "loom/buf.h"
 #include "loom/sse.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,30 +59,34 @@ struct loom__anthropic_decoder {
 /* What the shared part (llm/answer.h) calls back; defined at the end. */
 static const loom__llm_answer_kind anthropic_kind;
 
+/* The defaults of the limits (loom__llm_answer_kind.limits). */
+static size_t limits_of(void *p, size_t *max_text)
+{
+    loom__anthropic_limits *lim = p;
+    size_t big =
+        loom__llm_limits(&lim->max_tool_calls, &lim->max_args, &lim->max_text);
+
+    *max_text = lim->max_text;
+    if (!lim->max_blocks)
+        lim->max_blocks = LOOM_ANTHROPIC_MAX_BLOCKS;
+    if (!lim->max_state)
+        lim->max_state = LOOM_ANTHROPIC_MAX_STATE;
+    if (lim->max_state > big)
+        big = lim->max_state;
+    /* One event carries one delta, or (redacted thinking) one block's
+     * data; JSON escaping may double it: leave room, but stay bounded. */
+    return 2 * big + 65536;
+}
+
 int loom__anthropic_decoder_new(loom__anthropic_decoder **out,
                                 const loom__anthropic_limits *limits,
                                 loom_llm_event_cb cb, void *payload)
 {
-    loom__anthropic_limits lim = {0};
-    size_t big;
     void *d = NULL;
-    int rc;
+    int rc = loom__llm_answer_new(&d, sizeof(**out), &anthropic_kind, limits,
+                                  cb, payload);
 
-    if (limits)
-        lim = *limits;
-    big = loom__llm_limits(&lim.max_tool_calls, &lim.max_args, &lim.max_text);
-    if (!lim.max_blocks)
-        lim.max_blocks = LOOM_ANTHROPIC_MAX_BLOCKS;
-    if (!lim.max_state)
-        lim.max_state = LOOM_ANTHROPIC_MAX_STATE;
-    if (lim.max_state > big)
-        big = lim.max_state;
-    /* One event carries one delta, or (redacted thinking) one block's
-     * data; JSON escaping may double it: leave room, but stay bounded. */
-    rc = loom__llm_answer_new(&d, sizeof(**out), &anthropic_kind, lim.max_text,
-                              2 * big + 65536, cb, payload);
-    if ((*out = d) != NULL)
-        (*out)->lim = lim;
+    *out = d;
     return rc;
 }
 
@@ -585,6 +590,9 @@ static const loom__llm_answer_kind anthropic_kind = {
     .release = release,
     .cut_what = "answer",
     .reasoning_name = "thinking",
+    .lim_offset = offsetof(loom__anthropic_decoder, lim),
+    .lim_size = sizeof(loom__anthropic_limits),
+    .limits = limits_of,
 };
 
 LOOM__LLM_DECODER_API(loom__anthropic_decoder)

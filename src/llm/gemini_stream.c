@@ -28,6 +28,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,28 +71,31 @@ struct loom__gemini_decoder {
 /* What the shared part (llm/answer.h) calls back; defined at the end. */
 static const loom__llm_answer_kind gemini_kind;
 
+/* The defaults of the limits (loom__llm_answer_kind.limits). */
+static size_t limits_of(void *p, size_t *max_text)
+{
+    loom__gemini_limits *lim = p;
+    size_t big =
+        loom__llm_limits(&lim->max_tool_calls, &lim->max_args, &lim->max_text);
+
+    *max_text = lim->max_text;
+    if (!lim->max_state)
+        lim->max_state = LOOM_GEMINI_MAX_STATE;
+    /* One event may carry a whole answer, and JSON escaping may double
+     * it: leave room, but stay bounded. */
+    return 2 * big + lim->max_state + 65536;
+}
+
 int loom__gemini_decoder_new(loom__gemini_decoder **out,
                              const loom__gemini_limits *limits, long turn,
                              loom_llm_event_cb cb, void *payload)
 {
-    loom__gemini_limits lim = {0};
-    size_t big;
     void *d = NULL;
-    int rc;
+    int rc = loom__llm_answer_new(&d, sizeof(**out), &gemini_kind, limits, cb,
+                                  payload);
 
-    if (limits)
-        lim = *limits;
-    big = loom__llm_limits(&lim.max_tool_calls, &lim.max_args, &lim.max_text);
-    if (!lim.max_state)
-        lim.max_state = LOOM_GEMINI_MAX_STATE;
-    /* One event may carry a whole answer, and JSON escaping may double
-     * it: leave room, but stay bounded. */
-    rc = loom__llm_answer_new(&d, sizeof(**out), &gemini_kind, lim.max_text,
-                              2 * big + lim.max_state + 65536, cb, payload);
-    if ((*out = d) != NULL) {
-        (*out)->lim = lim;
+    if ((*out = d) != NULL)
         (*out)->turn = turn;
-    }
     return rc;
 }
 
@@ -685,6 +689,9 @@ static const loom__llm_answer_kind gemini_kind = {
     .arrays = 1, /* streamGenerateContent without alt=sse */
     .release = release,
     .reasoning_name = "reasoning",
+    .lim_offset = offsetof(loom__gemini_decoder, lim),
+    .lim_size = sizeof(loom__gemini_limits),
+    .limits = limits_of,
 };
 
 LOOM__LLM_DECODER_API(loom__gemini_decoder)

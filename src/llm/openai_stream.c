@@ -49,6 +49,7 @@
 #include <jsmn.h>
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,24 +118,28 @@ struct loom__openai_decoder {
 /* What the shared part (llm/answer.h) calls back; defined at the end. */
 static const loom__llm_answer_kind openai_kind;
 
+/* The defaults of the limits (loom__llm_answer_kind.limits). */
+static size_t limits_of(void *p, size_t *max_text)
+{
+    loom__openai_limits *lim = p;
+    size_t big =
+        loom__llm_limits(&lim->max_tool_calls, &lim->max_args, &lim->max_text);
+
+    *max_text = lim->max_text;
+    /* One chunk may carry a whole answer (some servers do not split), and
+     * JSON escaping may double it: leave room, but stay bounded. */
+    return 2 * big + 65536;
+}
+
 int loom__openai_decoder_new(loom__openai_decoder **out,
                              const loom__openai_limits *limits,
                              loom_llm_event_cb cb, void *payload)
 {
-    loom__openai_limits lim = {0};
-    size_t big;
     void *d = NULL;
-    int rc;
+    int rc = loom__llm_answer_new(&d, sizeof(**out), &openai_kind, limits, cb,
+                                  payload);
 
-    if (limits)
-        lim = *limits;
-    big = loom__llm_limits(&lim.max_tool_calls, &lim.max_args, &lim.max_text);
-    /* One chunk may carry a whole answer (some servers do not split), and
-     * JSON escaping may double it: leave room, but stay bounded. */
-    rc = loom__llm_answer_new(&d, sizeof(**out), &openai_kind, lim.max_text,
-                              2 * big + 65536, cb, payload);
-    if ((*out = d) != NULL)
-        (*out)->lim = lim;
+    *out = d;
     return rc;
 }
 
@@ -1145,6 +1150,9 @@ static const loom__llm_answer_kind openai_kind = {
     .release = release,
     .cut_what = "answer",
     .reasoning_name = "reasoning",
+    .lim_offset = offsetof(loom__openai_decoder, lim),
+    .lim_size = sizeof(loom__openai_limits),
+    .limits = limits_of,
 };
 
 LOOM__LLM_DECODER_API(loom__openai_decoder)

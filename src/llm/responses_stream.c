@@ -35,6 +35,7 @@
 #include "loom/buf.h"
 #include "loom/sse.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,29 +86,33 @@ struct loom__responses_decoder {
 /* What the shared part (llm/answer.h) calls back; defined at the end. */
 static const loom__llm_answer_kind responses_kind;
 
+/* The defaults of the limits (loom__llm_answer_kind.limits). */
+static size_t limits_of(void *p, size_t *max_text)
+{
+    loom__responses_limits *lim = p;
+    size_t big =
+        loom__llm_limits(&lim->max_tool_calls, &lim->max_args, &lim->max_text);
+
+    *max_text = lim->max_text;
+    if (!lim->max_items)
+        lim->max_items = LOOM_RESPONSES_MAX_ITEMS;
+    if (!lim->max_state)
+        lim->max_state = LOOM_RESPONSES_MAX_STATE;
+    /* The terminal event repeats the whole answer (text, reasoning,
+     * arguments, encrypted reasoning), escaped: leave room for all of it,
+     * but stay bounded. */
+    return 4 * big + lim->max_state + 65536;
+}
+
 int loom__responses_decoder_new(loom__responses_decoder **out,
                                 const loom__responses_limits *limits, int store,
                                 loom_llm_event_cb cb, void *payload)
 {
-    loom__responses_limits lim = {0};
-    size_t big;
     void *d = NULL;
-    int rc;
+    int rc = loom__llm_answer_new(&d, sizeof(**out), &responses_kind, limits,
+                                  cb, payload);
 
-    if (limits)
-        lim = *limits;
-    big = loom__llm_limits(&lim.max_tool_calls, &lim.max_args, &lim.max_text);
-    if (!lim.max_items)
-        lim.max_items = LOOM_RESPONSES_MAX_ITEMS;
-    if (!lim.max_state)
-        lim.max_state = LOOM_RESPONSES_MAX_STATE;
-    /* The terminal event repeats the whole answer (text, reasoning,
-     * arguments, encrypted reasoning), escaped: leave room for all of it,
-     * but stay bounded. */
-    rc = loom__llm_answer_new(&d, sizeof(**out), &responses_kind, lim.max_text,
-                              4 * big + lim.max_state + 65536, cb, payload);
     if ((*out = d) != NULL) {
-        (*out)->lim = lim;
         (*out)->store = store;
         (*out)->rslot = (size_t)-1;
     }
@@ -883,6 +888,9 @@ static const loom__llm_answer_kind responses_kind = {
     .cut_what = "response",
     .reasoning_name = "reasoning",
     .sse_limit_msg = "stream event larger than the limit",
+    .lim_offset = offsetof(loom__responses_decoder, lim),
+    .lim_size = sizeof(loom__responses_limits),
+    .limits = limits_of,
 };
 
 LOOM__LLM_DECODER_API(loom__responses_decoder)
