@@ -1,7 +1,8 @@
 /*
  * The memory tools (loom/memory.h): memory_store and memory_retrieve over
  * the store's per-user memories, and the settings rule that decides
- * whether a run offers them.
+ * whether a run offers them. They live with the agent layer because they
+ * join two layers below it: tools (the registry) and the store.
  *
  * The tools hold only a borrowed store (thread-safe), so they run side by
  * side on worker threads with nothing of their own to lock. Who the
@@ -11,8 +12,8 @@
  * and pass for loom's own words; a retrieval that would not fit the
  * run's result allowance drops its last matches and says how many.
  */
-#include "loom/memory.h"
 #include "core/error.h"
+#include "loom/memory.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -136,15 +137,17 @@ static int store_execute(const json_t *args, const loom_tool_ctx *ctx,
     if ((rc = check_ctx(ctx, store)) != 0)
         return tool_fail(out, rc);
     if (!json_is_string(v))
-        return tool_fail(out, loom__error_set(LOOM_EINVALID,
-                         "`content` is required and must be a string"));
+        return tool_fail(
+            out, loom__error_set(LOOM_EINVALID,
+                                 "`content` is required and must be a string"));
     if ((rc = loom_store_memory_add(store, ctx->user_id, json_string_value(v),
                                     &id, &dup)) != 0)
         return tool_fail(out, rc);
     if (dup)
         res = json_pack("{s:s,s:s,s:s}", "id", id, "status", "already_stored",
-                        "note", "the same memory was already saved; it was "
-                                "not stored twice");
+                        "note",
+                        "the same memory was already saved; it was "
+                        "not stored twice");
     else
         res = json_pack("{s:s,s:s}", "id", id, "status", "stored");
     rc = put_json(out, res);
@@ -180,8 +183,8 @@ static char *memory_text(const json_t *m)
     o = json_pack("{s:O,s:O,s:s}", "id", json_object_get(m, "id"), "content",
                   json_object_get(m, "content"), "created", c);
     /* Stored again later: say when it was last confirmed. */
-    if (o && strcmp(c, u) != 0 && json_object_set_new(o, "updated",
-                                                      json_string(u))) {
+    if (o && strcmp(c, u) != 0 &&
+        json_object_set_new(o, "updated", json_string(u))) {
         json_decref(o);
         o = NULL;
     }
@@ -261,8 +264,8 @@ static int retrieve_execute(const json_t *args, const loom_tool_ctx *ctx,
     if ((rc = check_ctx(ctx, store)) != 0)
         return tool_fail(out, rc);
     if (q && !json_is_null(q) && !json_is_string(q))
-        return tool_fail(out, loom__error_set(LOOM_EINVALID,
-                         "`query` must be a string"));
+        return tool_fail(
+            out, loom__error_set(LOOM_EINVALID, "`query` must be a string"));
     if (l && !json_is_null(l)) {
         /* The schema lets 3.0 through as an integer; the range is
          * checked before the cast, which is undefined past it. */
@@ -270,16 +273,17 @@ static int retrieve_execute(const json_t *args, const loom_tool_ctx *ctx,
         if (json_is_integer(l))
             limit = json_integer_value(l);
         else if (!json_is_real(l) || d != floor(d))
-            return tool_fail(out, loom__error_set(LOOM_EINVALID,
-                             "`limit` must be an integer"));
+            return tool_fail(
+                out,
+                loom__error_set(LOOM_EINVALID, "`limit` must be an integer"));
         else
-            limit = d >= 1 && d <= LOOM_STORE_MEMORY_SEARCH_MAX
-                        ? (json_int_t)d
-                        : 0;
+            limit =
+                d >= 1 && d <= LOOM_STORE_MEMORY_SEARCH_MAX ? (json_int_t)d : 0;
         if (limit < 1 || limit > LOOM_STORE_MEMORY_SEARCH_MAX)
-            return tool_fail(out, loom__error_set(LOOM_EINVALID,
-                             "`limit` must be between 1 and %d",
-                             LOOM_STORE_MEMORY_SEARCH_MAX));
+            return tool_fail(out,
+                             loom__error_set(LOOM_EINVALID,
+                                             "`limit` must be between 1 and %d",
+                                             LOOM_STORE_MEMORY_SEARCH_MAX));
     }
     if (json_is_string(q))
         query = json_string_value(q);
