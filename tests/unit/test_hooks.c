@@ -1,6 +1,6 @@
 /*
  * Unit tests of the run loop's tool hooks and policies, loop tools and
- * tool telemetry (src/agent/hooks.c, plan.c, toolexec.c) with an
+ * tool telemetry (src/agent/toolturn.c, plan.c, toolexec.c) with an
  * in-process mock provider: each test scripts the model's turns and
  * asserts on what the tools were given, what the model read back, the
  * events, the records, and what every request offered. Every limit is
