@@ -33,6 +33,29 @@ typedef struct {
     char *arguments; /* JSON text as the model produced it (may be invalid) */
 } loom_tool_call;
 
+typedef enum {
+    LOOM_PART_TEXT = 0,
+    LOOM_PART_IMAGE, /* an image the model looks at */
+    LOOM_PART_FILE   /* a document (PDF) the model reads */
+} loom_part_kind;
+
+/*
+ * One content part of a message that holds more than text. An image or
+ * file comes either by url (an http(s) address: the provider, or loom
+ * for a provider that needs the bytes, fetches it) or as data (the bytes
+ * in base64, without a "data:" prefix) with its media type. Every
+ * pointer is owned by the part.
+ */
+typedef struct {
+    loom_part_kind kind;
+    char *text;     /* TEXT: the text */
+    char *url;      /* IMAGE, FILE: the address; NULL with data */
+    char *data;     /* IMAGE, FILE: base64 bytes; NULL with url */
+    char *mime;     /* media type of data ("image/png"); NULL when unknown */
+    char *detail;   /* IMAGE: "low", "high", "auto"; NULL for the default */
+    char *filename; /* FILE: its name, or NULL */
+} loom_part;
+
 /* One conversation message. Every pointer is owned by the message. */
 typedef struct {
     loom_role role;
@@ -57,6 +80,15 @@ typedef struct {
      * place of an older result when the request must shrink.
      */
     char *summary;
+    /*
+     * The content as ordered parts, when the message holds more than text
+     * (images, files); NULL and 0 otherwise. content then holds the text
+     * parts joined by newlines, so that whatever reads only text (logs,
+     * the store's previews, the context engine's text counts) keeps
+     * working; adapters send the parts instead of content.
+     */
+    loom_part *parts;
+    size_t parts_len;
 } loom_message;
 
 /* A growable list of messages that owns them. */
@@ -75,6 +107,20 @@ int loom_messages_add_tool_result(loom_messages *m, const char *call_id,
 int loom_messages_add_assistant(loom_messages *m, const char *content,
                                 const char *reasoning,
                                 const loom_tool_call *calls, size_t ncalls);
+/*
+ * Appends a message of role with parts (copied; n may be 0) and their
+ * text parts joined by newlines as its content. A message whose parts
+ * are all text gets only the content.
+ */
+int loom_messages_add_parts(loom_messages *m, loom_role role,
+                            const loom_part *parts, size_t n);
+/* 1 when msg has an image or file part. */
+int loom_message_has_media(const loom_message *msg);
+/* The bytes that a part's base64 data decodes to (0 without data). */
+size_t loom_part_data_size(const loom_part *part);
+void loom_part_clear(loom_part *part);
+/* Deep-copies src into *dst; LOOM_ENOMEM leaves *dst empty. */
+int loom_part_copy(loom_part *dst, const loom_part *src);
 /* Deep-copies every message of src onto the end of dst. */
 int loom_messages_append(loom_messages *dst, const loom_messages *src);
 void loom_messages_free(loom_messages *m);

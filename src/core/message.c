@@ -48,8 +48,77 @@ void loom_tool_call_clear(loom_tool_call *c)
     c->id = c->name = c->arguments = NULL;
 }
 
+void loom_part_clear(loom_part *part)
+{
+    free(part->text);
+    free(part->url);
+    free(part->data);
+    free(part->mime);
+    free(part->detail);
+    free(part->filename);
+    memset(part, 0, sizeof(*part));
+}
+
+int loom_part_copy(loom_part *dst, const loom_part *src)
+{
+    memset(dst, 0, sizeof(*dst));
+    dst->kind = src->kind;
+    if (dup_opt(&dst->text, src->text) || dup_opt(&dst->url, src->url) ||
+        dup_opt(&dst->data, src->data) || dup_opt(&dst->mime, src->mime) ||
+        dup_opt(&dst->detail, src->detail) ||
+        dup_opt(&dst->filename, src->filename)) {
+        loom_part_clear(dst);
+        return LOOM_ENOMEM;
+    }
+    return 0;
+}
+
+size_t loom_part_data_size(const loom_part *part)
+{
+    size_t n = part->data ? strlen(part->data) : 0;
+
+    while (n && (part->data[n - 1] == '=' || part->data[n - 1] == '\n' ||
+                 part->data[n - 1] == '\r'))
+        n--;
+    /* Every 4 characters are 3 bytes; 2 and 3 left over are 1 and 2. */
+    return n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0);
+}
+
+int loom_message_has_media(const loom_message *msg)
+{
+    for (size_t i = 0; i < msg->parts_len; i++)
+        if (msg->parts[i].kind != LOOM_PART_TEXT)
+            return 1;
+    return 0;
+}
+
+static void clear_parts(loom_message *msg)
+{
+    for (size_t i = 0; i < msg->parts_len; i++)
+        loom_part_clear(&msg->parts[i]);
+    free(msg->parts);
+    msg->parts = NULL;
+    msg->parts_len = 0;
+}
+
+static int copy_parts(loom_message *msg, const loom_part *parts, size_t n)
+{
+    if (!n)
+        return 0;
+    msg->parts = calloc(n, sizeof(*parts));
+    if (!msg->parts)
+        return loom__error_oom();
+    for (size_t i = 0; i < n; i++) {
+        if (loom_part_copy(&msg->parts[i], &parts[i]))
+            return LOOM_ENOMEM;
+        msg->parts_len = i + 1;
+    }
+    return 0;
+}
+
 void loom_message_clear(loom_message *msg)
 {
+    clear_parts(msg);
     free(msg->content);
     free(msg->reasoning);
     for (size_t i = 0; i < msg->tool_calls_len; i++)
@@ -90,7 +159,8 @@ static int message_copy(loom_message *dst, const loom_message *src)
         dup_opt(&dst->name, src->name) ||
         dup_opt(&dst->provider_state, src->provider_state) ||
         dup_opt(&dst->summary, src->summary) ||
-        copy_calls(dst, src->tool_calls, src->tool_calls_len)) {
+        copy_calls(dst, src->tool_calls, src->tool_calls_len) ||
+        copy_parts(dst, src->parts, src->parts_len)) {
         loom_message_clear(dst);
         return LOOM_ENOMEM;
     }
@@ -105,6 +175,56 @@ int loom_messages_add(loom_messages *m, loom_role role, const char *content)
     msg.content = (char *)content;
     return loom_messages_append(
         m, &(loom_messages){.items = &msg, .len = 1, .cap = 1});
+}
+
+/* The text parts of parts joined by newlines, or NULL when none. */
+static int join_text(char **out, const loom_part *parts, size_t n)
+{
+    size_t len = 0, at = 0;
+    int any = 0;
+
+    *out = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (parts[i].kind == LOOM_PART_TEXT && parts[i].text) {
+            len += strlen(parts[i].text) + 1;
+            any = 1;
+        }
+    if (!any)
+        return 0;
+    if (!(*out = malloc(len)))
+        return loom__error_oom();
+    for (size_t i = 0; i < n; i++) {
+        size_t k;
+        if (parts[i].kind != LOOM_PART_TEXT || !parts[i].text)
+            continue;
+        if (at)
+            (*out)[at++] = '\n';
+        k = strlen(parts[i].text);
+        memcpy(*out + at, parts[i].text, k);
+        at += k;
+    }
+    (*out)[at] = '\0';
+    return 0;
+}
+
+int loom_messages_add_parts(loom_messages *m, loom_role role,
+                            const loom_part *parts, size_t n)
+{
+    loom_message msg = {0};
+    int rc;
+
+    msg.role = role;
+    if ((rc = join_text(&msg.content, parts, n)) != 0)
+        return rc;
+    if (loom_message_has_media(
+            &(loom_message){.parts = (loom_part *)parts, .parts_len = n})) {
+        msg.parts = (loom_part *)parts;
+        msg.parts_len = n;
+    }
+    rc = loom_messages_append(
+        m, &(loom_messages){.items = &msg, .len = 1, .cap = 1});
+    free(msg.content);
+    return rc;
 }
 
 int loom_messages_add_tool_result(loom_messages *m, const char *call_id,

@@ -281,6 +281,39 @@ static size_t raw_message(const loom_token_counter *c, const loom_message *m)
     return n;
 }
 
+/*
+ * The tokens of m's images and files, which no text count sees: a fixed
+ * estimate per image as each provider bills a typical picture (OpenAI:
+ * 85 at detail "low", else 765, a 1024x1024 image in 512-pixel tiles;
+ * Anthropic about width*height/750, 1,600 for the 1.15 megapixels it
+ * scales images down to; Gemini 258 per 768-pixel tile, 1,032 for four),
+ * and for a document one token per 16 bytes of its data, at least 1,500
+ * (a page as text plus an image of it). Counted apart from the factor,
+ * which corrects text counts only.
+ */
+static size_t media_tokens(const loom_token_counter *c, const loom_message *m)
+{
+    size_t n = 0, per_image;
+
+    per_image = c->fam == FAM_ANTHROPIC ? 1600
+                : c->fam == FAM_GEMINI  ? 1032
+                                        : 765;
+    for (size_t i = 0; i < m->parts_len; i++) {
+        const loom_part *p = &m->parts[i];
+        size_t bytes;
+        if (p->kind == LOOM_PART_IMAGE) {
+            n += p->detail && strcmp(p->detail, "low") == 0 &&
+                         c->fam != FAM_ANTHROPIC && c->fam != FAM_GEMINI
+                     ? 85
+                     : per_image;
+        } else if (p->kind == LOOM_PART_FILE) {
+            bytes = loom_part_data_size(p) / 16;
+            n += bytes > 1500 ? bytes : 1500;
+        }
+    }
+    return n;
+}
+
 size_t loom_token_counter_text(const loom_token_counter *c, const char *text,
                                size_t len)
 {
@@ -290,7 +323,7 @@ size_t loom_token_counter_text(const loom_token_counter *c, const char *text,
 size_t loom_token_counter_message(const loom_token_counter *c,
                                   const loom_message *m)
 {
-    return c && m ? scale(c, raw_message(c, m)) : 0;
+    return c && m ? scale(c, raw_message(c, m)) + media_tokens(c, m) : 0;
 }
 
 /* ---------------------------------------------------------------------
@@ -466,13 +499,14 @@ size_t loom_token_counter_request(const loom_token_counter *c,
                                   size_t nmessages,
                                   const loom_tool_def *tools, size_t ntools)
 {
-    size_t raw = REPLY_PRIMING, i, k;
+    size_t raw = REPLY_PRIMING, media = 0, i, k;
     int system = 0;
 
     if (!c)
         return 0;
     for (i = 0; messages && i < nmessages; i++) {
         raw += raw_message(c, &messages[i]);
+        media += media_tokens(c, &messages[i]);
         system |= messages[i].role == LOOM_ROLE_SYSTEM;
     }
     if (!tools)
@@ -480,6 +514,6 @@ size_t loom_token_counter_request(const loom_token_counter *c,
     raw += raw_tools(c, tools, ntools);
     if (ntools && system)
         raw -= TOOLS_SYSTEM_ADJUST;
-    k = scale(c, raw);
+    k = scale(c, raw) + media;
     return c->fam == FAM_ANTHROPIC && ntools ? k + ANTHROPIC_TOOLS_PROMPT : k;
 }

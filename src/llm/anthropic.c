@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "llm/adapter.h"
 #include "llm/openai.h" /* the shared HTTP error parser */
+#include "llm/parts.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -204,6 +205,22 @@ static int add_assistant(json_t *turns, const loom_message *m)
     return rc;
 }
 
+/* m's text, images and documents as blocks of the user turn. */
+static int add_part_blocks(json_t *turns, const loom_message *m)
+{
+    json_t *blocks = loom__parts_anthropic(m), *blk;
+    size_t i;
+    int rc = blocks ? 0 : -1;
+
+    json_array_foreach(blocks, i, blk)
+    {
+        if (rc || (rc = add_block(turns, "user", json_incref(blk))) != 0)
+            break;
+    }
+    json_decref(blocks);
+    return rc;
+}
+
 static json_t *tool_result_block(const loom_message *m)
 {
     json_t *b = json_pack("{s:s,s:o}", "type", "tool_result", "tool_use_id",
@@ -378,7 +395,9 @@ int loom__anthropic_build_body(json_t **out, const loom_llm_request *req)
             bad = add_block(turns, "user", tool_result_block(m)) != 0;
             break;
         default: /* user, and system past the start */
-            if (m->content && *m->content)
+            if (loom_message_has_media(m))
+                bad = add_part_blocks(turns, m) != 0;
+            else if (m->content && *m->content)
                 bad = add_block(turns, "user", text_block(m->content)) != 0;
             break;
         }

@@ -23,6 +23,7 @@
 #include "llm/gemini.h"
 #include "core/error.h"
 #include "llm/adapter.h"
+#include "llm/parts.h"
 #include "loom/buf.h"
 
 #include <stdint.h>
@@ -691,6 +692,16 @@ static json_t *content_json(const char *role, json_t *parts)
     return c;
 }
 
+/* m's text, images and files onto arr. */
+static int media_parts(json_t *arr, const loom_message *m)
+{
+    json_t *parts = loom__parts_gemini(m);
+    int rc = parts && !json_array_extend(arr, parts) ? 0 : loom__error_oom();
+
+    json_decref(parts);
+    return rc;
+}
+
 static int add_contents(json_t *body, const loom_llm_request *req,
                         const msg_state *states)
 {
@@ -740,6 +751,8 @@ static int add_contents(json_t *body, const loom_llm_request *req,
         }
         if (m->role == LOOM_ROLE_ASSISTANT)
             rc = model_parts(parts, m, &states[i]);
+        else if (loom_message_has_media(m))
+            rc = media_parts(parts, m);
         else if (m->content && *m->content &&
                  json_array_append_new(
                      parts, text_part(m->content, 0, strlen(m->content))))

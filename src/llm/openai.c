@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/utf8.h"
 #include "llm/adapter.h"
+#include "llm/parts.h"
 #include "loom/buf.h"
 
 #include <math.h>
@@ -74,7 +75,10 @@ static json_t *message_json(const loom_message *m)
         bad |= loom__llm_put(o, "content", loom__llm_json_string(m->content));
         break;
     default:
-        bad |= loom__llm_put(o, "content", loom__llm_json_string(m->content));
+        bad |= loom__llm_put(o, "content",
+                             loom_message_has_media(m)
+                                 ? loom__parts_openai(m)
+                                 : loom__llm_json_string(m->content));
         break;
     }
     if (bad) {
@@ -265,6 +269,16 @@ static int put_lit(loom_buf *b, const char *s)
     return loom_buf_put(b, s, strlen(s));
 }
 
+/* The text of loom__parts_openai(m). */
+static int put_parts(loom_buf *b, const loom_message *m)
+{
+    json_t *parts = loom__parts_openai(m);
+    int rc = parts ? loom__llm_put_json_text(b, parts) : loom__error_oom();
+
+    json_decref(parts);
+    return rc;
+}
+
 /* The text of message_json(m). */
 static int put_message(loom_buf *b, const loom_message *m)
 {
@@ -303,10 +317,13 @@ static int put_message(loom_buf *b, const loom_message *m)
     case LOOM_ROLE_TOOL:
         if (!rc && !(rc = put_lit(b, ",\"tool_call_id\":")))
             rc = put_str(b, m->tool_call_id);
-        /* fall through */
-    default:
         if (!rc && !(rc = put_lit(b, ",\"content\":")))
             rc = put_str(b, m->content);
+        break;
+    default:
+        if (!rc && !(rc = put_lit(b, ",\"content\":")))
+            rc = loom_message_has_media(m) ? put_parts(b, m)
+                                           : put_str(b, m->content);
         break;
     }
     return rc ? rc : loom_buf_putc(b, '}');
@@ -366,6 +383,7 @@ typedef struct {
     const char *tool_call_id;
     const loom_tool_call *tool_calls;
     size_t tool_calls_len;
+    const loom_part *parts;
     size_t end; /* msgs.len just after this message's text */
 } cached_msg;
 
@@ -430,7 +448,7 @@ static int same_msg(const cached_msg *k, const loom_message *m)
     return k->role == m->role && k->content == m->content &&
            k->tool_call_id == m->tool_call_id &&
            k->tool_calls == m->tool_calls &&
-           k->tool_calls_len == m->tool_calls_len;
+           k->tool_calls_len == m->tool_calls_len && k->parts == m->parts;
 }
 
 /* Brings the cached message text up to req's messages: keeps the longest
@@ -475,6 +493,7 @@ static int cache_messages(loom_llm_cache *c, const loom_llm_request *req)
         it->tool_call_id = m->tool_call_id;
         it->tool_calls = m->tool_calls;
         it->tool_calls_len = m->tool_calls_len;
+        it->parts = m->parts;
         it->end = c->msgs.len;
     }
     return 0;

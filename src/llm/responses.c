@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "llm/adapter.h"
 #include "llm/openai.h"
+#include "llm/parts.h"
 #include "loom/buf.h"
 
 #include <math.h>
@@ -69,6 +70,18 @@ static json_t *text_item(const char *role, const char *text)
     json_t *o = json_pack("{s:s,s:s}", "type", "message", "role", role);
 
     if (o && loom__llm_put(o, "content", loom__llm_json_string(text))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* A user message item of m's text, images and files. */
+static json_t *parts_item(const loom_message *m)
+{
+    json_t *o = json_pack("{s:s,s:s}", "type", "message", "role", "user");
+
+    if (o && loom__llm_put(o, "content", loom__parts_responses(m))) {
         json_decref(o);
         return NULL;
     }
@@ -225,6 +238,8 @@ static int message_items(json_t *input, const loom_message *m)
          * instructions: the API's developer role. */
         return append(input, text_item("developer", m->content));
     default:
+        if (loom_message_has_media(m))
+            return append(input, parts_item(m));
         return append(input, text_item("user", m->content));
     }
 }

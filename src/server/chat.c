@@ -150,6 +150,55 @@ static int resolve_target(srv_request *r, const char *name, chat_target *t)
     return 1;
 }
 
+/*
+ * Images and files go only to a model whose config says it takes them
+ * (capabilities.vision, false by default): a model that cannot see would
+ * answer as if nothing were attached, or its provider would fail the run
+ * after the client waited. 1 when the request may go on, 0 when the 400
+ * has been sent, < 0 on error.
+ */
+static int check_vision(srv_request *r, const loom__chat_request *req,
+                        const chat_target *t)
+{
+    const loom_model_config *m = NULL;
+    loom_model_config tmp;
+    loom__chat_error err;
+    const char *model = t->model;
+    char param[64];
+    size_t at = 0;
+    int rc, vision;
+
+    while (at < req->messages.len &&
+           !loom_message_has_media(&req->messages.items[at]))
+        at++;
+    if (at == req->messages.len)
+        return 1;
+    if (!model)
+        model = srv_default_model(r->srv, t->agent);
+    memset(&tmp, 0, sizeof(tmp));
+    if (!model || (rc = srv_model(r->srv, model, &m, &tmp)) == LOOM_ENOTFOUND)
+        vision = 0;
+    else if (rc)
+        return rc;
+    else
+        vision = m->capabilities.vision;
+    loom_model_config_clear(&tmp);
+    if (vision)
+        return 1;
+    memset(&err, 0, sizeof(err));
+    snprintf(param, sizeof(param), "messages[%zu].content", at);
+    rc = loom__chat_error_set(
+        &err, 400, "invalid_request_error", "model_not_vision", param,
+        "The model `%s` does not take images or files (its config does not "
+        "set capabilities.vision); send text only or pick a model that has "
+        "it.",
+        model ? model : req->model);
+    if (rc == LOOM_EINVALID)
+        rc = reply_chat_error(r, &err);
+    loom__chat_error_clear(&err);
+    return rc ? rc : 0;
+}
+
 /* ---- streaming and deferred answers ----------------------------------- */
 
 /* A srv_event as the formatter reads it (the JSON holds every field). */
@@ -407,6 +456,8 @@ static int handle(srv_request *r, loom__chat_request *req)
         return rc;
     if ((rc = resolve_target(r, req->model, &t)) != 1)
         return rc;
+    if ((rc = check_vision(r, req, &t)) != 1)
+        goto cleanup;
     rc = loom__chat_server_tools(
         &names, &nnames, &all, req, srv_tools(r->srv),
         t.agent ? (const char *const *)t.agent->tools : NULL,

@@ -15,6 +15,7 @@
 #include "server/chat_format.h"
 #include "core/error.h"
 #include "core/text.h"
+#include "server/chat_parts.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -200,20 +201,24 @@ static int get_bool(int *out, const json_t *o, const char *key,
 }
 
 /*
- * Message content: a string, or an array of {"type": "text", "text"}
- * parts joined with newlines (loom's messages hold one text). *out is
- * NULL when the content is absent or null; the caller frees it.
+ * Message content: a string, or an array of content parts
+ * (chat_parts.h). Text parts alone are joined with newlines into *out;
+ * with an image or file among them the parts go to *parts (n of them)
+ * and *out is NULL. *out is NULL when the content is absent or null. The
+ * caller frees both.
  */
-static int get_content(char **out, const json_t *m, size_t i,
-                       loom__chat_error *err)
+static int get_content(char **out, loom_part **parts, size_t *n,
+                       const json_t *m, size_t i, loom_role role,
+                       loom__chat_media *totals, loom__chat_error *err)
 {
-    const json_t *c = opt(m, "content"), *part;
-    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    const json_t *c = opt(m, "content");
+    loom_message joined = {0};
     char param[PARAM_MAX];
-    size_t j;
-    int rc = 0;
+    int rc;
 
     *out = NULL;
+    *parts = NULL;
+    *n = 0;
     snprintf(param, sizeof(param), "messages[%zu].content", i);
     if (!c)
         return 0;
@@ -222,47 +227,34 @@ static int get_content(char **out, const json_t *m, size_t i,
         return *out ? 0 : loom__error_oom();
     }
     if (!json_is_array(c))
-        return bad_type(err, param, "a string or an array of content parts",
-                        c);
+        return bad_type(err, param, "a string or an array of content parts", c);
     if (json_array_size(c) > LOOM__CHAT_MAX_PARTS)
         return loom__chat_error_set(
-            err, 400, "invalid_request_error", "array_above_max_length",
-            param,
+            err, 400, "invalid_request_error", "array_above_max_length", param,
             "Invalid '%s': array too long. Expected an array with maximum "
             "length %d, but got an array with length %zu instead.",
             param, LOOM__CHAT_MAX_PARTS, json_array_size(c));
-    json_array_foreach(c, j, part)
+    if ((rc = loom__chat_parts_parse(parts, n, c, i, role, totals, err)))
+        return rc;
+    joined.parts = *parts;
+    joined.parts_len = *n;
+    if (loom_message_has_media(&joined))
+        return 0;
+    /* Text only: one string, as a plain content. */
     {
-        const char *type, *text;
-        char pp[PARAM_MAX];
-        snprintf(pp, sizeof(pp), "messages[%zu].content[%zu]", i, j);
-        if (!json_is_object(part)) {
-            rc = bad_type(err, pp, "an object", part);
-            goto cleanup;
+        loom_messages tmp = {0};
+        rc = loom_messages_add_parts(&tmp, role, *parts, *n);
+        if (!rc) {
+            *out = tmp.items[0].content ? tmp.items[0].content : strdup("");
+            tmp.items[0].content = NULL;
+            if (!*out)
+                rc = loom__error_oom();
         }
-        snprintf(pp, sizeof(pp), "messages[%zu].content[%zu].type", i, j);
-        if ((rc = get_string(&type, part, "type", pp, 1, err)) != 0)
-            goto cleanup;
-        if (strcmp(type, "text") != 0) {
-            rc = loom__chat_error_set(
-                err, 400, "invalid_request_error", "unsupported_value", pp,
-                "Invalid value for '%s': content parts of type '%s' are not "
-                "supported; loom accepts only 'text' parts.",
-                pp, type);
-            goto cleanup;
-        }
-        snprintf(pp, sizeof(pp), "messages[%zu].content[%zu].text", i, j);
-        if ((rc = get_string(&text, part, "text", pp, 1, err)) != 0)
-            goto cleanup;
-        if ((j && (rc = loom_buf_putc(&b, '\n')) != 0) ||
-            (rc = loom_buf_puts(&b, text)) != 0)
-            goto cleanup;
+        loom_messages_free(&tmp);
     }
-    *out = loom_buf_detach(&b);
-    if (!*out)
-        rc = loom__error_oom();
-cleanup:
-    loom_buf_free(&b);
+    loom__chat_parts_free(*parts, *n);
+    *parts = NULL;
+    *n = 0;
     return rc;
 }
 
@@ -347,11 +339,13 @@ static const char *call_name(const loom_messages *m, const char *id)
 }
 
 static int parse_message(loom__chat_request *req, const json_t *m, size_t i,
-                         loom__chat_error *err)
+                         loom__chat_media *totals, loom__chat_error *err)
 {
     char param[PARAM_MAX];
     const char *role, *name, *call_id;
     char *content = NULL;
+    loom_part *parts = NULL;
+    size_t nparts = 0;
     loom_tool_call *calls = NULL;
     size_t ncalls = 0;
     loom_role r;
@@ -379,7 +373,7 @@ static int parse_message(loom__chat_request *req, const json_t *m, size_t i,
     snprintf(param, sizeof(param), "messages[%zu].name", i);
     if ((rc = get_string(&name, m, "name", param, 0, err)) != 0)
         return rc;
-    if ((rc = get_content(&content, m, i, err)) != 0)
+    if ((rc = get_content(&content, &parts, &nparts, m, i, r, totals, err)))
         return rc;
     snprintf(param, sizeof(param), "messages[%zu].content", i);
     switch (r) {
@@ -409,6 +403,10 @@ static int parse_message(loom__chat_request *req, const json_t *m, size_t i,
             content);
         break;
     default:
+        if (nparts) {
+            rc = loom_messages_add_parts(&req->messages, r, parts, nparts);
+            break;
+        }
         if (!content) {
             rc = missing(err, param);
             goto cleanup;
@@ -417,6 +415,7 @@ static int parse_message(loom__chat_request *req, const json_t *m, size_t i,
         break;
     }
 cleanup:
+    loom__chat_parts_free(parts, nparts);
     for (size_t k = 0; calls && k < ncalls; k++)
         loom_tool_call_clear(&calls[k]);
     free(calls);
@@ -438,6 +437,7 @@ static int parse_messages(loom__chat_request *req, const json_t *body,
                           loom__chat_error *err)
 {
     const json_t *msgs = opt(body, "messages"), *m;
+    loom__chat_media totals = {0};
     size_t i;
     int rc;
 
@@ -455,7 +455,7 @@ static int parse_messages(loom__chat_request *req, const json_t *body,
                         json_array_size(msgs));
     json_array_foreach(msgs, i, m)
     {
-        if ((rc = parse_message(req, m, i, err)) != 0)
+        if ((rc = parse_message(req, m, i, &totals, err)) != 0)
             return rc;
     }
     return 0;

@@ -83,12 +83,33 @@ typedef struct {
  * (may be NULL) holds extra lines of the server: section, each indented
  * by two spaces ("  max_body_bytes: 1024\n").
  */
+/*
+ * Starts the server of h (whose fake and db are set) from the config
+ * text yaml, with a fresh store at h->db and sh_tools().
+ */
+static inline void sh_start_config(sh *h, const char *yaml)
+{
+    loom_server_options so = LOOM_SERVER_OPTIONS_INIT;
+
+    if (loom_config_load_string(&h->cfg, yaml, "test.yaml") != 0)
+        fail_msg("config: %s", loom_error_last());
+    if (loom_store_open(&h->store, h->db) != 0)
+        fail_msg("store: %s", loom_error_last());
+    h->tools = sh_tools();
+    so.config = h->cfg;
+    so.store = h->store;
+    so.tools = h->tools;
+    if (loom_server_new(&h->srv, &so) != 0 || loom_server_start(h->srv) != 0)
+        fail_msg("server: %s", loom_error_last());
+    snprintf(h->base, sizeof(h->base), "http://127.0.0.1:%d",
+             loom_server_port(h->srv));
+}
+
 static inline void sh_start(sh *h, const char *script,
                             const char *const *fake_args,
                             const char *server_yaml)
 {
     static int n;
-    loom_server_options so = LOOM_SERVER_OPTIONS_INIT;
     char name[64], *yaml = NULL;
     char *script_path = NULL;
 
@@ -133,19 +154,8 @@ static inline void sh_start(sh *h, const char *script,
                          "%s",
                          fake_base_url(h->fake),
                          server_yaml ? server_yaml : "") > 0);
-    if (loom_config_load_string(&h->cfg, yaml, "test.yaml") != 0)
-        fail_msg("config: %s", loom_error_last());
+    sh_start_config(h, yaml);
     free(yaml);
-    if (loom_store_open(&h->store, h->db) != 0)
-        fail_msg("store: %s", loom_error_last());
-    h->tools = sh_tools();
-    so.config = h->cfg;
-    so.store = h->store;
-    so.tools = h->tools;
-    if (loom_server_new(&h->srv, &so) != 0 || loom_server_start(h->srv) != 0)
-        fail_msg("server: %s", loom_error_last());
-    snprintf(h->base, sizeof(h->base), "http://127.0.0.1:%d",
-             loom_server_port(h->srv));
     if (script_path) {
         unlink(script_path);
         free(script_path);

@@ -314,8 +314,8 @@ static void test_parse_wrong_types(void **state)
                    "messages[0].content[0].type",
                    "missing_required_parameter");
     expect_bad_msg("{\"role\":\"user\",\"content\":[{\"type\":\"text\","
-                   "\"text\":\"a\"},{\"type\":\"image_url\",\"image_url\":"
-                   "{\"url\":\"http://x\"}}]}",
+                   "\"text\":\"a\"},{\"type\":\"input_audio\","
+                   "\"input_audio\":{\"data\":\"AAAA\"}}]}",
                    "messages[0].content[1].type", "unsupported_value");
     expect_bad_msg("{\"role\":\"user\",\"content\":[{\"type\":\"text\","
                    "\"text\":5}]}",

@@ -1,0 +1,189 @@
+/*
+ * Images through the server: a chat request with an image by URL and one
+ * as data goes to a model of each provider kind (Chat Completions,
+ * Responses, Anthropic, Gemini), all played by one fake upstream, and the
+ * fake must receive each image in its provider's shape; a model whose
+ * config lacks capabilities.vision gets a 400 and the fake no request;
+ * a limit crossed is a 400 before any model call.
+ */
+#include "test_server_harness.h"
+
+#define PNG_B64 "iVBORw0KGgo="
+
+/* One fake behind four providers, one of each kind, each with a model
+ * that sees; fake/blind does not. */
+static void start(sh *h, const char *script)
+{
+    static int n;
+    char name[64], *yaml = NULL;
+    const char *url;
+
+    memset(h, 0, sizeof(*h));
+    h->fake = fake_start_script(script);
+    assert_non_null(h->fake);
+    url = fake_base_url(h->fake);
+    snprintf(name, sizeof(name), "images-%d.db", n++);
+    h->db = test_tmp_path(name);
+    unlink(h->db);
+    assert_true(asprintf(&yaml,
+                         "providers:\n"
+                         "  fake: {base_url: %s, api_key: k}\n"
+                         "  resp: {kind: openai-responses, base_url: %s, "
+                         "api_key: k}\n"
+                         "  ant: {kind: anthropic, base_url: %s, api_key: k}\n"
+                         "  gem: {kind: gemini, base_url: %s, api_key: k}\n"
+                         "models:\n"
+                         "  fake/eye: {capabilities: {vision: true}}\n"
+                         "  fake/blind: {}\n"
+                         "  resp/eye: {capabilities: {vision: true}}\n"
+                         "  ant/eye: {capabilities: {vision: true}}\n"
+                         "  gem/eye: {capabilities: {vision: true}}\n"
+                         "agents:\n"
+                         "  looker: {model: fake/blind, tools: []}\n"
+                         "server:\n"
+                         "  listen: 127.0.0.1:0\n",
+                         url, url, url, url) > 0);
+    sh_start_config(h, yaml);
+    free(yaml);
+}
+
+/* A chat body for model: a text part, an image by URL, one as data. */
+static char *chat_body(const char *model)
+{
+    char *s = NULL;
+
+    assert_true(asprintf(&s,
+                         "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\","
+                         "\"content\":[{\"type\":\"text\",\"text\":\"what?\"},"
+                         "{\"type\":\"image_url\",\"image_url\":{\"url\":"
+                         "\"https://img.example/cat.png\",\"detail\":\"low\"}},"
+                         "{\"type\":\"image_url\",\"image_url\":{\"url\":"
+                         "\"data:image/png;base64," PNG_B64 "\"}}]}]}",
+                         model) > 0);
+    return s;
+}
+
+static void assert_json_is(const json_t *got, const char *want)
+{
+    json_t *w = json_loads(want, 0, NULL);
+
+    assert_non_null(w);
+    if (!json_equal(got, w)) {
+        char *g = json_dumps(got, JSON_COMPACT | JSON_SORT_KEYS);
+        fail_msg("got %s\nwant %s", g, want);
+    }
+    json_decref(w);
+}
+
+static void test_each_provider_gets_the_images(void **state)
+{
+    static const char *const models[] = {"fake/eye", "resp/eye", "ant/eye",
+                                         "gem/eye"};
+    json_t *resp, *reqs, *body;
+    sh h;
+
+    (void)state;
+    start(&h, "{\"responses\":[{\"text\":[\"a cat\"]},{\"text\":[\"a cat\"]},"
+              "{\"text\":[\"a cat\"]},{\"text\":[\"a cat\"]}]}");
+    for (size_t i = 0; i < 4; i++) {
+        char *b = chat_body(models[i]);
+        resp = sh_json(&h, "POST", "/v1/chat/completions", b, 200);
+        assert_string_equal(
+            sh_str(json_object_get(
+                       json_array_get(json_object_get(resp, "choices"), 0),
+                       "message"),
+                   "content"),
+            "a cat");
+        json_decref(resp);
+        free(b);
+    }
+    reqs = fake_requests(h.fake);
+    assert_int_equal(json_array_size(reqs), 4);
+    body = json_object_get(json_array_get(reqs, 0), "body");
+    assert_json_is(
+        json_object_get(json_array_get(json_object_get(body, "messages"), 0),
+                        "content"),
+        "[{\"type\":\"text\",\"text\":\"what?\"},"
+        "{\"type\":\"image_url\",\"image_url\":{\"url\":"
+        "\"https://img.example/cat.png\",\"detail\":\"low\"}},"
+        "{\"type\":\"image_url\",\"image_url\":{\"url\":"
+        "\"data:image/png;base64," PNG_B64 "\"}}]");
+    body = json_object_get(json_array_get(reqs, 1), "body");
+    assert_json_is(
+        json_object_get(json_array_get(json_object_get(body, "input"), 0),
+                        "content"),
+        "[{\"type\":\"input_text\",\"text\":\"what?\"},"
+        "{\"type\":\"input_image\",\"detail\":\"low\",\"image_url\":"
+        "\"https://img.example/cat.png\"},"
+        "{\"type\":\"input_image\",\"detail\":\"auto\",\"image_url\":"
+        "\"data:image/png;base64," PNG_B64 "\"}]");
+    body = json_object_get(json_array_get(reqs, 2), "body");
+    assert_json_is(
+        json_object_get(json_array_get(json_object_get(body, "messages"), 0),
+                        "content"),
+        "[{\"type\":\"text\",\"text\":\"what?\"},"
+        "{\"type\":\"image\",\"source\":{\"type\":\"url\",\"url\":"
+        "\"https://img.example/cat.png\"}},"
+        "{\"type\":\"image\",\"source\":{\"type\":\"base64\","
+        "\"media_type\":\"image/png\",\"data\":\"" PNG_B64 "\"}}]");
+    body = json_object_get(json_array_get(reqs, 3), "body");
+    assert_json_is(
+        json_object_get(json_array_get(json_object_get(body, "contents"), 0),
+                        "parts"),
+        "[{\"text\":\"what?\"},"
+        "{\"fileData\":{\"mimeType\":\"image/png\",\"fileUri\":"
+        "\"https://img.example/cat.png\"}},"
+        "{\"inlineData\":{\"mimeType\":\"image/png\",\"data\":\"" PNG_B64
+        "\"}}]");
+    json_decref(reqs);
+    sh_free(&h);
+}
+
+static void test_refused_before_any_model_call(void **state)
+{
+    json_t *resp, *err, *reqs;
+    char *b;
+    sh h;
+
+    (void)state;
+    start(&h, "{\"responses\":[]}");
+    /* A model without vision; an agent whose model has none. */
+    b = chat_body("fake/blind");
+    resp = sh_json(&h, "POST", "/v1/chat/completions", b, 400);
+    err = json_object_get(resp, "error");
+    assert_string_equal(sh_str(err, "code"), "model_not_vision");
+    assert_string_equal(sh_str(err, "param"), "messages[0].content");
+    assert_non_null(strstr(sh_str(err, "message"), "fake/blind"));
+    assert_non_null(strstr(sh_str(err, "message"), "capabilities.vision"));
+    json_decref(resp);
+    free(b);
+    b = chat_body("agent/looker");
+    resp = sh_json(&h, "POST", "/v1/chat/completions", b, 400);
+    assert_string_equal(sh_str(json_object_get(resp, "error"), "code"),
+                        "model_not_vision");
+    json_decref(resp);
+    free(b);
+    /* A model that sees, but a part crossing a limit. */
+    resp = sh_json(&h, "POST", "/v1/chat/completions",
+                   "{\"model\":\"fake/eye\",\"messages\":[{\"role\":\"user\","
+                   "\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                   "{\"url\":\"data:image/bmp;base64,AAAA\"}}]}]}",
+                   400);
+    assert_string_equal(sh_str(json_object_get(resp, "error"), "param"),
+                        "messages[0].content[0].image_url.url");
+    json_decref(resp);
+    /* None of them reached the upstream. */
+    reqs = fake_requests(h.fake);
+    assert_int_equal(json_array_size(reqs), 0);
+    json_decref(reqs);
+    sh_free(&h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_each_provider_gets_the_images),
+        cmocka_unit_test(test_refused_before_any_model_call),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
