@@ -84,7 +84,8 @@ static void test_each_provider_gets_the_images(void **state)
 
     (void)state;
     start(&h, "{\"responses\":[{\"text\":[\"a cat\"]},{\"text\":[\"a cat\"]},"
-              "{\"text\":[\"a cat\"]},{\"text\":[\"a cat\"]}]}");
+              "{\"text\":[\"a cat\"]},{\"text\":[\"a cat\"]},"
+              "{\"text\":[\"a gif\"]}]}");
     for (size_t i = 0; i < 4; i++) {
         char *b = chat_body(models[i]);
         resp = sh_json(&h, "POST", "/v1/chat/completions", b, 200);
@@ -97,8 +98,21 @@ static void test_each_provider_gets_the_images(void **state)
         json_decref(resp);
         free(b);
     }
+    /* An image alone, no text: stored and answered all the same. */
+    resp = sh_json(&h, "POST", "/v1/chat/completions",
+                   "{\"model\":\"fake/eye\",\"messages\":[{\"role\":"
+                   "\"user\",\"content\":[{\"type\":\"image_url\","
+                   "\"image_url\":{\"url\":\"https://img.example/a.gif\"}}]}]}",
+                   200);
+    json_decref(resp);
     reqs = fake_requests(h.fake);
-    assert_int_equal(json_array_size(reqs), 4);
+    assert_int_equal(json_array_size(reqs), 5);
+    body = json_object_get(json_array_get(reqs, 4), "body");
+    assert_json_is(
+        json_object_get(json_array_get(json_object_get(body, "messages"), 0),
+                        "content"),
+        "[{\"type\":\"image_url\",\"image_url\":{\"url\":"
+        "\"https://img.example/a.gif\"}}]");
     body = json_object_get(json_array_get(reqs, 0), "body");
     assert_json_is(
         json_object_get(json_array_get(json_object_get(body, "messages"), 0),
