@@ -98,6 +98,10 @@ typedef struct {
     int parallel_tool_calls; /* the parallel_tool_calls flag; default 1 */
     int reasoning;           /* reasoning controls; default 0 */
     int vision;              /* image input; default 0 */
+    /* An OpenAI-compatible provider takes the output limit as
+     * max_completion_tokens (1) or max_tokens (0); default -1: by the
+     * model's family (loom_config_known_max_completion_tokens). */
+    int max_completion_tokens;
 } loom_model_capabilities;
 
 /*
@@ -326,6 +330,13 @@ const char *loom_config_kind_default_model(const char *kind);
  * "gemini-2.5-flash": 1048576); 0 when unknown.
  */
 long loom_config_known_context_window(const char *upstream);
+/*
+ * 1 when a model, by its upstream id, takes its output limit only as
+ * max_completion_tokens and refuses max_tokens (OpenAI's reasoning
+ * models: o1, o3, o4 and gpt-5, with or without a provider's "openai/"
+ * prefix); else 0.
+ */
+int loom_config_known_max_completion_tokens(const char *upstream);
 
 /* Parses "auto", "none", "required" or a tool name. */
 int loom_tool_choice_parse(loom_tool_choice *out, const char *s);

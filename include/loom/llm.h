@@ -45,6 +45,84 @@ int loom_llm_cache_new(loom_llm_cache **out);
 /* Frees a cache; NULL is a no-op. No call may be using it. */
 void loom_llm_cache_free(loom_llm_cache *cache);
 
+/*
+ * The request parameters of OpenAI's Chat Completions API beyond messages,
+ * tools and limits, as a client gave them: each is either sent (as is to
+ * an OpenAI-compatible provider, translated to another provider's own
+ * field) or refused before anything is sent (loom_llm_params_check), never
+ * dropped. Zero is unset for every field; `set` says which numbers are
+ * given. A filled struct owns its strings and JSON: free them with
+ * loom_llm_params_clear. docs/openai-compat.md has the table of what each
+ * provider kind does with each.
+ */
+#define LOOM_PARAM_TOP_P 0x1u
+#define LOOM_PARAM_SEED 0x2u
+#define LOOM_PARAM_PRESENCE_PENALTY 0x4u
+#define LOOM_PARAM_FREQUENCY_PENALTY 0x8u
+
+/* The most stop sequences a request may give (OpenAI's limit). */
+#define LOOM_LLM_MAX_STOP 4
+
+typedef enum {
+    LOOM_FORMAT_UNSET = 0, /* text, the default */
+    LOOM_FORMAT_JSON_OBJECT,
+    LOOM_FORMAT_JSON_SCHEMA
+} loom_response_format_kind;
+
+typedef struct {
+    unsigned set; /* LOOM_PARAM_* bits */
+    double top_p;
+    double presence_penalty;
+    double frequency_penalty;
+    long long seed;
+    char *stop[LOOM_LLM_MAX_STOP];
+    size_t stop_len;
+    /* response_format: json_schema carries a name, the schema (an
+     * object) and strict (1 true, 0 unset or false). */
+    loom_response_format_kind format;
+    char *format_name;
+    char *format_description; /* NULL: none */
+    json_t *format_schema;
+    int format_strict;
+    char *reasoning_effort; /* overrides the model's configured effort */
+    char *verbosity;        /* "low", "medium" or "high" */
+    char *user;             /* the end user's id, for the provider */
+    /*
+     * Parameters sent as they are to the providers that take them, by
+     * their OpenAI names (an object; NULL: none): logit_bias, metadata,
+     * service_tier, store, prompt_cache_key, safety_identifier.
+     */
+    json_t *extra;
+} loom_llm_params;
+
+/* Frees what p owns and zeroes it; NULL is a no-op. */
+void loom_llm_params_clear(loom_llm_params *p);
+
+/* A deep copy of src (NULL: zero) into *dst, which then owns its strings
+ * and JSON. LOOM_ENOMEM (dst is then zero). */
+int loom_llm_params_copy(loom_llm_params *dst, const loom_llm_params *src);
+
+/* Whether any field of p is set (NULL: 0). */
+int loom_llm_params_any(const loom_llm_params *p);
+
+/*
+ * The name of the first parameter of p that a provider of kind ("openai",
+ * "anthropic", "gemini", "openai-responses") neither takes nor translates
+ * ("logit_bias", "stop", "response_format", ...), or NULL when it takes
+ * them all (or p is NULL). An unknown kind (an embedder's provider) takes
+ * none.
+ */
+const char *loom_llm_params_refused(const loom_llm_params *p,
+                                    const char *kind);
+
+/*
+ * loom_llm_params_refused with its error: LOOM_EINVALID with the message
+ * "<param> is not supported by provider '<provider>' (<kind>)" and
+ * *param (when param is not NULL) set to the parameter's name; else 0.
+ */
+int loom_llm_params_check(const loom_llm_params *p, const char *provider,
+                          const char *kind, const char **param);
+
 typedef struct {
     const char *model; /* upstream model id */
     const loom_message *messages;
@@ -74,6 +152,16 @@ typedef struct {
      * the history's last assistant message carries a response id; `store`
      * is then true. */
     int chain_responses;
+    /* The client's further parameters (loom_llm_params); NULL: none.
+     * Borrowed. An adapter refuses those its kind does not take. */
+    const loom_llm_params *params;
+    /*
+     * Which field carries max_tokens to an OpenAI-compatible provider:
+     * 1 max_completion_tokens (OpenAI's reasoning models take only that),
+     * -1 max_tokens, 0 by the model's family
+     * (loom_config_known_max_completion_tokens).
+     */
+    int max_completion_tokens;
 } loom_llm_request;
 
 #define LOOM_LLM_REQUEST_INIT                                                  \

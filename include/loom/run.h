@@ -297,6 +297,9 @@ typedef struct {
     const char *reasoning_effort; /* borrowed */
     int prompt_cache;
     int chain_responses;
+    /* The client's further request parameters, put into every model call
+     * of the run (loom_llm_request.params); NULL: none. Borrowed. */
+    const loom_llm_params *params;
     /* The context engine, which fits every request to the window. */
     loom_run_context_options context;
     /*

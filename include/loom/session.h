@@ -131,6 +131,21 @@ const char *loom_session_default_model(const loom_session *s,
                                        const loom_agent_config *agent);
 
 /*
+ * Checks a client's request parameters (loom/llm.h; NULL: none) against
+ * the provider kind of the model a turn would call: model ("provider/
+ * model"), else that of agent (NULL: the default agent), else the
+ * session's default. 0 when the kind takes them all, and always with an
+ * embedder's own provider (it decides). Else LOOM_EINVALID, the message
+ * "<param> is not supported by provider '<name>' (<kind>)" and *param
+ * (when not NULL) the parameter's name (borrowed from static text or p);
+ * LOOM_ENOTFOUND for an unknown agent or model. loom_turn_new checks the
+ * same; a front end calls this first to answer with the parameter named.
+ */
+int loom_session_check_params(const loom_session *s, const char *agent,
+                              const char *model, const loom_llm_params *p,
+                              const char **param);
+
+/*
  * Calls op(arg) until it answers anything but LOOM_EIO, or until the
  * session's store retry time has passed since the first call, sleeping 50
  * ms doubling up to 1 s between calls (each retry told to the observer
@@ -194,6 +209,10 @@ typedef struct {
     double temperature; /* when temperature_set */
     int temperature_set;
     int max_iterations;
+    /* The client's further request parameters (loom/llm.h), checked
+     * against the model's provider kind by loom_turn_new; copied. NULL:
+     * none. */
+    const loom_llm_params *params;
     /* Tools the client runs (see loom_run_options); copied. */
     const loom_tool_def *client_tools;
     size_t client_tools_len;

@@ -1060,6 +1060,7 @@ static int prepare_request(loom_run *run, loom_llm_request *req, int last,
     req->cache = run->cache;
     req->thinking_budget = o->thinking_budget;
     req->reasoning_effort = o->reasoning_effort;
+    req->params = o->params;
     req->prompt_cache = o->prompt_cache;
     /* The limit note holds for this call only: a chained (stored)
      * response would keep it in the API's copy of the conversation,

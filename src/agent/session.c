@@ -82,6 +82,7 @@ struct loom_turn {
     loom_tool_def *client_defs;
     size_t nclient;
     json_t *client_json; /* names, descriptions and parameters kept */
+    loom_llm_params params;
     loom_provider *router;
     loom_model_request_options mreq;
     loom__run_context ctxs;
@@ -253,6 +254,42 @@ const char *loom_session_default_model(const loom_session *s,
     return s->default_model;
 }
 
+int loom_session_check_params(const loom_session *s, const char *agent,
+                              const char *model, const loom_llm_params *p,
+                              const char **param)
+{
+    const loom_agent_config *ac = NULL;
+    const loom_model_config *m = NULL;
+    const loom_provider_config *pc;
+    loom_model_config tmp;
+    int rc;
+
+    if (param)
+        *param = NULL;
+    /* An embedder's provider decides for itself. */
+    if (!loom_llm_params_any(p) || s->o.provider)
+        return 0;
+    if (agent && !(ac = loom_config_agent(s->cfg, agent)))
+        return loom__error_set(LOOM_ENOTFOUND, "no agent named '%s'", agent);
+    if (!agent && s->cfg->default_agent)
+        ac = loom_config_agent(s->cfg, s->cfg->default_agent);
+    if (!model)
+        model = loom_session_default_model(s, ac);
+    if (!model)
+        return loom__error_set(LOOM_EINVALID,
+                               "no model provider is configured");
+    memset(&tmp, 0, sizeof(tmp));
+    if ((rc = loom_config_model(&m, &tmp, s->cfg, model)) != 0)
+        return rc;
+    pc = loom_config_provider(s->cfg, m->provider);
+    rc = pc ? loom_llm_params_check(p, pc->name, pc->kind, param)
+            : loom__error_set(LOOM_ENOTFOUND,
+                              "model '%s': provider '%s' is not configured",
+                              model, m->provider);
+    loom_model_config_clear(&tmp);
+    return rc;
+}
+
 void loom_session_set_store_retry_ms(loom_session *s, long ms)
 {
     atomic_store(&s->store_retry_ms, ms);
@@ -329,6 +366,7 @@ static void turn_free(loom_turn *t)
     free(t->choice_fn);
     free(t->client_defs);
     json_decref(t->client_json);
+    loom_llm_params_clear(&t->params);
     json_decref(t->user_keys);
     free(t->system_prompt);
     free(t->user_id);
@@ -765,6 +803,8 @@ static int keep_spec(loom_turn *t, const loom_turn_options *o)
             loom_messages_append(t->given_history, o->history) != 0)
             oom = 1;
     }
+    if (!oom && loom_llm_params_copy(&t->params, o->params) != 0)
+        oom = 1;
     if (oom)
         return loom__error_oom();
     return keep_client_tools(t, o) ? LOOM_ENOMEM : keep_memory_choice(t);
@@ -813,6 +853,8 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
     ro.temperature_set = o->temperature_set;
     ro.client_tools = t->client_defs;
     ro.client_tools_len = t->nclient;
+    if (loom_llm_params_any(&t->params))
+        ro.params = &t->params;
     ro.user_id = t->user_id;
     ro.user_keys = t->user_keys;
     loom__run_options_use_model(&ro, &t->mreq);
@@ -934,7 +976,9 @@ int loom_turn_new(loom_turn **out, loom_session *s, const loom_turn_options *o)
         rc = loom__error_oom();
         goto fail;
     }
-    if ((rc = pick_model(t, o)) != 0 || (rc = keep_spec(t, o)) != 0 ||
+    if ((rc = loom_session_check_params(s, o->agent, o->model, o->params,
+                                        NULL)) != 0 ||
+        (rc = pick_model(t, o)) != 0 || (rc = keep_spec(t, o)) != 0 ||
         (rc = pick_conversation(t, o)) != 0 ||
         (rc = turn_run_options(t, o)) != 0 ||
         (rc = loom__run_create(&t->lr, &t->ro)) != 0)

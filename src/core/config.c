@@ -194,6 +194,7 @@ void loom__config_model_defaults(loom_model_config *m, const loom_config *cfg)
     memset(m, 0, sizeof(*m));
     m->capabilities.tools = 1;
     m->capabilities.parallel_tool_calls = 1;
+    m->capabilities.max_completion_tokens = -1;
     m->prices.input = m->prices.output = 0;
     m->prices.cached_input = m->prices.cache_write = -1;
     m->prices.reasoning = -1;

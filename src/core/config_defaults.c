@@ -87,3 +87,29 @@ long loom_config_known_context_window(const char *upstream)
     }
     return window;
 }
+
+/* OpenAI's reasoning models, which refuse max_tokens. A family is its
+ * prefix followed by the end or a '-' ("o1", "o3-mini", "gpt-5.1" by the
+ * '.'), so "o1x" or "gpt-50" are not taken for one. */
+static const char *const completion_tokens_families[] = {"o1", "o3", "o4",
+                                                         "gpt-5"};
+
+int loom_config_known_max_completion_tokens(const char *upstream)
+{
+    const char *slash;
+
+    if (!upstream)
+        return 0;
+    /* Routers (OpenRouter, LiteLLM) name them "openai/o3". */
+    if ((slash = strrchr(upstream, '/')))
+        upstream = slash + 1;
+    for (size_t i = 0; i < sizeof(completion_tokens_families) /
+                               sizeof(completion_tokens_families[0]);
+         i++) {
+        size_t n = strlen(completion_tokens_families[i]);
+        if (strncmp(upstream, completion_tokens_families[i], n) == 0 &&
+            (!upstream[n] || upstream[n] == '-' || upstream[n] == '.'))
+            return 1;
+    }
+    return 0;
+}

@@ -1426,6 +1426,8 @@ static const field capability_fields[] = {
             parallel_tool_calls)},
     {K_BOOL("reasoning", loom_model_capabilities, reasoning)},
     {K_BOOL("vision", loom_model_capabilities, vision)},
+    {K_BOOL("max_completion_tokens", loom_model_capabilities,
+            max_completion_tokens)},
 };
 static const section capability_section =
     SECTION(capability_fields, NULL, NULL);

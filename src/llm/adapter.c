@@ -33,6 +33,9 @@ static int adapter_complete(loom_provider *base, const loom_llm_request *req,
     int rc;
 
     resp->error.attempts = 0;
+    if ((rc = loom_llm_params_check(req->params, a->base.name, s->kind,
+                                    NULL)) != 0)
+        goto cleanup;
     if (s->build_json) {
         if ((rc = s->build_json(&j, req)) == 0)
             rc = loom__llm_put_json_text(&own, j);

@@ -23,6 +23,7 @@
 #include "llm/anthropic.h"
 #include "core/error.h"
 #include "llm/adapter.h"
+#include "llm/params.h"
 #include "llm/openai.h" /* the shared HTTP error parser */
 #include "llm/parts.h"
 
@@ -352,14 +353,23 @@ static json_t *tool_choice_json(const loom_llm_request *req, int placeholder)
 
 int loom__anthropic_build_body(json_t **out, const loom_llm_request *req)
 {
+    loom_llm_request budgeted;
     json_t *body = NULL, *system = NULL, *turns = NULL, *tools = NULL;
-    int thinking = thinking_on(req), bad = 0, tool_blocks = 0, placeholder, rc;
+    int thinking, bad = 0, tool_blocks = 0, placeholder, rc;
     long max_tokens = req->max_tokens;
     size_t i = 0, users;
 
     *out = NULL;
     if ((rc = loom__llm_request_check(req)) != 0)
         return rc;
+    /* A client's reasoning effort is a thinking budget here. */
+    if (req->params && req->params->reasoning_effort) {
+        budgeted = *req;
+        budgeted.thinking_budget =
+            loom__params_effort_budget(req->params->reasoning_effort);
+        req = &budgeted;
+    }
+    thinking = thinking_on(req);
     if (max_tokens <= 0)
         max_tokens = LOOM_ANTHROPIC_DEFAULT_MAX_TOKENS +
                      (thinking ? req->thinking_budget : 0);
@@ -443,6 +453,7 @@ int loom__anthropic_build_body(json_t **out, const loom_llm_request *req)
     /* With thinking the API takes no temperature but its own. */
     if (req->temperature >= 0 && !thinking)
         bad |= loom__llm_put(body, "temperature", json_real(req->temperature));
+    bad |= loom__params_put_anthropic(body, req->params);
     if (req->stream)
         bad |= loom__llm_put(body, "stream", json_true());
 

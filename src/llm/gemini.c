@@ -23,6 +23,7 @@
 #include "llm/gemini.h"
 #include "core/error.h"
 #include "llm/adapter.h"
+#include "llm/params.h"
 #include "llm/parts.h"
 #include "loom/buf.h"
 
@@ -838,17 +839,22 @@ static int add_generation_config(json_t *body, const loom_llm_request *req)
 {
     json_t *g = json_object();
     int bad = !g || json_object_set_new(body, "generationConfig", g);
+    long budget = req->params && req->params->reasoning_effort
+                      ? loom__params_effort_budget(req->params->reasoning_effort)
+                      : req->thinking_budget;
 
     if (!bad && req->max_tokens > 0)
         bad |=
             loom__llm_put(g, "maxOutputTokens", json_integer(req->max_tokens));
     if (!bad && req->temperature >= 0)
         bad |= loom__llm_put(g, "temperature", json_real(req->temperature));
-    if (!bad && req->thinking_budget > 0)
+    if (!bad && budget > 0)
         bad |= loom__llm_put(g, "thinkingConfig",
                              json_pack("{s:I,s:b}", "thinkingBudget",
-                                       (json_int_t)req->thinking_budget,
-                                       "includeThoughts", 1));
+                                       (json_int_t)budget, "includeThoughts",
+                                       1));
+    if (!bad)
+        bad |= loom__params_put_gemini(g, req->params);
     return bad ? loom__error_oom() : 0;
 }
 

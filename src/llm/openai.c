@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/utf8.h"
 #include "llm/adapter.h"
+#include "llm/params.h"
 #include "llm/parts.h"
 #include "loom/buf.h"
 
@@ -140,8 +141,19 @@ int loom__openai_put_tools(json_t *body, const loom_llm_request *req,
     return bad ? -1 : 0;
 }
 
+/* The field that carries max_tokens for req's model. */
+static const char *max_tokens_field(const loom_llm_request *req)
+{
+    int completion = req->max_completion_tokens
+                         ? req->max_completion_tokens > 0
+                         : loom_config_known_max_completion_tokens(req->model);
+
+    return completion ? "max_completion_tokens" : "max_tokens";
+}
+
 int loom__openai_build_body(json_t **out, const loom_llm_request *req)
 {
+    const char *effort = loom__params_effort(req->params, req->reasoning_effort);
     json_t *body = NULL, *arr;
     int bad = 0, rc;
 
@@ -157,12 +169,14 @@ int loom__openai_build_body(json_t **out, const loom_llm_request *req)
     if (!bad && req->tools_len)
         bad |= loom__openai_put_tools(body, req, tool_json, tool_choice_json);
     if (req->max_tokens > 0)
-        bad |= loom__llm_put(body, "max_tokens", json_integer(req->max_tokens));
+        bad |= loom__llm_put(body, max_tokens_field(req),
+                             json_integer(req->max_tokens));
     if (req->temperature >= 0)
         bad |= loom__llm_put(body, "temperature", json_real(req->temperature));
-    if (req->reasoning_effort && *req->reasoning_effort)
+    if (effort)
         bad |= loom__llm_put(body, "reasoning_effort",
-                             loom__llm_json_string(req->reasoning_effort));
+                             loom__llm_json_string(effort));
+    bad |= loom__params_put_openai(body, req->params);
     if (req->stream) {
         bad |= loom__llm_put(body, "stream", json_true());
         bad |= loom__llm_put(body, "stream_options",
@@ -521,9 +535,35 @@ static int cache_tools(loom_llm_cache *c, const loom_llm_request *req)
     return 0;
 }
 
+/* The client's parameters as members of the body's object: a few small
+ * values, rarely given, so built as JSON and written out. */
+static int put_params(loom_buf *out, const loom_llm_params *p)
+{
+    json_t *o, *v;
+    const char *key;
+    int rc = 0;
+
+    if (!loom_llm_params_any(p))
+        return 0;
+    if (!(o = json_object()) || loom__params_put_openai(o, p)) {
+        json_decref(o);
+        return LOOM_ENOMEM;
+    }
+    json_object_foreach(o, key, v)
+    {
+        if ((rc = loom_buf_putc(out, ',')) || (rc = put_str(out, key)) ||
+            (rc = loom_buf_putc(out, ':')) ||
+            (rc = loom__llm_put_json_text(out, v)))
+            break;
+    }
+    json_decref(o);
+    return rc;
+}
+
 int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
                            loom_llm_cache *cache, const void *owner)
 {
+    const char *effort = loom__params_effort(req->params, req->reasoning_effort);
     char num[48];
     int rc;
 
@@ -570,8 +610,8 @@ int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
             goto cleanup;
     }
     if (req->max_tokens > 0) {
-        snprintf(num, sizeof(num), ",\"max_tokens\":%" JSON_INTEGER_FORMAT,
-                 (json_int_t)req->max_tokens);
+        snprintf(num, sizeof(num), ",\"%s\":%" JSON_INTEGER_FORMAT,
+                 max_tokens_field(req), (json_int_t)req->max_tokens);
         if ((rc = put_lit(out, num)))
             goto cleanup;
     }
@@ -583,9 +623,10 @@ int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
         if (rc)
             goto cleanup;
     }
-    if (req->reasoning_effort && *req->reasoning_effort &&
-        ((rc = put_lit(out, ",\"reasoning_effort\":")) ||
-         (rc = put_str(out, req->reasoning_effort))))
+    if (effort && ((rc = put_lit(out, ",\"reasoning_effort\":")) ||
+                   (rc = put_str(out, effort))))
+        goto cleanup;
+    if ((rc = put_params(out, req->params)))
         goto cleanup;
     if (req->stream && (rc = put_lit(out, ",\"stream\":true,\"stream_options\":"
                                           "{\"include_usage\":true}")))

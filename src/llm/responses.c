@@ -25,6 +25,7 @@
 #include "llm/responses.h"
 #include "core/error.h"
 #include "llm/adapter.h"
+#include "llm/params.h"
 #include "llm/openai.h"
 #include "llm/parts.h"
 #include "loom/buf.h"
@@ -337,6 +338,7 @@ static int instructions(const loom_llm_request *req, size_t *leading,
 
 int loom__responses_build_body(json_t **out, const loom_llm_request *req)
 {
+    const char *effort = loom__params_effort(req->params, req->reasoning_effort);
     loom_buf instr = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     json_t *body = NULL, *input;
     size_t leading = 0, start, at = 0;
@@ -372,15 +374,15 @@ int loom__responses_build_body(json_t **out, const loom_llm_request *req)
                              json_integer(req->max_tokens));
     if (req->temperature >= 0)
         bad |= loom__llm_put(body, "temperature", json_real(req->temperature));
-    if (req->reasoning_effort && *req->reasoning_effort)
-        bad |=
-            loom__llm_put(body, "reasoning",
-                          json_pack("{s:s}", "effort", req->reasoning_effort));
+    if (effort)
+        bad |= loom__llm_put(body, "reasoning",
+                             json_pack("{s:s}", "effort", effort));
+    bad |= loom__params_put_responses(body, req->params);
     bad |= loom__llm_put(body, "store", json_boolean(store));
     /* Reasoning can only come back from an unstored response with its
      * encrypted content; only reasoning models have any to give (others
      * refuse the include). */
-    if (!store && req->reasoning_effort && *req->reasoning_effort)
+    if (!store && effort)
         bad |= loom__llm_put(body, "include",
                              json_pack("[s]", "reasoning.encrypted_content"));
     if (req->stream)

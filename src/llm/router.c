@@ -333,6 +333,10 @@ static void fit_request(loom_llm_request *sub, const loom_llm_request *req,
     }
     if (!d->caps.tools || !d->caps.parallel_tool_calls)
         sub->parallel_tool_calls = -1;
+    /* The configured field, else the adapter's guess by the model's id. */
+    sub->max_completion_tokens = d->caps.max_completion_tokens > 0    ? 1
+                                 : d->caps.max_completion_tokens == 0 ? -1
+                                                                      : 0;
     if (!d->caps.reasoning) {
         sub->thinking_budget = 0;
         sub->reasoning_effort = NULL;

@@ -497,6 +497,9 @@ static int handle(srv_request *r, loom__chat_request *req)
     spec.max_tokens = req->max_tokens;
     spec.temperature = req->temperature;
     spec.user_id = req->user;
+    spec.params = &req->params;
+    if ((rc = srv_run_check_params(r, &spec)) != 1)
+        goto cleanup;
     /*
      * With a conversation, the stored history comes first and only the
      * messages after the request's last assistant message are new: a

@@ -140,6 +140,12 @@ static int bad_type(loom__chat_error *err, const char *param,
         expected, type_word(got));
 }
 
+int loom__chat_bad_type(loom__chat_error *err, const char *param,
+                        const char *expected, const json_t *got)
+{
+    return bad_type(err, param, expected, got);
+}
+
 static int missing(loom__chat_error *err, const char *param)
 {
     return loom__chat_error_set(err, 400, "invalid_request_error",
@@ -154,15 +160,13 @@ static int bad_value(loom__chat_error *err, const char *param,
 static int bad_value(loom__chat_error *err, const char *param,
                      const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
+    int rc;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    rc = loom__chat_bad_valuev(err, param, fmt, ap);
     va_end(ap);
-    return loom__chat_error_set(err, 400, "invalid_request_error",
-                                "invalid_value", param, "Invalid value for "
-                                "'%s': %s", param, msg);
+    return rc;
 }
 
 /* The value at key, NULL when absent or null (null means "not given"). */
@@ -732,7 +736,8 @@ int loom__chat_request_parse(loom__chat_request *out, const json_t *body,
     if ((rc = parse_messages(out, body, err)) != 0 ||
         (rc = parse_options(out, body, err)) != 0 ||
         (rc = parse_tools(out, body, err)) != 0 ||
-        (rc = parse_tool_choice(out, body, err)) != 0)
+        (rc = parse_tool_choice(out, body, err)) != 0 ||
+        (rc = loom__chat_params_parse(&out->params, body, err)) != 0)
         goto cleanup;
 cleanup:
     if (rc)
@@ -782,6 +787,7 @@ void loom__chat_request_clear(loom__chat_request *req)
     free(req->tool_choice.function);
     free(req->conversation_id);
     free(req->user);
+    loom_llm_params_clear(&req->params);
     memset(req, 0, sizeof(*req));
     req->parallel_tool_calls = -1;
     req->temperature = -1.0;

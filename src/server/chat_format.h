@@ -21,6 +21,7 @@
 #include "loom/tools.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 
 /* Tools one request may list (OpenAI's own limit). */
 #define LOOM__CHAT_MAX_TOOLS 128
@@ -62,6 +63,27 @@ json_t *loom__chat_error_json(const loom__chat_error *err);
  */
 int loom__chat_error_from_failure(loom__chat_error *err, const json_t *data);
 
+/* A 400 invalid_type: "Invalid type for '<param>': expected <expected>,
+ * but got <got's type> instead." Returns LOOM_EINVALID (or LOOM_ENOMEM). */
+int loom__chat_bad_type(loom__chat_error *err, const char *param,
+                        const char *expected, const json_t *got);
+/* A 400 invalid_value: "Invalid value for '<param>': <fmt...>". */
+int loom__chat_bad_valuev(loom__chat_error *err, const char *param,
+                          const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+/*
+ * Parses the sampling and output parameters of a request body (top_p,
+ * seed, stop, response_format, reasoning_effort, verbosity, logit_bias,
+ * metadata, service_tier, ...: docs/openai-compat.md) into *out (zeroed
+ * first; the caller clears it). Refuses with 400 unsupported_parameter
+ * what loom cannot give for any provider (n above 1, logprobs, audio,
+ * ...), with invalid_type / invalid_value a bad one, param naming it.
+ * LOOM_EINVALID with *err filled (*out is then zero), LOOM_ENOMEM.
+ */
+int loom__chat_params_parse(loom_llm_params *out, const json_t *body,
+                            loom__chat_error *err);
+
 /* A parsed request. Every pointer is owned by the struct. */
 typedef struct {
     char *model;
@@ -87,6 +109,7 @@ typedef struct {
     double temperature;      /* < 0 unset */
     char *conversation_id;   /* NULL when none */
     char *user;              /* `user`: the run's user id; NULL when none */
+    loom_llm_params params;  /* sampling and output parameters */
 } loom__chat_request;
 
 /* The longest user id a request may give. */

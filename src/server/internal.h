@@ -213,6 +213,9 @@ typedef struct {
     double temperature;      /* < 0: unset */
     int max_iterations;      /* 0: the agent's */
     int background;          /* a client going away does not cancel it */
+    /* The client's sampling and output parameters; NULL: none. Check
+     * them first with srv_run_check_params. */
+    const loom_llm_params *params;
     /* The user the run is for (loom__chat_user_valid), or NULL: anonymous.
      * Without one the memory tools are not offered. */
     const char *user_id;
@@ -243,6 +246,14 @@ typedef struct {
  * of them).
  */
 int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *spec);
+
+/*
+ * Whether the model spec would call takes spec->params (see
+ * loom_session_check_params). 1: it does, go on. Else the answer is sent
+ * (400 unsupported_parameter naming the parameter and the provider, or
+ * what the check failed with) and 0 or an error to return is returned.
+ */
+int srv_run_check_params(srv_request *r, const srv_run_spec *spec);
 
 /* A new reference to the run with this id, or NULL. */
 srv_run *srv_run_find(srv_server *s, const char *id);

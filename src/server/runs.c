@@ -468,6 +468,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     to.temperature = sp->temperature;
     to.temperature_set = sp->temperature >= 0;
     to.max_iterations = sp->max_iterations;
+    to.params = sp->params;
     to.client_tools = sp->client_tools;
     to.client_tools_len = sp->client_tools_len;
     to.sink = (loom_sink){on_event, r};
@@ -606,4 +607,19 @@ json_t *srv_run_to_json(srv_run *run, int with_events)
     if (events)
         json_object_set_new(o, "events", events);
     return o;
+}
+
+int srv_run_check_params(srv_request *r, const srv_run_spec *spec)
+{
+    const char *param = NULL;
+    int rc = loom_session_check_params(r->srv->session, spec->agent,
+                                       spec->model, spec->params, &param);
+
+    if (rc == 0)
+        return 1;
+    if (rc == LOOM_EINVALID && param)
+        return srv_reply_error(r, 400, "invalid_request_error", param,
+                               "unsupported_parameter", "%s",
+                               loom_error_last());
+    return srv_reply_loom_error(r, rc, NULL);
 }

@@ -1309,7 +1309,7 @@ static void test_model_settings(void **state)
     snprintf(yaml, sizeof(yaml), "%s    capabilities: {audio: true}\n", head);
     expect_fail(yaml, LOOM_EINVALID, "t.yaml:4: models.p/m.capabilities: ",
                 "unknown key 'audio' (known: tools, parallel_tool_calls, "
-                "reasoning, vision)",
+                "reasoning, vision, max_completion_tokens)",
                 NULL);
     snprintf(yaml, sizeof(yaml), "%s    capabilities: {vision: maybe}\n",
              head);
@@ -1850,10 +1850,44 @@ static void test_example_loads(void **state)
     assert_non_null(strstr(loom_error_last(), "OPENAI_API_KEY"));
 }
 
+/* capabilities.max_completion_tokens: unset is -1 (by family), else as
+ * given; the families that take only max_completion_tokens. */
+static void test_max_completion_tokens(void **state)
+{
+    loom_config *cfg = NULL;
+    const char *yaml = "providers: {p: {base_url: 'http://h'}}\n"
+                       "models:\n"
+                       "  p/a: {}\n"
+                       "  p/b: {capabilities: {max_completion_tokens: true}}\n"
+                       "  p/c: {capabilities: {max_completion_tokens: "
+                       "false}}\n";
+
+    (void)state;
+    assert_int_equal(loom_config_load_string(&cfg, yaml, "t.yaml"), 0);
+    assert_int_equal(cfg->models[0].capabilities.max_completion_tokens, -1);
+    assert_int_equal(cfg->models[1].capabilities.max_completion_tokens, 1);
+    assert_int_equal(cfg->models[2].capabilities.max_completion_tokens, 0);
+    loom_config_free(cfg);
+
+    assert_int_equal(loom_config_known_max_completion_tokens("o1"), 1);
+    assert_int_equal(loom_config_known_max_completion_tokens("o3-mini"), 1);
+    assert_int_equal(loom_config_known_max_completion_tokens("o4-mini"), 1);
+    assert_int_equal(loom_config_known_max_completion_tokens("gpt-5"), 1);
+    assert_int_equal(loom_config_known_max_completion_tokens("gpt-5.1"), 1);
+    assert_int_equal(
+        loom_config_known_max_completion_tokens("openai/gpt-5-mini"), 1);
+    assert_int_equal(loom_config_known_max_completion_tokens("gpt-4o"), 0);
+    assert_int_equal(loom_config_known_max_completion_tokens("gpt-4.1"), 0);
+    assert_int_equal(loom_config_known_max_completion_tokens("o1x"), 0);
+    assert_int_equal(loom_config_known_max_completion_tokens("claude-3"), 0);
+    assert_int_equal(loom_config_known_max_completion_tokens(NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_full_file, reset_env),
+        cmocka_unit_test_setup(test_max_completion_tokens, reset_env),
         cmocka_unit_test_setup(test_defaults_and_tools_all, reset_env),
         cmocka_unit_test_setup(test_log_case, reset_env),
         cmocka_unit_test_setup(test_empty_file, reset_env),
