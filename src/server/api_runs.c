@@ -103,8 +103,28 @@ typedef struct {
     loom_messages input;
     const char *tool_names[MAX_TOOL_NAMES];
     srv_run_spec spec;
+    loom_llm_params params;
     int stream;
 } start_req;
+
+/* The sampling and output parameters (chat_params.c); replies 400 and
+ * returns 1 for a bad one. */
+static int parse_params(srv_request *r, start_req *q)
+{
+    loom__chat_error err;
+    int rc;
+
+    memset(&err, 0, sizeof(err));
+    if ((rc = loom__chat_params_parse(&q->params, r->json, &err)) == 0) {
+        q->spec.params = &q->params;
+        return 0;
+    }
+    srv_reply_error(r, err.status ? (unsigned)err.status : 500, NULL,
+                    err.param, err.code ? err.code : "internal_error", "%s",
+                    err.message ? err.message : "out of memory");
+    loom__chat_error_clear(&err);
+    return 1;
+}
 
 /* Checks the body of POST /v1/runs; replies 400 itself and returns 1
  * when it is wrong. */
@@ -113,7 +133,11 @@ static int parse_start(srv_request *r, start_req *q)
     static const char *const known[] = {
         "agent",  "model",      "input",  "conversation_id", "stream",
         "background", "system", "max_iterations", "max_tokens",
-        "temperature", "tools", "user", NULL};
+        "temperature", "tools", "user",
+        /* sampling and output, as the chat API takes them */
+        "top_p", "seed", "presence_penalty", "frequency_penalty", "stop",
+        "response_format", "reasoning_effort", "verbosity", "logit_bias",
+        "metadata", "service_tier", NULL};
     const json_t *b = r->json, *v;
     const char *key, *msg = NULL;
     json_t *val;
@@ -206,7 +230,7 @@ static int parse_start(srv_request *r, start_req *q)
         return 1;
     }
     q->spec.input = &q->input;
-    return 0;
+    return parse_params(r, q);
 }
 
 /* ---- answers ------------------------------------------------------------- */
@@ -306,10 +330,17 @@ static int start_run(srv_request *r)
     q.spec = init;
     if (parse_start(r, &q)) {
         loom_messages_free(&q.input);
+        loom_llm_params_clear(&q.params);
         return 0;
+    }
+    if ((rc = srv_run_check_params(r, &q.spec)) != 1) {
+        loom_messages_free(&q.input);
+        loom_llm_params_clear(&q.params);
+        return rc;
     }
     rc = srv_run_start(&run, r->srv, &q.spec);
     loom_messages_free(&q.input);
+    loom_llm_params_clear(&q.params);
     if (rc != 0)
         return srv_reply_loom_error(r, rc, NULL);
     set_run_headers(r, run);

@@ -213,6 +213,10 @@ static void test_model_request_options_reach_upstream(void **state)
         json_integer_value(json_object_get(body, "max_completion_tokens")) +
             json_integer_value(json_object_get(body, "max_tokens")),
         777);
+    /* o-thinker is of no family known to refuse max_tokens. */
+    assert_int_equal(json_integer_value(json_object_get(body, "max_tokens")),
+                     777);
+    assert_null(json_object_get(body, "max_completion_tokens"));
     assert_non_null(json_object_get(body, "tools"));
     body = json_object_get(json_array_get(reqs, 1), "body");
     /* A model without function calling is offered no tools. */
@@ -222,6 +226,9 @@ static void test_model_request_options_reach_upstream(void **state)
         json_integer_value(json_object_get(body, "max_completion_tokens")) +
             json_integer_value(json_object_get(body, "max_tokens")),
         5);
+    assert_int_equal(json_integer_value(json_object_get(body, "max_tokens")),
+                     5);
+    assert_null(json_object_get(body, "max_completion_tokens"));
     json_decref(reqs);
     rt_free(&t);
 }
