@@ -112,8 +112,7 @@ int loom_llm_params_any(const loom_llm_params *p);
  * them all (or p is NULL). An unknown kind (an embedder's provider) takes
  * none.
  */
-const char *loom_llm_params_refused(const loom_llm_params *p,
-                                    const char *kind);
+const char *loom_llm_params_refused(const loom_llm_params *p, const char *kind);
 
 /*
  * loom_llm_params_refused with its error: LOOM_EINVALID with the message

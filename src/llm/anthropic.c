@@ -23,8 +23,8 @@
 #include "llm/anthropic.h"
 #include "core/error.h"
 #include "llm/adapter.h"
-#include "llm/params.h"
 #include "llm/openai.h" /* the shared HTTP error parser */
+#include "llm/params.h"
 #include "llm/parts.h"
 
 #include <math.h>

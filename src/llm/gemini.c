@@ -839,9 +839,10 @@ static int add_generation_config(json_t *body, const loom_llm_request *req)
 {
     json_t *g = json_object();
     int bad = !g || json_object_set_new(body, "generationConfig", g);
-    long budget = req->params && req->params->reasoning_effort
-                      ? loom__params_effort_budget(req->params->reasoning_effort)
-                      : req->thinking_budget;
+    long budget =
+        req->params && req->params->reasoning_effort
+            ? loom__params_effort_budget(req->params->reasoning_effort)
+            : req->thinking_budget;
 
     if (!bad && req->max_tokens > 0)
         bad |=
@@ -849,10 +850,10 @@ static int add_generation_config(json_t *body, const loom_llm_request *req)
     if (!bad && req->temperature >= 0)
         bad |= loom__llm_put(g, "temperature", json_real(req->temperature));
     if (!bad && budget > 0)
-        bad |= loom__llm_put(g, "thinkingConfig",
-                             json_pack("{s:I,s:b}", "thinkingBudget",
-                                       (json_int_t)budget, "includeThoughts",
-                                       1));
+        bad |=
+            loom__llm_put(g, "thinkingConfig",
+                          json_pack("{s:I,s:b}", "thinkingBudget",
+                                    (json_int_t)budget, "includeThoughts", 1));
     if (!bad)
         bad |= loom__params_put_gemini(g, req->params);
     return bad ? loom__error_oom() : 0;

@@ -153,7 +153,8 @@ static const char *max_tokens_field(const loom_llm_request *req)
 
 int loom__openai_build_body(json_t **out, const loom_llm_request *req)
 {
-    const char *effort = loom__params_effort(req->params, req->reasoning_effort);
+    const char *effort =
+        loom__params_effort(req->params, req->reasoning_effort);
     json_t *body = NULL, *arr;
     int bad = 0, rc;
 
@@ -563,7 +564,8 @@ static int put_params(loom_buf *out, const loom_llm_params *p)
 int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
                            loom_llm_cache *cache, const void *owner)
 {
-    const char *effort = loom__params_effort(req->params, req->reasoning_effort);
+    const char *effort =
+        loom__params_effort(req->params, req->reasoning_effort);
     char num[48];
     int rc;
 

@@ -25,8 +25,8 @@
 #include "llm/responses.h"
 #include "core/error.h"
 #include "llm/adapter.h"
-#include "llm/params.h"
 #include "llm/openai.h"
+#include "llm/params.h"
 #include "llm/parts.h"
 #include "loom/buf.h"
 
@@ -338,7 +338,8 @@ static int instructions(const loom_llm_request *req, size_t *leading,
 
 int loom__responses_build_body(json_t **out, const loom_llm_request *req)
 {
-    const char *effort = loom__params_effort(req->params, req->reasoning_effort);
+    const char *effort =
+        loom__params_effort(req->params, req->reasoning_effort);
     loom_buf instr = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     json_t *body = NULL, *input;
     size_t leading = 0, start, at = 0;

@@ -119,8 +119,8 @@ static int parse_params(srv_request *r, start_req *q)
         q->spec.params = &q->params;
         return 0;
     }
-    srv_reply_error(r, err.status ? (unsigned)err.status : 500, NULL,
-                    err.param, err.code ? err.code : "internal_error", "%s",
+    srv_reply_error(r, err.status ? (unsigned)err.status : 500, NULL, err.param,
+                    err.code ? err.code : "internal_error", "%s",
                     err.message ? err.message : "out of memory");
     loom__chat_error_clear(&err);
     return 1;
@@ -131,9 +131,9 @@ static int parse_params(srv_request *r, start_req *q)
 static int parse_start(srv_request *r, start_req *q)
 {
     static const char *const known[] = {
-        "agent",  "model",      "input",  "conversation_id", "stream",
-        "background", "system", "max_iterations", "max_tokens",
-        "temperature", "tools", "user",
+        "agent", "model", "input", "conversation_id", "stream", "background",
+        "system", "max_iterations", "max_tokens", "temperature", "tools",
+        "user",
         /* sampling and output, as the chat API takes them */
         "top_p", "seed", "presence_penalty", "frequency_penalty", "stop",
         "response_format", "reasoning_effort", "verbosity", "logit_bias",
