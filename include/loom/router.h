@@ -151,6 +151,24 @@ int loom_router_new(loom_provider **out, const loom_config *cfg,
                     loom_model_request_options *req_out);
 
 /*
+ * The one rule for a model name a user gives (`loom run -m`, a chat
+ * request's `model`; docs/routing.md#model-names):
+ * - "provider/model" is that model (listed under `models`, or unlisted
+ *   with an existing provider);
+ * - a bare name ("gpt-4o") is the listed model whose name after its
+ *   provider, or whose upstream id, it is (the first in the file), else
+ *   that model of default_model's provider (NULL default_model: the first
+ *   provider's).
+ * *out (caller frees) is the "provider/model" to give loom_router_new.
+ * LOOM_ENOTFOUND when the name does not resolve (the message says what
+ * is known: listed models and providers), LOOM_EINVALID for NULL
+ * arguments or an empty name, LOOM_ENOMEM. "agent/<name>" is not a model:
+ * the session layer resolves it first (loom_session_resolve_model).
+ */
+int loom_router_resolve_name(char **out, const loom_config *cfg,
+                             const char *name, const char *default_model);
+
+/*
  * loom_router_new with its own adapters and health record: what a
  * program that runs one model at a time (loom run) needs.
  */

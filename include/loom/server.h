@@ -36,6 +36,10 @@ typedef struct {
     /* "HOST:PORT" to listen on; NULL: config->server.listen. Port 0 picks
      * a free port (see loom_server_port). */
     const char *listen;
+    /* The config's providers are loom's offline demo (a fake model, as
+     * `loom serve` starts without any provider): /readyz and /v1/models
+     * say so ("offline_demo": true). */
+    int offline_demo;
 } loom_server_options;
 
 #define LOOM_SERVER_OPTIONS_VERSION 1

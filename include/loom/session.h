@@ -130,6 +130,24 @@ loom_store *loom_session_store(const loom_session *s);
 const char *loom_session_default_model(const loom_session *s,
                                        const loom_agent_config *agent);
 
+/* A model name that names an agent: "agent/researcher". */
+#define LOOM_AGENT_MODEL_PREFIX "agent/"
+
+/*
+ * Resolves a model name as a user gives it (`loom run -m`, a chat
+ * request's `model`), by the one rule of docs/routing.md#model-names:
+ * "agent/<name>" is that agent (*agent_out set, *model_out NULL); any
+ * other name is a model, resolved by loom_router_resolve_name against
+ * the session's default model (*agent_out NULL, *model_out the malloc'd
+ * "provider/model", the caller's). With an embedder's provider a model
+ * name is taken as is. Errors: LOOM_ENOTFOUND (an unknown agent, a model
+ * that does not resolve; the message says why), LOOM_EINVALID (NULL or
+ * empty name), LOOM_ENOMEM.
+ */
+int loom_session_resolve_model(const loom_session *s, const char *name,
+                               const loom_agent_config **agent_out,
+                               char **model_out);
+
 /*
  * Checks a client's request parameters (loom/llm.h; NULL: none) against
  * the provider kind of the model a turn would call: model ("provider/
@@ -178,9 +196,18 @@ typedef struct {
      */
     const char *run_id;
     const char *conversation_id;
-    /* The agent by name; NULL: the config's default_agent, or none. */
+    /*
+     * The agent by name; NULL: the config's default_agent, or none.
+     * no_agent: none at all, not even the default (a plain model, as a
+     * chat request naming a model asks; the turn is stored without one).
+     */
     const char *agent;
-    /* "provider/model"; NULL: the agent's, else the session's default. */
+    int no_agent;
+    /*
+     * The model, resolved by loom_session_resolve_model: "provider/model",
+     * a bare name, or "agent/<name>" (which then names the agent instead;
+     * agent must be NULL). NULL: the agent's, else the session's default.
+     */
     const char *model;
     /* This turn's new messages, ending with the user's; not empty. */
     const loom_messages *input;

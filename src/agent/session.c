@@ -28,6 +28,7 @@
 #include "agent/run_internal.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "core/utf8.h"
 #include "loom/log.h"
 #include "loom/memory.h"
@@ -874,17 +875,66 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
 }
 
 /* The model: the session's own provider, else a router from the config. */
-static int pick_model(loom_turn *t, const loom_turn_options *o)
+int loom_session_resolve_model(const loom_session *s, const char *name,
+                               const loom_agent_config **agent_out,
+                               char **model_out)
+{
+    const size_t plen = strlen(LOOM_AGENT_MODEL_PREFIX);
+    char shown[64];
+
+    *agent_out = NULL;
+    *model_out = NULL;
+    if (!name || !*name)
+        return loom__error_set(LOOM_EINVALID, "model name: NULL or empty");
+    if (strncmp(name, LOOM_AGENT_MODEL_PREFIX, plen) == 0) {
+        if (!(*agent_out = loom_config_agent(s->cfg, name + plen)))
+            return loom__error_set(
+                LOOM_ENOTFOUND, "no agent named '%s'",
+                loom__text_shown(shown, sizeof(shown), name + plen, 48));
+        return 0;
+    }
+    if (s->o.provider)
+        return (*model_out = strdup(name)) ? 0 : loom__error_oom();
+    return loom_router_resolve_name(model_out, s->cfg, name, s->default_model);
+}
+
+/* The agent of the turn: the options' (by name or as "agent/<name>" in
+ * model), else the default one unless no_agent. *model (the caller's) is
+ * the options' model resolved, NULL when it named an agent or none. */
+static int pick_agent(loom_turn *t, const loom_turn_options *o, char **model)
+{
+    loom_session *s = t->s;
+    const loom_agent_config *named = NULL;
+    int rc;
+
+    *model = NULL;
+    if (o->model &&
+        (rc = loom_session_resolve_model(s, o->model, &named, model)) != 0)
+        return rc;
+    if (named && (o->agent || o->no_agent))
+        return loom__error_set(LOOM_EINVALID,
+                               "model '%s' names an agent, and the turn "
+                               "names another (or none)",
+                               o->model);
+    if (o->agent && !(named = loom_config_agent(s->cfg, o->agent)))
+        return loom__error_set(LOOM_ENOTFOUND, "no agent named '%s'", o->agent);
+    if (!named && !o->no_agent && s->cfg->default_agent)
+        named = loom_config_agent(s->cfg, s->cfg->default_agent);
+    t->agent_cfg = named;
+    return 0;
+}
+
+static int pick_model(loom_turn *t, const char *model)
 {
     loom_session *s = t->s;
     loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
     const char *name =
-        o->model ? o->model : loom_session_default_model(s, t->agent_cfg);
+        model ? model : loom_session_default_model(s, t->agent_cfg);
 
     if (s->o.provider) {
         /* The embedder's provider: a turn's model is the id sent to it. */
         memset(&t->mreq, 0, sizeof(t->mreq));
-        t->mreq.model = o->model ? o->model : s->o.model;
+        t->mreq.model = model ? model : s->o.model;
         t->mreq.upstream = t->mreq.model;
         t->mreq.capabilities.tools = 1;
         t->mreq.capabilities.parallel_tool_calls = 1;
@@ -936,6 +986,7 @@ static int pick_conversation(loom_turn *t, const loom_turn_options *o)
 int loom_turn_new(loom_turn **out, loom_session *s, const loom_turn_options *o)
 {
     loom_turn *t;
+    char *model = NULL;
     int rc;
 
     *out = NULL;
@@ -960,12 +1011,8 @@ int loom_turn_new(loom_turn **out, loom_session *s, const loom_turn_options *o)
     t->log = o->log;
     t->log_max = (size_t)(o->log_max_bytes > 0 ? o->log_max_bytes
                                                : LOOM_TURN_LOG_DEFAULT_BYTES);
-    if (o->agent && !(t->agent_cfg = loom_config_agent(s->cfg, o->agent))) {
-        rc = loom__error_set(LOOM_ENOTFOUND, "no agent named '%s'", o->agent);
+    if ((rc = pick_agent(t, o, &model)) != 0)
         goto fail;
-    }
-    if (!o->agent && s->cfg->default_agent)
-        t->agent_cfg = loom_config_agent(s->cfg, s->cfg->default_agent);
     if (o->run_id) {
         t->id = strdup(o->run_id);
     } else if ((t->id = malloc(LOOM_ID_SIZE)) != NULL &&
@@ -976,16 +1023,20 @@ int loom_turn_new(loom_turn **out, loom_session *s, const loom_turn_options *o)
         rc = loom__error_oom();
         goto fail;
     }
-    if ((rc = loom_session_check_params(s, o->agent, o->model, o->params,
-                                        NULL)) != 0 ||
-        (rc = pick_model(t, o)) != 0 || (rc = keep_spec(t, o)) != 0 ||
+    if ((rc = loom_session_check_params(
+             s, t->agent_cfg ? t->agent_cfg->name : NULL,
+             model ? model : loom_session_default_model(s, t->agent_cfg),
+             o->params, NULL)) != 0 ||
+        (rc = pick_model(t, model)) != 0 || (rc = keep_spec(t, o)) != 0 ||
         (rc = pick_conversation(t, o)) != 0 ||
         (rc = turn_run_options(t, o)) != 0 ||
         (rc = loom__run_create(&t->lr, &t->ro)) != 0)
         goto fail;
+    free(model);
     *out = t;
     return 0;
 fail:
+    free(model);
     loom_turn_free(t);
     return rc;
 }

@@ -13,6 +13,7 @@
  */
 #include "loom/router.h"
 #include "core/clock.h"
+#include "core/config_internal.h"
 #include "core/error.h"
 #include "llm/retry.h"
 #include "loom/log.h"
@@ -685,4 +686,58 @@ int loom_model_provider_new(loom_provider **out, const loom_config *cfg,
                             loom_model_request_options *req_out)
 {
     return loom_router_new(out, cfg, model_name, NULL, req_out);
+}
+
+/* The listed model a bare name stands for: the first whose name after its
+ * provider, or whose upstream id, it is. NULL when none is. */
+static const char *listed_bare(const loom_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->models_len; i++) {
+        const loom_model_config *m = &cfg->models[i];
+        const char *slash = strchr(m->name, '/');
+        if ((slash && strcmp(slash + 1, name) == 0) ||
+            (m->upstream && strcmp(m->upstream, name) == 0))
+            return m->name;
+    }
+    return NULL;
+}
+
+/* The provider a bare name goes to: default_model's, else the first. */
+static const loom_provider_config *bare_provider(const loom_config *cfg,
+                                                 const char *default_model)
+{
+    size_t plen = default_model ? loom__config_provider_part(default_model) : 0;
+    const loom_provider_config *pc =
+        plen ? loom__config_find_provider_n(cfg, default_model, plen) : NULL;
+
+    return pc ? pc : cfg->providers_len ? &cfg->providers[0] : NULL;
+}
+
+int loom_router_resolve_name(char **out, const loom_config *cfg,
+                             const char *name, const char *default_model)
+{
+    const loom_provider_config *pc;
+    const char *listed;
+    char why[512], shown[64];
+
+    if (out)
+        *out = NULL;
+    if (!out || !cfg || !name || !*name)
+        return loom__error_set(LOOM_EINVALID, "model name: NULL or empty");
+    if (strchr(name, '/')) {
+        if (loom__config_model_unresolved(cfg, name, why, sizeof(why)))
+            return loom__error_set(LOOM_ENOTFOUND, "%s", why);
+        *out = strdup(name);
+    } else if ((listed = listed_bare(cfg, name)) != NULL) {
+        *out = strdup(listed);
+    } else if ((pc = bare_provider(cfg, default_model)) != NULL) {
+        if (asprintf(out, "%s/%s", pc->name, name) < 0)
+            *out = NULL;
+    } else {
+        return loom__error_set(
+            LOOM_ENOTFOUND,
+            "model '%s': no model provider is configured to send it to",
+            loom__config_shown(shown, sizeof(shown), name));
+    }
+    return *out ? 0 : loom__error_oom();
 }

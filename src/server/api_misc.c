@@ -28,15 +28,16 @@ static int has_id(const json_t *data, const char *id)
     return 0;
 }
 
-/* Adds "provider/model" when it resolves and is not listed yet. */
-static void add_model(srv_server *s, json_t *data, const char *name)
+/* The model object of "provider/model" when it resolves; NULL when not. */
+static json_t *model_object(srv_server *s, const char *name)
 {
     const loom_model_config *m = NULL;
     loom_model_config tmp;
-    json_t *o;
+    json_t *o = NULL;
 
     memset(&tmp, 0, sizeof(tmp));
-    if (!name || has_id(data, name) || srv_model(s, name, &m, &tmp) != 0)
+    if (!name || srv_model(s, name, &m, &tmp) != 0 ||
+        !srv_provider(s, m->provider))
         goto done;
     o = json_pack("{s:s,s:s,s:i,s:s}", "id", m->name, "object", "model",
                   "created", 0, "owned_by", m->provider);
@@ -46,18 +47,36 @@ static void add_model(srv_server *s, json_t *data, const char *name)
     if (o && m->max_output_tokens)
         json_object_set_new(o, "max_output_tokens",
                             json_integer(m->max_output_tokens));
-    json_array_append_new(data, o);
 done:
     loom_model_config_clear(&tmp);
+    return o;
 }
 
-/* GET /v1/models: the configured models, the agents' models and the
- * default model, in OpenAI's list shape. */
+/* An agent as a model: "agent/<name>", its model in the "loom" field. */
+static json_t *agent_object(srv_server *s, const loom_agent_config *a)
+{
+    json_t *o = json_pack("{s:s+,s:s,s:i,s:s,s:{s:s,s:s?}}", "id",
+                          LOOM_AGENT_MODEL_PREFIX, a->name, "object", "model",
+                          "created", 0, "owned_by", "loom", "loom", "agent",
+                          a->name, "model", srv_default_model(s, a));
+    return o;
+}
+
+/* Adds "provider/model" when it resolves and is not listed yet. */
+static void add_model(srv_server *s, json_t *data, const char *name)
+{
+    if (name && !has_id(data, name))
+        json_array_append_new(data, model_object(s, name));
+}
+
+/* GET /v1/models: the configured models, the agents' models, the
+ * default model, then every agent as "agent/<name>", in OpenAI's list
+ * shape. In the offline demo the list says so ("loom" field). */
 static int list_models(srv_request *r)
 {
     srv_server *s = r->srv;
     const loom_config *c = srv_config(s);
-    json_t *data = json_array();
+    json_t *data = json_array(), *out;
 
     if (!data)
         return loom__error_oom();
@@ -66,8 +85,39 @@ static int list_models(srv_request *r)
     for (size_t i = 0; i < c->agents_len; i++)
         add_model(s, data, c->agents[i].model);
     add_model(s, data, srv_default_model(s, NULL));
-    return srv_reply_json(r, 200, json_pack("{s:s,s:o}", "object", "list",
-                                            "data", data));
+    for (size_t i = 0; i < c->agents_len; i++)
+        json_array_append_new(data, agent_object(s, &c->agents[i]));
+    out = json_pack("{s:s,s:o}", "object", "list", "data", data);
+    if (out && s->offline_demo)
+        json_object_set_new(out, "loom", json_pack("{s:b}", "offline_demo", 1));
+    return srv_reply_json(r, 200, out);
+}
+
+/*
+ * GET /v1/models/{id}: an agent ("agent/<name>") or a model by its
+ * "provider/model" id (listed, or unlisted with a running provider); a
+ * bare name, which chat requests resolve to a model, is no model id.
+ */
+static int get_model(srv_request *r)
+{
+    const char *id = r->params[0];
+    const loom_agent_config *agent = NULL;
+    char *model = NULL;
+    json_t *o = NULL;
+
+    if (loom_session_resolve_model(srv_session(r->srv), id, &agent, &model) ==
+        0)
+        o = agent                    ? agent_object(r->srv, agent)
+            : strcmp(model, id) == 0 ? model_object(r->srv, id)
+                                     : NULL;
+    free(model);
+    if (!o)
+        return srv_reply_error(r, 404, "invalid_request_error", "model",
+                               "model_not_found",
+                               "The model `%s` does not exist or you do not "
+                               "have access to it.",
+                               id);
+    return srv_reply_json(r, 200, o);
 }
 
 /* GET /v1/tools: name, description and schema of every server tool. */
@@ -161,7 +211,11 @@ static int readyz(srv_request *r)
     if (atomic_load(&r->srv->draining))
         return srv_reply_error(r, 503, NULL, NULL, "shutting_down",
                                "the server is shutting down");
-    return srv_reply_json(r, 200, json_pack("{s:s}", "status", "ready"));
+    return srv_reply_json(
+        r, 200,
+        r->srv->offline_demo
+            ? json_pack("{s:s,s:b}", "status", "ready", "offline_demo", 1)
+            : json_pack("{s:s}", "status", "ready"));
 }
 
 static int metrics(srv_request *r)
@@ -182,9 +236,9 @@ int srv__api_misc_routes(srv_router *rt)
     int rc;
 
     if ((rc = srv_route(rt, "GET", "/v1/models", list_models)) ||
+        (rc = srv_route(rt, "GET", "/v1/models/{id...}", get_model)) ||
         (rc = srv_route(rt, "GET", "/v1/tools", list_tools)) ||
-        (rc = srv_route(rt, "GET", "/v1/conversations",
-                        list_conversations)) ||
+        (rc = srv_route(rt, "GET", "/v1/conversations", list_conversations)) ||
         (rc = srv_route(rt, "GET", "/v1/conversations/{id}",
                         get_conversation)) ||
         (rc = srv_route(rt, "DELETE", "/v1/conversations/{id}",

@@ -22,7 +22,6 @@
 #include <string.h>
 
 #define CONV_HEADER "X-Loom-Conversation-Id"
-#define AGENT_PREFIX "agent/"
 
 static int reply_chat_error(srv_request *r, const loom__chat_error *e)
 {
@@ -45,8 +44,8 @@ static char *known_models(const loom_config *cfg)
     loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
 
     for (size_t i = 0; i < cfg->agents_len; i++)
-        if (loom_buf_printf(&b, "%s" AGENT_PREFIX "%s", b.len ? ", " : "",
-                            cfg->agents[i].name))
+        if (loom_buf_printf(&b, "%s" LOOM_AGENT_MODEL_PREFIX "%s",
+                            b.len ? ", " : "", cfg->agents[i].name))
             break;
     for (size_t i = 0; i < cfg->models_len; i++)
         if (loom_buf_printf(&b, "%s%s", b.len ? ", " : "",
@@ -57,21 +56,6 @@ static char *known_models(const loom_config *cfg)
                             cfg->providers[i].name))
             break;
     return loom_buf_detach(&b);
-}
-
-/* The provider a bare model name goes to: the default model's; NULL when
- * there is none. Borrowed from the config. */
-static const char *default_provider(srv_server *s)
-{
-    const loom_config *cfg = srv_config(s);
-    const char *dm = srv_default_model(s, NULL);
-    const char *slash = dm ? strchr(dm, '/') : NULL;
-
-    for (size_t i = 0; slash && i < cfg->providers_len; i++)
-        if (strlen(cfg->providers[i].name) == (size_t)(slash - dm) &&
-            strncmp(cfg->providers[i].name, dm, (size_t)(slash - dm)) == 0)
-            return cfg->providers[i].name;
-    return cfg->providers_len ? cfg->providers[0].name : NULL;
 }
 
 static int model_not_found(srv_request *r, const char *name)
@@ -86,68 +70,34 @@ static int model_not_found(srv_request *r, const char *name)
 }
 
 /*
- * Resolves the request's model. "agent/<name>" is an agent; a name with a
- * '/' is "provider/model"; a bare name (what SDK users type, "gpt-4o")
- * is the listed model whose upstream id or name after the provider it
- * is, else that model of the default model's provider (the provider of
- * the first listed model, else the first provider).
- * 1 when resolved, 0 when not (the 404 has been sent), < 0 on error.
+ * Resolves the request's model by loom's one rule for model names
+ * (loom_session_resolve_model, docs/routing.md#model-names): an agent
+ * ("agent/<name>") or a model whose provider is running. 1 when
+ * resolved, 0 when not (the 404 has been sent), < 0 on error.
  */
 static int resolve_target(srv_request *r, const char *name, chat_target *t)
 {
-    const loom_config *cfg = srv_config(r->srv);
     const loom_model_config *m = NULL;
     loom_model_config tmp;
-    const char *found = NULL, *prov;
     int rc;
 
     memset(t, 0, sizeof(*t));
-    if (strncmp(name, AGENT_PREFIX, strlen(AGENT_PREFIX)) == 0) {
-        t->agent = srv_agent(r->srv, name + strlen(AGENT_PREFIX));
-        if (!t->agent || !name[strlen(AGENT_PREFIX)]) {
-            rc = model_not_found(r, name);
-            return rc ? rc : 0;
-        }
+    rc = loom_session_resolve_model(srv_session(r->srv), name, &t->agent,
+                                    &t->model);
+    if (rc == 0 && t->model) {
+        rc = srv_model(r->srv, t->model, &m, &tmp);
+        if (rc == 0 && !srv_provider(r->srv, m->provider))
+            rc = LOOM_ENOTFOUND;
+        loom_model_config_clear(&tmp);
+    }
+    if (rc == 0)
         return 1;
-    }
-    if (!strchr(name, '/')) {
-        for (size_t i = 0; i < cfg->models_len && !found; i++) {
-            const char *slash = strchr(cfg->models[i].name, '/');
-            if ((cfg->models[i].upstream &&
-                 strcmp(cfg->models[i].upstream, name) == 0) ||
-                (slash && strcmp(slash + 1, name) == 0))
-                found = cfg->models[i].name;
-        }
-        if (found) {
-            t->model = strdup(found);
-        } else if ((prov = default_provider(r->srv))) {
-            if (asprintf(&t->model, "%s/%s", prov, name) < 0)
-                t->model = NULL;
-        } else {
-            rc = model_not_found(r, name);
-            return rc ? rc : 0;
-        }
-        if (!t->model)
-            return loom__error_oom();
-    } else if (!(t->model = strdup(name))) {
-        return loom__error_oom();
-    }
-    rc = srv_model(r->srv, t->model, &m, &tmp);
-    if (rc == 0 && !srv_provider(r->srv, m->provider))
-        rc = LOOM_ENOTFOUND;
-    loom_model_config_clear(&tmp);
-    if (rc == LOOM_ENOTFOUND) {
-        free(t->model);
-        t->model = NULL;
-        rc = model_not_found(r, name);
-        return rc ? rc : 0;
-    }
-    if (rc) {
-        free(t->model);
-        t->model = NULL;
+    free(t->model);
+    t->model = NULL;
+    if (rc != LOOM_ENOTFOUND && rc != LOOM_EINVALID)
         return rc;
-    }
-    return 1;
+    rc = model_not_found(r, name);
+    return rc ? rc : 0;
 }
 
 /*
@@ -473,8 +423,10 @@ static int handle(srv_request *r, loom__chat_request *req)
     if (t.agent) {
         spec.agent = t.agent->name;
     } else {
-        /* A plain model is just the model: no agent's prompt. */
+        /* A plain model is just the model: no agent's prompt, limits or
+         * settings, and none is stored as having run. */
         spec.model = t.model;
+        spec.no_agent = 1;
         spec.system_prompt = "";
     }
     if (!all) {

@@ -82,6 +82,13 @@ static int is_param(const char *seg)
     return n >= 3 && seg[0] == '{' && seg[n - 1] == '}';
 }
 
+/* "{name...}": a last segment that takes the rest of the path. */
+static int is_tail(const char *seg)
+{
+    size_t n = strlen(seg);
+    return is_param(seg) && n >= 6 && strcmp(seg + n - 4, "...}") == 0;
+}
+
 int srv_route(srv_router *rt, const char *method, const char *tmpl,
               srv_handler handler)
 {
@@ -116,6 +123,13 @@ int srv_route(srv_router *rt, const char *method, const char *tmpl,
         p += n;
         if (*p == '/')
             p++;
+        if (is_tail(r.segs[r.nseg - 1]) && *p) {
+            route_clear(&r);
+            return loom__error_set(LOOM_EINVALID,
+                                   "route %s: {name...} must "
+                                   "be the last segment",
+                                   tmpl);
+        }
     }
     if (r.nparams > SRV_MAX_PARAMS) {
         route_clear(&r);
@@ -161,9 +175,11 @@ static size_t split_path(char *path, char **segs)
 
 static int route_matches(const route *r, char **segs, size_t n)
 {
-    if (r->nseg != n)
+    int tail = r->nseg && is_tail(r->segs[r->nseg - 1]);
+
+    if (tail ? n < r->nseg : r->nseg != n)
         return 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < r->nseg; i++) {
         if (is_param(r->segs[i]) ? !*segs[i] : strcmp(r->segs[i], segs[i]))
             return 0;
     }
@@ -279,9 +295,12 @@ static int match(srv_conn *c)
         return 0;
     c->route = best;
     c->req.route = best->tmpl;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < best->nseg; i++)
         if (is_param(best->segs[i]))
             c->req.params[c->req.nparams++] = segs[i];
+    /* A tail param runs to the end: put its slashes back. */
+    for (size_t i = best->nseg; i < n; i++)
+        *(segs[i] - 1) = '/';
     return 0;
 }
 

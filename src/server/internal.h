@@ -73,6 +73,8 @@ const loom_agent_config *srv_agent(const srv_server *s, const char *name);
  * provider exists at all. Borrowed (from the config or the environment).
  */
 const char *srv_default_model(srv_server *s, const loom_agent_config *agent);
+/* The server's session (the turns' settings); borrowed. */
+loom_session *srv_session(const srv_server *s);
 
 /* ---- requests and replies ------------------------------------------------ */
 
@@ -162,7 +164,9 @@ typedef struct srv_router srv_router;
 /*
  * Registers handler for method on a path template. A template is a
  * literal path whose segments may be "{name}" (one non-empty segment,
- * handed over in r->params in order, at most SRV_MAX_PARAMS). Literal
+ * handed over in r->params in order, at most SRV_MAX_PARAMS); the last
+ * may be "{name...}", which takes the rest of the path, slashes and all
+ * (model ids: "agent/researcher", "p/org/model"). Literal
  * routes win over templated ones. A path that matches with another method
  * gets 405; no match gets 404. LOOM_EEXISTS for a duplicate.
  */
@@ -185,6 +189,7 @@ typedef struct srv_run srv_run;
  */
 typedef struct {
     const char *agent;  /* agent name; NULL: default_agent, or none */
+    int no_agent;       /* no agent at all, not even default_agent */
     const char *model;  /* "provider/model"; NULL: the agent's, or
                            srv_default_model() */
     const char *system_prompt; /* overrides the agent's; NULL: agent's */

@@ -451,6 +451,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
 
     to.conversation_id = sp->conversation_id;
     to.agent = sp->agent;
+    to.no_agent = sp->no_agent;
     to.model = sp->model;
     to.input = sp->input;
     to.history = sp->history;

@@ -118,6 +118,11 @@ const char *srv_default_model(srv_server *s, const loom_agent_config *agent)
     return loom_session_default_model(s->session, agent);
 }
 
+loom_session *srv_session(const srv_server *s)
+{
+    return s->session;
+}
+
 /* ---- suspension ---------------------------------------------------------- */
 
 int srv__conn_fd(struct MHD_Connection *mc)
@@ -397,6 +402,7 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
     s->cfg = opts->config;
     s->sc = &opts->config->server;
     s->store = opts->store;
+    s->offline_demo = opts->offline_demo != 0;
     listen = opts->listen ? opts->listen : s->sc->listen;
     if (!listen)
         listen = LOOM_SERVER_DEFAULT_LISTEN;

@@ -111,6 +111,7 @@ struct loom_server {
      * run's router (loom/router.h). */
     loom_router_health *health;
     char *listen;
+    int offline_demo; /* loom_server_options.offline_demo */
     struct MHD_Daemon *d;
     int port;
     srv_router *router;

@@ -151,6 +151,29 @@ expect_grep '"model":"gpt-4.1-nano"' "$tmp/requests.jsonl" "--model sent"
 if awk '!/^\{.*\}$/ { exit 1 }' "$tmp/out"; then ok; else bad "--json lines"; fi
 stop_fake
 
+# --- model names: one rule (docs/routing.md#model-names) ---
+# A bare name goes to the default model's provider; agent/<name> runs it.
+start_fake '{"loop":true,"responses":[{"text":["bare ok"]}]}'
+loom_fake run -m gpt-4o "hi" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "run -m with a bare name"
+expect_grep "bare ok" "$tmp/out" "bare name answers"
+expect_grep '"model":"gpt-4o"' "$tmp/requests.jsonl" "bare name sent upstream"
+cat > "$tmp/names.yaml" <<EOF
+providers:
+  fake: {base_url: "$base_url", api_key: sk-test}
+agents:
+  terse: {model: fake/m, system_prompt: Answer in one word., tools: []}
+EOF
+env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/names.yaml" \
+    -m agent/terse "hi" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "run -m agent/<name>"
+expect_grep "Answer in one word." "$tmp/requests.jsonl" "agent's prompt sent"
+env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/names.yaml" \
+    -m nope/m "hi" > "$tmp/out" 2> "$tmp/err"
+expect_rc 2 $? "run -m with an unknown provider"
+expect_grep "provider 'nope' is not defined" "$tmp/err" "unknown provider named"
+stop_fake
+
 # --- --max-iterations: the last call forbids tools and still answers ---
 start_fake '{"responses":[
  {"tool_calls":[{"id":"c1","name":"get_time","arguments":"{}"}]},

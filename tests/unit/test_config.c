@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "loom/config.h"
+#include "loom/router.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -1163,6 +1164,52 @@ static void test_model_resolution(void **state)
     loom_config_free(cfg);
 }
 
+/* The one rule for names users give (docs/routing.md#model-names). */
+static void test_model_names(void **state)
+{
+    loom_config *cfg;
+    char *out = NULL;
+
+    (void)state;
+    cfg = load_ok("providers:\n"
+                  "  p: {base_url: 'http://h'}\n"
+                  "  q: {base_url: 'http://h'}\n"
+                  "models:\n"
+                  "  q/listed: {upstream: up-id}\n");
+    /* provider/model: that model, listed or not, of a known provider. */
+    assert_int_equal(loom_router_resolve_name(&out, cfg, "p/x", NULL), 0);
+    assert_string_equal(out, "p/x");
+    free(out);
+    assert_int_equal(loom_router_resolve_name(&out, cfg, "z/x", NULL),
+                     LOOM_ENOTFOUND);
+    assert_null(out);
+    assert_non_null(strstr(loom_error_last(), "'z'"));
+    /* A bare name: the listed model it names (after its provider or by
+     * its upstream id), else that model of the default's provider. */
+    assert_int_equal(loom_router_resolve_name(&out, cfg, "listed", "p/m"), 0);
+    assert_string_equal(out, "q/listed");
+    free(out);
+    assert_int_equal(loom_router_resolve_name(&out, cfg, "up-id", "p/m"), 0);
+    assert_string_equal(out, "q/listed");
+    free(out);
+    assert_int_equal(loom_router_resolve_name(&out, cfg, "gpt-4o", "q/m"), 0);
+    assert_string_equal(out, "q/gpt-4o");
+    free(out);
+    assert_int_equal(loom_router_resolve_name(&out, cfg, "gpt-4o", NULL), 0);
+    assert_string_equal(out, "p/gpt-4o");
+    free(out);
+    assert_int_equal(loom_router_resolve_name(&out, cfg, "", NULL),
+                     LOOM_EINVALID);
+    loom_config_free(cfg);
+
+    /* No provider: a bare name goes nowhere. */
+    cfg = load_ok("models: {}\n");
+    assert_int_equal(loom_router_resolve_name(&out, cfg, "gpt-4o", NULL),
+                     LOOM_ENOTFOUND);
+    assert_non_null(strstr(loom_error_last(), "no model provider"));
+    assert_null(out);
+    loom_config_free(cfg);
+}
 
 /* ---- the environment's providers ------------------------------------ */
 
@@ -1905,6 +1952,7 @@ int main(void)
         cmocka_unit_test_setup(test_from_env, reset_env),
         cmocka_unit_test_setup(test_merge_over_env, reset_env),
         cmocka_unit_test_setup(test_model_resolution, reset_env),
+        cmocka_unit_test_setup(test_model_names, reset_env),
         cmocka_unit_test_setup(test_env_providers, reset_env),
         cmocka_unit_test_setup(test_model_settings, reset_env),
         cmocka_unit_test_setup(test_price_parse, reset_env),

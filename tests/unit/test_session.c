@@ -206,6 +206,76 @@ static void test_agent_mapping(void **state)
     fx_close(&f);
 }
 
+/*
+ * "agent/<name>" as the model names that agent; no_agent runs none, not
+ * even the default one; an agent named twice is refused.
+ */
+static void test_agent_as_model(void **state)
+{
+    static const mock_answer three[] = {
+        {.text = "a"}, {.text = "b"}, {.text = "c"}};
+    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
+    loom_turn_options to = LOOM_TURN_OPTIONS_INIT;
+    const loom_agent_config *agent = NULL;
+    mock_provider mock;
+    loom_config *cfg;
+    loom_session *s;
+    loom_messages in = {0};
+    loom_turn *t;
+    char *model = NULL, yaml[sizeof(agents_yaml) + 32];
+
+    (void)state;
+    snprintf(yaml, sizeof(yaml), "%sdefault_agent: helper\n", agents_yaml);
+    mock_init(&mock, three, 3, 0);
+    assert_int_equal(loom_config_load_string(&cfg, yaml, "t.yaml"), 0);
+    so.config = cfg;
+    so.provider = &mock.base;
+    so.model = "mock-1";
+    assert_int_equal(loom_session_new(&s, &so), 0);
+    assert_int_equal(
+        loom_session_resolve_model(s, "agent/helper", &agent, &model), 0);
+    assert_string_equal(agent->name, "helper");
+    assert_null(model);
+    assert_int_equal(
+        loom_session_resolve_model(s, "agent/nobody", &agent, &model),
+        LOOM_ENOTFOUND);
+    assert_null(agent);
+    assert_int_equal(loom_messages_add(&in, LOOM_ROLE_USER, "time?"), 0);
+    to.input = &in;
+
+    to.model = "agent/helper";
+    assert_int_equal(loom_turn_new(&t, s, &to), 0);
+    assert_string_equal(loom_turn_agent(t), "helper");
+    assert_int_equal(loom_turn_execute(t), 0);
+    assert_string_equal(mock.seen[0].system, "You help with time.");
+    assert_string_equal(mock.seen[0].tools, "get_time");
+    loom_turn_free(t);
+
+    /* A plain model with no_agent: no prompt, no agent recorded. */
+    to.model = "mock-2";
+    to.no_agent = 1;
+    assert_int_equal(loom_turn_new(&t, s, &to), 0);
+    assert_null(loom_turn_agent(t));
+    assert_string_equal(loom_turn_model(t), "mock-2");
+    assert_int_equal(loom_turn_execute(t), 0);
+    assert_null(mock.seen[1].system);
+    loom_turn_free(t);
+
+    /* Without no_agent the default agent runs. */
+    to.no_agent = 0;
+    assert_int_equal(loom_turn_new(&t, s, &to), 0);
+    assert_string_equal(loom_turn_agent(t), "helper");
+    loom_turn_free(t);
+
+    to.model = "agent/helper";
+    to.agent = "helper";
+    assert_int_equal(loom_turn_new(&t, s, &to), LOOM_EINVALID);
+    loom_messages_free(&in);
+    loom_session_free(s);
+    loom_config_free(cfg);
+    mock_clear(&mock);
+}
+
 /* With a store: the conversation is created, the final event comes after
  * the turn is stored, and the next turn reads the history back. */
 static void test_turn_stored_then_continued(void **state)
@@ -568,6 +638,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_turn_without_store),
         cmocka_unit_test(test_agent_mapping),
+        cmocka_unit_test(test_agent_as_model),
         cmocka_unit_test(test_turn_stored_then_continued),
         cmocka_unit_test(test_conversation_needs_store),
         cmocka_unit_test(test_store_failure),
