@@ -32,12 +32,13 @@ void cli_setup_log(const loom_config *cfg, const char *level_arg,
 
 /*
  * The offline demo: starts the fake upstream with a scripted conversation
- * and builds a config whose `offline` provider points at it (model
- * CLI_OFFLINE_MODEL). Returns 0 and the fake's pid, or -1 (message
- * printed).
+ * (for at most max_seconds, and never past this process's life) and
+ * builds a config whose `offline` provider points at it (its one listed
+ * model, so the default: CLI_OFFLINE_MODEL). Returns 0 and the fake's
+ * pid, or -1 (message printed).
  */
 #define CLI_OFFLINE_MODEL "offline/fake-model"
-int cli_offline_start(loom_config **out, int *pid);
+int cli_offline_start(loom_config **out, int *pid, long max_seconds);
 void cli_offline_stop(int pid);
 
 /* Sinks. */

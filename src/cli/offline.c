@@ -59,11 +59,11 @@ static char *fake_path(void)
     return strdup("loom-fake-upstream");
 }
 
-int cli_offline_start(loom_config **out, int *pid)
+int cli_offline_start(loom_config **out, int *pid, long max_seconds)
 {
     char script[] = "/tmp/loom-demo-XXXXXX";
-    char line[128], *bin = NULL, *yaml = NULL;
-    int fds[2] = {-1, -1}, fd, port = 0;
+    char line[128], secs[32], *bin = NULL, *yaml = NULL;
+    int fds[2] = {-1, -1}, life[2] = {-1, -1}, fd, port = 0;
     posix_spawn_file_actions_t fa;
     pid_t child;
     FILE *in = NULL;
@@ -81,16 +81,26 @@ int cli_offline_start(loom_config **out, int *pid)
     }
     close(fd);
     bin = fake_path();
-    if (!bin || pipe(fds) != 0)
+    /*
+     * The fake's stdin is a pipe whose write end loom holds, close-on-exec,
+     * for the rest of its life on purpose: however loom ends (even
+     * SIGKILL), the pipe closes and the fake (--exit-on-eof) stops.
+     */
+    if (!bin || pipe(fds) != 0 || pipe2(life, O_CLOEXEC) != 0)
         goto fail;
-    char *args[] = {bin, "--script", script, "--max-seconds", "600", NULL};
+    snprintf(secs, sizeof(secs), "%ld", max_seconds);
+    char *args[] = {bin,  "--script",      script, "--max-seconds",
+                    secs, "--exit-on-eof", NULL};
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, life[0], STDIN_FILENO);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
     int rc = posix_spawnp(&child, bin, &fa, NULL, args, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(fds[1]);
     fds[1] = -1;
+    close(life[0]);
+    life[0] = -1;
     if (rc != 0) {
         fprintf(stderr, "loom: cannot start %s: %s\n", bin, strerror(rc));
         goto fail;
@@ -116,7 +126,9 @@ int cli_offline_start(loom_config **out, int *pid)
                  "    base_url: http://127.0.0.1:%d/v1\n"
                  "    timeouts: {connect_ms: 5000, first_byte_ms: 30000,"
                  " idle_ms: 30000}\n"
-                 "    retries: {max: 0}\n",
+                 "    retries: {max: 0}\n"
+                 "models:\n"
+                 "  " CLI_OFFLINE_MODEL ": {}\n",
                  port) < 0) {
         yaml = NULL;
         goto fail;
@@ -127,8 +139,12 @@ int cli_offline_start(loom_config **out, int *pid)
     }
     free(yaml);
     free(bin);
-    return 0;
+    return 0; /* life[1] stays open: see above */
 fail:
+    if (life[0] >= 0)
+        close(life[0]);
+    if (life[1] >= 0)
+        close(life[1]);
     if (in)
         fclose(in);
     if (fds[0] >= 0)

@@ -277,7 +277,7 @@ int cli_run(int argc, char **argv)
         agent = NULL;
         loom_config_free(cfg);
         cfg = NULL;
-        if (cli_offline_start(&cfg, &fake_pid) != 0) {
+        if (cli_offline_start(&cfg, &fake_pid, 600) != 0) {
             rc = CLI_FAILED;
             goto done;
         }

@@ -134,6 +134,38 @@ static void host_of(char *dst, size_t cap, const char *listen)
     dst[n] = '\0';
 }
 
+/*
+ * No provider. A config file that was given and names none is a mistake:
+ * CLI_USAGE. The environment alone without a key is a fresh machine: the
+ * offline demo, as `loom run` does, said plainly; *cfg becomes the
+ * demo's config (the environment's server settings are its defaults;
+ * --listen and --db still apply) and *fake_pid the fake's.
+ */
+static int serve_offline(loom_config **cfg, int *fake_pid)
+{
+    if ((*cfg)->path) {
+        fprintf(stderr,
+                "loom serve: config %s names no model provider (and "
+                "OPENAI_API_KEY, ANTHROPIC_API_KEY and GEMINI_API_KEY are "
+                "not set): add one under providers:\n",
+                (*cfg)->path);
+        return CLI_USAGE;
+    }
+    fprintf(stderr,
+            "loom serve: no model provider is configured (OPENAI_API_KEY, "
+            "ANTHROPIC_API_KEY and GEMINI_API_KEY are not set and no config "
+            "names one): serving the OFFLINE DEMO, whose model is loom's "
+            "built-in fake (" CLI_OFFLINE_MODEL "); /readyz and /v1/models "
+            "say offline_demo.\n"
+            "loom serve: set one of them (and OPENAI_BASE_URL for another "
+            "OpenAI-compatible server) or pass --config to use a real "
+            "model.\n");
+    loom_config_free(*cfg);
+    *cfg = NULL;
+    /* The longest the fake takes; it also ends with this process. */
+    return cli_offline_start(cfg, fake_pid, 31536000) != 0 ? CLI_FAILED : 0;
+}
+
 int cli_serve(int argc, char **argv)
 {
     loom_server_options so = LOOM_SERVER_OPTIONS_INIT;
@@ -145,7 +177,7 @@ int cli_serve(int argc, char **argv)
     const char *db, *listen;
     char host[256];
     struct sigaction sa;
-    int rc;
+    int rc, fake_pid = -1;
 
     memset(&a, 0, sizeof(a));
     if ((rc = parse_args(&a, argc, argv)) != 0)
@@ -155,11 +187,9 @@ int cli_serve(int argc, char **argv)
     cli_setup_log(cfg, a.log_level ? a.log_level
                        : cfg->log_level ? NULL : "info",
                   a.log_format);
-    if (cfg->providers_len == 0)
-        fprintf(stderr,
-                "loom serve: no model provider is configured "
-                "(OPENAI_API_KEY is not set and no config names one): "
-                "runs will fail until one is.\n");
+    if (cfg->providers_len == 0 && (rc = serve_offline(&cfg, &fake_pid)) != 0)
+        goto done;
+    so.offline_demo = fake_pid > 0;
     db = a.db ? a.db : cfg->server.db;
     listen = a.listen ? a.listen : cfg->server.listen;
     if (loom_store_open(&store, db) != 0) {
@@ -215,6 +245,7 @@ done:
     loom_server_free(srv);
     loom_tool_registry_free(reg);
     loom_store_free(store);
+    cli_offline_stop(fake_pid);
     loom_config_free(cfg);
     return rc;
 }

@@ -82,6 +82,8 @@ static int resolve_target(srv_request *r, const char *name, chat_target *t)
     int rc;
 
     memset(t, 0, sizeof(*t));
+    if (!srv_config(r->srv)->providers_len)
+        return srv_reply_loom_error(r, SRV_ENOPROVIDER, NULL);
     rc = loom_session_resolve_model(srv_session(r->srv), name, &t->agent,
                                     &t->model);
     if (rc == 0 && t->model) {

@@ -507,6 +507,10 @@ int srv_reply_loom_error(srv_request *r, int rc, const char *param)
     case LOOM_ETOOLARGE:
         return srv_reply_error(r, 413, NULL, param, "request_too_large", "%s",
                                copy);
+    case SRV_ENOPROVIDER:
+        return srv_reply_error(r, 503, NULL, NULL, "no_provider",
+                               "this server has no model provider "
+                               "configured");
     case SRV_EBUSY:
         srv_set_header(r, "Retry-After", "1");
         return srv_reply_error(r, 503, NULL, NULL, "server_busy", "%s", copy);

@@ -139,6 +139,10 @@ int srv_reply_error(srv_request *r, unsigned status, const char *type,
 
 /* Returned by srv_run_start() when max_concurrent_runs are busy. */
 #define SRV_EBUSY (-100)
+/* Returned by srv_run_start() when the server has no model provider at
+ * all (an embedder's config without one): a 503 `no_provider`, the
+ * server's problem and not the client's. */
+#define SRV_ENOPROVIDER (-101)
 
 /*
  * Replies for a failed call whose code is rc and whose message is in

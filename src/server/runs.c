@@ -435,6 +435,8 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     *out = NULL;
     if (!sp->input || sp->input->len == 0)
         return loom__error_set(LOOM_EINVALID, "the run has no input");
+    if (s->nproviders == 0)
+        return SRV_ENOPROVIDER;
     if ((rc = reserve_slot(s)) != 0)
         return rc;
     slot = 1;

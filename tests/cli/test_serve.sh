@@ -89,5 +89,31 @@ if start_serve --listen 127.0.0.1:0 --db "$tmp/data/loom.db"; then
     expect_grep "stopped" "$tmp/serve.err" "stop log"
 fi
 
+# --- no provider: a given config is an error, the environment alone the
+# offline demo, where the README's example works without a key ---
+printf 'server:\n  max_body_bytes: 4096\n' > "$tmp/noprov.yaml"
+serve -c "$tmp/noprov.yaml" --db "$tmp/z.db" > "$tmp/out" 2>&1
+expect_rc 2 $? "a config naming no provider"
+expect_grep "names no model provider" "$tmp/out" "no provider message"
+if start_serve --listen 127.0.0.1:0 --db "$tmp/demo.db"; then
+    expect_grep "OFFLINE DEMO" "$tmp/serve.err" "offline demo said at start"
+    if command -v curl > /dev/null; then
+        curl -s "http://$addr/readyz" > "$tmp/ready" 2>&1
+        expect_grep '"offline_demo":true' "$tmp/ready" "/readyz says demo"
+        curl -s "http://$addr/v1/models" > "$tmp/models" 2>&1
+        expect_grep '"offline_demo":true' "$tmp/models" "/v1/models says demo"
+        # The README's example, verbatim but for the address.
+        curl -s -N "http://$addr/v1/runs" \
+            -d '{"input": "What time is it in Tokyo?", "stream": true}' \
+            > "$tmp/run" 2>&1
+        expect_grep "event: run.completed" "$tmp/run" "README example completes"
+        expect_grep "offline demo" "$tmp/run" "README example answered"
+        expect_grep '"name":"get_time"' "$tmp/run" "demo runs get_time"
+    fi
+    kill -TERM "$serve_pid"
+    wait "$serve_pid"; expect_rc 0 $? "offline demo stops cleanly"
+    serve_pid=""
+fi
+
 echo "serve: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]

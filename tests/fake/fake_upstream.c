@@ -89,7 +89,7 @@ static void usage(FILE *to)
     fprintf(to, "usage: loom-fake-upstream [--port N] [--port-file F]\n"
                 "         (--script FILE | --replay FILE [--status N])\n"
                 "         [--record FILE] [--max-requests N]"
-                " [--max-seconds S]\n");
+                " [--max-seconds S] [--exit-on-eof]\n");
 }
 
 static uint64_t now_us(void)
@@ -737,7 +737,7 @@ int main(int argc, char **argv)
     sigset_t set;
     uint64_t deadline;
     unsigned bound;
-    int i, sfd;
+    int i, sfd, exit_on_eof = 0;
 
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -763,6 +763,8 @@ int main(int argc, char **argv)
             if (!fake_parse_long(need_value(argc, argv, &i), 1, LONG_MAX,
                                  &g.max_requests))
                 fake_die("--max-requests must be a positive integer");
+        } else if (!strcmp(a, "--exit-on-eof")) {
+            exit_on_eof = 1;
         } else if (!strcmp(a, "--max-seconds")) {
             if (!fake_parse_long(need_value(argc, argv, &i), 1, 31536000,
                                  &max_seconds))
@@ -829,14 +831,17 @@ int main(int argc, char **argv)
 
     deadline = now_us() + (uint64_t)max_seconds * 1000000u;
     for (;;) {
-        struct pollfd p[2] = {{.fd = sfd, .events = POLLIN},
-                              {.fd = g.wake[0], .events = POLLIN}};
+        /* With --exit-on-eof, standard input closing (the process that
+         * started the fake ended, however it ended) stops it too. */
+        struct pollfd p[3] = {{.fd = sfd, .events = POLLIN},
+                              {.fd = g.wake[0], .events = POLLIN},
+                              {.fd = STDIN_FILENO, .events = POLLIN}};
         uint64_t t = now_us();
         int r;
 
         if (t >= deadline)
             break;
-        r = poll(p, 2, (int)((deadline - t) / 1000u + 1));
+        r = poll(p, exit_on_eof ? 3 : 2, (int)((deadline - t) / 1000u + 1));
         if (r > 0 || (r < 0 && errno != EINTR))
             break;
     }

@@ -155,12 +155,57 @@ static void test_chat_bare_listed_name(void **state)
     sh_free(&h);
 }
 
+/* A server without any provider (an embedder's config): runs and chats
+ * are the server's problem, a 503 no_provider, not a client error. */
+static void test_no_provider_is_503(void **state)
+{
+    loom_server_options so = LOOM_SERVER_OPTIONS_INIT;
+    loom_config *cfg = NULL;
+    loom_store *store = NULL;
+    loom_server *srv = NULL;
+    sh h;
+    sh_resp r;
+    char *db = test_tmp_path("noprov.db");
+
+    (void)state;
+    memset(&h, 0, sizeof(h));
+    unlink(db);
+    assert_int_equal(loom_config_load_string(
+                         &cfg, "server:\n  listen: 127.0.0.1:0\n", "t.yaml"),
+                     0);
+    assert_int_equal(cfg->providers_len, 0);
+    assert_int_equal(loom_store_open(&store, db), 0);
+    so.config = cfg;
+    so.store = store;
+    assert_int_equal(loom_server_new(&srv, &so), 0);
+    assert_int_equal(loom_server_start(srv), 0);
+    snprintf(h.base, sizeof(h.base), "http://127.0.0.1:%d",
+             loom_server_port(srv));
+    assert_int_equal(sh_req(&h, "POST", "/v1/chat/completions",
+                            "{\"model\":\"gpt-4o\",\"messages\":[{"
+                            "\"role\":\"user\",\"content\":\"hi\"}]}",
+                            NULL, &r),
+                     503);
+    sh_check_error(r.body, "no_provider");
+    sh_resp_free(&r);
+    assert_int_equal(
+        sh_req(&h, "POST", "/v1/runs", "{\"input\":\"hi\"}", NULL, &r), 503);
+    sh_check_error(r.body, "no_provider");
+    sh_resp_free(&r);
+    loom_server_free(srv);
+    loom_store_free(store);
+    loom_config_free(cfg);
+    unlink(db);
+    free(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_models_list_agents),
         cmocka_unit_test(test_chat_stores_what_ran),
         cmocka_unit_test(test_chat_bare_listed_name),
+        cmocka_unit_test(test_no_provider_is_503),
     };
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
