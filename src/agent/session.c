@@ -263,6 +263,7 @@ int loom_session_check_params(const loom_session *s, const char *agent,
     const loom_model_config *m = NULL;
     const loom_provider_config *pc;
     loom_model_config tmp;
+    char *resolved = NULL;
     int rc;
 
     if (param)
@@ -272,22 +273,37 @@ int loom_session_check_params(const loom_session *s, const char *agent,
         return 0;
     if (agent && !(ac = loom_config_agent(s->cfg, agent)))
         return loom__error_set(LOOM_ENOTFOUND, "no agent named '%s'", agent);
-    if (!agent && s->cfg->default_agent)
+    /* The model as a turn resolves it: "agent/<name>", a bare name. */
+    if (model) {
+        const loom_agent_config *named = NULL;
+        if ((rc = loom_session_resolve_model(s, model, &named, &resolved)) !=
+            0)
+            return rc;
+        if (named)
+            ac = named;
+        model = resolved;
+    }
+    if (!agent && !ac && s->cfg->default_agent)
         ac = loom_config_agent(s->cfg, s->cfg->default_agent);
     if (!model)
         model = loom_session_default_model(s, ac);
-    if (!model)
+    if (!model) {
+        free(resolved);
         return loom__error_set(LOOM_EINVALID,
                                "no model provider is configured");
+    }
     memset(&tmp, 0, sizeof(tmp));
-    if ((rc = loom_config_model(&m, &tmp, s->cfg, model)) != 0)
+    if ((rc = loom_config_model(&m, &tmp, s->cfg, model)) != 0) {
+        free(resolved);
         return rc;
+    }
     pc = loom_config_provider(s->cfg, m->provider);
     rc = pc ? loom_llm_params_check(p, pc->name, pc->kind, param)
             : loom__error_set(LOOM_ENOTFOUND,
                               "model '%s': provider '%s' is not configured",
                               model, m->provider);
     loom_model_config_clear(&tmp);
+    free(resolved);
     return rc;
 }
 

@@ -633,6 +633,34 @@ static void test_unknown_agent_tool(void **state)
     loom_config_free(cfg);
 }
 
+/* Request parameters are checked against the model a turn would run,
+ * "agent/<name>" and bare names resolved as the turn resolves them. */
+static void test_check_params_resolves_names(void **state)
+{
+    loom_config *cfg;
+    loom_session *s;
+    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
+    loom_llm_params p;
+    const char *param = NULL;
+
+    (void)state;
+    assert_int_equal(loom_config_load_string(&cfg, agents_yaml, "t.yaml"), 0);
+    so.config = cfg;
+    assert_int_equal(loom_session_new(&s, &so), 0);
+    memset(&p, 0, sizeof(p));
+    p.set = LOOM_PARAM_TOP_P;
+    p.top_p = 0.5;
+    assert_int_equal(
+        loom_session_check_params(s, NULL, "agent/helper", &p, &param), 0);
+    assert_int_equal(
+        loom_session_check_params(s, NULL, "mock/mock-1", &p, &param), 0);
+    assert_int_equal(
+        loom_session_check_params(s, NULL, "agent/nobody", &p, &param),
+        LOOM_ENOTFOUND);
+    loom_session_free(s);
+    loom_config_free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -648,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_session_outlives_caller),
         cmocka_unit_test(test_versions),
         cmocka_unit_test(test_unknown_agent_tool),
+        cmocka_unit_test(test_check_params_resolves_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
