@@ -276,8 +276,7 @@ int loom_session_check_params(const loom_session *s, const char *agent,
     /* The model as a turn resolves it: "agent/<name>", a bare name. */
     if (model) {
         const loom_agent_config *named = NULL;
-        if ((rc = loom_session_resolve_model(s, model, &named, &resolved)) !=
-            0)
+        if ((rc = loom_session_resolve_model(s, model, &named, &resolved)) != 0)
             return rc;
         if (named)
             ac = named;
