@@ -29,6 +29,27 @@ static const char usage[] =
     "server), LOOM_CONFIG (config file). With no key and no config, loom\n"
     "runs against its built-in fake model and says so.\n";
 
+static const char version_usage[] =
+    "usage: loom version\n"
+    "\n"
+    "Prints loom's version (the same as `loom --version`).\n";
+
+/* `loom version`: takes no options but --help. */
+static int version(int argc, char **argv)
+{
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(version_usage, stdout);
+        return CLI_OK;
+    }
+    if (argc > 1) {
+        fprintf(stderr, "loom version: unexpected argument '%s'\n\n%s", argv[1],
+                version_usage);
+        return CLI_USAGE;
+    }
+    printf("loom %s\n", loom_version());
+    return CLI_OK;
+}
+
 int main(int argc, char **argv)
 {
     const char *cmd = argc > 1 ? argv[1] : NULL;
@@ -41,10 +62,8 @@ int main(int argc, char **argv)
         fputs(usage, stdout);
         return CLI_OK;
     }
-    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("loom %s\n", loom_version());
-        return CLI_OK;
-    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
+        return version(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve"))

@@ -59,6 +59,9 @@ expect_grep "max-iterations" "$tmp/out" "loom run --help"
 "$LOOM_BIN" config --help > "$tmp/out" 2>&1; expect_rc 0 $? "config --help"
 "$LOOM_BIN" version > "$tmp/out" 2>&1; expect_rc 0 $? "loom version"
 expect_grep "^loom [0-9]*\.[0-9]*\.[0-9]*" "$tmp/out" "loom version"
+"$LOOM_BIN" version --help > "$tmp/out" 2>&1; expect_rc 0 $? "version --help"
+expect_grep "usage: loom version" "$tmp/out" "loom version --help"
+"$LOOM_BIN" version extra > "$tmp/out" 2>&1; expect_rc 2 $? "version extra"
 
 # --- usage errors exit 2 ---
 "$LOOM_BIN" > /dev/null 2>&1; expect_rc 2 $? "no command"
