@@ -831,6 +831,20 @@ static int valid_name(const char *s)
     return 1;
 }
 
+/* The names of the built-in encodings, for messages. */
+#define KNOWN_ENCODINGS "o200k_base, cl100k_base"
+
+/* Whether name is a built-in encoding's (one scripts/vocab.sh fetches). */
+static int builtin_named(const char *name)
+{
+    size_t b;
+
+    for (b = 0; b < sizeof(builtins) / sizeof(builtins[0]); b++)
+        if (!strcmp(name, builtins[b].name))
+            return 1;
+    return 0;
+}
+
 int loom_tokenizer_load(loom_tokenizer **out, const char *encoding_or_path)
 {
     const char *name = encoding_or_path;
@@ -874,12 +888,26 @@ int loom_tokenizer_load(loom_tokenizer **out, const char *encoding_or_path)
         }
         p += n + (p[n] == '\n');
     }
-    err = loom__error_set(LOOM_ENOTFOUND, "tokenizer: no vocabulary for %s "
-                          "(looked for %s.tiktoken in %s); run "
-                          "scripts/vocab.sh in loom's source tree, or set "
-                          "LOOM_VOCAB_DIR to a folder holding it", name,
-                          name, looked.len ? looked.ptr :
-                          "LOOM_VOCAB_DIR, which is empty");
+    if (!builtin_named(name))
+        err = loom__error_set(LOOM_ENOTFOUND,
+                              "tokenizer: unknown encoding "
+                              "'%s' (known: %s); another vocabulary is a "
+                              "path to its .tiktoken file, or %s.tiktoken "
+                              "in a vocab folder (looked in %s; "
+                              "scripts/vocab.sh fills it with the known "
+                              "ones)",
+                              name, KNOWN_ENCODINGS, name,
+                              looked.len ? looked.ptr
+                                         : "LOOM_VOCAB_DIR, which is empty");
+    else
+        err = loom__error_set(LOOM_ENOTFOUND,
+                              "tokenizer: no vocabulary for "
+                              "%s (looked for %s.tiktoken in %s); run "
+                              "scripts/vocab.sh in loom's source tree, or "
+                              "set LOOM_VOCAB_DIR to a folder holding it",
+                              name, name,
+                              looked.len ? looked.ptr
+                                         : "LOOM_VOCAB_DIR, which is empty");
 cleanup:
     free(path);
     loom_buf_free(&looked);

@@ -114,6 +114,12 @@ expect_rc 2 $? "bad --max-bytes"
 "$LOOM_BIN" tokens -e p50k_base "$tmp/hello" > "$tmp/out" 2>&1
 expect_rc 2 $? "unknown encoding"
 expect_grep "scripts/vocab.sh" "$tmp/out" "unknown encoding names the script"
+"$LOOM_BIN" tokens -e foo "$tmp/hello" > "$tmp/out" 2>&1
+expect_rc 2 $? "unknown encoding foo"
+expect_grep "unknown encoding 'foo' (known: o200k_base, cl100k_base)" \
+    "$tmp/out" "unknown encoding foo names the known ones"
+if grep -q "no vocabulary" "$tmp/out"; then
+    bad "unknown encoding foo says no vocabulary"; else ok; fi
 "$LOOM_BIN" tokens "$tmp/missing" > "$tmp/out" 2>&1
 expect_rc 1 $? "missing input file"
 

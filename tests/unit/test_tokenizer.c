@@ -831,6 +831,11 @@ static void test_vocab_dirs(void **state)
     setenv("LOOM_VOCAB_DIR", VOCAB_DIR, 1);
     assert_int_equal(loom_tokenizer_load(&t, "./no/such.tiktoken"),
                      LOOM_ENOTFOUND);
+    assert_int_equal(loom_tokenizer_load(&t, "foo"), LOOM_ENOTFOUND);
+    assert_non_null(strstr(loom_error_last(), "unknown encoding 'foo' "
+                                              "(known: o200k_base, "
+                                              "cl100k_base)"));
+    assert_null(strstr(loom_error_last(), "no vocabulary"));
     assert_int_equal(loom_tokenizer_load(&t, ".hidden"), LOOM_EINVALID);
     assert_int_equal(loom_tokenizer_load(&t, ""), LOOM_EINVALID);
     assert_int_equal(loom_tokenizer_load(&t, NULL), LOOM_EINVALID);
