@@ -193,7 +193,8 @@ int cli_serve(int argc, char **argv)
     db = a.db ? a.db : cfg->server.db;
     listen = a.listen ? a.listen : cfg->server.listen;
     if (loom_store_open(&store, db) != 0) {
-        fprintf(stderr, "loom serve: store %s: %s\n", db, loom_error_last());
+        /* The store's messages name it and its location already. */
+        fprintf(stderr, "loom serve: %s\n", loom_error_last());
         rc = CLI_FAILED;
         goto done;
     }

@@ -63,6 +63,11 @@ serve --log-level loud > "$tmp/out" 2>&1; expect_rc 2 $? "bad log level"
 serve --db "$tmp/x.db" --listen nonsense > "$tmp/out" 2>&1
 expect_rc 2 $? "bad listen address"
 expect_grep "HOST:PORT" "$tmp/out" "bad listen address message"
+serve --db /proc/nope/x.db > "$tmp/out" 2>&1; expect_rc 1 $? "bad --db"
+expect_grep "^loom serve: store /proc/nope/x.db: cannot create /proc/nope" \
+    "$tmp/out" "bad --db message"
+if [ "$(grep -o "/proc/nope/x.db" "$tmp/out" | wc -l)" -eq 1 ]; then ok
+else bad "bad --db: the location is repeated:"; cat "$tmp/out"; fi
 printf 'server:\n  max_body_bytes: 10\n' > "$tmp/bad.yaml"
 serve -c "$tmp/bad.yaml" > "$tmp/out" 2>&1; expect_rc 2 $? "bad server config"
 expect_grep "server.max_body_bytes" "$tmp/out" "bad server config message"
