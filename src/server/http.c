@@ -205,6 +205,7 @@ typedef struct srv_conn {
     size_t discarded;
     const route *route;
     int method_mismatch; /* the path exists with another method */
+    const route *other;  /* then its route, for the metrics' label */
     char allow[MAX_ALLOW]; /* the methods it exists with, for 405 */
     int state;
     int counted; /* in the server's pending requests */
@@ -286,6 +287,8 @@ static int match(srv_conn *c)
             allow_add(c->allow, "HEAD");
         if (strcmp(r->method, method) != 0) {
             c->method_mismatch = 1;
+            if (!c->other || r->nparams < c->other->nparams)
+                c->other = r;
             continue;
         }
         if (!best || r->nparams < best->nparams)
@@ -729,8 +732,11 @@ void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (c->sse)
         srv__sse_request_done(c->sse, ok);
     secs = loom__mono_ms_exact() / 1e3 - c->start;
+    /* A 405 counts under the route whose path it named. */
     srv__metrics_request(s->metrics, c->method,
-                         c->route ? c->route->tmpl : "unmatched",
+                         c->route   ? c->route->tmpl
+                         : c->other ? c->other->tmpl
+                                    : "unmatched",
                          c->replied ? c->status : 499, secs);
     if (loom_log_enabled(LOOM_LOG_INFO)) {
         /* Control bytes shown as '?', cut. */

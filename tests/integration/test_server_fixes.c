@@ -14,7 +14,8 @@
  *   conversation still starts streaming, /healthz and conversation reads
  *   still answer, and an unknown conversation is still a 404 before any
  *   stream; a run in a new conversation streams once it is created.
- * - 405 carries Allow; HEAD works wherever GET does.
+ * - 405 carries Allow and counts under its route in /metrics; HEAD works
+ *   wherever GET does.
  * - A chat request that fails after its run started cancels the run.
  * - A cancel that comes while the run is storing its turn is a 409.
  *
@@ -580,6 +581,18 @@ static void test_allow_and_head(void **state)
     assert_non_null(sh_header(&r, "Allow", v, sizeof(v)));
     assert_string_equal(v, "GET, HEAD");
     sh_resp_free(&r);
+    /* A 405 counts under its route, not as unmatched. */
+    wait_metric(&h,
+                "loom_http_requests_total{method=\"DELETE\","
+                "route=\"/v1/runs\",status=\"405\"}",
+                1);
+    wait_metric(&h,
+                "loom_http_requests_total{method=\"PUT\",route=\"/v1/"
+                "conversations/{id}\",status=\"405\"}",
+                1);
+    assert_int_equal(metric(&h, "loom_http_requests_total{method=\"DELETE\","
+                                "route=\"unmatched\",status=\"405\"}"),
+                     0);
 
     /* HEAD answers like GET, without the body. */
     assert_int_equal(head(&h, "/healthz", &r), 200);
