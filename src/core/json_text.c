@@ -1,10 +1,13 @@
 /*
  * JSON strings from text that may hold any bytes (stored messages, error
  * messages from outside): jansson takes only UTF-8, so invalid bytes are
- * replaced with U+FFFD instead of failing.
+ * replaced with U+FFFD instead of failing. And why a JSON text from
+ * outside did not parse, said the same way by every API.
  */
+#include "core/text.h"
 #include "core/utf8.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,4 +79,20 @@ json_t *loom__json_text(const char *s, size_t len)
     j = json_stringn((const char *)fixed, (size_t)(w - fixed));
     free(fixed);
     return j;
+}
+
+const char *loom__json_error_shown(char *dst, size_t cap,
+                                   const json_error_t *je)
+{
+    char reason[JSON_ERROR_TEXT_LENGTH];
+
+    /* jansson's own words for \u0000 name a flag the sender cannot set. */
+    if (json_error_code(je) == json_error_null_character)
+        snprintf(reason, sizeof(reason), "%s",
+                 "\\u0000 is not allowed in a string");
+    else
+        loom__text_shown(reason, sizeof(reason), je->text, sizeof(reason));
+    snprintf(dst, cap, "%s, at byte offset %d (line %d, column %d)", reason,
+             je->position, je->line, je->column);
+    return dst;
 }

@@ -33,6 +33,15 @@ static inline size_t loom__utf8_cut(const char *s, size_t len, size_t max)
  */
 json_t *loom__json_text(const char *s, size_t len);
 
+/*
+ * Says in dst (cap bytes) why a JSON text did not parse and where: je's
+ * reason (control characters shown as '?'; a \u0000 in a string said
+ * plainly), then the byte offset, line and column jansson stopped at
+ * (just past the offending byte or string). Returns dst.
+ */
+const char *loom__json_error_shown(char *dst, size_t cap,
+                                   const json_error_t *je);
+
 /* Code points in len bytes of UTF-8: the bytes that are not continuation
  * bytes (10xxxxxx), so invalid input counts each stray lead byte. */
 static inline size_t loom__utf8_count(const char *s, size_t len)

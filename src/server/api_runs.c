@@ -143,9 +143,19 @@ static int parse_start(srv_request *r, start_req *q)
     json_t *val;
     int rc;
 
-    if (!json_is_object(b))
-        return bad(r, NULL, r->json_error ? r->json_error
-                                          : "the body must be a JSON object");
+    /* The same code as the chat API's for a body that is not an object. */
+    if (r->json_error) {
+        srv_reply_error(r, 400, NULL, NULL, "invalid_json",
+                        "We could not parse the JSON body of your request: "
+                        "%s.",
+                        r->json_error);
+        return 1;
+    }
+    if (!json_is_object(b)) {
+        srv_reply_error(r, 400, NULL, NULL, "invalid_json",
+                        "The request body must be a JSON object.");
+        return 1;
+    }
     json_object_foreach((json_t *)b, key, val)
     {
         size_t i;

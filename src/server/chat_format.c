@@ -15,6 +15,7 @@
 #include "server/chat_format.h"
 #include "core/error.h"
 #include "core/text.h"
+#include "core/utf8.h"
 #include "server/chat_parts.h"
 
 #include <stdarg.h>
@@ -754,6 +755,7 @@ int loom__chat_request_parse_text(loom__chat_request *out, const char *text,
     json_error_t je;
     json_t *body = text ? json_loadb(text, len, 0, &je)
                         : NULL;
+    char why[256];
     int rc;
 
     if (!body) {
@@ -761,10 +763,9 @@ int loom__chat_request_parse_text(loom__chat_request *out, const char *text,
         memset(err, 0, sizeof(*err));
         return loom__chat_error_set(
             err, 400, "invalid_request_error", "invalid_json", NULL,
-            "We could not parse the JSON body of your request: %s (line "
-            "%d, column %d).",
-            text ? je.text : "empty body", text ? je.line : 0,
-            text ? je.column : 0);
+            "We could not parse the JSON body of your request: %s.",
+            text ? loom__json_error_shown(why, sizeof(why), &je)
+                 : "empty body");
     }
     rc = loom__chat_request_parse(out, body, err);
     json_decref(body);

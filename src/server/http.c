@@ -20,6 +20,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/text.h"
+#include "core/utf8.h"
 #include "loom/log.h"
 #include "server/srvpriv.h"
 
@@ -204,6 +205,7 @@ typedef struct srv_conn {
     int too_large;
     size_t discarded;
     const route *route;
+    char json_error[256]; /* req.json_error's text */
     int method_mismatch; /* the path exists with another method */
     const route *other;  /* then its route, for the metrics' label */
     char allow[MAX_ALLOW]; /* the methods it exists with, for 405 */
@@ -637,7 +639,8 @@ static void parse_body(srv_conn *c)
         return;
     c->req.json = json_loadb(c->body.ptr, c->body.len, 0, &jerr);
     if (!c->req.json)
-        c->req.json_error = "the body is not valid JSON";
+        c->req.json_error =
+            loom__json_error_shown(c->json_error, sizeof(c->json_error), &jerr);
 }
 
 enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,

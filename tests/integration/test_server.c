@@ -295,8 +295,8 @@ static void test_run_bad_requests(void **state)
 
     (void)state;
     sh_start(&h, LOOP(HELLO), NULL, NULL);
-    expect_400(&h, "{not json", "invalid_value", NULL);
-    expect_400(&h, "[1]", "invalid_value", NULL);
+    expect_400(&h, "{not json", "invalid_json", NULL);
+    expect_400(&h, "[1]", "invalid_json", NULL);
     expect_400(&h, "{\"input\":\"x\",\"strem\":true}", "unknown_parameter",
                "strem");
     expect_400(&h, "{}", "invalid_value", "input");
@@ -337,6 +337,55 @@ static void test_run_bad_requests(void **state)
         assert_int_equal(json_array_size(json_object_get(l, "data")), 0);
         json_decref(l);
     }
+    sh_free(&h);
+}
+
+/* POSTs body to path and expects a 400 invalid_json whose message holds
+ * want. */
+static void expect_bad_json(const sh *h, const char *path, const char *body,
+                            const char *want)
+{
+    sh_resp r;
+    json_t *j;
+    const char *msg;
+
+    if (sh_req(h, "POST", path, body, NULL, &r) != 400)
+        fail_msg("%s: status %ld: %s", path, r.status, r.body);
+    sh_check_error(r.body, "invalid_json");
+    j = json_loads(r.body, 0, NULL);
+    msg = sh_str(json_object_get(j, "error"), "message");
+    if (!strstr(msg, want))
+        fail_msg("%s: \"%s\" lacks \"%s\"", path, msg, want);
+    json_decref(j);
+    sh_resp_free(&r);
+}
+
+/* Bodies that are not JSON get the same code from both APIs, and a
+ * message saying where: invalid UTF-8, \u0000 in a string, a lone
+ * surrogate. */
+static void test_bad_json_offsets(void **state)
+{
+    static const char *const paths[] = {"/v1/runs", "/v1/chat/completions"};
+    sh h;
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, NULL);
+    for (size_t i = 0; i < 2; i++) {
+        expect_bad_json(&h, paths[i], "{\"input\":\"x\xff\"}",
+                        "unable to decode byte 0xff");
+        expect_bad_json(&h, paths[i], "{\"input\":\"x\xff\"}",
+                        "at byte offset 11 (line 1, column 11)");
+        expect_bad_json(&h, paths[i], "{\"input\":\"x\\u0000\"}",
+                        "\\u0000 is not allowed in a string, at byte "
+                        "offset 18");
+        expect_bad_json(&h, paths[i], "{\"input\":\"\\ud800\"}",
+                        "invalid Unicode '\\uD800'");
+        expect_bad_json(&h, paths[i], "{\"input\":\"\\ud800\"}",
+                        "at byte offset 17");
+        expect_bad_json(&h, paths[i], "{\"input\":", "byte offset 9");
+        expect_bad_json(&h, paths[i], "[1]", "must be a JSON object");
+    }
+    assert_int_equal(fake_request_count(h.fake), 0);
     sh_free(&h);
 }
 
@@ -1166,6 +1215,7 @@ int main(void)
         cmocka_unit_test(test_run_stream),
         cmocka_unit_test(test_run_input_and_conversation),
         cmocka_unit_test(test_run_bad_requests),
+        cmocka_unit_test(test_bad_json_offsets),
         cmocka_unit_test(test_background_and_cancel),
         cmocka_unit_test(test_events_resume),
         cmocka_unit_test(test_disconnect_cancels),

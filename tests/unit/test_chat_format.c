@@ -462,6 +462,7 @@ static void test_parse_text(void **state)
     assert_int_equal(err.status, 400);
     assert_string_equal(err.code, "invalid_json");
     assert_non_null(strstr(err.message, "could not parse"));
+    assert_non_null(strstr(err.message, "at byte offset 9"));
     loom__chat_error_clear(&err);
     assert_int_equal(loom__chat_request_parse_text(&req, "", 0, &err),
                      LOOM_EINVALID);
