@@ -225,6 +225,11 @@ typedef struct {
     char *message;   /* provider's message, or loom's description */
     char *request_id; /* x-request-id or similar, may be NULL */
     int attempts;    /* requests made, retries included */
+    /* The failed answer's rate-limit headers, for a server to pass on to
+     * its own client: an object of lower-case name -> string value
+     * (Retry-After, retry-after-ms, x-ratelimit-*; at most 12, values at
+     * most 128 bytes), NULL when it had none. Freed with the response. */
+    json_t *headers;
 } loom_upstream_error;
 
 /* Everything one model call produced. Owned by the caller. */

@@ -666,6 +666,10 @@ static void finish_failed_code(loom_run *run, int rc, const char *code,
                                 json_string(resp->error.request_id));
         json_object_set_new(err, "attempts",
                             json_integer(resp->error.attempts));
+        /* A copy: the event outlives the response. */
+        if (resp->error.headers)
+            json_object_set_new(err, "headers",
+                                json_deep_copy(resp->error.headers));
     }
     emit(run, LOOM_EV_RUN_FAILED,
          json_pack("{s:s,s:o,s:s,s:i,s:o,s:s*}", "status",

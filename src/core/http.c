@@ -26,6 +26,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -231,6 +232,23 @@ static int name_is(const char *data, size_t nlen, const char *name)
     return strlen(name) == nlen && strncasecmp(data, name, nlen) == 0;
 }
 
+/* Keeps a header to pass on (checked by loom__text_is_rate_header), its
+ * name in lower case, while there is room. */
+static void keep_rate(loom__http_response *r, const char *name, size_t nlen,
+                      const char *v, size_t vlen)
+{
+    size_t i;
+
+    if (r->rate_len == LOOM__RATE_HEADERS_MAX)
+        return;
+    for (i = 0; i < nlen; i++)
+        r->rate[r->rate_len].name[i] = (char)tolower((unsigned char)name[i]);
+    r->rate[r->rate_len].name[i] = '\0';
+    memcpy(r->rate[r->rate_len].value, v, vlen);
+    r->rate[r->rate_len].value[vlen] = '\0';
+    r->rate_len++;
+}
+
 static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
 {
     transfer *t = ud;
@@ -247,6 +265,7 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
         free(r->content_type);
         r->request_id = r->retry_after = r->retry_after_ms = NULL;
         r->content_type = NULL;
+        r->rate_len = 0;
         return len;
     }
     colon = memchr(data, ':', len);
@@ -260,6 +279,8 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
     while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' ||
                        end[-1] == '\t'))
         end--;
+    if (loom__text_is_rate_header(data, nlen, v, (size_t)(end - v)))
+        keep_rate(r, data, nlen, v, (size_t)(end - v));
     if (name_is(data, nlen, "x-request-id") ||
         (name_is(data, nlen, "request-id") && !r->request_id))
         keep_header(&r->request_id, v, (size_t)(end - v));

@@ -18,6 +18,7 @@
 #ifndef LOOM_CORE_HTTP_H
 #define LOOM_CORE_HTTP_H
 
+#include "core/text.h"
 #include "loom/buf.h"
 #include "loom/cancel.h"
 #include "loom/common.h"
@@ -80,6 +81,14 @@ typedef struct {
     char *retry_after;    /* Retry-After, NULL when absent */
     char *retry_after_ms; /* retry-after-ms, NULL when absent */
     char *content_type;   /* NULL when absent */
+    /* The headers to pass on (loom__text_is_rate_header), names in lower
+     * case, in arrival order; past LOOM__RATE_HEADERS_MAX they are not
+     * kept. */
+    struct {
+        char name[LOOM__RATE_HEADER_NAME_MAX + 1];
+        char value[LOOM__RATE_HEADER_VALUE_MAX + 1];
+    } rate[LOOM__RATE_HEADERS_MAX];
+    size_t rate_len;
     loom_buf body;        /* error body, or 2xx body without on_body */
     int body_truncated;   /* the error body was longer than the limit */
     size_t body_bytes;    /* body bytes received in all */

@@ -1,11 +1,13 @@
 /*
- * Small text helpers every layer shares (core/text.h): the name rule and
- * the shown form of strings quoted in error messages. Written by hand:
- * both are a few lines, and no linked library has them.
+ * Small text helpers every layer shares (core/text.h): the name rule, the
+ * shown form of strings quoted in error messages, and which upstream
+ * headers are passed on. Written by hand: each is a few lines, and no
+ * linked library has them.
  */
 #include "core/text.h"
 
 #include <string.h>
+#include <strings.h>
 
 const char *loom__text_shown(char *dst, size_t cap, const char *s, size_t max)
 {
@@ -38,4 +40,29 @@ int loom__text_is_name(const char *s, int dots)
             return 0;
     }
     return n > 0;
+}
+
+int loom__text_is_rate_header(const char *name, size_t nlen, const char *value,
+                              size_t vlen)
+{
+    static const char prefix[] = "x-ratelimit-";
+    size_t plen = sizeof(prefix) - 1;
+
+    if (!nlen || nlen > LOOM__RATE_HEADER_NAME_MAX || !vlen ||
+        vlen > LOOM__RATE_HEADER_VALUE_MAX)
+        return 0;
+    if (!(nlen == 11 && !strncasecmp(name, "retry-after", 11)) &&
+        !(nlen == 14 && !strncasecmp(name, "retry-after-ms", 14)) &&
+        !(nlen > plen && !strncasecmp(name, prefix, plen)))
+        return 0;
+    for (size_t i = 0; i < nlen; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '-'))
+            return 0;
+    }
+    for (size_t i = 0; i < vlen; i++)
+        if ((unsigned char)value[i] < 0x20 || (unsigned char)value[i] > 0x7e)
+            return 0;
+    return 1;
 }

@@ -26,4 +26,23 @@ const char *loom__text_shown(char *dst, size_t cap, const char *s, size_t max);
  */
 int loom__text_is_name(const char *s, int dots);
 
+/*
+ * Rate-limit headers of an upstream error answer that loom passes on to
+ * its own client, so it can back off as the provider asked: Retry-After,
+ * retry-after-ms and x-ratelimit-*. At most LOOM__RATE_HEADERS_MAX of
+ * them; a longer name or value is not passed on.
+ */
+#define LOOM__RATE_HEADERS_MAX 12
+#define LOOM__RATE_HEADER_NAME_MAX 64
+#define LOOM__RATE_HEADER_VALUE_MAX 128
+
+/*
+ * Whether a header is one to pass on: its name (nlen bytes) is
+ * Retry-After, retry-after-ms or x-ratelimit-<more> in any case, at most
+ * LOOM__RATE_HEADER_NAME_MAX bytes of [A-Za-z0-9-]; its value (vlen bytes)
+ * is 1 to LOOM__RATE_HEADER_VALUE_MAX bytes of printable ASCII.
+ */
+int loom__text_is_rate_header(const char *name, size_t nlen, const char *value,
+                              size_t vlen);
+
 #endif

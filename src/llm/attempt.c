@@ -93,6 +93,22 @@ static int prefix_error(const char *name, int code)
     return loom__error_set(code, "%s: %s", name, msg);
 }
 
+/* Puts the error answer's rate-limit headers into err->headers (left
+ * NULL when there are none). LOOM_ENOMEM. */
+static int keep_rate_headers(loom_upstream_error *err,
+                             const loom__http_response *hr)
+{
+    if (!hr->rate_len)
+        return 0;
+    if (!(err->headers = json_object()))
+        return loom__error_oom();
+    for (size_t i = 0; i < hr->rate_len; i++)
+        if (json_object_set_new(err->headers, hr->rate[i].name,
+                                json_string(hr->rate[i].value)))
+            return loom__error_oom();
+    return 0;
+}
+
 /*
  * Classifies the outcome of one attempt. Returns 0 on success, or the
  * error to return, with resp->error filled and *retry set when another
@@ -120,7 +136,8 @@ static int outcome(attempt_ctx *a, int rc, const loom__http_response *hr,
         }
     } else if (rc == 0) {
         if (ops->error_from_http(err, hr->status, loom_buf_cstr(&hr->body),
-                                 hr->body.len, hr->request_id))
+                                 hr->body.len, hr->request_id) ||
+            keep_rate_headers(err, hr))
             return LOOM_ENOMEM;
         *retry = ops->status_retryable(hr->status);
         return LOOM_EUPSTREAM;
@@ -278,6 +295,7 @@ void loom__upstream_error_clear(loom_upstream_error *err)
     free(err->type);
     free(err->message);
     free(err->request_id);
+    json_decref(err->headers);
     memset(err, 0, sizeof(*err));
     err->attempts = attempts;
 }

@@ -23,6 +23,7 @@ void loom_llm_response_clear(loom_llm_response *r)
     free(r->error.type);
     free(r->error.message);
     free(r->error.request_id);
+    json_decref(r->error.headers);
     free(r->model);
     memset(r, 0, sizeof(*r));
 }

@@ -279,6 +279,7 @@ static int deferred_done(srv_request *r, srv_run *run, void *payload)
     if (loom__chat_fmt_failure(f)) {
         memset(&e, 0, sizeof(e));
         rc = loom__chat_error_from_failure(&e, loom__chat_fmt_failure(f));
+        srv_pass_rate_headers(r, loom__chat_fmt_failure(f));
         rc = rc == LOOM_EINVALID ? reply_chat_error(r, &e) : rc;
         loom__chat_error_clear(&e);
         return rc;

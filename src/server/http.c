@@ -33,7 +33,7 @@
 #include <time.h>
 
 #define MAX_ROUTE_SEGMENTS 8
-#define MAX_REPLY_HEADERS 16
+#define MAX_REPLY_HEADERS 32
 #define MAX_LOG_PATH 200
 #define MAX_ALLOW 96 /* "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS" */
 
@@ -365,6 +365,24 @@ int srv_set_header(srv_request *r, const char *name, const char *value)
     }
     c->nhdrs++;
     return 0;
+}
+
+void srv_pass_rate_headers(srv_request *r, const json_t *failure)
+{
+    const json_t *e = json_object_get(failure, "error");
+    json_t *h = json_object_get(e, "headers");
+    const char *name, *s;
+    json_t *v;
+    size_t n = 0;
+
+    json_object_foreach(h, name, v)
+    {
+        s = json_string_value(v);
+        if (n < LOOM__RATE_HEADERS_MAX && s &&
+            loom__text_is_rate_header(name, strlen(name), s, strlen(s)) &&
+            srv_set_header(r, name, s) == 0)
+            n++;
+    }
 }
 
 void srv_request_set_run(srv_request *r, const char *run_id)

@@ -103,6 +103,15 @@ typedef struct srv_request {
 /* A query-string argument ("?limit=10"), decoded; NULL when absent. */
 const char *srv_query(const srv_request *r, const char *key);
 
+/*
+ * Adds to the next reply the rate-limit headers (Retry-After,
+ * retry-after-ms, x-ratelimit-*) of the upstream error that failed a
+ * run: failure is a run.failed event's data, whose error.headers holds
+ * them. Names and values are checked again (an embedder's provider may
+ * have filled them); others are left out.
+ */
+void srv_pass_rate_headers(srv_request *r, const json_t *failure);
+
 /* A request header (case-insensitive name); NULL when absent. */
 const char *srv_header(const srv_request *r, const char *name);
 

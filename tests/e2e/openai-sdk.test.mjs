@@ -50,7 +50,8 @@ const fakes = {
     limited: {
         retries: 1,
         script: { loop: true, responses: [
-            { status: 429, headers: { 'Retry-After': '0' },
+            { status: 429, headers: { 'Retry-After': '0',
+                                      'x-ratelimit-remaining-requests': '0' },
               error: { message: 'Rate limit reached for fake-model',
                        type: 'rate_limit_error',
                        code: 'rate_limit_exceeded' } }] },
@@ -350,6 +351,9 @@ describe('openai SDK against loom serve', () => {
         assert.equal(err.type, 'rate_limit_error');
         assert.equal(err.code, 'rate_limit_exceeded');
         assert.match(err.message, /Rate limit reached for fake-model/);
+        /* The upstream's rate-limit headers reach the client. */
+        assert.equal(err.headers.get('retry-after'), '0');
+        assert.equal(err.headers.get('x-ratelimit-remaining-requests'), '0');
         /* loom retried once (retries.max: 1) before giving up */
         assert.equal(stack.fakeRequests('limited').length, 2);
 
@@ -376,6 +380,7 @@ describe('openai SDK against loom serve', () => {
         assert.equal(err.status, 429);
         assert.match(err.message, /Rate limit reached for fake-model/);
         assert.match(err.headers.get('x-loom-conversation-id'), /^conv_/);
+        assert.equal(err.headers.get('retry-after'), '0');
     });
 
     test('a bad body surfaces as BadRequestError', TIMEOUT, async () => {

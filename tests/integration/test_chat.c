@@ -138,6 +138,9 @@ typedef struct {
     char ctype[128];
     char conv[160];
     int conv_headers; /* X-Loom-Conversation-Id headers seen */
+    /* Rate-limit headers passed on from the upstream, and one that is
+     * not to be ("" when absent). */
+    char retry_after[32], retry_after_ms[32], remaining[32], cookie[32];
 } reply;
 
 static size_t on_body(char *p, size_t sz, size_t n, void *ud)
@@ -170,6 +173,13 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
                      sizeof(r->conv)))
         r->conv_headers++;
     header_value(p, sz * n, "Content-Type", r->ctype, sizeof(r->ctype));
+    header_value(p, sz * n, "Retry-After", r->retry_after,
+                 sizeof(r->retry_after));
+    header_value(p, sz * n, "retry-after-ms", r->retry_after_ms,
+                 sizeof(r->retry_after_ms));
+    header_value(p, sz * n, "x-ratelimit-remaining-requests", r->remaining,
+                 sizeof(r->remaining));
+    header_value(p, sz * n, "Set-Cookie", r->cookie, sizeof(r->cookie));
     return sz * n;
 }
 
@@ -985,10 +995,15 @@ static void test_upstream_errors(void **state)
     int done;
     (void)state;
 
+#define RATE_HEADERS                                                           \
+    "\"headers\":{\"Retry-After\":\"1\",\"retry-after-ms\":\"1000\","          \
+    "\"X-RateLimit-Remaining-Requests\":\"0\",\"Set-Cookie\":\"a=b\"},"
     start("{\"responses\":["
-          "{\"status\":429,\"error\":{\"message\":\"Rate limit reached\","
+          "{\"status\":429," RATE_HEADERS
+          "\"error\":{\"message\":\"Rate limit reached\","
           "\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}},"
-          "{\"status\":429,\"error\":{\"message\":\"Rate limit reached\","
+          "{\"status\":429," RATE_HEADERS
+          "\"error\":{\"message\":\"Rate limit reached\","
           "\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}},"
           "{\"status\":500,\"error\":{\"message\":\"The server had an "
           "error\",\"type\":\"server_error\"}},"
@@ -1005,6 +1020,11 @@ static void test_upstream_errors(void **state)
     assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
                            "Rate limit reached"));
     assert_int_equal(r.conv_headers, 1);
+    /* The upstream's rate-limit headers are passed on, no others. */
+    assert_string_equal(r.retry_after, "1");
+    assert_string_equal(r.retry_after_ms, "1000");
+    assert_string_equal(r.remaining, "0");
+    assert_string_equal(r.cookie, "");
     json_decref(o);
     reply_free(&r);
 
@@ -1019,6 +1039,8 @@ static void test_upstream_errors(void **state)
     assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
                            "Rate limit reached"));
     assert_int_equal(r.conv_headers, 1);
+    assert_string_equal(r.retry_after, "1");
+    assert_string_equal(r.remaining, "0");
     json_decref(o);
     reply_free(&r);
 
@@ -1030,6 +1052,7 @@ static void test_upstream_errors(void **state)
     e = expect_error(&r, 502, "upstream_error", &o);
     assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
                            "The server had an error"));
+    assert_string_equal(r.retry_after, "");
     json_decref(o);
     reply_free(&r);
 

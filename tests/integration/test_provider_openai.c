@@ -295,6 +295,40 @@ static void test_retry_after_too_long(void **state)
     provider_stop(c);
 }
 
+/* The error's rate-limit headers are kept for a server to pass on: only
+ * those, names in lower case, a value past the limit left out. */
+static void test_rate_headers_kept(void **state)
+{
+    char long_value[LOOM__RATE_HEADER_VALUE_MAX + 2], script[1024];
+    const json_t *h;
+    ctx *c;
+
+    (void)state;
+    memset(long_value, '7', sizeof(long_value) - 1);
+    long_value[sizeof(long_value) - 1] = '\0';
+    snprintf(script, sizeof(script),
+             "{\"responses\":[{\"status\":429,\"headers\":{"
+             "\"Retry-After\":\"120\",\"X-RateLimit-Reset-Tokens\":"
+             "\"6m0s\",\"x-ratelimit-remaining-requests\":\"0\","
+             "\"x-ratelimit-long\":\"%s\",\"x-request-id\":\"req_9\","
+             "\"Set-Cookie\":\"a=b\"},\"error\":{\"message\":\"quota\"}}]}",
+             long_value);
+    c = setup(script, NULL, 0);
+    assert_int_equal(provider_run(c, NULL), LOOM_EUPSTREAM);
+    h = c->resp.error.headers;
+    assert_non_null(h);
+    assert_int_equal(json_object_size(h), 3);
+    assert_string_equal(json_string_value(json_object_get(h, "retry-after")),
+                        "120");
+    assert_string_equal(
+        json_string_value(json_object_get(h, "x-ratelimit-reset-tokens")),
+        "6m0s");
+    assert_string_equal(
+        json_string_value(json_object_get(h, "x-ratelimit-remaining-requests")),
+        "0");
+    provider_stop(c);
+}
+
 static void test_500_then_ok(void **state)
 {
     ctx *c = setup("{\"responses\":[{\"status\":500,\"error\":{\"message\":"
@@ -726,6 +760,7 @@ int main(void)
         cmocka_unit_test(test_429_retry_after),
         cmocka_unit_test(test_retry_after_ms),
         cmocka_unit_test(test_retry_after_too_long),
+        cmocka_unit_test(test_rate_headers_kept),
         cmocka_unit_test(test_500_then_ok),
         cmocka_unit_test(test_retries_exhausted),
         cmocka_unit_test(test_max_retries_zero),
