@@ -9,6 +9,8 @@
 #include "loom/config.h"
 #include "loom/run.h"
 
+#include <signal.h>
+
 /* Exit codes of the loom command. */
 #define CLI_OK 0
 #define CLI_FAILED 1
@@ -46,8 +48,9 @@ typedef struct {
     int json;        /* --json: one JSON object per line on stdout */
     int tty;         /* stderr is a terminal: live tool lines */
     int color;
-    int ended_nl;    /* the answer text so far ends with a newline */
-    int wrote_text;
+    /* Read by the SIGINT handler too (a second Ctrl-C ends the line). */
+    volatile sig_atomic_t ended_nl; /* the answer so far ends with '\n' */
+    volatile sig_atomic_t wrote_text;
 } cli_printer;
 
 int cli_printer_emit(const loom_event *ev, void *payload);

@@ -61,13 +61,23 @@ static const char config_usage[] =
     "without running anything. Exit 0 when valid, 2 otherwise.\n";
 
 static loom_turn *volatile current_turn;
+static cli_printer *volatile current_printer;
 static volatile sig_atomic_t interrupts;
 
 static void on_sigint(int sig)
 {
+    cli_printer *p = current_printer;
+    ssize_t n;
+
     (void)sig;
-    if (++interrupts > 1)
+    if (++interrupts > 1) {
+        /* The answer's line ends, as on a cancel that finishes. */
+        if (p && !p->json && p->wrote_text && !p->ended_nl) {
+            n = write(STDOUT_FILENO, "\n", 1);
+            (void)n;
+        }
         _exit(CLI_INTERRUPTED);
+    }
     if (current_turn)
         loom_turn_cancel(current_turn);
 }
@@ -323,10 +333,12 @@ int cli_run(int argc, char **argv)
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     current_turn = turn;
+    current_printer = &printer;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     rc = loom_turn_execute(turn);
     current_turn = NULL;
+    current_printer = NULL;
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
 

@@ -209,6 +209,12 @@ kill -INT $loom_pid
 wait $loom_pid
 expect_rc 130 $? "Ctrl-C"
 expect_grep "cancelled" "$tmp/err" "Ctrl-C message"
+# the answer's line is ended
+expect_last_byte_nl() { # file what
+    if [ "$(tail -c 1 "$1" | od -An -c | tr -d ' ')" = '\n' ]; then ok
+    else bad "$2: the output does not end with a newline"; fi
+}
+expect_last_byte_nl "$tmp/out" "Ctrl-C"
 stop_fake
 
 # --- offline demo without a key ---
