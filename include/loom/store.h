@@ -94,7 +94,9 @@ int loom_store_conversation_list(loom_store *st, const char *after,
  * prompt_tokens, completion_tokens, cost, created_at, run_id,
  * tool_calls: [{id, name, arguments, text_offset}] and citations (the
  * array saved with the turn, null when none) (assistant messages),
- * tool_call_id, name, tool_status, duration_ms (tool messages)},
+ * tool_call_id, name, tool_status, duration_ms (tool messages)}; the
+ * message that carries a turn's status has the whole turn's tokens
+ * (every model call summed) beside the whole turn's cost,
  * "usage": [{run_id, model, iteration, prompt_tokens,
  * completion_tokens, cached_tokens, reasoning_tokens, total_tokens,
  * cost}] and "tool_records": every tool record saved, oldest first, as

@@ -632,11 +632,11 @@ static int plan_turn(const loom_turn_record *t, loom__store_plan *p)
     if (t->status != LOOM_TURN_OK)
         m->error = t->error ? t->error : "";
     m->finish_reason = t->finish_reason;
-    if (t->usage_len) {
+    /* The whole turn's tokens, beside the whole turn's cost. */
+    for (size_t i = 0; i < t->usage_len; i++) {
         m->has_tokens = 1;
-        m->prompt_tokens = t->usage[t->usage_len - 1].usage.prompt_tokens;
-        m->completion_tokens =
-            t->usage[t->usage_len - 1].usage.completion_tokens;
+        m->prompt_tokens += t->usage[i].usage.prompt_tokens;
+        m->completion_tokens += t->usage[i].usage.completion_tokens;
     }
     m->cost = t->cost;
     m->cost_micros = turn_micros(t);

@@ -510,8 +510,9 @@ static void test_save_turn_get_json(void **state)
     assert_string_equal(jstr(m, "finish_reason"), "stop");
     assert_string_equal(jstr(m, "status"), "ok");
     assert_true(jnull(m, "error"));
-    assert_int_equal(jint(m, "prompt_tokens"), 30);
-    assert_int_equal(jint(m, "completion_tokens"), 7);
+    /* The whole turn's tokens (both calls), beside the turn's cost. */
+    assert_int_equal(jint(m, "prompt_tokens"), 40);
+    assert_int_equal(jint(m, "completion_tokens"), 12);
     assert_true(json_real_value(json_object_get(m, "cost")) == 0.5);
     /* One usage row is unpriced: the turn's own total, exactly. */
     assert_int_equal(jint(m, "cost_micros"), 500000);
