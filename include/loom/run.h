@@ -390,6 +390,10 @@ const char *loom_run_text(const loom_run *run);
 /* Token counts summed over the run's model calls; cost_micros sums the
  * costs of the calls whose model has prices. */
 const loom_usage *loom_run_usage(const loom_run *run);
+/* 1 when the run's cost is known: it made at least one priced model call
+ * (reviews and summaries included) and no unpriced one; else 0, and
+ * loom_run_usage's cost_micros is then no total. */
+int loom_run_cost_known(const loom_run *run);
 /* Model calls made. */
 int loom_run_iterations(const loom_run *run);
 /* Messages the run added after history (assistant turns, tool results). */

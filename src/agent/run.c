@@ -189,8 +189,7 @@ static json_t *usage_json_cost(const loom_usage *u, int cost_known)
 /* The run's usage so far, with its total cost when every call had one. */
 static json_t *run_usage_json(const loom_run *run)
 {
-    return usage_json_cost(&run->usage,
-                           run->priced_calls > 0 && run->unpriced_calls == 0);
+    return usage_json_cost(&run->usage, loom_run_cost_known(run));
 }
 
 /* {"delta": text}, the text checked as json_pack's "s%" checks it. */
@@ -1421,6 +1420,11 @@ const char *loom_run_text(const loom_run *run)
 const loom_usage *loom_run_usage(const loom_run *run)
 {
     return &run->usage;
+}
+
+int loom_run_cost_known(const loom_run *run)
+{
+    return run->priced_calls > 0 && run->unpriced_calls == 0;
 }
 
 int loom_run_iterations(const loom_run *run)

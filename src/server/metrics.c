@@ -2,8 +2,8 @@
  * Metrics in the Prometheus text exposition format (version 0.0.4) for
  * GET /metrics: requests by route template and status, run durations,
  * upstream latency and errors by provider, tool calls by name and
- * outcome, tokens by model and kind, store failures and retries, active
- * runs and streams.
+ * outcome, tokens by model and kind, cost by model, store failures and
+ * retries, active runs and streams.
  *
  * Counters live in small families of label sets under one mutex: samples
  * are few per request, so a lock is simpler than per-series atomics and
@@ -59,6 +59,7 @@ enum {
     F_UPSTREAM_ERRORS,
     F_TOOLS,
     F_TOKENS,
+    F_COST,
     F_STORE_ERRORS,
     F_STORE_RETRIES,
     NFAMILIES
@@ -69,6 +70,8 @@ struct srv_metrics {
     family f[NFAMILIES];
 };
 
+/* The families, one or two lines each, as written. */
+/* clang-format off */
 static const family templates[NFAMILIES] = {
     {"loom_http_requests_total", "HTTP requests by method, route and status",
      0, {"method", "route", "status"}, NULL, 0, 0},
@@ -91,6 +94,9 @@ static const family templates[NFAMILIES] = {
      {"tool", "outcome", NULL}, NULL, 0, 0},
     {"loom_tokens_total", "Tokens by model and kind", 0,
      {"model", "kind", NULL}, NULL, 0, 0},
+    {"loom_cost_micros_total",
+     "Cost of priced model calls in micro-dollars (1e-6 USD), by model", 0,
+     {"model", NULL, NULL}, NULL, 0, 0},
     {"loom_store_errors_total",
      "Store calls of runs that failed after their retries, by operation "
      "(save_turn: a turn not stored)",
@@ -100,6 +106,7 @@ static const family templates[NFAMILIES] = {
      "full), by operation",
      0, {"op", NULL, NULL}, NULL, 0, 0},
 };
+/* clang-format on */
 
 int srv__metrics_new(srv_metrics **out)
 {
@@ -248,6 +255,12 @@ void srv__metrics_tokens(srv_metrics *m, const char *model, const char *kind,
 {
     if (n > 0)
         add(m, F_TOKENS, (double)n, model ? model : "", kind, NULL);
+}
+
+void srv__metrics_cost(srv_metrics *m, const char *model, long long micros)
+{
+    if (micros >= 0)
+        add(m, F_COST, (double)micros, model ? model : "", NULL, NULL);
 }
 
 void srv__metrics_store_error(srv_metrics *m, const char *op)

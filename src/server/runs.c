@@ -280,6 +280,16 @@ int srv_run_wait(srv_run *run, uint64_t after_seq, long timeout_ms)
     return loom_turn_wait(run->t, after_seq, timeout_ms);
 }
 
+/* The cost_micros of a usage object, when it has one (a priced call). */
+static void note_cost(srv_run *r, const json_t *usage)
+{
+    const json_t *c = json_object_get(usage, "cost_micros");
+
+    if (json_is_integer(c))
+        srv__metrics_cost(r->s->metrics, loom_turn_model(r->t),
+                          (long long)json_integer_value(c));
+}
+
 static void note_metrics(srv_run *r, const loom_event *ev)
 {
     static const char *const kinds[] = {"prompt", "completion", "cached",
@@ -302,6 +312,10 @@ static void note_metrics(srv_run *r, const loom_event *ev)
             srv__metrics_tokens(
                 m, loom_turn_model(r->t), kinds[i],
                 (long)json_integer_value(json_object_get(ev->data, keys[i])));
+        note_cost(r, ev->data);
+        break;
+    case LOOM_EV_REVIEW:
+        note_cost(r, json_object_get(ev->data, "usage"));
         break;
     default:
         break;
@@ -519,14 +533,25 @@ fail:
 
 /* ---- JSON ---------------------------------------------------------------- */
 
-static json_t *usage_json(const loom_usage *u)
+/*
+ * A run's usage: the token counts, cache_write_tokens, and cost_micros
+ * (integer micro-dollars; null when unknown: a model without prices, or
+ * no model call made).
+ */
+static json_t *usage_json(const loom_run *lr)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "prompt_tokens",
+    const loom_usage *u = loom_run_usage(lr);
+
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "prompt_tokens",
                      (json_int_t)u->prompt_tokens, "completion_tokens",
                      (json_int_t)u->completion_tokens, "cached_tokens",
                      (json_int_t)u->cached_tokens, "reasoning_tokens",
                      (json_int_t)u->reasoning_tokens, "total_tokens",
-                     (json_int_t)u->total_tokens);
+                     (json_int_t)u->total_tokens, "cache_write_tokens",
+                     (json_int_t)u->cache_write_tokens, "cost_micros",
+                     loom_run_cost_known(lr)
+                         ? json_integer((json_int_t)u->cost_micros)
+                         : json_null());
 }
 
 static json_t *json_text(const char *s)
@@ -588,7 +613,7 @@ json_t *srv_run_to_json(srv_run *run, int with_events)
         json_object_set_new(o, "error", error_json(run));
         json_object_set_new(o, "iterations",
                             json_integer(loom_run_iterations(lr)));
-        json_object_set_new(o, "usage", usage_json(loom_run_usage(lr)));
+        json_object_set_new(o, "usage", usage_json(lr));
         json_object_set_new(o, "stored", json_boolean(srv_run_stored(run)));
         json_object_set_new(o, "store_error",
                             srv_run_store_error(run)

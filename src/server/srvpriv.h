@@ -183,6 +183,9 @@ void srv__metrics_store_error(srv_metrics *m, const char *op);
 void srv__metrics_store_retry(srv_metrics *m, const char *op);
 void srv__metrics_tokens(srv_metrics *m, const char *model, const char *kind,
                          long n);
+/* Micro-dollars a priced model call cost; micros < 0 (unknown) adds
+ * nothing. */
+void srv__metrics_cost(srv_metrics *m, const char *model, long long micros);
 /* The Prometheus text exposition; caller frees. */
 char *srv__metrics_render(srv_server *s);
 
