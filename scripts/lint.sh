@@ -159,7 +159,7 @@ src/agent/plan.c:1:the system prompt with the plan, both bounded by the run opti
 src/agent/review.c:3:transcript and notes from the run messages, cut to max after
 src/agent/run.c:2:tool names from the registry; the answer text under the decoder limits
 src/server/chat.c:1:model names from the config
-src/server/chat_format.c:1:text of an answer under the decoder limits
+src/server/chat_format.c:2:text and reasoning of an answer under the decoder limits
 src/server/metrics.c:1:the metrics page, from counters loom holds
 '
 

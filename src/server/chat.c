@@ -209,23 +209,30 @@ static json_t *terminal_from_result(srv_run *run, loom_event_type *type)
 
     if (!lr)
         return NULL;
-    if (loom_run_status_get(lr) != LOOM_RUN_COMPLETED) {
-        *type = LOOM_EV_RUN_FAILED;
-        return json_pack("{s:s,s:{s:s,s:s}}", "status",
-                         loom_run_status_name(loom_run_status_get(lr)),
-                         "error", "code", "ERROR", "message",
-                         loom_run_error(lr));
-    }
-    *type = LOOM_EV_RUN_COMPLETED;
     u = loom_run_usage(lr);
-    d = json_pack("{s:s,s:s?,s:{s:I,s:I,s:I,s:I,s:I}}", "text",
+    d = json_pack("{s:s,s:s?,s:{s:I,s:I,s:I,s:I,s:I,s:I}}", "text",
                   loom_run_text(lr), "finish_reason",
                   loom_run_finish_reason(lr), "usage", "prompt_tokens",
                   (json_int_t)u->prompt_tokens, "completion_tokens",
                   (json_int_t)u->completion_tokens, "cached_tokens",
                   (json_int_t)u->cached_tokens, "reasoning_tokens",
                   (json_int_t)u->reasoning_tokens, "total_tokens",
-                  (json_int_t)u->total_tokens);
+                  (json_int_t)u->total_tokens, "cache_write_tokens",
+                  (json_int_t)u->cache_write_tokens);
+    if (d && loom_run_cost_known(lr))
+        json_object_set_new(json_object_get(d, "usage"), "cost_micros",
+                            json_integer((json_int_t)u->cost_micros));
+    if (d && loom_run_status_get(lr) != LOOM_RUN_COMPLETED) {
+        *type = LOOM_EV_RUN_FAILED;
+        json_object_set_new(
+            d, "status",
+            json_string(loom_run_status_name(loom_run_status_get(lr))));
+        json_object_set_new(d, "error",
+                            json_pack("{s:s,s:s}", "code", "ERROR", "message",
+                                      loom_run_error(lr)));
+        return d;
+    }
+    *type = LOOM_EV_RUN_COMPLETED;
     calls = loom_run_pending_calls(lr, &n);
     if (d && n && (pc = json_array())) {
         for (size_t i = 0; i < n; i++)
@@ -325,6 +332,27 @@ static int conversation_id(srv_request *r, const loom__chat_request *req,
 }
 
 /*
+ * The X-Loom-Server-Tool-Calls header ("inline" or "separate"): where a
+ * stream puts loom's own tool calls; it wins over the request field.
+ * 1 when fine, else the 400 has been sent.
+ */
+static int server_calls_header(srv_request *r, loom__chat_request *req)
+{
+    const char *h = srv_header(r, LOOM__CHAT_SERVER_CALLS_HEADER);
+    int mode;
+
+    if (!h || !*h)
+        return 1;
+    if ((mode = loom__chat_server_calls_mode(h)) < 0)
+        return srv_reply_error(r, 400, "invalid_request_error",
+                               LOOM__CHAT_SERVER_CALLS_FIELD, "invalid_value",
+                               "The " LOOM__CHAT_SERVER_CALLS_HEADER
+                               " header must be 'separate' or 'inline'.");
+    req->server_calls_inline = mode;
+    return 1;
+}
+
+/*
  * A stream's status is held back until the run has output: a run that
  * fails first (an upstream 429, say) then gets a plain error reply with
  * the matching status, as OpenAI itself answers, so SDKs raise their
@@ -376,8 +404,9 @@ static int held_done(srv_request *r, srv_run *run, void *payload)
     held_stream *h = payload;
     srv_sse_options o = SRV_SSE_OPTIONS_INIT;
 
+    /* A cancelled run ends as a normal stream, output or not. */
     if (srv_run_ended(run) && srv_run_status(run) != LOOM_RUN_COMPLETED &&
-        !output_seen(run))
+        srv_run_status(run) != LOOM_RUN_CANCELLED && !output_seen(run))
         return deferred_done(r, run, h->f);
     o.format = sse_format;
     o.begin = sse_begin;
@@ -405,7 +434,8 @@ static int handle(srv_request *r, loom__chat_request *req)
     int all = 0, rc;
 
     memset(&err, 0, sizeof(err));
-    if ((rc = conversation_id(r, req, &conv)) != 1)
+    if ((rc = conversation_id(r, req, &conv)) != 1 ||
+        (rc = server_calls_header(r, req)) != 1)
         return rc;
     if ((rc = resolve_target(r, req->model, &t)) != 1)
         return rc;
@@ -503,6 +533,9 @@ static int handle(srv_request *r, loom__chat_request *req)
     fo.created = (long long)(srv_run_created_ms(run) / 1000);
     fo.include_usage = req->stream && req->include_usage;
     fo.conversation_id = srv_run_conversation_id(run);
+    fo.client_tools = req->client_tools;
+    fo.client_tools_len = req->client_tools_len;
+    fo.server_calls_inline = req->server_calls_inline;
     if ((rc = loom__chat_fmt_new(&f, &fo)) != 0)
         goto cleanup;
     if (req->stream) {

@@ -708,6 +708,31 @@ static int parse_options(loom__chat_request *req, const json_t *body,
     return 0;
 }
 
+int loom__chat_server_calls_mode(const char *s)
+{
+    if (s && strcmp(s, "inline") == 0)
+        return 1;
+    if (s && strcmp(s, "separate") == 0)
+        return 0;
+    return -1;
+}
+
+/* loom's own request fields that shape the answer. */
+static int parse_loom_options(loom__chat_request *req, const json_t *body,
+                              loom__chat_error *err)
+{
+    const char *s;
+    int rc;
+
+    if ((rc = get_string(&s, body, LOOM__CHAT_SERVER_CALLS_FIELD,
+                         LOOM__CHAT_SERVER_CALLS_FIELD, 0, err)) != 0)
+        return rc;
+    if (s && (req->server_calls_inline = loom__chat_server_calls_mode(s)) < 0)
+        return bad_value(err, LOOM__CHAT_SERVER_CALLS_FIELD,
+                         "'%s'. Expected 'separate' or 'inline'.", s);
+    return 0;
+}
+
 int loom__chat_request_parse(loom__chat_request *out, const json_t *body,
                              loom__chat_error *err)
 {
@@ -738,7 +763,8 @@ int loom__chat_request_parse(loom__chat_request *out, const json_t *body,
         (rc = parse_options(out, body, err)) != 0 ||
         (rc = parse_tools(out, body, err)) != 0 ||
         (rc = parse_tool_choice(out, body, err)) != 0 ||
-        (rc = loom__chat_params_parse(&out->params, body, err)) != 0)
+        (rc = loom__chat_params_parse(&out->params, body, err)) != 0 ||
+        (rc = parse_loom_options(out, body, err)) != 0)
         goto cleanup;
 cleanup:
     if (rc)
@@ -914,14 +940,21 @@ struct loom__chat_fmt {
     int done;  /* run.completed or run.failed went through */
     int ended; /* loom__chat_fmt_end was called */
     size_t call_index; /* running index of tool calls across the stream */
+    size_t loom_call_index; /* the same for loom_tool_calls */
+    json_t *client_tools;   /* names of the client's tools (strings) */
+    int server_calls_inline;
     /* For the non-streamed answer. */
     json_t *tool_events;
     loom_buf turn_text;
+    loom_buf turn_reasoning;
     json_t *pending;      /* pending client calls, from run.completed */
     char *text;           /* final text */
+    char *reasoning;      /* the final turn's reasoning, NULL when none */
     char *finish_reason;
     loom_usage usage;
-    json_t *failure;      /* run.failed data */
+    int cost_known;  /* usage.cost_micros is the run's cost */
+    int cancelled;   /* the run was cancelled (ends as a normal answer) */
+    json_t *failure; /* run.failed data, not when cancelled */
 };
 
 int loom__chat_fmt_new(loom__chat_fmt **out, const loom__chat_fmt_opts *o)
@@ -933,11 +966,20 @@ int loom__chat_fmt_new(loom__chat_fmt **out, const loom__chat_fmt_opts *o)
         return loom__error_oom();
     f->created = o->created;
     f->include_usage = o->include_usage;
+    f->server_calls_inline = o->server_calls_inline;
     loom_buf_init(&f->turn_text, LOOM_BUF_UNLIMITED);
+    loom_buf_init(&f->turn_reasoning, LOOM_BUF_UNLIMITED);
     f->id = strdup(o->id ? o->id : "chatcmpl-loom");
     f->model = strdup(o->model ? o->model : "");
     f->tool_events = json_array();
-    if (!f->id || !f->model || !f->tool_events ||
+    f->client_tools = json_array();
+    for (size_t i = 0; f->client_tools && i < o->client_tools_len; i++)
+        if (json_array_append_new(f->client_tools,
+                                  json_string(o->client_tools[i].name))) {
+            json_decref(f->client_tools);
+            f->client_tools = NULL;
+        }
+    if (!f->id || !f->model || !f->tool_events || !f->client_tools ||
         (o->conversation_id &&
          !(f->conversation_id = strdup(o->conversation_id)))) {
         loom__chat_fmt_free(f);
@@ -955,9 +997,12 @@ void loom__chat_fmt_free(loom__chat_fmt *f)
     free(f->model);
     free(f->conversation_id);
     json_decref(f->tool_events);
+    json_decref(f->client_tools);
     loom_buf_free(&f->turn_text);
+    loom_buf_free(&f->turn_reasoning);
     json_decref(f->pending);
     free(f->text);
+    free(f->reasoning);
     free(f->finish_reason);
     json_decref(f->failure);
     free(f);
@@ -993,6 +1038,27 @@ json_t *loom__chat_usage_json(const loom_usage *u)
     return o;
 }
 
+json_t *loom__chat_usage_ext_json(const loom_usage *u, int cost_known)
+{
+    json_t *o = loom__chat_usage_json(u);
+
+    if (o &&
+        (json_object_set_new(o, "cached_tokens",
+                             json_integer((json_int_t)u->cached_tokens)) ||
+         json_object_set_new(o, "reasoning_tokens",
+                             json_integer((json_int_t)u->reasoning_tokens)) ||
+         json_object_set_new(o, "cache_write_tokens",
+                             json_integer((json_int_t)u->cache_write_tokens)) ||
+         json_object_set_new(o, "cost_micros",
+                             cost_known
+                                 ? json_integer((json_int_t)u->cost_micros)
+                                 : json_null()))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 /* Appends `data: <compact json>\n\n` and takes o. */
 static int put_event(loom_buf *out, json_t *o)
 {
@@ -1021,7 +1087,8 @@ static json_t *chunk_head(const loom__chat_fmt *f)
                      (json_int_t)f->created, "model", f->model);
 }
 
-/* One chunk with a single choice; takes delta. finish may be NULL. */
+/* One chunk with a single choice; takes delta. finish may be NULL; the
+ * finish chunk of a cancelled run says so in loom_status. */
 static int put_chunk(const loom__chat_fmt *f, loom_buf *out, json_t *delta,
                      const char *finish, int with_conversation)
 {
@@ -1043,6 +1110,8 @@ static int put_chunk(const loom__chat_fmt *f, loom_buf *out, json_t *delta,
     if (with_conversation && f->conversation_id)
         json_object_set_new(c, "conversation_id",
                             json_string(f->conversation_id));
+    if (finish && f->cancelled)
+        json_object_set_new(c, "loom_status", json_string("cancelled"));
     return put_event(out, c);
 }
 
@@ -1094,18 +1163,25 @@ static json_t *output_value(const json_t *d)
                      name ? name : "", "output", output ? output : "");
 }
 
-/* Moves the text said so far in this turn into a tool_events entry. */
-static int flush_text(loom__chat_fmt *f)
+/* Moves the buffer into a tool_events entry of the type, if not empty. */
+static int flush_buf(loom__chat_fmt *f, const char *type, loom_buf *b)
 {
     int rc = 0;
 
-    if (f->turn_text.len)
+    if (b->len)
         rc = json_array_append_new(
             f->tool_events,
-            json_pack("{s:s,s:s%}", "type", "text", "value",
-                      f->turn_text.ptr, f->turn_text.len));
-    loom_buf_clear(&f->turn_text);
+            json_pack("{s:s,s:s%}", "type", type, "value", b->ptr, b->len));
+    loom_buf_clear(b);
     return rc ? loom__error_oom() : 0;
+}
+
+/* Moves what this turn reasoned and said so far into tool_events. */
+static int flush_text(loom__chat_fmt *f)
+{
+    int rc = flush_buf(f, "reasoning", &f->turn_reasoning);
+
+    return rc ? rc : flush_buf(f, "text", &f->turn_text);
 }
 
 static int add_event(loom__chat_fmt *f, const char *type, json_t *value)
@@ -1123,6 +1199,68 @@ static long usage_field(const json_t *u, const char *k)
     return (long)json_integer_value(json_object_get(u, k));
 }
 
+/* 1 when name is one of the client's own tools. */
+static int is_client_tool(const loom__chat_fmt *f, const char *name)
+{
+    const json_t *v;
+    size_t i;
+
+    json_array_foreach(f->client_tools, i, v)
+    {
+        if (name && strcmp(json_string_value(v), name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * A turn's calls as one delta: the client's in tool_calls, loom's own in
+ * loom_tool_calls (in tool_calls too when server_calls_inline), so a
+ * standard client only sees the calls it must answer. Each list has a
+ * running index: one stream is one message to a client that accumulates
+ * deltas, so calls of later turns must not merge into earlier ones.
+ */
+static int on_calls(loom__chat_fmt *f, const json_t *calls, loom_buf *out)
+{
+    json_t *std = json_array(), *ext = json_array(), *delta = json_object();
+    const json_t *c;
+    size_t i;
+    int rc = 0;
+
+    if (!std || !ext || !delta)
+        rc = loom__error_oom();
+    json_array_foreach(calls, i, c)
+    {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        int client = f->server_calls_inline || is_client_tool(f, name);
+        json_t *v;
+        if (rc)
+            break;
+        v = call_json(
+            c, (long long)(client ? f->call_index++ : f->loom_call_index++));
+        if (!v || (rc = add_event(f, "tool_call", call_value(c))) != 0 ||
+            json_array_append_new(client ? std : ext, v))
+            rc = rc ? rc : loom__error_oom();
+    }
+    if (!rc && json_array_size(std))
+        rc = json_object_set(delta, "tool_calls", std) ? loom__error_oom() : 0;
+    if (!rc && json_array_size(ext))
+        rc = json_object_set(delta, "loom_tool_calls", ext) ? loom__error_oom()
+                                                            : 0;
+    json_decref(std);
+    json_decref(ext);
+    if (rc || !json_object_size(delta)) {
+        json_decref(delta);
+        return rc;
+    }
+    return put_chunk(f, out, delta, NULL, 0);
+}
+
+/*
+ * The end of a completed run, or of a cancelled one (f->cancelled: what
+ * was said before the stop is the answer): the finish chunk, then the
+ * usage chunk.
+ */
 static int on_completed(loom__chat_fmt *f, const json_t *d, loom_buf *out)
 {
     const json_t *u = json_object_get(d, "usage");
@@ -1136,15 +1274,22 @@ static int on_completed(loom__chat_fmt *f, const json_t *d, loom_buf *out)
     f->usage.cached_tokens = usage_field(u, "cached_tokens");
     f->usage.reasoning_tokens = usage_field(u, "reasoning_tokens");
     f->usage.total_tokens = usage_field(u, "total_tokens");
-    if (json_array_size(pending)) {
+    f->usage.cache_write_tokens = usage_field(u, "cache_write_tokens");
+    f->usage.cost_micros =
+        (int64_t)json_integer_value(json_object_get(u, "cost_micros"));
+    f->cost_known = json_is_integer(json_object_get(u, "cost_micros"));
+    if (!f->cancelled && json_array_size(pending)) {
         fr = "tool_calls";
         f->pending = json_incref((json_t *)pending);
-    } else if (!fr || !*fr || strcmp(fr, "tool_calls") == 0) {
-        /* The loop answered every call it saw: the message is complete. */
+    } else if (f->cancelled || !fr || !*fr || strcmp(fr, "tool_calls") == 0) {
+        /* The loop answered every call it saw, or the user stopped it
+         * (no failure): the message is complete. */
         fr = "stop";
     }
     if (!(f->finish_reason = strdup(fr)) ||
-        !(f->text = strdup(text ? text : "")))
+        !(f->text = strdup(text ? text : "")) ||
+        (f->turn_reasoning.len &&
+         !(f->reasoning = strdup(loom_buf_cstr(&f->turn_reasoning)))))
         return loom__error_oom();
     if ((rc = flush_text(f)) != 0)
         return rc;
@@ -1153,7 +1298,9 @@ static int on_completed(loom__chat_fmt *f, const json_t *d, loom_buf *out)
     if (f->include_usage) {
         json_t *c = chunk_head(f);
         if (!c || json_object_set_new(c, "choices", json_array()) ||
-            json_object_set_new(c, "usage", loom__chat_usage_json(&f->usage))) {
+            json_object_set_new(
+                c, "usage",
+                loom__chat_usage_ext_json(&f->usage, f->cost_known))) {
             json_decref(c);
             return loom__error_oom();
         }
@@ -1168,6 +1315,10 @@ static int on_failed(loom__chat_fmt *f, const json_t *d, loom_buf *out)
     loom__chat_error e;
     int rc;
 
+    if (field_is(d, "status", "cancelled")) {
+        f->cancelled = 1;
+        return on_completed(f, d, out);
+    }
     memset(&e, 0, sizeof(e));
     f->failure = json_incref((json_t *)d);
     rc = loom__chat_error_from_failure(&e, d);
@@ -1200,35 +1351,14 @@ int loom__chat_fmt_event(loom__chat_fmt *f, const loom_event *ev,
         s = json_string_value(json_object_get(d, "delta"));
         if (!s || !*s)
             return 0;
+        if ((rc = loom_buf_puts(&f->turn_reasoning, s)) != 0)
+            return rc;
         return put_chunk(f, out, json_pack("{s:s}", "reasoning_content", s),
                          NULL, 0);
-    case LOOM_EV_TOOL_CALLS: {
-        const json_t *calls = json_object_get(d, "calls"), *c;
-        json_t *arr = json_array();
-        size_t i;
-        if (!arr || (rc = flush_text(f)) != 0) {
-            json_decref(arr);
-            return rc ? rc : loom__error_oom();
-        }
-        json_array_foreach(calls, i, c)
-        {
-            /* A running index: one stream is one message to a client
-             * that accumulates deltas, so calls of later turns must not
-             * merge into those of earlier ones. */
-            json_t *v = call_json(c, (long long)f->call_index++);
-            if (!v || (rc = add_event(f, "tool_call", call_value(c))) ||
-                json_array_append_new(arr, v)) {
-                json_decref(arr);
-                return rc ? rc : loom__error_oom();
-            }
-        }
-        if (!json_array_size(arr)) {
-            json_decref(arr);
-            return 0;
-        }
-        return put_chunk(f, out, json_pack("{s:o}", "tool_calls", arr), NULL,
-                         0);
-    }
+    case LOOM_EV_TOOL_CALLS:
+        if ((rc = flush_text(f)) != 0)
+            return rc;
+        return on_calls(f, json_object_get(d, "calls"), out);
     case LOOM_EV_TOOL_COMPLETED:
     case LOOM_EV_TOOL_FAILED:
         if ((rc = add_event(f, "tool_output", output_value(d))) != 0)
@@ -1289,21 +1419,26 @@ int loom__chat_fmt_completion(loom__chat_fmt *f, json_t **out)
     msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content",
                     calls && !*f->text ? json_null() : json_string(f->text),
                     "refusal");
+    if (msg && f->reasoning)
+        json_object_set_new(msg, "reasoning_content",
+                            json_string(f->reasoning));
     if (msg && calls)
         json_object_set_new(msg, "tool_calls", calls);
     else
         json_decref(calls);
     if (msg)
-        o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:n,s:s}],s:o,s:O}",
-                      "id", f->id, "object", "chat.completion", "created",
+        o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:n,s:s}],s:o,s:O}", "id",
+                      f->id, "object", "chat.completion", "created",
                       (json_int_t)f->created, "model", f->model, "choices",
-                      "index", 0, "message", msg, "logprobs",
-                      "finish_reason", f->finish_reason, "usage",
-                      loom__chat_usage_json(&f->usage), "tool_events",
-                      f->tool_events);
+                      "index", 0, "message", msg, "logprobs", "finish_reason",
+                      f->finish_reason, "usage",
+                      loom__chat_usage_ext_json(&f->usage, f->cost_known),
+                      "tool_events", f->tool_events);
     if (o && f->conversation_id)
         json_object_set_new(o, "conversation_id",
                             json_string(f->conversation_id));
+    if (o && f->cancelled)
+        json_object_set_new(o, "loom_status", json_string("cancelled"));
     if (!o)
         return loom__error_oom();
     *out = o;

@@ -110,7 +110,19 @@ typedef struct {
     char *conversation_id;   /* NULL when none */
     char *user;              /* `user`: the run's user id; NULL when none */
     loom_llm_params params;  /* sampling and output parameters */
+    /* loom_server_tool_calls: "inline" streams loom's own calls in
+     * tool_calls (the seed-compatible shape), 1; "separate" (default) in
+     * loom_tool_calls, 0. */
+    int server_calls_inline;
 } loom__chat_request;
+
+/* The request field and header that choose where a stream puts loom's
+ * own (server-run) tool calls. */
+#define LOOM__CHAT_SERVER_CALLS_FIELD "loom_server_tool_calls"
+#define LOOM__CHAT_SERVER_CALLS_HEADER "X-Loom-Server-Tool-Calls"
+
+/* 1 for "inline", 0 for "separate", -1 for anything else. */
+int loom__chat_server_calls_mode(const char *s);
 
 /* The longest user id a request may give. */
 #define LOOM__CHAT_USER_MAX 128
@@ -165,6 +177,15 @@ typedef struct {
     long long created;           /* Unix seconds */
     int include_usage;           /* stream: send the usage chunk */
     const char *conversation_id; /* may be NULL */
+    /*
+     * The client's own tools: calls of these names are the client's to
+     * answer and go in tool_calls; calls of any other name are loom's
+     * (server calls) and go in loom_tool_calls, unless
+     * server_calls_inline, which streams them in tool_calls too.
+     */
+    const loom_tool_def *client_tools;
+    size_t client_tools_len;
+    int server_calls_inline;
 } loom__chat_fmt_opts;
 
 typedef struct loom__chat_fmt loom__chat_fmt;
@@ -177,9 +198,14 @@ void loom__chat_fmt_free(loom__chat_fmt *f);
  * Streaming: appends to out the SSE bytes (`data: <json>\n\n` each) that
  * ev means for an OpenAI client, and notes what the non-streamed answer
  * needs. The first call, whatever ev is, starts with the role chunk,
- * which carries conversation_id. run.completed brings the finish chunk
- * and the usage chunk (include_usage); run.failed a `data: {"error":
- * ...}` event. Events after either add nothing. out may be NULL to only
+ * which carries conversation_id. A turn's tool calls go out as one
+ * delta: the client's in tool_calls, loom's in loom_tool_calls (see
+ * server_calls_inline), each list with its own running index; their
+ * outputs as tool_output deltas. run.completed brings the finish chunk
+ * and the usage chunk (include_usage); a cancelled run.failed does too,
+ * with finish_reason "stop" and "loom_status": "cancelled" (a user's
+ * stop is no failure); any other run.failed a `data: {"error": ...}`
+ * event. Events after either add nothing. out may be NULL to only
  * collect.
  */
 int loom__chat_fmt_event(loom__chat_fmt *f, const loom_event *ev,
@@ -188,7 +214,8 @@ int loom__chat_fmt_event(loom__chat_fmt *f, const loom_event *ev,
 /*
  * The end of the stream, once the run has ended (and its turn is
  * stored, so a client that sends its next message on `[DONE]` finds the
- * turn in the conversation): `data: [DONE]` after run.completed, nothing
+ * turn in the conversation): `data: [DONE]` after run.completed or a
+ * cancelled run.failed, nothing
  * after run.failed (OpenAI ends an errored stream without it), and when
  * neither went through, the error event of a run that ended without a
  * result. Only the first call writes.
@@ -201,17 +228,27 @@ int loom__chat_fmt_begin(loom__chat_fmt *f, loom_buf *out);
 /* 1 once run.completed or run.failed went through. */
 int loom__chat_fmt_done(const loom__chat_fmt *f);
 
-/* The run.failed data seen, or NULL. Borrowed. */
+/* The run.failed data seen, or NULL (also after a cancelled run, which
+ * ends as a normal answer). Borrowed. */
 const json_t *loom__chat_fmt_failure(const loom__chat_fmt *f);
 
 /*
- * Non-streaming: the chat.completion object of a completed run, with
- * usage, tool_events and conversation_id. LOOM_EINVALID before
- * run.completed.
+ * Non-streaming: the chat.completion object of a completed (or
+ * cancelled: "loom_status": "cancelled") run, with usage (and its
+ * extension fields), message.reasoning_content when the final turn
+ * reasoned, tool_events (text, reasoning, tool_call and tool_output
+ * entries in order) and conversation_id. LOOM_EINVALID before the run
+ * ended.
  */
 int loom__chat_fmt_completion(loom__chat_fmt *f, json_t **out);
 
 /* Renders a usage object as OpenAI does (details only when non-zero). */
 json_t *loom__chat_usage_json(const loom_usage *u);
+/*
+ * The same plus loom's extension fields: cached_tokens,
+ * reasoning_tokens, cache_write_tokens (always) and cost_micros
+ * (integer micro-dollars; null unless cost_known).
+ */
+json_t *loom__chat_usage_ext_json(const loom_usage *u, int cost_known);
 
 #endif

@@ -530,11 +530,13 @@ static void test_stream_server_tool(void **state)
     (void)state;
 
     start(TOOL_SCRIPT);
+    /* The seed-compatible shape, loom's own calls in tool_calls too
+     * (test_chat_output.c checks the default, loom_tool_calls). */
     post(&r,
          "{\"model\":\"" MODEL "\",\"stream\":true,\"stream_options\":"
          "{\"include_usage\":true},\"tools\":[\"echo\"],\"messages\":"
          "[{\"role\":\"user\",\"content\":\"echo hi\"}]}",
-         NULL);
+         "X-Loom-Server-Tool-Calls: inline");
     assert_int_equal(r.status, 200);
     chunks = sse_chunks(&r, &done);
     assert_true(done);
@@ -594,10 +596,12 @@ static void test_stream_server_tool(void **state)
         "stop");
     last = json_array_get(chunks, json_array_size(chunks) - 1);
     {
-        json_t *want = json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", 30,
-                                 "completion_tokens", 5, "total_tokens", 35,
-                                 "completion_tokens_details",
-                                 "reasoning_tokens", 1);
+        /* With loom's extension fields; no prices: cost unknown. */
+        json_t *want = json_pack(
+            "{s:i,s:i,s:i,s:{s:i},s:i,s:i,s:i,s:n}", "prompt_tokens", 30,
+            "completion_tokens", 5, "total_tokens", 35,
+            "completion_tokens_details", "reasoning_tokens", 1, "cached_tokens",
+            0, "reasoning_tokens", 1, "cache_write_tokens", 0, "cost_micros");
         assert_true(json_equal(json_object_get(last, "usage"), want));
         json_decref(want);
     }

@@ -78,12 +78,6 @@ typedef struct {
 } sh;
 
 /*
- * Starts a fake with script (and extra fake arguments, may be NULL), then
- * a server on 127.0.0.1:0 whose `fake` provider points at it. server_yaml
- * (may be NULL) holds extra lines of the server: section, each indented
- * by two spaces ("  max_body_bytes: 1024\n").
- */
-/*
  * Starts the server of h (whose fake and db are set) from the config
  * text yaml, with a fresh store at h->db and sh_tools().
  */
@@ -105,9 +99,17 @@ static inline void sh_start_config(sh *h, const char *yaml)
              loom_server_port(h->srv));
 }
 
-static inline void sh_start(sh *h, const char *script,
-                            const char *const *fake_args,
-                            const char *server_yaml)
+/*
+ * Starts a fake with script (and extra fake arguments, may be NULL), then
+ * a server on 127.0.0.1:0 whose `fake` provider points at it. server_yaml
+ * (may be NULL) holds extra lines of the server: section, each indented
+ * by two spaces ("  max_body_bytes: 1024\n"); models_yaml (may be NULL)
+ * extra lines of the models: section, which has fake/m.
+ */
+static inline void sh_start_models(sh *h, const char *script,
+                                   const char *const *fake_args,
+                                   const char *server_yaml,
+                                   const char *models_yaml)
 {
     static int n;
     char name[64], *yaml = NULL;
@@ -144,6 +146,7 @@ static inline void sh_start(sh *h, const char *script,
                          "idle_ms: 20000}\n"
                          "models:\n"
                          "  fake/m: {upstream: fake-model}\n"
+                         "%s"
                          "agents:\n"
                          "  a: {model: fake/m, tools: [get_time, slow]}\n"
                          "  plain: {model: fake/m, tools: [], "
@@ -152,7 +155,7 @@ static inline void sh_start(sh *h, const char *script,
                          "server:\n"
                          "  listen: 127.0.0.1:0\n"
                          "%s",
-                         fake_base_url(h->fake),
+                         fake_base_url(h->fake), models_yaml ? models_yaml : "",
                          server_yaml ? server_yaml : "") > 0);
     sh_start_config(h, yaml);
     free(yaml);
@@ -160,6 +163,13 @@ static inline void sh_start(sh *h, const char *script,
         unlink(script_path);
         free(script_path);
     }
+}
+
+static inline void sh_start(sh *h, const char *script,
+                            const char *const *fake_args,
+                            const char *server_yaml)
+{
+    sh_start_models(h, script, fake_args, server_yaml, NULL);
 }
 
 /* Stops the server (gracefully) if still running. */

@@ -843,7 +843,10 @@ static void test_error_from_failure(void **state)
 
 /* ---- rendering ------------------------------------------------------- */
 
-static loom__chat_fmt *new_fmt(int include_usage, const char *conv)
+/* A formatter for the tests; client: the client's one tool, or NULL. */
+static loom__chat_fmt *fmt_with(int include_usage, const char *conv,
+                                int server_calls_inline,
+                                const loom_tool_def *client)
 {
     loom__chat_fmt_opts o;
     loom__chat_fmt *f;
@@ -854,8 +857,19 @@ static loom__chat_fmt *new_fmt(int include_usage, const char *conv)
     o.created = 1700000000;
     o.include_usage = include_usage;
     o.conversation_id = conv;
+    o.server_calls_inline = server_calls_inline;
+    o.client_tools = client;
+    o.client_tools_len = client != NULL;
     assert_int_equal(loom__chat_fmt_new(&f, &o), 0);
     return f;
+}
+
+/* The seed-compatible shape, every call in tool_calls, which the tests
+ * below were written for; test_stream_server_calls_apart checks the
+ * default. */
+static loom__chat_fmt *new_fmt(int include_usage, const char *conv)
+{
+    return fmt_with(include_usage, conv, 1, NULL);
 }
 
 /* Feeds one event of type with data text to f; returns what it wrote. */
@@ -877,6 +891,13 @@ static char *feed(loom__chat_fmt *f, loom_event_type type, uint32_t index,
     s = strdup(loom_buf_cstr(&out));
     loom_buf_free(&out);
     return s;
+}
+
+/* Feeds an event whose bytes do not matter. */
+static void feed_only(loom__chat_fmt *f, loom_event_type type, uint32_t index,
+                      const char *data)
+{
+    free(feed(f, type, index, data));
 }
 
 static void expect_feed(loom__chat_fmt *f, loom_event_type type,
@@ -981,10 +1002,12 @@ static void test_stream_bytes(void **state)
                 "\"cached_tokens\":4,\"reasoning_tokens\":0,"
                 "\"total_tokens\":39}}",
                 HEAD "[{\"index\":0,\"delta\":{},\"logprobs\":null,"
-                     "\"finish_reason\":\"stop\"}]}\n\n"
-                HEAD "[],\"usage\":{\"prompt_tokens\":30,"
+                     "\"finish_reason\":\"stop\"}]}\n\n" HEAD
+                     "[],\"usage\":{\"prompt_tokens\":30,"
                      "\"completion_tokens\":9,\"total_tokens\":39,"
-                     "\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n");
+                     "\"prompt_tokens_details\":{\"cached_tokens\":4},"
+                     "\"cached_tokens\":4,\"reasoning_tokens\":0,"
+                     "\"cache_write_tokens\":0,\"cost_micros\":null}}\n\n");
     assert_int_equal(loom__chat_fmt_done(f), 1);
     assert_null(loom__chat_fmt_failure(f));
     /* Nothing after the end. */
@@ -1223,7 +1246,8 @@ static void test_stream_framing_matches_openai(void **state)
     assert_non_null(strstr(a, "role:assistant:;"));
     assert_non_null(strstr(a, "finish:stop;"));
 
-    /* The usage chunks are identical but for id, created and model. */
+    /* The usage chunks are identical but for id, created and model, and
+     * loom's extension fields in usage. */
     {
         /* The line that holds the usage chunk. */
         const char *u = strstr(ours.ptr, "\"choices\":[]"), *line = u;
@@ -1233,6 +1257,12 @@ static void test_stream_framing_matches_openai(void **state)
                            0, NULL);
     }
     assert_non_null(chunk);
+    assert_true(json_is_null(
+        json_object_get(json_object_get(chunk, "usage"), "cost_micros")));
+    json_object_del(json_object_get(chunk, "usage"), "cached_tokens");
+    json_object_del(json_object_get(chunk, "usage"), "reasoning_tokens");
+    json_object_del(json_object_get(chunk, "usage"), "cache_write_tokens");
+    json_object_del(json_object_get(chunk, "usage"), "cost_micros");
     assert_true(json_eq(json_object_get(chunk, "usage"),
                         "{\"prompt_tokens\":17,\"completion_tokens\":10,"
                         "\"total_tokens\":27}"));
@@ -1285,27 +1315,29 @@ static void test_completion_object(void **state)
     assert_int_equal(loom__chat_fmt_completion(f, &o), 0);
     assert_true(json_eq(
         o, "{\"id\":\"chatcmpl-abc\",\"object\":\"chat.completion\","
-             "\"created\":1700000000,\"model\":\"agent/helper\","
-             "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
-             "\"content\":\"It is noon.\",\"refusal\":null},"
-             "\"logprobs\":null,\"finish_reason\":\"stop\"}],"
-             "\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":9,"
-             "\"total_tokens\":39,\"completion_tokens_details\":"
-             "{\"reasoning_tokens\":3}},"
-             "\"tool_events\":["
-             "{\"type\":\"text\",\"value\":\"Let me check.\"},"
-             "{\"type\":\"tool_call\",\"value\":{\"id\":\"call_1\",\"type\":"
-             "\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":"
-             "\"{\\\"tz\\\":\\\"UTC\\\"}\"}}},"
-             "{\"type\":\"tool_call\",\"value\":{\"id\":\"call_2\",\"type\":"
-             "\"function\",\"function\":{\"name\":\"fail\",\"arguments\":"
-             "\"{}\"}}},"
-             "{\"type\":\"tool_output\",\"value\":{\"tool_call_id\":"
-             "\"call_1\",\"name\":\"get_time\",\"output\":\"12:00\"}},"
-             "{\"type\":\"tool_output\",\"value\":{\"tool_call_id\":"
-             "\"call_2\",\"name\":\"fail\",\"output\":\"Error: x\"}},"
-             "{\"type\":\"text\",\"value\":\"It is noon.\"}],"
-             "\"conversation_id\":\"conv_7\"}"));
+           "\"created\":1700000000,\"model\":\"agent/helper\","
+           "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+           "\"content\":\"It is noon.\",\"refusal\":null},"
+           "\"logprobs\":null,\"finish_reason\":\"stop\"}],"
+           "\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":9,"
+           "\"total_tokens\":39,\"completion_tokens_details\":"
+           "{\"reasoning_tokens\":3},\"cached_tokens\":0,"
+           "\"reasoning_tokens\":3,\"cache_write_tokens\":0,"
+           "\"cost_micros\":null},"
+           "\"tool_events\":["
+           "{\"type\":\"text\",\"value\":\"Let me check.\"},"
+           "{\"type\":\"tool_call\",\"value\":{\"id\":\"call_1\",\"type\":"
+           "\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":"
+           "\"{\\\"tz\\\":\\\"UTC\\\"}\"}}},"
+           "{\"type\":\"tool_call\",\"value\":{\"id\":\"call_2\",\"type\":"
+           "\"function\",\"function\":{\"name\":\"fail\",\"arguments\":"
+           "\"{}\"}}},"
+           "{\"type\":\"tool_output\",\"value\":{\"tool_call_id\":"
+           "\"call_1\",\"name\":\"get_time\",\"output\":\"12:00\"}},"
+           "{\"type\":\"tool_output\",\"value\":{\"tool_call_id\":"
+           "\"call_2\",\"name\":\"fail\",\"output\":\"Error: x\"}},"
+           "{\"type\":\"text\",\"value\":\"It is noon.\"}],"
+           "\"conversation_id\":\"conv_7\"}"));
     json_decref(o);
     loom__chat_fmt_free(f);
 }
@@ -1352,6 +1384,163 @@ static void test_completion_client_tools(void **state)
                      7);
     json_decref(o);
     loom__chat_fmt_free(f);
+}
+
+/* A formatter in the default shape, the client owning my_fn. */
+static loom__chat_fmt *new_fmt_apart(int include_usage)
+{
+    static const loom_tool_def client = {"my_fn", "", NULL};
+
+    return fmt_with(include_usage, NULL, 0, &client);
+}
+
+/*
+ * By default a standard client sees in tool_calls only the calls it must
+ * answer (its own tools); loom's own calls go in loom_tool_calls, each
+ * list with its own running index.
+ */
+static void test_stream_server_calls_apart(void **state)
+{
+    loom__chat_fmt *f = new_fmt_apart(0);
+    (void)state;
+
+    feed_only(f, LOOM_EV_RUN_STARTED, 0, "{}");
+    /* Only server calls: no tool_calls at all. */
+    expect_feed(f, LOOM_EV_TOOL_CALLS, 0, tool_calls_1,
+                DELTA("{\"loom_tool_calls\":[{\"index\":0,\"id\":\"call_1\","
+                      "\"type\":\"function\",\"function\":{\"name\":"
+                      "\"get_time\",\"arguments\":\"{\\\"tz\\\":"
+                      "\\\"UTC\\\"}\"}},{\"index\":1,\"id\":\"call_2\","
+                      "\"type\":\"function\",\"function\":{\"name\":"
+                      "\"fail\",\"arguments\":\"{}\"}}]}"));
+    /* A mixed turn: the client's call starts tool_calls at index 0. */
+    expect_feed(f, LOOM_EV_TOOL_CALLS, 1,
+                "{\"calls\":[{\"id\":\"c1\",\"name\":\"my_fn\","
+                "\"arguments\":\"{}\"},{\"id\":\"call_3\",\"name\":"
+                "\"get_time\",\"arguments\":\"{}\"}]}",
+                DELTA("{\"tool_calls\":[{\"index\":0,\"id\":\"c1\","
+                      "\"type\":\"function\",\"function\":{\"name\":"
+                      "\"my_fn\",\"arguments\":\"{}\"}}],"
+                      "\"loom_tool_calls\":[{\"index\":2,\"id\":\"call_3\","
+                      "\"type\":\"function\",\"function\":{\"name\":"
+                      "\"get_time\",\"arguments\":\"{}\"}}]}"));
+    expect_feed(f, LOOM_EV_RUN_COMPLETED, 1,
+                "{\"text\":\"\",\"pending_tool_calls\":[{\"id\":\"c1\","
+                "\"name\":\"my_fn\",\"arguments\":\"{}\"}],\"usage\":{}}",
+                HEAD "[{\"index\":0,\"delta\":{},\"logprobs\":null,"
+                     "\"finish_reason\":\"tool_calls\"}]}\n\n");
+    expect_end(f, "data: [DONE]\n\n");
+    loom__chat_fmt_free(f);
+}
+
+/* The non-streamed answer keeps the final turn's reasoning, and earlier
+ * reasoning in tool_events, in order. */
+static void test_completion_reasoning(void **state)
+{
+    loom__chat_fmt *f = new_fmt_apart(0);
+    json_t *o, *msg, *ev;
+    (void)state;
+
+    feed_only(f, LOOM_EV_REASONING_DELTA, 0, "{\"delta\":\"need time\"}");
+    feed_only(f, LOOM_EV_TOOL_CALLS, 0,
+              "{\"calls\":[{\"id\":\"call_1\",\"name\":\"get_time\","
+              "\"arguments\":\"{}\"}]}");
+    feed_only(f, LOOM_EV_REASONING_DELTA, 1, "{\"delta\":\"it is \"}");
+    feed_only(f, LOOM_EV_REASONING_DELTA, 1, "{\"delta\":\"noon\"}");
+    feed_only(f, LOOM_EV_MESSAGE_DELTA, 1, "{\"delta\":\"Noon.\"}");
+    feed_only(f, LOOM_EV_RUN_COMPLETED, 1,
+              "{\"text\":\"Noon.\",\"finish_reason\":\"stop\",\"usage\":"
+              "{\"prompt_tokens\":10,\"completion_tokens\":4,"
+              "\"total_tokens\":14,\"cost_micros\":250}}");
+    assert_int_equal(loom__chat_fmt_completion(f, &o), 0);
+    msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+                          "message");
+    assert_string_equal(
+        json_string_value(json_object_get(msg, "reasoning_content")),
+        "it is noon");
+    assert_null(json_object_get(msg, "tool_calls"));
+    assert_null(json_object_get(o, "loom_status"));
+    ev = json_object_get(o, "tool_events");
+    assert_true(json_eq(ev, "[{\"type\":\"reasoning\",\"value\":"
+                            "\"need time\"},{\"type\":\"tool_call\","
+                            "\"value\":{\"id\":\"call_1\",\"type\":"
+                            "\"function\",\"function\":{\"name\":"
+                            "\"get_time\",\"arguments\":\"{}\"}}},"
+                            "{\"type\":\"reasoning\",\"value\":"
+                            "\"it is noon\"},{\"type\":\"text\","
+                            "\"value\":\"Noon.\"}]"));
+    /* A priced run: its cost in usage. */
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(o, "usage"), "cost_micros")),
+                     250);
+    json_decref(o);
+    loom__chat_fmt_free(f);
+}
+
+/* A cancelled run ends as a normal answer: finish "stop", loom_status
+ * "cancelled", usage, then [DONE]; not an error. */
+static void test_stream_cancelled(void **state)
+{
+    loom__chat_fmt *f = new_fmt_apart(1);
+    json_t *o;
+    (void)state;
+
+    feed_only(f, LOOM_EV_MESSAGE_DELTA, 0, "{\"delta\":\"par\"}");
+    expect_feed(f, LOOM_EV_RUN_FAILED, 0,
+                "{\"status\":\"cancelled\",\"error\":{\"code\":"
+                "\"cancelled\",\"message\":\"run cancelled\"},\"text\":"
+                "\"par\",\"usage\":{\"prompt_tokens\":3,"
+                "\"completion_tokens\":1,\"total_tokens\":4}}",
+                HEAD "[{\"index\":0,\"delta\":{},\"logprobs\":null,"
+                     "\"finish_reason\":\"stop\"}],\"loom_status\":"
+                     "\"cancelled\"}\n\n" HEAD
+                     "[],\"usage\":{\"prompt_tokens\":3,"
+                     "\"completion_tokens\":1,\"total_tokens\":4,"
+                     "\"cached_tokens\":0,\"reasoning_tokens\":0,"
+                     "\"cache_write_tokens\":0,\"cost_micros\":null}}\n\n");
+    assert_int_equal(loom__chat_fmt_done(f), 1);
+    assert_null(loom__chat_fmt_failure(f));
+    expect_end(f, "data: [DONE]\n\n");
+    assert_int_equal(loom__chat_fmt_completion(f, &o), 0);
+    assert_string_equal(json_string_value(json_object_get(o, "loom_status")),
+                        "cancelled");
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+                            "message"),
+            "content")),
+        "par");
+    json_decref(o);
+    loom__chat_fmt_free(f);
+}
+
+static void test_server_calls_mode(void **state)
+{
+    static const char *const good =
+        "{\"model\":\"m\",\"loom_server_tool_calls\":\"inline\","
+        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    static const char *const bad =
+        "{\"model\":\"m\",\"loom_server_tool_calls\":\"x\","
+        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    loom__chat_request req;
+    loom__chat_error err;
+    (void)state;
+
+    assert_int_equal(loom__chat_server_calls_mode("inline"), 1);
+    assert_int_equal(loom__chat_server_calls_mode("separate"), 0);
+    assert_int_equal(loom__chat_server_calls_mode("Inline"), -1);
+    assert_int_equal(loom__chat_server_calls_mode(NULL), -1);
+    assert_int_equal(
+        loom__chat_request_parse_text(&req, good, strlen(good), &err), 0);
+    assert_int_equal(req.server_calls_inline, 1);
+    loom__chat_request_clear(&req);
+    loom__chat_error_clear(&err);
+    assert_int_equal(
+        loom__chat_request_parse_text(&req, bad, strlen(bad), &err),
+        LOOM_EINVALID);
+    assert_int_equal(err.status, 400);
+    assert_string_equal(err.param, "loom_server_tool_calls");
+    loom__chat_error_clear(&err);
 }
 
 static void test_usage_and_ids(void **state)
@@ -1403,6 +1592,10 @@ int main(void)
         cmocka_unit_test(test_completion_object),
         cmocka_unit_test(test_completion_client_tools),
         cmocka_unit_test(test_usage_and_ids),
+        cmocka_unit_test(test_stream_server_calls_apart),
+        cmocka_unit_test(test_completion_reasoning),
+        cmocka_unit_test(test_stream_cancelled),
+        cmocka_unit_test(test_server_calls_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
