@@ -141,10 +141,11 @@ function tempRoot() {
     return fs.mkdtempSync(path.join(base, 'loom-e2e-'));
 }
 
-/* The YAML config: one provider per fake, plus the server section. The
- * database path is written as a JSON string, which YAML reads as a
- * double-quoted scalar, so any folder name works. */
-function configYaml(stack, server) {
+/* The YAML config: one provider per fake, the agents, plus the server
+ * section. The database path is written as a JSON string, which YAML
+ * reads as a double-quoted scalar, so any folder name works (JSON is
+ * YAML: the agents are written so too). */
+function configYaml(stack, server, agents) {
     const lines = ['log:', '  level: warn', 'providers:'];
     for (const [name, f] of Object.entries(stack.fakes)) {
         const retries = f.retries ?? 0;
@@ -162,6 +163,8 @@ function configYaml(stack, server) {
             '      base_delay_ms: 1',
             '      max_delay_ms: 20');
     }
+    if (agents)
+        lines.push(`agents: ${JSON.stringify(agents)}`);
     lines.push('server:',
                '  listen: 127.0.0.1:0',
                `  db: ${JSON.stringify(stack.db)}`);
@@ -175,14 +178,15 @@ export class Stack {
      * fakes: {providerName: script object, or {script, retries}} where
      * script is the fake's JSON script (docs/fake-upstream.md) and retries
      * loom's retries.max for that provider (default 0). server: extra
-     * keys of the config's server: section.
+     * keys of the config's server: section. agents: the config's agents:
+     * section as an object ({name: {model, tools, ...}}).
      */
-    static async start({ fakes, server } = {}) {
+    static async start({ fakes, server, agents } = {}) {
         const s = new Stack();
         try {
             for (const [name, spec] of Object.entries(fakes ?? {}))
                 await s.startFake(name, spec.script ? spec : { script: spec });
-            fs.writeFileSync(s.configPath, configYaml(s, server));
+            fs.writeFileSync(s.configPath, configYaml(s, server, agents));
             await s.startLoom();
         } catch (err) {
             await s.close().catch(() => {});

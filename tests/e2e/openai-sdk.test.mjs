@@ -1,9 +1,11 @@
 /*
  * The official openai npm package against `loom serve`: plain answers,
  * streaming through the SDK's own accumulating helpers, loom's tools given
- * by name, client tools and their follow-up request, and errors surfacing
- * as the SDK's exception classes. Each test has its own fake provider, so
- * a failure in one cannot shift another's scripted answers.
+ * by name, client tools and their follow-up request, runTools() mixing
+ * loom's tools and the client's, a stop (abort or cancel) ending a stream,
+ * and errors surfacing as the SDK's exception classes. Each test has its
+ * own fake provider, so a failure in one cannot shift another's scripted
+ * answers.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -24,6 +26,35 @@ const WEATHER_TOOL = {
             required: ['city'],
         },
     },
+};
+
+/*
+ * Three rounds of runTools(): loom's get_time then the client's
+ * get_weather (Paris); both in one turn (Berlin); the answer. Each round
+ * is one request from the SDK; loom answers its own calls within it.
+ */
+const MIXED_ROUNDS = [
+    { tool_calls: [{ id: 'call_t1', name: 'get_time',
+                     arguments: '{"timezone":"Europe/Paris"}' }] },
+    { tool_calls: [{ id: 'call_w1', name: 'get_weather',
+                     arguments: '{"city":"Paris"}' }] },
+    { tool_calls: [{ id: 'call_t2', name: 'get_time',
+                     arguments: '{"timezone":"Europe/Berlin"}' },
+                   { id: 'call_w2', name: 'get_weather',
+                     arguments: '{"city":"Berlin"}' }] },
+    textResponse(['Paris 21C, Berlin 18C.']),
+];
+
+/*
+ * Agents offering loom's get_time, for runTools(): the SDK's tool parser
+ * throws on a string in `tools` once it parses a tool call, so a client
+ * that runs its own tools gets loom's from an agent (model agent/<name>).
+ */
+const agents = {
+    timer: { model: 'runtools/fake-model', tools: ['get_time'],
+             system_prompt: 'Answer briefly.' },
+    timerstream: { model: 'runtoolsstream/fake-model', tools: ['get_time'],
+                   system_prompt: 'Answer briefly.' },
 };
 
 const fakes = {
@@ -57,12 +88,58 @@ const fakes = {
                        code: 'rate_limit_exceeded' } }] },
     },
     unused: { loop: true, responses: [textResponse(['never'])] },
+    runtools: { loop: true, responses: MIXED_ROUNDS },
+    runtoolsstream: { loop: true, responses: MIXED_ROUNDS },
+    inline: { loop: true, responses: [
+        { tool_calls: [{ id: 'call_time_i', name: 'get_time',
+                         arguments: '{"timezone":"UTC"}' }] },
+        textResponse(['Noon.'])] },
+    stringtools: { loop: true, responses: [
+        { tool_calls: [{ id: 'call_time_s', name: 'get_time',
+                         arguments: '{"timezone":"UTC"}' }] },
+        textResponse(['It is', ' noon.'])] },
+    hang: { loop: true, responses: [
+        textResponse(['Partial ', 'answer'],
+                     { hang: true, hang_after_chunks: 2 })] },
 };
+
+/* The client's own weather tool, for runTools(); asked notes each city. */
+function weatherTool(asked) {
+    return {
+        type: 'function',
+        function: {
+            ...WEATHER_TOOL.function,
+            function: ({ city }) => {
+                asked.push(city);
+                return JSON.stringify({ temp_c: city === 'Paris' ? 21 : 18 });
+            },
+            parse: JSON.parse,
+        },
+    };
+}
+
+/* The run id behind a chat completion id. */
+function runIdOf(chatId) {
+    return `run_${chatId.slice('chatcmpl-'.length)}`;
+}
+
+/* Polls loom's run object until the run has ended; returns it. */
+async function endedRun(stack, runId) {
+    for (let i = 0; i < 1500; i++) {
+        const r = await stack.get(`/v1/runs/${runId}`);
+        assert.equal(r.status, 200);
+        if (r.body.status !== 'running')
+            return r.body;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    throw new Error(`run ${runId} still running`);
+}
 
 /* Reads a stream chunk by chunk, noting every delta kind in order. */
 async function collect(stream) {
-    const out = { order: [], content: '', toolCalls: [], toolOutputs: [],
-                  finish: null, conversationId: null, ids: new Set() };
+    const out = { order: [], content: '', toolCalls: [], loomToolCalls: [],
+                  toolOutputs: [], finish: null, conversationId: null,
+                  ids: new Set() };
     for await (const chunk of stream) {
         out.ids.add(chunk.id);
         if (chunk.conversation_id)
@@ -73,6 +150,10 @@ async function collect(stream) {
         if (c.delta.tool_calls) {
             out.order.push('tool_calls');
             out.toolCalls.push(...c.delta.tool_calls);
+        }
+        if (c.delta.loom_tool_calls) {
+            out.order.push('loom_tool_calls');
+            out.loomToolCalls.push(...c.delta.loom_tool_calls);
         }
         if (c.delta.tool_output) {
             out.order.push('tool_output');
@@ -93,7 +174,7 @@ describe('openai SDK against loom serve', () => {
     let client;
 
     before(async () => {
-        stack = await Stack.start({ fakes });
+        stack = await Stack.start({ fakes, agents });
         client = stack.client();
     }, { timeout: 30000 });
 
@@ -115,9 +196,14 @@ describe('openai SDK against loom serve', () => {
         assert.equal(data.choices[0].finish_reason, 'stop');
         assert.equal(data.choices[0].message.role, 'assistant');
         assert.equal(data.choices[0].message.content, 'Hello from the fake.');
+        /* OpenAI's fields, then loom's; no prices: the cost is unknown. */
         assert.deepEqual(data.usage, { prompt_tokens: 10,
                                        completion_tokens: 3,
-                                       total_tokens: 13 });
+                                       total_tokens: 13,
+                                       cached_tokens: 0,
+                                       reasoning_tokens: 0,
+                                       cache_write_tokens: 0,
+                                       cost_micros: null });
         assert.match(data.conversation_id, /^conv_[0-9a-f]{24}$/);
         assert.equal(response.headers.get('x-loom-conversation-id'),
                      data.conversation_id);
@@ -193,7 +279,7 @@ describe('openai SDK against loom serve', () => {
         assert.equal(last.status, 'ok');
     });
 
-    test('server-side tool by name: tool_calls and tool_output deltas',
+    test('server-side tool by name: loom_tool_calls and tool_output deltas',
          TIMEOUT, async () => {
         const stream = await client.chat.completions.create({
             model: 'servertool/fake-model',
@@ -209,10 +295,13 @@ describe('openai SDK against loom serve', () => {
         const got = await collect(raw);
         const final = await acc.finalChatCompletion();
 
-        assert.deepEqual(got.order, ['tool_calls', 'tool_output', 'content',
-                                     'content']);
+        /* loom's own call is not the client's to answer: it is in
+         * loom_tool_calls, never in tool_calls. */
+        assert.deepEqual(got.order, ['loom_tool_calls', 'tool_output',
+                                     'content', 'content']);
         assert.equal(got.ids.size, 1);
-        assert.deepEqual(got.toolCalls, [{
+        assert.deepEqual(got.toolCalls, []);
+        assert.deepEqual(got.loomToolCalls, [{
             index: 0, id: 'call_time_1', type: 'function',
             function: { name: 'get_time',
                         arguments: '{"timezone":"Asia/Tokyo"}' } }]);
@@ -230,8 +319,7 @@ describe('openai SDK against loom serve', () => {
 
         const msg = final.choices[0].message;
         assert.equal(msg.content, 'It is late in Tokyo.');
-        assert.equal(msg.tool_calls.length, 1);
-        assert.equal(msg.tool_calls[0].function.name, 'get_time');
+        assert.equal(msg.tool_calls, undefined);
         assert.equal(final.choices[0].finish_reason, 'stop');
 
         /* loom offered the tool's full spec and answered the call itself
@@ -423,5 +511,133 @@ describe('openai SDK against loom serve', () => {
 
         /* none of these reached the provider */
         assert.equal(stack.fakeRequests('unused').length, 0);
+    });
+    test('the inline shape: loom\'s calls in tool_calls, on request',
+         TIMEOUT, async () => {
+        const got = await collect(await client.chat.completions.create({
+            model: 'inline/fake-model',
+            stream: true,
+            tools: ['get_time'],
+            messages: [{ role: 'user', content: 'Time?' }],
+        }, { headers: { 'X-Loom-Server-Tool-Calls': 'inline' } }));
+        assert.deepEqual(got.order, ['tool_calls', 'tool_output',
+                                     'content']);
+        assert.equal(got.toolCalls[0].function.name, 'get_time');
+        assert.deepEqual(got.loomToolCalls, []);
+        assert.equal(got.finish, 'stop');
+    });
+
+    test('.stream() with string tools', TIMEOUT, async () => {
+        const stream = client.chat.completions.stream({
+            model: 'stringtools/fake-model',
+            tools: ['get_time'],
+            messages: [{ role: 'user', content: 'Time in UTC?' }],
+        });
+        const final = await stream.finalChatCompletion();
+        assert.equal(final.choices[0].message.content, 'It is noon.');
+        assert.equal(final.choices[0].message.tool_calls, undefined);
+        assert.equal(final.choices[0].finish_reason, 'stop');
+        /* loom answered its own call upstream. */
+        const reqs = stack.fakeRequests('stringtools');
+        assert.equal(reqs.length, 2);
+        assert.equal(reqs[1].body.messages.at(-1).tool_call_id,
+                     'call_time_s');
+    });
+
+    for (const stream of [false, true]) {
+        const fake = stream ? 'runtoolsstream' : 'runtools';
+        const agent = stream ? 'timerstream' : 'timer';
+        test(`runTools() (${stream ? 'streamed' : 'not streamed'}) mixes ` +
+             'loom\'s tools and the client\'s', TIMEOUT, async () => {
+            const asked = [];
+            const runner = client.chat.completions.runTools({
+                model: `agent/${agent}`,
+                stream,
+                tools: [weatherTool(asked)],
+                messages: [{ role: 'user',
+                             content: 'Time and weather in Paris, Berlin?' }],
+            });
+            assert.equal(await runner.finalContent(),
+                         'Paris 21C, Berlin 18C.');
+            /* The client answered its own calls, only those. */
+            assert.deepEqual(asked, ['Paris', 'Berlin']);
+
+            /* Three requests from the SDK, four model calls: loom
+             * answered get_time itself within the first two. */
+            const reqs = stack.fakeRequests(fake);
+            assert.equal(reqs.length, 4);
+            const tools = (r) => r.body.messages.filter(
+                (m) => m.role === 'tool');
+            for (const r of reqs)
+                for (const m of tools(r))
+                    assert.doesNotMatch(m.content, /Invalid tool_call/);
+            const t1 = tools(reqs[1]).find(
+                (m) => m.tool_call_id === 'call_t1');
+            assert.equal(JSON.parse(t1.content).timezone, 'Europe/Paris');
+            assert.equal(tools(reqs[2]).find(
+                (m) => m.tool_call_id === 'call_w1').content,
+                         '{"temp_c":21}');
+            assert.equal(tools(reqs[3]).find(
+                (m) => m.tool_call_id === 'call_w2').content,
+                         '{"temp_c":18}');
+        });
+    }
+
+    test('.abort() mid-stream cancels the run, which is stored', TIMEOUT,
+         async () => {
+        const stream = client.chat.completions.stream({
+            model: 'hang/fake-model',
+            messages: [{ role: 'user', content: 'Talk' }],
+        });
+        let runId = null;
+        try {
+            for await (const chunk of stream) {
+                runId ??= runIdOf(chunk.id);
+                if (chunk.choices[0]?.delta?.content) {
+                    stream.abort();
+                    break;
+                }
+            }
+        } catch (e) {
+            assert.ok(e instanceof OpenAI.APIUserAbortError,
+                      `got ${e && e.constructor.name}: ${e}`);
+        }
+        assert.ok(runId);
+        const run = await endedRun(stack, runId);
+        assert.equal(run.status, 'cancelled');
+        assert.equal(run.stored, true);
+        const conv = await stack.get(
+            `/v1/conversations/${run.conversation_id}`);
+        assert.equal(conv.body.messages.at(-1).status, 'cancelled');
+        assert.match(conv.body.messages.at(-1).content, /^Partial/);
+    });
+
+    test('a cancelled stream ends normally for the SDK', TIMEOUT,
+         async () => {
+        const stream = client.chat.completions.stream({
+            model: 'hang/fake-model',
+            stream_options: { include_usage: true },
+            messages: [{ role: 'user', content: 'Talk' }],
+        });
+        let cancel = null;
+        let status = null;
+        let runId = null;
+        stream.on('chunk', (chunk) => {
+            runId ??= runIdOf(chunk.id);
+            status ??= chunk.loom_status ?? null;
+            if (!cancel && chunk.choices[0]?.delta?.content)
+                cancel = fetch(`${stack.baseURL}/v1/runs/${runId}/cancel`,
+                               { method: 'POST' });
+        });
+        /* No APIError: a user's stop is not a failure. */
+        const final = await stream.finalChatCompletion();
+        assert.equal((await cancel).status, 200);
+        assert.equal(final.choices[0].finish_reason, 'stop');
+        assert.match(final.choices[0].message.content, /^Partial/);
+        assert.equal(status, 'cancelled');
+        assert.equal(final.usage.cost_micros, null);
+        const run = await endedRun(stack, runId);
+        assert.equal(run.status, 'cancelled');
+        assert.equal(run.stored, true);
     });
 });
