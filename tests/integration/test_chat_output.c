@@ -241,11 +241,12 @@ static void test_server_calls_apart(void **state)
     sh_resp_free(&r);
 
     /* A bad mode is a 400 naming the field. */
-    post_chat(&h, MIXED_REQUEST(""), "X-Loom-Server-Tool-Calls: both", 400, &r);
+    json_decref(post_chat(&h, MIXED_REQUEST(""),
+                          "X-Loom-Server-Tool-Calls: both", 400, &r));
     sh_check_error(r.body, "invalid_value");
     sh_resp_free(&r);
-    post_chat(&h, MIXED_REQUEST(",\"loom_server_tool_calls\":1"), NULL, 400,
-              &r);
+    json_decref(post_chat(&h, MIXED_REQUEST(",\"loom_server_tool_calls\":1"),
+                          NULL, 400, &r));
     sh_resp_free(&r);
     sh_free(&h);
 }

@@ -153,7 +153,8 @@ static void test_openai_body(void **state)
     assert_int_equal(loom_llm_cache_new(&cache), 0);
     assert_int_equal(loom__openai_body_text(&text, &req, cache, &req), 0);
     assert_string_equal(text.ptr, dumped);
-    loom_part_clear(&m.items[1].parts[3]);
+    for (size_t i = 0; i < m.items[1].parts_len; i++)
+        loom_part_clear(&m.items[1].parts[i]);
     free(m.items[1].parts);
     m.items[1].parts = NULL;
     m.items[1].parts_len = 0;
