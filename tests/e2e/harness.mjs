@@ -141,11 +141,11 @@ function tempRoot() {
     return fs.mkdtempSync(path.join(base, 'loom-e2e-'));
 }
 
-/* The YAML config: one provider per fake, the agents, plus the server
- * section. The database path is written as a JSON string, which YAML
- * reads as a double-quoted scalar, so any folder name works (JSON is
- * YAML: the agents are written so too). */
-function configYaml(stack, server, agents) {
+/* The YAML config: one provider per fake, the models, the agents, plus
+ * the server section. The database path is written as a JSON string,
+ * which YAML reads as a double-quoted scalar, so any folder name works
+ * (JSON is YAML: the models and agents are written so too). */
+function configYaml(stack, server, agents, models) {
     const lines = ['log:', '  level: warn', 'providers:'];
     for (const [name, f] of Object.entries(stack.fakes)) {
         const retries = f.retries ?? 0;
@@ -163,6 +163,8 @@ function configYaml(stack, server, agents) {
             '      base_delay_ms: 1',
             '      max_delay_ms: 20');
     }
+    if (models)
+        lines.push(`models: ${JSON.stringify(models)}`);
     if (agents)
         lines.push(`agents: ${JSON.stringify(agents)}`);
     lines.push('server:',
@@ -179,14 +181,15 @@ export class Stack {
      * script is the fake's JSON script (docs/fake-upstream.md) and retries
      * loom's retries.max for that provider (default 0). server: extra
      * keys of the config's server: section. agents: the config's agents:
-     * section as an object ({name: {model, tools, ...}}).
+     * section as an object ({name: {model, tools, ...}}). models: the
+     * config's models: section ({'provider/model': {capabilities, ...}}).
      */
-    static async start({ fakes, server, agents } = {}) {
+    static async start({ fakes, server, agents, models } = {}) {
         const s = new Stack();
         try {
             for (const [name, spec] of Object.entries(fakes ?? {}))
                 await s.startFake(name, spec.script ? spec : { script: spec });
-            fs.writeFileSync(s.configPath, configYaml(s, server, agents));
+            fs.writeFileSync(s.configPath, configYaml(s, server, agents, models));
             await s.startLoom();
         } catch (err) {
             await s.close().catch(() => {});

@@ -3,14 +3,18 @@
  * streaming through the SDK's own accumulating helpers, loom's tools given
  * by name, client tools and their follow-up request, runTools() mixing
  * loom's tools and the client's, a stop (abort or cancel) ending a stream,
- * and errors surfacing as the SDK's exception classes. Each test has its
+ * structured output parsed by the SDK against a zod schema, an image
+ * part, the agents in the model list, and errors surfacing as the SDK's
+ * exception classes. Each test has its
  * own fake provider, so a failure in one cannot shift another's scripted
  * answers.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { zodResponseFormat } from 'openai/helpers/zod';
 import { ChatCompletionStream } from 'openai/lib/ChatCompletionStream';
+import { z } from 'zod';
 import { API_KEY, Stack, textResponse } from './harness.mjs';
 
 const TIMEOUT = { timeout: 30000 };
@@ -101,7 +105,28 @@ const fakes = {
     hang: { loop: true, responses: [
         textResponse(['Partial ', 'answer'],
                      { hang: true, hang_after_chunks: 2 })] },
+    structured: { loop: true, responses: [
+        textResponse(['{"city":"Paris",', '"temp_c":21,',
+                      '"conditions":["sunny","windy"]}'])] },
+    vision: { loop: true, responses: [textResponse(['A red dot.'])] },
+    novision: { loop: true, responses: [textResponse(['never'])] },
 };
+
+/* vision/fake-model takes images; every other model does not. */
+const models = {
+    'vision/fake-model': { capabilities: { vision: true } },
+};
+
+/* A 1x1 PNG as a data: URL. */
+const PNG_URL = 'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYA' +
+    'AAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==';
+
+/* The weather report the structured-output test asks for. */
+const Weather = z.object({
+    city: z.string(),
+    temp_c: z.number(),
+    conditions: z.array(z.string()),
+});
 
 /* The client's own weather tool, for runTools(); asked notes each city. */
 function weatherTool(asked) {
@@ -174,7 +199,7 @@ describe('openai SDK against loom serve', () => {
     let client;
 
     before(async () => {
-        stack = await Stack.start({ fakes, agents });
+        stack = await Stack.start({ fakes, agents, models });
         client = stack.client();
     }, { timeout: 30000 });
 
@@ -639,5 +664,91 @@ describe('openai SDK against loom serve', () => {
         const run = await endedRun(stack, runId);
         assert.equal(run.status, 'cancelled');
         assert.equal(run.stored, true);
+    });
+    test('response_format json_schema parsed by .parse() with zod',
+         TIMEOUT, async () => {
+        const format = zodResponseFormat(Weather, 'weather');
+        const r = await client.chat.completions.parse({
+            model: 'structured/fake-model',
+            messages: [{ role: 'user', content: 'Weather in Paris?' }],
+            response_format: format,
+        });
+        const msg = r.choices[0].message;
+        assert.equal(r.choices[0].finish_reason, 'stop');
+        assert.deepEqual(msg.parsed, { city: 'Paris', temp_c: 21,
+                                       conditions: ['sunny', 'windy'] });
+        assert.equal(msg.refusal ?? null, null);
+
+        /* The schema went upstream as the SDK wrote it. */
+        const reqs = stack.fakeRequests('structured');
+        assert.equal(reqs.length, 1);
+        const sent = reqs[0].body.response_format;
+        assert.deepEqual(sent, JSON.parse(JSON.stringify(format)));
+        assert.equal(sent.type, 'json_schema');
+        assert.equal(sent.json_schema.name, 'weather');
+        assert.equal(sent.json_schema.strict, true);
+        assert.deepEqual(sent.json_schema.schema.required,
+                         ['city', 'temp_c', 'conditions']);
+        assert.equal(sent.json_schema.schema.properties.conditions.type,
+                     'array');
+    });
+
+    test('an image part reaches a vision model', TIMEOUT, async () => {
+        const content = [
+            { type: 'text', text: 'What is in this picture?' },
+            { type: 'image_url', image_url: { url: PNG_URL,
+                                              detail: 'low' } },
+        ];
+        const r = await client.chat.completions.create({
+            model: 'vision/fake-model',
+            messages: [{ role: 'user', content }],
+        });
+        assert.equal(r.choices[0].message.content, 'A red dot.');
+
+        const reqs = stack.fakeRequests('vision');
+        assert.equal(reqs.length, 1);
+        const user = reqs[0].body.messages.at(-1);
+        assert.equal(user.role, 'user');
+        assert.deepEqual(user.content, content);
+
+        /* A model without vision refuses it before any model call. */
+        const err = await client.chat.completions.create({
+            model: 'novision/fake-model',
+            messages: [{ role: 'user', content }],
+        }).then(() => null, (e) => e);
+        assert.ok(err instanceof OpenAI.BadRequestError,
+                  `got ${err && err.constructor.name}: ${err}`);
+        assert.equal(err.code, 'model_not_vision');
+        assert.equal(err.param, 'messages[0].content');
+        assert.equal(stack.fakeRequests('novision').length, 0);
+    });
+
+    test('models.list() shows the agents, models.retrieve() one',
+         TIMEOUT, async () => {
+        const list = [];
+        for await (const m of client.models.list())
+            list.push(m);
+        const ids = list.map((m) => m.id);
+        assert.ok(ids.includes('vision/fake-model'), ids.join(' '));
+        const agentIds = ids.filter((id) => id.startsWith('agent/')).sort();
+        assert.deepEqual(agentIds, ['agent/timer', 'agent/timerstream']);
+        const timer = list.find((m) => m.id === 'agent/timer');
+        assert.equal(timer.object, 'model');
+        assert.equal(timer.owned_by, 'loom');
+        assert.deepEqual(timer.loom, { agent: 'timer',
+                                       model: 'runtools/fake-model' });
+
+        /* The SDK sends the id's slash as %2F. */
+        const one = await client.models.retrieve('agent/timer');
+        assert.deepEqual(one, timer);
+        const model = await client.models.retrieve('vision/fake-model');
+        assert.equal(model.id, 'vision/fake-model');
+        assert.equal(model.owned_by, 'vision');
+
+        const err = await client.models.retrieve('agent/nobody')
+            .then(() => null, (e) => e);
+        assert.ok(err instanceof OpenAI.NotFoundError,
+                  `got ${err && err.constructor.name}: ${err}`);
+        assert.equal(err.code, 'model_not_found');
     });
 });
