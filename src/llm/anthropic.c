@@ -18,7 +18,9 @@
  * with tool_result blocks first; thinking blocks come back from the
  * answer's provider_state unchanged and in their place; prompt-cache
  * breakpoints go on the tools, the system prompt and the last two user
- * turns (the API allows four).
+ * turns (the API allows four). A response format, which the API has no
+ * field for, is a tool the model is made to call, whose input is the
+ * answer (LOOM_ANTHROPIC_ANSWER_TOOL in llm/anthropic.h).
  */
 #include "llm/anthropic.h"
 #include "core/error.h"
@@ -243,6 +245,59 @@ static json_t *tool_result_block(const loom_message *m)
     return b;
 }
 
+/* ---- the answer tool (response_format) -------------------------------- */
+
+long loom__anthropic_answer_mode(const loom_llm_request *req)
+{
+    if (!req->params || req->params->format == LOOM_FORMAT_UNSET)
+        return LOOM__ANTHROPIC_ANSWER_NONE;
+    if (!req->tools_len || req->tool_choice.kind == LOOM_TOOL_CHOICE_NONE)
+        return LOOM__ANTHROPIC_ANSWER_FORCED;
+    /* This call must call a real tool: the format is for a later one. */
+    if (req->tool_choice.kind == LOOM_TOOL_CHOICE_REQUIRED ||
+        req->tool_choice.kind == LOOM_TOOL_CHOICE_FUNCTION)
+        return LOOM__ANTHROPIC_ANSWER_NONE;
+    return LOOM__ANTHROPIC_ANSWER_BESIDE;
+}
+
+/* The answer tool's description: a sentence, the schema's name and
+ * description (which the request's size limit bounds before this). */
+#define ANSWER_DESC_MAX ((size_t)1 << 20)
+
+/*
+ * The answer tool: the client's schema as its input_schema (json_object,
+ * or json_schema without one: any object). A schema that says no type is
+ * an object's (the API wants it said; params.c refused other types).
+ */
+static json_t *answer_tool_json(const loom_llm_params *p)
+{
+    loom_buf desc = LOOM_BUF_INIT(ANSWER_DESC_MAX);
+    json_t *schema = p->format == LOOM_FORMAT_JSON_SCHEMA && p->format_schema
+                         ? json_deep_copy(p->format_schema)
+                         : json_object();
+    json_t *t = NULL;
+    int bad = !schema;
+
+    if (!bad && !json_object_get(schema, "type"))
+        bad = json_object_set_new(schema, "type", json_string("object"));
+    bad |= loom_buf_puts(&desc, "Give your final answer by calling this "
+                                "tool: its input is the answer itself, a "
+                                "JSON object");
+    if (p->format == LOOM_FORMAT_JSON_SCHEMA && p->format_name)
+        bad |= loom_buf_printf(&desc, " (%s)", p->format_name);
+    if (p->format == LOOM_FORMAT_JSON_SCHEMA && p->format_description)
+        bad |= loom_buf_printf(&desc, ": %s", p->format_description);
+    bad |= loom_buf_putc(&desc, '.');
+    if (!bad)
+        t = json_pack("{s:s,s:o,s:O}", "name", LOOM_ANTHROPIC_ANSWER_TOOL,
+                      "description",
+                      loom__llm_json_string(loom_buf_cstr(&desc)),
+                      "input_schema", schema);
+    json_decref(schema);
+    loom_buf_free(&desc);
+    return t;
+}
+
 /*
  * Whether thinking is sent. The API refuses it with a forced tool choice,
  * and refuses a tool loop whose last assistant turn (tool results follow
@@ -252,7 +307,8 @@ static json_t *tool_result_block(const loom_message *m)
  */
 static int thinking_on(const loom_llm_request *req)
 {
-    if (req->thinking_budget <= 0)
+    if (req->thinking_budget <= 0 ||
+        loom__anthropic_answer_mode(req) != LOOM__ANTHROPIC_ANSWER_NONE)
         return 0;
     if (req->tools_len && (req->tool_choice.kind == LOOM_TOOL_CHOICE_REQUIRED ||
                            req->tool_choice.kind == LOOM_TOOL_CHOICE_FUNCTION))
@@ -286,8 +342,12 @@ static int mark_cache(json_t *v)
                                json_pack("{s:s}", "type", "ephemeral"));
 }
 
-static json_t *tools_json(const loom_llm_request *req, int placeholder)
+/* The tools of a request: the placeholder, or the run's tools (unless
+ * only the answer tool is offered) and then the answer tool. */
+static json_t *tools_json(const loom_llm_request *req, int placeholder,
+                          long mode)
 {
+    size_t ntools = mode == LOOM__ANTHROPIC_ANSWER_FORCED ? 0 : req->tools_len;
     json_t *arr = json_array(), *t;
     int bad = !arr;
 
@@ -298,7 +358,7 @@ static json_t *tools_json(const loom_llm_request *req, int placeholder)
                       "input_schema", "type", "object", "properties");
         bad = json_array_append_new(arr, t) != 0;
     }
-    for (size_t i = 0; !bad && i < req->tools_len; i++) {
+    for (size_t i = 0; !bad && i < ntools; i++) {
         const loom_tool_def *d = &req->tools[i];
         t = json_pack("{s:o}", "name", loom__llm_json_string(d->name));
         bad = !t;
@@ -316,6 +376,8 @@ static json_t *tools_json(const loom_llm_request *req, int placeholder)
         else
             bad = json_array_append_new(arr, t) != 0;
     }
+    if (!bad && mode != LOOM__ANTHROPIC_ANSWER_NONE)
+        bad = json_array_append_new(arr, answer_tool_json(req->params)) != 0;
     if (bad) {
         json_decref(arr);
         return NULL;
@@ -323,13 +385,19 @@ static json_t *tools_json(const loom_llm_request *req, int placeholder)
     return arr;
 }
 
-static json_t *tool_choice_json(const loom_llm_request *req, int placeholder)
+static json_t *tool_choice_json(const loom_llm_request *req, int placeholder,
+                                long mode)
 {
     json_t *tc;
 
     if (placeholder)
         return json_pack("{s:s}", "type", "none");
-    switch (req->tool_choice.kind) {
+    if (mode == LOOM__ANTHROPIC_ANSWER_FORCED)
+        return json_pack("{s:s,s:s}", "type", "tool", "name",
+                         LOOM_ANTHROPIC_ANSWER_TOOL);
+    /* Beside the run's tools: some tool, the answer's or a real one. */
+    switch (mode == LOOM__ANTHROPIC_ANSWER_BESIDE ? LOOM_TOOL_CHOICE_REQUIRED
+                                                  : req->tool_choice.kind) {
     case LOOM_TOOL_CHOICE_NONE:
         return json_pack("{s:s}", "type", "none");
     case LOOM_TOOL_CHOICE_REQUIRED:
@@ -356,7 +424,7 @@ int loom__anthropic_build_body(json_t **out, const loom_llm_request *req)
     loom_llm_request budgeted;
     json_t *body = NULL, *system = NULL, *turns = NULL, *tools = NULL;
     int thinking, bad = 0, tool_blocks = 0, placeholder, rc;
-    long max_tokens = req->max_tokens;
+    long max_tokens = req->max_tokens, mode = loom__anthropic_answer_mode(req);
     size_t i = 0, users;
 
     *out = NULL;
@@ -369,6 +437,13 @@ int loom__anthropic_build_body(json_t **out, const loom_llm_request *req)
             loom__params_effort_budget(req->params->reasoning_effort);
         req = &budgeted;
     }
+    for (size_t k = 0; mode && k < req->tools_len; k++)
+        if (req->tools[k].name &&
+            strcmp(req->tools[k].name, LOOM_ANTHROPIC_ANSWER_TOOL) == 0)
+            return loom__error_set(LOOM_EINVALID,
+                                   "a tool named '%s' cannot be offered with "
+                                   "response_format: the name is loom's own",
+                                   LOOM_ANTHROPIC_ANSWER_TOOL);
     thinking = thinking_on(req);
     if (max_tokens <= 0)
         max_tokens = LOOM_ANTHROPIC_DEFAULT_MAX_TOKENS +
@@ -414,9 +489,9 @@ int loom__anthropic_build_body(json_t **out, const loom_llm_request *req)
     }
     /* The API refuses tool blocks in a request without tools (a run's
      * last call offers none): send one that cannot be chosen. */
-    placeholder = !req->tools_len && tool_blocks;
-    if (!bad && (req->tools_len || placeholder))
-        bad = !(tools = tools_json(req, placeholder));
+    placeholder = !req->tools_len && tool_blocks && !mode;
+    if (!bad && (req->tools_len || placeholder || mode))
+        bad = !(tools = tools_json(req, placeholder, mode));
     if (!bad && req->prompt_cache) {
         if (tools)
             bad |= mark_cache(tools);
@@ -443,7 +518,7 @@ int loom__anthropic_build_body(json_t **out, const loom_llm_request *req)
     if (tools) {
         bad |= loom__llm_put(body, "tools", json_incref(tools));
         bad |= loom__llm_put(body, "tool_choice",
-                             tool_choice_json(req, placeholder));
+                             tool_choice_json(req, placeholder, mode));
     }
     if (thinking)
         bad |= loom__llm_put(body, "thinking",
@@ -500,6 +575,8 @@ static int op_new(void **out, void *payload)
     loom__anthropic_decoder *d = NULL;
     int rc = loom__anthropic_decoder_new(&d, &p->limits, x->cb, x->payload);
 
+    if (rc == 0)
+        loom__anthropic_decoder_set_answer(d, (int)x->arg);
     *out = d;
     return rc;
 }
@@ -540,6 +617,7 @@ static const loom__llm_adapter_spec anthropic_spec = {
     .key_prefix = "",
     .headers = own_headers,
     .build_json = loom__anthropic_build_body,
+    .decoder_arg = loom__anthropic_answer_mode,
     .max_body = max_body,
     .decoder_new = op_new,
     .error_from_http = loom__anthropic_error_from_http,

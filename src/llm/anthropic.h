@@ -25,6 +25,33 @@
  * blocks, which the API refuses without a tool list (tool_choice none). */
 #define LOOM_ANTHROPIC_PLACEHOLDER_TOOL "loom_no_tools"
 
+/*
+ * The tool that carries a structured answer (response_format: json_schema
+ * or json_object). The Messages API has no response format of its own
+ * outside a beta, so the request declares this tool with the client's
+ * schema (json_object: {"type": "object"}) as its input_schema and makes
+ * the model call it, and the decoder turns that call back into the
+ * answer's text, with finish reason "stop": the run loop never sees a call
+ * of it. A run's own tool of this name is refused.
+ */
+#define LOOM_ANTHROPIC_ANSWER_TOOL "loom_json_answer"
+
+/* How a request uses the answer tool (loom__anthropic_answer_mode). */
+enum {
+    /* No response format, or one that this call cannot end in: a real
+     * tool must be called (tool choice required or a function). */
+    LOOM__ANTHROPIC_ANSWER_NONE = 0,
+    /* The answer tool alone, forced (tool_choice {"type": "tool"}): its
+     * input is streamed as text as it comes. */
+    LOOM__ANTHROPIC_ANSWER_FORCED,
+    /* Beside the run's tools, one of them forced (tool_choice {"type":
+     * "any"}): the model calls real tools, or answers through this one.
+     * The input is kept until the end and is the answer's text only when
+     * no real tool was called beside it; otherwise the call is dropped
+     * and the model answers again after the tools ran. */
+    LOOM__ANTHROPIC_ANSWER_BESIDE
+};
+
 /* Default limits of one answer. */
 /* (the same for every adapter: llm/answer.h) */
 #define LOOM_ANTHROPIC_MAX_TOOL_CALLS LOOM_LLM_MAX_TOOL_CALLS
@@ -69,6 +96,20 @@ int loom__anthropic_build_body(json_t **out, const loom_llm_request *req);
  * blocks, NULL otherwise.
  */
 LOOM__LLM_DECODER_DECLARE(loom__anthropic_decoder, loom__anthropic_limits, )
+
+/* The LOOM__ANTHROPIC_ANSWER_* mode of req (see there): NONE without a
+ * response format; for the adapter's decoder_arg. */
+long loom__anthropic_answer_mode(const loom_llm_request *req);
+
+/*
+ * Tells a new decoder, before it is fed, how the request used the answer
+ * tool (LOOM__ANTHROPIC_ANSWER_*; the default is NONE, every call a tool
+ * call). With FORCED or BESIDE, the first call of
+ * LOOM_ANTHROPIC_ANSWER_TOOL is no tool call but the answer's text (its
+ * input's JSON text; "{}" when it has none), and the finish reason
+ * "tool_calls" that it caused is "stop"; later calls of it are ignored.
+ */
+void loom__anthropic_decoder_set_answer(loom__anthropic_decoder *d, int mode);
 
 /* The loom finish reason for an Anthropic stop_reason (borrowed, static,
  * or s itself when loom has no name for it). */

@@ -15,6 +15,10 @@
  * the API wants them back unchanged on the next request of a tool loop, so
  * the decoder writes them, with the order of every block, into the
  * answer's provider_state. Usage is kept and emitted once at the end.
+ * A call of the answer tool (a response format, llm/anthropic.h) is no
+ * call: its input is the answer's text, streamed as it comes when the
+ * tool was forced alone, else kept until the end, where it is the text
+ * only if no real tool was called beside it.
  *
  * A non-streamed message object is decoded into the same events so the
  * adapter has one path for both. Every buffer has a limit (text, thinking,
@@ -35,14 +39,24 @@
 #include <string.h>
 
 /* What a content block is. B_NONE: not started. */
-enum { B_NONE = 0, B_TEXT, B_THINKING, B_REDACTED, B_TOOL, B_OTHER };
+enum {
+    B_NONE = 0,
+    B_TEXT,
+    B_THINKING,
+    B_REDACTED,
+    B_TOOL,
+    B_ANSWER, /* the answer tool's call (LOOM_ANTHROPIC_ANSWER_TOOL) */
+    B_OTHER
+};
 
 typedef struct {
     int type;
     size_t call;   /* B_TOOL: the call's position among the calls */
     char *id;      /* B_TOOL */
     char *name;    /* B_TOOL */
-    loom_buf data; /* tool: arguments; thinking: its text; redacted: data */
+    /* tool: arguments; thinking: its text; redacted: data; answer: the
+     * input kept (BESIDE) */
+    loom_buf data;
     loom_buf sig;  /* thinking: the signature */
 } block;
 
@@ -53,6 +67,10 @@ struct loom__anthropic_decoder {
     size_t nblocks;
     size_t ncalls;
     size_t state_bytes; /* signatures and redacted data so far */
+    int answer_mode;    /* LOOM__ANTHROPIC_ANSWER_* */
+    block *answer;      /* the answer tool's call, once it started */
+    size_t answer_len;  /* bytes of it passed on as text (FORCED) */
+    int answered;       /* the answer's text was emitted */
     long in_tokens, out_tokens, cache_write, cache_read;
 };
 
@@ -88,6 +106,11 @@ int loom__anthropic_decoder_new(loom__anthropic_decoder **out,
 
     *out = d;
     return rc;
+}
+
+void loom__anthropic_decoder_set_answer(loom__anthropic_decoder *d, int mode)
+{
+    d->answer_mode = mode;
 }
 
 const char *loom__anthropic_finish_reason(const char *s)
@@ -262,6 +285,55 @@ static int whole_input(loom__anthropic_decoder *d, block *b,
     return rc;
 }
 
+/*
+ * A piece of the answer tool's input: the answer's text, passed on at
+ * once when the tool was forced alone, else kept until the end
+ * (answer_close).
+ */
+static int answer_piece(loom__anthropic_decoder *d, block *b, const char *s,
+                        size_t len)
+{
+    if (!len)
+        return 0;
+    if (d->answer_mode == LOOM__ANTHROPIC_ANSWER_FORCED) {
+        d->answer_len += len;
+        return loom__llm_answer_text(&d->a, LOOM_LLM_TEXT, s, len);
+    }
+    if (loom_buf_put(&b->data, s, len) == 0)
+        return 0;
+    return loom__llm_answer_fail(
+        &d->a, len > b->data.max - b->data.len
+                   ? loom__error_set(LOOM_ETOOLARGE,
+                                     "answer text passed the limit of %zu "
+                                     "bytes",
+                                     b->data.max)
+                   : loom__error_oom());
+}
+
+/* The start of the answer tool's call; a second one is ignored. An empty
+ * input is none, as streamed starts say: the deltas bring it. */
+static int answer_start(loom__anthropic_decoder *d, block *b,
+                        const json_t *input)
+{
+    char *s;
+    int rc;
+
+    if (d->answer) {
+        b->type = B_OTHER;
+        return 0;
+    }
+    b->type = B_ANSWER;
+    d->answer = b;
+    loom_buf_init(&b->data, d->lim.max_text);
+    if (!input || (json_is_object(input) && json_object_size(input) == 0))
+        return 0;
+    if (!(s = json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY)))
+        return loom__llm_answer_fail(&d->a, loom__error_oom());
+    rc = answer_piece(d, b, s, strlen(s));
+    free(s);
+    return rc;
+}
+
 /* content_block_start, or one block of a whole message. */
 static int block_start(loom__anthropic_decoder *d, const json_t *jidx,
                        const json_t *cb)
@@ -302,6 +374,9 @@ static int block_start(loom__anthropic_decoder *d, const json_t *jidx,
         b->type = B_OTHER;
         return 0;
     }
+    name = loom__llm_jstr(cb, "name");
+    if (d->answer_mode && name && strcmp(name, LOOM_ANTHROPIC_ANSWER_TOOL) == 0)
+        return answer_start(d, b, json_object_get(cb, "input"));
     if (d->ncalls >= d->lim.max_tool_calls)
         return loom__llm_answer_fail(
             &d->a, loom__error_set(LOOM_ETOOLARGE,
@@ -311,7 +386,6 @@ static int block_start(loom__anthropic_decoder *d, const json_t *jidx,
     b->call = d->ncalls++;
     loom_buf_init(&b->data, d->lim.max_args);
     id = loom__llm_jstr(cb, "id");
-    name = loom__llm_jstr(cb, "name");
     if ((id && *id && dup_into(&b->id, id)) ||
         (name && *name && dup_into(&b->name, name)))
         return loom__llm_answer_fail(&d->a, LOOM_ENOMEM);
@@ -339,6 +413,12 @@ static int block_delta(loom__anthropic_decoder *d, const json_t *jidx,
         return add_thinking(d, b, json_object_get(delta, "thinking"));
     if (strcmp(type, "signature_delta") == 0 && b->type == B_THINKING)
         return add_state(d, &b->sig, json_object_get(delta, "signature"));
+    if (strcmp(type, "input_json_delta") == 0 && b->type == B_ANSWER) {
+        s = loom__llm_jstr(delta, "partial_json");
+        return answer_piece(
+            d, b, s ? s : "",
+            s ? json_string_length(json_object_get(delta, "partial_json")) : 0);
+    }
     if (strcmp(type, "input_json_delta") == 0 && b->type == B_TOOL) {
         s = loom__llm_jstr(delta, "partial_json");
         return add_args(
@@ -374,6 +454,11 @@ static int build_state(loom__anthropic_decoder *d)
         case B_TEXT:
             it = json_pack("{s:s}", "type", "text");
             break;
+        case B_ANSWER: /* where the answer's text stood */
+            if (!d->answered)
+                continue;
+            it = json_pack("{s:s}", "type", "text");
+            break;
         case B_TOOL:
             it = json_pack("{s:s,s:s}", "type", "tool_use", "id",
                            d->a.calls[b->call].id);
@@ -391,6 +476,35 @@ static int build_state(loom__anthropic_decoder *d)
     json_decref(content);
     json_decref(st);
     return bad ? loom__llm_answer_fail(&d->a, loom__error_oom()) : 0;
+}
+
+/*
+ * The end of the answer tool's call: its input ("{}" when it had none) is
+ * the answer's text unless real tools were called beside it (then the
+ * model answers after they ran), and the tool use that ended the answer
+ * is a stop.
+ */
+static int answer_close(loom__anthropic_decoder *d)
+{
+    block *b = d->answer;
+    int rc;
+
+    if (!b || d->ncalls)
+        return 0;
+    if (d->answer_mode == LOOM__ANTHROPIC_ANSWER_BESIDE && b->data.len)
+        rc = loom__llm_answer_text(&d->a, LOOM_LLM_TEXT,
+                                   loom_buf_cstr(&b->data), b->data.len);
+    else if (!d->answer_len && !b->data.len)
+        rc = loom__llm_answer_text(&d->a, LOOM_LLM_TEXT, "{}", 2);
+    else
+        rc = 0;
+    if (rc)
+        return rc;
+    d->answered = 1;
+    if (d->a.finish_reason && strcmp(d->a.finish_reason, "tool_calls") == 0 &&
+        dup_into(&d->a.finish_reason, "stop"))
+        return loom__llm_answer_fail(&d->a, LOOM_ENOMEM);
+    return 0;
 }
 
 /* Builds the complete calls and the state; emits USAGE, TOOL_CALLS and
@@ -419,7 +533,7 @@ static int close_answer(void *owner)
                                        &b->name, &b->data, gen))
             return LOOM_ENOMEM;
     }
-    if ((rc = build_state(d)) != 0)
+    if ((rc = answer_close(d)) != 0 || (rc = build_state(d)) != 0)
         return rc;
     return loom__llm_answer_close(&d->a);
 }

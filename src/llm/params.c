@@ -102,7 +102,7 @@ static const struct {
     {"presence_penalty", K_OPENAI | K_GEMINI},
     {"frequency_penalty", K_OPENAI | K_GEMINI},
     {"stop", K_OPENAI | K_ANTHROPIC | K_GEMINI},
-    {"response_format", K_OPENAI | K_GEMINI | K_RESPONSES},
+    {"response_format", K_ALL},
     {"reasoning_effort", K_ALL},
     {"verbosity", K_OPENAI | K_RESPONSES},
     {"logit_bias", K_OPENAI},
@@ -126,6 +126,29 @@ static unsigned kind_bit(const char *kind)
     if (strcmp(kind, "openai-responses") == 0)
         return K_RESPONSES;
     return 0;
+}
+
+/*
+ * Why a kind cannot honour p's response_format with the rest of p, or
+ * NULL. Anthropic makes the model call a tool whose input is the answer
+ * (llm/anthropic.h), which the API does not take with thinking, and whose
+ * input_schema must be an object's.
+ */
+static const char *format_conflict(const loom_llm_params *p, unsigned bit)
+{
+    const json_t *type = json_object_get(p->format_schema, "type");
+
+    if (bit != K_ANTHROPIC || p->format == LOOM_FORMAT_UNSET)
+        return NULL;
+    if (p->reasoning_effort)
+        return "together with reasoning_effort: the answer is a forced "
+               "tool call, which the API does not take with thinking";
+    if (p->format == LOOM_FORMAT_JSON_SCHEMA && type &&
+        !(json_is_string(type) &&
+          strcmp(json_string_value(type), "object") == 0))
+        return "with a schema of anything but an object: the answer is a "
+               "tool's input, which must be an object";
+    return NULL;
 }
 
 static int param_given(const loom_llm_params *p, const char *name)
@@ -158,6 +181,8 @@ const char *loom_llm_params_refused(const loom_llm_params *p, const char *kind)
     for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++)
         if (!(rules[i].kinds & bit) && param_given(p, rules[i].name))
             return rules[i].name;
+    if (format_conflict(p, bit))
+        return "response_format";
     /* An extra the table does not know is no parameter of any kind. */
     if (json_is_object(p->extra)) {
         const char *key;
@@ -179,14 +204,18 @@ int loom_llm_params_check(const loom_llm_params *p, const char *provider,
                           const char *kind, const char **param)
 {
     const char *name = loom_llm_params_refused(p, kind);
+    const char *why = name && strcmp(name, "response_format") == 0
+                          ? format_conflict(p, kind_bit(kind))
+                          : NULL;
 
     if (param)
         *param = name;
     if (!name)
         return 0;
     return loom__error_set(LOOM_EINVALID,
-                           "%s is not supported by provider '%s' (%s)", name,
-                           provider ? provider : "?", kind ? kind : "?");
+                           "%s is not supported by provider '%s' (%s)%s%s",
+                           name, provider ? provider : "?", kind ? kind : "?",
+                           why ? " " : "", why ? why : "");
 }
 
 /* ---- the wire ------------------------------------------------------------ */

@@ -20,7 +20,8 @@
 
 /* Chat Completions: the OpenAI names as they are. */
 int loom__params_put_openai(json_t *body, const loom_llm_params *p);
-/* Anthropic Messages: top_p, stop_sequences, metadata.user_id. */
+/* Anthropic Messages: top_p, stop_sequences, metadata.user_id (the
+ * response format is a tool: loom__anthropic_build_body). */
 int loom__params_put_anthropic(json_t *body, const loom_llm_params *p);
 /* Gemini: into generationConfig (topP, seed, penalties, stopSequences,
  * responseMimeType and responseJsonSchema). */

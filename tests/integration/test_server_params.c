@@ -10,12 +10,16 @@
  */
 #include "test_server_harness.h"
 
+#include "llm/anthropic.h" /* LOOM_ANTHROPIC_ANSWER_TOOL */
+#include "loom/buf.h"
+
 #define SCRIPT                                                                 \
     "{\"responses\":[{\"text\":[\"one\"]},{\"text\":[\"two\"]},"               \
     "{\"text\":[\"three\"]},{\"text\":[\"four\"]}]}"
 
-/* A server with providers of every kind, all pointing at one fake. */
-static void ps_start(sh *h)
+/* A server with providers of every kind, all pointing at one fake that
+ * answers with script. */
+static void ps_start_script(sh *h, const char *script)
 {
     static int n;
     loom_server_options so = LOOM_SERVER_OPTIONS_INIT;
@@ -23,7 +27,7 @@ static void ps_start(sh *h)
     char name[64], *yaml = NULL;
 
     memset(h, 0, sizeof(*h));
-    h->fake = fake_start_script(SCRIPT);
+    h->fake = fake_start_script(script);
     assert_non_null(h->fake);
     url = fake_base_url(h->fake);
     snprintf(name, sizeof(name), "params-%d.db", n++);
@@ -61,6 +65,11 @@ static void ps_start(sh *h)
         fail_msg("server: %s", loom_error_last());
     snprintf(h->base, sizeof(h->base), "http://127.0.0.1:%d",
              loom_server_port(h->srv));
+}
+
+static void ps_start(sh *h)
+{
+    ps_start_script(h, SCRIPT);
 }
 
 /* The body of the fake's i-th recorded request (a new reference). */
@@ -176,6 +185,129 @@ static void test_anthropic_translates(void **state)
     sh_free(&h);
 }
 
+/* The fake's Anthropic answers: the answer tool called with the JSON in
+ * input_json_delta pieces. */
+#define ANSWER_SCRIPT                                                          \
+    "{\"responses\":[{\"tool_calls\":[{\"name\":\"" LOOM_ANTHROPIC_ANSWER_TOOL \
+    "\",\"arguments\":[\"{\\\"city\\\":\",\"\\\"Paris\\\"}\"]}]},"             \
+    "{\"tool_calls\":[{\"name\":\"" LOOM_ANTHROPIC_ANSWER_TOOL                 \
+    "\",\"arguments\":[\"{\\\"city\\\":\",\"\\\"Ro\",\"me\\\"}\"]}]},"         \
+    "{\"tool_calls\":[{\"name\":\"" LOOM_ANTHROPIC_ANSWER_TOOL                 \
+    "\",\"arguments\":\"{\\\"n\\\":1}\"}]}]}"
+
+#define CITY_FORMAT                                                            \
+    "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{"          \
+    "\"name\":\"city\",\"strict\":true,\"schema\":{\"type\":\"object\","       \
+    "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":["           \
+    "\"city\"],\"additionalProperties\":false}}}"
+
+/* The answer tool the fake was offered in request i, and the tool
+ * choice; the other tools' names are checked against others. */
+static void assert_answer_tool(const sh *h, size_t i, const char *schema,
+                               const char *choice, const char *others)
+{
+    json_t *b = sent_body(h, i), *tools = json_object_get(b, "tools");
+    json_t *names = json_array(), *t;
+    size_t k;
+
+    json_array_foreach(tools, k, t)
+    {
+        if (strcmp(sh_str(t, "name"), LOOM_ANTHROPIC_ANSWER_TOOL) == 0)
+            assert_jeq(json_object_get(t, "input_schema"), schema);
+        else
+            json_array_append_new(names, json_string(sh_str(t, "name")));
+    }
+    assert_string_equal(
+        sh_str(json_array_get(tools, json_array_size(tools) - 1), "name"),
+        LOOM_ANTHROPIC_ANSWER_TOOL);
+    assert_jeq(names, others);
+    assert_jeq(json_object_get(b, "tool_choice"), choice);
+    assert_null(json_object_get(b, "response_format"));
+    json_decref(names);
+    json_decref(b);
+}
+
+/* A non-streamed chat whose answer must be content, finish_reason stop
+ * and no tool call. */
+static void expect_json_answer(const sh *h, const char *body,
+                               const char *content)
+{
+    json_t *resp = sh_json(h, "POST", "/v1/chat/completions", body, 200);
+    json_t *choice = json_array_get(json_object_get(resp, "choices"), 0);
+    json_t *msg = json_object_get(choice, "message");
+
+    assert_string_equal(sh_str(msg, "content"), content);
+    assert_null(json_object_get(msg, "tool_calls"));
+    assert_string_equal(sh_str(choice, "finish_reason"), "stop");
+    json_decref(resp);
+}
+
+/* Anthropic honours response_format through the answer tool: the client
+ * gets the tool's input as the message's content, finish_reason stop,
+ * and no tool call, streamed or not, with its own tools or none. */
+static void test_anthropic_response_format(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *evs, *d;
+    loom_buf text = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    const char *finish = NULL;
+    size_t i;
+
+    (void)state;
+    ps_start_script(&h, ANSWER_SCRIPT);
+    expect_json_answer(&h, "{\"model\":\"claude/c\"," MSGS "," CITY_FORMAT "}",
+                       "{\"city\":\"Paris\"}");
+    assert_answer_tool(
+        &h, 0,
+        "{\"type\":\"object\",\"properties\":{\"city\":{"
+        "\"type\":\"string\"}},\"required\":[\"city\"],"
+        "\"additionalProperties\":false}",
+        "{\"type\":\"tool\",\"name\":\"" LOOM_ANTHROPIC_ANSWER_TOOL "\"}",
+        "[]");
+
+    /* Streamed: the pieces as content deltas. */
+    assert_int_equal(sh_req(&h, "POST", "/v1/chat/completions",
+                            "{\"model\":\"claude/c\",\"stream\":true," MSGS
+                            "," CITY_FORMAT "}",
+                            NULL, &r),
+                     200);
+    evs = sh_sse_parse(r.body, NULL);
+    for (i = 0; i < json_array_size(evs); i++) {
+        json_t *ch = json_array_get(
+            json_object_get(json_object_get(json_array_get(evs, i), "data"),
+                            "choices"),
+            0);
+        d = json_object_get(ch, "delta");
+        assert_null(json_object_get(d, "tool_calls"));
+        if (sh_str(d, "content"))
+            loom_buf_puts(&text, sh_str(d, "content"));
+        if (sh_str(ch, "finish_reason"))
+            finish = sh_str(ch, "finish_reason");
+    }
+    assert_string_equal(loom_buf_cstr(&text), "{\"city\":\"Rome\"}");
+    assert_non_null(finish);
+    assert_string_equal(finish, "stop");
+    assert_non_null(strstr(r.body, "[DONE]"));
+    json_decref(evs);
+    sh_resp_free(&r);
+    loom_buf_free(&text);
+
+    /* json_object beside the client's own tool: any tool, and the
+     * answer's call is the answer. */
+    expect_json_answer(&h,
+                       "{\"model\":\"claude/c\"," MSGS
+                       ",\"response_format\":{\"type\":\"json_object\"},"
+                       "\"tools\":[{\"type\":\"function\",\"function\":{"
+                       "\"name\":\"lookup\",\"parameters\":{\"type\":"
+                       "\"object\"}}}]}",
+                       "{\"n\":1}");
+    assert_answer_tool(&h, 2, "{\"type\":\"object\"}", "{\"type\":\"any\"}",
+                       "[\"lookup\"]");
+    assert_int_equal(nsent(&h), 3);
+    sh_free(&h);
+}
+
 static void test_refused_per_provider(void **state)
 {
     sh h;
@@ -189,9 +321,11 @@ static void test_refused_per_provider(void **state)
                    "(anthropic)");
     expect_refused(&h,
                    "{\"model\":\"claude/c\"," MSGS
-                   ",\"response_format\":{\"type\":\"json_object\"}}",
+                   ",\"response_format\":{\"type\":\"json_object\"},"
+                   "\"reasoning_effort\":\"low\"}",
                    400, "unsupported_parameter", "response_format",
-                   "provider 'claude' (anthropic)");
+                   "provider 'claude' (anthropic) together with "
+                   "reasoning_effort");
     expect_refused(&h, "{\"model\":\"gem/g\"," MSGS ",\"verbosity\":\"low\"}",
                    400, "unsupported_parameter", "verbosity",
                    "verbosity is not supported by provider 'gem' (gemini)");
@@ -335,6 +469,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_openai_passes_every_parameter),
         cmocka_unit_test(test_anthropic_translates),
+        cmocka_unit_test(test_anthropic_response_format),
         cmocka_unit_test(test_refused_per_provider),
         cmocka_unit_test(test_refused_by_loom_and_bad_values),
         cmocka_unit_test(test_max_tokens_field),

@@ -115,15 +115,17 @@ static int col_cb(const loom_llm_event *ev, void *payload)
 }
 
 /* Feeds data whole (split 0), in two pieces at split, or one byte at a
- * time (split SIZE_MAX), ends the stream and exports into resp (zeroed by
- * the caller). Returns the first error. */
-static int decode(const char *data, size_t len, size_t split, collector *c,
-                  loom_llm_response *resp, const loom__anthropic_limits *lim)
+ * time (split SIZE_MAX) to a decoder told the answer mode, ends the stream
+ * and exports into resp (zeroed by the caller). Returns the first error. */
+static int decode_as(int mode, const char *data, size_t len, size_t split,
+                     collector *c, loom_llm_response *resp,
+                     const loom__anthropic_limits *lim)
 {
     loom__anthropic_decoder *d;
     int rc = 0;
 
     assert_int_equal(loom__anthropic_decoder_new(&d, lim, col_cb, c), 0);
+    loom__anthropic_decoder_set_answer(d, mode);
     if (split == SIZE_MAX) {
         for (size_t i = 0; !rc && i < len; i++)
             rc = loom__anthropic_decoder_feed(d, data + i, 1);
@@ -142,24 +144,40 @@ static int decode(const char *data, size_t len, size_t split, collector *c,
     return rc;
 }
 
+static int decode(const char *data, size_t len, size_t split, collector *c,
+                  loom_llm_response *resp, const loom__anthropic_limits *lim)
+{
+    return decode_as(LOOM__ANTHROPIC_ANSWER_NONE, data, len, split, c, resp,
+                     lim);
+}
+
 static int decode_str(const char *s, collector *c, loom_llm_response *resp,
                       const loom__anthropic_limits *lim)
 {
     return decode(s, strlen(s), 0, c, resp, lim);
 }
 
-static int complete_str(const char *s, collector *c, loom_llm_response *resp,
-                        const loom__anthropic_limits *lim)
+/* A whole message object, to a decoder told the answer mode. */
+static int complete_as(int mode, const char *s, collector *c,
+                       loom_llm_response *resp,
+                       const loom__anthropic_limits *lim)
 {
     loom__anthropic_decoder *d;
     int rc;
 
     assert_int_equal(loom__anthropic_decoder_new(&d, lim, col_cb, c), 0);
+    loom__anthropic_decoder_set_answer(d, mode);
     rc = loom__anthropic_decoder_complete(d, s, strlen(s));
     if (resp)
         assert_int_equal(loom__anthropic_decoder_export(d, resp), 0);
     loom__anthropic_decoder_free(d);
     return rc;
+}
+
+static int complete_str(const char *s, collector *c, loom_llm_response *resp,
+                        const loom__anthropic_limits *lim)
+{
+    return complete_as(LOOM__ANTHROPIC_ANSWER_NONE, s, c, resp, lim);
 }
 
 /* Asserts that the JSON text got equals the JSON text want. */
@@ -1496,6 +1514,221 @@ static void test_provider_url(void **state)
     json_decref(cfg.headers);
 }
 
+/* ---- the answer tool (response_format) -------------------------------- */
+
+#define ANSWER_START                                                           \
+    EV("message_start",                                                        \
+       "{\"type\":\"message_start\",\"message\":{\"id\":\"msg_j\",\"type\":"   \
+       "\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"c\","    \
+       "\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}")
+#define ANSWER_TOOL_START(idx, name)                                           \
+    EV("content_block_start",                                                  \
+       "{\"type\":\"content_block_start\",\"index\":" idx                      \
+       ",\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_" idx         \
+       "\",\"name\":\"" name "\",\"input\":{}}}")
+#define ANSWER_PIECE(idx, json)                                                \
+    EV("content_block_delta",                                                  \
+       "{\"type\":\"content_block_delta\",\"index\":" idx ",\"delta\":{"       \
+       "\"type\":\"input_json_delta\",\"partial_json\":\"" json "\"}}")
+#define ANSWER_STOP(idx)                                                       \
+    EV("content_block_stop",                                                   \
+       "{\"type\":\"content_block_stop\",\"index\":" idx "}")
+#define ANSWER_END(reason)                                                     \
+    EV("message_delta", "{\"type\":\"message_delta\",\"delta\":{"              \
+                        "\"stop_reason\":\"" reason "\"},\"usage\":{"          \
+                        "\"output_tokens\":12}}")                              \
+    EV("message_stop", "{\"type\":\"message_stop\"}")
+
+/* The forced answer tool's input, in input_json_delta pieces as the API
+ * streams them (an empty one first). */
+static const char answer_stream[] =
+    ANSWER_START ANSWER_TOOL_START("0", LOOM_ANTHROPIC_ANSWER_TOOL)
+        EV("ping", "{\"type\": \"ping\"}") ANSWER_PIECE("0", "")
+            ANSWER_PIECE("0", "{\\\"city\\\": ")
+                ANSWER_PIECE("0", "\\\"Paris\\\", \\\"n\\\"")
+                    ANSWER_PIECE("0", ": 2}") ANSWER_STOP("0")
+                        ANSWER_END("tool_use");
+
+static void check_answer(const collector *c, const loom_llm_response *resp,
+                         const char *text)
+{
+    assert_string_equal(loom_buf_cstr(&c->text), text);
+    assert_string_equal(resp->text, text);
+    assert_null(strchr(loom_buf_cstr(&c->order), 'D'));
+    assert_null(strchr(loom_buf_cstr(&c->order), 'C'));
+    assert_int_equal(c->calls_len, 0);
+    assert_int_equal(resp->tool_calls_len, 0);
+    assert_string_equal(c->finish, "stop");
+    assert_string_equal(resp->finish_reason, "stop");
+    assert_int_equal(resp->usage.completion_tokens, 12);
+    assert_null(resp->provider_state);
+}
+
+static void test_answer_stream_forced(void **state)
+{
+    static const char want[] = "{\"city\": \"Paris\", \"n\": 2}";
+    size_t len = strlen(answer_stream);
+
+    (void)state;
+    /* Whole, at every split, and one byte at a time. */
+    for (size_t split = 0; split < len; split++) {
+        collector c;
+        loom_llm_response resp = {0};
+        col_init(&c);
+        assert_int_equal(decode_as(LOOM__ANTHROPIC_ANSWER_FORCED, answer_stream,
+                                   len, split, &c, &resp, NULL),
+                         0);
+        check_answer(&c, &resp, want);
+        if (split == 0) /* passed on as the pieces came */
+            assert_string_equal(loom_buf_cstr(&c.order), "TTTUF");
+        loom_llm_response_clear(&resp);
+        col_free(&c);
+    }
+    {
+        collector c;
+        loom_llm_response resp = {0};
+        col_init(&c);
+        assert_int_equal(decode_as(LOOM__ANTHROPIC_ANSWER_FORCED, answer_stream,
+                                   len, SIZE_MAX, &c, &resp, NULL),
+                         0);
+        check_answer(&c, &resp, want);
+        loom_llm_response_clear(&resp);
+        col_free(&c);
+    }
+}
+
+/* Beside the run's tools the input is kept and is the text at the end. */
+static void test_answer_stream_beside(void **state)
+{
+    collector c;
+    loom_llm_response resp = {0};
+
+    (void)state;
+    col_init(&c);
+    assert_int_equal(decode_as(LOOM__ANTHROPIC_ANSWER_BESIDE, answer_stream,
+                               strlen(answer_stream), 0, &c, &resp, NULL),
+                     0);
+    check_answer(&c, &resp, "{\"city\": \"Paris\", \"n\": 2}");
+    assert_string_equal(loom_buf_cstr(&c.order), "TUF");
+    loom_llm_response_clear(&resp);
+    col_free(&c);
+}
+
+/* A real call beside the answer wins: the answer is dropped (the model
+ * answers again after the tool ran); a second answer call is ignored. */
+static void test_answer_beside_real_call(void **state)
+{
+    static const char stream[] =
+        ANSWER_START ANSWER_TOOL_START("0", LOOM_ANTHROPIC_ANSWER_TOOL)
+            ANSWER_PIECE("0", "{\\\"a\\\":1}") ANSWER_STOP("0")
+                ANSWER_TOOL_START("1", "get_time")
+                    ANSWER_PIECE("1", "{\\\"tz\\\":\\\"CET\\\"}")
+                        ANSWER_STOP("1")
+                            ANSWER_TOOL_START("2", LOOM_ANTHROPIC_ANSWER_TOOL)
+                                ANSWER_PIECE("2", "{}") ANSWER_STOP("2")
+                                    ANSWER_END("tool_use");
+    collector c;
+    loom_llm_response resp = {0};
+
+    (void)state;
+    col_init(&c);
+    assert_int_equal(decode_as(LOOM__ANTHROPIC_ANSWER_BESIDE, stream,
+                               strlen(stream), 0, &c, &resp, NULL),
+                     0);
+    assert_string_equal(resp.text, "");
+    assert_int_equal(resp.tool_calls_len, 1);
+    assert_string_equal(resp.tool_calls[0].name, "get_time");
+    assert_string_equal(resp.tool_calls[0].arguments, "{\"tz\":\"CET\"}");
+    assert_string_equal(resp.finish_reason, "tool_calls");
+    assert_null(strchr(loom_buf_cstr(&c.order), 'T'));
+    loom_llm_response_clear(&resp);
+    col_free(&c);
+}
+
+/* Without a response format the tool is an ordinary call; a cut answer
+ * keeps its finish reason; a whole message's input is the text, "{}" when
+ * empty. */
+static void test_answer_edges(void **state)
+{
+    static const char cut[] =
+        ANSWER_START ANSWER_TOOL_START("0", LOOM_ANTHROPIC_ANSWER_TOOL)
+            ANSWER_PIECE("0", "{\\\"a\\\":") ANSWER_STOP("0")
+                ANSWER_END("max_tokens");
+    static const char message[] =
+        "{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\","
+        "\"content\":[{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":"
+        "\"" LOOM_ANTHROPIC_ANSWER_TOOL
+        "\",\"input\":{\"a\":[1,2]}}],\"stop_reason\":\"tool_use\","
+        "\"usage\":{\"input_tokens\":3,\"output_tokens\":12}}";
+    static const char empty[] =
+        "{\"id\":\"msg_3\",\"type\":\"message\",\"role\":\"assistant\","
+        "\"content\":[{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":"
+        "\"" LOOM_ANTHROPIC_ANSWER_TOOL
+        "\",\"input\":{}}],\"stop_reason\":\"tool_use\","
+        "\"usage\":{\"input_tokens\":3,\"output_tokens\":12}}";
+    collector c;
+    loom_llm_response resp = {0};
+
+    (void)state;
+    col_init(&c);
+    assert_int_equal(decode_as(LOOM__ANTHROPIC_ANSWER_NONE, answer_stream,
+                               strlen(answer_stream), 0, &c, &resp, NULL),
+                     0);
+    assert_int_equal(resp.tool_calls_len, 1);
+    assert_string_equal(resp.tool_calls[0].name, LOOM_ANTHROPIC_ANSWER_TOOL);
+    assert_string_equal(resp.finish_reason, "tool_calls");
+    assert_string_equal(resp.text, "");
+    loom_llm_response_clear(&resp);
+    col_free(&c);
+
+    col_init(&c);
+    memset(&resp, 0, sizeof(resp));
+    assert_int_equal(decode_as(LOOM__ANTHROPIC_ANSWER_FORCED, cut, strlen(cut),
+                               0, &c, &resp, NULL),
+                     0);
+    assert_string_equal(resp.text, "{\"a\":");
+    assert_string_equal(resp.finish_reason, "length");
+    loom_llm_response_clear(&resp);
+    col_free(&c);
+
+    for (int mode = LOOM__ANTHROPIC_ANSWER_FORCED;
+         mode <= LOOM__ANTHROPIC_ANSWER_BESIDE; mode++) {
+        col_init(&c);
+        memset(&resp, 0, sizeof(resp));
+        assert_int_equal(complete_as(mode, message, &c, &resp, NULL), 0);
+        check_answer(&c, &resp, "{\"a\":[1,2]}");
+        loom_llm_response_clear(&resp);
+        col_free(&c);
+        col_init(&c);
+        memset(&resp, 0, sizeof(resp));
+        assert_int_equal(complete_as(mode, empty, &c, &resp, NULL), 0);
+        check_answer(&c, &resp, "{}");
+        loom_llm_response_clear(&resp);
+        col_free(&c);
+    }
+}
+
+/* The answer kept beside real tools stays under the text limit. */
+static void test_answer_limit(void **state)
+{
+    loom__anthropic_limits lim = {0};
+    collector c;
+
+    (void)state;
+    lim.max_text = 8;
+    col_init(&c);
+    assert_int_equal(decode_as(LOOM__ANTHROPIC_ANSWER_BESIDE, answer_stream,
+                               strlen(answer_stream), 0, &c, NULL, &lim),
+                     LOOM_ETOOLARGE);
+    assert_non_null(strstr(loom_error_last(), "limit of 8 bytes"));
+    col_free(&c);
+    col_init(&c);
+    assert_int_equal(decode_as(LOOM__ANTHROPIC_ANSWER_FORCED, answer_stream,
+                               strlen(answer_stream), 0, &c, NULL, &lim),
+                     LOOM_ETOOLARGE);
+    col_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1519,6 +1752,11 @@ int main(void)
         cmocka_unit_test(test_sse_line_limit),
         cmocka_unit_test(test_error_mapping),
         cmocka_unit_test(test_provider_url),
+        cmocka_unit_test(test_answer_stream_forced),
+        cmocka_unit_test(test_answer_stream_beside),
+        cmocka_unit_test(test_answer_beside_real_call),
+        cmocka_unit_test(test_answer_edges),
+        cmocka_unit_test(test_answer_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

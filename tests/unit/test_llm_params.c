@@ -131,8 +131,7 @@ static void test_refused_per_kind(void **state)
                         "stop");
     loom_llm_params_clear(&p);
     p.format = LOOM_FORMAT_JSON_OBJECT;
-    assert_string_equal(loom_llm_params_refused(&p, "anthropic"),
-                        "response_format");
+    assert_null(loom_llm_params_refused(&p, "anthropic"));
     assert_null(loom_llm_params_refused(&p, "gemini"));
     /* user is loom's too: never refused. */
     loom_llm_params_clear(&p);
@@ -145,6 +144,44 @@ static void test_refused_per_kind(void **state)
     assert_string_equal(loom_llm_params_refused(&p, "openai"), "mystery");
     loom_llm_params_clear(&p);
     assert_int_equal(loom_llm_params_any(&p), 0);
+}
+
+/* Anthropic's response format is a forced tool: not with thinking, and
+ * only for a schema of an object. */
+static void test_anthropic_format_refusals(void **state)
+{
+    loom_llm_params p;
+    const char *param = NULL;
+
+    (void)state;
+    memset(&p, 0, sizeof(p));
+    p.format = LOOM_FORMAT_JSON_SCHEMA;
+    p.format_name = strdup("a");
+    p.format_schema = json_pack("{s:s}", "type", "object");
+    assert_null(loom_llm_params_refused(&p, "anthropic"));
+    p.reasoning_effort = strdup("low");
+    assert_int_equal(loom_llm_params_check(&p, "claude", "anthropic", &param),
+                     LOOM_EINVALID);
+    assert_string_equal(param, "response_format");
+    assert_string_equal(loom_error_last(),
+                        "response_format is not supported by provider "
+                        "'claude' (anthropic) together with "
+                        "reasoning_effort: the answer is a forced tool call, "
+                        "which the API does not take with thinking");
+    /* Other kinds take both. */
+    assert_null(loom_llm_params_refused(&p, "openai"));
+    free(p.reasoning_effort);
+    p.reasoning_effort = NULL;
+    json_object_set_new(p.format_schema, "type", json_string("array"));
+    assert_int_equal(loom_llm_params_check(&p, "claude", "anthropic", &param),
+                     LOOM_EINVALID);
+    assert_string_equal(param, "response_format");
+    assert_non_null(strstr(loom_error_last(), "anything but an object"));
+    assert_null(loom_llm_params_refused(&p, "gemini"));
+    /* A schema that says no type is an object's. */
+    json_object_del(p.format_schema, "type");
+    assert_null(loom_llm_params_refused(&p, "anthropic"));
+    loom_llm_params_clear(&p);
 }
 
 static void test_copy(void **state)
@@ -288,6 +325,105 @@ static void test_anthropic_body(void **state)
     loom_llm_params_clear(&p);
 }
 
+/* A request with a response format for Anthropic (the answer tool). */
+static json_t *anthropic_format_body(loom_llm_request *req,
+                                     const loom_llm_params *p,
+                                     const loom_tool_def *tools, size_t n,
+                                     loom_tool_choice_kind choice)
+{
+    json_t *body = NULL;
+
+    *req = (loom_llm_request)LOOM_LLM_REQUEST_INIT;
+    req->model = "claude-x";
+    req->messages = &user_msg;
+    req->messages_len = 1;
+    req->params = p;
+    req->tools = tools;
+    req->tools_len = n;
+    req->tool_choice.kind = choice;
+    req->thinking_budget = 4096; /* the model's: off with a forced tool */
+    assert_int_equal(loom__anthropic_build_body(&body, req), 0);
+    assert_null(json_object_get(body, "response_format"));
+    assert_null(json_object_get(body, "thinking"));
+    return body;
+}
+
+static void test_anthropic_format_body(void **state)
+{
+    static const char answer_schema[] =
+        "{\"name\":\"" LOOM_ANTHROPIC_ANSWER_TOOL "\","
+        "\"description\":\"Give your final answer by calling this tool: its "
+        "input is the answer itself, a JSON object (answer): The answer.\","
+        "\"input_schema\":{\"type\":\"object\",\"properties\":{\"a\":{"
+        "\"type\":\"string\"}},\"additionalProperties\":false}}";
+    loom_tool_def tools[] = {{"get_time", "Time.", NULL},
+                             {LOOM_ANTHROPIC_ANSWER_TOOL, NULL, NULL}};
+    loom_llm_request req;
+    loom_llm_params p;
+    json_t *body, *want;
+
+    (void)state;
+    fill_for(&p, "openai");
+    free(p.reasoning_effort);
+    p.reasoning_effort = NULL;
+    json_object_clear(p.extra);
+    /* Alone: the answer tool, forced. */
+    want = json_loads(answer_schema, 0, NULL);
+    body = anthropic_format_body(&req, &p, NULL, 0, LOOM_TOOL_CHOICE_AUTO);
+    assert_int_equal(json_array_size(json_object_get(body, "tools")), 1);
+    assert_json(json_array_get(json_object_get(body, "tools"), 0),
+                answer_schema);
+    assert_json(json_object_get(body, "tool_choice"),
+                "{\"type\":\"tool\",\"name\":\"" LOOM_ANTHROPIC_ANSWER_TOOL
+                "\"}");
+    assert_int_equal(loom__anthropic_answer_mode(&req),
+                     LOOM__ANTHROPIC_ANSWER_FORCED);
+    json_decref(body);
+    /* Beside the run's tools: any tool, the answer's last. */
+    body = anthropic_format_body(&req, &p, tools, 1, LOOM_TOOL_CHOICE_AUTO);
+    assert_int_equal(json_array_size(json_object_get(body, "tools")), 2);
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_array_get(json_object_get(body, "tools"), 0), "name")),
+        "get_time");
+    assert_true(
+        json_equal(json_array_get(json_object_get(body, "tools"), 1), want));
+    json_decref(want);
+    assert_json(json_object_get(body, "tool_choice"), "{\"type\":\"any\"}");
+    assert_int_equal(loom__anthropic_answer_mode(&req),
+                     LOOM__ANTHROPIC_ANSWER_BESIDE);
+    json_decref(body);
+    /* Tool choice none: the answer tool alone. */
+    body = anthropic_format_body(&req, &p, tools, 1, LOOM_TOOL_CHOICE_NONE);
+    assert_int_equal(json_array_size(json_object_get(body, "tools")), 1);
+    assert_json(json_object_get(body, "tool_choice"),
+                "{\"type\":\"tool\",\"name\":\"" LOOM_ANTHROPIC_ANSWER_TOOL
+                "\"}");
+    json_decref(body);
+    /* A call that must call a real tool has no answer tool. */
+    body = anthropic_format_body(&req, &p, tools, 1, LOOM_TOOL_CHOICE_REQUIRED);
+    assert_int_equal(json_array_size(json_object_get(body, "tools")), 1);
+    assert_json(json_object_get(body, "tool_choice"), "{\"type\":\"any\"}");
+    assert_int_equal(loom__anthropic_answer_mode(&req),
+                     LOOM__ANTHROPIC_ANSWER_NONE);
+    json_decref(body);
+    /* json_object: any object. */
+    p.format = LOOM_FORMAT_JSON_OBJECT;
+    body = anthropic_format_body(&req, &p, NULL, 0, LOOM_TOOL_CHOICE_AUTO);
+    assert_json(json_object_get(body, "tools"),
+                "[{\"name\":\"" LOOM_ANTHROPIC_ANSWER_TOOL "\","
+                "\"description\":\"Give your final answer by calling this "
+                "tool: its input is the answer itself, a JSON object.\","
+                "\"input_schema\":{\"type\":\"object\"}}]");
+    json_decref(body);
+    /* The run's own tool of that name is refused. */
+    req.tools = tools;
+    req.tools_len = 2;
+    assert_int_equal(loom__anthropic_build_body(&body, &req), LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "loom's own"));
+    loom_llm_params_clear(&p);
+}
+
 static void test_gemini_body(void **state)
 {
     loom_llm_request req = LOOM_LLM_REQUEST_INIT;
@@ -363,6 +499,8 @@ int main(void)
         cmocka_unit_test(test_openai_body),
         cmocka_unit_test(test_openai_max_tokens_field),
         cmocka_unit_test(test_anthropic_body),
+        cmocka_unit_test(test_anthropic_format_refusals),
+        cmocka_unit_test(test_anthropic_format_body),
         cmocka_unit_test(test_gemini_body),
         cmocka_unit_test(test_responses_body),
     };
