@@ -94,7 +94,10 @@ int loom_store_conversation_list(loom_store *st, const char *after,
  * prompt_tokens, completion_tokens, cost, created_at, run_id,
  * tool_calls: [{id, name, arguments, text_offset}] and citations (the
  * array saved with the turn, null when none) (assistant messages),
- * tool_call_id, name, tool_status, duration_ms (tool messages)}; the
+ * tool_call_id, name, tool_status, duration_ms (tool messages), and
+ * "parts" for a message that holds images or files: [{type: "text",
+ * text} or {type: "image" or "file", url or hash (SHA-256 hex) and
+ * bytes, mime, detail, filename}], never the bytes themselves}; the
  * message that carries a turn's status has the whole turn's tokens
  * (every model call summed) beside the whole turn's cost,
  * "usage": [{run_id, model, iteration, prompt_tokens,
@@ -131,7 +134,10 @@ int loom_store_conversation_plan(loom_store *st, const char *id,
  * Loads the conversation's messages in order into out (appended), as the
  * run loop needs them: user, assistant (with tool calls and reasoning),
  * tool results. Messages of failed or cancelled turns are included with
- * whatever text they had. LOOM_ENOTFOUND when absent.
+ * whatever text they had. Images and files come back as parts, those
+ * sent as data with their bytes, within LOOM_STORE_HISTORY_MEDIA_MAX and
+ * LOOM_STORE_HISTORY_MEDIA_BYTES (the newest kept). LOOM_ENOTFOUND when
+ * absent.
  */
 int loom_store_load_history(loom_store *st, const char *id,
                             loom_messages *out);
@@ -230,6 +236,12 @@ typedef struct {
 #define LOOM_STORE_CITATIONS_MAX_BYTES (8 * 1024 * 1024) /* as JSON */
 #define LOOM_STORE_TOOL_RECORDS_MAX 10000           /* records of a turn */
 #define LOOM_STORE_TOOL_RECORD_MAX_BYTES (64 * 1024) /* one record, JSON */
+/* An image or file a message holds as data, decoded. */
+#define LOOM_STORE_PART_MAX_BYTES (8 * 1024 * 1024)
+/* What loom_store_load_history() gives back at most, newest first: images
+ * and files past these become a text part saying they were left out. */
+#define LOOM_STORE_HISTORY_MEDIA_MAX 32
+#define LOOM_STORE_HISTORY_MEDIA_BYTES (20 * 1024 * 1024)
 
 /*
  * Writes the turn in one transaction: all of it or nothing. The status,

@@ -160,6 +160,33 @@ const char *const loom__sqlite_migrations[] = {
 
     /* 6: the run's plan (todo_write) kept with the conversation. */
     "ALTER TABLE conversations ADD COLUMN plan TEXT;",
+
+    /* 7: images and files of messages. A message's parts (JSON: text,
+     * and images and files by URL or by the SHA-256 of their bytes) go in
+     * messages.parts; the bytes go once in blobs, however many messages
+     * hold them. message_blobs says which message holds which blob; when
+     * the last holder of a blob goes (a conversation deleted, cascading
+     * to its messages), the trigger deletes the blob in the same
+     * statement. Independent of every other step: it adds only its own
+     * tables and column. */
+    "ALTER TABLE messages ADD COLUMN parts TEXT;"
+    "CREATE TABLE blobs ("
+    "  hash TEXT PRIMARY KEY,"
+    "  mime TEXT,"
+    "  bytes INTEGER NOT NULL,"
+    "  data BLOB NOT NULL"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE message_blobs ("
+    "  message_id TEXT NOT NULL REFERENCES messages(id) ON DELETE CASCADE,"
+    "  hash TEXT NOT NULL REFERENCES blobs(hash),"
+    "  PRIMARY KEY (message_id, hash)"
+    ") WITHOUT ROWID;"
+    "CREATE INDEX message_blobs_by_hash ON message_blobs (hash);"
+    "CREATE TRIGGER message_blobs_release AFTER DELETE ON message_blobs"
+    "  BEGIN"
+    "  DELETE FROM blobs WHERE hash = old.hash AND NOT EXISTS"
+    "    (SELECT 1 FROM message_blobs WHERE hash = old.hash);"
+    "END;",
 };
 
 const int loom__sqlite_migrations_len =

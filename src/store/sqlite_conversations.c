@@ -1,8 +1,10 @@
 /*
  * Conversations in the SQLite backend: creating, listing, reading one as
  * the API shows it (messages with their tool calls, usage, tool records,
- * summary and plan), loading its history as loom_messages for a run, and
- * deleting it. Reads run in one read transaction, so what they return is
+ * summary and plan), loading its history as loom_messages for a run (with
+ * the bytes of its images and files, from their blobs), and deleting it
+ * (a blob no message holds any more goes with it: a trigger, migration
+ * 7). Reads run in one read transaction, so what they return is
  * one snapshot; messages and their tool calls are read by two statements
  * that walk the conversation side by side (start_walk), not one query
  * per message.
@@ -283,6 +285,11 @@ static json_t *message_json(sqlite3_stmt *ms, sqlite3_stmt *cs, int *crc)
         json_t *cites = col_parsed(ms, M_CITATIONS);
         bad = put(m, "citations", cites ? cites : json_null());
     }
+    if (!bad && col_text(ms, M_PARTS)) {
+        /* As stored: blobs by hash and size, never their bytes. */
+        json_t *parts = col_parsed(ms, M_PARTS);
+        bad = put(m, "parts", parts ? parts : json_null());
+    }
     if (!bad && (assistant || call_of(cs, *crc, mid))) {
         bad = !(calls = json_array()) ||
               json_object_set_new(m, "tool_calls", calls);
@@ -542,6 +549,51 @@ static int push(loom_messages *m, loom_message *msg, size_t extra)
     return 0;
 }
 
+/* What blob_get reads blobs with: the store and the connection. */
+typedef struct {
+    loom__sqlite_store *st;
+    loom__sqlite_conn *c;
+    sqlite3_stmt *s; /* left on the last blob's row until the next */
+} blob_reader;
+
+/* loom__store_blob_get on the connection of ctx (a blob_reader). */
+static int blob_get(void *ctx, const char *hash, const void **data, size_t *len)
+{
+    blob_reader *r = ctx;
+    int rc, src = SQLITE_OK;
+
+    done(r->s);
+    if ((rc = loom__sqlite_use(r->st, r->c, S_BLOB_SELECT, &r->s)) != 0)
+        return rc;
+    b_text(r->s, 1, hash, &src);
+    if (src == SQLITE_OK)
+        src = sqlite3_step(r->s);
+    if (src == SQLITE_DONE)
+        return loom__error_set(LOOM_EIO, "store %s: image %s is missing",
+                               r->st->path, hash);
+    if (src != SQLITE_ROW)
+        return loom__sqlite_error(r->st, r->c->db, src, "reading an image");
+    *len = (size_t)sqlite3_column_bytes(r->s, 0);
+    *data = sqlite3_column_blob(r->s, 0);
+    if (!*data && *len)
+        return loom__error_oom();
+    return 0;
+}
+
+/* The parts of the message row ms is on, when it has any, into m. */
+static int row_parts(sqlite3_stmt *ms, blob_reader *r, loom_message *m)
+{
+    const char *json = col_text(ms, M_PARTS);
+    int rc;
+
+    if (!json)
+        return 0;
+    rc = loom__store_parts_load(
+        m, json, (size_t)sqlite3_column_bytes(ms, M_PARTS), blob_get, r);
+    done(r->s);
+    return rc;
+}
+
 /* The message row ms is on, with its calls from cs, as a loom_message. */
 static int row_message(sqlite3_stmt *ms, sqlite3_stmt *cs, int *crc,
                        loom_message *m)
@@ -641,9 +693,11 @@ int loom__sqlite_load_history(loom_store *base, const char *id,
     int64_t count = 0;
     int rc, mrc, crc;
     loom__sqlite_conn *c;
+    blob_reader blobs = {st, NULL, NULL};
 
     if ((rc = loom__sqlite_acquire(st, &c)) != 0)
         return rc;
+    blobs.c = c;
     if ((rc = loom__sqlite_begin_read(st, c)) != 0 ||
         (rc = loom__sqlite_exists(st, c, id, &count)) != 0 ||
         (rc = start_walk(st, c, id, &ms, &cs, &crc)) != 0)
@@ -655,6 +709,10 @@ int loom__sqlite_load_history(loom_store *base, const char *id,
         if (sqlite3_column_int(ms, M_PLACEHOLDER)) {
             loom_message_clear(&m);
             continue;
+        }
+        if ((rc = row_parts(ms, &blobs, &m)) != 0) {
+            loom_message_clear(&m);
+            goto cleanup;
         }
         if ((rc = push(&got, &m, 1)) != 0) {
             loom_message_clear(&m);

@@ -83,6 +83,9 @@ enum {
     S_CONV_SUMMARY,
     S_RECORD_INSERT,
     S_RECORD_SELECT,
+    S_BLOB_INSERT,
+    S_BLOB_LINK,
+    S_BLOB_SELECT,
     S_COUNT
 };
 
@@ -108,7 +111,8 @@ enum {
     M_DURATION,
     M_PROVIDER_STATE,
     M_COST_MICROS,
-    M_CITATIONS
+    M_CITATIONS,
+    M_PARTS
 };
 
 struct loom__sqlite_conn {

@@ -1,6 +1,7 @@
 /*
  * Saving a turn in the SQLite backend: the messages of the plan that
- * store.c prepared (with their tool calls and outcomes), the turn's
+ * store.c prepared (with their tool calls and outcomes, and the images
+ * and files they hold, each blob once by its hash), the turn's
  * usage rows and tool records, and the conversation's counters, title,
  * summary and plan, all in one write transaction after the in-process
  * write lock: a turn is stored whole or not at all.
@@ -45,9 +46,19 @@ static int insert_message(loom__sqlite_store *st, loom__sqlite_conn *c,
     b_text(s, 19, msg->provider_state, &src);
     b_micros(s, 20, m->cost_micros, &src);
     b_text(s, 21, m->citations, &src);
+    b_text(s, 22, m->parts, &src);
     if ((src = step_done(s, src)) != SQLITE_OK)
         goto failed;
     done(s);
+    for (size_t k = 0; k < m->blobs_len; k++) {
+        if ((rc = loom__sqlite_use(st, c, S_BLOB_LINK, &s)) != 0)
+            return rc;
+        b_text(s, 1, m->id, &src);
+        b_text(s, 2, p->blobs[p->blob_refs[m->blobs_at + k]].hash, &src);
+        if ((src = step_done(s, src)) != SQLITE_OK)
+            goto failed;
+        done(s);
+    }
     for (size_t k = 0; k < msg->tool_calls_len; k++) {
         const loom_tool_call *tc = &msg->tool_calls[k];
         if ((rc = loom__sqlite_use(st, c, S_CALL_INSERT, &s)) != 0)
@@ -76,6 +87,31 @@ static int insert_message(loom__sqlite_store *st, loom__sqlite_conn *c,
     return 0;
 failed:
     return loom__sqlite_error(st, c->db, src, "saving a turn");
+}
+
+/* Writes the turn's blobs; one already stored (same hash) stays. */
+static int insert_blobs(loom__sqlite_store *st, loom__sqlite_conn *c,
+                        const loom__store_plan *p)
+{
+    sqlite3_stmt *s = NULL;
+    int rc, src = SQLITE_OK;
+
+    for (size_t i = 0; i < p->blobs_len; i++) {
+        const loom__store_blob *b = &p->blobs[i];
+        if ((rc = loom__sqlite_use(st, c, S_BLOB_INSERT, &s)) != 0)
+            return rc;
+        b_text(s, 1, b->hash, &src);
+        b_text(s, 2, b->mime, &src);
+        b_int(s, 3, (int64_t)b->len, &src);
+        if (src == SQLITE_OK)
+            src = sqlite3_bind_blob64(
+                s, 4, b->data ? (const void *)b->data : (const void *)"",
+                b->len, SQLITE_STATIC);
+        if ((src = step_done(s, src)) != SQLITE_OK)
+            return loom__sqlite_error(st, c->db, src, "saving an image");
+        done(s);
+    }
+    return 0;
 }
 
 static int insert_usage(loom__sqlite_store *st, loom__sqlite_conn *c,
@@ -178,6 +214,9 @@ int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p)
     }
     if ((rc = loom__sqlite_exists(st, c, p->turn->conversation_id, &count)) !=
         0)
+        goto cleanup;
+    /* Blobs before the messages that refer to them. */
+    if ((rc = insert_blobs(st, c, p)) != 0)
         goto cleanup;
     for (size_t i = 0; i < p->len; i++)
         if ((rc = insert_message(st, c, p, i, count + (int64_t)i)) != 0)

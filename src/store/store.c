@@ -228,13 +228,17 @@ int loom_store_conversation_plan(loom_store *st, const char *id,
 
 int loom_store_load_history(loom_store *st, const char *id, loom_messages *out)
 {
+    size_t from;
     int rc;
 
     if (!out)
         return loom__error_set(LOOM_EINVALID, "store: no out pointer");
     if ((rc = check_id(st, id)) != 0)
         return rc;
-    return st->vt->load_history(st, id, out);
+    from = out->len;
+    if ((rc = st->vt->load_history(st, id, out)) != 0)
+        return rc;
+    return loom__store_history_limit(out, from);
 }
 
 /* ---- planning a turn ------------------------------------------------ */
@@ -417,6 +421,7 @@ static int check_turn(const loom_turn_record *t)
 
 static void plan_free(loom__store_plan *p)
 {
+    loom__store_plan_parts_free(p);
     for (size_t i = 0; p->records && i < p->records_len; i++)
         free(p->records[i].json);
     free(p->records);
@@ -643,6 +648,8 @@ static int plan_turn(const loom_turn_record *t, loom__store_plan *p)
     if ((rc = plan_citations(t, p)) != 0 || (rc = plan_plan(t, p)) != 0)
         return rc;
     m->citations = p->citations;
+    if ((rc = loom__store_plan_parts(p)) != 0)
+        return rc;
     return plan_records(t, p);
 }
 

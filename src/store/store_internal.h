@@ -56,7 +56,21 @@ typedef struct {
     double duration_ms;      /* tool messages: < 0 unknown */
     size_t offsets_at;       /* assistant: first of its calls in offsets */
     const char *citations;   /* the status carrier: JSON array, or NULL */
+    char *parts;             /* its parts as JSON (store_parts.c), or NULL */
+    size_t blobs_at;         /* its first blob in the plan's blob_refs */
+    size_t blobs_len;        /* how many blobs it holds */
 } loom__store_msg;
+
+/* Hex digits of a SHA-256 and the NUL. */
+#define LOOM__STORE_HASH_SIZE 65
+
+/* An image's or file's bytes, stored once under their SHA-256. */
+typedef struct {
+    char hash[LOOM__STORE_HASH_SIZE]; /* lower-case hex */
+    const char *mime;                 /* borrowed from the part, or NULL */
+    unsigned char *data;              /* the decoded bytes, owned */
+    size_t len;
+} loom__store_blob;
 
 /* Bytes kept of a tool record's tool, call id and status columns, and of
  * a string field of a cut record. */
@@ -84,6 +98,13 @@ typedef struct {
     char *plan_text; /* the turn's plan as JSON text, or NULL: keep */
     loom__store_record *records; /* the tool records, in order */
     size_t records_len;
+    /* The turn's images and files sent as data, each hash once, and
+     * which message holds which (msgs[i].blobs_at into blob_refs, whose
+     * items index blobs). */
+    loom__store_blob *blobs;
+    size_t blobs_len;
+    size_t *blob_refs;
+    size_t blob_refs_len;
     /* turn->summary replaces the conversation's when not NULL. */
 } loom__store_plan;
 
@@ -156,6 +177,43 @@ char *loom__store_memory_norm(const char *text, size_t len);
  */
 int loom__store_query_terms(const char *query, char ***terms_out,
                             size_t *n_out);
+
+/* ---- images and files of messages (store_parts.c) -------------------- */
+
+/*
+ * Fills the parts JSON of every message of p that has parts, and p's
+ * blobs and blob_refs from the images and files sent as data (base64
+ * decoded, hashed, each hash once). LOOM_EINVALID for data that is not
+ * base64, LOOM_ETOOLARGE for one past LOOM_STORE_PART_MAX_BYTES.
+ */
+int loom__store_plan_parts(loom__store_plan *p);
+/* Frees what loom__store_plan_parts() put in p. */
+void loom__store_plan_parts_free(loom__store_plan *p);
+
+/*
+ * How a backend hands over the bytes of the blob hash: *data (borrowed
+ * until the next call or the end of the load) and *len; LOOM_EIO when the
+ * blob is missing.
+ */
+typedef int (*loom__store_blob_get)(void *ctx, const char *hash,
+                                    const void **data, size_t *len);
+
+/*
+ * Sets m's parts from json (len bytes, a parts column as
+ * loom__store_plan_parts() wrote it), with each blob's bytes from get as
+ * base64 again. LOOM_EIO for JSON the store did not write, a missing
+ * blob or one past LOOM_STORE_PART_MAX_BYTES.
+ */
+int loom__store_parts_load(loom_message *m, const char *json, size_t len,
+                           loom__store_blob_get get, void *ctx);
+
+/*
+ * Holds the history out->items[from..] to the media limits of one
+ * request (LOOM_STORE_HISTORY_MEDIA_MAX, LOOM_STORE_HISTORY_MEDIA_BYTES):
+ * counting from the newest message, an image or file past them becomes a
+ * text part saying so. LOOM_ENOMEM only.
+ */
+int loom__store_history_limit(loom_messages *out, size_t from);
 
 /* info as the JSON object the API shows. NULL when out of memory. */
 json_t *loom__store_info_json(const loom_conversation_info *info);

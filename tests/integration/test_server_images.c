@@ -4,11 +4,20 @@
  * Responses, Anthropic, Gemini), all played by one fake upstream, and the
  * fake must receive each image in its provider's shape; a model whose
  * config lacks capabilities.vision gets a 400 and the fake no request;
- * a limit crossed is a 400 before any model call.
+ * a limit crossed is a 400 before any model call; a chat continued by
+ * conversation_id sends the stored image again.
  */
 #include "test_server_harness.h"
 
 #define PNG_B64 "iVBORw0KGgo="
+
+/* The content of chat_body() as a Chat Completions upstream gets it. */
+#define CHAT_PARTS                                                             \
+    "[{\"type\":\"text\",\"text\":\"what?\"},"                                 \
+    "{\"type\":\"image_url\",\"image_url\":{\"url\":"                          \
+    "\"https://img.example/cat.png\",\"detail\":\"low\"}},"                    \
+    "{\"type\":\"image_url\",\"image_url\":{\"url\":"                          \
+    "\"data:image/png;base64," PNG_B64 "\"}}]"
 
 /* One fake behind four providers, one of each kind, each with a model
  * that sees; fake/blind does not. */
@@ -117,11 +126,7 @@ static void test_each_provider_gets_the_images(void **state)
     assert_json_is(
         json_object_get(json_array_get(json_object_get(body, "messages"), 0),
                         "content"),
-        "[{\"type\":\"text\",\"text\":\"what?\"},"
-        "{\"type\":\"image_url\",\"image_url\":{\"url\":"
-        "\"https://img.example/cat.png\",\"detail\":\"low\"}},"
-        "{\"type\":\"image_url\",\"image_url\":{\"url\":"
-        "\"data:image/png;base64," PNG_B64 "\"}}]");
+        CHAT_PARTS);
     body = json_object_get(json_array_get(reqs, 1), "body");
     assert_json_is(
         json_object_get(json_array_get(json_object_get(body, "input"), 0),
@@ -193,11 +198,66 @@ static void test_refused_before_any_model_call(void **state)
     sh_free(&h);
 }
 
+/* A chat with an image, continued by conversation_id: the stored image
+ * goes to the model again with the history, and the conversation shows
+ * it by hash and size, without its bytes. */
+static void test_continued_chat_sends_the_image_again(void **state)
+{
+    json_t *resp, *reqs, *body, *parts;
+    char *b, *path, *conv;
+    sh h;
+
+    (void)state;
+    start(&h, "{\"responses\":[{\"text\":[\"a cat\"]},"
+              "{\"text\":[\"still a cat\"]}]}");
+    b = chat_body("fake/eye");
+    resp = sh_json(&h, "POST", "/v1/chat/completions", b, 200);
+    free(b);
+    conv = strdup(sh_str(resp, "conversation_id"));
+    assert_non_null(conv);
+    json_decref(resp);
+    assert_true(asprintf(&b,
+                         "{\"model\":\"fake/eye\",\"conversation_id\":"
+                         "\"%s\",\"messages\":[{\"role\":\"user\","
+                         "\"content\":\"and now?\"}]}",
+                         conv) > 0);
+    resp = sh_json(&h, "POST", "/v1/chat/completions", b, 200);
+    free(b);
+    json_decref(resp);
+    reqs = fake_requests(h.fake);
+    assert_int_equal(json_array_size(reqs), 2);
+    body = json_object_get(json_array_get(reqs, 1), "body");
+    assert_int_equal(json_array_size(json_object_get(body, "messages")), 3);
+    assert_json_is(
+        json_object_get(json_array_get(json_object_get(body, "messages"), 0),
+                        "content"),
+        CHAT_PARTS);
+    json_decref(reqs);
+
+    assert_true(asprintf(&path, "/v1/conversations/%s", conv) > 0);
+    resp = sh_json(&h, "GET", path, NULL, 200);
+    parts = json_object_get(
+        json_array_get(json_object_get(resp, "messages"), 0), "parts");
+    assert_json_is(
+        parts,
+        "[{\"type\":\"text\",\"text\":\"what?\"},"
+        "{\"type\":\"image\",\"url\":\"https://img.example/cat.png\","
+        "\"detail\":\"low\"},"
+        "{\"type\":\"image\",\"mime\":\"image/png\",\"hash\":"
+        "\"4c4b6a3be1314ab86138bef4314dde022e600960d8689a2c8f8631802d20dab6\","
+        "\"bytes\":8}]");
+    json_decref(resp);
+    free(path);
+    free(conv);
+    sh_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_provider_gets_the_images),
         cmocka_unit_test(test_refused_before_any_model_call),
+        cmocka_unit_test(test_continued_chat_sends_the_image_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
