@@ -15,9 +15,10 @@
  * X-Loom-Conversation-Id. A blocking request whose run's turn could not
  * be stored answers 500 "store_failed". See docs/server.md.
  */
-#include "server/srvpriv.h"
-#include "server/chat_format.h"
 #include "core/error.h"
+#include "server/chat_format.h"
+#include "server/chat_parts.h"
+#include "server/srvpriv.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -50,14 +51,38 @@ static int parse_role(const char *s, loom_role *out)
     return 0;
 }
 
+/* A message of `input` whose content is an array of content parts, as
+ * in chat (chat_parts.h); a bad part or a crossed limit fills *err. */
+static int add_parts(loom_messages *out, const json_t *content, size_t i,
+                     loom_role role, loom__chat_media *totals,
+                     loom__chat_error *err, const char **msg)
+{
+    loom_part *parts = NULL;
+    size_t n = 0;
+    int rc;
+
+    if (!json_array_size(content)) {
+        *msg = "each `input` message needs a non-empty `content`";
+        return LOOM_EINVALID;
+    }
+    if ((rc = loom__chat_parts_parse_in(&parts, &n, content, "input", i, role,
+                                        totals, err)) == 0)
+        rc = loom_messages_add_parts(out, role, parts, n);
+    loom__chat_parts_free(parts, n);
+    return rc;
+}
+
 /*
  * `input`: a string (one user message) or an array of {role, content}
- * with role user, system (or developer) or assistant and a string
- * content. Fills *msg on a bad value (static text).
+ * with role user, system (or developer) or assistant and a content that
+ * is a string or an array of content parts (text, and in user messages
+ * images and files, with the chat API's limits). Fills *msg on a bad
+ * value (static text), or *err for a bad part (its param names it).
  */
-static int parse_input(const json_t *in, loom_messages *out,
-                       const char **msg)
+static int parse_input(const json_t *in, loom_messages *out, const char **msg,
+                       loom__chat_error *err)
 {
+    loom__chat_media totals = {0};
     size_t i;
     json_t *m;
 
@@ -89,11 +114,15 @@ static int parse_input(const json_t *in, loom_messages *out,
                    "assistant";
             return LOOM_EINVALID;
         }
-        if (!json_is_string(c)) {
-            *msg = "each `input` message needs a string `content`";
+        if (json_is_array(c))
+            rc = add_parts(out, c, i, role, &totals, err, msg);
+        else if (!json_is_string(c)) {
+            *msg = "each `input` message needs a `content`: a string or an "
+                   "array of content parts";
             return LOOM_EINVALID;
-        }
-        if ((rc = loom_messages_add(out, role, json_string_value(c))) != 0)
+        } else
+            rc = loom_messages_add(out, role, json_string_value(c));
+        if (rc)
             return rc;
     }
     return 0;
@@ -126,6 +155,18 @@ static int parse_params(srv_request *r, start_req *q)
     return 1;
 }
 
+/* Images and files go only to a model that takes them, as in chat: 1
+ * when the input may go on, else as loom__chat_media_check. */
+static int check_media(srv_request *r, const start_req *q,
+                       loom__chat_error *err)
+{
+    const loom_agent_config *agent = srv_agent(r->srv, q->spec.agent);
+
+    return loom__chat_media_check(r->srv, &q->input, q->spec.model, agent,
+                                  q->spec.agent ? q->spec.agent : "(default)",
+                                  "input", err);
+}
+
 /* Checks the body of POST /v1/runs; replies 400 itself and returns 1
  * when it is wrong. */
 static int parse_start(srv_request *r, start_req *q)
@@ -140,6 +181,7 @@ static int parse_start(srv_request *r, start_req *q)
         "metadata", "service_tier", NULL};
     const json_t *b = r->json, *v;
     const char *key, *msg = NULL;
+    loom__chat_error err;
     json_t *val;
     int rc;
 
@@ -232,13 +274,21 @@ static int parse_start(srv_request *r, start_req *q)
     }
     if (!(v = json_object_get(b, "input")))
         return bad(r, "input", "`input` is required");
-    if ((rc = parse_input(v, &q->input, &msg)) != 0) {
-        if (msg)
-            bad(r, "input", msg);
-        else
-            srv_reply_loom_error(r, rc, "input");
+    memset(&err, 0, sizeof(err));
+    if ((rc = parse_input(v, &q->input, &msg, &err)) == 0)
+        rc = check_media(r, q, &err);
+    if (rc == 1)
+        rc = 0;
+    else if (msg)
+        bad(r, "input", msg);
+    else if (rc == LOOM_EINVALID && err.code)
+        srv_reply_error(r, (unsigned)err.status, NULL, err.param, err.code,
+                        "%s", err.message ? err.message : "out of memory");
+    else
+        srv_reply_loom_error(r, rc, "input");
+    loom__chat_error_clear(&err);
+    if (rc)
         return 1;
-    }
     q->spec.input = &q->input;
     return parse_params(r, q);
 }

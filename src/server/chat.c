@@ -13,9 +13,10 @@
  * known once the run has started, so it goes out first: in the
  * X-Loom-Conversation-Id header and on the stream's first chunk.
  */
-#include "server/internal.h"
-#include "server/chat_format.h"
 #include "core/error.h"
+#include "server/chat_format.h"
+#include "server/chat_parts.h"
+#include "server/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,43 +113,16 @@ static int resolve_target(srv_request *r, const char *name, chat_target *t)
 static int check_vision(srv_request *r, const loom__chat_request *req,
                         const chat_target *t)
 {
-    const loom_model_config *m = NULL;
-    loom_model_config tmp;
     loom__chat_error err;
-    const char *model = t->model;
-    char param[64];
-    size_t at = 0;
-    int rc, vision;
+    int rc;
 
-    while (at < req->messages.len &&
-           !loom_message_has_media(&req->messages.items[at]))
-        at++;
-    if (at == req->messages.len)
-        return 1;
-    if (!model)
-        model = srv_default_model(r->srv, t->agent);
-    memset(&tmp, 0, sizeof(tmp));
-    if (!model || (rc = srv_model(r->srv, model, &m, &tmp)) == LOOM_ENOTFOUND)
-        vision = 0;
-    else if (rc)
-        return rc;
-    else
-        vision = m->capabilities.vision;
-    loom_model_config_clear(&tmp);
-    if (vision)
-        return 1;
     memset(&err, 0, sizeof(err));
-    snprintf(param, sizeof(param), "messages[%zu].content", at);
-    rc = loom__chat_error_set(
-        &err, 400, "invalid_request_error", "model_not_vision", param,
-        "The model `%s` does not take images or files (its config does not "
-        "set capabilities.vision); send text only or pick a model that has "
-        "it.",
-        model ? model : req->model);
+    rc = loom__chat_media_check(r->srv, &req->messages, t->model, t->agent,
+                                req->model, "messages", &err);
     if (rc == LOOM_EINVALID)
         rc = reply_chat_error(r, &err);
     loom__chat_error_clear(&err);
-    return rc ? rc : 0;
+    return rc == 1 ? 1 : rc ? rc : 0;
 }
 
 /* ---- streaming and deferred answers ----------------------------------- */

@@ -257,15 +257,15 @@ static int count_media(const loom_part *part, const char *at,
     return 0;
 }
 
-static int parse_part(loom_part *part, const json_t *v, size_t i, size_t j,
-                      loom_role role, loom__chat_media *totals,
-                      loom__chat_error *err)
+static int parse_part(loom_part *part, const json_t *v, const char *list,
+                      size_t i, size_t j, loom_role role,
+                      loom__chat_media *totals, loom__chat_error *err)
 {
     char at[AT_MAX], pp[PARAM_MAX];
     const char *type, *text;
     int rc;
 
-    snprintf(at, sizeof(at), "messages[%zu].content[%zu]", i, j);
+    snprintf(at, sizeof(at), "%.9s[%zu].content[%zu]", list, i, j);
     if (!json_is_object(v))
         return invalid(err, "invalid_type", at,
                        "Invalid type for '%s': expected an object.", at);
@@ -300,6 +300,14 @@ int loom__chat_parts_parse(loom_part **out, size_t *n, const json_t *content,
                            size_t i, loom_role role, loom__chat_media *totals,
                            loom__chat_error *err)
 {
+    return loom__chat_parts_parse_in(out, n, content, "messages", i, role,
+                                     totals, err);
+}
+
+int loom__chat_parts_parse_in(loom_part **out, size_t *n, const json_t *content,
+                              const char *list, size_t i, loom_role role,
+                              loom__chat_media *totals, loom__chat_error *err)
+{
     size_t len = json_array_size(content), j;
     const json_t *v;
     loom_part *parts;
@@ -313,7 +321,7 @@ int loom__chat_parts_parse(loom_part **out, size_t *n, const json_t *content,
         return loom__error_oom();
     json_array_foreach(content, j, v)
     {
-        rc = parse_part(&parts[j], v, i, j, role, totals, err);
+        rc = parse_part(&parts[j], v, list, i, j, role, totals, err);
         if (rc) {
             loom__chat_parts_free(parts, j + 1);
             return rc;
@@ -329,4 +337,40 @@ void loom__chat_parts_free(loom_part *parts, size_t n)
     for (size_t k = 0; parts && k < n; k++)
         loom_part_clear(&parts[k]);
     free(parts);
+}
+
+int loom__chat_media_check(srv_server *s, const loom_messages *msgs,
+                           const char *model, const loom_agent_config *agent,
+                           const char *shown, const char *list,
+                           loom__chat_error *err)
+{
+    const loom_model_config *m = NULL;
+    loom_model_config tmp;
+    char param[AT_MAX];
+    size_t at = 0;
+    int rc, vision;
+
+    while (at < msgs->len && !loom_message_has_media(&msgs->items[at]))
+        at++;
+    if (at == msgs->len)
+        return 1;
+    if (!model)
+        model = srv_default_model(s, agent);
+    memset(&tmp, 0, sizeof(tmp));
+    if (!model || (rc = srv_model(s, model, &m, &tmp)) == LOOM_ENOTFOUND)
+        vision = 0;
+    else if (rc)
+        return rc;
+    else
+        vision = m->capabilities.vision;
+    loom_model_config_clear(&tmp);
+    if (vision)
+        return 1;
+    snprintf(param, sizeof(param), "%.9s[%zu].content", list, at);
+    return loom__chat_error_set(
+        err, 400, "invalid_request_error", "model_not_vision", param,
+        "The model `%s` does not take images or files (its config does not "
+        "set capabilities.vision); send text only or pick a model that has "
+        "it.",
+        model ? model : shown);
 }

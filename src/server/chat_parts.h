@@ -2,13 +2,15 @@
  * Internal: the content parts of a Chat Completions message (text,
  * image_url, file) as loom_part values, with the limits on images and
  * files that one request may carry (docs/openai-compat.md, "Images and
- * files"). No I/O: a URL is checked for its form only; whoever fetches
- * it later goes through the SSRF guard.
+ * files"), and whether the model may get them; for the chat API and the
+ * native runs API alike. No I/O: a URL is checked for its form only;
+ * whoever fetches it later goes through the SSRF guard.
  */
 #ifndef LOOM_SERVER_CHAT_PARTS_H
 #define LOOM_SERVER_CHAT_PARTS_H
 
 #include "server/chat_format.h"
+#include "server/internal.h"
 
 /* Images and files one request may hold, over all its messages. */
 #define LOOM__CHAT_MAX_MEDIA 32
@@ -40,6 +42,29 @@ typedef struct {
  */
 int loom__chat_parts_parse(loom_part **out, size_t *n, const json_t *content,
                            size_t i, loom_role role, loom__chat_media *totals,
+                           loom__chat_error *err);
+
+/*
+ * The same for the content of list[i], where list names the array of
+ * messages in parameter names: "messages" (chat), "input" (the native
+ * runs API: "input[0].content[1].image_url.url"). At most 9 characters.
+ */
+int loom__chat_parts_parse_in(loom_part **out, size_t *n, const json_t *content,
+                              const char *list, size_t i, loom_role role,
+                              loom__chat_media *totals, loom__chat_error *err);
+
+/*
+ * Whether msgs may go to a model: 1 when none holds an image or file, or
+ * the model takes them (capabilities.vision in its config, false by
+ * default). The model is model ("provider/model"), else the default model
+ * of agent (srv_default_model); shown names it in the message when there
+ * is none. Otherwise LOOM_EINVALID with a 400 model_not_vision in *err
+ * naming "<list>[i].content" of the first message with media; another
+ * LOOM_E* code on failure.
+ */
+int loom__chat_media_check(srv_server *s, const loom_messages *msgs,
+                           const char *model, const loom_agent_config *agent,
+                           const char *shown, const char *list,
                            loom__chat_error *err);
 
 /* Frees n parts and the array. */

@@ -5,7 +5,8 @@
  * fake must receive each image in its provider's shape; a model whose
  * config lacks capabilities.vision gets a 400 and the fake no request;
  * a limit crossed is a 400 before any model call; a chat continued by
- * conversation_id sends the stored image again.
+ * conversation_id sends the stored image again; the native runs API
+ * takes the same parts in its input.
  */
 #include "test_server_harness.h"
 
@@ -252,12 +253,71 @@ static void test_continued_chat_sends_the_image_again(void **state)
     sh_free(&h);
 }
 
+/* The native runs API takes the same parts in `input`, with the same
+ * checks; a part's param names it inside `input`. */
+static void test_runs_input_takes_parts(void **state)
+{
+    json_t *resp, *err, *reqs, *body;
+    sh h;
+
+    (void)state;
+    start(&h, "{\"responses\":[{\"text\":[\"a cat\"]}]}");
+    resp = sh_json(&h, "POST", "/v1/runs",
+                   "{\"model\":\"fake/eye\",\"input\":[{\"role\":"
+                   "\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+                   "\"what?\"},{\"type\":\"image_url\",\"image_url\":"
+                   "{\"url\":\"https://img.example/cat.png\",\"detail\":"
+                   "\"low\"}},{\"type\":\"image_url\",\"image_url\":"
+                   "{\"url\":\"data:image/png;base64," PNG_B64 "\"}}]}]}",
+                   200);
+    assert_string_equal(sh_str(resp, "status"), "completed");
+    json_decref(resp);
+    /* A blind model; a bad part; an image in a system message. */
+    resp = sh_json(&h, "POST", "/v1/runs",
+                   "{\"model\":\"fake/blind\",\"input\":[{\"role\":"
+                   "\"user\",\"content\":\"hi\"},{\"role\":\"user\","
+                   "\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                   "\"https://img.example/cat.png\"}]}]}",
+                   400);
+    err = json_object_get(resp, "error");
+    assert_string_equal(sh_str(err, "code"), "model_not_vision");
+    assert_string_equal(sh_str(err, "param"), "input[1].content");
+    json_decref(resp);
+    resp = sh_json(&h, "POST", "/v1/runs",
+                   "{\"model\":\"fake/eye\",\"input\":[{\"role\":"
+                   "\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+                   "\"x\"},{\"type\":\"image_url\",\"image_url\":{"
+                   "\"url\":\"data:image/bmp;base64,AAAA\"}}]}]}",
+                   400);
+    assert_string_equal(sh_str(json_object_get(resp, "error"), "param"),
+                        "input[0].content[1].image_url.url");
+    json_decref(resp);
+    resp = sh_json(&h, "POST", "/v1/runs",
+                   "{\"model\":\"fake/eye\",\"input\":[{\"role\":"
+                   "\"system\",\"content\":[{\"type\":\"image_url\","
+                   "\"image_url\":\"https://img.example/cat.png\"}]}]}",
+                   400);
+    assert_string_equal(sh_str(json_object_get(resp, "error"), "param"),
+                        "input[0].content[0].type");
+    json_decref(resp);
+    reqs = fake_requests(h.fake);
+    assert_int_equal(json_array_size(reqs), 1);
+    body = json_object_get(json_array_get(reqs, 0), "body");
+    assert_json_is(
+        json_object_get(json_array_get(json_object_get(body, "messages"), 0),
+                        "content"),
+        CHAT_PARTS);
+    json_decref(reqs);
+    sh_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_provider_gets_the_images),
         cmocka_unit_test(test_refused_before_any_model_call),
         cmocka_unit_test(test_continued_chat_sends_the_image_again),
+        cmocka_unit_test(test_runs_input_takes_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
