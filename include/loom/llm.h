@@ -122,6 +122,19 @@ const char *loom_llm_params_refused(const loom_llm_params *p, const char *kind);
 int loom_llm_params_check(const loom_llm_params *p, const char *provider,
                           const char *kind, const char **param);
 
+/*
+ * Fetches the image or file (kind) at url for an adapter whose provider
+ * must get the bytes rather than an address (Gemini, whose fileData takes
+ * only its own file store and a few hosts): *data (base64) and *mime, new
+ * strings the caller frees. A negative LOOM_E* code with a message that
+ * names the URL otherwise; never LOOM_EUPSTREAM or LOOM_ETIMEDOUT (a
+ * failed fetch says nothing about the model, so the router must not try
+ * a fallback or mark the model unhealthy for it).
+ */
+typedef int (*loom_media_fetch_fn)(void *payload, const char *url,
+                                   loom_part_kind kind, char **data,
+                                   char **mime);
+
 typedef struct {
     const char *model; /* upstream model id */
     const loom_message *messages;
@@ -161,6 +174,11 @@ typedef struct {
      * (loom_config_known_max_completion_tokens).
      */
     int max_completion_tokens;
+    /* Gemini: images and files given by URL are fetched with media_fetch
+     * (its payload passed along) and sent as inlineData; NULL: they go as
+     * fileData with the URL. Other adapters send URLs as they are. */
+    loom_media_fetch_fn media_fetch;
+    void *media_fetch_payload;
 } loom_llm_request;
 
 #define LOOM_LLM_REQUEST_INIT                                                  \

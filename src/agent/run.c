@@ -28,6 +28,7 @@
 #include "loom/run.h"
 #include "agent/citations.h"
 #include "agent/emit.h"
+#include "agent/media_fetch.h"
 #include "agent/plan.h"
 #include "agent/review.h"
 #include "agent/run_internal.h"
@@ -122,6 +123,10 @@ struct loom_run {
     /* The request's tokens as the context engine counted them with the
      * run's token counter (plus the reply's priming); 0: not counted. */
     size_t estimated_prompt;
+
+    /* Images by URL fetched for providers that take only bytes
+     * (media_fetch.c); made on the first model call. */
+    loom__media_fetcher *media;
 };
 
 /* Whether anybody listens: no event payload is built otherwise. */
@@ -678,9 +683,11 @@ static void finish_failed_code(loom_run *run, int rc, const char *code,
                    run->answered_model));
 }
 
+/* A run whose model call failed; when an image fetch for the provider
+ * made it fail, the code says which way (media_fetch.h). */
 static void finish_failed(loom_run *run, int rc, const loom_llm_response *resp)
 {
-    finish_failed_code(run, rc, NULL, resp);
+    finish_failed_code(run, rc, loom__media_fetch_failure(run->media), resp);
 }
 
 void loom__run_fail(loom_run *run, int rc, const char *code)
@@ -1070,6 +1077,13 @@ static int prepare_request(loom_run *run, loom_llm_request *req, int last,
      * where the next run, chaining from the answer, would read again
      * that tools are no longer available. */
     req->chain_responses = limit_injected ? 0 : o->chain_responses;
+    if (!run->media &&
+        (rc = loom__media_fetcher_new(
+             &run->media, json_object_get(o->tool_settings, "web_fetch"),
+             &run->cancel)) != 0)
+        return rc;
+    req->media_fetch = loom__media_fetch;
+    req->media_fetch_payload = run->media;
     return 0;
 }
 
@@ -1515,5 +1529,6 @@ void loom_run_free(loom_run *run)
     loom__toolturn_free(run->turn);
     loom__plan_free(run->plan);
     free(run->system_prev);
+    loom__media_fetcher_free(run->media);
     free(run);
 }

@@ -693,12 +693,16 @@ static json_t *content_json(const char *role, json_t *parts)
     return c;
 }
 
-/* m's text, images and files onto arr. */
-static int media_parts(json_t *arr, const loom_message *m)
+/* m's text, images and files onto arr; images by URL fetched when req
+ * says so (loom_llm_request.media_fetch). */
+static int media_parts(json_t *arr, const loom_message *m,
+                       const loom_llm_request *req)
 {
-    json_t *parts = loom__parts_gemini(m);
-    int rc = parts && !json_array_extend(arr, parts) ? 0 : loom__error_oom();
+    json_t *parts = NULL;
+    int rc = loom__parts_gemini_fetched(&parts, m, req);
 
+    if (!rc && json_array_extend(arr, parts))
+        rc = loom__error_oom();
     json_decref(parts);
     return rc;
 }
@@ -753,7 +757,7 @@ static int add_contents(json_t *body, const loom_llm_request *req,
         if (m->role == LOOM_ROLE_ASSISTANT)
             rc = model_parts(parts, m, &states[i]);
         else if (loom_message_has_media(m))
-            rc = media_parts(parts, m);
+            rc = media_parts(parts, m, req);
         else if (m->content && *m->content &&
                  json_array_append_new(
                      parts, text_part(m->content, 0, strlen(m->content))))

@@ -11,6 +11,7 @@
  * network is reached on a client's behalf.
  */
 #include "llm/parts.h"
+#include "core/error.h"
 #include "llm/attempt.h"
 
 #include <stdio.h>
@@ -217,4 +218,43 @@ static json_t *gemini_part(const loom_part *p)
 json_t *loom__parts_gemini(const loom_message *m)
 {
     return each(m, gemini_part, 1);
+}
+
+int loom__parts_gemini_fetched(json_t **out, const loom_message *m,
+                               const loom_llm_request *req)
+{
+    json_t *arr;
+    int rc = 0;
+
+    *out = NULL;
+    if (!req->media_fetch) {
+        *out = loom__parts_gemini(m);
+        return *out ? 0 : loom__error_oom();
+    }
+    if (!(arr = json_array()))
+        return loom__error_oom();
+    for (size_t i = 0; !rc && i < m->parts_len; i++) {
+        const loom_part *p = &m->parts[i];
+        char *data = NULL, *mime = NULL;
+        if (p->kind == LOOM_PART_TEXT || p->data || !p->url) {
+            if (p->kind == LOOM_PART_TEXT && (!p->text || !*p->text))
+                continue;
+            if (add(arr, gemini_part(p)))
+                rc = loom__error_oom();
+            continue;
+        }
+        if ((rc = req->media_fetch(req->media_fetch_payload, p->url, p->kind,
+                                   &data, &mime)) == 0 &&
+            add(arr, json_pack("{s:{s:s,s:s}}", "inlineData", "mimeType", mime,
+                               "data", data)))
+            rc = loom__error_oom();
+        free(data);
+        free(mime);
+    }
+    if (rc) {
+        json_decref(arr);
+        return rc;
+    }
+    *out = arr;
+    return 0;
 }

@@ -8,6 +8,7 @@
 #ifndef LOOM_LLM_PARTS_H
 #define LOOM_LLM_PARTS_H
 
+#include "loom/llm.h"
 #include "loom/message.h"
 
 #include <jansson.h>
@@ -41,6 +42,15 @@ json_t *loom__parts_anthropic(const loom_message *m);
  * (Gemini needs one). NULL on OOM.
  */
 json_t *loom__parts_gemini(const loom_message *m);
+
+/*
+ * The same, with every image or file given by URL fetched by
+ * req->media_fetch (when set) and sent as inlineData with the media type
+ * the fetch found. *out NULL on failure: the fetch's error (a message
+ * naming the URL), or LOOM_ENOMEM.
+ */
+int loom__parts_gemini_fetched(json_t **out, const loom_message *m,
+                               const loom_llm_request *req);
 
 /*
  * The media type of a part: its mime, else the one the URL's file

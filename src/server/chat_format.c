@@ -86,6 +86,14 @@ int loom__chat_error_from_failure(loom__chat_error *err, const json_t *data)
     if (code && strcmp(code, "store_failed") == 0)
         return loom__chat_error_set(err, 500, "server_error", "store_failed",
                                     NULL, "%s", msg);
+    /* An image loom fetched for the provider (Gemini): refused by loom's
+     * network policy or not an image, else not fetched. */
+    if (code && strcmp(code, "image_url_refused") == 0)
+        return loom__chat_error_set(err, 400, "invalid_request_error", code,
+                                    NULL, "%s", msg);
+    if (code && strcmp(code, "image_fetch_failed") == 0)
+        return loom__chat_error_set(err, 502, "upstream_error", code, NULL,
+                                    "%s", msg);
     if (field_is(data, "status", "cancelled") ||
         (code && strcmp(code, "cancelled") == 0))
         return loom__chat_error_set(err, 503, "server_error", "cancelled",

@@ -52,6 +52,7 @@
 #define FAKE_CONN_MEMORY (256u * 1024)    /* MHD per-connection pool */
 #define FAKE_SLICE_MS 50                  /* how often waits look up */
 #define FAKE_STATS_PATH "/_fake/stats"
+#define FAKE_FILES_PATH "/_fake/files/"
 
 /* Per-connection state; requests on one connection come one at a time. */
 typedef struct {
@@ -350,6 +351,41 @@ static enum MHD_Result answer_stats(struct MHD_Connection *con, fake_conn *c)
 }
 
 /*
+ * GET /_fake/files/<name>: fixed files for the clients that fetch a URL
+ * they were given (loom fetching an image for Gemini), not recorded as
+ * requests. cat.png (the 8 bytes of PNG's signature, image/png),
+ * page.html (text/html),
+ * redirect.png (302 to cat.png), private.png (302 to 10.0.0.1); any
+ * other name is a 404.
+ */
+static enum MHD_Result answer_file(struct MHD_Connection *con, fake_conn *c,
+                                   const char *name)
+{
+    static const char png[] = "\x89PNG\r\n\x1a\n";
+    struct MHD_Response *resp;
+    const char *type = "image/png", *body = png, *to = NULL;
+    size_t len = sizeof(png) - 1;
+    int status = 200;
+
+    if (!strcmp(name, "page.html"))
+        type = "text/html", body = "<p>no image</p>", len = strlen(body);
+    else if (!strcmp(name, "redirect.png"))
+        to = "cat.png";
+    else if (!strcmp(name, "private.png"))
+        to = "http://10.0.0.1/cat.png";
+    else if (strcmp(name, "cat.png") != 0)
+        status = 404, type = "text/plain", body = "no such file",
+        len = strlen(body);
+    if (to)
+        status = 302, type = "text/plain", body = "", len = 0;
+    resp = MHD_create_response_from_buffer(len, (void *)body,
+                                           MHD_RESPMEM_PERSISTENT);
+    if (resp && to)
+        MHD_add_response_header(resp, "Location", to);
+    return queue(con, c, status, resp, NULL, type);
+}
+
+/*
  * Content reader of prepared bodies. Delays, cuts and hangs happen only
  * at chunk boundaries; MHD calls this again only after what it returned
  * was sent, so a client sees each chunk when it is produced.
@@ -624,6 +660,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con,
     t0 = now_us();
     if (!strcmp(method, "GET") && !strcmp(url, FAKE_STATS_PATH))
         return answer_stats(con, c);
+    if (!strcmp(method, "GET") &&
+        !strncmp(url, FAKE_FILES_PATH, strlen(FAKE_FILES_PATH)))
+        return answer_file(con, c, url + strlen(FAKE_FILES_PATH));
     rec = make_record(con, c, method, &body);
     n = record_request(rec);
     json_decref(rec);

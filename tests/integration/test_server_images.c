@@ -6,7 +6,9 @@
  * config lacks capabilities.vision gets a 400 and the fake no request;
  * a limit crossed is a 400 before any model call; a chat continued by
  * conversation_id sends the stored image again; the native runs API
- * takes the same parts in its input.
+ * takes the same parts in its input; for Gemini loom fetches an image
+ * given by URL itself, through the SSRF guard (the fake serves the
+ * files; an address in a private range is refused).
  */
 #include "test_server_harness.h"
 
@@ -50,15 +52,17 @@ static void start(sh *h, const char *script)
                          "  gem/eye: {capabilities: {vision: true}}\n"
                          "agents:\n"
                          "  looker: {model: fake/blind, tools: []}\n"
+                         "tools:\n"
+                         "  web_fetch: {allow_hosts: ['127.0.0.1:%d']}\n"
                          "server:\n"
                          "  listen: 127.0.0.1:0\n",
-                         url, url, url, url) > 0);
+                         url, url, url, url, fake_port(h->fake)) > 0);
     sh_start_config(h, yaml);
     free(yaml);
 }
 
-/* A chat body for model: a text part, an image by URL, one as data. */
-static char *chat_body(const char *model)
+/* A chat body for model: a text part, an image by url, one as data. */
+static char *chat_body_url(const char *model, const char *url)
 {
     char *s = NULL;
 
@@ -66,10 +70,26 @@ static char *chat_body(const char *model)
                          "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\","
                          "\"content\":[{\"type\":\"text\",\"text\":\"what?\"},"
                          "{\"type\":\"image_url\",\"image_url\":{\"url\":"
-                         "\"https://img.example/cat.png\",\"detail\":\"low\"}},"
+                         "\"%s\",\"detail\":\"low\"}},"
                          "{\"type\":\"image_url\",\"image_url\":{\"url\":"
                          "\"data:image/png;base64," PNG_B64 "\"}}]}]}",
-                         model) > 0);
+                         model, url) > 0);
+    return s;
+}
+
+/* The same with the image at https://img.example/cat.png. */
+static char *chat_body(const char *model)
+{
+    return chat_body_url(model, "https://img.example/cat.png");
+}
+
+/* The URL of the fake's file name (GET /_fake/files/<name>). */
+static char *file_url(const sh *h, const char *name)
+{
+    char *s = NULL;
+
+    assert_true(asprintf(&s, "http://127.0.0.1:%d/_fake/files/%s",
+                         fake_port(h->fake), name) > 0);
     return s;
 }
 
@@ -97,7 +117,10 @@ static void test_each_provider_gets_the_images(void **state)
               "{\"text\":[\"a cat\"]},{\"text\":[\"a cat\"]},"
               "{\"text\":[\"a gif\"]}]}");
     for (size_t i = 0; i < 4; i++) {
-        char *b = chat_body(models[i]);
+        /* loom fetches Gemini's image itself: one it can reach. */
+        char *u = file_url(&h, "cat.png");
+        char *b = i == 3 ? chat_body_url(models[i], u) : chat_body(models[i]);
+        free(u);
         resp = sh_json(&h, "POST", "/v1/chat/completions", b, 200);
         assert_string_equal(
             sh_str(json_object_get(
@@ -151,8 +174,8 @@ static void test_each_provider_gets_the_images(void **state)
         json_object_get(json_array_get(json_object_get(body, "contents"), 0),
                         "parts"),
         "[{\"text\":\"what?\"},"
-        "{\"fileData\":{\"mimeType\":\"image/png\",\"fileUri\":"
-        "\"https://img.example/cat.png\"}},"
+        "{\"inlineData\":{\"mimeType\":\"image/png\",\"data\":\"" PNG_B64
+        "\"}},"
         "{\"inlineData\":{\"mimeType\":\"image/png\",\"data\":\"" PNG_B64
         "\"}}]");
     json_decref(reqs);
@@ -311,6 +334,80 @@ static void test_runs_input_takes_parts(void **state)
     sh_free(&h);
 }
 
+/* Posts a chat for gem/eye with the image at url, which loom must refuse
+ * (400) or fail to fetch (502), naming the URL; want is in the message. */
+static void gemini_fetch_fails(const sh *h, const char *url, int status,
+                               const char *code, const char *want)
+{
+    char *b = chat_body_url("gem/eye", url);
+    json_t *resp = sh_json(h, "POST", "/v1/chat/completions", b, status);
+    const json_t *err = json_object_get(resp, "error");
+
+    assert_string_equal(sh_str(err, "code"), code);
+    if (!strstr(sh_str(err, "message"), url) ||
+        !strstr(sh_str(err, "message"), want))
+        fail_msg("message '%s' should name %s and say '%s'",
+                 sh_str(err, "message"), url, want);
+    json_decref(resp);
+    free(b);
+}
+
+/* For Gemini loom fetches an image given by URL itself, through the SSRF
+ * guard of web_fetch, and sends its bytes; what it refuses is a 400 and a
+ * fetch that fails a 502, both naming the URL, before any model call. */
+static void test_gemini_gets_fetched_images(void **state)
+{
+    json_t *resp, *reqs, *parts;
+    char *u, *b;
+    sh h;
+
+    (void)state;
+    start(&h, "{\"responses\":[{\"text\":[\"a cat\"]}]}");
+    /* Redirects are followed, each hop checked. */
+    u = file_url(&h, "redirect.png");
+    b = chat_body_url("gem/eye", u);
+    resp = sh_json(&h, "POST", "/v1/chat/completions", b, 200);
+    json_decref(resp);
+    free(b);
+    free(u);
+    reqs = fake_requests(h.fake);
+    assert_int_equal(json_array_size(reqs), 1);
+    parts = json_object_get(
+        json_array_get(
+            json_object_get(json_object_get(json_array_get(reqs, 0), "body"),
+                            "contents"),
+            0),
+        "parts");
+    assert_json_is(json_array_get(parts, 1),
+                   "{\"inlineData\":{\"mimeType\":\"image/png\",\"data\":"
+                   "\"" PNG_B64 "\"}}");
+    json_decref(reqs);
+
+    /* A private address, directly or by a redirect, is never reached. */
+    gemini_fetch_fails(&h, "http://10.1.2.3/cat.png", 400, "image_url_refused",
+                       "10.0.0.0/8");
+    u = file_url(&h, "private.png");
+    gemini_fetch_fails(&h, u, 400, "image_url_refused", "10.0.0.1");
+    free(u);
+    /* Loopback (only the fake's port is allowlisted); a port not allowed. */
+    gemini_fetch_fails(&h, "http://127.0.0.1/cat.png", 400, "image_url_refused",
+                       "127.0.0.0/8");
+    gemini_fetch_fails(&h, "http://127.0.0.1:9/cat.png", 400,
+                       "image_url_refused", "port 9 is not allowed");
+    /* Not an image; not there. */
+    u = file_url(&h, "page.html");
+    gemini_fetch_fails(&h, u, 400, "image_url_refused", "text/html");
+    free(u);
+    u = file_url(&h, "missing.png");
+    gemini_fetch_fails(&h, u, 502, "image_fetch_failed", "HTTP 404");
+    free(u);
+    /* None of them reached the model. */
+    reqs = fake_requests(h.fake);
+    assert_int_equal(json_array_size(reqs), 1);
+    json_decref(reqs);
+    sh_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_refused_before_any_model_call),
         cmocka_unit_test(test_continued_chat_sends_the_image_again),
         cmocka_unit_test(test_runs_input_takes_parts),
+        cmocka_unit_test(test_gemini_gets_fetched_images),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
