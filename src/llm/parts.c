@@ -6,9 +6,10 @@
  * than spread over the adapters' request builders.
  *
  * URLs are passed on as they are: OpenAI, the Responses API and
- * Anthropic fetch them themselves, and Gemini takes them as fileData.
- * loom never fetches a client's URL here, so no address of loom's own
- * network is reached on a client's behalf.
+ * Anthropic fetch them themselves. Gemini's fileData takes only a few
+ * hosts, so for Gemini the request's media_fetch (set by the run, which
+ * fetches through web_fetch's SSRF guard) turns a URL into inlineData;
+ * nothing here does network I/O itself.
  */
 #include "llm/parts.h"
 #include "core/error.h"
