@@ -5,7 +5,9 @@
  * A config is immutable once built and owned by whoever loaded it; a reload
  * builds a new one. Strings in the file may use ${ENV_VAR} (and
  * ${ENV_VAR:-default}), replaced when the file is read. Every error names
- * the file, the line and the key ("loom.yaml:12: agents.helper.model: ...").
+ * the file, the line and the key ("loom.yaml:12: agents.helper.model: ..."),
+ * and a load reports every error of the file, one per line, up to
+ * LOOM_CONFIG_MAX_ERRORS.
  *
  * Without a file (loom_config_from_env), providers come from the
  * environment: `openai` (Chat Completions) and `openai-responses` when
@@ -175,6 +177,8 @@ typedef struct {
     char *system_prompt; /* may be NULL */
     char **tools;        /* tool names; NULL with tools_all set */
     size_t tools_len;
+    size_t *tools_lines; /* the file's line of each of tools, for messages;
+                          * NULL when not read from YAML */
     int tools_all;       /* no `tools` key: every registered tool */
     int max_iterations;  /* default 10 */
     loom_tool_choice tool_choice;
@@ -259,6 +263,9 @@ typedef struct {
 
 typedef struct {
     char *path; /* file it came from, NULL for environment only */
+    char *source; /* the file's name in messages: path, or the name given
+                   * to loom_config_load_string; NULL for environment
+                   * only */
     loom_provider_config *providers;
     size_t providers_len;
     loom_model_config *models;
@@ -283,17 +290,39 @@ typedef struct {
  */
 int loom_config_from_env(loom_config **out);
 
+/* The most errors one load (or one check of a loaded config) lists;
+ * past it, a last line says "... and N more errors". */
+#define LOOM_CONFIG_MAX_ERRORS 20
+
 /*
  * Reads the YAML file at path over the environment's config. Errors:
  * LOOM_ENOTFOUND (no such file), LOOM_EINVALID with "file:line: key:
  * problem" for a bad value, unknown key, missing ${VAR}, wrong type, or a
  * reference to a provider, model or agent that does not exist.
+ *
+ * Reading goes on past a bad value or key, so every error of the file is
+ * found: the code returned is the first error's, and loom_error_last()
+ * holds the first error as its first line, then the next ones, one per
+ * line, as far as whole lines fit the message, then "... and N more
+ * errors". A limit crossed (LOOM_ETOOLARGE), a YAML syntax error or
+ * LOOM_ENOMEM stops the reading where it is.
  */
 int loom_config_load(loom_config **out, const char *path);
 
 /* Same, from YAML text; name is used in messages in place of a path. */
 int loom_config_load_string(loom_config **out, const char *yaml,
                             const char *name);
+
+/*
+ * loom_config_load and loom_config_load_string that also give the whole
+ * list: on failure *errors (caller frees) gets every error, one per line
+ * (the first LOOM_CONFIG_MAX_ERRORS, then "... and N more errors"), where
+ * loom_error_last() may have to stop early; NULL on success or
+ * LOOM_ENOMEM.
+ */
+int loom_config_load_report(loom_config **out, const char *path, char **errors);
+int loom_config_load_string_report(loom_config **out, const char *yaml,
+                                   const char *name, char **errors);
 
 void loom_config_free(loom_config *cfg);
 

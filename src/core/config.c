@@ -372,6 +372,7 @@ static void agent_clear(loom_agent_config *a)
     for (size_t i = 0; i < a->tools_len; i++)
         free(a->tools[i]);
     free(a->tools);
+    free(a->tools_lines);
     free(a->tool_choice.function);
     memset(a, 0, sizeof(*a));
 }
@@ -393,6 +394,7 @@ void loom_config_free(loom_config *cfg)
         http_tool_clear(&cfg->http_tools[i]);
     free(cfg->http_tools);
     free(cfg->path);
+    free(cfg->source);
     free(cfg->default_agent);
     json_decref(cfg->tools);
     free(cfg->server.listen);
@@ -589,27 +591,48 @@ int loom_config_from_env(loom_config **out)
     return rc;
 }
 
-static int load_text(loom_config **out, const char *data, size_t len,
-                     const char *name, const char *path)
+/* A failure without a list of errors (the file unread, a syntax error)
+ * as a list of one, for *errors. */
+static int report_one(int rc, char **errors)
 {
+    if (errors && !(*errors = strdup(loom_error_last())))
+        return loom__error_oom();
+    return rc;
+}
+
+/* Reads data (len bytes) over the environment's config; name stands for
+ * the file in messages, path (NULL for text) is kept in the config. */
+static int load_text(loom_config **out, const char *data, size_t len,
+                     const char *name, const char *path, char **errors)
+{
+    loom__config_errors errs;
     loom_config *cfg = NULL;
     int rc;
 
     *out = NULL;
+    loom__config_errors_init(&errs);
     if (len > LOOM__CONFIG_MAX_BYTES)
-        return loom__error_set(LOOM_ETOOLARGE,
-                               "%s: larger than the %zu MiB limit for a "
-                               "config file",
-                               name, LOOM__CONFIG_MAX_BYTES >> 20);
+        return report_one(loom__error_set(LOOM_ETOOLARGE,
+                                          "%s: larger than the %zu MiB limit "
+                                          "for a config file",
+                                          name, LOOM__CONFIG_MAX_BYTES >> 20),
+                          errors);
     if ((rc = loom_config_from_env(&cfg)) != 0)
-        return rc;
-    if (path && !(cfg->path = strdup(path))) {
+        return report_one(rc, errors);
+    if ((path && !(cfg->path = strdup(path))) ||
+        !(cfg->source = strdup(name))) {
         rc = loom__error_oom();
         goto cleanup;
     }
-    rc = loom__config_parse_yaml(cfg, data, len, name);
+    rc = loom__config_parse_yaml(cfg, data, len, name, &errs);
+    /* Out of memory ends the load whatever the list holds. */
+    if (rc != LOOM_ENOMEM && errs.count > 0)
+        rc = loom__config_errors_raise(&errs, errors);
+    else if (rc != 0 && rc != LOOM_ENOMEM)
+        rc = report_one(rc, errors);
 
 cleanup:
+    loom__config_errors_free(&errs);
     if (rc)
         loom_config_free(cfg);
     else
@@ -622,17 +645,27 @@ cleanup:
  * "<string>") stands for the file in messages; cfg->path stays NULL.
  * LOOM_ETOOLARGE past 4 MiB, else as loom_config_load.
  */
-int loom_config_load_string(loom_config **out, const char *yaml,
-                            const char *name)
+int loom_config_load_string_report(loom_config **out, const char *yaml,
+                                   const char *name, char **errors)
 {
     size_t len;
 
+    if (errors)
+        *errors = NULL;
     if (!out || !yaml)
-        return loom__error_set(LOOM_EINVALID, "loom_config_load_string: "
-                                              "NULL argument");
+        return report_one(loom__error_set(LOOM_EINVALID,
+                                          "loom_config_load_string: NULL "
+                                          "argument"),
+                          errors);
     *out = NULL;
     len = strnlen(yaml, LOOM__CONFIG_MAX_BYTES + 1);
-    return load_text(out, yaml, len, name ? name : "<string>", NULL);
+    return load_text(out, yaml, len, name ? name : "<string>", NULL, errors);
+}
+
+int loom_config_load_string(loom_config **out, const char *yaml,
+                            const char *name)
+{
+    return loom_config_load_string_report(out, yaml, name, NULL);
 }
 
 /*
@@ -641,7 +674,7 @@ int loom_config_load_string(loom_config **out, const char *yaml,
  * LOOM_ETOOLARGE past 4 MiB or a nesting/expansion limit, LOOM_EINVALID
  * with "file:line: key: problem" for anything wrong inside.
  */
-int loom_config_load(loom_config **out, const char *path)
+int loom_config_load_report(loom_config **out, const char *path, char **errors)
 {
     loom_buf b = LOOM_BUF_INIT(LOOM__CONFIG_MAX_BYTES);
     struct stat st;
@@ -649,14 +682,19 @@ int loom_config_load(loom_config **out, const char *path)
     int fd = -1, rc = 0;
     ssize_t n;
 
+    if (errors)
+        *errors = NULL;
     if (!out || !path)
-        return loom__error_set(LOOM_EINVALID, "loom_config_load: NULL "
-                                              "argument");
+        return report_one(loom__error_set(LOOM_EINVALID, "loom_config_load: "
+                                                         "NULL argument"),
+                          errors);
     *out = NULL;
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
-            return loom__error_set(LOOM_ENOTFOUND, "%s: no such file", path);
-        return loom__error_set(LOOM_EIO, "%s: %s", path, strerror(errno));
+            rc = loom__error_set(LOOM_ENOTFOUND, "%s: no such file", path);
+        else
+            rc = loom__error_set(LOOM_EIO, "%s: %s", path, strerror(errno));
+        return report_one(rc, errors);
     }
     if (fstat(fd, &st) != 0) {
         rc = loom__error_set(LOOM_EIO, "%s: %s", path, strerror(errno));
@@ -686,7 +724,8 @@ int loom_config_load(loom_config **out, const char *path)
         if (rc)
             goto cleanup;
     }
-    rc = load_text(out, loom_buf_cstr(&b), b.len, path, path);
+    rc = load_text(out, loom_buf_cstr(&b), b.len, path, path, errors);
+    errors = NULL; /* load_text has filled it */
     goto cleanup;
 
 too_large:
@@ -698,5 +737,10 @@ cleanup:
     if (fd >= 0)
         close(fd);
     loom_buf_free(&b);
-    return rc;
+    return rc && rc != LOOM_ENOMEM ? report_one(rc, errors) : rc;
+}
+
+int loom_config_load(loom_config **out, const char *path)
+{
+    return loom_config_load_report(out, path, NULL);
 }

@@ -1,21 +1,55 @@
 /*
  * Internal: what config.c and config_yaml.c share. config.c owns building,
  * freeing and the environment; config_yaml.c reads YAML into a config
- * with these helpers.
+ * with these helpers. The error list (config_errors.c) also serves the
+ * checks made over a loaded config (the session's tool names).
  */
 #ifndef LOOM_CORE_CONFIG_INTERNAL_H
 #define LOOM_CORE_CONFIG_INTERNAL_H
 
 #include "core/text.h"
+#include "loom/buf.h"
 #include "loom/config.h"
 
 #define LOOM__CONFIG_MAX_BYTES ((size_t)4 << 20)
 #define LOOM__CONFIG_NAME_MAX LOOM__NAME_MAX /* tool, provider, agent names */
 
-/* Reads the YAML text into cfg over what it holds (config_yaml.c). On
- * error cfg may be half filled; the caller frees it. */
+/*
+ * The errors of a load or check (config_errors.c): the first
+ * LOOM_CONFIG_MAX_ERRORS kept one per line, the others counted. code is
+ * the first one's.
+ */
+typedef struct {
+    loom_buf kept;
+    size_t count;
+    int code;
+    int oom; /* a line could not be kept: raising gives LOOM_ENOMEM */
+} loom__config_errors;
+
+void loom__config_errors_init(loom__config_errors *e);
+/* Adds one error (a line break in it becomes a space). Returns code. */
+int loom__config_errors_add(loom__config_errors *e, int code, const char *fmt,
+                            ...) __attribute__((format(printf, 3, 4)));
+/*
+ * With no error, 0. Else raises the first error's code with a message
+ * that is the first error, then the next ones as far as whole lines fit
+ * loom_error_last(), then "... and N more errors"; *all (when not NULL;
+ * caller frees) gets every kept line and that count. Frees e's contents
+ * either way. Returns the code, or LOOM_ENOMEM (*all NULL).
+ */
+int loom__config_errors_raise(loom__config_errors *e, char **all);
+void loom__config_errors_free(loom__config_errors *e);
+
+/*
+ * Reads the YAML text into cfg over what it holds (config_yaml.c). Each
+ * error found is added to errs, and reading goes on past those it can
+ * skip (a bad value, an unknown key); an error past a limit, of the YAML
+ * syntax or of memory stops it. Returns 0, or the code of the error that
+ * stopped it (LOOM_EINVALID when it only skipped). On error cfg may be
+ * half filled; the caller frees it.
+ */
 int loom__config_parse_yaml(loom_config *cfg, const char *data, size_t len,
-                            const char *name);
+                            const char *name, loom__config_errors *errs);
 
 /* Copies s for an error message into dst (cap >= 8): at most 48 bytes,
  * control characters as '?', "..." when cut. Returns dst. */

@@ -14,6 +14,16 @@
  * are converted to numbers or booleans. Limits besides the 4 MiB checked
  * by config.c: 64 levels of nesting, 100,000 visited nodes and 16 MiB of
  * scalar text (the last two bound what aliases and ${VAR} expand into).
+ *
+ * Every error is added to the load's list (config_errors.c) and reading
+ * goes on where a mistake can be stepped over: a bad value is skipped
+ * (the field keeps its default), an unknown or repeated key too, a bad
+ * entry of a list or a named mapping, and the next sibling is read. A
+ * limit crossed, a YAML syntax error or a failed allocation stops the
+ * load. Checks that compare fields (the reasoning controls against the
+ * capabilities, the retry delays, a base URL that depends on the kind)
+ * run only when the fields they compare were read without error, so one
+ * mistake is not reported twice under other names.
  */
 #include "core/config_internal.h"
 #include "core/error.h"
@@ -45,8 +55,10 @@ typedef struct {
     const char *name; /* file name used in messages */
     yaml_document_t *doc;
     loom_config *cfg;
+    loom__config_errors *errs; /* every error found */
     size_t nodes; /* nodes visited; an alias counts every time */
     size_t text;  /* bytes of scalar text produced */
+    size_t outer; /* errors before the enclosing section was read */
 } loader;
 
 /* One entry of a mapping whose keys the user chooses (names). */
@@ -104,6 +116,7 @@ typedef struct {
     const yaml_node_t *map;     /* the mapping, or a null node */
     const char *key;            /* its dotted path; NULL at the top */
     size_t line;                /* where a missing key is reported */
+    size_t errors0;             /* errors before this section */
     void *obj;                  /* the struct the fields fill */
     yaml_node_t *v[MAX_FIELDS]; /* each field's value; NULL when absent */
 } walk_ctx;
@@ -221,8 +234,8 @@ static void index_key(char *dst, size_t cap, const char *parent, size_t i)
     key_append(dst, cap, num);
 }
 
-/* Raises code with "<file>:<line>: <key>: <problem>" (no key part when key
- * is NULL or empty). Returns code. */
+/* Adds the error "<file>:<line>: <key>: <problem>" (no key part when key
+ * is NULL or empty) to the load's list. Returns code. */
 static int fail_at(const loader *ld, int code, size_t line, const char *key,
                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
@@ -236,9 +249,18 @@ static int fail_at(const loader *ld, int code, size_t line, const char *key,
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (key && *key)
-        return loom__error_set(code, "%s:%zu: %s: %s", ld->name, line, key,
-                               msg);
-    return loom__error_set(code, "%s:%zu: %s", ld->name, line, msg);
+        return loom__config_errors_add(ld->errs, code, "%s:%zu: %s: %s",
+                                       ld->name, line, key, msg);
+    return loom__config_errors_add(ld->errs, code, "%s:%zu: %s", ld->name, line,
+                                   msg);
+}
+
+/* Whether reading may go on past rc: a bad value, key or entry (already
+ * in the list) can be skipped; a limit crossed or a failed allocation
+ * cannot. */
+static int go_on(const loader *ld, int rc)
+{
+    return rc == LOOM_EINVALID && ld->errs->count > 0;
 }
 
 /* A section's keys, for messages. */
@@ -543,7 +565,9 @@ static int key_text(loader *ld, const yaml_node_t *k, const char *key,
 /*
  * Checks a section's keys: each must be one of its fields, given once.
  * vals gets each field's value in table order (NULL for a key not
- * given). A null node is an empty mapping.
+ * given). A null node is an empty mapping. An unknown key is skipped and
+ * a repeated one keeps its first value, both reported; a node that is
+ * not a mapping is an error.
  */
 static int read_fields(loader *ld, const yaml_node_t *map, const char *key,
                        const section *sec, yaml_node_t **vals)
@@ -564,26 +588,31 @@ static int read_fields(loader *ld, const yaml_node_t *map, const char *key,
         const char *name;
         size_t i;
 
-        if ((rc = key_text(ld, k, key, &name)) != 0)
+        if ((rc = key_text(ld, k, key, &name)) != 0) {
+            if (go_on(ld, rc))
+                continue;
             return rc;
+        }
         for (i = 0; i < sec->len && strcmp(sec->fields[i].name, name) != 0; i++)
             ;
         if (i == sec->len)
-            return fail_at(ld, LOOM_EINVALID, line_of(k), key,
-                           "unknown key '%s' (known: %s)",
-                           loom__config_shown(tmp, sizeof(tmp), name),
-                           known_names(list, sizeof(list), sec));
-        if (vals[i])
-            return fail_at(ld, LOOM_EINVALID, line_of(k), key,
-                           "duplicate key '%s'", name);
-        vals[i] = node_at(ld, p->value);
+            fail_at(ld, LOOM_EINVALID, line_of(k), key,
+                    "unknown key '%s' (known: %s)",
+                    loom__config_shown(tmp, sizeof(tmp), name),
+                    known_names(list, sizeof(list), sec));
+        else if (vals[i])
+            fail_at(ld, LOOM_EINVALID, line_of(k), key, "duplicate key '%s'",
+                    name);
+        else
+            vals[i] = node_at(ld, p->value);
     }
     return 0;
 }
 
 /*
  * The entries of a mapping whose keys are names the user picks (providers,
- * agents, headers...): keys are checked to be strings and unique. *out is
+ * agents, headers...): keys are checked to be strings and unique; an entry
+ * whose key is not, or repeats one, is reported and left out. *out is
  * malloc'd (NULL when empty). A null node is an empty mapping.
  */
 static int read_entries(loader *ld, const yaml_node_t *map, const char *key,
@@ -609,28 +638,35 @@ static int read_entries(loader *ld, const yaml_node_t *map, const char *key,
         rc = loom__error_oom();
         goto cleanup;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0, kept = 0; i < n; i++) {
         yaml_node_pair_t *p = map->data.mapping.pairs.start + i;
+        entry *e = &v[kept];
         char tmp[64];
 
-        v[i].key = node_at(ld, p->key);
-        v[i].value = node_at(ld, p->value);
-        if ((rc = key_text(ld, v[i].key, key, &v[i].name)) != 0)
-            goto cleanup;
-        if (json_object_get(seen, v[i].name)) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(v[i].key), key,
-                         "duplicate key '%s'",
-                         loom__config_shown(tmp, sizeof(tmp), v[i].name));
+        e->key = node_at(ld, p->key);
+        e->value = node_at(ld, p->value);
+        if ((rc = key_text(ld, e->key, key, &e->name)) != 0) {
+            if (go_on(ld, rc))
+                continue;
             goto cleanup;
         }
-        if (json_object_set_new(seen, v[i].name, json_true()) != 0) {
+        if (json_object_get(seen, e->name)) {
+            fail_at(ld, LOOM_EINVALID, line_of(e->key), key,
+                    "duplicate key '%s'",
+                    loom__config_shown(tmp, sizeof(tmp), e->name));
+            continue;
+        }
+        if (json_object_set_new(seen, e->name, json_true()) != 0) {
             rc = loom__error_oom();
             goto cleanup;
         }
+        *len = ++kept;
     }
-    *out = v;
-    *len = n;
-    v = NULL;
+    rc = 0;
+    if (*len > 0) {
+        *out = v;
+        v = NULL;
+    }
 
 cleanup:
     json_decref(seen);
@@ -913,16 +949,26 @@ static int read_field(walk_ctx *w, const field *f, const yaml_node_t *n,
     return 0;
 }
 
+/* Whether no error was found since the enclosing section began: the
+ * hooks compare fields, which is only sound when all were read. */
+static int clean(const walk_ctx *w)
+{
+    return w->ld->errs->count == w->ld->outer;
+}
+
 /*
  * Reads the mapping map (path key; line is where a missing key is
  * reported) into obj as section sec says: the keys first (unknown and
  * duplicate keys are errors), then the pre hook, the fields pass by pass
- * in table order, and the post hook. The first error stops the walk.
+ * in table order, and the post hook. A field in error is skipped and the
+ * next one read; the hooks run only when nothing failed since the
+ * enclosing section began. LOOM_EINVALID when anything failed here.
  */
 static int walk(loader *ld, const yaml_node_t *map, const char *key,
                 size_t line, const section *sec, void *obj)
 {
-    walk_ctx w = {ld, sec, map, key, line, obj, {0}};
+    walk_ctx w = {ld, sec, map, key, line, ld->errs->count, obj, {0}};
+    size_t outer = ld->outer;
     char sub[KEY_LEN];
     int rc;
 
@@ -930,23 +976,32 @@ static int walk(loader *ld, const yaml_node_t *map, const char *key,
         return loom__error_set(LOOM_ERROR, "%s: config table too long",
                                key ? key : "top level");
     if ((rc = read_fields(ld, map, key, sec, w.v)) != 0 ||
-        (sec->pre && (rc = sec->pre(&w)) != 0))
+        (sec->pre && clean(&w) && (rc = sec->pre(&w)) != 0))
         return rc;
+    ld->outer = w.errors0;
     for (unsigned pass = 0; pass < PASSES; pass++) {
         for (size_t i = 0; i < sec->len; i++) {
             if (sec->fields[i].pass != pass)
                 continue;
             join_key(sub, sizeof(sub), key, sec->fields[i].name);
-            if ((rc = read_field(&w, &sec->fields[i], w.v[i], sub)) != 0)
+            rc = read_field(&w, &sec->fields[i], w.v[i], sub);
+            if (rc != 0 && !go_on(ld, rc)) {
+                ld->outer = outer;
                 return rc;
+            }
         }
     }
-    return sec->post ? sec->post(&w) : 0;
+    ld->outer = outer;
+    if (sec->post && clean(&w) && (rc = sec->post(&w)) != 0)
+        return rc;
+    return ld->errs->count > w.errors0 ? LOOM_EINVALID : 0;
 }
 
 /*
  * Reads named entries (path key) into the array list describes, each
  * name checked, set to its defaults by init and read as list->sec says.
+ * An entry with a bad name is left out; one with a bad setting is kept
+ * (so what refers to it still resolves) and the next one read.
  */
 static int walk_list(loader *ld, const yaml_node_t *n, const char *key,
                      const list_spec *list)
@@ -954,7 +1009,7 @@ static int walk_list(loader *ld, const yaml_node_t *n, const char *key,
     char *cfg = (char *)ld->cfg, *items, sub[KEY_LEN];
     size_t *count = (size_t *)(void *)(cfg + list->count);
     entry *es = NULL;
-    size_t len = 0;
+    size_t len = 0, errors0 = ld->errs->count;
     int rc;
 
     if ((rc = read_entries(ld, n, key, &es, &len)) != 0 || len == 0)
@@ -965,20 +1020,28 @@ static int walk_list(loader *ld, const yaml_node_t *n, const char *key,
     }
     memcpy(cfg + list->items, &items, sizeof(items));
     for (size_t i = 0; i < len; i++) {
-        void *obj = items + i * list->size;
+        void *obj = items + *count * list->size;
 
         if (list->what &&
             (rc = check_name(ld, line_of(es[i].key), key, es[i].name,
                              list->dots, list->what)) != 0)
-            goto cleanup;
+            continue;
         /* Counted before reading so a half-built entry is freed too. */
         (*count)++;
         join_key(sub, sizeof(sub), key, es[i].name);
-        if ((rc = list->init(ld, &es[i], sub, obj)) != 0 ||
-            (rc = walk(ld, es[i].value, sub, line_of(es[i].key), list->sec,
-                       obj)) != 0)
+        if ((rc = list->init(ld, &es[i], sub, obj)) != 0) {
+            if (!go_on(ld, rc))
+                goto cleanup;
+            /* init refuses a name before it allocates: drop the entry. */
+            (*count)--;
+            memset(obj, 0, list->size);
+            continue;
+        }
+        rc = walk(ld, es[i].value, sub, line_of(es[i].key), list->sec, obj);
+        if (rc != 0 && !go_on(ld, rc))
             goto cleanup;
     }
+    rc = ld->errs->count > errors0 ? LOOM_EINVALID : 0;
 
 cleanup:
     free(es);
@@ -1000,17 +1063,19 @@ typedef int (*item_check)(walk_ctx *w, const yaml_node_t *item, const char *key,
 
 /*
  * A list of strings (what: "tool names") into *items (malloc'd) and
- * *len, each item read as item_what and judged by check. A null keeps
- * them.
+ * *len, each item read as item_what and judged by check; an item in
+ * error is left out and the next one read. When lines is not NULL,
+ * *lines (malloc'd) gets each kept item's line. A null keeps them.
  */
 static int read_strings(walk_ctx *w, const yaml_node_t *n, const char *key,
                         const char *what, const char *item_what,
-                        item_check check, char ***items, size_t *len)
+                        item_check check, char ***items, size_t *len,
+                        size_t **lines)
 {
     loader *ld = w->ld;
     json_t *seen = NULL;
     char sub[KEY_LEN], *s = NULL;
-    size_t i = 0;
+    size_t i = 0, errors0 = ld->errs->count;
     int rc;
 
     if ((rc = visit(ld, n)) != 0 || is_null(n))
@@ -1022,6 +1087,7 @@ static int read_strings(walk_ctx *w, const yaml_node_t *n, const char *key,
         return 0;
     /* A jansson object as a hash set keeps repeat checks linear. */
     if (!(*items = calloc(seq_len(n), sizeof(**items))) ||
+        (lines && !(*lines = calloc(seq_len(n), sizeof(**lines)))) ||
         !(seen = json_object())) {
         rc = loom__error_oom();
         goto cleanup;
@@ -1033,15 +1099,23 @@ static int read_strings(walk_ctx *w, const yaml_node_t *n, const char *key,
         index_key(sub, sizeof(sub), key, i);
         if ((rc = get_str(ld, item, sub, item_what, &s)) != 0 ||
             (rc = check(w, item, sub, s,
-                        s && json_object_get(seen, s) != NULL)) != 0)
-            goto cleanup;
+                        s && json_object_get(seen, s) != NULL)) != 0) {
+            if (!go_on(ld, rc))
+                goto cleanup;
+            free(s);
+            s = NULL;
+            continue;
+        }
         if (json_object_set_new_nocheck(seen, s, json_true()) != 0) {
             rc = loom__error_oom();
             goto cleanup;
         }
+        if (lines)
+            (*lines)[*len] = line_of(item);
         (*items)[(*len)++] = s;
         s = NULL;
     }
+    rc = ld->errs->count > errors0 ? LOOM_EINVALID : 0;
 
 cleanup:
     free(s);
@@ -1143,31 +1217,31 @@ static int read_headers(walk_ctx *w, const field *f, const yaml_node_t *n,
         return rc;
     for (size_t i = 0; i < len; i++) {
         join_key(sub, sizeof(sub), key, es[i].name);
+        free(s);
+        s = NULL;
         if (!valid_header_name(es[i].name)) {
             rc = fail_at(w->ld, LOOM_EINVALID, line_of(es[i].key), key,
                          "'%s' is not a valid HTTP header name",
                          loom__config_shown(tmp, sizeof(tmp), es[i].name));
+            continue;
+        }
+        if ((rc = get_str(w->ld, es[i].value, sub, "a string", &s)) != 0) {
+            if (go_on(w->ld, rc))
+                continue;
             goto cleanup;
         }
-        if ((rc = get_str(w->ld, es[i].value, sub, "a string", &s)) != 0)
-            goto cleanup;
         if (!s && !(s = strdup(""))) {
             rc = loom__error_oom();
             goto cleanup;
         }
-        if (strpbrk(s, "\r\n")) {
+        if (strpbrk(s, "\r\n"))
             rc = fail_at(w->ld, LOOM_EINVALID, line_of(es[i].value), sub,
                          "header values must not contain line breaks");
-            goto cleanup;
-        }
-        if (json_object_set_new(headers, es[i].name, json_string(s)) != 0) {
+        else if (json_object_set_new(headers, es[i].name, json_string(s)) != 0)
             rc = fail_at(w->ld, LOOM_EINVALID, line_of(es[i].value), sub,
                          "is not valid UTF-8");
-            goto cleanup;
-        }
-        free(s);
-        s = NULL;
     }
+    rc = 0;
 
 cleanup:
     free(s);
@@ -1200,7 +1274,8 @@ static int read_kind(walk_ctx *w, const field *f, const yaml_node_t *n,
 
 /* providers.X.base_url (read after kind, also when absent): providers
  * with one public endpoint may leave it out; "openai" is any
- * OpenAI-compatible server, so it names its own. */
+ * OpenAI-compatible server, so it names its own. Whether it is missing
+ * is only known when the kind was read without error. */
 static int read_base_url(walk_ctx *w, const field *f, const yaml_node_t *n,
                          const char *key)
 {
@@ -1214,8 +1289,11 @@ static int read_base_url(walk_ctx *w, const field *f, const yaml_node_t *n,
     if (!p->base_url && default_url && !(p->base_url = strdup(default_url)))
         return loom__error_oom();
     if (!p->base_url)
-        return fail_at(w->ld, LOOM_EINVALID, w->line, w->key,
-                       "missing required key 'base_url' (kind %s)", p->kind);
+        return w->ld->errs->count > w->errors0
+                   ? LOOM_EINVALID
+                   : fail_at(w->ld, LOOM_EINVALID, w->line, w->key,
+                             "missing required key 'base_url' (kind %s)",
+                             p->kind);
     loom__config_strip_slashes(p->base_url);
     return 0;
 }
@@ -1287,11 +1365,15 @@ static int read_providers(walk_ctx *w, const field *f, const yaml_node_t *n,
         return rc;
     for (size_t i = 0; i < len; i++) {
         join_key(sub, sizeof(sub), key, es[i].name);
-        if ((rc = check_name(ld, line_of(es[i].key), key, es[i].name, 1,
-                             "provider")) != 0 ||
-            (rc = loom__config_provider_init(&p, es[i].name)) != 0 ||
-            (rc = walk(ld, es[i].value, sub, line_of(es[i].key),
-                       &provider_section, &p)) != 0 ||
+        if (check_name(ld, line_of(es[i].key), key, es[i].name, 1,
+                       "provider") != 0)
+            continue;
+        /* One with a bad setting is installed all the same, so models
+         * naming it are not reported as well. */
+        if ((rc = loom__config_provider_init(&p, es[i].name)) != 0 ||
+            ((rc = walk(ld, es[i].value, sub, line_of(es[i].key),
+                        &provider_section, &p)) != 0 &&
+             !go_on(ld, rc)) ||
             (rc = loom__config_provider_install(ld->cfg, &p)) != 0)
             goto cleanup;
     }
@@ -1370,7 +1452,7 @@ static int read_fallbacks(walk_ctx *w, const field *f, const yaml_node_t *n,
                        "at most %d fallbacks, got %zu",
                        LOOM_MODEL_MAX_FALLBACKS, seq_len(n));
     return read_strings(w, n, key, "model names", "a model name", fallback_ok,
-                        &m->fallbacks, &m->fallbacks_len);
+                        &m->fallbacks, &m->fallbacks_len, NULL);
 }
 
 /* context_window_fallback: a model that resolves, not the model itself;
@@ -1499,15 +1581,15 @@ static int read_agent_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
     if (is_null(n))
         return 0;
     rc = read_strings(w, n, key, "tool names", "a tool name", tool_ok,
-                      &a->tools, &a->tools_len);
-    if (rc == 0)
+                      &a->tools, &a->tools_len, &a->tools_lines);
+    if (rc == 0 || go_on(w->ld, rc))
         a->tools_all = 0;
     return rc;
 }
 
 /* tool_choice, read after tools. Tool names themselves are checked by
  * the caller, who has the registry; what can be checked here is
- * consistency with `tools`. */
+ * consistency with `tools`, when they were read without error. */
 static int read_tool_choice(walk_ctx *w, const field *f, const yaml_node_t *n,
                             const char *key)
 {
@@ -1523,7 +1605,7 @@ static int read_tool_choice(walk_ctx *w, const field *f, const yaml_node_t *n,
         rc = fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
                      "must be auto, none, required or a tool name, got '%s'",
                      loom__config_shown(tmp, sizeof(tmp), s));
-    else if (a->tools_all)
+    else if (a->tools_all || w->ld->errs->count > w->errors0)
         rc = 0;
     else if (a->tool_choice.kind == LOOM_TOOL_CHOICE_REQUIRED &&
              a->tools_len == 0)
@@ -1623,17 +1705,18 @@ static int read_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
         return rc;
     for (size_t i = 0; i < len; i++) {
         join_key(sub, sizeof(sub), key, es[i].name);
-        if ((rc = check_name(ld, line_of(es[i].key), key, es[i].name, 0,
-                             "tool")) != 0)
-            goto cleanup;
+        if (check_name(ld, line_of(es[i].key), key, es[i].name, 0, "tool") != 0)
+            continue;
         if (is_null(es[i].value)) {
             v = json_object();
         } else if (es[i].value->type != YAML_MAPPING_NODE) {
-            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].value), sub,
-                         "must be a mapping of settings, got %s",
-                         kind_name(es[i].value));
-            goto cleanup;
+            fail_at(ld, LOOM_EINVALID, line_of(es[i].value), sub,
+                    "must be a mapping of settings, got %s",
+                    kind_name(es[i].value));
+            continue;
         } else if ((rc = to_json(ld, es[i].value, sub, 3, &v)) != 0) {
+            if (go_on(ld, rc))
+                continue;
             goto cleanup;
         }
         if (!v || json_object_set_new(ld->cfg->tools, es[i].name, v) != 0) {
@@ -1672,7 +1755,7 @@ static int read_allow_hosts(walk_ctx *w, const field *f, const yaml_node_t *n,
 
     (void)f;
     return read_strings(w, n, key, "hosts", "a host", host_ok, &t->allow_hosts,
-                        &t->allow_hosts_len);
+                        &t->allow_hosts_len, NULL);
 }
 
 /* The parameters schema: a mapping whose `type`, when given, is object;
@@ -1863,11 +1946,12 @@ static int check_events(const char *name, const char *data, size_t len)
 }
 
 /*
- * Reads the YAML text into cfg, over what cfg already holds. On error cfg
+ * Reads the YAML text into cfg, over what cfg already holds, every error
+ * into errs (config_internal.h says which stop the reading). On error cfg
  * may be half filled: the caller frees it.
  */
 int loom__config_parse_yaml(loom_config *cfg, const char *data, size_t len,
-                            const char *name)
+                            const char *name, loom__config_errors *errs)
 {
     yaml_parser_t parser;
     yaml_document_t doc;
@@ -1887,6 +1971,7 @@ int loom__config_parse_yaml(loom_config *cfg, const char *data, size_t len,
     ld.name = name;
     ld.doc = &doc;
     ld.cfg = cfg;
+    ld.errs = errs;
     rc = parse_document(&ld);
 
 cleanup:

@@ -1930,6 +1930,191 @@ static void test_max_completion_tokens(void **state)
     assert_int_equal(loom_config_known_max_completion_tokens(NULL), 0);
 }
 
+/* ---- every error of a file ---------------------------------------------- */
+
+/* Lines of text, and the last one. */
+static size_t count_lines(const char *text, const char **last)
+{
+    size_t n = 1;
+
+    *last = text;
+    for (const char *p = text; *p; p++)
+        if (*p == '\n') {
+            n++;
+            *last = p + 1;
+        }
+    return n;
+}
+
+/* Three mistakes in three sections: three lines, in the order they are
+ * read, the first one the message a single error always had. */
+static void test_all_errors_reported(void **state)
+{
+    static const char yaml[] = "log: {level: loud}\n"
+                               "providers:\n"
+                               "  p: {base_url: 'http://h'}\n"
+                               "agents:\n"
+                               "  a:\n"
+                               "    model: p/m\n"
+                               "    max_iterations: 0\n"
+                               "server:\n"
+                               "  listen: nowhere\n";
+    static const char want[] =
+        "t.yaml:1: log.level: must be debug, info, warn, error or off, got "
+        "'loud'\n"
+        "t.yaml:7: agents.a.max_iterations: must be an integer from 1 to "
+        "1000, got '0'\n"
+        "t.yaml:9: server.listen: must be HOST:PORT (port 0..65535), got "
+        "'nowhere'";
+    loom_config *cfg = (loom_config *)0x1;
+    char *errors = (char *)0x1;
+
+    (void)state;
+    assert_int_equal(loom_config_load_string(&cfg, yaml, "t.yaml"),
+                     LOOM_EINVALID);
+    assert_null(cfg);
+    assert_string_equal(loom_error_last(), want);
+    assert_int_equal(
+        loom_config_load_string_report(&cfg, yaml, "t.yaml", &errors),
+        LOOM_EINVALID);
+    assert_string_equal(errors, want);
+    free(errors);
+
+    /* A success leaves no list; an unreadable file gives a list of one. */
+    errors = (char *)0x1;
+    assert_int_equal(loom_config_load_string_report(
+                         &cfg, "log: {level: info}\n", "t.yaml", &errors),
+                     0);
+    assert_null(errors);
+    loom_config_free(cfg);
+    assert_int_equal(
+        loom_config_load_report(&cfg, "/nonexistent/loom.yaml", &errors),
+        LOOM_ENOTFOUND);
+    assert_string_equal(errors, loom_error_last());
+    free(errors);
+}
+
+/* The first error's code is returned, whatever follows it. */
+static void test_first_error_code(void **state)
+{
+    (void)state;
+    expect_fail("agents: {a: {model: nowhere/m}}\n"
+                "providers: {p: {timeouts: {connect_ms: 0}}}\n",
+                LOOM_EINVALID,
+                "t.yaml:2: providers.p: missing required key 'base_url'",
+                "\nt.yaml:2: providers.p.timeouts.connect_ms: must be an "
+                "integer",
+                "\nt.yaml:1: agents.a.model: ", NULL);
+}
+
+/* A mistake is reported once: what depends on a field in error (a model
+ * of a provider with a bad setting, the base URL a bad kind would need,
+ * delays compared with a bad one, a tool_choice among tools in error) is
+ * not reported again under another name. */
+static void test_errors_not_repeated(void **state)
+{
+    static const char yaml[] =
+        "providers:\n"
+        "  p:\n"
+        "    kind: antropic\n"
+        "    retries: {base_delay_ms: 60000, max_delay_ms: x}\n"
+        "agents:\n"
+        "  a: {model: p/m, tools: [get_time, 'x y'], tool_choice: web_search}\n"
+        "default_agent: a\n";
+    const char *last;
+    char *errors = NULL;
+    loom_config *cfg;
+
+    (void)state;
+    assert_int_equal(
+        loom_config_load_string_report(&cfg, yaml, "t.yaml", &errors),
+        LOOM_EINVALID);
+    assert_int_equal(count_lines(errors, &last), 3);
+    assert_non_null(strstr(errors, "t.yaml:3: providers.p.kind: "));
+    assert_non_null(
+        strstr(errors, "t.yaml:4: providers.p.retries.max_delay_ms: "));
+    assert_string_equal(last, "t.yaml:6: agents.a.tools[1]: 'x y' is not a "
+                              "valid tool name ([a-zA-Z0-9_-]{1,64})");
+    free(errors);
+
+    /* Unknown and repeated keys are skipped, the rest still read. */
+    expect_fail("log: {lvl: info, level: loud, format: json, format: text}\n",
+                LOOM_EINVALID, "t.yaml:1: log: unknown key 'lvl'",
+                "\nt.yaml:1: log: duplicate key 'format'\n",
+                "\nt.yaml:1: log.level: must be", NULL);
+}
+
+/* 25 mistakes: the first 20 listed, then "... and 5 more errors"; the
+ * message holds whole lines only, and says how many it left out. */
+static void test_error_limit(void **state)
+{
+    char yaml[8192], line[128], more[64], *errors = NULL;
+    size_t len = 0, n;
+    const char *last;
+    loom_config *cfg;
+
+    (void)state;
+    len += (size_t)snprintf(yaml + len, sizeof(yaml) - len,
+                            "providers: {p: {base_url: 'http://h'}}\n"
+                            "agents:\n");
+    for (int i = 0; i < 25; i++)
+        len += (size_t)snprintf(yaml + len, sizeof(yaml) - len,
+                                "  a%d: {model: p/m, max_iterations: 0}\n", i);
+    assert_true(len < sizeof(yaml) - 1);
+    assert_int_equal(
+        loom_config_load_string_report(&cfg, yaml, "t.yaml", &errors),
+        LOOM_EINVALID);
+    assert_int_equal(count_lines(errors, &last), LOOM_CONFIG_MAX_ERRORS + 1);
+    assert_int_equal(LOOM_CONFIG_MAX_ERRORS, 20);
+    assert_string_equal(last, "... and 5 more errors");
+    snprintf(line, sizeof(line),
+             "t.yaml:22: agents.a19.max_iterations: must be an integer from "
+             "1 to 1000, got '0'\n... and 5 more errors");
+    assert_non_null(strstr(errors, line));
+    assert_null(strstr(errors, "a20"));
+
+    /* The message: the first line, then whole lines while they fit. */
+    assert_memory_equal(loom_error_last(),
+                        "t.yaml:3: agents.a0.max_iterations: must be",
+                        strlen("t.yaml:3: agents.a0.max_iterations: must be"));
+    n = count_lines(loom_error_last(), &last);
+    assert_true(n > 2 && n < 21);
+    snprintf(more, sizeof(more), "... and %zu more errors", 25 - (n - 1));
+    assert_string_equal(last, more);
+    assert_true(strlen(loom_error_last()) < 1024);
+    assert_memory_equal(loom_error_last(), errors,
+                        (size_t)(last - loom_error_last()));
+    free(errors);
+}
+
+/* Each entry of an agent's tools keeps its line, for the session's
+ * check of tool names. */
+static void test_agent_tool_lines(void **state)
+{
+    loom_config *cfg = load_ok("providers: {p: {base_url: 'http://h'}}\n"
+                               "agents:\n"
+                               "  a:\n"
+                               "    model: p/m\n"
+                               "    tools:\n"
+                               "      - get_time\n"
+                               "\n"
+                               "      - web_search\n"
+                               "  b: {model: p/m, tools: [x, y]}\n"
+                               "  c: {model: p/m}\n");
+    const loom_agent_config *a = loom_config_agent(cfg, "a");
+    const loom_agent_config *b = loom_config_agent(cfg, "b");
+
+    (void)state;
+    assert_string_equal(cfg->source, "t.yaml");
+    assert_int_equal(a->tools_len, 2);
+    assert_int_equal(a->tools_lines[0], 6);
+    assert_int_equal(a->tools_lines[1], 8);
+    assert_int_equal(b->tools_lines[0], 9);
+    assert_int_equal(b->tools_lines[1], 9);
+    assert_null(loom_config_agent(cfg, "c")->tools_lines);
+    loom_config_free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1965,6 +2150,11 @@ int main(void)
         cmocka_unit_test_setup(test_alias_expansion_limit, reset_env),
         cmocka_unit_test_setup(test_text_limit, reset_env),
         cmocka_unit_test_setup(test_example_loads, reset_env),
+        cmocka_unit_test_setup(test_all_errors_reported, reset_env),
+        cmocka_unit_test_setup(test_first_error_code, reset_env),
+        cmocka_unit_test_setup(test_errors_not_repeated, reset_env),
+        cmocka_unit_test_setup(test_error_limit, reset_env),
+        cmocka_unit_test_setup(test_agent_tool_lines, reset_env),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
