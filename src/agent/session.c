@@ -27,6 +27,7 @@
 #include "agent/model_opts.h"
 #include "agent/run_internal.h"
 #include "core/clock.h"
+#include "core/config_internal.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "core/utf8.h"
@@ -37,6 +38,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -138,28 +140,55 @@ static char *dup_or_null(const char *s, int *oom)
 
 /* ---- the session --------------------------------------------------------- */
 
-/* The agents' tools must exist; memory tools only where a store is. */
+/* Adds "<file>:<line>: agents.X.tools: unknown tool 'Y'" to e (no file
+ * and line when the config did not come from one), with the available
+ * tools when names is not NULL. */
+static void unknown_tool(loom__config_errors *e, const loom_config *c,
+                         const loom_agent_config *a, size_t j,
+                         const char *names)
+{
+    size_t line = a->tools_lines ? a->tools_lines[j] : 0;
+    char at[32] = "";
+
+    if (c->source && line)
+        snprintf(at, sizeof(at), ":%zu: ", line);
+    loom__config_errors_add(
+        e, LOOM_EINVALID, "%s%sagents.%s.tools: unknown tool '%s'%s%s%s",
+        at[0] ? c->source : "", at, a->name, a->tools[j],
+        names ? " (available: " : "", names ? names : "", names ? ")" : "");
+}
+
+/*
+ * The agents' tools must exist; memory tools only where a store is. Every
+ * unknown tool is reported, one per line as a config load reports its
+ * errors, with the file and line of the entry when the config came from
+ * one ("loom.yaml:9: agents.X.tools: unknown tool 'Y' (available: ...)";
+ * the available tools on the first line only, so more lines fit the
+ * message).
+ */
 static int check_agent_tools(const loom_session *s)
 {
     const loom_config *c = s->cfg;
+    loom__config_errors errs;
+    char *names = NULL;
 
+    loom__config_errors_init(&errs);
     for (size_t i = 0; i < c->agents_len; i++) {
         const loom_agent_config *a = &c->agents[i];
         for (size_t j = 0; j < a->tools_len; j++) {
-            char *names;
             if (loom_tool_registry_get(s->tools, a->tools[j]) ||
                 (!s->o.store && loom_memory_is_tool(a->tools[j])))
                 continue;
-            names = loom_tool_registry_names(s->tools);
-            loom__error_set(LOOM_EINVALID,
-                            "agents.%s.tools: unknown tool '%s' "
-                            "(available: %s)",
-                            a->name, a->tools[j], names ? names : "");
-            free(names);
-            return LOOM_EINVALID;
+            if (errs.count == 0 &&
+                !(names = loom_tool_registry_names(s->tools))) {
+                loom__config_errors_free(&errs);
+                return LOOM_ENOMEM;
+            }
+            unknown_tool(&errs, c, a, j, errs.count == 0 ? names : NULL);
         }
     }
-    return 0;
+    free(names);
+    return loom__config_errors_raise(&errs, NULL);
 }
 
 int loom_session_new(loom_session **out, const loom_session_options *opts)

@@ -633,6 +633,46 @@ static void test_unknown_agent_tool(void **state)
     loom_config_free(cfg);
 }
 
+/* Every unknown tool of every agent is reported, one per line, at the
+ * line of its entry; the available tools are listed on the first. */
+static void test_unknown_agent_tools_all(void **state)
+{
+    loom_config *cfg;
+    loom_session *s = NULL;
+    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
+    const char *msg, *second;
+
+    (void)state;
+    assert_int_equal(loom_config_load_string(
+                         &cfg,
+                         "providers:\n  x: {base_url: 'http://127.0.0.1:9'}\n"
+                         "agents:\n"
+                         "  a:\n"
+                         "    model: x/y\n"
+                         "    tools:\n"
+                         "      - nosuch\n"
+                         "      - get_time\n"
+                         "      - other\n"
+                         "  b: {model: x/y, tools: [third]}\n",
+                         "t.yaml"),
+                     0);
+    so.config = cfg;
+    assert_int_equal(loom_session_new(&s, &so), LOOM_EINVALID);
+    assert_null(s);
+    msg = loom_error_last();
+    assert_memory_equal(msg,
+                        "t.yaml:7: agents.a.tools: unknown tool 'nosuch' "
+                        "(available: get_time",
+                        strlen("t.yaml:7: agents.a.tools: unknown tool "
+                               "'nosuch' (available: get_time"));
+    second = strchr(msg, '\n');
+    assert_non_null(second);
+    assert_string_equal(second,
+                        "\nt.yaml:9: agents.a.tools: unknown tool 'other'"
+                        "\nt.yaml:10: agents.b.tools: unknown tool 'third'");
+    loom_config_free(cfg);
+}
+
 /* Request parameters are checked against the model a turn would run,
  * "agent/<name>" and bare names resolved as the turn resolves them. */
 static void test_check_params_resolves_names(void **state)
@@ -666,6 +706,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_turn_without_store),
         cmocka_unit_test(test_agent_mapping),
+        cmocka_unit_test(test_unknown_agent_tools_all),
         cmocka_unit_test(test_agent_as_model),
         cmocka_unit_test(test_turn_stored_then_continued),
         cmocka_unit_test(test_conversation_needs_store),
