@@ -82,15 +82,53 @@ static void on_sigint(int sig)
         loom_turn_cancel(current_turn);
 }
 
+/*
+ * Prints a config's errors (one per line) on stderr, each line after
+ * "loom: config: ". A message that does not start with the file's name
+ * (where, e.g. "loom.yaml") gets it in front, as a session's errors about
+ * the config have always been shown.
+ */
+static void print_config_errors(const char *where, const char *text)
+{
+    size_t wlen = strlen(where);
+    const char *p = text;
+
+    if (wlen && (strncmp(text, where, wlen) != 0 || text[wlen] != ':'))
+        fprintf(stderr, "loom: config: %s: ", where);
+    else
+        fputs("loom: config: ", stderr);
+    for (;;) {
+        const char *nl = strchr(p, '\n');
+
+        if (!nl) {
+            fprintf(stderr, "%s\n", p);
+            break;
+        }
+        fprintf(stderr, "%.*s\nloom: config: ", (int)(nl - p), p);
+        p = nl + 1;
+    }
+}
+
+/* Loads the file at path, or prints every error of it (0 or CLI_USAGE). */
+static int load_file(loom_config **out, const char *path)
+{
+    char *errors = NULL;
+
+    if (loom_config_load_report(out, path, &errors) == 0)
+        return 0;
+    /* Every message of a load names its file. */
+    print_config_errors("", errors ? errors : loom_error_last());
+    free(errors);
+    return CLI_USAGE;
+}
+
 int cli_load_config(loom_config **out, const char *path)
 {
-    int rc;
-
     if (!path || !*path)
         path = getenv("LOOM_CONFIG");
-    rc = path && *path ? loom_config_load(out, path)
-                       : loom_config_from_env(out);
-    if (rc) {
+    if (path && *path)
+        return load_file(out, path);
+    if (loom_config_from_env(out) != 0) {
         fprintf(stderr, "loom: config: %s\n", loom_error_last());
         return CLI_USAGE;
     }
@@ -127,14 +165,12 @@ int cli_config(int argc, char **argv)
         fputs(config_usage, stdout);
         return CLI_OK;
     }
-    if (loom_config_load(&cfg, argv[2]) != 0) {
-        fprintf(stderr, "loom: config: %s\n", loom_error_last());
-        return CLI_USAGE;
-    }
+    if ((rc = load_file(&cfg, argv[2])) != 0)
+        return rc;
     /* A session checks what a run would: tools, agents' tool names. */
     so.config = cfg;
     if (loom_session_new(&session, &so) != 0) {
-        fprintf(stderr, "loom: config: %s: %s\n", argv[2], loom_error_last());
+        print_config_errors(argv[2], loom_error_last());
         rc = CLI_USAGE;
     } else {
         printf("%s: ok (%zu providers, %zu models, %zu agents)\n", argv[2],
@@ -295,8 +331,8 @@ int cli_run(int argc, char **argv)
     }
     so.config = cfg;
     if (loom_session_new(&session, &so) != 0) {
-        fprintf(stderr, "loom: config: %s: %s\n",
-                cfg->path ? cfg->path : "environment", loom_error_last());
+        print_config_errors(cfg->path ? cfg->path : "environment",
+                            loom_error_last());
         rc = CLI_USAGE;
         goto done;
     }

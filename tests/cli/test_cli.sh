@@ -106,6 +106,55 @@ sed 's/tools: \[get_time\]/tools: [get_tiem]/' "$tmp/good.yaml" > "$tmp/badtool.
 expect_rc 2 $? "config check unknown tool"
 expect_grep "unknown tool 'get_tiem'" "$tmp/out" "unknown tool named"
 
+# Every error of a file, one per line with its line number, in the order
+# read; then every unknown tool with the line of its entry.
+cat > "$tmp/many.yaml" <<'EOF'
+providers:
+  local:
+    kind: openai
+    base_url: http://127.0.0.1:9/v1
+    timeouts: {connect: 5}
+agents:
+  helper:
+    model: local/some-model
+    max_iterations: ten
+  other:
+    model: local/some-model
+    parallel_tool_calls: maybe
+EOF
+"$LOOM_BIN" config check "$tmp/many.yaml" > "$tmp/out" 2>&1
+expect_rc 2 $? "config check several errors"
+if [ "$(grep -c '^loom: config: .*many.yaml:[0-9]*: ' "$tmp/out")" = 3 ] &&
+    [ "$(wc -l < "$tmp/out")" -eq 3 ]; then ok; else
+    bad "three errors, one line each: $(cat "$tmp/out")"; fi
+expect_grep "many.yaml:5: providers.local.timeouts: unknown key 'connect'" \
+    "$tmp/out" "first error with its line"
+expect_grep "many.yaml:9: agents.helper.max_iterations: " "$tmp/out" \
+    "second error with its line"
+expect_grep "many.yaml:12: agents.other.parallel_tool_calls: " "$tmp/out" \
+    "third error with its line"
+cat > "$tmp/tools.yaml" <<'EOF'
+providers:
+  local: {base_url: "http://127.0.0.1:9/v1"}
+agents:
+  helper:
+    model: local/some-model
+    tools:
+      - get_tiem
+      - get_time
+      - web_serch
+EOF
+"$LOOM_BIN" config check "$tmp/tools.yaml" > "$tmp/out" 2>&1
+expect_rc 2 $? "config check unknown tools"
+expect_grep "^loom: config: .*tools.yaml:7: agents.helper.tools: unknown tool 'get_tiem' (available: " \
+    "$tmp/out" "unknown tool with its line"
+expect_grep "^loom: config: .*tools.yaml:9: agents.helper.tools: unknown tool 'web_serch'" \
+    "$tmp/out" "second unknown tool with its line"
+"$LOOM_BIN" run -c "$tmp/many.yaml" "hi" > "$tmp/out" 2>&1
+expect_rc 2 $? "run with several config errors"
+expect_grep "many.yaml:12: agents.other.parallel_tool_calls: " "$tmp/out" \
+    "loom run prints every config error"
+
 # --- an agent naming memory tools: they exist only in loom serve ---
 start_fake '{"responses":[{"text":["remembered nothing"]}]}'
 cat > "$tmp/mem.yaml" <<EOF
