@@ -17,8 +17,11 @@
 #include <cmocka.h>
 
 #define LOOM_FUZZ_NO_ENTRY 1
+#include "../../fuzz/fuzz_anthropic_stream.c"
 #include "../../fuzz/fuzz_config.c"
+#include "../../fuzz/fuzz_gemini_stream.c"
 #include "../../fuzz/fuzz_openai_stream.c"
+#include "../../fuzz/fuzz_responses_stream.c"
 #include "../../fuzz/fuzz_schema.c"
 #include "../../fuzz/fuzz_sse.c"
 
@@ -41,6 +44,9 @@ static const struct {
     entry_fn entry;
 } targets[] = {
     {"fuzz_openai_stream", fuzz_openai_stream_one},
+    {"fuzz_anthropic_stream", fuzz_anthropic_stream_one},
+    {"fuzz_gemini_stream", fuzz_gemini_stream_one},
+    {"fuzz_responses_stream", fuzz_responses_stream_one},
     {"fuzz_config", fuzz_config_one},
     {"fuzz_schema", fuzz_schema_one},
     {"fuzz_sse", LLVMFuzzerTestOneInput},
@@ -193,7 +199,7 @@ static void test_tiny_inputs(void **state)
 }
 
 /* Decodes a seed body (after its control byte) with generous limits. */
-static int decode_seed(const char *file, int complete, fos_state *st)
+static int decode_seed(const char *file, int complete, fan_state *st)
 {
     char *path = corpus_path("corpus", "fuzz_openai_stream", file);
     loom__openai_limits lim = {0};
@@ -206,8 +212,8 @@ static int decode_seed(const char *file, int complete, fos_state *st)
     data = test_read_file(path, &len);
     assert_non_null(data);
     assert_true(len > 1);
-    fos_state_init(st, -1);
-    assert_int_equal(loom__openai_decoder_new(&d, &lim, fos_on_event, st), 0);
+    fan_state_init(st, -1);
+    assert_int_equal(loom__openai_decoder_new(&d, &lim, fan_on_event, st), 0);
     if (complete) {
         rc = loom__openai_decoder_complete(d, data + 1, len - 1);
     } else {
@@ -215,7 +221,7 @@ static int decode_seed(const char *file, int complete, fos_state *st)
         if (!rc)
             rc = loom__openai_decoder_finish(d);
     }
-    fos_check_result(d, st, rc);
+    fan_check_result(d, st, rc);
     loom__openai_decoder_free(d);
     free(data);
     free(path);
@@ -225,7 +231,7 @@ static int decode_seed(const char *file, int complete, fos_state *st)
 /* The hand-written OpenAI seeds reach the paths they were written for. */
 static void test_openai_seeds_reach_their_paths(void **state)
 {
-    fos_state st;
+    fan_state st;
 
     (void)state;
     assert_int_equal(decode_seed("tool_calls.bin", 0, &st), 0);
@@ -242,8 +248,7 @@ static void test_openai_seeds_reach_their_paths(void **state)
 
     assert_int_equal(decode_seed("error_event.bin", 0, &st), LOOM_EUPSTREAM);
     assert_int_equal(st.nerror, 1);
-    assert_int_equal(decode_seed("complete_error.bin", 1, &st),
-                     LOOM_EUPSTREAM);
+    assert_int_equal(decode_seed("complete_error.bin", 1, &st), LOOM_EUPSTREAM);
     assert_int_equal(decode_seed("no_done.bin", 0, &st), LOOM_EUPSTREAM);
     assert_int_equal(decode_seed("stream-works-1.bin", 0, &st), 0);
     assert_true(st.count > 2);
@@ -258,19 +263,117 @@ static void test_openai_cancel_checked(void **state)
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}"
         "\n\n";
     loom__openai_decoder *d = NULL;
-    fos_state st;
+    fan_state st;
     int rc;
 
     (void)state;
-    fos_state_init(&st, 1);
-    assert_int_equal(loom__openai_decoder_new(&d, NULL, fos_on_event, &st),
-                     0);
+    fan_state_init(&st, 1);
+    assert_int_equal(loom__openai_decoder_new(&d, NULL, fan_on_event, &st), 0);
     rc = loom__openai_decoder_feed(d, body, sizeof(body) - 1);
     assert_int_equal(rc, LOOM_ECANCELED);
     assert_true(st.canceled);
     assert_int_equal(st.count, 1);
-    fos_check_result(d, &st, rc);
+    fan_check_result(d, &st, rc);
     loom__openai_decoder_free(d);
+}
+
+/*
+ * Decodes a seed of a decoder target (after its control byte) with
+ * make, default limits and 0xff's own ones, as a stream or (complete)
+ * as a whole body; fills *st and returns the result.
+ */
+static int decode_any(fan_new_fn make, const char *target, const char *file,
+                      int complete, fan_state *st)
+{
+    char *path = corpus_path("corpus", target, file);
+    size_t len = 0;
+    char *data;
+    fan_ctl c;
+    void *d = NULL;
+    int rc;
+
+    assert_non_null(path);
+    data = test_read_file(path, &len);
+    assert_non_null(data);
+    assert_true(len > 1);
+    memset(&c, 0, sizeof(c));
+    c.b = 0xff;
+    c.body = data + 1;
+    c.len = c.cut = len - 1;
+    c.cancel_at = -1;
+    fan_state_init(st, -1);
+    if (complete) {
+        assert_int_equal(make(&d, &c, fan_on_event, st), 0);
+        rc = loom__llm_answer_complete(d, c.body, c.len);
+        fan_check_result(d, st, rc);
+        loom__llm_answer_free(d);
+    } else {
+        rc = fan_stream(make, &c, c.cut, st);
+    }
+    free(data);
+    free(path);
+    return rc;
+}
+
+/* The hand-written Anthropic, Gemini and Responses seeds reach the paths
+ * they were written for. */
+static void test_decoder_seeds_reach_their_paths(void **state)
+{
+    static const char *const an = "fuzz_anthropic_stream",
+                             *const gm = "fuzz_gemini_stream",
+                             *const rs = "fuzz_responses_stream";
+    fan_state st;
+
+    (void)state;
+    assert_int_equal(
+        decode_any(fan_anthropic_new, an, "thinking_tools.bin", 0, &st), 0);
+    assert_int_equal(st.calls_len, 2);
+    assert_true(st.reasoning_seen);
+    assert_int_equal(st.nusage, 1);
+    assert_int_equal(
+        decode_any(fan_anthropic_new, an, "message_object.bin", 1, &st), 0);
+    assert_int_equal(st.calls_len, 1);
+    assert_int_equal(
+        decode_any(fan_anthropic_new, an, "error_event.bin", 0, &st),
+        LOOM_EUPSTREAM);
+    assert_int_equal(
+        decode_any(fan_anthropic_new, an, "cut_before_stop.bin", 0, &st),
+        LOOM_EUPSTREAM);
+    assert_int_equal(
+        decode_any(fan_anthropic_new, an, "tool_use_response.bin", 0, &st), 0);
+    assert_int_equal(st.calls_len, 1);
+
+    assert_int_equal(
+        decode_any(fan_gemini_new, gm, "thoughts_calls.bin", 0, &st), 0);
+    assert_int_equal(st.calls_len, 2);
+    assert_true(st.reasoning_seen);
+    assert_int_equal(decode_any(fan_gemini_new, gm, "array_body.bin", 1, &st),
+                     0);
+    assert_int_equal(st.calls_len, 1);
+    assert_int_equal(decode_any(fan_gemini_new, gm, "error_object.bin", 1, &st),
+                     LOOM_EUPSTREAM);
+    assert_int_equal(decode_any(fan_gemini_new, gm, "error-0.bin", 0, &st),
+                     LOOM_EUPSTREAM);
+    assert_int_equal(
+        decode_any(fan_gemini_new, gm, "function-calling-0.bin", 0, &st), 0);
+    assert_int_equal(st.calls_len, 1);
+
+    assert_int_equal(
+        decode_any(fan_responses_new, rs, "tools_reasoning.bin", 0, &st), 0);
+    assert_int_equal(st.calls_len, 2);
+    assert_true(st.reasoning_seen);
+    assert_int_equal(
+        decode_any(fan_responses_new, rs, "response_object.bin", 1, &st), 0);
+    assert_int_equal(st.calls_len, 1);
+    assert_int_equal(decode_any(fan_responses_new, rs, "failed.bin", 0, &st),
+                     LOOM_EUPSTREAM);
+    assert_int_equal(
+        decode_any(fan_responses_new, rs, "cut_no_terminal.bin", 0, &st),
+        LOOM_EUPSTREAM);
+    assert_int_equal(decode_any(fan_responses_new, rs,
+                                "stream-reasoning-works-1.bin", 0, &st),
+                     0);
+    assert_true(st.reasoning_seen);
 }
 
 /* The config seeds taken from the repository load whole. */
@@ -339,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_tiny_inputs),
         cmocka_unit_test(test_openai_seeds_reach_their_paths),
         cmocka_unit_test(test_openai_cancel_checked),
+        cmocka_unit_test(test_decoder_seeds_reach_their_paths),
         cmocka_unit_test(test_config_seeds_load),
         cmocka_unit_test(test_schema_seeds_reject),
     };
