@@ -172,12 +172,14 @@ static int add_text(loom__gemini_decoder *d, int thought, const char *s,
     size_t off = thought ? d->a.reasoning.len : d->a.text.len;
     int rc;
 
-    if ((rc = loom__llm_answer_keep(&d->a, type, s, len)) != 0)
-        return rc;
-    /* Unsigned thoughts are not sent back: no part for them. */
+    /* The part first: text kept is text passed on, also when the state
+     * passes its limit here. Unsigned thoughts are not sent back: no part
+     * for them. */
     if ((!thought || sig) && (len || sig) &&
         (rc = add_part(d, thought ? PART_THOUGHT : PART_TEXT, off, len, 0,
                        sig)) != 0)
+        return rc;
+    if ((rc = loom__llm_answer_keep(&d->a, type, s, len)) != 0)
         return rc;
     return len ? loom__llm_answer_pass(&d->a, type, s, len) : 0;
 }
