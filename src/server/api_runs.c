@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "server/chat_format.h"
 #include "server/chat_parts.h"
+#include "server/runs_request.h"
 #include "server/srvpriv.h"
 
 #include <errno.h>
@@ -25,15 +26,14 @@
 #include <string.h>
 
 #define MAX_INPUT_MESSAGES 1000
-#define MAX_TOOL_NAMES 256
 
 /* ---- request parsing ----------------------------------------------------- */
 
-/* Replies 400 for param; returns 1 (the request is answered). */
-static int bad(srv_request *r, const char *param, const char *msg)
+/* A 400 for param in *err; returns LOOM_EINVALID (or LOOM_ENOMEM). */
+static int bad(loom__chat_error *err, const char *param, const char *msg)
 {
-    srv_reply_error(r, 400, NULL, param, "invalid_value", "%s", msg);
-    return 1;
+    return loom__chat_error_set(err, 400, "invalid_request_error",
+                                "invalid_value", param, "%s", msg);
 }
 
 static int parse_role(const char *s, loom_role *out)
@@ -128,48 +128,8 @@ static int parse_input(const json_t *in, loom_messages *out, const char **msg,
     return 0;
 }
 
-typedef struct {
-    loom_messages input;
-    const char *tool_names[MAX_TOOL_NAMES];
-    srv_run_spec spec;
-    loom_llm_params params;
-    int stream;
-} start_req;
-
-/* The sampling and output parameters (chat_params.c); replies 400 and
- * returns 1 for a bad one. */
-static int parse_params(srv_request *r, start_req *q)
-{
-    loom__chat_error err;
-    int rc;
-
-    memset(&err, 0, sizeof(err));
-    if ((rc = loom__chat_params_parse(&q->params, r->json, &err)) == 0) {
-        q->spec.params = &q->params;
-        return 0;
-    }
-    srv_reply_error(r, err.status ? (unsigned)err.status : 500, NULL, err.param,
-                    err.code ? err.code : "internal_error", "%s",
-                    err.message ? err.message : "out of memory");
-    loom__chat_error_clear(&err);
-    return 1;
-}
-
-/* Images and files go only to a model that takes them, as in chat: 1
- * when the input may go on, else as loom__chat_media_check. */
-static int check_media(srv_request *r, const start_req *q,
-                       loom__chat_error *err)
-{
-    const loom_agent_config *agent = srv_agent(r->srv, q->spec.agent);
-
-    return loom__chat_media_check(r->srv, &q->input, q->spec.model, agent,
-                                  q->spec.agent ? q->spec.agent : "(default)",
-                                  "input", err);
-}
-
-/* Checks the body of POST /v1/runs; replies 400 itself and returns 1
- * when it is wrong. */
-static int parse_start(srv_request *r, start_req *q)
+int srv_runs_request_parse(srv_runs_request *q, const json_t *b,
+                           const char *json_error, loom__chat_error *err)
 {
     static const char *const known[] = {
         "agent", "model", "input", "conversation_id", "stream", "background",
@@ -179,40 +139,39 @@ static int parse_start(srv_request *r, start_req *q)
         "top_p", "seed", "presence_penalty", "frequency_penalty", "stop",
         "response_format", "reasoning_effort", "verbosity", "logit_bias",
         "metadata", "service_tier", NULL};
-    const json_t *b = r->json, *v;
+    const srv_run_spec init = SRV_RUN_SPEC_INIT;
+    const json_t *v;
     const char *key, *msg = NULL;
-    loom__chat_error err;
     json_t *val;
     int rc;
 
+    memset(q, 0, sizeof(*q));
+    memset(err, 0, sizeof(*err));
+    q->spec = init;
     /* The same code as the chat API's for a body that is not an object. */
-    if (r->json_error) {
-        srv_reply_error(r, 400, NULL, NULL, "invalid_json",
-                        "We could not parse the JSON body of your request: "
-                        "%s.",
-                        r->json_error);
-        return 1;
-    }
-    if (!json_is_object(b)) {
-        srv_reply_error(r, 400, NULL, NULL, "invalid_json",
-                        "The request body must be a JSON object.");
-        return 1;
-    }
+    if (json_error)
+        return loom__chat_error_set(
+            err, 400, "invalid_request_error", "invalid_json", NULL,
+            "We could not parse the JSON body of your request: %s.",
+            json_error);
+    if (!json_is_object(b))
+        return loom__chat_error_set(err, 400, "invalid_request_error",
+                                    "invalid_json", NULL,
+                                    "The request body must be a JSON object.");
     json_object_foreach((json_t *)b, key, val)
     {
         size_t i;
         for (i = 0; known[i] && strcmp(known[i], key); i++)
             ;
-        if (!known[i]) {
-            srv_reply_error(r, 400, NULL, key, "unknown_parameter",
-                            "unknown parameter '%s'", key);
-            return 1;
-        }
+        if (!known[i])
+            return loom__chat_error_set(err, 400, "invalid_request_error",
+                                        "unknown_parameter", key,
+                                        "unknown parameter '%s'", key);
     }
 #define STR_FIELD(name, dst)                                                   \
     if ((v = json_object_get(b, name)) && !json_is_null(v)) {                  \
         if (!json_is_string(v) || !json_string_length(v))                      \
-            return bad(r, name, "`" name "` must be a non-empty string");      \
+            return bad(err, name, "`" name "` must be a non-empty string");    \
         (dst) = json_string_value(v);                                          \
     }
     STR_FIELD("agent", q->spec.agent);
@@ -222,49 +181,49 @@ static int parse_start(srv_request *r, start_req *q)
     STR_FIELD("user", q->spec.user_id);
 #undef STR_FIELD
     if (q->spec.user_id && !loom__chat_user_valid(q->spec.user_id))
-        return bad(r, "user",
+        return bad(err, "user",
                    "`user` must be 1 to 128 characters of A-Z, a-z, 0-9 "
                    "and " LOOM__CHAT_USER_PUNCT);
     _Static_assert(LOOM__CHAT_USER_MAX == 128, "the message above");
     if ((v = json_object_get(b, "stream")) && !json_is_null(v)) {
         if (!json_is_boolean(v))
-            return bad(r, "stream", "`stream` must be true or false");
+            return bad(err, "stream", "`stream` must be true or false");
         q->stream = json_is_true(v);
     }
     if ((v = json_object_get(b, "background")) && !json_is_null(v)) {
         if (!json_is_boolean(v))
-            return bad(r, "background", "`background` must be true or false");
+            return bad(err, "background", "`background` must be true or false");
         q->spec.background = json_is_true(v);
     }
     if ((v = json_object_get(b, "max_iterations")) && !json_is_null(v)) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 ||
             json_integer_value(v) > 1000)
-            return bad(r, "max_iterations",
+            return bad(err, "max_iterations",
                        "`max_iterations` must be an integer from 1 to 1000");
         q->spec.max_iterations = (int)json_integer_value(v);
     }
     if ((v = json_object_get(b, "max_tokens")) && !json_is_null(v)) {
         if (!json_is_integer(v) || json_integer_value(v) < 1)
-            return bad(r, "max_tokens",
+            return bad(err, "max_tokens",
                        "`max_tokens` must be a positive integer");
         q->spec.max_tokens = (long)json_integer_value(v);
     }
     if ((v = json_object_get(b, "temperature")) && !json_is_null(v)) {
         if (!json_is_number(v) || json_number_value(v) < 0 ||
             json_number_value(v) > 2)
-            return bad(r, "temperature",
+            return bad(err, "temperature",
                        "`temperature` must be a number from 0 to 2");
         q->spec.temperature = json_number_value(v);
     }
     if ((v = json_object_get(b, "tools")) && !json_is_null(v)) {
         size_t i;
         json_t *t;
-        if (!json_is_array(v) || json_array_size(v) > MAX_TOOL_NAMES)
-            return bad(r, "tools", "`tools` must be an array of tool names");
+        if (!json_is_array(v) || json_array_size(v) > SRV_RUNS_MAX_TOOLS)
+            return bad(err, "tools", "`tools` must be an array of tool names");
         json_array_foreach(v, i, t)
         {
             if (!json_is_string(t))
-                return bad(r, "tools",
+                return bad(err, "tools",
                            "`tools` must be an array of tool names");
             q->tool_names[i] = json_string_value(t);
         }
@@ -273,24 +232,25 @@ static int parse_start(srv_request *r, start_req *q)
         q->spec.tool_names_set = 1;
     }
     if (!(v = json_object_get(b, "input")))
-        return bad(r, "input", "`input` is required");
-    memset(&err, 0, sizeof(err));
-    if ((rc = parse_input(v, &q->input, &msg, &err)) == 0)
-        rc = check_media(r, q, &err);
-    if (rc == 1)
-        rc = 0;
-    else if (msg)
-        bad(r, "input", msg);
-    else if (rc == LOOM_EINVALID && err.code)
-        srv_reply_error(r, (unsigned)err.status, NULL, err.param, err.code,
-                        "%s", err.message ? err.message : "out of memory");
-    else
-        srv_reply_loom_error(r, rc, "input");
-    loom__chat_error_clear(&err);
-    if (rc)
-        return 1;
+        return bad(err, "input", "`input` is required");
+    if ((rc = parse_input(v, &q->input, &msg, err)) != 0 ||
+        /* the sampling and output parameters (chat_params.c) */
+        (rc = loom__chat_params_parse(&q->params, b, err)) != 0) {
+        srv_runs_request_clear(q);
+        /* A bad part has filled *err already (its param names it). */
+        return msg ? bad(err, "input", msg) : rc;
+    }
     q->spec.input = &q->input;
-    return parse_params(r, q);
+    q->spec.params = &q->params;
+    return 0;
+}
+
+void srv_runs_request_clear(srv_runs_request *q)
+{
+    loom_messages_free(&q->input);
+    loom_llm_params_clear(&q->params);
+    q->spec.input = NULL;
+    q->spec.params = NULL;
 }
 
 /* ---- answers ------------------------------------------------------------- */
@@ -379,28 +339,54 @@ static int done_accepted(srv_request *r, srv_run *run, void *payload)
     return srv_reply_json(r, 202, srv_run_to_json(run, 0));
 }
 
-static int start_run(srv_request *r)
+/*
+ * Images and files go only to a model that takes them, as in chat: 1
+ * when the input may go on, else the reply's result (a 400 naming the
+ * part).
+ */
+static int check_media(srv_request *r, const srv_runs_request *q)
 {
-    start_req q;
-    srv_run *run = NULL;
-    const srv_run_spec init = SRV_RUN_SPEC_INIT;
+    const loom_agent_config *agent = srv_agent(r->srv, q->spec.agent);
+    loom__chat_error err;
     int rc;
 
-    memset(&q, 0, sizeof(q));
-    q.spec = init;
-    if (parse_start(r, &q)) {
-        loom_messages_free(&q.input);
-        loom_llm_params_clear(&q.params);
-        return 0;
+    memset(&err, 0, sizeof(err));
+    rc = loom__chat_media_check(r->srv, &q->input, q->spec.model, agent,
+                                q->spec.agent ? q->spec.agent : "(default)",
+                                "input", &err);
+    if (rc == 1)
+        return 1;
+    rc = rc == LOOM_EINVALID && err.code
+             ? srv_reply_error(r, (unsigned)err.status, NULL, err.param,
+                               err.code, "%s",
+                               err.message ? err.message : "out of memory")
+             : srv_reply_loom_error(r, rc, "input");
+    loom__chat_error_clear(&err);
+    return rc;
+}
+
+static int start_run(srv_request *r)
+{
+    srv_runs_request q;
+    loom__chat_error err;
+    srv_run *run = NULL;
+    int rc;
+
+    if ((rc = srv_runs_request_parse(&q, r->json, r->json_error, &err))) {
+        rc = rc == LOOM_EINVALID
+                 ? srv_reply_error(r, (unsigned)err.status, err.type, err.param,
+                                   err.code, "%s", err.message)
+                 : srv_reply_loom_error(r, rc, NULL);
+        loom__chat_error_clear(&err);
+        return rc;
     }
-    if ((rc = srv_run_check_params(r, &q.spec)) != 1) {
-        loom_messages_free(&q.input);
-        loom_llm_params_clear(&q.params);
+    if ((rc = srv_run_check_params(r, &q.spec)) != 1 ||
+        (rc = check_media(r, &q)) != 1) {
+        srv_runs_request_clear(&q);
         return rc;
     }
     rc = srv_run_start(&run, r->srv, &q.spec);
-    loom_messages_free(&q.input);
-    loom_llm_params_clear(&q.params);
+    srv_runs_request_clear(&q);
     if (rc != 0)
         return srv_reply_loom_error(r, rc, NULL);
     set_run_headers(r, run);

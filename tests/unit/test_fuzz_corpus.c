@@ -18,10 +18,12 @@
 
 #define LOOM_FUZZ_NO_ENTRY 1
 #include "../../fuzz/fuzz_anthropic_stream.c"
+#include "../../fuzz/fuzz_chat_request.c"
 #include "../../fuzz/fuzz_config.c"
 #include "../../fuzz/fuzz_gemini_stream.c"
 #include "../../fuzz/fuzz_openai_stream.c"
 #include "../../fuzz/fuzz_responses_stream.c"
+#include "../../fuzz/fuzz_runs_request.c"
 #include "../../fuzz/fuzz_schema.c"
 #include "../../fuzz/fuzz_sse.c"
 
@@ -47,6 +49,8 @@ static const struct {
     {"fuzz_anthropic_stream", fuzz_anthropic_stream_one},
     {"fuzz_gemini_stream", fuzz_gemini_stream_one},
     {"fuzz_responses_stream", fuzz_responses_stream_one},
+    {"fuzz_chat_request", fuzz_chat_request_one},
+    {"fuzz_runs_request", fuzz_runs_request_one},
     {"fuzz_config", fuzz_config_one},
     {"fuzz_schema", fuzz_schema_one},
     {"fuzz_sse", LLVMFuzzerTestOneInput},
@@ -376,6 +380,46 @@ static void test_decoder_seeds_reach_their_paths(void **state)
     assert_true(st.reasoning_seen);
 }
 
+/* The request seeds with every parameter are valid requests, so the
+ * fuzzer starts from bodies that get past the parsers' first checks. */
+static void test_request_seeds_parse(void **state)
+{
+    char *path =
+        corpus_path("corpus", "fuzz_chat_request", "every_parameter.json");
+    loom__chat_request cq;
+    loom__chat_error err;
+    srv_runs_request rq;
+    size_t len = 0;
+    char *data;
+    json_t *body;
+
+    (void)state;
+    assert_non_null(path);
+    assert_non_null(data = test_read_file(path, &len));
+    assert_int_equal(loom__chat_request_parse_text(&cq, data, len, &err), 0);
+    assert_int_equal(cq.messages.len, 7);
+    assert_int_equal(cq.tool_names_len, 2);
+    assert_int_equal(cq.client_tools_len, 1);
+    assert_int_equal(cq.tool_choice.kind, LOOM_TOOL_CHOICE_FUNCTION);
+    loom__chat_request_clear(&cq);
+    free(data);
+    free(path);
+
+    path = corpus_path("corpus", "fuzz_runs_request", "every_parameter.json");
+    assert_non_null(path);
+    assert_non_null(data = test_read_file(path, &len));
+    assert_non_null(body = json_loadb(data, len, 0, NULL));
+    assert_int_equal(srv_runs_request_parse(&rq, body, NULL, &err), 0);
+    assert_int_equal(rq.input.len, 5);
+    assert_int_equal(rq.spec.tool_names_len, 2);
+    assert_int_equal(rq.spec.max_iterations, 5);
+    assert_true(rq.stream);
+    srv_runs_request_clear(&rq);
+    json_decref(body);
+    free(data);
+    free(path);
+}
+
 /* The config seeds taken from the repository load whole. */
 static void test_config_seeds_load(void **state)
 {
@@ -443,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_openai_seeds_reach_their_paths),
         cmocka_unit_test(test_openai_cancel_checked),
         cmocka_unit_test(test_decoder_seeds_reach_their_paths),
+        cmocka_unit_test(test_request_seeds_parse),
         cmocka_unit_test(test_config_seeds_load),
         cmocka_unit_test(test_schema_seeds_reject),
     };
