@@ -61,8 +61,12 @@ int loom__chat_error_set(loom__chat_error *err, int status, const char *type,
 
 json_t *loom__chat_error_json(const loom__chat_error *err)
 {
-    return json_pack("{s:{s:s,s:s,s:s?,s:s?}}", "error", "message",
-                     err->message ? err->message : "out of memory", "type",
+    const char *msg = err->message ? err->message : "out of memory";
+
+    /* The message may quote the request's bytes (a JSON syntax error
+     * does), which need not be UTF-8. */
+    return json_pack("{s:{s:o,s:s,s:s?,s:s?}}", "error", "message",
+                     loom__json_text(msg, strlen(msg)), "type",
                      err->type ? err->type : "server_error", "param",
                      err->param, "code", err->code);
 }

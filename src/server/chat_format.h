@@ -51,7 +51,8 @@ int loom__chat_error_set(loom__chat_error *err, int status, const char *type,
                          const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 void loom__chat_error_clear(loom__chat_error *err);
-/* {"error": {"message", "type", "param", "code"}}; NULL on OOM. */
+/* {"error": {"message", "type", "param", "code"}}, any invalid UTF-8 in
+ * the message replaced with U+FFFD; NULL on OOM. */
 json_t *loom__chat_error_json(const loom__chat_error *err);
 
 /*
