@@ -68,9 +68,11 @@ struct loom__anthropic_decoder {
     size_t ncalls;
     size_t state_bytes; /* signatures and redacted data so far */
     int answer_mode;    /* LOOM__ANTHROPIC_ANSWER_* */
-    block *answer;      /* the answer tool's call, once it started */
-    size_t answer_len;  /* bytes of it passed on as text (FORCED) */
-    int answered;       /* the answer's text was emitted */
+    /* The answer tool's call, once it started: its block's index + 1 (a
+     * pointer would not survive blocks growing), 0 before. */
+    size_t answer;
+    size_t answer_len; /* bytes of it passed on as text (FORCED) */
+    int answered;      /* the answer's text was emitted */
     long in_tokens, out_tokens, cache_write, cache_read;
 };
 
@@ -323,7 +325,7 @@ static int answer_start(loom__anthropic_decoder *d, block *b,
         return 0;
     }
     b->type = B_ANSWER;
-    d->answer = b;
+    d->answer = (size_t)(b - d->blocks) + 1;
     loom_buf_init(&b->data, d->lim.max_text);
     if (!input || (json_is_object(input) && json_object_size(input) == 0))
         return 0;
@@ -486,7 +488,7 @@ static int build_state(loom__anthropic_decoder *d)
  */
 static int answer_close(loom__anthropic_decoder *d)
 {
-    block *b = d->answer;
+    block *b = d->answer ? &d->blocks[d->answer - 1] : NULL;
     int rc;
 
     if (!b || d->ncalls)
