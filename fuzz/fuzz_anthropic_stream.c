@@ -4,9 +4,10 @@
  * (fuzz_answer.h: a control byte, then the body decoded as a stream fed
  * whole, fed split, and as a whole message object). The control byte
  * also picks small limits of content blocks and of kept signatures, so
- * those limit paths are reached too. Built only with -DLOOM_FUZZ=ON and
- * clang; tests/unit/test_fuzz_corpus.c includes this file with
- * LOOM_FUZZ_NO_ENTRY defined to replay the corpus.
+ * those limit paths are reached too, and how the request used the
+ * structured-answer tool (LOOM__ANTHROPIC_ANSWER_*). Built only with
+ * -DLOOM_FUZZ=ON and clang; tests/unit/test_fuzz_corpus.c includes this file
+ * with LOOM_FUZZ_NO_ENTRY defined to replay the corpus.
  */
 #include "fuzz_answer.h"
 #include "llm/anthropic.h"
@@ -24,6 +25,10 @@ static int fan_anthropic_new(void **out, const fan_ctl *c, loom_llm_event_cb cb,
     loom__anthropic_decoder *d = NULL;
     int rc = loom__anthropic_decoder_new(&d, &lim, cb, payload);
 
+    /* How the request used the structured-answer tool: none, forced or
+     * beside the run's tools. */
+    if (d)
+        loom__anthropic_decoder_set_answer(d, ((c->b >> 3) + 2) % 3);
     *out = d;
     return rc;
 }
