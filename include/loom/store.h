@@ -107,6 +107,22 @@ int loom_store_conversation_list(loom_store *st, const char *after,
  */
 int loom_store_conversation_get(loom_store *st, const char *id,
                                 json_t **out);
+/*
+ * Finds the conversation that a client resending its whole history (and
+ * no conversation id) continues: the one of user_id (NULL: the anonymous
+ * ones only; a user never finds another's) whose messages, in the form a
+ * client sees them, are exactly `messages` (docs/store.md#client-visible-
+ * form: the client's own messages as sent, one assistant answer per turn
+ * with the tool calls the client must answer, loom's own tool calls and
+ * results left out). messages are taken as a client sends them. Matched
+ * by a hash kept with each conversation and extended by every stored
+ * turn; a conversation stored before that hash existed is never found.
+ * When several match, the most recently updated. *id_out (caller frees)
+ * is its id. LOOM_ENOTFOUND when none matches (also for no messages),
+ * LOOM_EINVALID for a bad user id. A read only.
+ */
+int loom_store_conversation_match(loom_store *st, const char *user_id,
+                                  const loom_messages *messages, char **id_out);
 /* Deletes it with everything it holds. LOOM_ENOTFOUND when absent. */
 int loom_store_conversation_delete(loom_store *st, const char *id);
 
@@ -180,6 +196,13 @@ typedef struct {
 typedef struct {
     const char *conversation_id; /* must exist */
     const char *run_id;
+    /*
+     * The user the turn is for (NULL: anonymous; else 1 to
+     * LOOM_STORE_USER_ID_MAX bytes). A conversation's first stored turn
+     * makes that user its owner, for whom loom_store_conversation_match()
+     * finds it; later turns leave the owner alone.
+     */
+    const char *user_id;
     const char *agent;           /* may be NULL */
     const char *model;           /* "provider/model" */
     const loom_messages *input;  /* new user/system/tool messages */

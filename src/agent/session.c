@@ -1135,6 +1135,7 @@ static int op_save(void *arg)
         return rc;
     rec.run_id = t->id;
     rec.conversation_id = t->conversation_id;
+    rec.user_id = t->user_id;
     rec.agent = t->agent;
     rec.input = &t->input;
     return loom_store_save_turn(t->s->o.store, &rec);

@@ -187,6 +187,19 @@ const char *const loom__sqlite_migrations[] = {
     "  DELETE FROM blobs WHERE hash = old.hash AND NOT EXISTS"
     "    (SELECT 1 FROM message_blobs WHERE hash = old.hash);"
     "END;",
+    /* 8: whose a conversation is (NULL: anonymous) and the hashes of its
+     * client-visible form (store/transcript.h), set by its first turn, by
+     * which a client that resends its whole history is found continuing
+     * it; conversations with messages from before have none and are never
+     * found. Independent of every other step: it adds only its own
+     * columns and indexes. */
+    "ALTER TABLE conversations ADD COLUMN user_id TEXT;"
+    "ALTER TABLE conversations ADD COLUMN prefix_hash BLOB;"
+    "ALTER TABLE conversations ADD COLUMN prefix_hash_streamed BLOB;"
+    "CREATE INDEX conversations_by_prefix"
+    "  ON conversations (user_id, prefix_hash);"
+    "CREATE INDEX conversations_by_prefix_streamed"
+    "  ON conversations (user_id, prefix_hash_streamed);",
 };
 
 const int loom__sqlite_migrations_len =

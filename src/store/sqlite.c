@@ -113,6 +113,17 @@ static const char *const sql_text[S_COUNT] = {
     [S_BLOB_LINK] = "INSERT OR IGNORE INTO message_blobs (message_id, hash) "
                     "VALUES (?1, ?2)",
     [S_BLOB_SELECT] = "SELECT data FROM blobs WHERE hash = ?1",
+    [S_CONV_HASHES] = "SELECT message_count, prefix_hash, "
+                      "prefix_hash_streamed FROM conversations WHERE id = ?1",
+    [S_CONV_HASHES_UPDATE] =
+        "UPDATE conversations SET prefix_hash = ?2, prefix_hash_streamed = ?3, "
+        "user_id = CASE WHEN ?5 THEN ?4 ELSE user_id END WHERE id = ?1",
+    /* Two indexed lookups (conversations_by_prefix and _streamed). */
+    [S_CONV_MATCH] = "SELECT id, updated_at FROM conversations "
+                     "WHERE user_id IS ?1 AND prefix_hash = ?2 "
+                     "UNION ALL SELECT id, updated_at FROM conversations "
+                     "WHERE user_id IS ?1 AND prefix_hash_streamed = ?2 "
+                     "ORDER BY 2 DESC, 1 DESC LIMIT 1",
 };
 
 /* ---- errors ----------------------------------------------------------- */
@@ -602,4 +613,5 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_memory_search,
     loom__sqlite_memory_delete,
     loom__sqlite_memory_count,
+    loom__sqlite_conversation_match,
 };

@@ -86,6 +86,9 @@ enum {
     S_BLOB_INSERT,
     S_BLOB_LINK,
     S_BLOB_SELECT,
+    S_CONV_HASHES,
+    S_CONV_HASHES_UPDATE,
+    S_CONV_MATCH,
     S_COUNT
 };
 
@@ -172,6 +175,14 @@ int loom__sqlite_conversation_summary(loom_store *base, const char *id,
                                       char **plan);
 int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p);
 
+/* Transcript hashes (sqlite_transcript.c): the vtable's
+ * conversation_match, and extending the conversation's hashes by the
+ * plan's turn inside save_turn's write transaction on c. */
+int loom__sqlite_conversation_match(loom_store *base, const char *user_id,
+                                    const unsigned char *hash, char **id_out);
+int loom__sqlite_transcript_extend(loom__sqlite_store *st, loom__sqlite_conn *c,
+                                   const loom__store_plan *p);
+
 /* ---- binding and reading, for every file of the backend --------------- */
 
 /* Resets a statement so it holds no snapshot and no borrowed strings. */
@@ -199,6 +210,14 @@ static inline void b_textn(sqlite3_stmt *s, int i, const char *v, size_t len,
     if (*rc == SQLITE_OK)
         *rc = v ? sqlite3_bind_text64(s, i, v, len, SQLITE_STATIC, SQLITE_UTF8)
                 : sqlite3_bind_null(s, i);
+}
+
+/* Binds len bytes of v as a blob, borrowed until the statement's reset. */
+static inline void b_blob(sqlite3_stmt *s, int i, const void *v, size_t len,
+                          int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = sqlite3_bind_blob64(s, i, v, len, SQLITE_STATIC);
 }
 
 static inline void b_int(sqlite3_stmt *s, int i, int64_t v, int *rc)

@@ -216,7 +216,8 @@ int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p)
         0)
         goto cleanup;
     /* Blobs before the messages that refer to them. */
-    if ((rc = insert_blobs(st, c, p)) != 0)
+    if ((rc = insert_blobs(st, c, p)) != 0 ||
+        (rc = loom__sqlite_transcript_extend(st, c, p)) != 0)
         goto cleanup;
     for (size_t i = 0; i < p->len; i++)
         if ((rc = insert_message(st, c, p, i, count + (int64_t)i)) != 0)

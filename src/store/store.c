@@ -140,6 +140,40 @@ int loom_store_conversation_create_id(loom_store *st, const char *id)
     return st->vt->conversation_create(st, id, loom__unix_ms());
 }
 
+/* NULL (anonymous) or 1 to LOOM_STORE_USER_ID_MAX bytes. */
+static int check_owner(const char *user_id)
+{
+    if (user_id && (!*user_id || strlen(user_id) > LOOM_STORE_USER_ID_MAX))
+        return loom__error_set(LOOM_EINVALID,
+                               "store: a user id has 1 to %d bytes",
+                               LOOM_STORE_USER_ID_MAX);
+    return 0;
+}
+
+int loom_store_conversation_match(loom_store *st, const char *user_id,
+                                  const loom_messages *messages, char **id_out)
+{
+    loom__transcript h;
+    int rc;
+
+    if (!id_out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *id_out = NULL;
+    if (!st)
+        return loom__error_set(LOOM_EINVALID, "store: NULL store");
+    if ((rc = check_owner(user_id)) != 0)
+        return rc;
+    if (!messages || !messages->len)
+        return loom__error_set(LOOM_ENOTFOUND,
+                               "no conversation continues no messages");
+    /* A request's messages are already in the client's form: one chain
+     * is enough, looked up against both of each conversation. */
+    loom__transcript_init(&h);
+    if ((rc = loom__transcript_add(h.last, messages)) != 0)
+        return rc;
+    return st->vt->conversation_match(st, user_id, h.last, id_out);
+}
+
 int loom_store_conversation_info(loom_store *st, const char *id,
                                  loom_conversation_info *out)
 {
@@ -660,7 +694,7 @@ int loom_store_save_turn(loom_store *st, const loom_turn_record *turn)
 
     if (!st || !turn)
         return loom__error_set(LOOM_EINVALID, "store: NULL argument");
-    if ((rc = check_turn(turn)) != 0)
+    if ((rc = check_turn(turn)) != 0 || (rc = check_owner(turn->user_id)))
         return rc;
     if ((rc = plan_turn(turn, &plan)) == 0)
         rc = st->vt->save_turn(st, &plan);

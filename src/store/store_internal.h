@@ -13,6 +13,7 @@
 #define LOOM_STORE_INTERNAL_H
 
 #include "loom/store.h"
+#include "store/transcript.h"
 
 /* A turn may hold at most this many messages, tool calls (over all its
  * messages), tool outcomes, call offsets and usage rows. */
@@ -130,7 +131,12 @@ typedef struct {
     int (*conversation_summary)(loom_store *st, const char *id,
                                 char **summary, size_t *covers,
                                 char **plan);
-    /* Writes the plan in one transaction, all or nothing. */
+    /* Writes the plan in one transaction, all or nothing. The turn
+     * extends the conversation's transcript hashes
+     * (loom__transcript_add_turn); the first turn of an empty
+     * conversation starts them (loom__transcript_init) and sets its owner
+     * (turn->user_id); a conversation with messages but no hashes (from
+     * before they existed) keeps none. */
     int (*save_turn)(loom_store *st, const loom__store_plan *plan);
     /*
      * Memories. Arguments and limits are checked by the front; every
@@ -149,6 +155,11 @@ typedef struct {
                          json_t **out);
     int (*memory_delete)(loom_store *st, const char *user_id, const char *id);
     int (*memory_count)(loom_store *st, const char *user_id, int64_t *out);
+    /* The id (*id_out, caller frees) of the most recently updated
+     * conversation of user_id (NULL: anonymous) that has hash as either
+     * transcript hash; LOOM_ENOTFOUND when none. */
+    int (*conversation_match)(loom_store *st, const char *user_id,
+                              const unsigned char *hash, char **id_out);
 } loom__store_vtable;
 
 struct loom_store {
