@@ -327,6 +327,55 @@ static int server_calls_header(srv_request *r, loom__chat_request *req)
 }
 
 /*
+ * The X-Loom-Continue header ("on" or "off"): whether a request without a
+ * conversation id may continue the stored conversation its messages
+ * extend; it wins over the request field. 1 when fine, else the 400 has
+ * been sent.
+ */
+static int continue_header(srv_request *r, loom__chat_request *req)
+{
+    const char *h = srv_header(r, LOOM__CHAT_CONTINUE_HEADER);
+
+    if (!h || !*h)
+        return 1;
+    if (strcmp(h, "on") == 0 || strcmp(h, "off") == 0) {
+        req->no_continue = strcmp(h, "off") == 0;
+        return 1;
+    }
+    return srv_reply_error(r, 400, "invalid_request_error",
+                           LOOM__CHAT_CONTINUE_FIELD, "invalid_value",
+                           "The " LOOM__CHAT_CONTINUE_HEADER
+                           " header must be 'on' or 'off'.");
+}
+
+/*
+ * A client that resends its whole history without a conversation id
+ * (docs/openai-compat.md#stateless-clients): when the messages up to its
+ * last assistant message are exactly, in the client's form, a stored
+ * conversation of the same user, that conversation goes on. *found
+ * (caller frees) is its id and *skip how many of the messages it holds;
+ * both are left alone when none matches. A store read, which in WAL mode
+ * never waits for writers. 0, or the store's error.
+ */
+static int find_continued(srv_request *r, const loom__chat_request *req,
+                          char **found, size_t *skip)
+{
+    loom_store *st = srv_store(r->srv);
+    size_t at = after_last_assistant(&req->messages);
+    loom_messages prefix;
+    int rc;
+
+    if (!st || req->no_continue || at == 0 || at == req->messages.len)
+        return 0;
+    prefix.items = req->messages.items;
+    prefix.len = prefix.cap = at;
+    rc = loom_store_conversation_match(st, req->user, &prefix, found);
+    if (rc == 0)
+        *skip = at;
+    return rc == LOOM_ENOTFOUND ? 0 : rc;
+}
+
+/*
  * A stream's status is held back until the run has output: a run that
  * fails first (an upstream 429, say) then gets a plain error reply with
  * the matching status, as OpenAI itself answers, so SDKs raise their
@@ -401,6 +450,7 @@ static int handle(srv_request *r, loom__chat_request *req)
     chat_target t;
     const char **names = NULL;
     const char *conv = NULL;
+    char *found = NULL;
     loom_messages history = {0}, input;
     size_t nnames = 0, skip = 0;
     srv_run *run = NULL;
@@ -409,7 +459,8 @@ static int handle(srv_request *r, loom__chat_request *req)
 
     memset(&err, 0, sizeof(err));
     if ((rc = conversation_id(r, req, &conv)) != 1 ||
-        (rc = server_calls_header(r, req)) != 1)
+        (rc = server_calls_header(r, req)) != 1 ||
+        (rc = continue_header(r, req)) != 1)
         return rc;
     if ((rc = resolve_target(r, req->model, &t)) != 1)
         return rc;
@@ -463,8 +514,9 @@ static int handle(srv_request *r, loom__chat_request *req)
      * With a conversation, the stored history comes first and only the
      * messages after the request's last assistant message are new: a
      * client may send just the new message or its whole history.
-     * Without one, the request is the whole conversation and all of it
-     * is stored in the new one.
+     * Without one, a stateless client's request that continues a
+     * stored conversation goes on there (find_continued); any other is
+     * the whole conversation and all of it is stored in a new one.
      */
     if (conv) {
         skip = after_last_assistant(&req->messages);
@@ -477,6 +529,11 @@ static int handle(srv_request *r, loom__chat_request *req)
             goto cleanup;
         }
         spec.conversation_id = conv;
+    } else if ((rc = find_continued(r, req, &found, &skip)) != 0) {
+        rc = srv_reply_loom_error(r, rc, NULL);
+        goto cleanup;
+    } else if (found) {
+        spec.conversation_id = found;
     } else {
         spec.history = &history;
     }
@@ -485,7 +542,7 @@ static int handle(srv_request *r, loom__chat_request *req)
     spec.input = &input;
 
     rc = srv_run_start(&run, r->srv, &spec);
-    if (rc == LOOM_ENOTFOUND && conv) {
+    if (rc == LOOM_ENOTFOUND && spec.conversation_id) {
         rc = srv_reply_error(r, 404, "invalid_request_error",
                              "conversation_id", "conversation_not_found",
                              "%s", loom_error_last());
@@ -538,6 +595,7 @@ cleanup:
     srv_run_unref(run);
     loom__chat_error_clear(&err);
     free(names);
+    free(found);
     free(t.model);
     return rc;
 }

@@ -734,8 +734,12 @@ static int parse_loom_options(loom__chat_request *req, const json_t *body,
                               loom__chat_error *err)
 {
     const char *s;
-    int rc;
+    int rc, cont = 1;
 
+    if ((rc = get_bool(&cont, body, LOOM__CHAT_CONTINUE_FIELD,
+                       LOOM__CHAT_CONTINUE_FIELD, err)) != 0)
+        return rc;
+    req->no_continue = !cont;
     if ((rc = get_string(&s, body, LOOM__CHAT_SERVER_CALLS_FIELD,
                          LOOM__CHAT_SERVER_CALLS_FIELD, 0, err)) != 0)
         return rc;

@@ -115,6 +115,9 @@ typedef struct {
      * tool_calls (the seed-compatible shape), 1; "separate" (default) in
      * loom_tool_calls, 0. */
     int server_calls_inline;
+    /* loom_continue: false: never continue a stored conversation the
+     * messages extend (docs/openai-compat.md#stateless-clients), 1. */
+    int no_continue;
 } loom__chat_request;
 
 /* The request field and header that choose where a stream puts loom's
@@ -124,6 +127,11 @@ typedef struct {
 
 /* 1 for "inline", 0 for "separate", -1 for anything else. */
 int loom__chat_server_calls_mode(const char *s);
+
+/* The request field (a boolean) and header ("on" or "off") that turn
+ * off recognising a stateless client's continuation. */
+#define LOOM__CHAT_CONTINUE_FIELD "loom_continue"
+#define LOOM__CHAT_CONTINUE_HEADER "X-Loom-Continue"
 
 /* The longest user id a request may give. */
 #define LOOM__CHAT_USER_MAX 128
