@@ -136,6 +136,10 @@ describe('OpenAI Agents SDK against loom serve', () => {
             assert.deepEqual(
                 JSON.parse(toolMsg(reqs[2], 'call_weather').content),
                 { city: 'Tokyo', temp_c: 21 });
+            /* The SDK resends only its own history; loom recognises it
+             * as the stored conversation's continuation, so the model
+             * still sees loom's get_time call and result. */
+            assert.notEqual(toolMsg(reqs[2], 'call_time'), undefined);
             const asking = reqs[2].body.messages.find(
                 (m) => m.role === 'assistant' &&
                     m.tool_calls?.some((c) => c.id === 'call_weather'));
