@@ -19,11 +19,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* Where in the script a loading error is ("rules[2]: "), or "". */
+static char die_where[48];
+
 void fake_die(const char *fmt, ...)
 {
     va_list ap;
 
-    fputs("loom-fake-upstream: ", stderr);
+    fprintf(stderr, "loom-fake-upstream: %s", die_where);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -411,6 +414,75 @@ static void load_resp(fake_resp *r, json_t *o, size_t i, const char *dir,
     }
 }
 
+/* Loads rule k: {"match", "responses", "loop"}. */
+static void load_rule(fake_rule *ru, json_t *o, size_t k, const char *dir,
+                      fake_format dflt)
+{
+    const char *key;
+    json_t *v, *arr;
+    size_t i;
+
+    if (!json_is_object(o))
+        fake_die("script: rules[%zu] must be an object", k);
+    json_object_foreach(o, key, v)
+    {
+        if (strcmp(key, "match") && strcmp(key, "responses") &&
+            strcmp(key, "loop") && key[0] != '_')
+            fake_die("script: rules[%zu]: unknown field \"%s\"", k, key);
+    }
+    fake_match_load(&ru->match, json_object_get(o, "match"), k);
+    v = json_object_get(o, "loop");
+    if (v && !json_is_boolean(v))
+        fake_die("script: rules[%zu].loop must be a boolean", k);
+    ru->loop = json_is_true(v);
+    arr = json_object_get(o, "responses");
+    if (!json_is_array(arr) || !json_array_size(arr))
+        fake_die("script: rules[%zu] needs a non-empty \"responses\" array", k);
+    ru->n = json_array_size(arr);
+    ru->resp = calloc(ru->n, sizeof(*ru->resp));
+    if (!ru->resp)
+        fake_die("out of memory");
+    snprintf(die_where, sizeof(die_where), "rules[%zu]: ", k);
+    json_array_foreach(arr, i, v)
+    {
+        load_resp(&ru->resp[i], v, i, dir, dflt);
+    }
+    die_where[0] = '\0';
+}
+
+static void load_rules(fake_script *sc, json_t *rules, const char *dir)
+{
+    json_t *v;
+    size_t k;
+
+    if (!rules)
+        return;
+    if (!json_is_array(rules))
+        fake_die("script: rules must be an array");
+    sc->nrules = json_array_size(rules);
+    sc->rules = calloc(sc->nrules ? sc->nrules : 1, sizeof(*sc->rules));
+    if (!sc->rules)
+        fake_die("out of memory");
+    json_array_foreach(rules, k, v)
+    {
+        load_rule(&sc->rules[k], v, k, dir, sc->format);
+    }
+}
+
+/* Frees the owned parts of n responses and the array. */
+static void free_resps(fake_resp *resp, size_t n)
+{
+    size_t i, k;
+
+    for (i = 0; i < n; i++) {
+        for (k = 0; k < resp[i].ncalls; k++)
+            free(resp[i].calls[k].frags);
+        free(resp[i].calls);
+        free(resp[i].body);
+    }
+    free(resp);
+}
+
 void fake_script_load(fake_script *sc, const char *path)
 {
     json_error_t jerr;
@@ -432,7 +504,7 @@ void fake_script_load(fake_script *sc, const char *path)
     json_object_foreach(sc->root, key, v)
     {
         if (strcmp(key, "loop") && strcmp(key, "responses") &&
-            strcmp(key, "format") && key[0] != '_')
+            strcmp(key, "format") && strcmp(key, "rules") && key[0] != '_')
             fake_die("script %s: unknown field \"%s\"", path, key);
     }
     sc->format = opt_format(sc->root, NULL, 0);
@@ -441,6 +513,11 @@ void fake_script_load(fake_script *sc, const char *path)
         fake_die("script %s: loop must be a boolean", path);
     sc->loop = json_is_true(v);
     arr = json_object_get(sc->root, "responses");
+    if (!arr && json_object_get(sc->root, "rules")) {
+        arr = json_array(); /* rules alone: no plain answers */
+        if (json_object_set_new(sc->root, "responses", arr))
+            fake_die("out of memory");
+    }
     if (!json_is_array(arr))
         fake_die("script %s: needs a \"responses\" array", path);
     sc->n = json_array_size(arr);
@@ -461,21 +538,61 @@ void fake_script_load(fake_script *sc, const char *path)
     {
         load_resp(&sc->resp[i], v, i, dir, sc->format);
     }
+    load_rules(sc, json_object_get(sc->root, "rules"), dir);
     free(dir);
+    if (pthread_mutex_init(&sc->lock, NULL))
+        fake_die("cannot create a mutex");
 }
 
 void fake_script_free(fake_script *sc)
 {
-    size_t i, k;
+    size_t k;
 
-    for (i = 0; i < sc->n; i++) {
-        for (k = 0; k < sc->resp[i].ncalls; k++)
-            free(sc->resp[i].calls[k].frags);
-        free(sc->resp[i].calls);
-        free(sc->resp[i].body);
-    }
-    free(sc->resp);
+    free_resps(sc->resp, sc->n);
+    for (k = 0; k < sc->nrules; k++)
+        free_resps(sc->rules[k].resp, sc->rules[k].n);
+    free(sc->rules);
     json_decref(sc->root);
+    pthread_mutex_destroy(&sc->lock);
+}
+
+/* Takes the next slot of a cursor under the script's lock. */
+static size_t take(fake_script *sc, size_t *cursor)
+{
+    size_t i;
+
+    pthread_mutex_lock(&sc->lock);
+    i = (*cursor)++;
+    pthread_mutex_unlock(&sc->lock);
+    return i;
+}
+
+const fake_resp *fake_script_pick(fake_script *sc, json_t *body, uint64_t n,
+                                  char *why, size_t n_why)
+{
+    size_t k, i;
+
+    for (k = 0; k < sc->nrules; k++) {
+        fake_rule *ru = &sc->rules[k];
+
+        if (!fake_match_request(&ru->match, body))
+            continue;
+        i = take(sc, &ru->next);
+        if (i < ru->n || ru->loop)
+            return &ru->resp[i % ru->n];
+        snprintf(why, n_why,
+                 "fake upstream: rules[%zu] exhausted after %zu responses", k,
+                 ru->n);
+        return NULL;
+    }
+    if (sc->nrules)
+        n = (uint64_t)take(sc, &sc->plain_next) + 1;
+    if (n > sc->n && !sc->loop) {
+        snprintf(why, n_why,
+                 "fake upstream: script exhausted after %zu responses", sc->n);
+        return NULL;
+    }
+    return &sc->resp[(n - 1) % sc->n];
 }
 
 /* ---- rendering --------------------------------------------------------- */

@@ -501,24 +501,20 @@ static enum MHD_Result answer_script(struct MHD_Connection *con, fake_conn *c,
     bool stream, chunky;
     int status;
     int rc = 0;
+    char msg[128];
 
     if (!path)
         return MHD_NO;
     fmt = fake_format_of_path(path);
     free(path);
-    if (n > g.script.n && !g.script.loop) {
-        char msg[128];
-
-        snprintf(msg, sizeof(msg),
-                 "fake upstream: script exhausted after %zu responses",
-                 g.script.n);
+    r = fake_script_pick(&g.script, reqbody, n, msg, sizeof(msg));
+    if (!r) {
         if (g.script.format != FAKE_FMT_AUTO)
             fmt = g.script.format;
         return queue(con, c, 500,
                      fake_failure(fmt, 500, msg, "fake_script_exhausted"), NULL,
                      ctype);
     }
-    r = &g.script.resp[(n - 1) % g.script.n];
     if (r->format != FAKE_FMT_AUTO) /* the script's default is in it */
         fmt = r->format;
     if (fmt == FAKE_FMT_GEMINI) {
@@ -667,6 +663,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con,
     n = record_request(rec);
     json_decref(rec);
     c->counted = true;
+    if (c->too_large && !g.replay) { /* it still uses up a plain slot */
+        char why[128];
+
+        (void)fake_script_pick(&g.script, NULL, n, why, sizeof(why));
+    }
     if (c->too_large)
         ret = queue(con, c, 413,
                     buffer_response(fake_error_body(

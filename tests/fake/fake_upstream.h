@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include <jansson.h>
+#include <pthread.h>
 
 #define FAKE_MAX_FILE (256u * 1024 * 1024) /* script, replay, body files */
 #define FAKE_CREATED 1700000000            /* default "created" */
@@ -71,12 +72,36 @@ typedef struct {
     const char *thought_signature; /* gemini thoughtSignature */
 } fake_resp;
 
+/* What a rule asks of a request; NULL fields ask nothing. Borrowed from
+ * the script document. */
+typedef struct {
+    const char *first_user;   /* substring of the first user message */
+    const char *any_message;  /* substring of some message */
+    const char *last_message; /* substring of the last message */
+    const char *system;       /* substring of the system prompt */
+    json_t *tools;            /* exactly these tool names are offered */
+    json_t *tools_include;    /* at least these tool names are offered */
+} fake_match;
+
+/* One entry of the script's "rules": its own answers and cursor. */
+typedef struct {
+    fake_match match;
+    fake_resp *resp; /* owned */
+    size_t n;
+    bool loop;
+    size_t next; /* answers given so far; under fake_script.lock */
+} fake_rule;
+
 typedef struct {
     json_t *root;
     fake_resp *resp;
     size_t n;
     bool loop;
     fake_format format; /* the script's default, FAKE_FMT_AUTO if none */
+    fake_rule *rules;   /* owned */
+    size_t nrules;
+    size_t plain_next;    /* requests no rule matched; under lock */
+    pthread_mutex_t lock; /* the cursors */
 } fake_script;
 
 /* A body prepared as a list of chunks, sent one by one. */
@@ -119,6 +144,21 @@ bool fake_parse_long(const char *s, long lo, long hi, long *out);
  * exits with 2. body_file paths are relative to the script's folder. */
 void fake_script_load(fake_script *sc, const char *path);
 void fake_script_free(fake_script *sc);
+
+/*
+ * Chooses the answer to request n (1-based) whose parsed body is body
+ * (NULL when it has none): the next answer of the first rule that matches
+ * it, else of the plain "responses" (by n when the script has no rules,
+ * else by the count of requests no rule matched). Thread-safe. NULL when
+ * the chosen list is exhausted, with a message in why (of size n_why).
+ */
+const fake_resp *fake_script_pick(fake_script *sc, json_t *body, uint64_t n,
+                                  char *why, size_t n_why);
+
+/* Reads a rule's "match" object (rule k); exits with 2 when it is bad. */
+void fake_match_load(fake_match *m, json_t *o, size_t k);
+/* True when the request body (any wire format) satisfies m. */
+bool fake_match_request(const fake_match *m, json_t *body);
 
 /* Frees a stream and its chunks (MHD's free callback; NULL ok). */
 void fake_stream_free(void *s);

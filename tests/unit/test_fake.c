@@ -17,6 +17,7 @@
 #include <cmocka.h> /* needs the four headers above */
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -2398,10 +2399,27 @@ static void test_max_seconds_and_port_file(void **state)
     free(path);
 }
 
+/* Fails unless the fake exits with 2 on each of the n scripts. */
+static void expect_rejected(const char *const *scripts, size_t n)
+{
+    char *bad = test_tmp_path("bad-script.json");
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        const char *a[] = {"--script", bad, NULL};
+
+        assert_int_equal(test_write_file(bad, scripts[i], strlen(scripts[i])),
+                         0);
+        if (run_fake(a) != 2)
+            fail_msg("script %zu was accepted: %s", i, scripts[i]);
+    }
+    unlink(bad);
+    free(bad);
+}
+
 static void test_bad_arguments_exit_2(void **state)
 {
     char *vec = test_vector_path("openai-chat/stream-works-1.sse");
-    char *bad = test_tmp_path("bad-script.json");
     static const char *const scripts[] = {
         "{\"responses\":[",                           /* not JSON */
         "[]",                                         /* not an object */
@@ -2425,7 +2443,6 @@ static void test_bad_arguments_exit_2(void **state)
         "{\"responses\":[{\"format\":\"gemini\",\"tool_calls\":["
         "{\"name\":\"t\",\"arguments\":\"[]\"}]}]}",
     };
-    size_t i;
 
     (void)state;
     {
@@ -2456,17 +2473,241 @@ static void test_bad_arguments_exit_2(void **state)
         const char *a[] = {"--replay", vec, "--status", NULL};
         assert_int_equal(run_fake(a), 2);
     }
-    for (i = 0; i < sizeof(scripts) / sizeof(*scripts); i++) {
-        const char *a[] = {"--script", bad, NULL};
-
-        assert_int_equal(test_write_file(bad, scripts[i], strlen(scripts[i])),
-                         0);
-        if (run_fake(a) != 2)
-            fail_msg("script %zu was accepted: %s", i, scripts[i]);
-    }
-    unlink(bad);
-    free(bad);
+    expect_rejected(scripts, sizeof(scripts) / sizeof(*scripts));
     free(vec);
+}
+
+/* ---- rules: answers chosen by what a request contains ------------------ */
+
+/* Four sub-agents, one per wire format, told apart by their task; requests
+ * no rule matches take the plain answers. */
+static const char *rules_script =
+    "{\"rules\":["
+    "{\"match\":{\"first_user\":\"count apples\"},"
+    "\"responses\":[{\"body\":\"A1\"},{\"body\":\"A2\"},{\"body\":\"A3\"}]},"
+    "{\"match\":{\"first_user\":\"count pears\"},"
+    "\"responses\":[{\"body\":\"B1\"},{\"body\":\"B2\"},{\"body\":\"B3\"}]},"
+    "{\"match\":{\"first_user\":\"count plums\"},"
+    "\"responses\":[{\"body\":\"C1\"},{\"body\":\"C2\"},{\"body\":\"C3\"}]},"
+    "{\"match\":{\"first_user\":\"count figs\"},"
+    "\"responses\":[{\"body\":\"D1\"},{\"body\":\"D2\"},{\"body\":\"D3\"}]}],"
+    "\"responses\":[{\"body\":\"P1\"},{\"body\":\"P2\"},{\"body\":\"P3\"}]}";
+
+#define RULE_TURNS 3
+
+/* One client of test_rules_concurrent: it sends its turns in order. */
+typedef struct {
+    const loom_fake *f;
+    pthread_barrier_t *go;
+    const char *path;
+    const char *turn[RULE_TURNS];
+    char got[RULE_TURNS][8];
+    CURLcode rc;
+} rule_client;
+
+static void *rule_client_run(void *arg)
+{
+    rule_client *c = arg;
+    CURL *h = curl_easy_init();
+    size_t t;
+
+    pthread_barrier_wait(c->go);
+    c->rc = h ? CURLE_OK : CURLE_FAILED_INIT;
+    for (t = 0; h && t < RULE_TURNS; t++) {
+        http_req q = {.path = c->path,
+                      .body = c->turn[t],
+                      .headers = "Content-Type: application/json",
+                      .root = true};
+        http_res r;
+
+        http_on(h, c->f, &q, &r);
+        if (r.rc != CURLE_OK)
+            c->rc = r.rc;
+        snprintf(c->got[t], sizeof(c->got[t]), "%s", r.body ? r.body : "");
+        free_res(&r);
+    }
+    curl_easy_cleanup(h);
+    return NULL;
+}
+
+static void test_rules_concurrent(void **state)
+{
+    static const char *const chat_hist =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"helper\"},"
+        "{\"role\":\"user\",\"content\":\"Task: count apples\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":"
+        "\"c1\",\"type\":\"function\",\"function\":{\"name\":\"t\","
+        "\"arguments\":\"{}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"5\"}]}";
+    static const char *const anth_hist =
+        "{\"system\":\"helper\",\"messages\":[{\"role\":\"user\",\"content\":"
+        "[{\"type\":\"text\",\"text\":\"Task: count pears\"}]},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":"
+        "\"u1\",\"name\":\"t\",\"input\":{}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
+        "\"tool_use_id\":\"u1\",\"content\":\"5\"}]}]}";
+    static const char *const gem_hist =
+        "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"text\":"
+        "\"Task: count plums\"}]},{\"role\":\"model\",\"parts\":[{"
+        "\"functionCall\":{\"name\":\"t\",\"args\":{}}}]},{\"role\":\"user\","
+        "\"parts\":[{\"functionResponse\":{\"name\":\"t\",\"response\":{"
+        "\"n\":5}}}]}]}";
+    static const char *const resp_hist =
+        "{\"instructions\":\"helper\",\"input\":[{\"role\":\"user\","
+        "\"content\":[{\"type\":\"input_text\",\"text\":\"Task: count "
+        "figs\"}]},"
+        "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"t\","
+        "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":"
+        "\"c1\",\"output\":\"5\"}]}";
+    static const char *const plain =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"something else\"}]}";
+    rule_client c[] = {
+        {.path = "/v1/chat/completions",
+         .turn = {"{\"messages\":[{\"role\":\"user\",\"content\":"
+                  "\"Task: count apples\"}]}",
+                  chat_hist, chat_hist}},
+        {.path = "/v1/messages",
+         .turn = {"{\"messages\":[{\"role\":\"user\",\"content\":"
+                  "\"Task: count pears\"}]}",
+                  anth_hist, anth_hist}},
+        {.path = "/v1beta/models/m:generateContent",
+         .turn = {gem_hist, gem_hist, gem_hist}},
+        {.path = "/v1/responses",
+         .turn = {"{\"input\":\"Task: count figs\"}", resp_hist, resp_hist}},
+        {.path = "/v1/chat/completions", .turn = {plain, plain, plain}},
+    };
+    static const char *const want = "ABCDP";
+    enum { N = sizeof(c) / sizeof(*c) };
+    loom_fake *f = start(rules_script);
+    pthread_barrier_t go;
+    pthread_t th[N];
+    size_t i, t;
+
+    (void)state;
+    assert_int_equal(pthread_barrier_init(&go, NULL, N), 0);
+    for (i = 0; i < N; i++) {
+        c[i].f = f;
+        c[i].go = &go;
+        assert_int_equal(pthread_create(&th[i], NULL, rule_client_run, &c[i]),
+                         0);
+    }
+    for (i = 0; i < N; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    pthread_barrier_destroy(&go);
+    for (i = 0; i < N; i++) {
+        assert_int_equal(c[i].rc, CURLE_OK);
+        for (t = 0; t < RULE_TURNS; t++) {
+            char w[8];
+
+            snprintf(w, sizeof(w), "%c%zu", want[i], t + 1);
+            assert_string_equal(c[i].got[t], w);
+        }
+    }
+    assert_int_equal(fake_request_count(f), N * RULE_TURNS);
+    stop(f);
+}
+
+/* Posts a chat body and checks the answer's body (or, for want NULL,
+ * that the script is exhausted). */
+static void expect_answer(const loom_fake *f, const char *path,
+                          const char *body, const char *want)
+{
+    http_res r;
+
+    post_to(f, path, body, &r);
+    if (want) {
+        assert_int_equal(r.status, 200);
+        assert_string_equal(r.body, want);
+    } else {
+        assert_int_equal(r.status, 500);
+        assert_non_null(strstr(r.body, "fake_script_exhausted"));
+    }
+    free_res(&r);
+}
+
+static void test_rules_match_fields(void **state)
+{
+    static const char *const chat = "/v1/chat/completions";
+    static const char *const gem = "/v1beta/models/m:generateContent";
+    loom_fake *f = start(
+        "{\"rules\":["
+        "{\"match\":{\"system\":\"reviewer\",\"tools_include\":[\"read\"]},"
+        "\"responses\":[{\"body\":\"R\"}]},"
+        "{\"match\":{\"tools\":[\"a\",\"b\"]},\"loop\":true,"
+        "\"responses\":[{\"body\":\"AB\"}]},"
+        "{\"match\":{\"last_message\":\"DONE?\"},\"loop\":true,"
+        "\"responses\":[{\"body\":\"L\"}]},"
+        "{\"match\":{\"any_message\":\"secret\"},\"loop\":true,"
+        "\"responses\":[{\"body\":\"S\"}]}],"
+        "\"loop\":true,\"responses\":[{\"body\":\"P\"}]}");
+
+    (void)state;
+    /* system prompt and a tool among others */
+    expect_answer(f, chat,
+                  "{\"messages\":[{\"role\":\"system\",\"content\":\"You are "
+                  "a reviewer\"}],\"tools\":[{\"type\":\"function\","
+                  "\"function\":{\"name\":\"write\"}},{\"type\":\"function\","
+                  "\"function\":{\"name\":\"read\"}}]}",
+                  "R");
+    expect_answer(f, gem,
+                  "{\"systemInstruction\":{\"parts\":[{\"text\":\"reviewer\"}]"
+                  "},\"tools\":[{\"functionDeclarations\":[{\"name\":\"write\""
+                  "}]}],\"contents\":[]}",
+                  "P");
+    /* rule 0 has one answer and no loop */
+    expect_answer(f, "/v1/messages",
+                  "{\"system\":\"reviewer\",\"tools\":[{\"name\":\"read\"}],"
+                  "\"messages\":[]}",
+                  NULL);
+    /* exactly these tools, in any order */
+    expect_answer(f, "/v1/responses",
+                  "{\"tools\":[{\"type\":\"function\",\"name\":\"b\"},"
+                  "{\"type\":\"function\",\"name\":\"a\"}],\"input\":\"x\"}",
+                  "AB");
+    expect_answer(f, gem,
+                  "{\"tools\":[{\"functionDeclarations\":[{\"name\":\"a\"},"
+                  "{\"name\":\"b\"},{\"name\":\"c\"}]}],\"contents\":[]}",
+                  "P");
+    /* the last message, and any message; the first matching rule wins */
+    expect_answer(f, chat,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"secret\"},"
+                  "{\"role\":\"user\",\"content\":\"DONE?\"}]}",
+                  "L");
+    expect_answer(f, chat,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"DONE?\"},"
+                  "{\"role\":\"assistant\",\"content\":\"a secret\"},"
+                  "{\"role\":\"user\",\"content\":\"ok\"}]}",
+                  "S");
+    /* a system message is not a message */
+    expect_answer(f, chat,
+                  "{\"messages\":[{\"role\":\"system\",\"content\":\"secret\"},"
+                  "{\"role\":\"user\",\"content\":\"ok\"}]}",
+                  "P");
+    expect_answer(f, chat, "not json", "P");
+    stop(f);
+}
+
+static void test_bad_rules_exit_2(void **state)
+{
+    static const char *const scripts[] = {
+        "{\"rules\":{}}",
+        "{\"rules\":[{\"responses\":[{\"body\":\"x\"}]}]}", /* no match */
+        "{\"rules\":[{\"match\":{},\"responses\":[{\"body\":\"x\"}]}]}",
+        "{\"rules\":[{\"match\":{\"first_usr\":\"x\"},"
+        "\"responses\":[{\"body\":\"x\"}]}]}",
+        "{\"rules\":[{\"match\":{\"system\":1},"
+        "\"responses\":[{\"body\":\"x\"}]}]}",
+        "{\"rules\":[{\"match\":{\"tools\":[1]},"
+        "\"responses\":[{\"body\":\"x\"}]}]}",
+        "{\"rules\":[{\"match\":{\"system\":\"x\"},\"responses\":[]}]}",
+        "{\"rules\":[{\"match\":{\"system\":\"x\"},\"lop\":true,"
+        "\"responses\":[{\"body\":\"x\"}]}]}",
+        "{\"rules\":[{\"match\":{\"system\":\"x\"},"
+        "\"responses\":[{\"txt\":[\"typo\"]}]}]}",
+    };
+
+    (void)state;
+    expect_rejected(scripts, sizeof(scripts) / sizeof(*scripts));
 }
 
 static int setup(void **state)
@@ -2501,6 +2742,9 @@ int main(void)
         cmocka_unit_test(test_record),
         cmocka_unit_test(test_loop),
         cmocka_unit_test(test_script_exhausted),
+        cmocka_unit_test(test_rules_concurrent),
+        cmocka_unit_test(test_rules_match_fields),
+        cmocka_unit_test(test_bad_rules_exit_2),
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_keep_alive_many_requests),
         cmocka_unit_test(test_body_limit),
