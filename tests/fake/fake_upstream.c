@@ -4,7 +4,8 @@
  * that run them).
  *
  * It serves either one recorded body verbatim (--replay) or a JSON script
- * of responses consumed in order (--script), can record every request it
+ * of responses consumed in order, or chosen by rules that match what a
+ * request contains (--script), can record every request it
  * gets as JSON lines (--record), and can misbehave on purpose: delays,
  * slow chunks, cut connections, hung streams, in-stream errors. Scripted
  * answers come in the wire format of OpenAI Chat Completions, Anthropic
