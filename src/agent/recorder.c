@@ -32,6 +32,10 @@ struct loom_recorder {
     json_t *citations;   /* citation data, at most the cap */
     size_t citations_dropped;
     int failed;          /* out of memory while recording */
+    loom_data_policy policy; /* tools points into ptools */
+    char **ptools;           /* the policy's tool names (copies) */
+    loom_messages stored;    /* the output as the policy stores it */
+    json_t *stored_records;  /* the tool records it stores */
 };
 
 /* Keeps a copy of the model an event names (the router's answer). */
@@ -215,9 +219,152 @@ loom_sink loom_recorder_sink(loom_recorder *rec)
     return s;
 }
 
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+int loom_recorder_set_policy(loom_recorder *rec, const loom_data_policy *policy)
+{
+    loom_data_policy p = {0};
+    char **names = NULL;
+
+    if (policy && policy->version > LOOM_DATA_POLICY_VERSION)
+        return loom__error_set(LOOM_EINVALID,
+                               "data policy version %u is newer than %d",
+                               policy->version, LOOM_DATA_POLICY_VERSION);
+    if (policy)
+        p = *policy;
+    if (p.tools) {
+        /* One slot more, so that an empty list is still non-NULL. */
+        if (!(names = calloc(p.tools_len + 1, sizeof(*names))))
+            return loom__error_oom();
+        for (size_t i = 0; i < p.tools_len; i++)
+            if (!(names[i] = strdup(p.tools[i] ? p.tools[i] : ""))) {
+                free_names(names, i);
+                return loom__error_oom();
+            }
+        p.tools = (const char *const *)names;
+    }
+    free_names(rec->ptools, rec->policy.tools_len);
+    rec->ptools = names;
+    rec->policy = p;
+    return 0;
+}
+
+/* Whether the policy stores the calls (and results) of tool name. */
+static int tool_stored(const loom_data_policy *p, const char *name)
+{
+    if (p->omit_tool_calls)
+        return 0;
+    if (!p->tools)
+        return 1;
+    for (size_t i = 0; name && i < p->tools_len; i++)
+        if (strcmp(p->tools[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+static void drop_text(loom_message *m)
+{
+    free(m->content);
+    free(m->reasoning);
+    free(m->provider_state);
+    m->content = m->reasoning = m->provider_state = NULL;
+    for (size_t i = 0; i < m->parts_len; i++)
+        loom_part_clear(&m->parts[i]);
+    free(m->parts);
+    m->parts = NULL;
+    m->parts_len = 0;
+}
+
+/* Narrows the last message of out, a copy of an output message, as the
+ * policy says; *keep becomes 0 when nothing of it is stored. */
+static int narrow(const loom_data_policy *p, loom_message *m, int *keep)
+{
+    size_t k = 0;
+
+    *keep = 1;
+    if (m->role == LOOM_ROLE_TOOL) {
+        if (!tool_stored(p, m->name)) {
+            *keep = 0;
+            return 0;
+        }
+        if (p->omit_tool_results) {
+            drop_text(m);
+            free(m->summary);
+            m->summary = NULL;
+            if (!(m->content = strdup(LOOM_DATA_POLICY_RESULT_MARKER)))
+                return loom__error_oom();
+        }
+        return 0;
+    }
+    if (m->role != LOOM_ROLE_ASSISTANT)
+        return 0;
+    for (size_t i = 0; i < m->tool_calls_len; i++) {
+        if (tool_stored(p, m->tool_calls[i].name))
+            m->tool_calls[k++] = m->tool_calls[i];
+        else
+            loom_tool_call_clear(&m->tool_calls[i]);
+    }
+    m->tool_calls_len = k;
+    if (p->omit_text)
+        drop_text(m);
+    *keep = k > 0 || (m->content && *m->content) || m->parts_len > 0;
+    return 0;
+}
+
+/* The run's output messages and tool records as the policy stores them,
+ * into rec->stored and rec->stored_records. */
+static int apply_policy(loom_recorder *rec, const loom_messages *out)
+{
+    const loom_data_policy *p = &rec->policy;
+    size_t i;
+    json_t *r;
+    int rc, keep;
+
+    loom_messages_free(&rec->stored);
+    json_decref(rec->stored_records);
+    rec->stored_records = NULL;
+    for (i = 0; out && i < out->len; i++) {
+        /* A one-message view of the run's list; append copies it. */
+        loom_messages one = {(loom_message *)&out->items[i], 1, 1};
+        loom_message *last;
+        if ((rc = loom_messages_append(&rec->stored, &one)) != 0)
+            return rc;
+        last = &rec->stored.items[rec->stored.len - 1];
+        if ((rc = narrow(p, last, &keep)) != 0)
+            return rc;
+        if (!keep) {
+            loom_message_clear(last);
+            rec->stored.len--;
+        }
+    }
+    if (!rec->records)
+        return 0;
+    if (!(rec->stored_records = json_array()))
+        return loom__error_oom();
+    json_array_foreach(rec->records, i, r)
+    {
+        if (tool_stored(p, json_string_value(json_object_get(r, "tool"))) &&
+            json_array_append(rec->stored_records, r))
+            return loom__error_oom();
+    }
+    return 0;
+}
+
+static int policy_any(const loom_data_policy *p)
+{
+    return p->omit_text || p->omit_tool_calls || p->omit_tool_results ||
+           p->tools;
+}
+
 int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
                        loom_turn_record *turn)
 {
+    int rc;
     loom_run_status st = loom_run_status_get(run);
 
     if (rec->failed)
@@ -244,6 +391,12 @@ int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
                      : -1;
     turn->tool_records = rec->records;
     turn->citations = rec->citations;
+    if (policy_any(&rec->policy)) {
+        if ((rc = apply_policy(rec, turn->output)) != 0)
+            return rc;
+        turn->output = &rec->stored;
+        turn->tool_records = rec->stored_records;
+    }
     turn->summary = loom_run_summary(run, &turn->summary_covers);
     turn->plan = loom_run_plan(run);
     if (rec->records_dropped)
@@ -274,5 +427,8 @@ void loom_recorder_free(loom_recorder *rec)
     free(rec->model);
     json_decref(rec->records);
     json_decref(rec->citations);
+    free_names(rec->ptools, rec->policy.tools_len);
+    loom_messages_free(&rec->stored);
+    json_decref(rec->stored_records);
     free(rec);
 }
