@@ -171,6 +171,20 @@ typedef struct {
     char *function; /* the tool's name, for LOOM_TOOL_CHOICE_FUNCTION */
 } loom_tool_choice;
 
+/*
+ * What the store keeps of an agent's turns, `data_policy:` (docs/config.md;
+ * the recorder's loom_data_policy says what each switch removes). Zero
+ * stores everything.
+ */
+typedef struct {
+    int omit_text;         /* store_text: false */
+    int omit_tool_calls;   /* store_tool_calls: false */
+    int omit_tool_results; /* store_tool_results: false */
+    char **tools;          /* `tools`: only these tools are stored */
+    size_t tools_len;
+    int tools_set; /* `tools` was given (an empty list: none) */
+} loom_agent_data_policy;
+
 typedef struct {
     char *name;
     char *model;         /* "provider/model" */
@@ -192,6 +206,7 @@ typedef struct {
                               * the agent's model */
     int citations;           /* number tool documents, check [n]; 0 */
     int memory;              /* offer the memory tools; default 1 */
+    loom_agent_data_policy data_policy; /* default: store everything */
 } loom_agent_config;
 
 /*

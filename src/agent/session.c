@@ -855,6 +855,25 @@ static int keep_spec(loom_turn *t, const loom_turn_options *o)
     return keep_client_tools(t, o) ? LOOM_ENOMEM : keep_memory_choice(t);
 }
 
+/* The agent's data policy (none: store everything) into the recorder. */
+static int use_data_policy(loom_recorder *rec, const loom_agent_config *agent)
+{
+    static const char *const none[1] = {NULL};
+    const loom_agent_data_policy *dp = agent ? &agent->data_policy : NULL;
+    loom_data_policy p = {.version = LOOM_DATA_POLICY_VERSION};
+
+    if (!dp)
+        return 0;
+    p.omit_text = dp->omit_text;
+    p.omit_tool_calls = dp->omit_tool_calls;
+    p.omit_tool_results = dp->omit_tool_results;
+    if (dp->tools_set) {
+        p.tools = dp->tools_len ? (const char *const *)dp->tools : none;
+        p.tools_len = dp->tools_len;
+    }
+    return loom_recorder_set_policy(rec, &p);
+}
+
 /*
  * The one mapping of an agent's config and a turn's overrides to run
  * options, for every front end.
@@ -911,7 +930,8 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
     if ((rc = loom__run_context_setup(&t->ctxs, &ro, s->cfg, &rto)) != 0 ||
         (rc = loom__run_agent_setup(&t->ctxs, &ro, s->cfg, agent, &rto)) != 0)
         return rc;
-    if ((rc = loom_recorder_new(&t->rec, (loom_sink){on_event, t})) != 0)
+    if ((rc = loom_recorder_new(&t->rec, (loom_sink){on_event, t})) != 0 ||
+        (rc = use_data_policy(t->rec, agent)) != 0)
         return rc;
     ro.sink = loom_recorder_sink(t->rec);
     t->ro = ro;

@@ -374,6 +374,9 @@ static void agent_clear(loom_agent_config *a)
     free(a->tools);
     free(a->tools_lines);
     free(a->tool_choice.function);
+    for (size_t i = 0; i < a->data_policy.tools_len; i++)
+        free(a->data_policy.tools[i]);
+    free(a->data_policy.tools);
     memset(a, 0, sizeof(*a));
 }
 

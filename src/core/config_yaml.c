@@ -100,6 +100,8 @@ enum {
     F_UPPER = 1 << 4,      /* T_STR: folded to upper case first */
     F_MODEL = 1 << 5,      /* T_STR: a model name that must resolve */
     F_ALWAYS = 1 << 6,     /* T_FN: called with n NULL when absent */
+    F_NEGATE = 1 << 7,     /* T_BOOL: the int holds the opposite (a
+                              `store_x: false` key into an omit_x field) */
 };
 
 #define MAX_FIELDS 16 /* fields of the longest section */
@@ -930,6 +932,12 @@ static int read_field(walk_ctx *w, const field *f, const yaml_node_t *n,
 {
     switch (f->type) {
     case T_BOOL:
+        if (f->flags & F_NEGATE) {
+            int *dst = at(w, f), v = !*dst, rc = get_bool(w->ld, n, key, &v);
+            if (rc == 0)
+                *dst = !v;
+            return rc;
+        }
         return get_bool(w->ld, n, key, at(w, f));
     case T_INT:
         return get_int(w->ld, n, key, f->min, f->max, at(w, f));
@@ -1625,6 +1633,35 @@ static int read_tool_choice(walk_ctx *w, const field *f, const yaml_node_t *n,
     return rc;
 }
 
+/* `data_policy.tools: [name, ...]`: only these tools' calls are stored;
+ * null is as if absent. */
+static int read_policy_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
+                             const char *key)
+{
+    loom_agent_data_policy *p = w->obj;
+    int rc;
+
+    (void)f;
+    if (is_null(n))
+        return 0;
+    rc = read_strings(w, n, key, "tool names", "a tool name", tool_ok,
+                      &p->tools, &p->tools_len, NULL);
+    if (rc == 0 || go_on(w->ld, rc))
+        p->tools_set = 1;
+    return rc;
+}
+
+#define P loom_agent_data_policy
+static const field data_policy_fields[] = {
+    {K_BOOL("store_text", P, omit_text), .flags = F_NEGATE},
+    {K_BOOL("store_tool_calls", P, omit_tool_calls), .flags = F_NEGATE},
+    {K_BOOL("store_tool_results", P, omit_tool_results), .flags = F_NEGATE},
+    {K_FN("tools", read_policy_tools)},
+};
+static const section data_policy_section =
+    SECTION(data_policy_fields, NULL, NULL);
+#undef P
+
 static int agent_init(loader *ld, const entry *e, const char *key, void *obj)
 {
     loom_agent_config *a = obj;
@@ -1656,6 +1693,7 @@ static const field agent_fields[] = {
     {K_STR("review_model", A, review_model, "a model name"), .flags = F_MODEL},
     {K_BOOL("citations", A, citations)},
     {K_BOOL("memory", A, memory)},
+    {K_SUB("data_policy", data_policy_section), AT(A, data_policy)},
 };
 static const section agent_section = SECTION(agent_fields, NULL, NULL);
 static const list_spec agent_list = {"agent",

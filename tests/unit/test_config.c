@@ -503,7 +503,7 @@ static void test_unknown_keys(void **state)
                 "unknown key 'modle' (known: model, system_prompt, tools, "
                 "max_iterations, tool_choice, parallel_tool_calls, "
                 "tool_concurrency, planning, think, tool_timeout_ms, review, "
-                "review_model, citations, memory)",
+                "review_model, citations, memory, data_policy)",
                 NULL);
     expect_fail("log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
                 "t.yaml:2: unknown key 'srever' (known: log, providers, "
@@ -632,6 +632,82 @@ static void test_wrong_types(void **state)
 /* Base URLs are checked with libcurl's parser: what it refuses (a bad
  * port, no host) is refused, and so are the one-slash and three-slash
  * forms it would take. */
+/* An agent's data_policy: absent or zero stores everything; each key
+ * read, and its wrong types and unknown keys reported at their line. */
+static void test_data_policy(void **state)
+{
+    static const char head[] = "providers: {p: {base_url: 'http://h'}}\n"
+                               "agents:\n"
+                               "  a:\n"
+                               "    model: p/m\n";
+    char yaml[512];
+    loom_config *cfg;
+    const loom_agent_data_policy *dp;
+
+    (void)state;
+    cfg = load_ok(head);
+    dp = &cfg->agents[0].data_policy;
+    assert_false(dp->omit_text || dp->omit_tool_calls ||
+                 dp->omit_tool_results || dp->tools_set);
+    loom_config_free(cfg);
+
+    snprintf(yaml, sizeof(yaml),
+             "%s    data_policy:\n"
+             "      store_text: false\n"
+             "      store_tool_calls: yes\n"
+             "      store_tool_results: off\n"
+             "      tools: [get_time, web_search]\n",
+             head);
+    cfg = load_ok(yaml);
+    dp = &cfg->agents[0].data_policy;
+    assert_true(dp->omit_text);
+    assert_false(dp->omit_tool_calls);
+    assert_true(dp->omit_tool_results);
+    assert_true(dp->tools_set);
+    assert_int_equal(dp->tools_len, 2);
+    assert_string_equal(dp->tools[0], "get_time");
+    assert_string_equal(dp->tools[1], "web_search");
+    loom_config_free(cfg);
+
+    /* An empty list stores no tool; null keys are as if absent. */
+    snprintf(yaml, sizeof(yaml),
+             "%s    data_policy: {tools: [], store_text: null}\n", head);
+    cfg = load_ok(yaml);
+    dp = &cfg->agents[0].data_policy;
+    assert_true(dp->tools_set);
+    assert_int_equal(dp->tools_len, 0);
+    assert_false(dp->omit_text);
+    loom_config_free(cfg);
+
+    snprintf(yaml, sizeof(yaml), "%s    data_policy:\n      store_text: 2\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:6: agents.a.data_policy.store_text: ",
+                "must be true or false, got '2'", NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%s    data_policy:\n      store_tool_calls: [true]\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:6: agents.a.data_policy.store_tool_calls: ",
+                "got a list", NULL);
+    snprintf(yaml, sizeof(yaml), "%s    data_policy:\n      tools: get_time\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:6: agents.a.data_policy.tools: ",
+                "must be a list of tool names, got a scalar", NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%s    data_policy:\n      tools: [a, 'b c', a]\n", head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:6: agents.a.data_policy.tools",
+                "tool 'a' is listed twice", NULL);
+    snprintf(yaml, sizeof(yaml), "%s    data_policy: true\n", head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:5: agents.a.data_policy: ",
+                "must be a mapping, got a scalar", NULL);
+    snprintf(yaml, sizeof(yaml), "%s    data_policy:\n      store_txt: false\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:6: agents.a.data_policy: ",
+                "unknown key 'store_txt' (known: store_text, store_tool_calls, "
+                "store_tool_results, tools)",
+                NULL);
+}
+
 static void test_url_forms(void **state)
 {
     static const char *const good[] = {"http://h", "HTTPS://h/v1//",
@@ -2130,6 +2206,7 @@ int main(void)
         cmocka_unit_test_setup(test_duplicate_keys, reset_env),
         cmocka_unit_test_setup(test_wrong_types, reset_env),
         cmocka_unit_test_setup(test_bad_values, reset_env),
+        cmocka_unit_test_setup(test_data_policy, reset_env),
         cmocka_unit_test_setup(test_url_forms, reset_env),
         cmocka_unit_test_setup(test_ranges, reset_env),
         cmocka_unit_test_setup(test_server_section, reset_env),

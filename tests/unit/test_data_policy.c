@@ -57,6 +57,12 @@ static int count_emit(const loom_event *ev, void *payload)
     return 0;
 }
 
+/* A sink that keeps each event's JSON in the array payload. */
+static int collect(const loom_event *ev, void *payload)
+{
+    return json_array_append_new(payload, loom_event_to_json(ev)) ? -1 : 0;
+}
+
 /* Runs the script with a recorder under policy (NULL: none) and fills
  * *turn; the caller frees *run_out and *rec_out. */
 static void run_policy(const loom_data_policy *policy, loom_turn_record *turn,
@@ -200,6 +206,103 @@ static void test_tools_list(void **state)
     check(&p, "a:looking a:done", 0);
 }
 
+/* Through the session with a store: an agent whose data_policy keeps no
+ * text and only get_time. Its events carry every text and both calls;
+ * the stored conversation, as the next turn loads it, has the user's
+ * message, the get_time call and its result, and nothing else. */
+static void test_session_stores_narrowed(void **state)
+{
+    static const char yaml[] = "providers:\n"
+                               "  mock:\n"
+                               "    kind: openai\n"
+                               "    base_url: http://127.0.0.1:9/v1\n"
+                               "agents:\n"
+                               "  private:\n"
+                               "    model: mock/mock-1\n"
+                               "    tools: [get_time]\n"
+                               "    data_policy:\n"
+                               "      store_text: false\n"
+                               "      tools: [get_time]\n";
+    static const mock_answer answers[] = {
+        {.text = "checking",
+         .calls = {{"c1", "get_time", "{}"}, {"c2", "nosuch", "{}"}},
+         .ncalls = 2},
+        {.text = "It is noon"}};
+    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
+    loom_turn_options to = LOOM_TURN_OPTIONS_INIT;
+    loom_messages in = {0}, hist = {0};
+    json_t *events = json_array(), *ev;
+    loom_config *cfg;
+    loom_store *store;
+    loom_session *s;
+    loom_turn *t;
+    char *path = test_tmp_path("data_policy.db");
+    char kinds[64] = "", texts[128] = "";
+    size_t i;
+
+    (void)state;
+    unlink(path);
+    mock_clear(&mock);
+    mock_init(&mock, answers, 2, MOCK_STREAM_CALLS);
+    assert_int_equal(loom_config_load_string(&cfg, yaml, "t.yaml"), 0);
+    assert_int_equal(loom_store_open(&store, path), 0);
+    so.config = cfg;
+    so.store = store;
+    so.provider = &mock.base;
+    so.model = "mock-1";
+    assert_int_equal(loom_session_new(&s, &so), 0);
+    assert_int_equal(loom_messages_add(&in, LOOM_ROLE_USER, "time?"), 0);
+    to.input = &in;
+    to.agent = "private";
+    to.sink = (loom_sink){collect, events};
+    assert_int_equal(loom_turn_new(&t, s, &to), 0);
+    assert_int_equal(loom_turn_execute(t), 0);
+    assert_true(loom_turn_stored(t));
+
+    /* The events: both texts, both calls ended. */
+    json_array_foreach(events, i, ev)
+    {
+        const char *type = json_string_value(json_object_get(ev, "type"));
+        const json_t *d = ev;
+        if (strcmp(type, "message.delta") == 0)
+            strncat(texts, json_string_value(json_object_get(d, "delta")),
+                    sizeof(texts) - strlen(texts) - 1);
+        else if (strcmp(type, "tool.completed") == 0 ||
+                 strcmp(type, "tool.failed") == 0)
+            strncat(kinds, json_string_value(json_object_get(d, "id")),
+                    sizeof(kinds) - strlen(kinds) - 1);
+    }
+    assert_string_equal(texts, "checkingIt is noon");
+    /* In either order: the calls run in parallel. */
+    assert_int_equal(strlen(kinds), 4);
+    assert_non_null(strstr(kinds, "c1"));
+    assert_non_null(strstr(kinds, "c2"));
+
+    /* The store: the question, the get_time call without text, its
+     * result. */
+    assert_int_equal(
+        loom_store_load_history(store, loom_turn_conversation_id(t), &hist), 0);
+    assert_int_equal(hist.len, 3);
+    assert_int_equal(hist.items[0].role, LOOM_ROLE_USER);
+    assert_string_equal(hist.items[0].content, "time?");
+    assert_int_equal(hist.items[1].role, LOOM_ROLE_ASSISTANT);
+    assert_true(!hist.items[1].content || !*hist.items[1].content);
+    assert_int_equal(hist.items[1].tool_calls_len, 1);
+    assert_string_equal(hist.items[1].tool_calls[0].name, "get_time");
+    assert_int_equal(hist.items[2].role, LOOM_ROLE_TOOL);
+    assert_string_equal(hist.items[2].tool_call_id, "c1");
+
+    loom_messages_free(&hist);
+    loom_messages_free(&in);
+    loom_turn_free(t);
+    loom_session_free(s);
+    loom_store_free(store);
+    loom_config_free(cfg);
+    json_decref(events);
+    unlink(path);
+    free(path);
+}
+
 static void test_bad_version(void **state)
 {
     loom_data_policy p = {.version = LOOM_DATA_POLICY_VERSION + 1};
@@ -219,6 +322,7 @@ int main(void)
         cmocka_unit_test(test_omit_tool_calls),
         cmocka_unit_test(test_omit_tool_results),
         cmocka_unit_test(test_tools_list),
+        cmocka_unit_test(test_session_stores_narrowed),
         cmocka_unit_test(test_bad_version),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
