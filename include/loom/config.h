@@ -207,6 +207,8 @@ typedef struct {
     int citations;           /* number tool documents, check [n]; 0 */
     int memory;              /* offer the memory tools; default 1 */
     loom_agent_data_policy data_policy; /* default: store everything */
+    char *limit_prompt; /* the note before the last permitted call; NULL:
+                         * the built-in one */
 } loom_agent_config;
 
 /*

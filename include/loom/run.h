@@ -356,6 +356,12 @@ typedef struct {
      */
     const char *user_id;
     const json_t *user_keys;
+    /*
+     * The system note added before the last permitted model call (once
+     * tools were offered), taken as it is; NULL or empty: the built-in
+     * one, which names the limit. Borrowed.
+     */
+    const char *limit_prompt;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1

@@ -112,6 +112,7 @@ int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
     if (agent->tool_timeout_ms > 0)
         o->tool_timeout_ms = agent->tool_timeout_ms;
     o->citations = agent->citations;
+    o->limit_prompt = agent->limit_prompt;
     o->review.enabled = agent->review;
     if (!agent->review || !agent->review_model)
         return 0;

@@ -1014,14 +1014,18 @@ static int refresh_system(loom_run *run)
     return 0;
 }
 
-/* Adds the instruction to answer now, before the last permitted call. */
+/* Adds the instruction to answer now, before the last permitted call:
+ * the agent's limit_prompt, else the built-in one. */
 static int add_limit_prompt(loom_run *run)
 {
     char *p = NULL;
     int rc = 0;
 
-    if (asprintf(&p, LIMIT_PROMPT, run->opts.max_iterations) < 0 ||
-        (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, p)) ||
+    if (run->opts.limit_prompt && *run->opts.limit_prompt)
+        p = strdup(run->opts.limit_prompt);
+    else if (asprintf(&p, LIMIT_PROMPT, run->opts.max_iterations) < 0)
+        p = NULL;
+    if (!p || (rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, p)) ||
         (rc = track(run, 0))) {
         free(p);
         return rc ? rc : loom__error_oom();

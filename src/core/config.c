@@ -369,6 +369,7 @@ static void agent_clear(loom_agent_config *a)
     free(a->model);
     free(a->system_prompt);
     free(a->review_model);
+    free(a->limit_prompt);
     for (size_t i = 0; i < a->tools_len; i++)
         free(a->tools[i]);
     free(a->tools);

@@ -104,7 +104,7 @@ enum {
                               `store_x: false` key into an omit_x field) */
 };
 
-#define MAX_FIELDS 16 /* fields of the longest section */
+#define MAX_FIELDS 24 /* fields of the longest section */
 #define PASSES 3      /* fields are read in passes 0, 1 and 2 */
 
 typedef struct field field;
@@ -1694,6 +1694,7 @@ static const field agent_fields[] = {
     {K_BOOL("citations", A, citations)},
     {K_BOOL("memory", A, memory)},
     {K_SUB("data_policy", data_policy_section), AT(A, data_policy)},
+    {K_STR("limit_prompt", A, limit_prompt, "a string"), .flags = F_EMPTY_NULL},
 };
 static const section agent_section = SECTION(agent_fields, NULL, NULL);
 static const list_spec agent_list = {"agent",

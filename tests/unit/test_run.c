@@ -439,6 +439,28 @@ static void test_limit_reached_answers(void **state)
     harness_free(&h);
 }
 
+/* An agent's limit_prompt replaces the built-in note, as it is. */
+static void test_limit_prompt_custom(void **state)
+{
+    static const mock_answer a[] = {
+        {.calls = {{"c1", "echo", "{\"text\":\"1\"}"}}, .ncalls = 1},
+        {.text = "done"}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    harness h;
+    (void)state;
+
+    ro.max_iterations = 2;
+    ro.limit_prompt = "Stop at 100% and answer.";
+    run_with(&h, a, 2, &ro);
+    assert_int_equal(h.rc, 0);
+    assert_int_equal(h.mock.seen[1].choice, LOOM_TOOL_CHOICE_NONE);
+    assert_int_equal(h.mock.seen[1].last_role, LOOM_ROLE_SYSTEM);
+    assert_string_equal(h.mock.seen[1].last_content,
+                        "Stop at 100% and answer.");
+    assert_null(strstr(h.mock.seen[0].last_content, "100%"));
+    harness_free(&h);
+}
+
 static void test_limit_model_ignores_and_calls_tools(void **state)
 {
     /* Even if the model returns tool calls on the last call, the run ends
@@ -823,6 +845,7 @@ int main(void)
         cmocka_unit_test(test_parallel_tools_order),
         cmocka_unit_test(test_concurrency_one_is_sequential),
         cmocka_unit_test(test_limit_reached_answers),
+        cmocka_unit_test(test_limit_prompt_custom),
         cmocka_unit_test(test_limit_model_ignores_and_calls_tools),
         cmocka_unit_test(test_forced_choice_once),
         cmocka_unit_test(test_tool_subset_and_unknown_name),

@@ -624,7 +624,8 @@ static void test_agent_keys(void **state)
             "agents:\n"
             "  a: {model: p/m, review: true, review_model: p/small,\n"
             "      citations: true, memory: false, planning: true,\n"
-            "      think: true, tool_timeout_ms: 1234}\n"
+            "      think: true, tool_timeout_ms: 1234,\n"
+            "      limit_prompt: 'Answer now.'}\n"
             "  b: {model: p/m}\n",
             "t.yaml") != 0)
         fail_msg("config: %s", loom_error_last());
@@ -648,6 +649,7 @@ static void test_agent_keys(void **state)
     assert_true(o.review.enabled);
     assert_non_null(o.review.provider);
     assert_string_equal(o.review.model, "small-1");
+    assert_string_equal(o.limit_prompt, "Answer now.");
     loom__run_context_free(&rc);
 
     o = (loom_run_options)LOOM_RUN_OPTIONS_INIT;
@@ -655,6 +657,7 @@ static void test_agent_keys(void **state)
     assert_false(o.review.enabled);
     assert_null(o.review.provider);
     assert_int_equal(o.tool_timeout_ms, 0);
+    assert_null(o.limit_prompt);
     loom__run_context_free(&rc);
     loom_config_free(cfg);
 
