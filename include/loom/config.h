@@ -185,6 +185,17 @@ typedef struct {
     int tools_set; /* `tools` was given (an empty list: none) */
 } loom_agent_data_policy;
 
+/*
+ * `many_results_prompt: {after, prompt}`: after a turn with more than
+ * `after` tool results, a system note asks the model to keep its context
+ * summary short. after 0: off (the key absent); the key given: after
+ * defaults to 2 and prompt (NULL) to the built-in note.
+ */
+typedef struct {
+    int after;
+    char *prompt;
+} loom_agent_many_results;
+
 typedef struct {
     char *name;
     char *model;         /* "provider/model" */
@@ -209,6 +220,7 @@ typedef struct {
     loom_agent_data_policy data_policy; /* default: store everything */
     char *limit_prompt; /* the note before the last permitted call; NULL:
                          * the built-in one */
+    loom_agent_many_results many_results; /* many_results_prompt */
 } loom_agent_config;
 
 /*

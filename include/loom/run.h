@@ -362,6 +362,17 @@ typedef struct {
      * one, which names the limit. Borrowed.
      */
     const char *limit_prompt;
+    /*
+     * After a tool turn with more than many_results_after tool results
+     * (server calls answered), one system note is added for the next
+     * model call asking the model to keep its context summary short:
+     * many_results_prompt, NULL or empty: the built-in one. Each such
+     * turn gets its own note, after its results; notes are loom's own
+     * messages (never stored with the conversation) and stay in the
+     * run's later requests, as review notes do. 0: off. Borrowed.
+     */
+    int many_results_after;
+    const char *many_results_prompt;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1

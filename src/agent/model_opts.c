@@ -113,6 +113,8 @@ int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
         o->tool_timeout_ms = agent->tool_timeout_ms;
     o->citations = agent->citations;
     o->limit_prompt = agent->limit_prompt;
+    o->many_results_after = agent->many_results.after;
+    o->many_results_prompt = agent->many_results.prompt;
     o->review.enabled = agent->review;
     if (!agent->review || !agent->review_model)
         return 0;

@@ -51,7 +51,8 @@ int loom__run_context_setup(loom__run_context *rc, loom_run_options *o,
 
 /*
  * Applies an agent's run options to o (agent may be NULL: nothing):
- * planning, think, tool_timeout_ms, review, citations and limit_prompt.
+ * planning, think, tool_timeout_ms, review, citations, limit_prompt and
+ * many_results_prompt.
  * A review_model gets a router of its own (built with ropts, which may be
  * NULL), kept in *rc; call after loom__run_context_setup, which clears
  * *rc. Errors as loom_router_new (LOOM_ENOTFOUND for a model that does

@@ -56,6 +56,11 @@
     "final answer to the user now, using the information gathered so far, " \
     "and say briefly if anything could not be completed."
 
+#define MANY_RESULTS_PROMPT                                                    \
+    "Many tool results came back in the last turn. Keep your summary of "      \
+    "the context short: note only what matters for the task and do not "       \
+    "repeat the results."
+
 struct loom_run {
     loom_run_options opts;
     char *id;
@@ -1232,6 +1237,23 @@ static int run_tools(loom_run *run, size_t *nclient, int *think_only)
     return rc;
 }
 
+/* After a turn of more than many_results_after results (nres), the note
+ * asking for a short context summary, for the next call. */
+static int add_many_results_note(loom_run *run, size_t nres)
+{
+    const loom_run_options *o = &run->opts;
+    const char *p = o->many_results_prompt && *o->many_results_prompt
+                        ? o->many_results_prompt
+                        : MANY_RESULTS_PROMPT;
+    int rc;
+
+    if (o->many_results_after <= 0 || nres <= (size_t)o->many_results_after)
+        return 0;
+    if ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, p)) != 0)
+        return rc;
+    return track(run, 0);
+}
+
 /*
  * The model asked for tools: its message joins the conversation and the
  * calls run. *ended is set when the run ends here (client calls are the
@@ -1275,6 +1297,8 @@ static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
     if (o->review.enabled && !think_only &&
         run->iterations - run->think_turns + 1 < o->max_iterations &&
         (rc = review_turn(run)) != 0)
+        return rc;
+    if ((rc = add_many_results_note(run, resp->tool_calls_len)) != 0)
         return rc;
     run->index++;
     return 0;

@@ -370,6 +370,7 @@ static void agent_clear(loom_agent_config *a)
     free(a->system_prompt);
     free(a->review_model);
     free(a->limit_prompt);
+    free(a->many_results.prompt);
     for (size_t i = 0; i < a->tools_len; i++)
         free(a->tools[i]);
     free(a->tools);

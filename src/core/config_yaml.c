@@ -1662,6 +1662,22 @@ static const section data_policy_section =
     SECTION(data_policy_fields, NULL, NULL);
 #undef P
 
+/* `many_results_prompt` given: after defaults to 2 (0 would be off). */
+static int many_results_init(walk_ctx *w)
+{
+    ((loom_agent_many_results *)w->obj)->after = 2;
+    return 0;
+}
+
+#define M loom_agent_many_results
+static const field many_results_fields[] = {
+    {K_INT("after", M, after, 1, 1000)},
+    {K_STR("prompt", M, prompt, "a string"), .flags = F_EMPTY_NULL},
+};
+static const section many_results_section =
+    SECTION(many_results_fields, many_results_init, NULL);
+#undef M
+
 static int agent_init(loader *ld, const entry *e, const char *key, void *obj)
 {
     loom_agent_config *a = obj;
@@ -1695,6 +1711,7 @@ static const field agent_fields[] = {
     {K_BOOL("memory", A, memory)},
     {K_SUB("data_policy", data_policy_section), AT(A, data_policy)},
     {K_STR("limit_prompt", A, limit_prompt, "a string"), .flags = F_EMPTY_NULL},
+    {K_SUB("many_results_prompt", many_results_section), AT(A, many_results)},
 };
 static const section agent_section = SECTION(agent_fields, NULL, NULL);
 static const list_spec agent_list = {"agent",

@@ -503,7 +503,8 @@ static void test_unknown_keys(void **state)
                 "unknown key 'modle' (known: model, system_prompt, tools, "
                 "max_iterations, tool_choice, parallel_tool_calls, "
                 "tool_concurrency, planning, think, tool_timeout_ms, review, "
-                "review_model, citations, memory, data_policy, limit_prompt)",
+                "review_model, citations, memory, data_policy, limit_prompt, "
+                "many_results_prompt)",
                 NULL);
     expect_fail("log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
                 "t.yaml:2: unknown key 'srever' (known: log, providers, "

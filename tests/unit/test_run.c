@@ -461,6 +461,51 @@ static void test_limit_prompt_custom(void **state)
     harness_free(&h);
 }
 
+/* A turn of more than many_results_after results gets one note for the
+ * next call; a turn of fewer gets none; the note stays, unstacked. */
+static void test_many_results_note(void **state)
+{
+    static const mock_answer a[] = {
+        {.calls = {{"c1", "echo", "{\"text\":\"1\"}"},
+                   {"c2", "echo", "{\"text\":\"2\"}"},
+                   {"c3", "echo", "{\"text\":\"3\"}"}},
+         .ncalls = 3},
+        {.calls = {{"c4", "echo", "{\"text\":\"4\"}"},
+                   {"c5", "echo", "{\"text\":\"5\"}"}},
+         .ncalls = 2},
+        {.text = "done"}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    harness h;
+    (void)state;
+
+    ro.many_results_after = 2;
+    ro.many_results_prompt = "Be brief.";
+    run_with(&h, a, 3, &ro);
+    assert_int_equal(h.rc, 0);
+    assert_int_equal(h.mock.seen[1].last_role, LOOM_ROLE_SYSTEM);
+    assert_string_equal(h.mock.seen[1].last_content, "Be brief.");
+    assert_int_equal(h.mock.seen[1].nsystem, 1);
+    /* Two results are not more than two: no second note. */
+    assert_int_equal(h.mock.seen[2].last_role, LOOM_ROLE_TOOL);
+    assert_int_equal(h.mock.seen[2].nsystem, 1);
+    /* The note is loom's own: not among the run's messages. */
+    for (size_t i = 0; i < loom_run_messages(h.run)->len; i++)
+        assert_int_not_equal(loom_run_messages(h.run)->items[i].role,
+                             LOOM_ROLE_SYSTEM);
+    harness_free(&h);
+
+    /* The built-in note when no prompt is given; 0 is off. */
+    ro.many_results_prompt = NULL;
+    run_with(&h, a, 3, &ro);
+    assert_non_null(strstr(h.mock.seen[1].last_content, "short"));
+    harness_free(&h);
+    ro.many_results_after = 0;
+    run_with(&h, a, 3, &ro);
+    assert_int_equal(h.mock.seen[1].last_role, LOOM_ROLE_TOOL);
+    assert_int_equal(h.mock.seen[2].nsystem, 0);
+    harness_free(&h);
+}
+
 static void test_limit_model_ignores_and_calls_tools(void **state)
 {
     /* Even if the model returns tool calls on the last call, the run ends
@@ -846,6 +891,7 @@ int main(void)
         cmocka_unit_test(test_concurrency_one_is_sequential),
         cmocka_unit_test(test_limit_reached_answers),
         cmocka_unit_test(test_limit_prompt_custom),
+        cmocka_unit_test(test_many_results_note),
         cmocka_unit_test(test_limit_model_ignores_and_calls_tools),
         cmocka_unit_test(test_forced_choice_once),
         cmocka_unit_test(test_tool_subset_and_unknown_name),

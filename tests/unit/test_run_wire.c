@@ -625,8 +625,10 @@ static void test_agent_keys(void **state)
             "  a: {model: p/m, review: true, review_model: p/small,\n"
             "      citations: true, memory: false, planning: true,\n"
             "      think: true, tool_timeout_ms: 1234,\n"
-            "      limit_prompt: 'Answer now.'}\n"
-            "  b: {model: p/m}\n",
+            "      limit_prompt: 'Answer now.',\n"
+            "      many_results_prompt: {after: 3, prompt: Short.}}\n"
+            "  b: {model: p/m}\n"
+            "  c: {model: p/m, many_results_prompt: {}}\n",
             "t.yaml") != 0)
         fail_msg("config: %s", loom_error_last());
     a = loom_config_agent(cfg, "a");
@@ -650,6 +652,8 @@ static void test_agent_keys(void **state)
     assert_non_null(o.review.provider);
     assert_string_equal(o.review.model, "small-1");
     assert_string_equal(o.limit_prompt, "Answer now.");
+    assert_int_equal(o.many_results_after, 3);
+    assert_string_equal(o.many_results_prompt, "Short.");
     loom__run_context_free(&rc);
 
     o = (loom_run_options)LOOM_RUN_OPTIONS_INIT;
@@ -658,6 +662,15 @@ static void test_agent_keys(void **state)
     assert_null(o.review.provider);
     assert_int_equal(o.tool_timeout_ms, 0);
     assert_null(o.limit_prompt);
+    assert_int_equal(o.many_results_after, 0);
+    loom__run_context_free(&rc);
+    /* The key given: after 2 and the built-in prompt. */
+    o = (loom_run_options)LOOM_RUN_OPTIONS_INIT;
+    assert_int_equal(
+        loom__run_agent_setup(&rc, &o, cfg, loom_config_agent(cfg, "c"), NULL),
+        0);
+    assert_int_equal(o.many_results_after, 2);
+    assert_null(o.many_results_prompt);
     loom__run_context_free(&rc);
     loom_config_free(cfg);
 
@@ -680,6 +693,16 @@ static void test_agent_keys(void **state)
             "t.yaml"),
         0);
     assert_non_null(strstr(loom_error_last(), "agents.a.citations"));
+    assert_int_not_equal(
+        loom_config_load_string(
+            &cfg,
+            "providers: {p: {base_url: 'http://127.0.0.1:9', api_key: k}}\n"
+            "agents:\n"
+            "  a: {model: p/m, many_results_prompt: {after: 0}}\n",
+            "t.yaml"),
+        0);
+    assert_non_null(
+        strstr(loom_error_last(), "agents.a.many_results_prompt.after"));
 }
 
 int main(void)
