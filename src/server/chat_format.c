@@ -166,24 +166,21 @@ static int missing(loom__chat_error *err, const char *param)
                                 "Missing required parameter: '%s'.", param);
 }
 
-static int bad_value(loom__chat_error *err, const char *param,
-                     const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int bad_value(loom__chat_error *err, const char *param,
-                     const char *fmt, ...)
+int loom__chat_bad_value(loom__chat_error *err, const char *param,
+                         const char *fmt, ...)
 {
+    char msg[512];
     va_list ap;
-    int rc;
 
     va_start(ap, fmt);
-    rc = loom__chat_bad_valuev(err, param, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    return rc;
+    return loom__chat_error_set(err, 400, "invalid_request_error",
+                                "invalid_value", param,
+                                "Invalid value for '%s': %s", param, msg);
 }
 
-/* The value at key, NULL when absent or null (null means "not given"). */
-static const json_t *opt(const json_t *o, const char *key)
+const json_t *loom__chat_opt(const json_t *o, const char *key)
 {
     const json_t *v = json_object_get(o, key);
     return json_is_null(v) ? NULL : v;
@@ -193,7 +190,7 @@ static const json_t *opt(const json_t *o, const char *key)
 static int get_string(const char **out, const json_t *o, const char *key,
                       const char *param, int required, loom__chat_error *err)
 {
-    const json_t *v = opt(o, key);
+    const json_t *v = loom__chat_opt(o, key);
 
     *out = NULL;
     if (!v)
@@ -207,7 +204,7 @@ static int get_string(const char **out, const json_t *o, const char *key,
 static int get_bool(int *out, const json_t *o, const char *key,
                     const char *param, loom__chat_error *err)
 {
-    const json_t *v = opt(o, key);
+    const json_t *v = loom__chat_opt(o, key);
 
     if (!v)
         return 0;
@@ -228,7 +225,7 @@ static int get_content(char **out, loom_part **parts, size_t *n,
                        const json_t *m, size_t i, loom_role role,
                        loom__chat_media *totals, loom__chat_error *err)
 {
-    const json_t *c = opt(m, "content");
+    const json_t *c = loom__chat_opt(m, "content");
     loom_message joined = {0};
     char param[PARAM_MAX];
     int rc;
@@ -316,11 +313,13 @@ static int parse_tool_calls(loom_tool_call **out, size_t *n,
         if ((rc = get_string(&type, tc, "type", pp, 0, err)) != 0)
             return rc;
         if (type && strcmp(type, "function") != 0)
-            return bad_value(err, pp, "'%s' is not supported; expected "
-                             "'function'.", type);
+            return loom__chat_bad_value(err, pp,
+                                        "'%s' is not supported; expected "
+                                        "'function'.",
+                                        type);
         snprintf(pp, sizeof(pp), "messages[%zu].tool_calls[%zu].function", i,
                  j);
-        fn = opt(tc, "function");
+        fn = loom__chat_opt(tc, "function");
         if (!fn)
             return missing(err, pp);
         if (!json_is_object(fn))
@@ -383,10 +382,11 @@ static int parse_message(loom__chat_request *req, const json_t *m, size_t i,
     else if (strcmp(role, "tool") == 0)
         r = LOOM_ROLE_TOOL;
     else
-        return bad_value(err, param,
-                         "'%s'. Supported values are: 'system', "
-                         "'developer', 'user', 'assistant' and 'tool'.",
-                         role);
+        return loom__chat_bad_value(
+            err, param,
+            "'%s'. Supported values are: 'system', "
+            "'developer', 'user', 'assistant' and 'tool'.",
+            role);
     snprintf(param, sizeof(param), "messages[%zu].name", i);
     if ((rc = get_string(&name, m, "name", param, 0, err)) != 0)
         return rc;
@@ -395,9 +395,10 @@ static int parse_message(loom__chat_request *req, const json_t *m, size_t i,
     snprintf(param, sizeof(param), "messages[%zu].content", i);
     switch (r) {
     case LOOM_ROLE_ASSISTANT:
-        if (opt(m, "tool_calls") &&
-            (rc = parse_tool_calls(&calls, &ncalls, opt(m, "tool_calls"), i,
-                                   err)) != 0)
+        if (loom__chat_opt(m, "tool_calls") &&
+            (rc = parse_tool_calls(&calls, &ncalls,
+                                   loom__chat_opt(m, "tool_calls"), i, err)) !=
+                0)
             goto cleanup;
         if (!content && !ncalls) {
             rc = missing(err, param);
@@ -453,7 +454,7 @@ static int too_many(loom__chat_error *err, const char *param, size_t max,
 static int parse_messages(loom__chat_request *req, const json_t *body,
                           loom__chat_error *err)
 {
-    const json_t *msgs = opt(body, "messages"), *m;
+    const json_t *msgs = loom__chat_opt(body, "messages"), *m;
     loom__chat_media totals = {0};
     size_t i;
     int rc;
@@ -503,11 +504,10 @@ static int parse_client_tool(loom__chat_request *req, const json_t *t,
     if ((rc = get_string(&type, t, "type", param, 1, err)) != 0)
         return rc;
     if (strcmp(type, "function") != 0)
-        return bad_value(err, param,
-                         "'%s' is not supported; expected 'function'.",
-                         type);
+        return loom__chat_bad_value(
+            err, param, "'%s' is not supported; expected 'function'.", type);
     snprintf(param, sizeof(param), "tools[%zu].function", i);
-    fn = opt(t, "function");
+    fn = loom__chat_opt(t, "function");
     if (!fn)
         return missing(err, param);
     if (!json_is_object(fn))
@@ -516,14 +516,16 @@ static int parse_client_tool(loom__chat_request *req, const json_t *t,
     if ((rc = get_string(&name, fn, "name", param, 1, err)) != 0)
         return rc;
     if (!loom__text_is_name(name, 0))
-        return bad_value(err, param,
-                         "'%s'. A tool name is 1 to 64 of a-z, A-Z, 0-9, "
-                         "'_' and '-'.", name);
+        return loom__chat_bad_value(
+            err, param,
+            "'%s'. A tool name is 1 to 64 of a-z, A-Z, 0-9, "
+            "'_' and '-'.",
+            name);
     snprintf(param, sizeof(param), "tools[%zu].function.description", i);
     if ((rc = get_string(&desc, fn, "description", param, 0, err)) != 0)
         return rc;
     snprintf(param, sizeof(param), "tools[%zu].function.parameters", i);
-    params = opt(fn, "parameters");
+    params = loom__chat_opt(fn, "parameters");
     if (params && !json_is_object(params))
         return bad_type(err, param, "an object", params);
     /* t lives in req->tools_json: the def may point into it. */
@@ -539,7 +541,7 @@ static int parse_client_tool(loom__chat_request *req, const json_t *t,
 static int parse_tools(loom__chat_request *req, const json_t *body,
                        loom__chat_error *err)
 {
-    const json_t *tools = opt(body, "tools");
+    const json_t *tools = loom__chat_opt(body, "tools");
     json_t *t;
     char param[PARAM_MAX];
     size_t i;
@@ -564,9 +566,11 @@ static int parse_tools(loom__chat_request *req, const json_t *body,
         if (json_is_string(t)) {
             const char *name = json_string_value(t);
             if (!loom__text_is_name(name, 0))
-                return bad_value(err, param,
-                                 "'%s'. A tool name is 1 to 64 of a-z, "
-                                 "A-Z, 0-9, '_' and '-'.", name);
+                return loom__chat_bad_value(
+                    err, param,
+                    "'%s'. A tool name is 1 to 64 of a-z, "
+                    "A-Z, 0-9, '_' and '-'.",
+                    name);
             req->tool_name_pos[req->tool_names_len] = i;
             if (!(req->tool_names[req->tool_names_len++] = strdup(name)))
                 return loom__error_oom();
@@ -584,7 +588,7 @@ static int parse_tools(loom__chat_request *req, const json_t *body,
 static int parse_tool_choice(loom__chat_request *req, const json_t *body,
                              loom__chat_error *err)
 {
-    const json_t *tc = opt(body, "tool_choice"), *fn;
+    const json_t *tc = loom__chat_opt(body, "tool_choice"), *fn;
     const char *type, *name;
     int rc;
 
@@ -600,10 +604,12 @@ static int parse_tool_choice(loom__chat_request *req, const json_t *body,
         else if (strcmp(s, "required") == 0)
             req->tool_choice.kind = LOOM_TOOL_CHOICE_REQUIRED;
         else
-            return bad_value(err, "tool_choice",
-                             "'%s'. Supported values are: 'none', 'auto' "
-                             "and 'required', or an object naming a "
-                             "function.", s);
+            return loom__chat_bad_value(
+                err, "tool_choice",
+                "'%s'. Supported values are: 'none', 'auto' "
+                "and 'required', or an object naming a "
+                "function.",
+                s);
         return 0;
     }
     if (!json_is_object(tc))
@@ -611,10 +617,10 @@ static int parse_tool_choice(loom__chat_request *req, const json_t *body,
     if ((rc = get_string(&type, tc, "type", "tool_choice.type", 1, err)))
         return rc;
     if (strcmp(type, "function") != 0)
-        return bad_value(err, "tool_choice.type",
-                         "'%s' is not supported; expected 'function'.",
-                         type);
-    fn = opt(tc, "function");
+        return loom__chat_bad_value(
+            err, "tool_choice.type",
+            "'%s' is not supported; expected 'function'.", type);
+    fn = loom__chat_opt(tc, "function");
     if (!fn)
         return missing(err, "tool_choice.function");
     if (!json_is_object(fn))
@@ -631,16 +637,16 @@ static int parse_tool_choice(loom__chat_request *req, const json_t *body,
 static int get_max_tokens(long *out, const json_t *body, const char *key,
                           loom__chat_error *err)
 {
-    const json_t *v = opt(body, key);
+    const json_t *v = loom__chat_opt(body, key);
 
     if (!v)
         return 0;
     if (!json_is_integer(v))
         return bad_type(err, key, "an integer", v);
     if (json_integer_value(v) < 1)
-        return bad_value(err, key,
-                         "%lld. Expected a value of at least 1.",
-                         (long long)json_integer_value(v));
+        return loom__chat_bad_value(err, key,
+                                    "%lld. Expected a value of at least 1.",
+                                    (long long)json_integer_value(v));
     *out = json_integer_value(v) > 0x7fffffff
                ? 0x7fffffff
                : (long)json_integer_value(v);
@@ -667,7 +673,7 @@ int loom__chat_user_valid(const char *s)
 static int parse_options(loom__chat_request *req, const json_t *body,
                          loom__chat_error *err)
 {
-    const json_t *so = opt(body, "stream_options"), *t;
+    const json_t *so = loom__chat_opt(body, "stream_options"), *t;
     const char *s;
     int rc;
 
@@ -685,24 +691,25 @@ static int parse_options(loom__chat_request *req, const json_t *body,
         (rc = get_max_tokens(&req->max_tokens, body, "max_completion_tokens",
                              err)))
         return rc;
-    t = opt(body, "temperature");
+    t = loom__chat_opt(body, "temperature");
     if (t && !json_is_number(t))
         return bad_type(err, "temperature", "a number", t);
     if (t) {
         double v = json_number_value(t);
         if (v < 0 || v > 2)
-            return bad_value(err, "temperature",
-                             "%g. Expected a value between 0 and 2.", v);
+            return loom__chat_bad_value(
+                err, "temperature", "%g. Expected a value between 0 and 2.", v);
         req->temperature = v;
     }
     if ((rc = get_string(&s, body, "user", "user", 0, err)) != 0)
         return rc;
     if (s) {
         if (!loom__chat_user_valid(s))
-            return bad_value(err, "user",
-                             "expected 1 to %d characters of A-Z, a-z, "
-                             "0-9 and '%s'.",
-                             LOOM__CHAT_USER_MAX, LOOM__CHAT_USER_PUNCT);
+            return loom__chat_bad_value(
+                err, "user",
+                "expected 1 to %d characters of A-Z, a-z, "
+                "0-9 and '%s'.",
+                LOOM__CHAT_USER_MAX, LOOM__CHAT_USER_PUNCT);
         if (!(req->user = strdup(s)))
             return loom__error_oom();
     }
@@ -711,9 +718,9 @@ static int parse_options(loom__chat_request *req, const json_t *body,
         return rc;
     if (s) {
         if (!*s || strlen(s) > MAX_CONVERSATION_ID)
-            return bad_value(err, "conversation_id",
-                             "expected 1 to %d characters.",
-                             MAX_CONVERSATION_ID);
+            return loom__chat_bad_value(err, "conversation_id",
+                                        "expected 1 to %d characters.",
+                                        MAX_CONVERSATION_ID);
         if (!(req->conversation_id = strdup(s)))
             return loom__error_oom();
     }
@@ -744,8 +751,9 @@ static int parse_loom_options(loom__chat_request *req, const json_t *body,
                          LOOM__CHAT_SERVER_CALLS_FIELD, 0, err)) != 0)
         return rc;
     if (s && (req->server_calls_inline = loom__chat_server_calls_mode(s)) < 0)
-        return bad_value(err, LOOM__CHAT_SERVER_CALLS_FIELD,
-                         "'%s'. Expected 'separate' or 'inline'.", s);
+        return loom__chat_bad_value(err, LOOM__CHAT_SERVER_CALLS_FIELD,
+                                    "'%s'. Expected 'separate' or 'inline'.",
+                                    s);
     return 0;
 }
 
@@ -768,7 +776,8 @@ int loom__chat_request_parse(loom__chat_request *out, const json_t *body,
     if ((rc = get_string(&model, body, "model", "model", 1, err)) != 0)
         goto cleanup;
     if (!*model) {
-        rc = bad_value(err, "model", "''. A model name is required.");
+        rc =
+            loom__chat_bad_value(err, "model", "''. A model name is required.");
         goto cleanup;
     }
     if (!(out->model = strdup(model))) {

@@ -69,9 +69,11 @@ int loom__chat_error_from_failure(loom__chat_error *err, const json_t *data);
 int loom__chat_bad_type(loom__chat_error *err, const char *param,
                         const char *expected, const json_t *got);
 /* A 400 invalid_value: "Invalid value for '<param>': <fmt...>". */
-int loom__chat_bad_valuev(loom__chat_error *err, const char *param,
-                          const char *fmt, va_list ap)
-    __attribute__((format(printf, 3, 0)));
+int loom__chat_bad_value(loom__chat_error *err, const char *param,
+                         const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The value at key of o, NULL when absent or null (null: not given). */
+const json_t *loom__chat_opt(const json_t *o, const char *key);
 
 /*
  * Parses the sampling and output parameters of a request body (top_p,

@@ -27,32 +27,6 @@
 #define MAX_STOP_BYTES 256
 #define MAX_SHORT_STRING 256
 
-int loom__chat_bad_valuev(loom__chat_error *err, const char *param,
-                          const char *fmt, va_list ap)
-{
-    char msg[512];
-
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    return loom__chat_error_set(err, 400, "invalid_request_error",
-                                "invalid_value", param,
-                                "Invalid value for '%s': %s", param, msg);
-}
-
-static int bad_value(loom__chat_error *err, const char *param, const char *fmt,
-                     ...) __attribute__((format(printf, 3, 4)));
-
-static int bad_value(loom__chat_error *err, const char *param, const char *fmt,
-                     ...)
-{
-    va_list ap;
-    int rc;
-
-    va_start(ap, fmt);
-    rc = loom__chat_bad_valuev(err, param, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* A parameter loom cannot honour for any provider: 400
  * unsupported_parameter, with why. */
 static int refused(loom__chat_error *err, const char *param, const char *why)
@@ -62,18 +36,12 @@ static int refused(loom__chat_error *err, const char *param, const char *why)
                                 "Unsupported parameter: '%s' %s.", param, why);
 }
 
-static const json_t *given(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    return json_is_null(v) ? NULL : v;
-}
-
 /* A number in [lo, hi] into *out, its bit into p->set. */
 static int get_number(loom_llm_params *p, double *out, unsigned bit,
                       const json_t *body, const char *key, double lo, double hi,
                       loom__chat_error *err)
 {
-    const json_t *v = given(body, key);
+    const json_t *v = loom__chat_opt(body, key);
 
     if (!v)
         return 0;
@@ -81,8 +49,8 @@ static int get_number(loom_llm_params *p, double *out, unsigned bit,
         return loom__chat_bad_type(err, key, "a number", v);
     *out = json_number_value(v);
     if (!(*out >= lo && *out <= hi))
-        return bad_value(err, key, "%g. Expected a value between %g and %g.",
-                         *out, lo, hi);
+        return loom__chat_bad_value(
+            err, key, "%g. Expected a value between %g and %g.", *out, lo, hi);
     p->set |= bit;
     return 0;
 }
@@ -91,7 +59,7 @@ static int get_number(loom_llm_params *p, double *out, unsigned bit,
 static int get_choice(char **out, const json_t *body, const char *key,
                       const char *const *choices, loom__chat_error *err)
 {
-    const json_t *v = given(body, key);
+    const json_t *v = loom__chat_opt(body, key);
     const char *s;
     char list[128] = "";
 
@@ -106,13 +74,14 @@ static int get_choice(char **out, const json_t *body, const char *key,
         snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s'%s'",
                  i ? ", " : "", choices[i]);
     }
-    return bad_value(err, key, "'%.64s'. Supported values are: %s.", s, list);
+    return loom__chat_bad_value(err, key, "'%.64s'. Supported values are: %s.",
+                                s, list);
 }
 
 static int parse_stop(loom_llm_params *p, const json_t *body,
                       loom__chat_error *err)
 {
-    const json_t *v = given(body, "stop"), *e;
+    const json_t *v = loom__chat_opt(body, "stop"), *e;
     char param[32];
     size_t i;
 
@@ -122,8 +91,9 @@ static int parse_stop(loom_llm_params *p, const json_t *body,
         return loom__chat_bad_type(err, "stop",
                                    "a string or an array of strings", v);
     if (json_is_array(v) && json_array_size(v) > LOOM_LLM_MAX_STOP)
-        return bad_value(err, "stop", "%zu sequences. Expected at most %d.",
-                         json_array_size(v), LOOM_LLM_MAX_STOP);
+        return loom__chat_bad_value(err, "stop",
+                                    "%zu sequences. Expected at most %d.",
+                                    json_array_size(v), LOOM_LLM_MAX_STOP);
     for (i = 0; i < (json_is_string(v) ? 1 : json_array_size(v)); i++) {
         e = json_is_string(v) ? v : json_array_get(v, i);
         snprintf(param, sizeof(param), json_is_string(v) ? "stop" : "stop[%zu]",
@@ -131,8 +101,9 @@ static int parse_stop(loom_llm_params *p, const json_t *body,
         if (!json_is_string(e))
             return loom__chat_bad_type(err, param, "a string", e);
         if (!json_string_length(e) || json_string_length(e) > MAX_STOP_BYTES)
-            return bad_value(err, param, "a stop sequence has 1 to %d bytes.",
-                             MAX_STOP_BYTES);
+            return loom__chat_bad_value(err, param,
+                                        "a stop sequence has 1 to %d bytes.",
+                                        MAX_STOP_BYTES);
         if (!(p->stop[p->stop_len] = strdup(json_string_value(e))))
             return loom__error_oom();
         p->stop_len++;
@@ -156,7 +127,7 @@ static int format_name_ok(const char *s)
 static int parse_json_schema(loom_llm_params *p, const json_t *rf,
                              loom__chat_error *err)
 {
-    const json_t *js = given(rf, "json_schema"), *v;
+    const json_t *js = loom__chat_opt(rf, "json_schema"), *v;
 
     if (!js)
         return loom__chat_error_set(
@@ -166,31 +137,32 @@ static int parse_json_schema(loom_llm_params *p, const json_t *rf,
     if (!json_is_object(js))
         return loom__chat_bad_type(err, "response_format.json_schema",
                                    "an object", js);
-    v = given(js, "name");
+    v = loom__chat_opt(js, "name");
     if (!v || !json_is_string(v))
         return loom__chat_bad_type(err, "response_format.json_schema.name",
                                    "a string", v ? v : json_null());
     if (!format_name_ok(json_string_value(v)))
-        return bad_value(err, "response_format.json_schema.name",
-                         "a name is 1 to 64 of a-z, A-Z, 0-9, '_' and "
-                         "'-'.");
+        return loom__chat_bad_value(
+            err, "response_format.json_schema.name",
+            "a name is 1 to 64 of a-z, A-Z, 0-9, '_' and "
+            "'-'.");
     if (!(p->format_name = strdup(json_string_value(v))))
         return loom__error_oom();
-    if ((v = given(js, "description"))) {
+    if ((v = loom__chat_opt(js, "description"))) {
         if (!json_is_string(v))
             return loom__chat_bad_type(
                 err, "response_format.json_schema.description", "a string", v);
         if (!(p->format_description = strdup(json_string_value(v))))
             return loom__error_oom();
     }
-    if ((v = given(js, "schema"))) {
+    if ((v = loom__chat_opt(js, "schema"))) {
         if (!json_is_object(v))
             return loom__chat_bad_type(
                 err, "response_format.json_schema.schema", "an object", v);
         if (!(p->format_schema = json_deep_copy(v)))
             return loom__error_oom();
     }
-    if ((v = given(js, "strict"))) {
+    if ((v = loom__chat_opt(js, "strict"))) {
         if (!json_is_boolean(v))
             return loom__chat_bad_type(
                 err, "response_format.json_schema.strict", "a boolean", v);
@@ -203,14 +175,14 @@ static int parse_json_schema(loom_llm_params *p, const json_t *rf,
 static int parse_response_format(loom_llm_params *p, const json_t *body,
                                  loom__chat_error *err)
 {
-    const json_t *rf = given(body, "response_format"), *t;
+    const json_t *rf = loom__chat_opt(body, "response_format"), *t;
     const char *type;
 
     if (!rf)
         return 0;
     if (!json_is_object(rf))
         return loom__chat_bad_type(err, "response_format", "an object", rf);
-    t = given(rf, "type");
+    t = loom__chat_opt(rf, "type");
     if (!t || !json_is_string(t))
         return loom__chat_bad_type(err, "response_format.type", "a string",
                                    t ? t : json_null());
@@ -223,10 +195,11 @@ static int parse_response_format(loom_llm_params *p, const json_t *body,
     }
     if (strcmp(type, "json_schema") == 0)
         return parse_json_schema(p, rf, err);
-    return bad_value(err, "response_format.type",
-                     "'%.64s'. Supported values are: 'text', 'json_object' "
-                     "and 'json_schema'.",
-                     type);
+    return loom__chat_bad_value(
+        err, "response_format.type",
+        "'%.64s'. Supported values are: 'text', 'json_object' "
+        "and 'json_schema'.",
+        type);
 }
 
 /* Keeps v in p->extra under key. */
@@ -242,7 +215,7 @@ static int keep_extra(loom_llm_params *p, const char *key, const json_t *v)
 static int parse_logit_bias(loom_llm_params *p, const json_t *body,
                             loom__chat_error *err)
 {
-    const json_t *v = given(body, "logit_bias"), *b;
+    const json_t *v = loom__chat_opt(body, "logit_bias"), *b;
     const char *key;
     char param[48];
 
@@ -251,19 +224,19 @@ static int parse_logit_bias(loom_llm_params *p, const json_t *body,
     if (!json_is_object(v))
         return loom__chat_bad_type(err, "logit_bias", "an object", v);
     if (json_object_size(v) > MAX_LOGIT_BIAS)
-        return bad_value(err, "logit_bias", "expected at most %d tokens.",
-                         MAX_LOGIT_BIAS);
+        return loom__chat_bad_value(
+            err, "logit_bias", "expected at most %d tokens.", MAX_LOGIT_BIAS);
     json_object_foreach((json_t *)v, key, b)
     {
         snprintf(param, sizeof(param), "logit_bias.%.24s", key);
         if (!*key || strspn(key, "0123456789") != strlen(key))
-            return bad_value(err, param, "a key is a token id.");
+            return loom__chat_bad_value(err, param, "a key is a token id.");
         if (!json_is_number(b))
             return loom__chat_bad_type(err, param, "a number", b);
         if (!(json_number_value(b) >= -100 && json_number_value(b) <= 100))
-            return bad_value(err, param,
-                             "%g. Expected a value between -100 and 100.",
-                             json_number_value(b));
+            return loom__chat_bad_value(
+                err, param, "%g. Expected a value between -100 and 100.",
+                json_number_value(b));
     }
     return json_object_size(v) ? keep_extra(p, "logit_bias", v) : 0;
 }
@@ -271,7 +244,7 @@ static int parse_logit_bias(loom_llm_params *p, const json_t *body,
 static int parse_metadata(loom_llm_params *p, const json_t *body,
                           loom__chat_error *err)
 {
-    const json_t *v = given(body, "metadata"), *m;
+    const json_t *v = loom__chat_opt(body, "metadata"), *m;
     const char *key;
     char param[48];
 
@@ -280,19 +253,20 @@ static int parse_metadata(loom_llm_params *p, const json_t *body,
     if (!json_is_object(v))
         return loom__chat_bad_type(err, "metadata", "an object", v);
     if (json_object_size(v) > MAX_METADATA)
-        return bad_value(err, "metadata", "expected at most %d pairs.",
-                         MAX_METADATA);
+        return loom__chat_bad_value(err, "metadata",
+                                    "expected at most %d pairs.", MAX_METADATA);
     json_object_foreach((json_t *)v, key, m)
     {
         snprintf(param, sizeof(param), "metadata.%.24s", key);
         if (strlen(key) > MAX_METADATA_KEY)
-            return bad_value(err, param, "a key has at most %d bytes.",
-                             MAX_METADATA_KEY);
+            return loom__chat_bad_value(
+                err, param, "a key has at most %d bytes.", MAX_METADATA_KEY);
         if (!json_is_string(m))
             return loom__chat_bad_type(err, param, "a string", m);
         if (json_string_length(m) > MAX_METADATA_VALUE)
-            return bad_value(err, param, "a value has at most %d bytes.",
-                             MAX_METADATA_VALUE);
+            return loom__chat_bad_value(err, param,
+                                        "a value has at most %d bytes.",
+                                        MAX_METADATA_VALUE);
     }
     return json_object_size(v) ? keep_extra(p, "metadata", v) : 0;
 }
@@ -321,20 +295,21 @@ static int parse_extras(loom_llm_params *p, const json_t *body,
         if (rc)
             return rc;
     }
-    if ((v = given(body, "store"))) {
+    if ((v = loom__chat_opt(body, "store"))) {
         if (!json_is_boolean(v))
             return loom__chat_bad_type(err, "store", "a boolean", v);
         if ((rc = keep_extra(p, "store", v)))
             return rc;
     }
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
-        if (!(v = given(body, strings[i])))
+        if (!(v = loom__chat_opt(body, strings[i])))
             continue;
         if (!json_is_string(v))
             return loom__chat_bad_type(err, strings[i], "a string", v);
         if (json_string_length(v) > MAX_SHORT_STRING)
-            return bad_value(err, strings[i], "expected at most %d bytes.",
-                             MAX_SHORT_STRING);
+            return loom__chat_bad_value(err, strings[i],
+                                        "expected at most %d bytes.",
+                                        MAX_SHORT_STRING);
         if ((rc = keep_extra(p, strings[i], v)))
             return rc;
     }
@@ -349,19 +324,20 @@ static int parse_refused(const json_t *body, loom__chat_error *err)
                                         "function_call"};
     const json_t *v;
 
-    if ((v = given(body, "n"))) {
+    if ((v = loom__chat_opt(body, "n"))) {
         if (!json_is_integer(v))
             return loom__chat_bad_type(err, "n", "an integer", v);
         if (json_integer_value(v) < 1)
-            return bad_value(err, "n", "%lld. Expected a value of at least 1.",
-                             (long long)json_integer_value(v));
+            return loom__chat_bad_value(err, "n",
+                                        "%lld. Expected a value of at least 1.",
+                                        (long long)json_integer_value(v));
         if (json_integer_value(v) > 1)
             return refused(err, "n",
                            "above 1: loom runs one answer per request "
                            "(its tools and stored conversation follow one "
                            "answer); send n requests instead");
     }
-    if ((v = given(body, "logprobs"))) {
+    if ((v = loom__chat_opt(body, "logprobs"))) {
         if (!json_is_boolean(v))
             return loom__chat_bad_type(err, "logprobs", "a boolean", v);
         if (json_is_true(v))
@@ -369,14 +345,14 @@ static int parse_refused(const json_t *body, loom__chat_error *err)
                            "is not supported: loom does not return log "
                            "probabilities");
     }
-    if ((v = given(body, "top_logprobs"))) {
+    if ((v = loom__chat_opt(body, "top_logprobs"))) {
         if (!json_is_integer(v))
             return loom__chat_bad_type(err, "top_logprobs", "an integer", v);
         return refused(err, "top_logprobs",
                        "is not supported: loom does not return log "
                        "probabilities");
     }
-    if ((v = given(body, "modalities"))) {
+    if ((v = loom__chat_opt(body, "modalities"))) {
         if (!json_is_array(v))
             return loom__chat_bad_type(err, "modalities", "an array", v);
         for (size_t i = 0; i < json_array_size(v); i++)
@@ -386,7 +362,7 @@ static int parse_refused(const json_t *body, loom__chat_error *err)
                                "other than [\"text\"] is not supported");
     }
     for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++)
-        if (given(body, never[i]))
+        if (loom__chat_opt(body, never[i]))
             return refused(err, never[i], "is not supported by loom");
     return 0;
 }
@@ -411,7 +387,7 @@ int loom__chat_params_parse(loom_llm_params *out, const json_t *body,
                          LOOM_PARAM_FREQUENCY_PENALTY, body,
                          "frequency_penalty", -2, 2, err)))
         goto fail;
-    if ((v = given(body, "seed"))) {
+    if ((v = loom__chat_opt(body, "seed"))) {
         if (!json_is_integer(v)) {
             rc = loom__chat_bad_type(err, "seed", "an integer", v);
             goto fail;
@@ -428,7 +404,7 @@ int loom__chat_params_parse(loom_llm_params *out, const json_t *body,
         (rc = parse_extras(out, body, err)))
         goto fail;
     /* `user` was checked as loom's user id; the provider is told too. */
-    if ((v = given(body, "user")) && json_is_string(v) &&
+    if ((v = loom__chat_opt(body, "user")) && json_is_string(v) &&
         !(out->user = strdup(json_string_value(v)))) {
         rc = loom__error_oom();
         goto fail;
