@@ -10,6 +10,7 @@
 #ifndef LOOM_H
 #define LOOM_H
 
+#include "loom/agent.h"
 #include "loom/buf.h"
 #include "loom/cancel.h"
 #include "loom/common.h"

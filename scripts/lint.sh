@@ -206,7 +206,7 @@ public_layer() {
     llm | router) echo llm ;;
     tools) echo tools ;;
     store) echo store ;;
-    context | memory | recorder | run | session) echo agent ;;
+    agent | context | memory | recorder | run | session) echo agent ;;
     server) echo server ;;
     *) echo unknown ;;
     esac

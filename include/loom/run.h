@@ -26,6 +26,7 @@
 #ifndef LOOM_RUN_H
 #define LOOM_RUN_H
 
+#include "agent.h"
 #include "cancel.h"
 #include "common.h"
 #include "config.h"
@@ -373,6 +374,11 @@ typedef struct {
      */
     int many_results_after;
     const char *many_results_prompt;
+    /*
+     * The agent's hooks (loom/agent.h), or NULL: loom's default
+     * behaviour. Borrowed.
+     */
+    const loom_agent_hooks *agent_hooks;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1

@@ -58,6 +58,12 @@ typedef struct {
     void *payload;
 } loom_session_observer;
 
+/* Hooks for the turns of one agent (loom/agent.h). */
+typedef struct {
+    const char *agent; /* the agent's name in the config */
+    const loom_agent_hooks *hooks;
+} loom_session_agent_hooks;
+
 typedef struct {
     unsigned version;
     /*
@@ -98,6 +104,13 @@ typedef struct {
      * negative: not at all. */
     long store_retry_ms;
     loom_session_observer observer;
+    /*
+     * Hooks per agent: every turn of that agent (as a sub-agent too)
+     * runs with them. Borrowed: they must outlive the session. An agent
+     * named twice: the first entry.
+     */
+    const loom_session_agent_hooks *agent_hooks;
+    size_t agent_hooks_len;
 } loom_session_options;
 
 #define LOOM_SESSION_OPTIONS_VERSION 1

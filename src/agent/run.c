@@ -132,6 +132,12 @@ struct loom_run {
     /* Images by URL fetched for providers that take only bytes
      * (media_fetch.c); made on the first model call. */
     loom__media_fetcher *media;
+
+    /* The agent's hooks (opts.agent_hooks; NULL: none) and their state
+     * for this run (init_state), which free_state gets back. */
+    const loom_agent_hooks *hooks;
+    void *hook_state;
+    int hook_state_set;
 };
 
 /* Whether anybody listens: no event payload is built otherwise. */
@@ -427,6 +433,11 @@ int loom__run_create(loom_run **out, const loom_run_options *opts)
         return loom__error_set(LOOM_EINVALID,
                                "run options: the provider's vtable has an "
                                "unknown version");
+    if (opts->agent_hooks && opts->agent_hooks->version != 0 &&
+        opts->agent_hooks->version != LOOM_AGENT_HOOKS_VERSION)
+        return loom__error_set(LOOM_EINVALID,
+                               "run options: the agent hooks have an unknown "
+                               "version");
     if (opts->run_id && (!*opts->run_id || strlen(opts->run_id) > LOOM_ID_MAX))
         return loom__error_set(LOOM_EINVALID,
                                "run options: a run_id has 1 to %d bytes",
@@ -435,6 +446,7 @@ int loom__run_create(loom_run **out, const loom_run_options *opts)
     if (!run)
         return loom__error_oom();
     run->opts = *opts;
+    run->hooks = opts->agent_hooks;
     if (run->opts.max_iterations <= 0)
         run->opts.max_iterations = DEFAULT_MAX_ITERATIONS;
     if (run->opts.tool_concurrency <= 0)
@@ -1406,6 +1418,32 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
     return 0;
 }
 
+/* What the agent's hooks see of the run now (loom/agent.h). */
+static void agent_state(const loom_run *run, loom_agent_state *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->run = run;
+    st->agent = run->opts.agent;
+    st->iteration = run->iterations;
+    st->counted = run->iterations - run->think_turns;
+    st->max_iterations = run->opts.max_iterations;
+    st->model = run->opts.model ? run->opts.model : run->opts.upstream_model;
+    st->messages = &run->all;
+    st->state = run->hook_state;
+}
+
+/* The hooks' init_state, once, before the first model call. */
+static void hooks_init(loom_run *run)
+{
+    loom_agent_state st;
+
+    if (!run->hooks || !run->hooks->init_state || run->hook_state_set)
+        return;
+    agent_state(run, &st);
+    run->hook_state = run->hooks->init_state(&st, run->hooks->payload);
+    run->hook_state_set = 1;
+}
+
 int loom_run_execute(loom_run *run)
 {
     loom_llm_response resp;
@@ -1415,6 +1453,7 @@ int loom_run_execute(loom_run *run)
     if (!run->cache && (rc = loom_llm_cache_new(&run->cache)) != 0)
         return rc;
     emit_started(run);
+    hooks_init(run);
     while (more && rc == 0)
         rc = iterate(run, &resp, &limit_injected, &more);
     free(run->finish_reason);
@@ -1558,5 +1597,7 @@ void loom_run_free(loom_run *run)
     loom__plan_free(run->plan);
     free(run->system_prev);
     loom__media_fetcher_free(run->media);
+    if (run->hook_state_set && run->hooks->free_state)
+        run->hooks->free_state(run->hook_state, run->hooks->payload);
     free(run);
 }

@@ -874,6 +874,17 @@ static int use_data_policy(loom_recorder *rec, const loom_agent_config *agent)
     return loom_recorder_set_policy(rec, &p);
 }
 
+/* The hooks the session was given for agent (NULL: none). */
+static const loom_agent_hooks *agent_hooks(const loom_session *s,
+                                           const char *agent)
+{
+    for (size_t i = 0; agent && i < s->o.agent_hooks_len; i++)
+        if (s->o.agent_hooks[i].agent &&
+            strcmp(s->o.agent_hooks[i].agent, agent) == 0)
+            return s->o.agent_hooks[i].hooks;
+    return NULL;
+}
+
 /*
  * The one mapping of an agent's config and a turn's overrides to run
  * options, for every front end.
@@ -921,6 +932,7 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
         ro.params = &t->params;
     ro.user_id = t->user_id;
     ro.user_keys = t->user_keys;
+    ro.agent_hooks = agent_hooks(s, t->agent);
     loom__run_options_use_model(&ro, &t->mreq);
     ro.model = t->model;
     ro.upstream_model = t->upstream;

@@ -701,6 +701,86 @@ static void test_check_params_resolves_names(void **state)
     loom_config_free(cfg);
 }
 
+/* Hooks the session holds per agent: each turn of that agent gets its
+ * own state (init once, before the first call; free with the turn); other
+ * turns get none; unknown versions are refused. */
+typedef struct {
+    int inits, frees, last_iteration;
+    char agent[32];
+} hook_counts;
+
+static void *count_init(const loom_agent_state *st, void *payload)
+{
+    hook_counts *c = payload;
+    c->inits++;
+    c->last_iteration = st->iteration;
+    snprintf(c->agent, sizeof(c->agent), "%s", st->agent ? st->agent : "");
+    return c;
+}
+
+static void count_free(void *state, void *payload)
+{
+    hook_counts *c = payload;
+    assert_ptr_equal(state, c);
+    c->frees++;
+}
+
+static void test_agent_hooks_state(void **state)
+{
+    fx f;
+    hook_counts c = {0};
+    loom_agent_hooks h = LOOM_AGENT_HOOKS_INIT;
+    loom_session_agent_hooks per[1] = {{"helper", &h}};
+    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
+    loom_turn_options to = LOOM_TURN_OPTIONS_INIT;
+    loom_messages in = {0};
+    loom_session *s;
+    loom_turn *t;
+
+    static const mock_answer two[] = {{.text = "one"}, {.text = "two"}};
+
+    (void)state;
+    fx_open(&f, two, 2, 0);
+    h.payload = &c;
+    h.init_state = count_init;
+    h.free_state = count_free;
+    so.config = f.cfg;
+    so.provider = &f.mock.base;
+    so.model = "mock-1";
+    so.agent_hooks = per;
+    so.agent_hooks_len = 1;
+    assert_int_equal(loom_session_new(&s, &so), 0);
+    assert_int_equal(loom_messages_add(&in, LOOM_ROLE_USER, "hi"), 0);
+    to.input = &in;
+    to.agent = "helper";
+    assert_int_equal(loom_turn_new(&t, s, &to), 0);
+    assert_int_equal(c.inits, 0);
+    assert_int_equal(loom_turn_execute(t), 0);
+    assert_int_equal(c.inits, 1);
+    assert_int_equal(c.last_iteration, 0);
+    assert_string_equal(c.agent, "helper");
+    assert_int_equal(c.frees, 0);
+    loom_turn_free(t);
+    assert_int_equal(c.frees, 1);
+
+    /* A turn without the agent runs without its hooks. */
+    to.agent = NULL;
+    to.no_agent = 1;
+    assert_int_equal(loom_turn_new(&t, s, &to), 0);
+    assert_int_equal(loom_turn_execute(t), 0);
+    loom_turn_free(t);
+    assert_int_equal(c.inits, 1);
+
+    h.version = 99;
+    to.agent = "helper";
+    to.no_agent = 0;
+    assert_int_equal(loom_turn_new(&t, s, &to), LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "hooks"));
+    loom_session_free(s);
+    loom_messages_free(&in);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -718,6 +798,7 @@ int main(void)
         cmocka_unit_test(test_versions),
         cmocka_unit_test(test_unknown_agent_tool),
         cmocka_unit_test(test_check_params_resolves_names),
+        cmocka_unit_test(test_agent_hooks_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
