@@ -46,6 +46,45 @@ typedef struct {
     void *state; /* the hooks' own state for this run (init_state) */
 } loom_agent_state;
 
+/* Why a model call ended without tool calls to run (on_no_tool_calls). */
+typedef enum {
+    LOOM_NO_CALLS_GENERATED = 0, /* the model answered without calling */
+    LOOM_NO_CALLS_LIMIT_REACHED, /* the last permitted call (no tools) */
+    /* every call asked for a tool that is not enabled for this user or
+     * request (should_use); the calls end TOOL_NOT_ENABLED */
+    LOOM_NO_CALLS_TOOLS_DISABLED
+} loom_no_calls_reason;
+
+/* preprocess_tool_arguments's answer. */
+typedef enum {
+    LOOM_ARGS_DEFAULT = 0, /* loom parses the model's text as usual */
+    LOOM_ARGS_SET,         /* *args holds the arguments (then validated) */
+    LOOM_ARGS_FAIL         /* the call fails; error is what the model reads */
+} loom_args_action;
+
+/* approval_required's answer. */
+typedef enum {
+    LOOM_APPROVAL_DEFAULT = 0, /* the tool's setting (`approval:`) */
+    LOOM_APPROVAL_REQUIRED,
+    LOOM_APPROVAL_NOT_REQUIRED
+} loom_approval;
+
+/*
+ * What a special tool's hook may change once a call has ended, before
+ * the model reads its result. All start empty: leave them so to change
+ * nothing.
+ */
+typedef struct {
+    loom_buf *force_tool; /* a tool name: the next call must call it */
+    loom_buf *result;     /* replaces what the model reads (and what is
+                           * stored) */
+    /* The conversation the next requests are built from (loom's copy:
+     * what is stored does not change). A hook may replace a message's
+     * content (free it, put a malloc'd string); it may not add or remove
+     * messages. */
+    loom_messages *messages;
+} loom_special_tool;
+
 #define LOOM_AGENT_HOOKS_VERSION 1
 
 /*
@@ -63,6 +102,73 @@ typedef struct {
      */
     void *(*init_state)(const loom_agent_state *st, void *payload);
     void (*free_state)(void *state, void *payload);
+
+    /* ---- the loop ---- */
+    /*
+     * Before each model call after the first: 0 ends the run with the
+     * text so far. NULL: loom's rule (go on while the last call asked for
+     * tools and the limit allows).
+     */
+    int (*should_continue)(const loom_agent_state *st, void *payload);
+    /*
+     * A model call left no tool calls to run, for reason. Return 1 to
+     * call the model again, 0 to end the run. Text written to message
+     * is, when the run goes on, a system note for the next call; when it
+     * ends, text added to the answer the user sees. calls: the calls of
+     * the turn (TOOLS_DISABLED), else NULL. NULL hook: end the run
+     * (TOOLS_DISABLED: with the agent's tools_disabled_message).
+     */
+    int (*on_no_tool_calls)(const loom_agent_state *st,
+                            loom_no_calls_reason reason,
+                            const loom_tool_call *calls, size_t ncalls,
+                            loom_buf *message, void *payload);
+    /* 0: the next call offers no tools. NULL: tools are offered. */
+    int (*should_send_tools)(const loom_agent_state *st, void *payload);
+    /*
+     * The model of the next call: "provider/model" (or any name a turn
+     * may give), copied; NULL: the agent's. A name that does not resolve
+     * fails the run.
+     */
+    const char *(*get_model)(const loom_agent_state *st, void *payload);
+    /* The usage a model call counts as: out starts as the call's own. */
+    void (*calculate_usage)(const loom_agent_state *st, const loom_usage *call,
+                            loom_usage *out, void *payload);
+
+    /* ---- tool calls ---- */
+    /* The model asked for calls (server and client), before any runs. */
+    void (*on_tools_selected)(const loom_agent_state *st,
+                              const loom_tool_call *calls, size_t n,
+                              void *payload);
+    /* Non-zero: the calls are not run and the run ends with its text so
+     * far (finish reason "stop"). */
+    int (*process_tool_calls)(const loom_agent_state *st,
+                              const loom_tool_call *calls, size_t n,
+                              void *payload);
+    /*
+     * A call's arguments, before validation. LOOM_ARGS_SET: *args (an
+     * object; the run takes the reference) are the arguments;
+     * LOOM_ARGS_FAIL: the call fails and the model reads error's text;
+     * LOOM_ARGS_DEFAULT: loom parses the model's text, with the tool's
+     * fallbacks (default_args_on_bad_json, repair_arguments).
+     */
+    loom_args_action (*preprocess_tool_arguments)(const loom_agent_state *st,
+                                                  const loom_tool_call *call,
+                                                  json_t **args,
+                                                  loom_buf *error,
+                                                  void *payload);
+    /* Whether this call waits for a person's approval before it runs. */
+    loom_approval (*approval_required)(const loom_agent_state *st,
+                                       const loom_tool_call *call,
+                                       const json_t *args, void *payload);
+    /* A running call reported progress (the tool.progress event's
+     * fields: call_id, tool, label, icon, status). */
+    void (*on_tool_progress)(const loom_agent_state *st, const json_t *progress,
+                             void *payload);
+    /* A call ended (failed: it failed, result: what the model would
+     * read); see loom_special_tool. */
+    void (*special_tool)(const loom_agent_state *st, const loom_tool_call *call,
+                         int failed, const char *result, loom_special_tool *out,
+                         void *payload);
 } loom_agent_hooks;
 
 #define LOOM_AGENT_HOOKS_INIT                                                  \
