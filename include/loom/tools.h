@@ -71,6 +71,13 @@ typedef struct {
      * cost nothing known. NULL when the caller takes none.
      */
     int64_t *cost_micros;
+    /*
+     * Where the call's progress and streamed text go (loom_tool_progress,
+     * loom_tool_delta, below): the run that started the call, which emits
+     * them as events. Opaque; NULL when nobody listens (those calls then
+     * do nothing).
+     */
+    struct loom_tool_events *events;
 } loom_tool_ctx;
 
 /* The most bytes a tool's summary may take. */
@@ -78,6 +85,33 @@ typedef struct {
 /* The most documents one call reports, and the longest id. */
 #define LOOM_TOOL_DOCUMENTS_MAX 100
 #define LOOM_TOOL_DOCUMENT_ID_MAX 128
+
+/* The most bytes of a progress step's label, icon or status (longer ones
+ * are cut on a character boundary). */
+#define LOOM_TOOL_PROGRESS_TEXT_MAX 512
+
+/*
+ * Reports a progress step of the running call: label (what it is doing
+ * now, "Searching the web"), icon (a name the client maps to a picture,
+ * "SEARCH") and status ("running", "done"...); icon and status may be
+ * NULL. The run emits it as a `tool.progress` event before the call's
+ * tool.completed, calls the agent's on_tool_progress hook and stores the
+ * steps with the turn (docs/tools.md "Progress and streamed text").
+ * Safe from the tool's thread (or any thread it started) while execute()
+ * runs, never after it returned. A ctx without events (NULL), or a call
+ * its run has abandoned, drops it. Progress is best effort: when the run
+ * falls far behind, the oldest pending steps of the call are dropped.
+ */
+void loom_tool_progress(const loom_tool_ctx *ctx, const char *label,
+                        const char *icon, const char *status);
+
+/*
+ * Streams len bytes of text the call produces as it goes (a `tool.delta`
+ * event), under the same rules as loom_tool_progress. Send whole UTF-8
+ * characters: bytes that are not valid UTF-8 are shown as U+FFFD.
+ * Deltas the run has not emitted yet are joined into one.
+ */
+void loom_tool_delta(const loom_tool_ctx *ctx, const char *text, size_t len);
 
 /*
  * Runs the tool. On success returns 0 and writes the result text (what the

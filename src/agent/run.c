@@ -323,6 +323,18 @@ static int build_tools(loom_run *run)
     return rc;
 }
 
+static void agent_state(const loom_run *run, loom_agent_state *st);
+
+/* A running call's progress step, for the agent's on_tool_progress. */
+static void on_tool_progress(const json_t *progress, void *payload)
+{
+    loom_run *run = payload;
+    loom_agent_state st;
+
+    agent_state(run, &st);
+    run->hooks->on_tool_progress(&st, progress, run->hooks->payload);
+}
+
 /* The tool turn of the run, over the tools build_tools offers. */
 static int turn_open(loom_run *run)
 {
@@ -345,6 +357,10 @@ static int turn_open(loom_run *run)
     to.user_id = o->user_id;
     to.user_keys = o->user_keys;
     to.emit = run_emitter(run);
+    if (run->hooks && run->hooks->on_tool_progress) {
+        to.on_progress = on_tool_progress;
+        to.progress_payload = run;
+    }
     return loom__toolturn_new(&run->turn, &to);
 }
 

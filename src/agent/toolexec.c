@@ -20,8 +20,17 @@
  * holds a reference on it (tools/registry.h), dropped when the slot is
  * freed, so the registry lives as long as its last running call. There
  * is no process-wide list of abandoned calls and nothing to wait for.
+ *
+ * The hub also carries the events running jobs send (loom_tool_progress,
+ * loom_tool_delta, loom__tool_ctx_event): a thread queues them under the
+ * hub's lock and wakes the caller, which takes them with the finished
+ * jobs, all at once, and hands them out first, so a job's events come
+ * before its finish. A job's pending events are bounded (toolexec.h);
+ * abandoning a job purges its pending events, and a thread whose job
+ * was abandoned queues nothing more.
  */
 #include "agent/toolexec.h"
+#include "agent/emit.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/utf8.h"
@@ -122,13 +131,34 @@ done:
 /* ---- running jobs on their own threads ---------------------------------- */
 
 typedef struct slot slot;
+typedef struct tev tev;
 
-/* The finished-job queue, shared by the caller and the live threads. */
+/* An event a job sent, waiting for the caller. */
+struct tev {
+    tev *next;
+    slot *slot;   /* the sender; valid while queued */
+    size_t index; /* of the sender's job */
+    loom_event_type type;
+    json_t *data; /* NULL for a delta: text holds it */
+    char *text;   /* a delta's text (joined deltas) */
+    size_t len;
+    size_t bytes;   /* what it counts toward the bound */
+    size_t dropped; /* the job's events lost just before it */
+};
+
+/* A job's events channel (loom_tool_ctx.events). */
+struct loom_tool_events {
+    slot *slot;
+};
+
+/* The finished-job and event queues, shared by the caller and the live
+ * threads. */
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;  /* on CLOCK_MONOTONIC */
     int refs;           /* the caller, and each thread not yet ended */
     slot *head, *tail;  /* finished, not yet taken by the caller */
+    tev *ev_head, *ev_tail; /* sent, not yet taken by the caller */
 } hub;
 
 /* One running job: everything its thread reads or writes. */
@@ -147,8 +177,24 @@ struct slot {
     double deadline;      /* monotonic ms; 0: none */
     int finished;         /* under hub->mu */
     int abandoned;        /* under hub->mu */
+    /* The events channel, and (under hub->mu) the job's pending events:
+     * how many, their bytes, the newest, and the events lost since the
+     * last one queued. */
+    struct loom_tool_events chan;
+    int listen; /* the caller takes events */
+    size_t ev_n, ev_bytes, ev_dropped;
+    tev *ev_last;
     slot *next;
 };
+
+static void tev_free(tev *e)
+{
+    if (!e)
+        return;
+    json_decref(e->data);
+    free(e->text);
+    free(e);
+}
 
 static void slot_free(slot *s)
 {
@@ -175,6 +221,11 @@ static void hub_release(hub *h)
     pthread_mutex_unlock(&h->mu);
     if (!last)
         return;
+    while (h->ev_head) {
+        tev *nx = h->ev_head->next;
+        tev_free(h->ev_head);
+        h->ev_head = nx;
+    }
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);
@@ -201,6 +252,7 @@ static void run_job(slot *s)
     ctx.summary = &summary;
     ctx.documents = job->documents;
     ctx.cost_micros = &job->cost_micros;
+    ctx.events = s->listen ? &s->chan : NULL;
     loom_error_clear();
     rc = s->tool.execute(job->args, &ctx, &out, s->tool.payload);
     job->duration_ms = loom__mono_ms_exact() - t0;
@@ -240,6 +292,228 @@ static void run_job(slot *s)
         job->output = strdup("Error: out of memory while storing the result");
     loom_buf_free(&out);
     loom_buf_free(&summary);
+}
+
+/* ---- events from running jobs ------------------------------------------ */
+
+/* What the bound may drop: streamed text and progress, never an event
+ * that says something happened. */
+static int droppable(loom_event_type type)
+{
+    return type == LOOM_EV_TOOL_PROGRESS || type == LOOM_EV_TOOL_DELTA ||
+           type == LOOM_EV_MESSAGE_DELTA || type == LOOM_EV_REASONING_DELTA;
+}
+
+/* Unlinks e (whose predecessor is prev) from h's event queue. */
+static void unlink_event(hub *h, tev *prev, tev *e)
+{
+    if (prev)
+        prev->next = e->next;
+    else
+        h->ev_head = e->next;
+    if (h->ev_tail == e)
+        h->ev_tail = prev;
+    if (e->slot->ev_last == e)
+        e->slot->ev_last = NULL;
+}
+
+/*
+ * Drops s's oldest pending droppable event; the job's next pending event
+ * (or the next it queues) learns how many were lost. Returns 0 when s
+ * has none to drop. Under h->mu.
+ */
+static int drop_oldest(hub *h, slot *s)
+{
+    tev *prev = NULL;
+
+    for (tev *e = h->ev_head; e; prev = e, e = e->next) {
+        tev *nx = e->next;
+        if (e->slot != s || !droppable(e->type))
+            continue;
+        while (nx && nx->slot != s)
+            nx = nx->next;
+        if (nx)
+            nx->dropped += e->dropped + 1;
+        else
+            s->ev_dropped += e->dropped + 1;
+        unlink_event(h, prev, e);
+        s->ev_n--;
+        s->ev_bytes -= e->bytes;
+        tev_free(e);
+        return 1;
+    }
+    return 0;
+}
+
+/* Purges s's pending events (the caller abandons it). Under h->mu. */
+static void purge_events(hub *h, slot *s)
+{
+    tev *prev = NULL, *e = h->ev_head;
+
+    while (e) {
+        tev *nx = e->next;
+        if (e->slot == s) {
+            unlink_event(h, prev, e);
+            tev_free(e);
+        } else {
+            prev = e;
+        }
+        e = nx;
+    }
+    s->ev_n = s->ev_bytes = 0;
+}
+
+/* Whether one more event of that many bytes fits s's bound. */
+static int fits(const slot *s, size_t bytes)
+{
+    return s->ev_n < LOOM__TOOL_EVENTS_PENDING_MAX &&
+           s->ev_bytes + bytes <= LOOM__TOOL_EVENT_BYTES_MAX;
+}
+
+/*
+ * Queues e (data, or a delta's text) for the caller within s's bound, or
+ * joins a delta to s's newest pending one. Takes e.
+ */
+static int post(slot *s, tev *e)
+{
+    hub *h = s->hub;
+    tev *last;
+    int rc = 0;
+
+    e->slot = s;
+    e->index = s->index;
+    pthread_mutex_lock(&h->mu);
+    if (s->abandoned) {
+        rc = LOOM_ENOTFOUND;
+        goto out;
+    }
+    last = s->ev_last;
+    if (!e->data && last && !last->data && !s->ev_dropped &&
+        s->ev_bytes + e->bytes <= LOOM__TOOL_EVENT_BYTES_MAX) {
+        char *t = realloc(last->text, last->len + e->len);
+        if (!t) {
+            rc = LOOM_ENOMEM;
+            s->ev_dropped++;
+            goto out;
+        }
+        memcpy(t + last->len, e->text, e->len);
+        last->text = t;
+        last->len += e->len;
+        last->bytes += e->bytes;
+        s->ev_bytes += e->bytes;
+        goto out;
+    }
+    while (!fits(s, e->bytes) && drop_oldest(h, s))
+        ;
+    if (!fits(s, e->bytes)) {
+        s->ev_dropped++;
+        rc = LOOM_ETOOLARGE;
+        goto out;
+    }
+    e->dropped = s->ev_dropped;
+    s->ev_dropped = 0;
+    if (h->ev_tail)
+        h->ev_tail->next = e;
+    else
+        h->ev_head = e;
+    h->ev_tail = e;
+    s->ev_last = e;
+    s->ev_n++;
+    s->ev_bytes += e->bytes;
+    e = NULL;
+    pthread_cond_signal(&h->cv);
+out:
+    pthread_mutex_unlock(&h->mu);
+    tev_free(e);
+    return rc;
+}
+
+int loom__tool_ctx_event(const loom_tool_ctx *ctx, loom_event_type type,
+                         json_t *data)
+{
+    tev *e;
+
+    if (!ctx || !ctx->events) {
+        json_decref(data);
+        return LOOM_ENOTFOUND;
+    }
+    if (!json_is_object(data)) {
+        json_decref(data);
+        return LOOM_EINVALID;
+    }
+    if (!(e = calloc(1, sizeof(*e)))) {
+        json_decref(data);
+        return LOOM_ENOMEM;
+    }
+    e->type = type;
+    e->data = data;
+    e->bytes = json_dumpb(data, NULL, 0, JSON_COMPACT);
+    return post(ctx->events->slot, e);
+}
+
+/* A progress field: s cut to LOOM_TOOL_PROGRESS_TEXT_MAX, or null. */
+static json_t *progress_text(const char *s)
+{
+    return s ? loom__json_text(
+                   s, loom__utf8_cut(s, strlen(s), LOOM_TOOL_PROGRESS_TEXT_MAX))
+             : json_null();
+}
+
+void loom_tool_progress(const loom_tool_ctx *ctx, const char *label,
+                        const char *icon, const char *status)
+{
+    pk p;
+
+    if (!ctx || !ctx->events || !label)
+        return;
+    p = pk_new();
+    pk_set(&p, "label", progress_text(label));
+    pk_set(&p, "icon", progress_text(icon));
+    pk_set(&p, "status", progress_text(status));
+    loom__tool_ctx_event(ctx, LOOM_EV_TOOL_PROGRESS, pk_done(&p));
+}
+
+void loom_tool_delta(const loom_tool_ctx *ctx, const char *text, size_t len)
+{
+    tev *e;
+
+    if (!ctx || !ctx->events || !text || len == 0)
+        return;
+    len = loom__utf8_cut(text, len, LOOM__TOOL_EVENT_BYTES_MAX);
+    if (!(e = calloc(1, sizeof(*e))) || !(e->text = malloc(len))) {
+        free(e);
+        return;
+    }
+    memcpy(e->text, text, len);
+    e->type = LOOM_EV_TOOL_DELTA;
+    e->len = e->bytes = len;
+    post(ctx->events->slot, e);
+}
+
+/* Hands the events taken from the hub to the caller's callback, in
+ * order; frees them. */
+static void deliver(tev *e, loom__tool_job *jobs,
+                    const loom__tool_exec_opts *opts, void *payload)
+{
+    while (e) {
+        tev *nx = e->next;
+        json_t *data = e->data;
+
+        e->data = NULL;
+        if (!data && (data = json_object()) &&
+            json_object_set_new(data, "delta",
+                                loom__json_text(e->text, e->len)) != 0) {
+            json_decref(data);
+            data = NULL;
+        }
+        if (data && e->dropped)
+            json_object_set_new(data, "dropped",
+                                json_integer((json_int_t)e->dropped));
+        if (data)
+            opts->on_event(&jobs[e->index], e->type, data, payload);
+        tev_free(e);
+        e = nx;
+    }
 }
 
 static void *worker(void *arg)
@@ -287,6 +561,8 @@ static void start(hub *h, loom__tool_job *job, size_t i,
         goto oom;
     s->hub = h;
     s->index = i;
+    s->chan.slot = s;
+    s->listen = opts->on_event != NULL;
     s->max_result = opts->max_result;
     s->max_error = opts->max_error;
     s->tool.execute = job->tool->execute;
@@ -377,6 +653,7 @@ static int abandon(hub *h, slot *s, loom__tool_job *job, int cancelled,
     if (!s->finished) {
         s->abandoned = 1;
         loom_cancel_set(&s->cancel);
+        purge_events(h, s);
         gone = 1;
     }
     pthread_mutex_unlock(&h->mu);
@@ -402,9 +679,10 @@ static int abandon(hub *h, slot *s, loom__tool_job *job, int cancelled,
     return 1;
 }
 
-/* Waits until a job finishes or `until` (monotonic ms) passes. Returns
- * the finished slots, oldest first, or NULL. */
-static slot *wait_finished(hub *h, double until)
+/* Waits until a job finishes or sends an event, or `until` (monotonic
+ * ms) passes. Returns the finished slots, oldest first, or NULL; *evs
+ * gets the events sent, oldest first. */
+static slot *wait_finished(hub *h, double until, tev **evs)
 {
     struct timespec ts;
     slot *got;
@@ -416,13 +694,19 @@ static slot *wait_finished(hub *h, double until)
         ts.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&h->mu);
-    while (!h->head) {
+    while (!h->head && !h->ev_head) {
         int e = pthread_cond_timedwait(&h->cv, &h->mu, &ts);
         if (e == ETIMEDOUT || e == EINVAL)
             break;
     }
     got = h->head;
     h->head = h->tail = NULL;
+    *evs = h->ev_head;
+    h->ev_head = h->ev_tail = NULL;
+    for (tev *e = *evs; e; e = e->next) {
+        e->slot->ev_n = e->slot->ev_bytes = 0;
+        e->slot->ev_last = NULL;
+    }
     pthread_mutex_unlock(&h->mu);
     return got;
 }
@@ -480,6 +764,7 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
     for (;;) {
         double now, until;
         slot *fin;
+        tev *evs;
 
         while (active < (size_t)width && next < n) {
             loom__tool_job *job = &jobs[next++];
@@ -512,7 +797,8 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
                 until = running[i]->deadline;
         if (cancelled && cancel_at < until)
             until = cancel_at;
-        fin = wait_finished(h, until);
+        fin = wait_finished(h, until, &evs);
+        deliver(evs, jobs, opts, payload);
         while (fin) {
             slot *nx = fin->next;
             size_t i = fin->index;

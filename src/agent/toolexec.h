@@ -22,10 +22,25 @@
 #define LOOM_AGENT_TOOLEXEC_H
 
 #include "loom/llm.h"
+#include "loom/run.h"
 #include "loom/tools.h"
 
 /* How long tools get to stop after the run is cancelled. */
 #define LOOM__TOOL_CANCEL_GRACE_MS 1000
+
+/*
+ * The bound on a running call's events that the caller has not emitted
+ * yet (loom_tool_progress, loom_tool_delta, loom__tool_ctx_event): at
+ * most this many events and bytes (a delta's text, or an event's compact
+ * JSON). An event that would pass either drops the call's oldest pending
+ * droppable events (tool.progress, tool.delta, message.delta,
+ * reasoning.delta) until it fits; when none is left to drop, the new
+ * event is dropped instead. The next event of the call that is emitted
+ * carries `dropped`: how many of the call's events were lost just before
+ * it. A single delta larger than the byte bound is cut to it.
+ */
+#define LOOM__TOOL_EVENTS_PENDING_MAX 64
+#define LOOM__TOOL_EVENT_BYTES_MAX (64 * 1024)
 
 typedef struct {
     const loom_tool_call *call; /* borrowed from the assistant message */
@@ -60,6 +75,16 @@ typedef struct {
     json_t *documents_added; /* ids new to the run's seen documents */
 } loom__tool_job;
 
+/*
+ * Called on the caller's thread with an event a running job sent (type,
+ * data: stolen), in the order the job sent it, before that job's finish
+ * notice; data has the event's own fields only (the caller adds the
+ * call's id and tool). `dropped` is set in data when events were lost to
+ * the bound.
+ */
+typedef void (*loom__tool_event_fn)(loom__tool_job *job, loom_event_type type,
+                                    json_t *data, void *payload);
+
 typedef struct {
     /* Where the jobs' tools come from: each started call holds a
      * reference on it until its thread ends. NULL: no reference taken
@@ -73,6 +98,10 @@ typedef struct {
      * call gets copies of its own. May be NULL. */
     const char *user_id;
     const json_t *user_keys;
+    /* Takes the events running jobs send, with loom__tools_execute's
+     * payload; NULL: jobs get no events channel (loom_tool_ctx.events is
+     * NULL) and what they send is dropped. */
+    loom__tool_event_fn on_event;
 } loom__tool_exec_opts;
 
 /*
@@ -110,5 +139,17 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
 
 void loom__tool_job_clear(loom__tool_job *job);
 
+/*
+ * Sends an event of any type from a running call to its run (what
+ * loom_tool_progress and loom_tool_delta do; a sub-agent tool forwards
+ * its child run's events so). Takes data (an object). Safe from any
+ * thread while the call's execute() runs. Returns 0 when queued;
+ * LOOM_ENOTFOUND when ctx has no events channel or the run has abandoned
+ * the call; LOOM_ETOOLARGE when the bound (above) left no room; and
+ * LOOM_EINVALID for data that is not an object. The event is dropped in
+ * every failing case.
+ */
+int loom__tool_ctx_event(const loom_tool_ctx *ctx, loom_event_type type,
+                         json_t *data);
 
 #endif

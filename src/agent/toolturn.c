@@ -648,6 +648,31 @@ static void on_notice(loom__tool_job *job, int done, void *payload)
         emit_started(t, job);
 }
 
+/*
+ * An event a running call sent (toolexec.c): its data gets the call's id
+ * and tool first (unless it names its own), the progress hook sees a
+ * progress step, and it goes out, before the call's tool.completed.
+ */
+static void on_tool_event(loom__tool_job *job, loom_event_type type,
+                          json_t *data, void *payload)
+{
+    loom__toolturn *t = payload;
+    json_t *ev = json_object();
+
+    if (!ev ||
+        json_object_set_new(ev, "call_id", json_string(job->call->id)) != 0 ||
+        json_object_set_new(ev, "tool", json_string(job->tool->name)) != 0 ||
+        json_object_update(ev, data) != 0) {
+        json_decref(ev);
+        json_decref(data);
+        return;
+    }
+    json_decref(data);
+    if (type == LOOM_EV_TOOL_PROGRESS && t->o.on_progress)
+        t->o.on_progress(ev, t->o.progress_payload);
+    loom__emit_send(&t->o.emit, type, ev);
+}
+
 /* ---- the turn ---------------------------------------------------------- */
 
 /*
@@ -729,6 +754,8 @@ int loom__toolturn_run(loom__toolturn *t, const loom_message *assistant,
     xo.max_error = t->o.max_error;
     xo.user_id = t->o.user_id;
     xo.user_keys = t->o.user_keys;
+    if (loom__emit_on(&t->o.emit) || t->o.on_progress)
+        xo.on_event = on_tool_event;
     for (size_t i = 0; i < n; i++) {
         const loom_tool_call *c = &assistant->tool_calls[i];
         if (loom__toolset_is_client(t->o.tools, c->name))

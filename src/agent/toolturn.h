@@ -56,6 +56,13 @@ typedef struct {
     const char *user_id;    /* the run's user, may be NULL */
     const json_t *user_keys;
     loom__emit emit; /* tool.started/completed/failed/metric, plan */
+    /*
+     * Called with each tool.progress event's data (call_id, tool, label,
+     * icon, status) on the run's thread, before it is emitted (the
+     * agent's on_tool_progress hook); NULL: none.
+     */
+    void (*on_progress)(const json_t *progress, void *payload);
+    void *progress_payload;
 } loom__toolturn_options;
 
 typedef struct loom__toolturn loom__toolturn;
