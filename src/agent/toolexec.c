@@ -855,5 +855,6 @@ void loom__tool_job_clear(loom__tool_job *job)
     free(job->key);
     json_decref(job->model_args);
     json_decref(job->documents_added);
+    json_decref(job->progress);
     memset(job, 0, sizeof(*job));
 }

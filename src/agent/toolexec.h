@@ -73,7 +73,15 @@ typedef struct {
     json_t *model_args; /* the arguments before built-in additions */
     size_t excluded_added; /* seen ids added to excluded_ids */
     json_t *documents_added; /* ids new to the run's seen documents */
+    /* The progress steps the call reported ({label, icon, status}), at
+     * most LOOM__TOOL_PROGRESS_STEPS_MAX; NULL: none. progress_dropped
+     * counts the steps past that. */
+    json_t *progress;
+    size_t progress_dropped;
 } loom__tool_job;
+
+/* Progress steps a call's record keeps. */
+#define LOOM__TOOL_PROGRESS_STEPS_MAX 32
 
 /*
  * Called on the caller's thread with an event a running job sent (type,

@@ -618,6 +618,15 @@ static void record(loom__toolturn *t, loom__tool_job *job)
     if (job->excluded_added)
         json_object_set_new(r, "excluded_ids_added",
                             json_integer((json_int_t)job->excluded_added));
+    if (job->progress) {
+        json_t *p =
+            json_pack("{s:s,s:O}", "type", "PROGRESS", "steps", job->progress);
+        if (p && job->progress_dropped)
+            json_object_set_new(
+                p, "steps_dropped",
+                json_integer((json_int_t)job->progress_dropped));
+        json_object_set_new(r, "progress", p);
+    }
     if (json_array_size(t->records) < LOOM_RUN_MAX_TOOL_RECORDS)
         json_array_append(t->records, r);
     if (loom__emit_on(&t->o.emit))
@@ -648,6 +657,24 @@ static void on_notice(loom__tool_job *job, int done, void *payload)
         emit_started(t, job);
 }
 
+/* Keeps a progress step for the call's record (stored with the turn). */
+static void keep_step(loom__tool_job *job, const json_t *ev)
+{
+    json_t *step;
+
+    if (json_array_size(job->progress) >= LOOM__TOOL_PROGRESS_STEPS_MAX) {
+        job->progress_dropped++;
+        return;
+    }
+    if ((!job->progress && !(job->progress = json_array())) ||
+        !(step = json_pack("{s:O?,s:O?,s:O?}", "label",
+                           json_object_get(ev, "label"), "icon",
+                           json_object_get(ev, "icon"), "status",
+                           json_object_get(ev, "status"))))
+        return;
+    json_array_append_new(job->progress, step);
+}
+
 /*
  * An event a running call sent (toolexec.c): its data gets the call's id
  * and tool first (unless it names its own), the progress hook sees a
@@ -668,8 +695,11 @@ static void on_tool_event(loom__tool_job *job, loom_event_type type,
         return;
     }
     json_decref(data);
-    if (type == LOOM_EV_TOOL_PROGRESS && t->o.on_progress)
-        t->o.on_progress(ev, t->o.progress_payload);
+    if (type == LOOM_EV_TOOL_PROGRESS) {
+        keep_step(job, ev);
+        if (t->o.on_progress)
+            t->o.on_progress(ev, t->o.progress_payload);
+    }
     loom__emit_send(&t->o.emit, type, ev);
 }
 
@@ -754,8 +784,7 @@ int loom__toolturn_run(loom__toolturn *t, const loom_message *assistant,
     xo.max_error = t->o.max_error;
     xo.user_id = t->o.user_id;
     xo.user_keys = t->o.user_keys;
-    if (loom__emit_on(&t->o.emit) || t->o.on_progress)
-        xo.on_event = on_tool_event;
+    xo.on_event = on_tool_event;
     for (size_t i = 0; i < n; i++) {
         const loom_tool_call *c = &assistant->tool_calls[i];
         if (loom__toolset_is_client(t->o.tools, c->name))

@@ -277,6 +277,19 @@ static void test_order(void **state)
     assert_string_equal(ev_type(f, i + 1), "tool.completed");
     assert_string_equal(ev_type(f, i + 2), "tool.metric");
     assert_int_equal(n, i + 3);
+    /* The record keeps the steps (stored with the turn). */
+    {
+        const json_t *rec = json_array_get(loom__toolturn_records(f->t), 0);
+        const json_t *p = json_object_get(rec, "progress");
+        const json_t *steps = json_object_get(p, "steps");
+        assert_string_equal(json_string_value(json_object_get(p, "type")),
+                            "PROGRESS");
+        assert_int_equal(json_array_size(steps), 2);
+        assert_string_equal(json_string_value(json_object_get(
+                                json_array_get(steps, 1), "status")),
+                            "done");
+        assert_null(json_object_get(p, "steps_dropped"));
+    }
     loom__toolturn_jobs_free(jobs, 1);
 }
 
@@ -336,6 +349,17 @@ static void test_bound(void **state)
     assert_string_equal(ev_str(f, 65, "delta"), "abc");
     assert_string_equal(ev_type(f, 66), "tool.completed");
     assert_int_equal(n, 68);
+    /* The record keeps the first steps it was given, and counts the
+     * rest: p0 and p38..p68 kept, p69..p100 counted. */
+    {
+        const json_t *p = json_object_get(
+            json_array_get(loom__toolturn_records(f->t), 0), "progress");
+        assert_int_equal(json_array_size(json_object_get(p, "steps")),
+                         LOOM__TOOL_PROGRESS_STEPS_MAX);
+        assert_int_equal(
+            json_integer_value(json_object_get(p, "steps_dropped")),
+            64 - LOOM__TOOL_PROGRESS_STEPS_MAX);
+    }
     loom__toolturn_jobs_free(jobs, 1);
 }
 
