@@ -196,6 +196,42 @@ typedef struct {
     char *prompt;
 } loom_agent_many_results;
 
+/*
+ * One tool's entry in an agent's tool-description registry, the YAML file
+ * its `tool_descriptions:` key names (docs/agents.md "System prompt"):
+ * keyed by the tool's name, for the tools the agent offers (others are
+ * ignored).
+ */
+typedef struct {
+    char *name;           /* the tool */
+    char *description;    /* replaces the tool's description; NULL: keep */
+    char *selection_rule; /* its usage rule in the system prompt; NULL:
+                           * the tool settings' selection_rule */
+} loom_agent_tool_doc;
+
+/* One example exchange of a few-shot file. */
+typedef struct {
+    char *user;
+    char *assistant;
+} loom_agent_example;
+
+/*
+ * `few_shot: {file, models}`: example exchanges sent after the system
+ * prompt to the models listed (none listed: every model); never stored.
+ */
+typedef struct {
+    char *file;    /* as written in the config */
+    char **models; /* "provider/model" names; NULL: every model */
+    size_t models_len;
+    loom_agent_example *examples; /* in file order */
+    size_t examples_len;
+} loom_agent_few_shot;
+
+/* Bytes of a file an agent key names (tool_descriptions, few_shot). */
+#define LOOM_AGENT_FILE_MAX ((size_t)256 << 10)
+/* Exchanges of one few-shot file. */
+#define LOOM_AGENT_EXAMPLES_MAX 50
+
 typedef struct {
     char *name;
     char *model;         /* "provider/model" */
@@ -221,6 +257,10 @@ typedef struct {
     char *limit_prompt; /* the note before the last permitted call; NULL:
                          * the built-in one */
     loom_agent_many_results many_results; /* many_results_prompt */
+    char *tool_descriptions;              /* the registry file as written */
+    loom_agent_tool_doc *tool_docs;       /* its entries, in file order */
+    size_t tool_docs_len;
+    loom_agent_few_shot few_shot; /* no examples: none */
 } loom_agent_config;
 
 /*

@@ -371,6 +371,22 @@ static void agent_clear(loom_agent_config *a)
     free(a->review_model);
     free(a->limit_prompt);
     free(a->many_results.prompt);
+    free(a->tool_descriptions);
+    for (size_t i = 0; i < a->tool_docs_len; i++) {
+        free(a->tool_docs[i].name);
+        free(a->tool_docs[i].description);
+        free(a->tool_docs[i].selection_rule);
+    }
+    free(a->tool_docs);
+    free(a->few_shot.file);
+    for (size_t i = 0; i < a->few_shot.models_len; i++)
+        free(a->few_shot.models[i]);
+    free(a->few_shot.models);
+    for (size_t i = 0; i < a->few_shot.examples_len; i++) {
+        free(a->few_shot.examples[i].user);
+        free(a->few_shot.examples[i].assistant);
+    }
+    free(a->few_shot.examples);
     for (size_t i = 0; i < a->tools_len; i++)
         free(a->tools[i]);
     free(a->tools);
@@ -673,33 +689,18 @@ int loom_config_load_string(loom_config **out, const char *yaml,
     return loom_config_load_string_report(out, yaml, name, NULL);
 }
 
-/*
- * Reads the file at path (at most 4 MiB) over the environment's config.
- * LOOM_ENOTFOUND when it does not exist, LOOM_EIO when it cannot be read,
- * LOOM_ETOOLARGE past 4 MiB or a nesting/expansion limit, LOOM_EINVALID
- * with "file:line: key: problem" for anything wrong inside.
- */
-int loom_config_load_report(loom_config **out, const char *path, char **errors)
+int loom__config_read_file(loom_buf *b, const char *path, size_t max,
+                           const char *what)
 {
-    loom_buf b = LOOM_BUF_INIT(LOOM__CONFIG_MAX_BYTES);
     struct stat st;
     char chunk[65536];
-    int fd = -1, rc = 0;
+    int fd, rc = 0;
     ssize_t n;
 
-    if (errors)
-        *errors = NULL;
-    if (!out || !path)
-        return report_one(loom__error_set(LOOM_EINVALID, "loom_config_load: "
-                                                         "NULL argument"),
-                          errors);
-    *out = NULL;
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
-            rc = loom__error_set(LOOM_ENOTFOUND, "%s: no such file", path);
-        else
-            rc = loom__error_set(LOOM_EIO, "%s: %s", path, strerror(errno));
-        return report_one(rc, errors);
+            return loom__error_set(LOOM_ENOTFOUND, "%s: no such file", path);
+        return loom__error_set(LOOM_EIO, "%s: %s", path, strerror(errno));
     }
     if (fstat(fd, &st) != 0) {
         rc = loom__error_set(LOOM_EIO, "%s: %s", path, strerror(errno));
@@ -711,8 +712,8 @@ int loom_config_load_report(loom_config **out, const char *path, char **errors)
     }
     /* The size check up front spares reading a huge file; the buffer's
      * limit still holds for pipes and files that grow meanwhile. */
-    if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size >
-                                   (unsigned long long)LOOM__CONFIG_MAX_BYTES)
+    if (S_ISREG(st.st_mode) &&
+        (unsigned long long)st.st_size > (unsigned long long)max)
         goto too_large;
     for (;;) {
         n = read(fd, chunk, sizeof(chunk));
@@ -724,23 +725,52 @@ int loom_config_load_report(loom_config **out, const char *path, char **errors)
         }
         if (n == 0)
             break;
-        if ((rc = loom_buf_put(&b, chunk, (size_t)n)) == LOOM_ETOOLARGE)
+        if (b->len + (size_t)n > max)
             goto too_large;
-        if (rc)
+        if ((rc = loom_buf_put(b, chunk, (size_t)n)) != 0)
             goto cleanup;
     }
-    rc = load_text(out, loom_buf_cstr(&b), b.len, path, path, errors);
-    errors = NULL; /* load_text has filled it */
     goto cleanup;
 
 too_large:
-    rc = loom__error_set(LOOM_ETOOLARGE,
-                         "%s: larger than the %zu MiB limit for a config file",
-                         path, LOOM__CONFIG_MAX_BYTES >> 20);
+    if (max >= ((size_t)1 << 20))
+        rc = loom__error_set(LOOM_ETOOLARGE,
+                             "%s: larger than the %zu MiB limit for %s", path,
+                             max >> 20, what);
+    else
+        rc = loom__error_set(LOOM_ETOOLARGE,
+                             "%s: larger than the %zu KiB limit for %s", path,
+                             max >> 10, what);
 
 cleanup:
-    if (fd >= 0)
-        close(fd);
+    close(fd);
+    return rc;
+}
+
+/*
+ * Reads the file at path (at most 4 MiB) over the environment's config.
+ * LOOM_ENOTFOUND when it does not exist, LOOM_EIO when it cannot be read,
+ * LOOM_ETOOLARGE past 4 MiB or a nesting/expansion limit, LOOM_EINVALID
+ * with "file:line: key: problem" for anything wrong inside.
+ */
+int loom_config_load_report(loom_config **out, const char *path, char **errors)
+{
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    int rc;
+
+    if (errors)
+        *errors = NULL;
+    if (!out || !path)
+        return report_one(loom__error_set(LOOM_EINVALID, "loom_config_load: "
+                                                         "NULL argument"),
+                          errors);
+    *out = NULL;
+    rc = loom__config_read_file(&b, path, LOOM__CONFIG_MAX_BYTES,
+                                "a config file");
+    if (rc == 0) {
+        rc = load_text(out, loom_buf_cstr(&b), b.len, path, path, errors);
+        errors = NULL; /* load_text has filled it */
+    }
     loom_buf_free(&b);
     return rc && rc != LOOM_ENOMEM ? report_one(rc, errors) : rc;
 }

@@ -51,6 +51,15 @@ void loom__config_errors_free(loom__config_errors *e);
 int loom__config_parse_yaml(loom_config *cfg, const char *data, size_t len,
                             const char *name, loom__config_errors *errs);
 
+/*
+ * Appends the file at path to b (at most max bytes; what it is, for the
+ * message: "a config file"). LOOM_ENOTFOUND when it does not exist,
+ * LOOM_EINVALID for a directory, LOOM_ETOOLARGE past max, LOOM_EIO when
+ * it cannot be read, each with a message that starts with path.
+ */
+int loom__config_read_file(loom_buf *b, const char *path, size_t max,
+                           const char *what);
+
 /* Copies s for an error message into dst (cap >= 8): at most 48 bytes,
  * control characters as '?', "..." when cut. Returns dst. */
 static inline const char *loom__config_shown(char *dst, size_t cap,

@@ -924,7 +924,7 @@ static int read_str(walk_ctx *w, const field *f, const yaml_node_t *n,
 static int walk(loader *ld, const yaml_node_t *map, const char *key,
                 size_t line, const section *sec, void *obj);
 static int walk_list(loader *ld, const yaml_node_t *n, const char *key,
-                     const list_spec *list);
+                     const list_spec *list, void *base);
 
 /* Reads field f from n (NULL when absent) at path key. */
 static int read_field(walk_ctx *w, const field *f, const yaml_node_t *n,
@@ -950,7 +950,7 @@ static int read_field(walk_ctx *w, const field *f, const yaml_node_t *n,
     case T_SECTION:
         return n ? walk(w->ld, n, key, line_of(n), f->sub, at(w, f)) : 0;
     case T_LIST:
-        return n ? walk_list(w->ld, n, key, f->list) : 0;
+        return n ? walk_list(w->ld, n, key, f->list, w->ld->cfg) : 0;
     case T_FN:
         return n || (f->flags & F_ALWAYS) ? f->fn(w, f, n, key) : 0;
     }
@@ -1006,15 +1006,16 @@ static int walk(loader *ld, const yaml_node_t *map, const char *key,
 }
 
 /*
- * Reads named entries (path key) into the array list describes, each
- * name checked, set to its defaults by init and read as list->sec says.
- * An entry with a bad name is left out; one with a bad setting is kept
- * (so what refers to it still resolves) and the next one read.
+ * Reads named entries (path key) into the array list describes in the
+ * struct at base (the config, or an agent), each name checked, set to
+ * its defaults by init and read as list->sec says. An entry with a bad
+ * name is left out; one with a bad setting is kept (so what refers to it
+ * still resolves) and the next one read.
  */
 static int walk_list(loader *ld, const yaml_node_t *n, const char *key,
-                     const list_spec *list)
+                     const list_spec *list, void *base)
 {
-    char *cfg = (char *)ld->cfg, *items, sub[KEY_LEN];
+    char *cfg = base, *items, sub[KEY_LEN];
     size_t *count = (size_t *)(void *)(cfg + list->count);
     entry *es = NULL;
     size_t len = 0, errors0 = ld->errs->count;
@@ -1426,11 +1427,10 @@ static int prices_check(walk_ctx *w)
     return 0;
 }
 
-/* A fallback resolves, is not the model itself and is listed once. */
-static int fallback_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
-                       const char *s, int repeat)
+/* A model name of a list resolves and is listed once. */
+static int model_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                    const char *s, int repeat)
 {
-    const loom_model_config *m = w->obj;
     char why[512], tmp[64];
 
     if (!s)
@@ -1438,14 +1438,24 @@ static int fallback_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
                        "must be a model name, got null");
     if (loom__config_model_unresolved(w->ld->cfg, s, why, sizeof(why)))
         return fail_at(w->ld, LOOM_EINVALID, line_of(item), key, "%s", why);
-    if (strcmp(s, m->name) == 0)
-        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
-                       "a model cannot be its own fallback");
     if (repeat)
         return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
                        "'%s' is listed twice",
                        loom__config_shown(tmp, sizeof(tmp), s));
     return 0;
+}
+
+/* A fallback resolves, is not the model itself and is listed once. */
+static int fallback_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                       const char *s, int repeat)
+{
+    const loom_model_config *m = w->obj;
+    int rc = model_ok(w, item, key, s, repeat);
+
+    if (rc == 0 && strcmp(s, m->name) == 0)
+        rc = fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                     "a model cannot be its own fallback");
+    return rc;
 }
 
 /* `fallbacks: [provider/model, ...]`, at most LOOM_MODEL_MAX_FALLBACKS. */
@@ -1678,6 +1688,220 @@ static const section many_results_section =
     SECTION(many_results_fields, many_results_init, NULL);
 #undef M
 
+/* ---- files an agent names (tool_descriptions, few_shot) ------------------ */
+
+static int check_events(const char *name, const char *data, size_t len);
+static int yaml_fail(const char *name, const yaml_parser_t *p, const char *data,
+                     size_t len);
+
+/* Reads the root of a file an agent names with that file's own loader,
+ * whose messages name the file and its lines. */
+typedef int (*file_fn)(loader *sub, const yaml_node_t *root, void *obj);
+
+/*
+ * A path given in the config: relative to the config file's directory
+ * (the working directory for a config given as text). NULL when out of
+ * memory.
+ */
+static char *config_relative(const loader *ld, const char *given)
+{
+    const char *cfg = ld->cfg->path, *slash = cfg ? strrchr(cfg, '/') : NULL;
+    char *out;
+
+    if (given[0] == '/' || !slash)
+        return strdup(given);
+    if (asprintf(&out, "%.*s%s", (int)(slash - cfg + 1), cfg, given) < 0)
+        return NULL;
+    return out;
+}
+
+/*
+ * The file the string n (at key) names, at most LOOM_AGENT_FILE_MAX
+ * bytes of YAML, read by fn into obj; *given gets the path as written.
+ * A file that cannot be read or parsed is an error at n's line that
+ * names it; what fn finds wrong names the file and its own lines.
+ */
+static int read_agent_file(walk_ctx *w, const yaml_node_t *n, const char *key,
+                           char **given, file_fn fn, void *obj)
+{
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    const yaml_node_t *root;
+    char *path = NULL, why[640];
+    loader sub;
+    int parser_ok = 0, doc_ok = 0, rc;
+
+    if ((rc = get_str(w->ld, n, key, "a file path", given)) != 0 || !*given)
+        return rc;
+    if (!**given)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(n), key,
+                       "must not be empty");
+    if (!(path = config_relative(w->ld, *given)))
+        return loom__error_oom();
+    rc = loom__config_read_file(&b, path, LOOM_AGENT_FILE_MAX, "this file");
+    if (rc == 0)
+        rc = check_events(path, loom_buf_cstr(&b), b.len);
+    if (rc == 0 && !(parser_ok = yaml_parser_initialize(&parser)))
+        rc = loom__error_oom();
+    if (rc == 0) {
+        yaml_parser_set_input_string(
+            &parser, (const unsigned char *)loom_buf_cstr(&b), b.len);
+        if (!(doc_ok = yaml_parser_load(&parser, &doc)))
+            rc = yaml_fail(path, &parser, loom_buf_cstr(&b), b.len);
+    }
+    if (rc == LOOM_ENOMEM)
+        goto cleanup;
+    if (rc) {
+        snprintf(why, sizeof(why), "%s", loom_error_last());
+        rc = fail_at(w->ld, LOOM_EINVALID, line_of(n), key, "%s%s", why,
+                     rc == LOOM_ENOTFOUND && (*given)[0] != '/'
+                         ? " (a relative path is read from the config "
+                           "file's directory)"
+                         : "");
+        goto cleanup;
+    }
+    root = yaml_document_get_root_node(&doc);
+    if (!root || is_null(root)) {
+        rc = fail_at(w->ld, LOOM_EINVALID, line_of(n), key, "%s: is empty",
+                     path);
+        goto cleanup;
+    }
+    sub = *w->ld;
+    sub.name = path;
+    sub.doc = &doc;
+    sub.nodes = 0;
+    sub.text = 0;
+    rc = fn(&sub, root, obj);
+
+cleanup:
+    if (doc_ok)
+        yaml_document_delete(&doc);
+    if (parser_ok)
+        yaml_parser_delete(&parser);
+    loom_buf_free(&b);
+    free(path);
+    return rc;
+}
+
+#define D loom_agent_tool_doc
+static const field tool_doc_fields[] = {
+    {K_STR("description", D, description, "a string"), .flags = F_EMPTY_NULL},
+    {K_STR("selection_rule", D, selection_rule, "a string"),
+     .flags = F_EMPTY_NULL},
+};
+#undef D
+static const section tool_doc_section = SECTION(tool_doc_fields, NULL, NULL);
+
+static int tool_doc_init(loader *ld, const entry *e, const char *key, void *obj)
+{
+    (void)ld;
+    (void)key;
+    return (((loom_agent_tool_doc *)obj)->name = strdup(e->name))
+               ? 0
+               : loom__error_oom();
+}
+
+/* The registry file: tool name -> {description, selection_rule}. */
+static const list_spec tool_doc_list = {
+    "tool",
+    0,
+    sizeof(loom_agent_tool_doc),
+    offsetof(loom_agent_config, tool_docs),
+    offsetof(loom_agent_config, tool_docs_len),
+    tool_doc_init,
+    &tool_doc_section};
+
+static int tool_docs_file(loader *sub, const yaml_node_t *root, void *obj)
+{
+    return walk_list(sub, root, NULL, &tool_doc_list, obj);
+}
+
+/* `tool_descriptions: path`: the agent's tool-description registry. */
+static int read_tool_descriptions(walk_ctx *w, const field *f,
+                                  const yaml_node_t *n, const char *key)
+{
+    loom_agent_config *a = w->obj;
+
+    (void)f;
+    return read_agent_file(w, n, key, &a->tool_descriptions, tool_docs_file, a);
+}
+
+#define E loom_agent_example
+static const field example_fields[] = {
+    {K_STR("user", E, user, "a string"), .flags = F_REQUIRED | F_NONEMPTY},
+    {K_STR("assistant", E, assistant, "a string"),
+     .flags = F_REQUIRED | F_NONEMPTY},
+};
+#undef E
+static const section example_section = SECTION(example_fields, NULL, NULL);
+
+/* A few-shot file: a list of {user, assistant} exchanges. */
+static int examples_file(loader *sub, const yaml_node_t *root, void *obj)
+{
+    loom_agent_few_shot *fs = obj;
+    size_t n = seq_len(root), i = 0, errors0 = sub->errs->count;
+    char key[KEY_LEN];
+    int rc;
+
+    if (root->type != YAML_SEQUENCE_NODE || n == 0)
+        return fail_at(sub, LOOM_EINVALID, line_of(root), NULL,
+                       "must be a list of {user, assistant} exchanges, got "
+                       "%s",
+                       n == 0 && root->type == YAML_SEQUENCE_NODE
+                           ? "an empty list"
+                           : kind_name(root));
+    if (n > LOOM_AGENT_EXAMPLES_MAX)
+        return fail_at(sub, LOOM_EINVALID, line_of(root), NULL,
+                       "at most %d exchanges, got %zu", LOOM_AGENT_EXAMPLES_MAX,
+                       n);
+    if (!(fs->examples = calloc(n, sizeof(*fs->examples))))
+        return loom__error_oom();
+    for (yaml_node_item_t *it = root->data.sequence.items.start;
+         it < root->data.sequence.items.top; it++, i++) {
+        yaml_node_t *item = node_at(sub, *it);
+
+        index_key(key, sizeof(key), "", i);
+        fs->examples_len++;
+        rc = walk(sub, item, key, line_of(item), &example_section,
+                  &fs->examples[fs->examples_len - 1]);
+        if (rc != 0 && !go_on(sub, rc))
+            return rc;
+    }
+    return sub->errs->count > errors0 ? LOOM_EINVALID : 0;
+}
+
+static int read_few_shot_file(walk_ctx *w, const field *f, const yaml_node_t *n,
+                              const char *key)
+{
+    loom_agent_few_shot *fs = w->obj;
+
+    (void)f;
+    if (!n)
+        return fail_at(w->ld, LOOM_EINVALID, w->line, w->key,
+                       "missing required key 'file' (a YAML list of {user, "
+                       "assistant} exchanges)");
+    return read_agent_file(w, n, key, &fs->file, examples_file, fs);
+}
+
+static int read_few_shot_models(walk_ctx *w, const field *f,
+                                const yaml_node_t *n, const char *key)
+{
+    loom_agent_few_shot *fs = w->obj;
+
+    (void)f;
+    return read_strings(w, n, key, "model names", "a model name", model_ok,
+                        &fs->models, &fs->models_len, NULL);
+}
+
+#define FS loom_agent_few_shot
+static const field few_shot_fields[] = {
+    {K_FN("file", read_few_shot_file), .flags = F_ALWAYS},
+    {K_FN("models", read_few_shot_models)},
+};
+#undef FS
+static const section few_shot_section = SECTION(few_shot_fields, NULL, NULL);
+
 static int agent_init(loader *ld, const entry *e, const char *key, void *obj)
 {
     loom_agent_config *a = obj;
@@ -1712,6 +1936,8 @@ static const field agent_fields[] = {
     {K_SUB("data_policy", data_policy_section), AT(A, data_policy)},
     {K_STR("limit_prompt", A, limit_prompt, "a string"), .flags = F_EMPTY_NULL},
     {K_SUB("many_results_prompt", many_results_section), AT(A, many_results)},
+    {K_FN("tool_descriptions", read_tool_descriptions)},
+    {K_SUB("few_shot", few_shot_section), AT(A, few_shot)},
 };
 static const section agent_section = SECTION(agent_fields, NULL, NULL);
 static const list_spec agent_list = {"agent",

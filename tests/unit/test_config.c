@@ -504,7 +504,7 @@ static void test_unknown_keys(void **state)
                 "max_iterations, tool_choice, parallel_tool_calls, "
                 "tool_concurrency, planning, think, tool_timeout_ms, review, "
                 "review_model, citations, memory, data_policy, limit_prompt, "
-                "many_results_prompt)",
+                "many_results_prompt, tool_descriptions, few_shot)",
                 NULL);
     expect_fail("log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
                 "t.yaml:2: unknown key 'srever' (known: log, providers, "
@@ -2192,6 +2192,161 @@ static void test_agent_tool_lines(void **state)
     loom_config_free(cfg);
 }
 
+/* ---- files an agent names ---------------------------------------------- */
+
+#define PROMPT_HEAD                                                            \
+    "providers: {p: {base_url: 'http://h'}}\n"                                 \
+    "agents:\n"                                                                \
+    "  a:\n"                                                                   \
+    "    model: p/m\n"
+
+/* Writes the config c.yaml in dir and loads it: 0 or the error code. */
+static int load_in(const char *dir, const char *yaml, loom_config **cfg)
+{
+    char *path = write_file(dir, "c.yaml", yaml, strlen(yaml));
+    int rc = loom_config_load(cfg, path);
+
+    unlink(path);
+    free(path);
+    return rc;
+}
+
+static void expect_in(const char *dir, const char *yaml, const char *part1,
+                      const char *part2)
+{
+    loom_config *cfg = NULL;
+    int rc = load_in(dir, yaml, &cfg);
+
+    if (rc != LOOM_EINVALID || !strstr(loom_error_last(), part1) ||
+        !strstr(loom_error_last(), part2))
+        print_error("rc %d, message: %s\n", rc, loom_error_last());
+    assert_int_equal(rc, LOOM_EINVALID);
+    assert_null(cfg);
+    assert_non_null(strstr(loom_error_last(), part1));
+    assert_non_null(strstr(loom_error_last(), part2));
+}
+
+/* tool_descriptions and few_shot name YAML files read from the config
+ * file's directory; their entries land in the agent. */
+static void test_agent_files(void **state)
+{
+    char *dir = tmp_dir(), *docs, *ex, sub[4200], yaml[1024];
+    const loom_agent_config *a;
+    loom_config *cfg = NULL;
+
+    (void)state;
+    docs = write_file(dir, "tools.yaml",
+                      "web_search:\n"
+                      "  description: Search the web for recent facts.\n"
+                      "  selection_rule: Use for news after 2023.\n"
+                      "get_time: {selection_rule: Use for the date.}\n",
+                      149);
+    snprintf(sub, sizeof(sub), "%s/ex", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    ex = write_file(dir, "ex/examples.yaml",
+                    "- user: What is 2+2?\n"
+                    "  assistant: '4'\n"
+                    "- {user: Hi, assistant: Hello!}\n",
+                    70);
+    snprintf(yaml, sizeof(yaml),
+             "%s    tool_descriptions: tools.yaml\n"
+             "    few_shot: {file: ex/examples.yaml, models: [p/m, p/x]}\n",
+             PROMPT_HEAD);
+    assert_int_equal(load_in(dir, yaml, &cfg), 0);
+    a = &cfg->agents[0];
+    assert_string_equal(a->tool_descriptions, "tools.yaml");
+    assert_int_equal(a->tool_docs_len, 2);
+    assert_string_equal(a->tool_docs[0].name, "web_search");
+    assert_string_equal(a->tool_docs[0].description,
+                        "Search the web for recent facts.");
+    assert_string_equal(a->tool_docs[0].selection_rule,
+                        "Use for news after 2023.");
+    assert_string_equal(a->tool_docs[1].name, "get_time");
+    assert_null(a->tool_docs[1].description);
+    assert_string_equal(a->few_shot.file, "ex/examples.yaml");
+    assert_int_equal(a->few_shot.models_len, 2);
+    assert_string_equal(a->few_shot.models[1], "p/x");
+    assert_int_equal(a->few_shot.examples_len, 2);
+    assert_string_equal(a->few_shot.examples[0].user, "What is 2+2?");
+    assert_string_equal(a->few_shot.examples[0].assistant, "4");
+    assert_string_equal(a->few_shot.examples[1].assistant, "Hello!");
+    loom_config_free(cfg);
+
+    /* A file that is not there, named with the line of the key. */
+    snprintf(yaml, sizeof(yaml), "%s    tool_descriptions: nope.yaml\n",
+             PROMPT_HEAD);
+    expect_in(dir, yaml, "c.yaml:5: agents.a.tool_descriptions: ",
+              "/nope.yaml: no such file (a relative path is read from the "
+              "config file's directory)");
+    /* Mistakes inside a file are reported at its own lines. */
+    unlink(docs);
+    free(docs);
+    docs = write_file(dir, "tools.yaml",
+                      "web_search:\n  description: [a]\n  rule: x\n", 41);
+    snprintf(yaml, sizeof(yaml), "%s    tool_descriptions: tools.yaml\n",
+             PROMPT_HEAD);
+    expect_in(dir, yaml, "tools.yaml:2: web_search.description: ",
+              "must be a string, got a list");
+    expect_in(dir, yaml, "tools.yaml:3: web_search: ",
+              "unknown key 'rule' (known: description, selection_rule)");
+    unlink(ex);
+    free(ex);
+    ex = write_file(dir, "ex/examples.yaml",
+                    "- {user: Hi, assistant: Hello}\n- {user: Bye}\n", 45);
+    snprintf(yaml, sizeof(yaml), "%s    few_shot: {file: ex/examples.yaml}\n",
+             PROMPT_HEAD);
+    expect_in(dir, yaml,
+              "ex/examples.yaml:2: [1]: ", "missing required key 'assistant'");
+    unlink(ex);
+    free(ex);
+    ex = write_file(dir, "ex/examples.yaml", "user: [unclosed\n", 16);
+    expect_in(dir, yaml,
+              "c.yaml:5: agents.a.few_shot.file: ", "ex/examples.yaml:2: ");
+    snprintf(yaml, sizeof(yaml), "%s    few_shot: {models: [p/m]}\n",
+             PROMPT_HEAD);
+    expect_in(dir, yaml,
+              "c.yaml:5: agents.a.few_shot: ", "missing required key 'file'");
+    snprintf(yaml, sizeof(yaml),
+             "%s    few_shot: {file: ex/examples.yaml, models: [q/m]}\n",
+             PROMPT_HEAD);
+    expect_in(dir, yaml, "agents.a.few_shot.models[0]: ", "'q'");
+    unlink(ex);
+    free(ex);
+    rmdir(sub);
+    unlink(docs);
+    free(docs);
+    rmdir(dir);
+    free(dir);
+}
+
+/* A file over LOOM_AGENT_FILE_MAX is refused by name; an empty one too. */
+static void test_agent_file_limits(void **state)
+{
+    char *dir = tmp_dir(), *big, *empty, yaml[512];
+    char *data = malloc(LOOM_AGENT_FILE_MAX + 1);
+
+    (void)state;
+    assert_non_null(data);
+    memset(data, '#', LOOM_AGENT_FILE_MAX + 1);
+    big = write_file(dir, "big.yaml", data, LOOM_AGENT_FILE_MAX + 1);
+    empty = write_file(dir, "empty.yaml", "# nothing\n", 10);
+    snprintf(yaml, sizeof(yaml), "%s    tool_descriptions: big.yaml\n",
+             PROMPT_HEAD);
+    expect_in(dir, yaml, "c.yaml:5: agents.a.tool_descriptions: ",
+              "/big.yaml: larger than the 256 KiB limit for this file");
+    snprintf(yaml, sizeof(yaml), "%s    few_shot: {file: empty.yaml}\n",
+             PROMPT_HEAD);
+    expect_in(dir, yaml,
+              "c.yaml:5: agents.a.few_shot.file: ", "/empty.yaml: is empty");
+    unlink(big);
+    unlink(empty);
+    free(big);
+    free(empty);
+    free(data);
+    rmdir(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2233,6 +2388,8 @@ int main(void)
         cmocka_unit_test_setup(test_errors_not_repeated, reset_env),
         cmocka_unit_test_setup(test_error_limit, reset_env),
         cmocka_unit_test_setup(test_agent_tool_lines, reset_env),
+        cmocka_unit_test_setup(test_agent_files, reset_env),
+        cmocka_unit_test_setup(test_agent_file_limits, reset_env),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
