@@ -379,6 +379,24 @@ typedef struct {
      * behaviour. Borrowed.
      */
     const loom_agent_hooks *agent_hooks;
+    /*
+     * The system prompt's further parts (docs/agents.md "System prompt"),
+     * in its order: system_prompt, the usage rule of each tool offered,
+     * the user's memories, the plan. tool_docs is the agent's
+     * tool-description registry: an entry's description is sent in place
+     * of the tool's own, and its selection_rule (else the tool settings'
+     * `selection_rule`) is the tool's usage rule; entries for tools not
+     * offered are ignored. memories is the memories section as shown
+     * (NULL: none; the session layer makes it from the store).
+     * few_shot: example exchanges sent after the system messages of
+     * every request (loom's own messages, never stored, never summarised
+     * or dropped by the context engine). Borrowed.
+     */
+    const loom_agent_tool_doc *tool_docs;
+    size_t tool_docs_len;
+    const char *memories;
+    const loom_message *few_shot;
+    size_t few_shot_len;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1

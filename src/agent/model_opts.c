@@ -98,6 +98,37 @@ int loom__run_context_setup(loom__run_context *rc, loom_run_options *o,
     return 0;
 }
 
+/* Whether the agent's few-shot examples go to model (none listed: all). */
+static int few_shot_for(const loom_agent_few_shot *fs, const char *model)
+{
+    if (!fs->models_len)
+        return 1;
+    for (size_t i = 0; model && i < fs->models_len; i++)
+        if (strcmp(fs->models[i], model) == 0)
+            return 1;
+    return 0;
+}
+
+/* The agent's examples as messages in rc, for o's model. */
+static int use_few_shot(loom__run_context *rc, loom_run_options *o,
+                        const loom_agent_few_shot *fs)
+{
+    int rc_ = 0;
+
+    if (!fs->examples_len || !few_shot_for(fs, o->model))
+        return 0;
+    for (size_t i = 0; !rc_ && i < fs->examples_len; i++)
+        if ((rc_ = loom_messages_add(&rc->few_shot, LOOM_ROLE_USER,
+                                     fs->examples[i].user)) == 0)
+            rc_ = loom_messages_add(&rc->few_shot, LOOM_ROLE_ASSISTANT,
+                                    fs->examples[i].assistant);
+    if (rc_)
+        return rc_;
+    o->few_shot = rc->few_shot.items;
+    o->few_shot_len = rc->few_shot.len;
+    return 0;
+}
+
 int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
                           const loom_config *cfg,
                           const loom_agent_config *agent,
@@ -115,6 +146,10 @@ int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
     o->limit_prompt = agent->limit_prompt;
     o->many_results_after = agent->many_results.after;
     o->many_results_prompt = agent->many_results.prompt;
+    o->tool_docs = agent->tool_docs;
+    o->tool_docs_len = agent->tool_docs_len;
+    if ((rc_ = use_few_shot(rc, o, &agent->few_shot)) != 0)
+        return rc_;
     o->review.enabled = agent->review;
     if (!agent->review || !agent->review_model)
         return 0;
@@ -131,5 +166,6 @@ void loom__run_context_free(loom__run_context *rc)
     loom_provider_free(rc->review);
     loom_provider_free(rc->fallback);
     loom_token_counter_free(rc->counter);
+    loom_messages_free(&rc->few_shot);
     memset(rc, 0, sizeof(*rc));
 }

@@ -30,6 +30,7 @@ typedef struct {
     loom_token_counter *counter;
     loom_provider *review;  /* the agent's review_model, or NULL */
     loom_model_request_options review_req;
+    loom_messages few_shot; /* the agent's examples, for its model */
 } loom__run_context;
 
 /*
@@ -51,8 +52,9 @@ int loom__run_context_setup(loom__run_context *rc, loom_run_options *o,
 
 /*
  * Applies an agent's run options to o (agent may be NULL: nothing):
- * planning, think, tool_timeout_ms, review, citations, limit_prompt and
- * many_results_prompt.
+ * planning, think, tool_timeout_ms, review, citations, limit_prompt,
+ * many_results_prompt, the tool-description registry, and the few_shot
+ * examples when o->model is one the agent lists for them (kept in *rc).
  * A review_model gets a router of its own (built with ropts, which may be
  * NULL), kept in *rc; call after loom__run_context_setup, which clears
  * *rc. Errors as loom_router_new (LOOM_ENOTFOUND for a model that does

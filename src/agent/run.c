@@ -30,6 +30,7 @@
 #include "agent/emit.h"
 #include "agent/media_fetch.h"
 #include "agent/plan.h"
+#include "agent/prompt.h"
 #include "agent/review.h"
 #include "agent/run_internal.h"
 #include "agent/toolturn.h"
@@ -119,6 +120,9 @@ struct loom_run {
     int loop_on[LOOM__LOOP_COUNT];
     int has_system;    /* run->all.items[0] is loom's system message */
     char *system_prev; /* the system text the last request carried */
+    /* A request's messages with the few-shot examples put in. */
+    loom_message *sent;
+    size_t capsent;
     int think_turns;   /* think-only turns that cost no iteration */
 
     /* Citations (citations.c). */
@@ -239,6 +243,19 @@ static int is_server_tool_name(const loom_run *run, const char *name)
  * client tools. A loop tool is on by its flag, or when the agent lists
  * its name and no registered tool has it.
  */
+/* Offers server tool t: the agent's registry may describe it anew. */
+static void add_def(loom_run *run, const loom_tool *t)
+{
+    const loom_agent_tool_doc *d =
+        loom__prompt_doc(run->opts.tool_docs, run->opts.tool_docs_len, t->name);
+
+    run->defs[run->ndefs].name = t->name;
+    run->defs[run->ndefs].description =
+        d && d->description ? d->description : t->description;
+    run->defs[run->ndefs].parameters = t->parameters;
+    run->ndefs++;
+}
+
 static int build_tools(loom_run *run)
 {
     const loom_run_options *o = &run->opts;
@@ -272,10 +289,7 @@ static int build_tools(loom_run *run)
         if (o->tool_names && !find_tool_name(o, t->name))
             continue;
         run->offered[run->nserver++] = t;
-        run->defs[run->ndefs].name = t->name;
-        run->defs[run->ndefs].description = t->description;
-        run->defs[run->ndefs].parameters = t->parameters;
-        run->ndefs++;
+        add_def(run, t);
     }
     for (int k = 0; k < LOOM__LOOP_COUNT; k++) {
         const loom_tool *t = loom__plan_tool(run->plan, k);
@@ -290,10 +304,7 @@ static int build_tools(loom_run *run)
                                    t->name, k == LOOM__LOOP_TODO
                                                 ? "planning" : "think");
         run->offered[run->nserver++] = t;
-        run->defs[run->ndefs].name = t->name;
-        run->defs[run->ndefs].description = t->description;
-        run->defs[run->ndefs].parameters = t->parameters;
-        run->ndefs++;
+        add_def(run, t);
     }
     for (size_t i = 0; i < o->client_tools_len; i++) {
         const char *name = o->client_tools[i].name;
@@ -430,6 +441,52 @@ static int add_history(loom_run *run, const loom_messages *history)
     return 0;
 }
 
+/*
+ * Makes the system message's text from its parts (prompt.c: the agent's
+ * prompt, tool rules, memories, the plan) and puts it in when it changed:
+ * the first one when the run has no message yet, later ones in place of
+ * the one before (a run's first message cannot become a system one).
+ * An unchanged text keeps its pointer, and the request cache knows
+ * messages by their pointers: the text the last request carried stays
+ * allocated until the next change, so the new one can never take its
+ * address.
+ */
+static int refresh_system(loom_run *run)
+{
+    loom__prompt_parts p = {
+        .base = run->opts.system_prompt,
+        .tools = run->defs,
+        .ntools = run->nserver,
+        .tool_settings = run->opts.tool_settings,
+        .docs = run->opts.tool_docs,
+        .ndocs = run->opts.tool_docs_len,
+        .memories = run->opts.memories,
+        .plan = run->loop_on[LOOM__LOOP_TODO] ? run->plan : NULL,
+    };
+    char *text = NULL;
+    int rc;
+
+    if ((rc = loom__prompt_system_text(&text, &p)) != 0)
+        return rc;
+    if (run->has_system) {
+        if (strcmp(text, run->all.items[0].content) == 0) {
+            free(text);
+            return 0;
+        }
+        free(run->system_prev);
+        run->system_prev = run->all.items[0].content;
+        run->all.items[0].content = text;
+        return 0;
+    }
+    if (*text && run->all.len == 0) {
+        if ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, text)) == 0 &&
+            (rc = track(run, 0)) == 0)
+            run->has_system = 1;
+    }
+    free(text);
+    return rc;
+}
+
 int loom__run_create(loom_run **out, const loom_run_options *opts)
 {
     loom_run *run;
@@ -511,18 +568,8 @@ int loom__run_create(loom_run **out, const loom_run_options *opts)
                              run->available);
         goto fail;
     }
-    /* With planning, the system message carries the plan (plan.c) even
-     * when the agent has no prompt of its own. */
-    if ((opts->system_prompt && *opts->system_prompt) ||
-        run->loop_on[LOOM__LOOP_TODO]) {
-        if ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
-                                    opts->system_prompt
-                                        ? opts->system_prompt
-                                        : "")) != 0 ||
-            (rc = track(run, 0)) != 0)
-            goto fail;
-        run->has_system = 1;
-    }
+    if ((rc = refresh_system(run)) != 0)
+        goto fail;
     *out = run;
     return 0;
 fail:
@@ -543,6 +590,11 @@ int loom__run_begin(loom_run *run, const loom_messages *history,
     if (carried && carried->summary && !run->opts.context.summary) {
         run->opts.context.summary = carried->summary;
         run->opts.context.summary_covers = carried->summary_covers;
+    }
+    if (carried && carried->memories && !run->opts.memories) {
+        run->opts.memories = carried->memories;
+        if ((rc = refresh_system(run)) != 0)
+            return rc;
     }
     if ((rc = add_history(run, history)) != 0)
         return rc;
@@ -1024,29 +1076,6 @@ static int emit_citations(loom_run *run, const loom__citations_checked *ck)
     return 0;
 }
 
-/*
- * Puts the plan section into the system message when planning is on and
- * the plan changed since the last request (or at first). The request
- * cache knows messages by their pointers: the text the last request
- * carried stays allocated until the next change, so the new one can
- * never take its address.
- */
-static int refresh_system(loom_run *run)
-{
-    char *text = NULL;
-    int rc;
-
-    if (!run->loop_on[LOOM__LOOP_TODO] || !run->has_system)
-        return 0;
-    rc = loom__plan_system_text(run->plan, run->opts.system_prompt, &text);
-    if (rc || !text)
-        return rc;
-    free(run->system_prev);
-    run->system_prev = run->all.items[0].content;
-    run->all.items[0].content = text;
-    return 0;
-}
-
 /* Adds the instruction to answer now, before the last permitted call:
  * the agent's limit_prompt, else the built-in one. */
 static int add_limit_prompt(loom_run *run)
@@ -1068,6 +1097,39 @@ static int add_limit_prompt(loom_run *run)
 }
 
 /*
+ * Puts the agent's example exchanges into the request after its leading
+ * system messages (the system prompt, the summary): they are loom's own,
+ * outside run->all, so they are never stored, summarised or dropped. The
+ * array is rebuilt at each call over the same message structs' strings,
+ * so the request cache sees the same pointers in the same places.
+ */
+static int add_few_shot(loom_run *run, loom_llm_request *req)
+{
+    size_t n = req->messages_len + run->opts.few_shot_len, lead = 0;
+
+    if (!run->opts.few_shot_len)
+        return 0;
+    if (n > run->capsent) {
+        loom_message *p = realloc(run->sent, n * sizeof(*p));
+        if (!p)
+            return loom__error_oom();
+        run->sent = p;
+        run->capsent = n;
+    }
+    while (lead < req->messages_len &&
+           req->messages[lead].role == LOOM_ROLE_SYSTEM)
+        lead++;
+    memcpy(run->sent, req->messages, lead * sizeof(*run->sent));
+    memcpy(run->sent + lead, run->opts.few_shot,
+           run->opts.few_shot_len * sizeof(*run->sent));
+    memcpy(run->sent + lead + run->opts.few_shot_len, req->messages + lead,
+           (req->messages_len - lead) * sizeof(*run->sent));
+    req->messages = run->sent;
+    req->messages_len = n;
+    return 0;
+}
+
+/*
  * Fills the next model call's request: the messages (fitted to the
  * context window), the tools (still declared on the last call, which
  * may not use them) and the options.
@@ -1084,7 +1146,8 @@ static int prepare_request(loom_run *run, loom_llm_request *req, int last,
         return rc;
     req->messages = run->all.items;
     req->messages_len = run->all.len;
-    if (run->ctx && (rc = context_fit(run, req)) != 0)
+    if ((run->ctx && (rc = context_fit(run, req)) != 0) ||
+        (rc = add_few_shot(run, req)) != 0)
         return rc;
     req->model = o->upstream_model;
     if (req->tools_len) {
@@ -1612,6 +1675,7 @@ void loom_run_free(loom_run *run)
     loom__toolturn_free(run->turn);
     loom__plan_free(run->plan);
     free(run->system_prev);
+    free(run->sent);
     loom__media_fetcher_free(run->media);
     if (run->hook_state_set && run->hooks->free_state)
         run->hooks->free_state(run->hook_state, run->hooks->payload);

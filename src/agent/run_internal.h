@@ -21,13 +21,16 @@
  * its history (copied, not empty) and what the conversation carries from
  * earlier runs (may be NULL; strings borrowed until the run is freed):
  * the context summary with the messages it covers, used unless the
- * options set one, and the plan, used unless the options set one. Once,
- * before loom_run_execute.
+ * options set one, the plan, used unless the options set one, and the
+ * user's memories for the system prompt, likewise. Once, before
+ * loom_run_execute.
  */
 typedef struct {
     const char *summary;
     size_t summary_covers;
     const json_t *plan;
+    const char *memories; /* the memories section; used unless the
+                           * options give one */
 } loom__run_carried;
 
 int loom__run_create(loom_run **out, const loom_run_options *opts);

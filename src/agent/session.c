@@ -25,6 +25,7 @@
  */
 #include "loom/session.h"
 #include "agent/model_opts.h"
+#include "agent/prompt.h"
 #include "agent/run_internal.h"
 #include "core/clock.h"
 #include "core/config_internal.h"
@@ -96,6 +97,7 @@ struct loom_turn {
     char *stored_summary;
     size_t stored_covers;
     json_t *stored_plan;
+    char *memories; /* the memories section, NULL: none */
     int create_conversation;
     int load_history;
     loom_run *lr;
@@ -398,6 +400,7 @@ static void turn_free(loom_turn *t)
     loom_run_free(t->lr);
     free(t->stored_summary);
     json_decref(t->stored_plan);
+    free(t->memories);
     loom__run_context_free(&t->ctxs);
     loom_provider_free(t->router);
     loom_messages_free(&t->input);
@@ -1156,6 +1159,39 @@ static int op_load(void *arg)
     return loom_store_load_history(st, t->conversation_id, c->hist);
 }
 
+/* Whether the system prompt shows the user's memories: a store, a user
+ * and memory on for the agent. */
+static int shows_memories(const loom_turn *t)
+{
+    json_t *as = t->agent_cfg ? json_boolean(t->agent_cfg->memory) : NULL;
+    int on = t->s->o.store &&
+             loom_memory_tool_offered(LOOM_MEMORY_TOOL_RETRIEVE, t->user_id, as,
+                                      NULL, NULL) == 1;
+
+    json_decref(as);
+    return on;
+}
+
+/* Reads the user's newest memories into the memories section. */
+static int op_memories(void *arg)
+{
+    loom_turn *t = arg;
+    loom_store *st = t->s->o.store;
+    json_t *found = NULL;
+    int64_t total = 0;
+    int rc;
+
+    free(t->memories);
+    t->memories = NULL;
+    if ((rc = loom_store_memory_search(
+             st, t->user_id, NULL, LOOM__PROMPT_MEMORIES_MAX, &found)) == 0 &&
+        (rc = loom_store_memory_count(st, t->user_id, &total)) == 0)
+        rc = loom__prompt_memories(&t->memories, json_object_get(found, "data"),
+                                   total);
+    json_decref(found);
+    return rc;
+}
+
 static int op_save(void *arg)
 {
     loom_turn *t = arg;
@@ -1205,6 +1241,12 @@ static int prepare(loom_turn *t, const char **op)
     int rc = 0;
 
     memset(&carried, 0, sizeof(carried));
+    if (shows_memories(t)) {
+        *op = "load_memories";
+        if ((rc = loom_session_store_retry(t->s, op_memories, t, *op)) != 0)
+            return rc;
+        carried.memories = t->memories;
+    }
     if (t->create_conversation) {
         *op = "create_conversation";
         rc = loom_session_store_retry(t->s, op_create, t, *op);
