@@ -76,7 +76,7 @@ static int tool_rules(loom_buf *b, const loom__prompt_parts *p)
 
 int loom__prompt_system_text(char **text, const loom__prompt_parts *p)
 {
-    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf b = LOOM_BUF_INIT(LOOM__PROMPT_SYSTEM_MAX);
     int rc = 0;
 
     *text = NULL;
@@ -88,6 +88,10 @@ int loom__prompt_system_text(char **text, const loom__prompt_parts *p)
         rc = loom_buf_puts(&b, p->memories);
     if (!rc && p->plan && (rc = section(&b)) == 0)
         rc = loom__plan_render(p->plan, &b);
+    if (rc == LOOM_ETOOLARGE)
+        rc = loom__error_set(LOOM_ETOOLARGE,
+                             "the system prompt would pass %d MiB",
+                             LOOM__PROMPT_SYSTEM_MAX >> 20);
     if (rc || !(*text = loom_buf_detach(&b))) {
         loom_buf_free(&b);
         return rc ? rc : loom__error_oom();
@@ -97,7 +101,8 @@ int loom__prompt_system_text(char **text, const loom__prompt_parts *p)
 
 int loom__prompt_memories(char **out, const json_t *memories, int64_t total)
 {
-    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    /* The quoted memories, their "- " and line ends, the head and note. */
+    loom_buf b = LOOM_BUF_INIT(LOOM__PROMPT_MEMORIES_BYTES + 1024);
     const json_t *m;
     size_t i, shown = 0, bytes = 0;
     int64_t left;

@@ -21,6 +21,9 @@
 #define LOOM__PROMPT_MEMORIES_MAX 20
 #define LOOM__PROMPT_MEMORIES_BYTES 4096
 
+/* Bytes of the whole system text. */
+#define LOOM__PROMPT_SYSTEM_MAX (16 << 20)
+
 typedef struct {
     /* The agent's prompt, or the request's own in its place; NULL or
      * empty: none. */
@@ -43,7 +46,8 @@ typedef struct {
  * The system text, its sections apart by a blank line, in this order:
  * base; <tool_usage> with one "- name: rule" line per offered tool that
  * has a rule; the memories section; the <plan> section. *text (the
- * caller's) is "" when there is nothing. LOOM_ENOMEM.
+ * caller's) is "" when there is nothing. LOOM_ETOOLARGE past
+ * LOOM__PROMPT_SYSTEM_MAX, LOOM_ENOMEM.
  */
 int loom__prompt_system_text(char **text, const loom__prompt_parts *p);
 

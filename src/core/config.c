@@ -725,9 +725,10 @@ int loom__config_read_file(loom_buf *b, const char *path, size_t max,
         }
         if (n == 0)
             break;
-        if (b->len + (size_t)n > max)
+        if (b->len + (size_t)n > max ||
+            (rc = loom_buf_put(b, chunk, (size_t)n)) == LOOM_ETOOLARGE)
             goto too_large;
-        if ((rc = loom_buf_put(b, chunk, (size_t)n)) != 0)
+        if (rc)
             goto cleanup;
     }
     goto cleanup;
@@ -755,7 +756,7 @@ cleanup:
  */
 int loom_config_load_report(loom_config **out, const char *path, char **errors)
 {
-    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf b = LOOM_BUF_INIT(LOOM__CONFIG_MAX_BYTES);
     int rc;
 
     if (errors)

@@ -1724,7 +1724,7 @@ static char *config_relative(const loader *ld, const char *given)
 static int read_agent_file(walk_ctx *w, const yaml_node_t *n, const char *key,
                            char **given, file_fn fn, void *obj)
 {
-    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf b = LOOM_BUF_INIT(LOOM_AGENT_FILE_MAX);
     yaml_parser_t parser;
     yaml_document_t doc;
     const yaml_node_t *root;
