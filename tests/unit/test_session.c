@@ -167,6 +167,47 @@ static void test_turn_without_store(void **state)
     fx_close(&f);
 }
 
+/* With a store and a user, the agent's system prompt lists the user's
+ * memories, newest first; without a user it does not. */
+static void test_memories_in_prompt(void **state)
+{
+    static const mock_answer two[] = {{.text = "a"}, {.text = "b"}};
+    fx f;
+    loom_turn_options to = LOOM_TURN_OPTIONS_INIT;
+    loom_messages in = {0};
+    loom_turn *t;
+    char *id = NULL;
+
+    (void)state;
+    fx_open(&f, two, 2, 1);
+    assert_int_equal(
+        loom_store_memory_add(f.store, "u1", "Likes \"tea\"", &id, NULL), 0);
+    free(id);
+    assert_int_equal(
+        loom_store_memory_add(f.store, "u2", "Not u1's", &id, NULL), 0);
+    free(id);
+    assert_int_equal(loom_messages_add(&in, LOOM_ROLE_USER, "time?"), 0);
+    to.input = &in;
+    to.agent = "helper";
+    to.user_id = "u1";
+    assert_int_equal(loom_turn_new(&t, f.s, &to), 0);
+    assert_int_equal(loom_turn_execute(t), 0);
+    assert_string_equal(f.mock.seen[0].system,
+                        "You help with time.\n\n<memories>\nWhat you know "
+                        "about the user from earlier conversations (saved "
+                        "with memory_store, most recent first; each quoted "
+                        "as it was saved):\n- \"Likes \\\"tea\\\"\"\n"
+                        "</memories>");
+    loom_turn_free(t);
+    to.user_id = NULL;
+    assert_int_equal(loom_turn_new(&t, f.s, &to), 0);
+    assert_int_equal(loom_turn_execute(t), 0);
+    assert_string_equal(f.mock.seen[1].system, "You help with time.");
+    loom_turn_free(t);
+    loom_messages_free(&in);
+    fx_close(&f);
+}
+
 /* The agent's prompt, tools and limits reach the model. */
 static void test_agent_mapping(void **state)
 {
@@ -786,6 +827,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_turn_without_store),
         cmocka_unit_test(test_agent_mapping),
+        cmocka_unit_test(test_memories_in_prompt),
         cmocka_unit_test(test_unknown_agent_tools_all),
         cmocka_unit_test(test_agent_as_model),
         cmocka_unit_test(test_turn_stored_then_continued),
