@@ -261,6 +261,16 @@ typedef struct {
     loom_agent_tool_doc *tool_docs;       /* its entries, in file order */
     size_t tool_docs_len;
     loom_agent_few_shot few_shot; /* no examples: none */
+    /* What the agent does, for the agents that offer it as a tool (the
+     * transfer_to_<name> of a handoff); may be NULL. */
+    char *description;
+    /* `handoffs: [name, ...]`: the agents this one may hand the run over
+     * to (docs/agents.md "Handoffs"), each a defined agent other than
+     * itself; handoffs_lines: the file's line of each, NULL when not read
+     * from YAML. */
+    char **handoffs;
+    size_t handoffs_len;
+    size_t *handoffs_lines;
 } loom_agent_config;
 
 /*

@@ -395,6 +395,11 @@ static void agent_clear(loom_agent_config *a)
     for (size_t i = 0; i < a->data_policy.tools_len; i++)
         free(a->data_policy.tools[i]);
     free(a->data_policy.tools);
+    free(a->description);
+    for (size_t i = 0; i < a->handoffs_len; i++)
+        free(a->handoffs[i]);
+    free(a->handoffs);
+    free(a->handoffs_lines);
     memset(a, 0, sizeof(*a));
 }
 

@@ -1902,6 +1902,75 @@ static const field few_shot_fields[] = {
 #undef FS
 static const section few_shot_section = SECTION(few_shot_fields, NULL, NULL);
 
+/* The prefix of a handoff's tool name; the rest is the agent's name. */
+#define HANDOFF_PREFIX "transfer_to_"
+#define HANDOFF_NAME_MAX (64 - (sizeof(HANDOFF_PREFIX) - 1))
+
+/* A `handoffs` item: an agent name that makes a tool name
+ * (transfer_to_<name>), listed once. Whether the agent exists is checked
+ * once every agent is read (check_handoffs). */
+static int handoff_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                      const char *s, int repeat)
+{
+    char tmp[64];
+
+    if (repeat)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "agent '%s' is listed twice", s);
+    if (!s || !loom__config_valid_name(s, 0) || strlen(s) > HANDOFF_NAME_MAX)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "'%s' cannot be handed off to: its tool "
+                       "transfer_to_<name> needs a name of [a-zA-Z0-9_-], "
+                       "1 to %zu bytes",
+                       s ? loom__config_shown(tmp, sizeof(tmp), s) : "null",
+                       HANDOFF_NAME_MAX);
+    return 0;
+}
+
+/* `handoffs: [name, ...]`; null is as if absent. */
+static int read_handoffs(walk_ctx *w, const field *f, const yaml_node_t *n,
+                         const char *key)
+{
+    loom_agent_config *a = w->obj;
+
+    (void)f;
+    return read_strings(w, n, key, "agent names", "an agent name", handoff_ok,
+                        &a->handoffs, &a->handoffs_len, &a->handoffs_lines);
+}
+
+/* After every agent is read: each handoff names another defined agent. */
+static int check_handoffs(walk_ctx *w)
+{
+    const loom_config *cfg = w->ld->cfg;
+    char key[KEY_LEN], sub[KEY_LEN], tmp[64], known[256];
+    int rc = 0;
+
+    for (size_t i = 0; i < cfg->agents_len; i++) {
+        const loom_agent_config *a = &cfg->agents[i];
+        for (size_t j = 0; j < a->handoffs_len; j++) {
+            const char *h = a->handoffs[j];
+            size_t line = a->handoffs_lines ? a->handoffs_lines[j] : 0;
+            int rc2 = 0;
+            snprintf(key, sizeof(key), "agents.%s.handoffs", a->name);
+            index_key(sub, sizeof(sub), key, j);
+            if (strcmp(h, a->name) == 0)
+                rc2 = fail_at(w->ld, LOOM_EINVALID, line, sub,
+                              "an agent cannot hand off to itself");
+            else if (!loom_config_agent(cfg, h))
+                rc2 = fail_at(w->ld, LOOM_EINVALID, line, sub,
+                              "agent '%s' is not defined under agents "
+                              "(agents: %s)",
+                              loom__config_shown(tmp, sizeof(tmp), h),
+                              agent_names(known, sizeof(known), cfg));
+            if (rc2 && !go_on(w->ld, rc2))
+                return rc2;
+            if (rc2)
+                rc = rc2;
+        }
+    }
+    return rc;
+}
+
 static int agent_init(loader *ld, const entry *e, const char *key, void *obj)
 {
     loom_agent_config *a = obj;
@@ -1938,6 +2007,8 @@ static const field agent_fields[] = {
     {K_SUB("many_results_prompt", many_results_section), AT(A, many_results)},
     {K_FN("tool_descriptions", read_tool_descriptions)},
     {K_SUB("few_shot", few_shot_section), AT(A, few_shot)},
+    {K_STR("description", A, description, "a string"), .flags = F_EMPTY_NULL},
+    {K_FN("handoffs", read_handoffs)},
 };
 static const section agent_section = SECTION(agent_fields, NULL, NULL);
 static const list_spec agent_list = {"agent",
@@ -2129,7 +2200,8 @@ static const field top_fields[] = {
     {K_SUB("routing", routing_section), AT(loom_config, routing)},
     {K_LIST("http_tools", http_tool_list), .pass = 1},
 };
-static const section top_section = SECTION(top_fields, NULL, NULL);
+static const section top_section =
+    SECTION(top_fields, NULL, check_handoffs);
 
 static int parse_document(loader *ld)
 {

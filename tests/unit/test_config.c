@@ -492,6 +492,59 @@ static void test_syntax_errors(void **state)
     free(dir);
 }
 
+/* handoffs: defined agents other than itself, each a tool name; the
+ * description is kept. */
+static void test_handoffs(void **state)
+{
+    loom_config *cfg;
+    const loom_agent_config *a;
+
+    (void)state;
+    cfg = load_ok("providers: {p: {base_url: 'http://h'}}\n"
+                  "agents:\n"
+                  "  triage: {model: p/m, handoffs: [billing, refunds]}\n"
+                  "  billing: {model: p/m, description: Bills.,"
+                  " handoffs: [triage]}\n"
+                  "  refunds: {model: p/m}\n");
+    a = loom_config_agent(cfg, "triage");
+    assert_int_equal(a->handoffs_len, 2);
+    assert_string_equal(a->handoffs[0], "billing");
+    assert_string_equal(a->handoffs[1], "refunds");
+    assert_null(a->description);
+    a = loom_config_agent(cfg, "billing");
+    assert_string_equal(a->description, "Bills.");
+    assert_int_equal(loom_config_agent(cfg, "refunds")->handoffs_len, 0);
+    loom_config_free(cfg);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  triage:\n"
+                "    model: p/m\n"
+                "    handoffs: [billing]\n",
+                LOOM_EINVALID,
+                "t.yaml:5: agents.triage.handoffs[0]: agent 'billing' is not "
+                "defined under agents (agents: triage)",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  triage: {model: p/m, handoffs: [triage]}\n",
+                LOOM_EINVALID,
+                "t.yaml:3: agents.triage.handoffs[0]: an agent cannot hand "
+                "off to itself",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  a: {model: p/m, handoffs: [b, b]}\n"
+                "  b: {model: p/m}\n",
+                LOOM_EINVALID, "agents.a.handoffs[1]: agent 'b' is listed twice",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  a: {model: p/m, handoffs: [b.c]}\n"
+                "  b.c: {model: p/m}\n",
+                LOOM_EINVALID,
+                "agents.a.handoffs[0]: 'b.c' cannot be handed off to", NULL);
+}
+
 static void test_unknown_keys(void **state)
 {
     (void)state;
@@ -504,7 +557,8 @@ static void test_unknown_keys(void **state)
                 "max_iterations, tool_choice, parallel_tool_calls, "
                 "tool_concurrency, planning, think, tool_timeout_ms, review, "
                 "review_model, citations, memory, data_policy, limit_prompt, "
-                "many_results_prompt, tool_descriptions, few_shot)",
+                "many_results_prompt, tool_descriptions, few_shot, description, "
+                "handoffs)",
                 NULL);
     expect_fail("log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
                 "t.yaml:2: unknown key 'srever' (known: log, providers, "
@@ -2359,6 +2413,7 @@ int main(void)
         cmocka_unit_test_setup(test_interpolation_errors, reset_env),
         cmocka_unit_test_setup(test_syntax_errors, reset_env),
         cmocka_unit_test_setup(test_unknown_keys, reset_env),
+        cmocka_unit_test_setup(test_handoffs, reset_env),
         cmocka_unit_test_setup(test_duplicate_keys, reset_env),
         cmocka_unit_test_setup(test_wrong_types, reset_env),
         cmocka_unit_test_setup(test_bad_values, reset_env),
