@@ -57,6 +57,7 @@ typedef enum {
     LOOM_EV_RUN_COMPLETED,
     LOOM_EV_RUN_FAILED,
     LOOM_EV_CONTEXT,
+    LOOM_EV_AGENT_CHANGED,
     LOOM_EV__COUNT
 } loom_event_type;
 
@@ -246,10 +247,24 @@ typedef struct {
 #define LOOM_RUN_RECORD_ARGS_MAX 4096
 
 /*
+ * A handoff an agent offers (docs/agents.md "Handoffs"): the tool
+ * transfer_to_<agent> (parameters: an optional "reason" string), whose
+ * description is description (NULL: one naming the agent).
+ */
+typedef struct {
+    const char *agent;
+    const char *description;
+} loom_run_handoff;
+
+/* Handoffs one run makes at most; a call past them is a tool error the
+ * model reads. */
+#define LOOM_RUN_MAX_HANDOFFS 8
+
+/*
  * A run's options. Zero means the default for every field: start from
  * LOOM_RUN_OPTIONS_INIT (or `= {0}`, which version 0 also accepts).
  */
-typedef struct {
+typedef struct loom_run_options {
     unsigned version;
     /*
      * The run's id (at most LOOM_ID_MAX bytes), in every event; NULL:
@@ -397,6 +412,27 @@ typedef struct {
     const char *memories;
     const loom_message *few_shot;
     size_t few_shot_len;
+    /*
+     * Handoffs (docs/agents.md "Handoffs"): the agents this one may hand
+     * the run over to, each offered as a tool transfer_to_<agent>. When
+     * the model calls one, resolve_agent fills *out (a copy of the run's
+     * options as they are) with that agent's options; the call's result
+     * is "Transferred to <agent>." and, from the next model call on, the
+     * run is that agent: its prompt, tools, handoffs, model and provider,
+     * limits, loop rules and agent hooks, with max_iterations counted
+     * afresh from the handoff (the call that asked for it counts toward
+     * the agent that made it). An `agent.changed` event says so. The run
+     * keeps its id, conversation, sink, plan, messages and usage whatever
+     * out says. What resolve_agent sets is borrowed until the run is
+     * freed. Its error (or a call past LOOM_RUN_MAX_HANDOFFS, or a second
+     * handoff in one turn) is the call's error; the run goes on as it
+     * was. Without resolve_agent no handoff is offered. Borrowed.
+     */
+    const loom_run_handoff *handoffs;
+    size_t handoffs_len;
+    int (*resolve_agent)(const char *agent, struct loom_run_options *out,
+                         void *payload);
+    void *resolve_payload;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1
@@ -439,6 +475,14 @@ int loom_run_cost_known(const loom_run *run);
 int loom_run_iterations(const loom_run *run);
 /* Messages the run added after history (assistant turns, tool results). */
 const loom_messages *loom_run_messages(const loom_run *run);
+/*
+ * The agent that was running when loom_run_messages' message i was added
+ * (handoffs change it), or NULL: none named, or i out of range. Borrowed
+ * from the run's options.
+ */
+const char *loom_run_message_agent(const loom_run *run, size_t i);
+/* The agent the run is now (after its handoffs), or NULL. */
+const char *loom_run_agent(const loom_run *run);
 /*
  * Client tool calls the run ended on (see client_tools), in call order;
  * *n is 0 when none. Borrowed from the run.

@@ -24,6 +24,7 @@ static const char *const event_names[LOOM_EV__COUNT] = {
     [LOOM_EV_RUN_COMPLETED] = "run.completed",
     [LOOM_EV_RUN_FAILED] = "run.failed",
     [LOOM_EV_CONTEXT] = "context",
+    [LOOM_EV_AGENT_CHANGED] = "agent.changed",
 };
 
 const char *loom_event_type_name(loom_event_type type)

@@ -28,6 +28,7 @@
 #include "loom/run.h"
 #include "agent/citations.h"
 #include "agent/emit.h"
+#include "agent/handoff.h"
 #include "agent/media_fetch.h"
 #include "agent/plan.h"
 #include "agent/prompt.h"
@@ -142,7 +143,29 @@ struct loom_run {
     const loom_agent_hooks *hooks;
     void *hook_state;
     int hook_state_set;
+
+    /* Handoffs (handoff.c): the current agent's handoff tools; the
+     * handoffs made; the agent a call of this turn handed over to, with
+     * its options, applied once the turn's results are in; the counted
+     * calls made before the current agent took over; the agent of each
+     * message of run->added. */
+    loom__handoffs *handoffs;
+    int nhandoffs;
+    loom_run_options *next;
+    char *next_call;   /* the call that asked for it */
+    char *next_reason; /* its "reason", or NULL */
+    int counted_base;
+    const char **added_agents;
+    size_t capadded_agents;
 };
+
+/* The model calls that count toward the current agent's limit: not
+ * think-only turns within their allowance, nor the calls of the agents
+ * that handed over to it. */
+static int counted(const loom_run *run)
+{
+    return run->iterations - run->think_turns - run->counted_base;
+}
 
 /* Whether anybody listens: no event payload is built otherwise. */
 static int has_sink(const loom_run *run)
@@ -237,12 +260,6 @@ static int is_server_tool_name(const loom_run *run, const char *name)
     return 0;
 }
 
-/*
- * Builds the tool definitions offered to the model: the agent's server
- * tools, the loop tools it has (todo_write, think), then the caller's
- * client tools. A loop tool is on by its flag, or when the agent lists
- * its name and no registered tool has it.
- */
 /* Offers server tool t: the agent's registry may describe it anew. */
 static void add_def(loom_run *run, const loom_tool *t)
 {
@@ -256,6 +273,36 @@ static void add_def(loom_run *run, const loom_tool *t)
     run->ndefs++;
 }
 
+/* Offers server (or loop, or handoff) tool t. */
+static void offer(loom_run *run, const loom_tool *t)
+{
+    run->offered[run->nserver++] = t;
+    add_def(run, t);
+}
+
+/* Offers the agent's handoff tools (after its server and loop tools). */
+static int offer_handoffs(loom_run *run)
+{
+    for (size_t i = 0; i < loom__handoffs_count(run->handoffs); i++) {
+        const loom_tool *t = loom__handoffs_tool(run->handoffs, i);
+        if (is_server_tool_name(run, t->name))
+            return loom__error_set(LOOM_EINVALID,
+                                   "agent '%s': the tool '%s' takes the name "
+                                   "of a handoff; rename it",
+                                   run->opts.agent ? run->opts.agent
+                                                   : "default",
+                                   t->name);
+        offer(run, t);
+    }
+    return 0;
+}
+
+/*
+ * Builds the tool definitions offered to the model: the agent's server
+ * tools, the loop tools it has (todo_write, think), its handoffs, then
+ * the caller's client tools. A loop tool is on by its flag, or when the
+ * agent lists its name and no registered tool has it.
+ */
 static int build_tools(loom_run *run)
 {
     const loom_run_options *o = &run->opts;
@@ -279,17 +326,22 @@ static int build_tools(loom_run *run)
                                o->agent ? o->agent : "default",
                                o->tool_names[i]);
     }
+    if (o->resolve_agent &&
+        (rc = loom__handoffs_new(&run->handoffs, o->handoffs,
+                                 o->handoffs_len)) != 0)
+        return rc;
+    n += loom__handoffs_count(run->handoffs);
     run->defs = calloc(n + LOOM__LOOP_COUNT + o->client_tools_len + 1,
                        sizeof(*run->defs));
     run->offered = calloc(n + LOOM__LOOP_COUNT + 1, sizeof(*run->offered));
     if (!run->defs || !run->offered)
         return loom__error_oom();
+    n -= loom__handoffs_count(run->handoffs);
     for (size_t i = 0; i < n; i++) {
         const loom_tool *t = loom_tool_registry_at(o->tools, i);
         if (o->tool_names && !find_tool_name(o, t->name))
             continue;
-        run->offered[run->nserver++] = t;
-        add_def(run, t);
+        offer(run, t);
     }
     for (int k = 0; k < LOOM__LOOP_COUNT; k++) {
         const loom_tool *t = loom__plan_tool(run->plan, k);
@@ -303,9 +355,10 @@ static int build_tools(loom_run *run)
                                    o->agent ? o->agent : "default", t->name,
                                    t->name, k == LOOM__LOOP_TODO
                                                 ? "planning" : "think");
-        run->offered[run->nserver++] = t;
-        add_def(run, t);
+        offer(run, t);
     }
+    if ((rc = offer_handoffs(run)) != 0)
+        return rc;
     for (size_t i = 0; i < o->client_tools_len; i++) {
         const char *name = o->client_tools[i].name;
         if (!name || !*name)
@@ -342,8 +395,73 @@ static void on_tool_progress(const json_t *progress, void *payload)
     loom_run *run = payload;
     loom_agent_state st;
 
+    if (!run->hooks || !run->hooks->on_tool_progress)
+        return;
     agent_state(run, &st);
     run->hooks->on_tool_progress(&st, progress, run->hooks->payload);
+}
+
+/* ---- handoffs ------------------------------------------------------------ */
+
+/* The tool turn's `own` tools: the current agent's handoffs. */
+static int is_handoff(const loom_tool *tool, void *payload)
+{
+    const loom_run *run = payload;
+
+    return loom__handoffs_target(run->handoffs, tool) != NULL;
+}
+
+/*
+ * A transfer_to_<agent> call, on the loop's thread: the agent's options
+ * are resolved now, so what fails (no such agent, a model that does not
+ * resolve, the run's handoff limit, a second handoff in the turn) is the
+ * call's error; the switch waits for the turn's results (switch_agent).
+ */
+static void handoff_call(loom__tool_job *job, void *payload)
+{
+    loom_run *run = payload;
+    const char *to = loom__handoffs_target(run->handoffs, job->tool);
+    const char *reason =
+        json_string_value(json_object_get(job->args, "reason"));
+    loom_run_options *next = NULL;
+    char *msg = NULL;
+    int rc = 0;
+
+    if (run->next)
+        rc = asprintf(&msg,
+                      "this turn already handed the conversation to '%s'; "
+                      "one handoff per turn",
+                      run->next->agent ? run->next->agent : "");
+    else if (run->nhandoffs >= LOOM_RUN_MAX_HANDOFFS)
+        rc = asprintf(&msg,
+                      "this request was handed over %d times already, the "
+                      "most one request may be; answer the user yourself",
+                      run->nhandoffs);
+    else if (!(next = malloc(sizeof(*next))))
+        rc = asprintf(&msg, "out of memory");
+    else {
+        *next = run->opts;
+        if (run->opts.resolve_agent(to, next, run->opts.resolve_payload))
+            rc = asprintf(&msg, "cannot hand over to '%s': %s", to,
+                          loom_error_last());
+    }
+    if (msg || rc < 0) {
+        loom__tool_job_fail(job, "execution", LOOM_EINVALID,
+                            msg ? msg : "the handoff failed", NULL,
+                            run->opts.max_tool_error);
+        free(msg);
+        free(next);
+        return;
+    }
+    free(run->next_call);
+    free(run->next_reason);
+    run->next = next;
+    run->next_call = strdup(job->call->id ? job->call->id : "");
+    run->next_reason = reason ? strdup(reason) : NULL;
+    if (asprintf(&job->output, "Transferred to %s.", to) < 0)
+        job->output = NULL;
+    job->output_size = job->output ? strlen(job->output) : 0;
+    job->done = 1;
 }
 
 /* The tool turn of the run, over the tools build_tools offers. */
@@ -368,10 +486,12 @@ static int turn_open(loom_run *run)
     to.user_id = o->user_id;
     to.user_keys = o->user_keys;
     to.emit = run_emitter(run);
-    if (run->hooks && run->hooks->on_tool_progress) {
-        to.on_progress = on_tool_progress;
-        to.progress_payload = run;
-    }
+    /* Always: a handoff may bring hooks that want it. */
+    to.on_progress = on_tool_progress;
+    to.progress_payload = run;
+    to.own = is_handoff;
+    to.answer = handoff_call;
+    to.own_payload = run;
     return loom__toolturn_new(&run->turn, &to);
 }
 
@@ -441,6 +561,23 @@ static int add_history(loom_run *run, const loom_messages *history)
     return 0;
 }
 
+/* The system message's text for the agent the run is now (prompt.c). */
+static int system_text(const loom_run *run, char **text)
+{
+    loom__prompt_parts p = {
+        .base = run->opts.system_prompt,
+        .tools = run->defs,
+        .ntools = run->nserver,
+        .tool_settings = run->opts.tool_settings,
+        .docs = run->opts.tool_docs,
+        .ndocs = run->opts.tool_docs_len,
+        .memories = run->opts.memories,
+        .plan = run->loop_on[LOOM__LOOP_TODO] ? run->plan : NULL,
+    };
+
+    return loom__prompt_system_text(text, &p);
+}
+
 /*
  * Makes the system message's text from its parts (prompt.c: the agent's
  * prompt, tool rules, memories, the plan) and puts it in when it changed:
@@ -453,20 +590,10 @@ static int add_history(loom_run *run, const loom_messages *history)
  */
 static int refresh_system(loom_run *run)
 {
-    loom__prompt_parts p = {
-        .base = run->opts.system_prompt,
-        .tools = run->defs,
-        .ntools = run->nserver,
-        .tool_settings = run->opts.tool_settings,
-        .docs = run->opts.tool_docs,
-        .ndocs = run->opts.tool_docs_len,
-        .memories = run->opts.memories,
-        .plan = run->loop_on[LOOM__LOOP_TODO] ? run->plan : NULL,
-    };
     char *text = NULL;
     int rc;
 
-    if ((rc = loom__prompt_system_text(&text, &p)) != 0)
+    if ((rc = system_text(run, &text)) != 0)
         return rc;
     if (run->has_system) {
         if (strcmp(text, run->all.items[0].content) == 0) {
@@ -485,6 +612,23 @@ static int refresh_system(loom_run *run)
     }
     free(text);
     return rc;
+}
+
+/* Zero fields of o get their defaults. */
+static void options_defaults(loom_run_options *o)
+{
+    if (o->max_iterations <= 0)
+        o->max_iterations = DEFAULT_MAX_ITERATIONS;
+    if (o->tool_concurrency <= 0)
+        o->tool_concurrency = DEFAULT_CONCURRENCY;
+    if (o->max_tool_result == 0)
+        o->max_tool_result = DEFAULT_MAX_RESULT;
+    if (o->max_tool_error == 0)
+        o->max_tool_error = DEFAULT_MAX_ERROR;
+    if (o->max_think_turns == 0)
+        o->max_think_turns = LOOM_RUN_DEFAULT_THINK_TURNS;
+    if (o->tool_timeout_ms == 0)
+        o->tool_timeout_ms = LOOM_RUN_DEFAULT_TOOL_TIMEOUT_MS;
 }
 
 int loom__run_create(loom_run **out, const loom_run_options *opts)
@@ -520,18 +664,7 @@ int loom__run_create(loom_run **out, const loom_run_options *opts)
         return loom__error_oom();
     run->opts = *opts;
     run->hooks = opts->agent_hooks;
-    if (run->opts.max_iterations <= 0)
-        run->opts.max_iterations = DEFAULT_MAX_ITERATIONS;
-    if (run->opts.tool_concurrency <= 0)
-        run->opts.tool_concurrency = DEFAULT_CONCURRENCY;
-    if (run->opts.max_tool_result == 0)
-        run->opts.max_tool_result = DEFAULT_MAX_RESULT;
-    if (run->opts.max_tool_error == 0)
-        run->opts.max_tool_error = DEFAULT_MAX_ERROR;
-    if (run->opts.max_think_turns == 0)
-        run->opts.max_think_turns = LOOM_RUN_DEFAULT_THINK_TURNS;
-    if (run->opts.tool_timeout_ms == 0)
-        run->opts.tool_timeout_ms = LOOM_RUN_DEFAULT_TOOL_TIMEOUT_MS;
+    options_defaults(&run->opts);
     run->opts.plan = NULL; /* borrowed: a copy is kept (loom__plan_set) */
     run->opts.run_id = NULL;
     run->opts.conversation_id = NULL;
@@ -627,13 +760,24 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
     return 0;
 }
 
-/* Adds a message to both the request history and this run's messages. */
+/* Adds a message to both the request history and this run's messages,
+ * noting the agent that is running. */
 static int add_message(loom_run *run, const loom_messages *one)
 {
     int rc = loom_messages_append(&run->all, one);
 
     if (!rc)
         rc = track(run, 1);
+    if (!rc && run->added.len >= run->capadded_agents) {
+        size_t cap = run->capadded_agents ? run->capadded_agents * 2 : 16;
+        const char **p = realloc(run->added_agents, cap * sizeof(*p));
+        if (!p)
+            return loom__error_oom();
+        run->added_agents = p;
+        run->capadded_agents = cap;
+    }
+    if (!rc)
+        run->added_agents[run->added.len] = run->opts.agent;
     return rc ? rc : loom_messages_append(&run->added, one);
 }
 
@@ -1346,6 +1490,150 @@ static int add_many_results_note(loom_run *run, size_t nres)
 }
 
 /*
+ * The system message for the agent the run now is (opts): its prompt in
+ * place of the last agent's, put before the conversation when there was
+ * none, taken out when the agent's assembled text (prompt.c) is empty.
+ * The text replaced stays allocated as system_prev (see refresh_system).
+ */
+static int handoff_system(loom_run *run)
+{
+    char *text = NULL;
+    int want, rc;
+
+    if ((rc = system_text(run, &text)) != 0)
+        return rc;
+    want = *text != 0;
+    if (!want) {
+        free(text);
+        text = NULL;
+    }
+    if (run->has_system) {
+        free(run->system_prev);
+        run->system_prev = run->all.items[0].content;
+        run->all.items[0].content = NULL;
+    }
+    if (want && run->has_system) {
+        run->all.items[0].content = text;
+    } else if (want) {
+        /* Appended, then moved to the front with its stored mark. */
+        loom_message m;
+        rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, text);
+        free(text);
+        if (rc || (rc = track(run, 0)) != 0)
+            return rc;
+        m = run->all.items[run->all.len - 1];
+        memmove(run->all.items + 1, run->all.items,
+                (run->all.len - 1) * sizeof(m));
+        run->all.items[0] = m;
+        memmove(run->stored + 1, run->stored, run->nstored - 1);
+        run->stored[0] = 0;
+    } else if (run->has_system) {
+        loom_message_clear(&run->all.items[0]);
+        memmove(run->all.items, run->all.items + 1,
+                --run->all.len * sizeof(run->all.items[0]));
+        memmove(run->stored, run->stored + 1, --run->nstored);
+    }
+    run->has_system = want;
+    return 0;
+}
+
+/* The agent.changed event of the handoff just made (from: the agent
+ * that handed over). */
+static void emit_agent_changed(loom_run *run, const char *from)
+{
+    const loom_run_options *o = &run->opts;
+    pk p;
+
+    if (!has_sink(run))
+        return;
+    p = pk_new();
+    pk_str_or_null(&p, "from", from);
+    pk_str_or_null(&p, "to", o->agent);
+    pk_str(&p, "call_id", run->next_call ? run->next_call : "");
+    if (run->next_reason)
+        pk_str(&p, "reason", run->next_reason);
+    pk_str_or_null(&p, "model", o->model ? o->model : o->upstream_model);
+    pk_int(&p, "max_iterations", o->max_iterations);
+    pk_int(&p, "tools", (int)run->ndefs);
+    pk_int(&p, "handoffs", run->nhandoffs);
+    emit(run, LOOM_EV_AGENT_CHANGED, pk_done(&p));
+}
+
+static void hooks_init(loom_run *run);
+
+/* Drops the handoff a turn asked for. */
+static void handoff_drop(loom_run *run)
+{
+    free(run->next);
+    free(run->next_call);
+    free(run->next_reason);
+    run->next = NULL;
+    run->next_call = NULL;
+    run->next_reason = NULL;
+}
+
+/*
+ * The turn's results are in and a call of it handed over: the run
+ * becomes run->next's agent (see loom_run_options.handoffs). What is
+ * the run's own (id, conversation, sink, plan, citations, the stored
+ * summary) is kept; the tools, system message, context engine and
+ * agent hooks are the new agent's; its max_iterations counts from here.
+ */
+static int switch_agent(loom_run *run)
+{
+    loom_run_options n = *run->next;
+    const char *from = run->opts.agent;
+    int rc;
+
+    n.run_id = NULL;
+    n.conversation_id = NULL;
+    n.plan = NULL;
+    n.sink = run->opts.sink;
+    n.citations = run->opts.citations;
+    if (!n.context.summary) {
+        n.context.summary = run->opts.context.summary;
+        n.context.summary_covers = run->opts.context.summary_covers;
+    }
+    options_defaults(&n);
+    run->opts = n;
+    free(run->defs);
+    free(run->offered);
+    free(run->available);
+    loom__handoffs_free(run->handoffs);
+    run->defs = NULL;
+    run->offered = NULL;
+    run->available = NULL;
+    run->handoffs = NULL;
+    run->ndefs = run->nserver = 0;
+    run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
+    run->choice.function = NULL;
+    run->switched = 0;
+    if ((rc = build_tools(run)) != 0 ||
+        (rc = loom__toolturn_retool(run->turn, n.tool_concurrency,
+                                    n.tool_timeout_ms)) != 0 ||
+        (rc = handoff_system(run)) != 0)
+        return rc;
+    if (n.context.window > 0) {
+        if ((rc = context_open(run)) != 0)
+            return rc;
+    } else {
+        loom_context_free(run->ctx);
+        run->ctx = NULL;
+    }
+    if (run->hook_state_set && run->hooks->free_state)
+        run->hooks->free_state(run->hook_state, run->hooks->payload);
+    run->hook_state = NULL;
+    run->hook_state_set = 0;
+    run->hooks = n.agent_hooks;
+    run->nhandoffs++;
+    run->counted_base = run->iterations - run->think_turns;
+    emit_agent_changed(run, from);
+    handoff_drop(run);
+    hooks_init(run);
+    return 0;
+}
+
+/*
  * The model asked for tools: its message joins the conversation and the
  * calls run. *ended is set when the run ends here (client calls are the
  * caller's to run); otherwise the turn may be reviewed and the loop goes
@@ -1376,8 +1664,12 @@ static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
         return rc;
     if (think_only && run->think_turns < o->max_think_turns)
         run->think_turns++;
+    if (run->next && !nclient && (rc = switch_agent(run)) != 0)
+        return rc;
     if (nclient) {
-        /* The client runs its own tools: the run ends here. */
+        /* The client runs its own tools: the run ends here, as the
+         * agent it is. */
+        handoff_drop(run);
         *ended = 1;
         free(run->final_text);
         run->final_text = strdup(resp->text ? resp->text : "");
@@ -1386,7 +1678,7 @@ static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
     /* Review, unless the next call is the last (it may not call tools)
      * or the turn only thought. */
     if (o->review.enabled && !think_only &&
-        run->iterations - run->think_turns + 1 < o->max_iterations &&
+        counted(run) + 1 < o->max_iterations &&
         (rc = review_turn(run)) != 0)
         return rc;
     if ((rc = add_many_results_note(run, resp->tool_calls_len)) != 0)
@@ -1461,7 +1753,7 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
     const loom_run_options *o = &run->opts;
     loom_llm_request req = LOOM_LLM_REQUEST_INIT;
     /* Think-only turns within their allowance cost no iteration. */
-    int last = run->iterations - run->think_turns + 1 >= o->max_iterations;
+    int last = counted(run) + 1 >= o->max_iterations;
     int rc, ended = 0;
 
     *more = 0;
@@ -1504,7 +1796,7 @@ static void agent_state(const loom_run *run, loom_agent_state *st)
     st->run = run;
     st->agent = run->opts.agent;
     st->iteration = run->iterations;
-    st->counted = run->iterations - run->think_turns;
+    st->counted = counted(run);
     st->max_iterations = run->opts.max_iterations;
     st->model = run->opts.model ? run->opts.model : run->opts.upstream_model;
     st->messages = &run->all;
@@ -1597,6 +1889,16 @@ const loom_messages *loom_run_messages(const loom_run *run)
     return &run->added;
 }
 
+const char *loom_run_message_agent(const loom_run *run, size_t i)
+{
+    return i < run->added.len ? run->added_agents[i] : NULL;
+}
+
+const char *loom_run_agent(const loom_run *run)
+{
+    return run->opts.agent;
+}
+
 const loom_tool_call *loom_run_pending_calls(const loom_run *run, size_t *n)
 {
     *n = run->npending;
@@ -1679,5 +1981,8 @@ void loom_run_free(loom_run *run)
     loom__media_fetcher_free(run->media);
     if (run->hook_state_set && run->hooks->free_state)
         run->hooks->free_state(run->hook_state, run->hooks->payload);
+    loom__handoffs_free(run->handoffs);
+    handoff_drop(run);
+    free(run->added_agents);
     free(run);
 }

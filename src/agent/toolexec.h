@@ -66,6 +66,7 @@ typedef struct {
     int abandoned;     /* timed out or cancelled; its thread may still run */
     /* Owned by run.c, freed by clear(). */
     int loop;          /* a loop tool (plan.c): 0 when not */
+    int own;           /* answered by the tool turn's caller (toolturn.h) */
     int executed;      /* the tool ran (not skipped, blocked or failed
                         * before it started) */
     int skipped;       /* a before-tool hook answered in its place */

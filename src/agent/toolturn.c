@@ -129,7 +129,7 @@ static loom_hook_action duplicate_before(loom_tool_hook_call *hc, void *payload)
     loom__tool_job *job = t->cur;
     const char *first;
 
-    if (job->loop)
+    if (job->loop || job->own)
         return LOOM_HOOK_CONTINUE;
     free(job->key);
     if (!(job->key = call_key(hc->tool_name, hc->arguments)))
@@ -327,6 +327,27 @@ int loom__toolturn_new(loom__toolturn **out, const loom__toolturn_options *o)
     t->nhooks = n;
     t->req_defs_stale = 1;
     *out = t;
+    return 0;
+}
+
+int loom__toolturn_retool(loom__toolturn *t, int concurrency, long timeout_ms)
+{
+    size_t nserver = t->o.tools->nserver;
+    unsigned char *blocked = calloc(nserver + 1, sizeof(*blocked));
+    int *failures = calloc(nserver + 1, sizeof(*failures));
+
+    if (!blocked || !failures) {
+        free(blocked);
+        free(failures);
+        return loom__error_oom();
+    }
+    free(t->blocked);
+    free(t->failures);
+    t->blocked = blocked;
+    t->failures = failures;
+    t->req_defs_stale = 1;
+    t->o.concurrency = concurrency;
+    t->o.timeout_ms = timeout_ms;
     return 0;
 }
 
@@ -744,10 +765,12 @@ static void turn_call(loom__toolturn *t, loom__tool_job *job,
 
     if (k >= 0 && tool == loom__plan_tool(t->o.plan, k))
         job->loop = k + 1;
+    else if (tool && t->o.own && t->o.own(tool, t->o.own_payload))
+        job->own = 1;
     loom__tool_job_prepare(job, tool, t->o.tools->available, xo);
     if (!job->done)
         before_chain(t, job);
-    if (!job->done && !job->loop)
+    if (!job->done && !job->loop && !job->own)
         set_timeout(t, job);
     if (!job->done && job->key)
         json_object_set_new(t->turn_keys, job->key, json_string(job->call->id));
@@ -758,6 +781,12 @@ static void turn_call(loom__toolturn *t, loom__tool_job *job,
         job->started_at_ms = loom__unix_ms();
         emit_started(t, job);
         loom__plan_execute(t->o.plan, job, &lc);
+        finish(t, job);
+    } else if (job->own) {
+        job->started_at_ms = loom__unix_ms();
+        emit_started(t, job);
+        t->o.answer(job, t->o.own_payload);
+        job->executed = 1;
         finish(t, job);
     }
 }

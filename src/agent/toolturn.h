@@ -63,6 +63,16 @@ typedef struct {
      */
     void (*on_progress)(const json_t *progress, void *payload);
     void *progress_payload;
+    /*
+     * Tools the caller answers itself on the loop's thread, as the loop
+     * tools are (the run's handoffs): own(tool) says whether tool is one
+     * of them; answer(job) gets each such call once it is prepared and
+     * past the before-tool hooks, and ends it done (output, or failed).
+     * Exempt from duplicate suppression and timeouts. NULL own: none.
+     */
+    int (*own)(const loom_tool *tool, void *payload);
+    void (*answer)(loom__tool_job *job, void *payload);
+    void *own_payload;
 } loom__toolturn_options;
 
 typedef struct loom__toolturn loom__toolturn;
@@ -91,6 +101,15 @@ void loom__toolturn_jobs_free(loom__tool_job *jobs, size_t n);
  * cache sees it; borrowed from t. */
 int loom__toolturn_request_tools(loom__toolturn *t, const loom_tool_def **defs,
                                  size_t *n);
+
+/*
+ * The run's toolset changed (the set the options point to now holds
+ * another agent's tools): each tool's failure count and block start
+ * again, the next request takes the new tools, and later calls run with
+ * concurrency and timeout_ms (as in the options). Duplicate suppression,
+ * documents and records go on. LOOM_ENOMEM (nothing changed then).
+ */
+int loom__toolturn_retool(loom__toolturn *t, int concurrency, long timeout_ms);
 
 /* The calls' records and the documents seen; borrowed from t. */
 const json_t *loom__toolturn_records(const loom__toolturn *t);
