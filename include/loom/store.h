@@ -207,6 +207,10 @@ typedef struct {
     const char *model;           /* "provider/model" */
     const loom_messages *input;  /* new user/system/tool messages */
     const loom_messages *output; /* assistant and tool messages */
+    /* Per output message, the agent that wrote it (handoffs change it
+     * within a turn; loom_run_message_agent); NULL, or a NULL entry:
+     * agent. Kept on assistant messages. */
+    const char *const *output_agents;
     loom_turn_record_status status;
     const char *error;           /* reason, for ERROR/CANCELLED */
     const char *finish_reason;   /* of the last model call, may be NULL */

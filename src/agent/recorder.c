@@ -35,6 +35,7 @@ struct loom_recorder {
     loom_data_policy policy; /* tools points into ptools */
     char **ptools;           /* the policy's tool names (copies) */
     loom_messages stored;    /* the output as the policy stores it */
+    const char **agents;     /* who wrote each output message stored */
     json_t *stored_records;  /* the tool records it stores */
 };
 
@@ -320,6 +321,8 @@ static int narrow(const loom_data_policy *p, loom_message *m, int *keep)
  * into rec->stored and rec->stored_records. */
 static int apply_policy(loom_recorder *rec, const loom_messages *out)
 {
+    /* rec->agents holds the run's output's agents: kept messages keep
+     * theirs, in place (k <= i). */
     const loom_data_policy *p = &rec->policy;
     size_t i;
     json_t *r;
@@ -340,6 +343,8 @@ static int apply_policy(loom_recorder *rec, const loom_messages *out)
         if (!keep) {
             loom_message_clear(last);
             rec->stored.len--;
+        } else {
+            rec->agents[rec->stored.len - 1] = rec->agents[i];
         }
     }
     if (!rec->records)
@@ -375,6 +380,12 @@ int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
      * changed: it is what the stored assistant message names. */
     turn->model = rec->model ? rec->model : loom_run_model(run);
     turn->output = loom_run_messages(run);
+    free(rec->agents);
+    if (!(rec->agents = calloc(turn->output->len + 1, sizeof(*rec->agents))))
+        return loom__error_oom();
+    for (size_t i = 0; i < turn->output->len; i++)
+        rec->agents[i] = loom_run_message_agent(run, i);
+    turn->output_agents = rec->agents;
     turn->status = st == LOOM_RUN_COMPLETED   ? LOOM_TURN_OK
                    : st == LOOM_RUN_CANCELLED ? LOOM_TURN_CANCELLED
                                               : LOOM_TURN_ERROR;
@@ -430,5 +441,6 @@ void loom_recorder_free(loom_recorder *rec)
     free_names(rec->ptools, rec->policy.tools_len);
     loom_messages_free(&rec->stored);
     json_decref(rec->stored_records);
+    free(rec->agents);
     free(rec);
 }

@@ -67,6 +67,20 @@ typedef struct {
     void *payload;
 } watcher;
 
+/*
+ * An agent a turn's run was handed over to (handoffs): what its run
+ * options borrow, kept until the turn is freed.
+ */
+typedef struct handed {
+    struct handed *next;
+    char **tool_names;
+    size_t ntool_names;
+    loom_run_handoff *handoffs;
+    loom_provider *router;
+    loom_model_request_options mreq;
+    loom__run_context ctxs;
+} handed;
+
 struct loom_turn {
     atomic_int refs;
     loom_session *s;
@@ -91,6 +105,12 @@ struct loom_turn {
     loom_model_request_options mreq;
     loom__run_context ctxs;
     loom_run_options ro;
+    /* handoffs: the turn's agent's, the agents handed over to, and the
+     * request's own settings, which hold for them too */
+    loom_run_handoff *handoffs;
+    handed *handed;
+    long req_max_output;
+    loom_opt_bool req_parallel;
     /* the turn's messages and what the conversation carries */
     loom_messages input;
     loom_messages *given_history; /* NULL: load from the store */
@@ -388,6 +408,22 @@ static void event_free(loom_turn_event *e)
     free(e);
 }
 
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static void handed_free(handed *h)
+{
+    free_names(h->tool_names, h->ntool_names);
+    free(h->handoffs);
+    loom__run_context_free(&h->ctxs);
+    loom_provider_free(h->router);
+    free(h);
+}
+
 static void turn_free(loom_turn *t)
 {
     for (size_t i = 0; i < t->nevents; i++)
@@ -403,14 +439,18 @@ static void turn_free(loom_turn *t)
     free(t->memories);
     loom__run_context_free(&t->ctxs);
     loom_provider_free(t->router);
+    free(t->handoffs);
+    while (t->handed) {
+        handed *h = t->handed;
+        t->handed = h->next;
+        handed_free(h);
+    }
     loom_messages_free(&t->input);
     if (t->given_history) {
         loom_messages_free(t->given_history);
         free(t->given_history);
     }
-    for (size_t i = 0; i < t->ntool_names; i++)
-        free(t->tool_names[i]);
-    free(t->tool_names);
+    free_names(t->tool_names, t->ntool_names);
     free(t->choice_fn);
     free(t->client_defs);
     json_decref(t->client_json);
@@ -731,10 +771,11 @@ static int on_event(const loom_event *ev, void *payload)
 
 /* ---- preparing ----------------------------------------------------------- */
 
-/* Whether the turn offers tool `name` (memory tools: see loom/memory.h). */
-static int offered(const loom_turn *t, const char *name)
+/* Whether the turn offers tool `name` to agent (memory tools: see
+ * loom/memory.h). */
+static int offered(const loom_turn *t, const loom_agent_config *agent,
+                   const char *name)
 {
-    const loom_agent_config *agent = t->agent_cfg;
     json_t *as = agent ? json_boolean(agent->memory) : NULL;
     int on;
 
@@ -749,39 +790,76 @@ static int offered(const loom_turn *t, const char *name)
 }
 
 /*
- * Leaves the memory tools out of the turn when they may not be offered
- * (no store, no user, memory off for the agent or the tool): from its tool
- * names, or, when it offers every registered tool, by naming the others.
+ * Leaves the memory tools out of agent's tools (*names, *n: its list, or
+ * NULL for every registered tool) when they may not be offered (no
+ * store, no user, memory off for the agent or the tool): from the list,
+ * or, when it offers every registered tool, by naming the others.
  */
-static int keep_memory_choice(loom_turn *t)
+static int keep_memory_choice(const loom_turn *t,
+                              const loom_agent_config *agent, char ***names,
+                              size_t *len)
 {
     const loom_tool_registry *reg = t->s->tools;
     size_t n = reg ? loom_tool_registry_count(reg) : 0, k = 0;
     int hidden = 0;
 
-    if (t->tool_names) {
-        for (size_t i = 0; i < t->ntool_names; i++) {
-            if (offered(t, t->tool_names[i]))
-                t->tool_names[k++] = t->tool_names[i];
+    if (*names) {
+        for (size_t i = 0; i < *len; i++) {
+            if (offered(t, agent, (*names)[i]))
+                (*names)[k++] = (*names)[i];
             else
-                free(t->tool_names[i]);
+                free((*names)[i]);
         }
-        t->ntool_names = k;
+        *len = k;
         return 0;
     }
     for (size_t i = 0; i < n; i++)
-        hidden += !offered(t, loom_tool_registry_at(reg, i)->name);
+        hidden += !offered(t, agent, loom_tool_registry_at(reg, i)->name);
     if (!hidden)
         return 0;
-    if (!(t->tool_names = calloc(n + 1, sizeof(*t->tool_names))))
+    if (!(*names = calloc(n + 1, sizeof(**names))))
         return loom__error_oom();
     for (size_t i = 0; i < n; i++) {
         const char *name = loom_tool_registry_at(reg, i)->name;
-        if (!offered(t, name))
+        if (!offered(t, agent, name))
             continue;
-        if (!(t->tool_names[t->ntool_names] = strdup(name)))
+        if (!((*names)[*len] = strdup(name)))
             return loom__error_oom();
-        t->ntool_names++;
+        (*len)++;
+    }
+    return 0;
+}
+
+/* A copy of names[0..n) into *out (one extra slot, so an empty list is
+ * still a list). */
+static int copy_names(char ***out, size_t *len, const char *const *names,
+                      size_t n)
+{
+    if (!(*out = calloc(n + 1, sizeof(**out))))
+        return loom__error_oom();
+    for (size_t i = 0; i < n; i++) {
+        if (!((*out)[i] = strdup(names[i])))
+            return loom__error_oom();
+        (*len)++;
+    }
+    return 0;
+}
+
+/* agent's handoffs (none: NULL) into *out, each with its agent's
+ * description; the strings are borrowed from cfg. */
+static int agent_handoffs(const loom_config *cfg,
+                          const loom_agent_config *agent,
+                          loom_run_handoff **out)
+{
+    *out = NULL;
+    if (!agent || !agent->handoffs_len)
+        return 0;
+    if (!(*out = calloc(agent->handoffs_len, sizeof(**out))))
+        return loom__error_oom();
+    for (size_t i = 0; i < agent->handoffs_len; i++) {
+        const loom_agent_config *to = loom_config_agent(cfg, agent->handoffs[i]);
+        (*out)[i].agent = agent->handoffs[i];
+        (*out)[i].description = to ? to->description : NULL;
     }
     return 0;
 }
@@ -829,15 +907,8 @@ static int keep_spec(loom_turn *t, const loom_turn_options *o)
                                        ? o->tool_names
                                        : (const char *const *)agent->tools;
         size_t n = o->tool_names_set ? o->tool_names_len : agent->tools_len;
-        /* One extra slot so an empty list is still a list. */
-        if (!(t->tool_names = calloc(n + 1, sizeof(*t->tool_names))))
+        if (copy_names(&t->tool_names, &t->ntool_names, names, n) != 0)
             oom = 1;
-        for (size_t i = 0; !oom && i < n; i++) {
-            if (!(t->tool_names[i] = strdup(names[i])))
-                oom = 1;
-            else
-                t->ntool_names++;
-        }
     }
     if (o->tool_choice_set && o->tool_choice.function)
         t->choice_fn = dup_or_null(o->tool_choice.function, &oom);
@@ -855,7 +926,12 @@ static int keep_spec(loom_turn *t, const loom_turn_options *o)
         oom = 1;
     if (oom)
         return loom__error_oom();
-    return keep_client_tools(t, o) ? LOOM_ENOMEM : keep_memory_choice(t);
+    t->req_max_output = o->max_output_tokens > 0 ? o->max_output_tokens : 0;
+    t->req_parallel = o->parallel_tool_calls;
+    if (keep_client_tools(t, o) ||
+        agent_handoffs(t->s->cfg, agent, &t->handoffs) != 0)
+        return LOOM_ENOMEM;
+    return keep_memory_choice(t, agent, &t->tool_names, &t->ntool_names);
 }
 
 /* The agent's data policy (none: store everything) into the recorder. */
@@ -886,6 +962,101 @@ static const loom_agent_hooks *agent_hooks(const loom_session *s,
             strcmp(s->o.agent_hooks[i].agent, agent) == 0)
             return s->o.agent_hooks[i].hooks;
     return NULL;
+}
+
+/* The router of a turn's model: model (resolved), else agent's, else
+ * the session's default; with the session's own provider, the name is
+ * the id sent to it. */
+static int resolve_router(const loom_session *s, const char *model,
+                          const loom_agent_config *agent,
+                          loom_provider **router,
+                          loom_model_request_options *mreq)
+{
+    loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
+    const char *name = model ? model : loom_session_default_model(s, agent);
+
+    if (s->o.provider) {
+        memset(mreq, 0, sizeof(*mreq));
+        mreq->model = model ? model : s->o.model;
+        mreq->upstream = mreq->model;
+        mreq->capabilities.tools = 1;
+        mreq->capabilities.parallel_tool_calls = 1;
+        return 0;
+    }
+    if (!name)
+        return loom__error_set(LOOM_EINVALID,
+                               "no model provider is configured");
+    rto.health = s->o.health;
+    rto.lookup = s->o.lookup;
+    rto.lookup_payload = s->o.lookup_payload;
+    return loom_router_new(router, s->cfg, name, &rto, mreq);
+}
+
+/*
+ * The run's resolve_agent (loom_run_options.handoffs): o, the run's
+ * options, becomes agent `name`'s as turn_run_options maps an agent:
+ * its prompt, tools (memory tools as for the turn's agent), limits,
+ * handoffs, hooks and model (its own, else the session's default). What
+ * the request set for the run holds on (max_output_tokens,
+ * parallel_tool_calls, temperature, parameters, client tools, user);
+ * its system_prompt, tools, tool_choice and model were for the agent it
+ * named. What o borrows is kept in t->handed until the turn is freed.
+ */
+static int handoff_agent(const char *name, loom_run_options *o, void *payload)
+{
+    loom_turn *t = payload;
+    loom_session *s = t->s;
+    const loom_agent_config *ac = loom_config_agent(s->cfg, name);
+    loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
+    loom_run_context_options none = LOOM_RUN_CONTEXT_OPTIONS_INIT;
+    handed *h;
+    int rc;
+
+    if (!ac)
+        return loom__error_set(LOOM_ENOTFOUND, "no agent named '%s'", name);
+    if (!(h = calloc(1, sizeof(*h))))
+        return loom__error_oom();
+    h->next = t->handed;
+    t->handed = h;
+    if ((rc = resolve_router(s, NULL, ac, &h->router, &h->mreq)) != 0 ||
+        (!ac->tools_all &&
+         (rc = copy_names(&h->tool_names, &h->ntool_names,
+                          (const char *const *)ac->tools, ac->tools_len)) !=
+             0) ||
+        (rc = keep_memory_choice(t, ac, &h->tool_names, &h->ntool_names)) !=
+            0 ||
+        (rc = agent_handoffs(s->cfg, ac, &h->handoffs)) != 0)
+        return rc;
+    o->agent = ac->name;
+    o->system_prompt = ac->system_prompt;
+    o->tools = s->tools;
+    o->tool_names = (const char *const *)h->tool_names;
+    o->tool_names_len = h->ntool_names;
+    o->max_iterations = ac->max_iterations;
+    o->tool_choice.kind = LOOM_TOOL_CHOICE_AUTO;
+    o->tool_choice.function = NULL;
+    o->parallel_tool_calls =
+        t->req_parallel != LOOM_OPT_DEFAULT ? t->req_parallel
+        : ac->parallel_tool_calls           ? LOOM_OPT_ON
+                                            : LOOM_OPT_OFF;
+    o->tool_concurrency = ac->tool_concurrency;
+    o->client_tools = t->client_defs;
+    o->client_tools_len = t->nclient;
+    o->max_output_tokens = t->req_max_output;
+    o->tool_timeout_ms = 0;
+    memset(&o->review, 0, sizeof(o->review));
+    o->context = none;
+    o->agent_hooks = agent_hooks(s, ac->name);
+    o->handoffs = h->handoffs;
+    o->handoffs_len = ac->handoffs_len;
+    o->provider = s->o.provider ? s->o.provider : h->router;
+    loom__run_options_use_model(o, &h->mreq);
+    rto.health = s->o.health;
+    rto.lookup = s->o.lookup;
+    rto.lookup_payload = s->o.lookup_payload;
+    if ((rc = loom__run_context_setup(&h->ctxs, o, s->cfg, &rto)) != 0)
+        return rc;
+    return loom__run_agent_setup(&h->ctxs, o, s->cfg, ac, &rto);
 }
 
 /*
@@ -936,6 +1107,12 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
     ro.user_id = t->user_id;
     ro.user_keys = t->user_keys;
     ro.agent_hooks = agent_hooks(s, t->agent);
+    if (agent) {
+        ro.handoffs = t->handoffs;
+        ro.handoffs_len = agent->handoffs_len;
+        ro.resolve_agent = handoff_agent;
+        ro.resolve_payload = t;
+    }
     loom__run_options_use_model(&ro, &t->mreq);
     ro.model = t->model;
     ro.upstream_model = t->upstream;
@@ -1005,27 +1182,7 @@ static int pick_agent(loom_turn *t, const loom_turn_options *o, char **model)
 
 static int pick_model(loom_turn *t, const char *model)
 {
-    loom_session *s = t->s;
-    loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
-    const char *name =
-        model ? model : loom_session_default_model(s, t->agent_cfg);
-
-    if (s->o.provider) {
-        /* The embedder's provider: a turn's model is the id sent to it. */
-        memset(&t->mreq, 0, sizeof(t->mreq));
-        t->mreq.model = model ? model : s->o.model;
-        t->mreq.upstream = t->mreq.model;
-        t->mreq.capabilities.tools = 1;
-        t->mreq.capabilities.parallel_tool_calls = 1;
-        return 0;
-    }
-    if (!name)
-        return loom__error_set(LOOM_EINVALID,
-                               "no model provider is configured");
-    rto.health = s->o.health;
-    rto.lookup = s->o.lookup;
-    rto.lookup_payload = s->o.lookup_payload;
-    return loom_router_new(&t->router, s->cfg, name, &rto, &t->mreq);
+    return resolve_router(t->s, model, t->agent_cfg, &t->router, &t->mreq);
 }
 
 /*

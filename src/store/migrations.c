@@ -200,6 +200,11 @@ const char *const loom__sqlite_migrations[] = {
     "  ON conversations (user_id, prefix_hash);"
     "CREATE INDEX conversations_by_prefix_streamed"
     "  ON conversations (user_id, prefix_hash_streamed);",
+    /* 9: which agent wrote each assistant message (a handoff changes the
+     * agent within a turn); NULL for messages from before, whose writer
+     * is not known. Independent of every other step: it adds only its
+     * own column. */
+    "ALTER TABLE messages ADD COLUMN agent TEXT;",
 };
 
 const int loom__sqlite_migrations_len =

@@ -69,9 +69,9 @@ static const char *const sql_text[S_COUNT] = {
         "content, reasoning, model, finish_reason, status, error, "
         "prompt_tokens, completion_tokens, cost, tool_call_id, name, "
         "placeholder, created_at, provider_state, cost_micros, citations, "
-        "parts) "
+        "parts, agent) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
-        "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+        "?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
     [S_CALL_INSERT] = "INSERT INTO tool_calls (message_id, position, "
                       "call_id, name, arguments, text_offset) "
                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -87,7 +87,7 @@ static const char *const sql_text[S_COUNT] = {
         "m.finish_reason, m.status, m.error, m.prompt_tokens, "
         "m.completion_tokens, m.cost, m.created_at, m.run_id, "
         "m.tool_call_id, m.name, m.placeholder, o.status, o.duration_ms, "
-        "m.provider_state, m.cost_micros, m.citations, m.parts "
+        "m.provider_state, m.cost_micros, m.citations, m.parts, m.agent "
         "FROM messages m LEFT JOIN tool_outputs o ON o.message_id = m.id "
         "WHERE m.conversation_id = ?1 ORDER BY m.position",
     [S_CALL_SELECT] =

@@ -283,7 +283,8 @@ static json_t *message_json(sqlite3_stmt *ms, sqlite3_stmt *cs, int *crc)
         bad = put(m, "cost_micros", col_json(ms, M_COST_MICROS));
     if (!bad && assistant) {
         json_t *cites = col_parsed(ms, M_CITATIONS);
-        bad = put(m, "citations", cites ? cites : json_null());
+        bad = put(m, "citations", cites ? cites : json_null()) ||
+              put(m, "agent", col_json(ms, M_AGENT));
     }
     if (!bad && col_text(ms, M_PARTS)) {
         /* As stored: blobs by hash and size, never their bytes. */

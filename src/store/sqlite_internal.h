@@ -115,7 +115,8 @@ enum {
     M_PROVIDER_STATE,
     M_COST_MICROS,
     M_CITATIONS,
-    M_PARTS
+    M_PARTS,
+    M_AGENT
 };
 
 struct loom__sqlite_conn {

@@ -47,6 +47,7 @@ static int insert_message(loom__sqlite_store *st, loom__sqlite_conn *c,
     b_micros(s, 20, m->cost_micros, &src);
     b_text(s, 21, m->citations, &src);
     b_text(s, 22, m->parts, &src);
+    b_text(s, 23, m->agent, &src);
     if ((src = step_done(s, src)) != SQLITE_OK)
         goto failed;
     done(s);

@@ -648,8 +648,13 @@ static int plan_turn(const loom_turn_record *t, loom__store_plan *p)
         m->cost_micros = -1;
         m->duration_ms = -1;
         m->offsets_at = noff;
-        if (m->msg->role == LOOM_ROLE_ASSISTANT)
+        if (m->msg->role == LOOM_ROLE_ASSISTANT) {
             m->model = t->model;
+            m->agent = out && i < nin + nout && t->output_agents &&
+                               t->output_agents[i - nin]
+                           ? t->output_agents[i - nin]
+                           : t->agent;
+        }
         for (size_t k = 0; k < m->msg->tool_calls_len; k++, noff++)
             p->offsets[noff] =
                 out ? find_offset(t, m->msg->tool_calls[k].id, ncall++) : 0;

@@ -48,6 +48,7 @@ typedef struct {
     const char *error;         /* NULL unless this carries a failed status */
     const char *finish_reason; /* NULL unless this is the status carrier */
     const char *model;         /* assistant messages: the turn's model */
+    const char *agent;         /* assistant messages: who wrote it */
     int has_tokens;
     long prompt_tokens;
     long completion_tokens;
