@@ -81,7 +81,8 @@ int loom_recorder_set_policy(loom_recorder *rec,
 
 /*
  * Fills *turn from what was recorded and from the finished run: output
- * messages and the agent that wrote each (loom_run_message_agent), status (ok, error or cancelled with the run's error as
+ * messages and the agent that wrote each (loom_run_message_agent),
+ * status (ok, error or cancelled with the run's error as
  * reason), finish reason, tool outcomes, call offsets, usage rows, tool
  * records and citations (NULL when none were seen) and the run's context
  * summary (loom_run_summary: NULL when the run made none, so the stored

@@ -73,11 +73,11 @@ int loom__handoffs_new(loom__handoffs **out, const loom_run_handoff *h,
     *out = NULL;
     if (!hs || !(hs->tools = calloc(n + 1, sizeof(*hs->tools))) ||
         !(hs->targets = calloc(n + 1, sizeof(*hs->targets))) ||
-        !(hs->parameters = json_pack(
-              "{s:s,s:{s:{s:s,s:s}},s:b}", "type", "object", "properties",
-              "reason", "type", "string", "description",
-              "Why the conversation is handed over (optional).",
-              "additionalProperties", 0))) {
+        !(hs->parameters =
+              json_pack("{s:s,s:{s:{s:s,s:s}},s:b}", "type", "object",
+                        "properties", "reason", "type", "string", "description",
+                        "Why the conversation is handed over (optional).",
+                        "additionalProperties", 0))) {
         loom__handoffs_free(hs);
         return loom__error_oom();
     }

@@ -286,12 +286,11 @@ static int offer_handoffs(loom_run *run)
     for (size_t i = 0; i < loom__handoffs_count(run->handoffs); i++) {
         const loom_tool *t = loom__handoffs_tool(run->handoffs, i);
         if (is_server_tool_name(run, t->name))
-            return loom__error_set(LOOM_EINVALID,
-                                   "agent '%s': the tool '%s' takes the name "
-                                   "of a handoff; rename it",
-                                   run->opts.agent ? run->opts.agent
-                                                   : "default",
-                                   t->name);
+            return loom__error_set(
+                LOOM_EINVALID,
+                "agent '%s': the tool '%s' takes the name "
+                "of a handoff; rename it",
+                run->opts.agent ? run->opts.agent : "default", t->name);
         offer(run, t);
     }
     return 0;
@@ -1678,8 +1677,7 @@ static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
     /* Review, unless the next call is the last (it may not call tools)
      * or the turn only thought. */
     if (o->review.enabled && !think_only &&
-        counted(run) + 1 < o->max_iterations &&
-        (rc = review_turn(run)) != 0)
+        counted(run) + 1 < o->max_iterations && (rc = review_turn(run)) != 0)
         return rc;
     if ((rc = add_many_results_note(run, resp->tool_calls_len)) != 0)
         return rc;

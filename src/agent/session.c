@@ -857,7 +857,8 @@ static int agent_handoffs(const loom_config *cfg,
     if (!(*out = calloc(agent->handoffs_len, sizeof(**out))))
         return loom__error_oom();
     for (size_t i = 0; i < agent->handoffs_len; i++) {
-        const loom_agent_config *to = loom_config_agent(cfg, agent->handoffs[i]);
+        const loom_agent_config *to =
+            loom_config_agent(cfg, agent->handoffs[i]);
         (*out)[i].agent = agent->handoffs[i];
         (*out)[i].description = to ? to->description : NULL;
     }
@@ -1019,10 +1020,9 @@ static int handoff_agent(const char *name, loom_run_options *o, void *payload)
     h->next = t->handed;
     t->handed = h;
     if ((rc = resolve_router(s, NULL, ac, &h->router, &h->mreq)) != 0 ||
-        (!ac->tools_all &&
-         (rc = copy_names(&h->tool_names, &h->ntool_names,
-                          (const char *const *)ac->tools, ac->tools_len)) !=
-             0) ||
+        (!ac->tools_all && (rc = copy_names(&h->tool_names, &h->ntool_names,
+                                            (const char *const *)ac->tools,
+                                            ac->tools_len)) != 0) ||
         (rc = keep_memory_choice(t, ac, &h->tool_names, &h->ntool_names)) !=
             0 ||
         (rc = agent_handoffs(s->cfg, ac, &h->handoffs)) != 0)
@@ -1035,10 +1035,10 @@ static int handoff_agent(const char *name, loom_run_options *o, void *payload)
     o->max_iterations = ac->max_iterations;
     o->tool_choice.kind = LOOM_TOOL_CHOICE_AUTO;
     o->tool_choice.function = NULL;
-    o->parallel_tool_calls =
-        t->req_parallel != LOOM_OPT_DEFAULT ? t->req_parallel
-        : ac->parallel_tool_calls           ? LOOM_OPT_ON
-                                            : LOOM_OPT_OFF;
+    o->parallel_tool_calls = t->req_parallel != LOOM_OPT_DEFAULT
+                                 ? t->req_parallel
+                             : ac->parallel_tool_calls ? LOOM_OPT_ON
+                                                       : LOOM_OPT_OFF;
     o->tool_concurrency = ac->tool_concurrency;
     o->client_tools = t->client_defs;
     o->client_tools_len = t->nclient;

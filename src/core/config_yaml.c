@@ -2200,8 +2200,7 @@ static const field top_fields[] = {
     {K_SUB("routing", routing_section), AT(loom_config, routing)},
     {K_LIST("http_tools", http_tool_list), .pass = 1},
 };
-static const section top_section =
-    SECTION(top_fields, NULL, check_handoffs);
+static const section top_section = SECTION(top_fields, NULL, check_handoffs);
 
 static int parse_document(loader *ld)
 {

@@ -183,10 +183,10 @@ static void test_handoff_through_session(void **state)
     tool_names(body, names, sizeof(names));
     assert_string_equal(names, "transfer_to_billing");
     assert_string_equal(
-        str_at(json_object_get(json_array_get(json_object_get(body, "tools"),
-                                              0),
-                               "function"),
-               "description"),
+        str_at(
+            json_object_get(json_array_get(json_object_get(body, "tools"), 0),
+                            "function"),
+            "description"),
         "Answers questions about invoices.");
     json_decref(req);
     req = fake_request(f.fake, 1);
@@ -195,8 +195,7 @@ static void test_handoff_through_session(void **state)
     tool_names(body, names, sizeof(names));
     assert_string_equal(names, "get_time,transfer_to_triage");
     assert_string_equal(
-        str_at(json_array_get(json_object_get(body, "messages"), 0),
-               "content"),
+        str_at(json_array_get(json_object_get(body, "messages"), 0), "content"),
         "You do billing.");
     json_decref(req);
 

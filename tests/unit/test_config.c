@@ -535,8 +535,8 @@ static void test_handoffs(void **state)
                 "agents:\n"
                 "  a: {model: p/m, handoffs: [b, b]}\n"
                 "  b: {model: p/m}\n",
-                LOOM_EINVALID, "agents.a.handoffs[1]: agent 'b' is listed twice",
-                NULL);
+                LOOM_EINVALID,
+                "agents.a.handoffs[1]: agent 'b' is listed twice", NULL);
     expect_fail("providers: {p: {base_url: 'http://h'}}\n"
                 "agents:\n"
                 "  a: {model: p/m, handoffs: [b.c]}\n"

@@ -202,8 +202,7 @@ static void test_limit_counts_from_handoff(void **state)
         {.calls = {{"c1", "echo", "{}"}}, .ncalls = 1},
         {.calls = {{"c2", "transfer_to_b", "{}"}}, .ncalls = 1}};
     static const mock_answer ab[] = {
-        {.calls = {{"c3", "nothing", "{}"}}, .ncalls = 1},
-        {.text = "done"}};
+        {.calls = {{"c3", "nothing", "{}"}}, .ncalls = 1}, {.text = "done"}};
     fixture f;
     (void)state;
 
@@ -290,8 +289,8 @@ static void test_handoff_loop_is_bounded(void **state)
     json_decref(ev);
     ev = events_of(&f, "tool.failed");
     assert_int_equal(json_array_size(ev), 1);
-    assert_non_null(strstr(str_of(json_array_get(ev, 0), "error"),
-                           "handed over 8 times"));
+    assert_non_null(
+        strstr(str_of(json_array_get(ev, 0), "error"), "handed over 8 times"));
     json_decref(ev);
     assert_string_equal(loom_run_text(f.run), "a answers");
     fixture_free(&f);
