@@ -548,18 +548,19 @@ static void test_handoffs(void **state)
 static void test_unknown_keys(void **state)
 {
     (void)state;
-    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
-                "agents:\n"
-                "  helper:\n"
-                "    modle: p/m\n",
-                LOOM_EINVALID, "t.yaml:4: agents.helper: ",
-                "unknown key 'modle' (known: model, system_prompt, tools, "
-                "max_iterations, tool_choice, parallel_tool_calls, "
-                "tool_concurrency, planning, think, tool_timeout_ms, review, "
-                "review_model, citations, memory, data_policy, limit_prompt, "
-                "many_results_prompt, tool_descriptions, few_shot, description, "
-                "handoffs)",
-                NULL);
+    expect_fail(
+        "providers: {p: {base_url: 'http://h'}}\n"
+        "agents:\n"
+        "  helper:\n"
+        "    modle: p/m\n",
+        LOOM_EINVALID, "t.yaml:4: agents.helper: ",
+        "unknown key 'modle' (known: model, system_prompt, tools, "
+        "max_iterations, tool_choice, parallel_tool_calls, "
+        "tool_concurrency, planning, think, tool_timeout_ms, review, "
+        "review_model, citations, memory, data_policy, limit_prompt, "
+        "many_results_prompt, tool_descriptions, few_shot, description, "
+        "handoffs)",
+        NULL);
     expect_fail("log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
                 "t.yaml:2: unknown key 'srever' (known: log, providers, "
                 "models, agents, default_agent, tools, server, routing, http_tools)",
