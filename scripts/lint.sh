@@ -204,7 +204,7 @@ public_layer() {
     case $1 in
     buf | cancel | common | config | log | message | sse | tokenizer) echo core ;;
     llm | router) echo llm ;;
-    tools) echo tools ;;
+    tools | mcp) echo tools ;;
     store) echo store ;;
     agent | context | memory | recorder | run | session) echo agent ;;
     server) echo server ;;

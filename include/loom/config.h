@@ -66,6 +66,7 @@
  *   tools:
  *     get_time: {default_timezone: UTC}   # free-form settings per tool
  *   http_tools:                 # HTTP APIs offered as tools (see below)
+ *   mcp_servers:                # MCP servers whose tools are offered
  *     create_ticket: {description: ..., url: ..., method: POST}
  *   server: {listen: 127.0.0.1:8080, db: ./data/loom.db}  # see below
  */
@@ -337,6 +338,40 @@ typedef struct {
     long max_chars;     /* characters of the body in the result; 20000 */
 } loom_http_tool_config;
 
+/*
+ * An MCP server declared under `mcp_servers:` (docs/mcp.md): its tools are
+ * offered as `<server>__<tool>`. Either a command started with stdio
+ * (command, args, env, cwd) or a Streamable HTTP endpoint (url,
+ * headers), never both.
+ *
+ *   mcp_servers:
+ *     files:
+ *       command: npx
+ *       args: ["-y", "@modelcontextprotocol/server-filesystem", "/srv"]
+ *       env: {LOG_LEVEL: debug}   # added to a minimal environment
+ *       cwd: /srv
+ *       tools: [read_file]        # optional allow-list (server's names)
+ *       timeout_ms: 60000         # one call
+ *     tracker:
+ *       url: https://mcp.example.com/mcp
+ *       headers: {Authorization: "Bearer ${TRACKER_TOKEN}"}
+ */
+typedef struct {
+    char *name;        /* the key: [a-zA-Z0-9_-]{1,64} */
+    char *transport;   /* "stdio" or "http", from command/url if unset */
+    char *command;     /* stdio: the program (searched in PATH) */
+    char **args;       /* stdio: its arguments */
+    size_t args_len;
+    json_t *env;       /* stdio: object name -> value; never NULL */
+    char *cwd;         /* stdio: working directory; NULL: loom's */
+    char *url;         /* http: the endpoint */
+    json_t *headers;   /* http: object name -> value; never NULL */
+    char **tools;      /* allow-list of the server's tool names; NULL: all */
+    size_t tools_len;
+    long timeout_ms;         /* one call; default 60000 */
+    long startup_timeout_ms; /* start, handshake, tools/list; 30000 */
+} loom_mcp_server_config;
+
 #define LOOM_SERVER_DEFAULT_LISTEN "127.0.0.1:8080"
 #define LOOM_SERVER_DEFAULT_DB "./data/loom.db"
 
@@ -359,6 +394,8 @@ typedef struct {
     loom_routing_policy routing; /* default policy of every model */
     loom_http_tool_config *http_tools; /* `http_tools`, in file order */
     size_t http_tools_len;
+    loom_mcp_server_config *mcp_servers; /* `mcp_servers`, in file order */
+    size_t mcp_servers_len;
 } loom_config;
 
 /*

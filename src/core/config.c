@@ -363,6 +363,27 @@ static void http_tool_clear(loom_http_tool_config *t)
     memset(t, 0, sizeof(*t));
 }
 
+static void free_strings(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+void loom__config_mcp_server_clear(loom_mcp_server_config *m)
+{
+    free(m->name);
+    free(m->transport);
+    free(m->command);
+    free_strings(m->args, m->args_len);
+    json_decref(m->env);
+    free(m->cwd);
+    free(m->url);
+    json_decref(m->headers);
+    free_strings(m->tools, m->tools_len);
+    memset(m, 0, sizeof(*m));
+}
+
 static void agent_clear(loom_agent_config *a)
 {
     free(a->name);
@@ -419,6 +440,9 @@ void loom_config_free(loom_config *cfg)
     for (size_t i = 0; i < cfg->http_tools_len; i++)
         http_tool_clear(&cfg->http_tools[i]);
     free(cfg->http_tools);
+    for (size_t i = 0; i < cfg->mcp_servers_len; i++)
+        loom__config_mcp_server_clear(&cfg->mcp_servers[i]);
+    free(cfg->mcp_servers);
     free(cfg->path);
     free(cfg->source);
     free(cfg->default_agent);

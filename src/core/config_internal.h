@@ -74,6 +74,9 @@ static inline int loom__config_valid_name(const char *s, int dots)
 }
 /* An http:// or https:// URL that libcurl parses, with "//" and a host. */
 int loom__config_valid_url(const char *s);
+/* Frees what an MCP server's config holds (the MCP client keeps copies)
+ * and zeroes it. */
+void loom__config_mcp_server_clear(loom_mcp_server_config *m);
 void loom__config_strip_slashes(char *s);
 /* Appends name to the ", "-separated list in dst, "..." once full. */
 void loom__config_names_add(char *dst, size_t cap, const char *name);

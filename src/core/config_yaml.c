@@ -1212,9 +1212,14 @@ static int valid_header_name(const char *s)
     return 1;
 }
 
-/* `headers: {Name: value}` into the json_t * object at the field. */
-static int read_headers(walk_ctx *w, const field *f, const yaml_node_t *n,
-                        const char *key)
+/*
+ * A mapping of strings into the json_t * object at the field: names
+ * judged by valid (what: what a name must be), null values as "", line
+ * breaks in values refused when one_line is set.
+ */
+static int read_map(walk_ctx *w, const field *f, const yaml_node_t *n,
+                    const char *key, int (*valid)(const char *),
+                    const char *what, int one_line)
 {
     json_t *headers = *(json_t **)at(w, f);
     entry *es = NULL;
@@ -1228,10 +1233,11 @@ static int read_headers(walk_ctx *w, const field *f, const yaml_node_t *n,
         join_key(sub, sizeof(sub), key, es[i].name);
         free(s);
         s = NULL;
-        if (!valid_header_name(es[i].name)) {
-            rc = fail_at(w->ld, LOOM_EINVALID, line_of(es[i].key), key,
-                         "'%s' is not a valid HTTP header name",
-                         loom__config_shown(tmp, sizeof(tmp), es[i].name));
+        if (!valid(es[i].name)) {
+            rc =
+                fail_at(w->ld, LOOM_EINVALID, line_of(es[i].key), key,
+                        "'%s' is not a valid %s",
+                        loom__config_shown(tmp, sizeof(tmp), es[i].name), what);
             continue;
         }
         if ((rc = get_str(w->ld, es[i].value, sub, "a string", &s)) != 0) {
@@ -1243,7 +1249,7 @@ static int read_headers(walk_ctx *w, const field *f, const yaml_node_t *n,
             rc = loom__error_oom();
             goto cleanup;
         }
-        if (strpbrk(s, "\r\n"))
+        if (one_line && strpbrk(s, "\r\n"))
             rc = fail_at(w->ld, LOOM_EINVALID, line_of(es[i].value), sub,
                          "header values must not contain line breaks");
         else if (json_object_set_new(headers, es[i].name, json_string(s)) != 0)
@@ -1256,6 +1262,13 @@ cleanup:
     free(s);
     free(es);
     return rc;
+}
+
+/* `headers: {Name: value}` into the json_t * object at the field. */
+static int read_headers(walk_ctx *w, const field *f, const yaml_node_t *n,
+                        const char *key)
+{
+    return read_map(w, f, n, key, valid_header_name, "HTTP header name", 1);
 }
 
 /* providers.X.kind: one of the wire formats config.c knows. */
@@ -1576,10 +1589,24 @@ static const list_spec model_list = {NULL,
 
 /* ---- agents ------------------------------------------------------------- */
 
+/* A tool name, or a pattern: a name's start and '*' (`files__*`, the
+ * tools of MCP server files), resolved against the registry later. */
 static int tool_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
                    const char *s, int repeat)
 {
-    int rc = check_name(w->ld, line_of(item), key, s, 0, "tool");
+    size_t n = s ? strlen(s) : 0;
+    char prefix[65];
+    int rc;
+
+    if (n > 1 && n <= 65 && s[n - 1] == '*' && !strchr(s, '?')) {
+        memcpy(prefix, s, n - 1);
+        prefix[n - 1] = '\0';
+        rc = loom__config_valid_name(prefix, 0)
+                 ? 0
+                 : check_name(w->ld, line_of(item), key, s, 0, "tool");
+    } else {
+        rc = check_name(w->ld, line_of(item), key, s, 0, "tool");
+    }
 
     if (rc == 0 && repeat)
         rc = fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
@@ -2183,6 +2210,139 @@ static const list_spec http_tool_list = {"tool",
                                          &http_tool_section};
 #undef H
 
+/* ---- mcp_servers -------------------------------------------------------- */
+
+static int any_string(walk_ctx *w, const yaml_node_t *item, const char *key,
+                      const char *s, int repeat)
+{
+    (void)w;
+    (void)item;
+    (void)key;
+    (void)s;
+    (void)repeat;
+    return 0;
+}
+
+static int read_mcp_args(walk_ctx *w, const field *f, const yaml_node_t *n,
+                         const char *key)
+{
+    loom_mcp_server_config *m = w->obj;
+
+    (void)f;
+    return read_strings(w, n, key, "strings", "a string", any_string, &m->args,
+                        &m->args_len, NULL);
+}
+
+static int mcp_tool_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                       const char *s, int repeat)
+{
+    if (!s || !*s)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "must be a tool name, got an empty string");
+    if (repeat)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "tool '%s' is listed twice", s);
+    return 0;
+}
+
+/* `tools:` of a server: the server's own names, as it lists them. */
+static int read_mcp_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
+                          const char *key)
+{
+    loom_mcp_server_config *m = w->obj;
+
+    (void)f;
+    return read_strings(w, n, key, "tool names", "a tool name", mcp_tool_ok,
+                        &m->tools, &m->tools_len, NULL);
+}
+
+static int valid_env_name(const char *s)
+{
+    return *s && !strchr(s, '=');
+}
+
+/* `env: {NAME: value}` into the object at the field. */
+static int read_mcp_env(walk_ctx *w, const field *f, const yaml_node_t *n,
+                        const char *key)
+{
+    return read_map(w, f, n, key, valid_env_name,
+                    "an environment variable name", 0);
+}
+
+static const char *const mcp_transports[] = {"stdio", "http", NULL};
+
+/* A server is a command or a URL, never both, and the transport agrees. */
+static int mcp_server_check(walk_ctx *w)
+{
+    loom_mcp_server_config *m = w->obj;
+    const char *want;
+
+    if (w->ld->errs->count > w->errors0)
+        return 0;
+    if (m->command && m->url)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(given(w, "url")), w->key,
+                       "give either command (stdio) or url (http), not both");
+    if (!m->command && !m->url)
+        return fail_at(w->ld, LOOM_EINVALID, w->line, w->key,
+                       "needs command (a program speaking MCP on stdio) or "
+                       "url (a Streamable HTTP endpoint)");
+    want = m->command ? "stdio" : "http";
+    if (m->transport && strcmp(m->transport, want) != 0)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(given(w, "transport")),
+                       w->key, "transport %s needs %s", m->transport,
+                       m->command ? "url, not command" : "command, not url");
+    if (!m->transport && !(m->transport = strdup(want)))
+        return loom__error_oom();
+    if (m->url && (m->args_len || m->cwd || json_object_size(m->env)))
+        return fail_at(w->ld, LOOM_EINVALID, w->line, w->key,
+                       "args, env and cwd are for a command (stdio)");
+    if (m->command && json_object_size(m->headers))
+        return fail_at(w->ld, LOOM_EINVALID, line_of(given(w, "headers")),
+                       w->key, "headers are for a url (http)");
+    return 0;
+}
+
+static int mcp_server_init(loader *ld, const entry *e, const char *key,
+                           void *obj)
+{
+    loom_mcp_server_config *m = obj;
+
+    (void)ld;
+    (void)key;
+    m->timeout_ms = 60000;
+    m->startup_timeout_ms = 30000;
+    if (!(m->name = strdup(e->name)) || !(m->env = json_object()) ||
+        !(m->headers = json_object()))
+        return loom__error_oom();
+    return 0;
+}
+
+#define S loom_mcp_server_config
+static const field mcp_server_fields[] = {
+    {K_STR("command", S, command, "a program"), .flags = F_NONEMPTY},
+    {K_FN("args", read_mcp_args)},
+    {K_FN("env", read_mcp_env), AT(S, env)},
+    {K_STR("cwd", S, cwd, "a directory"), .flags = F_NONEMPTY},
+    {K_STR("url", S, url, "a URL"), URL_RULE},
+    {K_FN("headers", read_headers), AT(S, headers)},
+    {K_STR("transport", S, transport, "stdio or http"), .flags = F_LOWER,
+     .choices = mcp_transports},
+    {K_FN("tools", read_mcp_tools)},
+    {K_LONG("timeout_ms", S, timeout_ms, 100, 86400000L)},
+    {K_LONG("startup_timeout_ms", S, startup_timeout_ms, 100, 600000L)},
+};
+static const section mcp_server_section =
+    SECTION(mcp_server_fields, NULL, mcp_server_check);
+static const list_spec mcp_server_list = {
+    "MCP server",
+    0,
+    sizeof(S),
+    offsetof(loom_config, mcp_servers),
+    offsetof(loom_config, mcp_servers_len),
+    mcp_server_init,
+    &mcp_server_section};
+#undef S
+
 /* ---- the document ------------------------------------------------------- */
 
 /* The top-level keys. Sections refer to those read before them, hence
@@ -2199,6 +2359,7 @@ static const field top_fields[] = {
     {K_SUB("server", server_section), AT(loom_config, server), .pass = 2},
     {K_SUB("routing", routing_section), AT(loom_config, routing)},
     {K_LIST("http_tools", http_tool_list), .pass = 1},
+    {K_LIST("mcp_servers", mcp_server_list), .pass = 1},
 };
 static const section top_section = SECTION(top_fields, NULL, check_handoffs);
 

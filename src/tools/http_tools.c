@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/utf8.h"
 #include "loom/config.h"
+#include "loom/mcp.h"
 #include "loom/tools.h"
 #include "tools/html_text.h"
 #include "tools/netguard.h"
@@ -375,5 +376,5 @@ int loom_tools_add_from_config(loom_tool_registry *reg,
             return rc;
         }
     }
-    return 0;
+    return loom_tools_add_mcp(reg, cfg);
 }

@@ -1,0 +1,110 @@
+/*
+ * loom/mcp.h: the MCP (Model Context Protocol) client.
+ *
+ * A server object stands for one server of the config's `mcp_servers`
+ * (loom/config.h): a program started with stdio or a Streamable HTTP
+ * endpoint. It connects on first use (the handshake of the 2025-11-25
+ * protocol, older versions accepted), is shared by every thread that uses
+ * it, and reconnects on the next use after the server died (a stdio
+ * program that exited, an HTTP session that expired), with a backoff that
+ * grows while it keeps failing. Calls in flight when it dies fail at once.
+ * A call past its timeout, or whose cancel flag is set, sends
+ * notifications/cancelled and fails; nothing waits on a dead server.
+ *
+ * loom_tools_add_mcp() offers each server's tools in a tool registry as
+ * `<server>__<tool>` (docs/mcp.md says how names are made).
+ *
+ * Ownership: a server is reference counted. loom_mcp_server_new() gives
+ * the caller one reference; each registered tool holds one more. The last
+ * reference stops the server (its program and the whole process group
+ * are ended, an HTTP session is deleted) and frees it.
+ */
+#ifndef LOOM_MCP_H
+#define LOOM_MCP_H
+
+#include "buf.h"
+#include "cancel.h"
+#include "common.h"
+#include "config.h"
+#include "tools.h"
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_mcp_server loom_mcp_server;
+
+/* The protocol versions loom speaks, newest first. */
+#define LOOM_MCP_PROTOCOL_VERSION "2025-11-25"
+
+/*
+ * A server for cfg (copied: cfg may be freed after). Nothing is started
+ * yet. LOOM_EINVALID for a config without command or url.
+ */
+int loom_mcp_server_new(loom_mcp_server **out,
+                        const loom_mcp_server_config *cfg);
+
+/* Drops the caller's reference (see above). NULL is a no-op. */
+void loom_mcp_server_free(loom_mcp_server *s);
+
+/* The server's name in the config. Borrowed. */
+const char *loom_mcp_server_name(const loom_mcp_server *s);
+
+/*
+ * The server's tools, started first when needed: every page of tools/list
+ * (paging stops with a warning at a cursor that does not advance or comes
+ * back, and after 100 pages), then the config's allow-list. *out is a new
+ * array of the tool objects as the server wrote them. Errors: those of
+ * loom_mcp_server_call(); on error *out is NULL.
+ */
+int loom_mcp_server_tools(loom_mcp_server *s, json_t **out);
+
+/*
+ * Calls tool with args (an object, or NULL for none) and gives the whole
+ * result object in *out (caller frees). timeout_ms 0: the config's
+ * timeout_ms. cancel may be NULL. Errors: LOOM_ETIMEDOUT, LOOM_ECANCELED
+ * (both after notifications/cancelled was sent), LOOM_EUPSTREAM (the
+ * server could not be started, died, or answered with a JSON-RPC error;
+ * the message says which), LOOM_EPROTO (an answer that is not MCP).
+ */
+int loom_mcp_server_call(loom_mcp_server *s, const char *tool,
+                         const json_t *args, long timeout_ms,
+                         loom_cancel *cancel, json_t **out);
+
+/*
+ * What the server is now, as a new object: name, transport, state
+ * ("idle" before first use, "ready", "down", "failed"), and when known
+ * protocol_version, server (its serverInfo) and error (the last one).
+ */
+json_t *loom_mcp_server_status(loom_mcp_server *s);
+
+/*
+ * A tools/call result as text for a model: text content joined with
+ * blank lines, structuredContent as JSON when there is no text, images
+ * and audio described, resource links and embedded resources by URI (and
+ * their text). Cut with a note when out fills. Returns 1 when the result
+ * says isError, 0 otherwise, or a negative code (LOOM_ENOMEM).
+ */
+int loom_mcp_result_text(const json_t *result, loom_buf *out);
+
+/*
+ * The tool name `<server>__<tool>`: characters outside [A-Za-z0-9_-]
+ * become '_', and a name longer than 64 bytes is cut and given a hash
+ * of the whole name, so it stays unique and the same from run to run.
+ * out must hold 65 bytes.
+ */
+void loom_mcp_tool_name(char out[65], const char *server, const char *tool);
+
+/*
+ * Starts the config's MCP servers (in parallel, each within its
+ * startup_timeout_ms) and registers their tools in reg. A server that
+ * cannot be started or listed is logged and skipped: it never fails the
+ * call. Returns 0, or LOOM_ENOMEM.
+ */
+int loom_tools_add_mcp(loom_tool_registry *reg, const loom_config *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

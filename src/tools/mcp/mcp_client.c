@@ -1,0 +1,816 @@
+/*
+ * The MCP client core (loom/mcp.h): JSON-RPC 2.0 over a transport
+ * (mcp_internal.h), the 2025-11-25 handshake, tools/list paging and
+ * tools/call with timeouts and cancellation.
+ *
+ * Requests wait on the server's condition variable for their answer,
+ * which arrives through loom__mcp_dispatch() on whatever thread reads
+ * it. The wait wakes at least every WAIT_TICK_MS to poll the cancel flag
+ * (a loom_cancel has no way to signal a condition). When the connection
+ * is lost, every request of that connection is woken and fails at once:
+ * a dead server is never waited on.
+ *
+ * Starting is lazy and serialised (start_mu): the first request after
+ * the server died or was never started opens a connection and shakes
+ * hands. Consecutive failures (a start that failed, a server that died)
+ * push the next attempt back: the first restart is immediate, then
+ * 250 ms doubling up to 30 s; a request in that window fails at once
+ * saying when the next attempt is. A call that succeeds resets it.
+ */
+#include "core/clock.h"
+#include "core/config_internal.h"
+#include "core/error.h"
+#include "loom/log.h"
+#include "tools/mcp/mcp_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WAIT_TICK_MS 50
+#define MAX_PAGES 100
+#define BACKOFF_FIRST_MS 250
+#define BACKOFF_MAX_MS 30000
+/* How long a cancellation notice may take to send. */
+#define CANCEL_SEND_MS 2000
+
+/* The versions loom accepts from a server, newest first. */
+static const char *const versions[] = {LOOM_MCP_PROTOCOL_VERSION, "2025-06-18",
+                                       "2025-03-26", "2024-11-05", NULL};
+
+typedef enum { ST_IDLE, ST_READY, ST_DOWN, ST_FAILED } server_state;
+
+static const char *const state_names[] = {"idle", "ready", "down", "failed"};
+
+struct mcp_pending {
+    json_int_t id;
+    unsigned gen;
+    int done;
+    json_t *answer; /* the whole response message */
+    char *lost;     /* why the connection went away, when it did */
+    mcp_pending *next;
+};
+
+typedef struct {
+    int refs; /* under the server's mu */
+    unsigned gen;
+    void *impl;
+} mcp_conn;
+
+struct loom_mcp_server {
+    atomic_int refs;
+    loom_mcp_server_config cfg; /* a deep copy */
+    const mcp_transport *tr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_mutex_t start_mu;
+    server_state state;
+    unsigned gen;
+    mcp_conn *conn;
+    json_int_t next_id;
+    mcp_pending *pending;
+    char protocol[32];
+    json_t *server_info;
+    char *error;
+    int failures;
+    int64_t next_start;
+};
+
+/* ---- config copy ------------------------------------------------------- */
+
+static char *dup_opt(const char *s, int *oom)
+{
+    char *d;
+
+    if (!s)
+        return NULL;
+    if (!(d = strdup(s)))
+        *oom = 1;
+    return d;
+}
+
+static char **dup_list(char *const *v, size_t n, int *oom)
+{
+    char **d;
+
+    if (!n)
+        return NULL;
+    if (!(d = calloc(n, sizeof(*d)))) {
+        *oom = 1;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        d[i] = dup_opt(v[i], oom);
+    return d;
+}
+
+static int config_copy(loom_mcp_server_config *d,
+                       const loom_mcp_server_config *c)
+{
+    int oom = 0;
+
+    memset(d, 0, sizeof(*d));
+    d->name = dup_opt(c->name ? c->name : "mcp", &oom);
+    d->transport = dup_opt(c->transport, &oom);
+    d->command = dup_opt(c->command, &oom);
+    d->args = dup_list(c->args, c->args_len, &oom);
+    d->args_len = c->args_len;
+    d->env = c->env ? json_deep_copy(c->env) : json_object();
+    d->cwd = dup_opt(c->cwd, &oom);
+    d->url = dup_opt(c->url, &oom);
+    d->headers = c->headers ? json_deep_copy(c->headers) : json_object();
+    d->tools = dup_list(c->tools, c->tools_len, &oom);
+    d->tools_len = c->tools_len;
+    d->timeout_ms = c->timeout_ms > 0 ? c->timeout_ms : 60000;
+    d->startup_timeout_ms =
+        c->startup_timeout_ms > 0 ? c->startup_timeout_ms : 30000;
+    if (oom || !d->env || !d->headers)
+        return loom__error_oom();
+    return 0;
+}
+
+/* ---- the server object ------------------------------------------------- */
+
+int loom_mcp_server_new(loom_mcp_server **out,
+                        const loom_mcp_server_config *cfg)
+{
+    loom_mcp_server *s;
+    int rc;
+
+    *out = NULL;
+    if (!cfg || (!cfg->command == !cfg->url))
+        return loom__error_set(LOOM_EINVALID,
+                               "MCP server '%s': give command or url",
+                               cfg && cfg->name ? cfg->name : "?");
+    if (!(s = calloc(1, sizeof(*s))))
+        return loom__error_oom();
+    atomic_init(&s->refs, 1);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->start_mu, NULL);
+    s->next_id = 1;
+    s->tr = cfg->command ? &loom__mcp_stdio : &loom__mcp_http;
+    if ((rc = config_copy(&s->cfg, cfg)) != 0) {
+        loom_mcp_server_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+/* Drops a reference to c; the last one frees it. Called under s->mu. */
+static void conn_unref_locked(loom_mcp_server *s, mcp_conn *c)
+{
+    if (c && --c->refs == 0) {
+        s->tr->free(c->impl);
+        free(c);
+    }
+}
+
+/* Detaches the current connection and stops it (outside the lock). */
+static void retire_conn(loom_mcp_server *s)
+{
+    mcp_conn *c;
+
+    pthread_mutex_lock(&s->mu);
+    c = s->conn;
+    s->conn = NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!c)
+        return;
+    s->tr->stop(c->impl);
+    pthread_mutex_lock(&s->mu);
+    conn_unref_locked(s, c);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void loom_mcp_server_free(loom_mcp_server *s)
+{
+    if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    retire_conn(s);
+    json_decref(s->server_info);
+    free(s->error);
+    loom__config_mcp_server_clear(&s->cfg);
+    pthread_mutex_destroy(&s->start_mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+void loom__mcp_ref(loom_mcp_server *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+}
+
+const char *loom_mcp_server_name(const loom_mcp_server *s)
+{
+    return s->cfg.name;
+}
+
+const loom_mcp_server_config *loom__mcp_config(const loom_mcp_server *s)
+{
+    return &s->cfg;
+}
+
+void loom__mcp_protocol(loom_mcp_server *s, char *out, size_t cap)
+{
+    pthread_mutex_lock(&s->mu);
+    snprintf(out, cap, "%s", s->protocol);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int loom__mcp_answered(loom_mcp_server *s, const mcp_pending *p)
+{
+    int done;
+
+    pthread_mutex_lock(&s->mu);
+    done = p->done;
+    pthread_mutex_unlock(&s->mu);
+    return done;
+}
+
+/* Records the last error (for status); under s->mu. */
+static void set_error_locked(loom_mcp_server *s, const char *msg)
+{
+    char *d = strdup(msg);
+
+    if (d) {
+        free(s->error);
+        s->error = d;
+    }
+}
+
+static int64_t backoff_ms(int failures)
+{
+    int64_t ms = BACKOFF_FIRST_MS;
+
+    if (failures <= 1)
+        return 0;
+    for (int i = 2; i < failures && ms < BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    return ms < BACKOFF_MAX_MS ? ms : BACKOFF_MAX_MS;
+}
+
+/* One more failure in a row: the next start waits longer. Under s->mu. */
+static void count_failure_locked(loom_mcp_server *s)
+{
+    s->failures++;
+    s->next_start = loom__mono_ms() + backoff_ms(s->failures);
+}
+
+void loom__mcp_lost(loom_mcp_server *s, unsigned gen, const char *why)
+{
+    pthread_mutex_lock(&s->mu);
+    if (gen == s->gen && s->state == ST_READY) {
+        s->state = ST_DOWN;
+        count_failure_locked(s);
+        set_error_locked(s, why);
+        loom_warn("mcp %s: %s", s->cfg.name, why);
+    }
+    for (mcp_pending *p = s->pending; p; p = p->next) {
+        if (p->gen != gen || p->done)
+            continue;
+        p->done = 1;
+        p->lost = strdup(why);
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- sending ----------------------------------------------------------- */
+
+/* The current connection with a reference, or NULL when there is none. */
+static mcp_conn *conn_get(loom_mcp_server *s)
+{
+    mcp_conn *c;
+
+    pthread_mutex_lock(&s->mu);
+    if ((c = s->conn) != NULL)
+        c->refs++;
+    pthread_mutex_unlock(&s->mu);
+    return c;
+}
+
+static void conn_put(loom_mcp_server *s, mcp_conn *c)
+{
+    pthread_mutex_lock(&s->mu);
+    conn_unref_locked(s, c);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Sends a message that takes no answer, within ms. */
+static int notify(loom_mcp_server *s, json_t *msg, long ms)
+{
+    mcp_conn *c = conn_get(s);
+    int rc = LOOM_EUPSTREAM;
+
+    if (c) {
+        rc = s->tr->send(c->impl, msg, loom__mono_ms() + ms, NULL, NULL);
+        conn_put(s, c);
+    }
+    json_decref(msg);
+    return rc;
+}
+
+/* Replies to a request of the server. */
+static void reply(loom_mcp_server *s, const json_t *id, json_t *result,
+                  int code, const char *message)
+{
+    json_t *msg;
+
+    if (result)
+        msg = json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result",
+                        result);
+    else
+        msg = json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id,
+                        "error", "code", code, "message", message);
+    if (msg)
+        notify(s, msg, CANCEL_SEND_MS);
+}
+
+static void on_notification(loom_mcp_server *s, const char *method,
+                            const json_t *params)
+{
+    if (strcmp(method, "notifications/message") == 0) {
+        const json_t *data = json_object_get(params, "data");
+        char *text =
+            data ? json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        loom_info("mcp %s: log: %.400s", s->cfg.name, text ? text : "");
+        free(text);
+    } else if (strcmp(method, "notifications/progress") == 0) {
+        loom_debug("mcp %s: progress %g", s->cfg.name,
+                   json_number_value(json_object_get(params, "progress")));
+    } else {
+        loom_debug("mcp %s: notification %.100s", s->cfg.name, method);
+    }
+}
+
+void loom__mcp_dispatch(loom_mcp_server *s, unsigned gen, json_t *msg)
+{
+    const json_t *id = json_object_get(msg, "id");
+    const json_t *method = json_object_get(msg, "method");
+
+    if (json_is_array(msg)) {
+        /* A batch (2025-03-26 allowed them): each message in turn. */
+        for (size_t i = 0; i < json_array_size(msg); i++)
+            loom__mcp_dispatch(s, gen, json_incref(json_array_get(msg, i)));
+        json_decref(msg);
+        return;
+    }
+    if (!json_is_object(msg)) {
+        loom_warn("mcp %s: skipped a message that is not a JSON object",
+                  s->cfg.name);
+    } else if (json_is_string(method) && id && !json_is_null(id)) {
+        if (strcmp(json_string_value(method), "ping") == 0)
+            reply(s, id, json_object(), 0, NULL);
+        else
+            reply(s, id, NULL, -32601, "Method not found");
+    } else if (json_is_string(method)) {
+        on_notification(s, json_string_value(method),
+                        json_object_get(msg, "params"));
+    } else if (json_is_integer(id)) {
+        pthread_mutex_lock(&s->mu);
+        for (mcp_pending *p = s->pending; p; p = p->next) {
+            if (p->id != json_integer_value(id) || p->gen != gen || p->done)
+                continue;
+            p->done = 1;
+            p->answer = json_incref(msg);
+            pthread_cond_broadcast(&s->cv);
+            break;
+        }
+        pthread_mutex_unlock(&s->mu);
+    } else {
+        loom_debug("mcp %s: skipped an answer with an id loom did not send",
+                   s->cfg.name);
+    }
+    json_decref(msg);
+}
+
+static void unlink_pending_locked(loom_mcp_server *s, mcp_pending *p)
+{
+    for (mcp_pending **pp = &s->pending; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            return;
+        }
+}
+
+/* The answer's result, or the error it carries as a message. */
+static int take_answer(loom_mcp_server *s, const char *method, json_t *answer,
+                       json_t **result)
+{
+    const json_t *err = json_object_get(answer, "error");
+    const json_t *res = json_object_get(answer, "result");
+
+    if (err) {
+        const char *m = json_string_value(json_object_get(err, "message"));
+        return loom__error_set(
+            LOOM_EUPSTREAM, "MCP server '%s': %s failed: %.500s (code %lld)",
+            s->cfg.name, method, m ? m : "no message",
+            (long long)json_integer_value(json_object_get(err, "code")));
+    }
+    if (!json_is_object(res))
+        return loom__error_set(LOOM_EPROTO,
+                               "MCP server '%s': the answer to %s has no "
+                               "result object",
+                               s->cfg.name, method);
+    *result = json_incref((json_t *)res);
+    return 0;
+}
+
+/*
+ * Sends one request on the current connection and waits for its answer
+ * until deadline or cancel. On a timeout or cancellation, the server is
+ * told with notifications/cancelled (initialize excepted, as the spec
+ * says).
+ */
+static int request(loom_mcp_server *s, const char *method, json_t *params,
+                   int64_t deadline, loom_cancel *cancel, json_t **result)
+{
+    mcp_pending *pp = calloc(1, sizeof(*pp));
+    mcp_conn *c;
+    json_t *msg = NULL;
+    int rc = 0, sent;
+
+    *result = NULL;
+    if (!pp) {
+        json_decref(params);
+        return loom__error_oom();
+    }
+    pthread_mutex_lock(&s->mu);
+    if (!(c = s->conn) || s->state != ST_READY) {
+        pthread_mutex_unlock(&s->mu);
+        json_decref(params);
+        free(pp);
+        return loom__error_set(LOOM_EUPSTREAM, "MCP server '%s' is not running",
+                               s->cfg.name);
+    }
+    c->refs++;
+    pp->id = s->next_id++;
+    pp->gen = c->gen;
+    pp->next = s->pending;
+    s->pending = pp;
+    pthread_mutex_unlock(&s->mu);
+
+    msg = json_pack("{s:s,s:I,s:s}", "jsonrpc", "2.0", "id", (json_int_t)pp->id,
+                    "method", method);
+    if (!msg || (params && json_object_set_new(msg, "params", params) != 0)) {
+        rc = loom__error_oom();
+        params = NULL;
+        pthread_mutex_lock(&s->mu);
+        unlink_pending_locked(s, pp);
+        pthread_mutex_unlock(&s->mu);
+        goto done;
+    }
+    params = NULL;
+    sent = s->tr->send(c->impl, msg, deadline, cancel, pp);
+
+    pthread_mutex_lock(&s->mu);
+    while (!pp->done && sent == 0) {
+        int64_t now = loom__mono_ms(), until;
+        struct timespec ts;
+
+        if (loom_cancel_is_set(cancel) || now >= deadline)
+            break;
+        until = deadline - now < WAIT_TICK_MS ? deadline - now : WAIT_TICK_MS;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)(until % 1000) * 1000000L;
+        ts.tv_sec += (time_t)(until / 1000) + ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    unlink_pending_locked(s, pp);
+    pthread_mutex_unlock(&s->mu);
+
+    if (pp->done && pp->lost)
+        rc = loom__error_set(LOOM_EUPSTREAM, "MCP server '%s': %s", s->cfg.name,
+                             pp->lost);
+    else if (pp->done)
+        rc = take_answer(s, method, pp->answer, result);
+    else if (sent != 0 && sent != LOOM_ETIMEDOUT && sent != LOOM_ECANCELED)
+        rc = sent;
+    else if (loom_cancel_is_set(cancel))
+        rc = loom__error_set(LOOM_ECANCELED, "MCP server '%s': %s cancelled",
+                             s->cfg.name, method);
+    else
+        rc = loom__error_set(LOOM_ETIMEDOUT,
+                             "MCP server '%s': no answer to %s in time",
+                             s->cfg.name, method);
+    if ((rc == LOOM_ETIMEDOUT || rc == LOOM_ECANCELED) &&
+        strcmp(method, "initialize") != 0) {
+        json_t *n = json_pack("{s:s,s:s,s:{s:I,s:s}}", "jsonrpc", "2.0",
+                              "method", "notifications/cancelled", "params",
+                              "requestId", (json_int_t)pp->id, "reason",
+                              rc == LOOM_ETIMEDOUT ? "timeout" : "cancelled");
+        if (n) {
+            char why[256];
+            snprintf(why, sizeof(why), "%s", loom_error_last());
+            s->tr->send(c->impl, n, loom__mono_ms() + CANCEL_SEND_MS, NULL,
+                        NULL);
+            json_decref(n);
+            rc = loom__error_set(rc, "%s", why);
+        }
+    }
+
+done:
+    json_decref(msg);
+    json_decref(pp->answer);
+    free(pp->lost);
+    free(pp);
+    conn_put(s, c);
+    return rc;
+}
+
+/* ---- the handshake ----------------------------------------------------- */
+
+static int known_version(const char *v)
+{
+    for (size_t i = 0; versions[i]; i++)
+        if (v && strcmp(v, versions[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* initialize, then notifications/initialized. The state is READY for
+ * the handshake's own requests; the caller resets it on failure. */
+static int handshake(loom_mcp_server *s, int64_t deadline)
+{
+    json_t *params, *result = NULL, *n;
+    const char *v;
+    int rc;
+
+    params = json_pack("{s:s,s:{},s:{s:s,s:s}}", "protocolVersion",
+                       LOOM_MCP_PROTOCOL_VERSION, "capabilities", "clientInfo",
+                       "name", "loom", "version", loom_version());
+    if (!params)
+        return loom__error_oom();
+    if ((rc = request(s, "initialize", params, deadline, NULL, &result)) != 0)
+        return rc;
+    v = json_string_value(json_object_get(result, "protocolVersion"));
+    if (!known_version(v)) {
+        rc = loom__error_set(LOOM_EPROTO,
+                             "MCP server '%s' speaks protocol version %.40s, "
+                             "which loom does not (it speaks %s to %s)",
+                             s->cfg.name, v ? v : "(none)",
+                             LOOM_MCP_PROTOCOL_VERSION, "2024-11-05");
+        goto done;
+    }
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->protocol, sizeof(s->protocol), "%s", v);
+    json_decref(s->server_info);
+    s->server_info = json_incref(json_object_get(result, "serverInfo"));
+    pthread_mutex_unlock(&s->mu);
+    n = json_pack("{s:s,s:s}", "jsonrpc", "2.0", "method",
+                  "notifications/initialized");
+    rc = n ? notify(s, n, deadline - loom__mono_ms()) : loom__error_oom();
+
+done:
+    json_decref(result);
+    return rc;
+}
+
+/* Starts the server when it is not running (see the top of the file). */
+static int ensure_started(loom_mcp_server *s)
+{
+    mcp_conn *c = NULL;
+    int64_t now, deadline;
+    int rc;
+
+    pthread_mutex_lock(&s->start_mu);
+    pthread_mutex_lock(&s->mu);
+    now = loom__mono_ms();
+    if (s->state == ST_READY) {
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_unlock(&s->start_mu);
+        return 0;
+    }
+    if (s->failures && now < s->next_start) {
+        rc = loom__error_set(LOOM_EUPSTREAM,
+                             "MCP server '%s' is down (%s); next start "
+                             "attempt in %lld ms",
+                             s->cfg.name, s->error ? s->error : "failed",
+                             (long long)(s->next_start - now));
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_unlock(&s->start_mu);
+        return rc;
+    }
+    s->protocol[0] = '\0';
+    pthread_mutex_unlock(&s->mu);
+
+    retire_conn(s);
+    deadline = now + s->cfg.startup_timeout_ms;
+    if (!(c = calloc(1, sizeof(*c)))) {
+        rc = loom__error_oom();
+        goto fail;
+    }
+    pthread_mutex_lock(&s->mu);
+    c->gen = ++s->gen;
+    c->refs = 1;
+    pthread_mutex_unlock(&s->mu);
+    if ((rc = s->tr->open(s, c->gen, &c->impl)) != 0) {
+        free(c);
+        goto fail;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->conn = c;
+    s->state = ST_READY;
+    pthread_mutex_unlock(&s->mu);
+    if ((rc = handshake(s, deadline)) != 0)
+        goto fail;
+    loom_info("mcp %s: connected (%s, protocol %s)", s->cfg.name, s->tr->name,
+              s->protocol);
+    pthread_mutex_unlock(&s->start_mu);
+    return 0;
+
+fail : {
+    char why[512];
+    snprintf(why, sizeof(why), "%s", loom_error_last());
+    pthread_mutex_lock(&s->mu);
+    s->state = ST_FAILED;
+    count_failure_locked(s);
+    set_error_locked(s, why);
+    pthread_mutex_unlock(&s->mu);
+    retire_conn(s);
+    pthread_mutex_unlock(&s->start_mu);
+    return loom__error_set(rc, "%s", why);
+}
+}
+
+/*
+ * A request with the server started first. An HTTP session that expired
+ * (LOOM_ENOTFOUND from the transport) starts a new one and sends again,
+ * once.
+ */
+static int call(loom_mcp_server *s, const char *method, const json_t *params,
+                long timeout_ms, loom_cancel *cancel, json_t **result)
+{
+    int64_t deadline = loom__mono_ms() + timeout_ms;
+    int rc = 0;
+
+    for (int attempt = 0; attempt < 2; attempt++) {
+        json_t *p = params ? json_deep_copy(params) : NULL;
+        if (params && !p)
+            return loom__error_oom();
+        if ((rc = ensure_started(s)) != 0) {
+            json_decref(p);
+            return rc;
+        }
+        rc = request(s, method, p, deadline, cancel, result);
+        if (rc != LOOM_ENOTFOUND)
+            break;
+        pthread_mutex_lock(&s->mu);
+        s->state = ST_DOWN;
+        pthread_mutex_unlock(&s->mu);
+        loom_info("mcp %s: the session expired; starting a new one",
+                  s->cfg.name);
+    }
+    if (rc == LOOM_ENOTFOUND)
+        rc = loom__error_set(LOOM_EUPSTREAM,
+                             "MCP server '%s': the session expired twice",
+                             s->cfg.name);
+    if (rc == 0) {
+        pthread_mutex_lock(&s->mu);
+        s->failures = 0;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return rc;
+}
+
+/* ---- tools ------------------------------------------------------------- */
+
+static int allowed(const loom_mcp_server *s, const char *name)
+{
+    if (!s->cfg.tools)
+        return 1;
+    for (size_t i = 0; i < s->cfg.tools_len; i++)
+        if (strcmp(s->cfg.tools[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Appends page's tools (valid ones, allowed ones) to all. */
+static int add_page(loom_mcp_server *s, const json_t *page, json_t *all)
+{
+    const json_t *tools = json_object_get(page, "tools");
+    const json_t *t;
+    size_t i;
+
+    if (!json_is_array(tools))
+        return loom__error_set(LOOM_EPROTO,
+                               "MCP server '%s': tools/list has no tools list",
+                               s->cfg.name);
+    json_array_foreach(tools, i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (!name || !*name) {
+            loom_warn("mcp %s: skipped a tool without a name", s->cfg.name);
+            continue;
+        }
+        if (allowed(s, name) && json_array_append((json_t *)all, (json_t *)t))
+            return loom__error_oom();
+    }
+    return 0;
+}
+
+int loom_mcp_server_tools(loom_mcp_server *s, json_t **out)
+{
+    json_t *all = json_array(), *cursors = json_object(), *page = NULL;
+    json_t *params = NULL;
+    char *cursor = NULL;
+    int rc = 0, pages = 0;
+
+    *out = NULL;
+    if (!all || !cursors) {
+        rc = loom__error_oom();
+        goto done;
+    }
+    for (;;) {
+        const json_t *next;
+        json_decref(params);
+        params = cursor ? json_pack("{s:s}", "cursor", cursor) : NULL;
+        if (cursor && !params) {
+            rc = loom__error_oom();
+            goto done;
+        }
+        if ((rc = call(s, "tools/list", params, s->cfg.startup_timeout_ms, NULL,
+                       &page)) != 0 ||
+            (rc = add_page(s, page, all)) != 0)
+            goto done;
+        pages++;
+        next = json_object_get(page, "nextCursor");
+        if (!json_is_string(next) || !*json_string_value(next))
+            break;
+        if ((cursor && strcmp(cursor, json_string_value(next)) == 0) ||
+            json_object_get(cursors, json_string_value(next))) {
+            loom_warn("mcp %s: tools/list gave back a cursor it gave "
+                      "before; keeping the %zu tools listed",
+                      s->cfg.name, json_array_size(all));
+            break;
+        }
+        if (pages >= MAX_PAGES) {
+            loom_warn("mcp %s: tools/list has more than %d pages; keeping "
+                      "the %zu tools listed",
+                      s->cfg.name, MAX_PAGES, json_array_size(all));
+            break;
+        }
+        free(cursor);
+        if (!(cursor = strdup(json_string_value(next))) ||
+            json_object_set_new(cursors, cursor, json_true()) != 0) {
+            rc = loom__error_oom();
+            goto done;
+        }
+        json_decref(page);
+        page = NULL;
+    }
+    *out = all;
+    all = NULL;
+
+done:
+    free(cursor);
+    json_decref(params);
+    json_decref(page);
+    json_decref(cursors);
+    json_decref(all);
+    return rc;
+}
+
+int loom_mcp_server_call(loom_mcp_server *s, const char *tool,
+                         const json_t *args, long timeout_ms,
+                         loom_cancel *cancel, json_t **out)
+{
+    json_t *params;
+    int rc;
+
+    *out = NULL;
+    params = json_pack("{s:s,s:o}", "name", tool, "arguments",
+                       json_is_object(args) ? json_incref((json_t *)args)
+                                            : json_object());
+    if (!params)
+        return loom__error_oom();
+    loom__mcp_ref(s);
+    rc = call(s, "tools/call", params,
+              timeout_ms > 0 ? timeout_ms : s->cfg.timeout_ms, cancel, out);
+    loom_mcp_server_free(s);
+    json_decref(params);
+    return rc;
+}
+
+json_t *loom_mcp_server_status(loom_mcp_server *s)
+{
+    json_t *o;
+
+    pthread_mutex_lock(&s->mu);
+    o = json_pack("{s:s,s:s,s:s}", "name", s->cfg.name, "transport",
+                  s->tr->name, "state", state_names[s->state]);
+    if (o && s->protocol[0])
+        json_object_set_new(o, "protocol_version", json_string(s->protocol));
+    if (o && s->server_info)
+        json_object_set(o, "server", s->server_info);
+    if (o && s->error)
+        json_object_set_new(o, "error", json_string(s->error));
+    pthread_mutex_unlock(&s->mu);
+    return o;
+}

@@ -1,0 +1,75 @@
+/*
+ * tools/mcp/mcp_internal.h: what the MCP client core (mcp_client.c)
+ * shares with its transports (mcp_stdio.c, mcp_http.c).
+ *
+ * The core owns the JSON-RPC state: request ids, the requests waiting for
+ * an answer, the handshake and the server's state. A transport moves
+ * messages: send() writes one, and every message that arrives is handed
+ * to loom__mcp_dispatch(), whatever thread it arrives on (the stdio
+ * reader thread, or the thread of an HTTP POST whose answer it is). A
+ * transport that finds its server gone calls loom__mcp_lost().
+ *
+ * A connection is one start of the server (one process, one HTTP
+ * session), numbered by gen. It is reference counted under the server's
+ * lock: a restart retires the old one (stop: the process is ended, the
+ * reader threads joined) while a sender may still hold it; the last
+ * reference frees it.
+ */
+#ifndef LOOM_TOOLS_MCP_INTERNAL_H
+#define LOOM_TOOLS_MCP_INTERNAL_H
+
+#include "loom/mcp.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+/* The largest message accepted from a server. */
+#define LOOM_MCP_MAX_MESSAGE ((size_t)64 << 20)
+
+typedef struct mcp_pending mcp_pending;
+
+typedef struct {
+    const char *name; /* "stdio", "http" */
+    /* Starts a connection for s; *impl is the transport's state. */
+    int (*open)(loom_mcp_server *s, unsigned gen, void **impl);
+    /*
+     * Sends msg. p is the request whose answer is awaited (NULL for a
+     * notification or a reply); a transport that answers on the same
+     * exchange (HTTP) dispatches the answer before it returns. Stops at
+     * deadline (loom__mono_ms) or when cancel is set. LOOM_ENOTFOUND
+     * means the HTTP session expired.
+     */
+    int (*send)(void *impl, const json_t *msg, int64_t deadline,
+                loom_cancel *cancel, mcp_pending *p);
+    /* Ends the connection: no dispatch happens after it returns. */
+    void (*stop)(void *impl);
+    /* Frees what stop left (after the last sender let go). */
+    void (*free)(void *impl);
+} mcp_transport;
+
+extern const mcp_transport loom__mcp_stdio;
+extern const mcp_transport loom__mcp_http;
+
+/* Takes one more reference to s (loom_mcp_server_free drops it). */
+void loom__mcp_ref(loom_mcp_server *s);
+
+/* The server's config and name, for the transports. Borrowed. */
+const loom_mcp_server_config *loom__mcp_config(const loom_mcp_server *s);
+
+/* The negotiated protocol version, copied into out ("" before). */
+void loom__mcp_protocol(loom_mcp_server *s, char *out, size_t cap);
+
+/* Whether request p has its answer (a transport may stop reading). */
+int loom__mcp_answered(loom_mcp_server *s, const mcp_pending *p);
+
+/*
+ * Handles one message from connection gen: an answer wakes its request;
+ * a request from the server is answered (ping; the rest "method not
+ * found"); notifications are logged or noted. Takes msg's reference.
+ */
+void loom__mcp_dispatch(loom_mcp_server *s, unsigned gen, json_t *msg);
+
+/* Connection gen is gone (why: for messages): its requests fail now. */
+void loom__mcp_lost(loom_mcp_server *s, unsigned gen, const char *why);
+
+#endif

@@ -1,0 +1,330 @@
+/*
+ * MCP tools as loom tools: names, results as text, and the registration
+ * of every configured server's tools (loom_tools_add_mcp, loom/mcp.h).
+ *
+ * Each registered tool's payload holds a reference to its server, so the
+ * server lives as long as the registry (and any call still running on
+ * it). The schema goes to the model as the server wrote it. A call's
+ * failure (timeout, dead server, JSON-RPC error) and a result with
+ * isError both fail the tool call with the server's words, which the run
+ * shows the model as a failed execution.
+ */
+#include "core/error.h"
+#include "loom/log.h"
+#include "tools/mcp/mcp_internal.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME_MAX_LEN 64
+#define HASH_LEN 8
+/* Room kept in a result for the cut note. */
+#define CUT_RESERVE 100
+
+/* ---- names ------------------------------------------------------------- */
+
+static uint32_t fnv1a(const char *a, const char *b)
+{
+    uint32_t h = 2166136261u;
+
+    for (const char *p = a; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ 0) * 16777619u;
+    for (const char *p = b; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return h;
+}
+
+void loom_mcp_tool_name(char out[65], const char *server, const char *tool)
+{
+    size_t n = 0;
+    const char *parts[3] = {server, "__", tool};
+
+    for (int k = 0; k < 3; k++)
+        for (const char *p = parts[k]; *p; p++) {
+            char ch = *p;
+            int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                     (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+            if (n < NAME_MAX_LEN)
+                out[n] = ok ? ch : '_';
+            n++;
+        }
+    if (n <= NAME_MAX_LEN) {
+        out[n] = '\0';
+        return;
+    }
+    /* Cut, and a hash of the whole name keeps it unique. */
+    snprintf(out + NAME_MAX_LEN - HASH_LEN - 1, HASH_LEN + 2, "_%08x",
+             (unsigned)fnv1a(server, tool));
+}
+
+/* ---- results ----------------------------------------------------------- */
+
+/* Appends s (len bytes) to out, cut at a character boundary when it does
+ * not fit; *cut counts the bytes left out. */
+static int put_cut(loom_buf *out, const char *s, size_t len, size_t *cut)
+{
+    size_t room;
+    int rc;
+
+    if (*cut) {
+        *cut += len;
+        return 0;
+    }
+    room = out->max > out->len + CUT_RESERVE ? out->max - out->len - CUT_RESERVE
+                                             : 0;
+    if (len <= room)
+        return loom_buf_put(out, s, len);
+    while (room && ((unsigned char)s[room] & 0xC0) == 0x80)
+        room--;
+    if ((rc = loom_buf_put(out, s, room)) != 0)
+        return rc;
+    *cut = len - room;
+    return 0;
+}
+
+static int put_str(loom_buf *out, const char *s, size_t *cut)
+{
+    return put_cut(out, s, strlen(s), cut);
+}
+
+static int put_block(loom_buf *out, const json_t *c, size_t *cut)
+{
+    const char *type = json_string_value(json_object_get(c, "type"));
+    const char *mime = json_string_value(json_object_get(c, "mimeType"));
+    const json_t *res = json_object_get(c, "resource");
+    char line[512];
+
+    if (!type)
+        return 0;
+    if (strcmp(type, "text") == 0) {
+        const json_t *t = json_object_get(c, "text");
+        return put_cut(out, json_string_value(t) ? json_string_value(t) : "",
+                       json_string_length(t), cut);
+    }
+    if (strcmp(type, "image") == 0 || strcmp(type, "audio") == 0) {
+        size_t b64 = json_string_length(json_object_get(c, "data"));
+        snprintf(line, sizeof(line), "[%s: %.100s, about %zu bytes]", type,
+                 mime ? mime : "unknown type", b64 / 4 * 3);
+        return put_str(out, line, cut);
+    }
+    if (strcmp(type, "resource_link") == 0) {
+        const char *uri = json_string_value(json_object_get(c, "uri"));
+        const char *name = json_string_value(json_object_get(c, "name"));
+        snprintf(line, sizeof(line), "[resource: %.300s%s%.100s%s]",
+                 uri ? uri : "?", name ? " (" : "", name ? name : "",
+                 name ? ")" : "");
+        return put_str(out, line, cut);
+    }
+    if (strcmp(type, "resource") == 0 && json_is_object(res)) {
+        const char *uri = json_string_value(json_object_get(res, "uri"));
+        const json_t *text = json_object_get(res, "text");
+        int rc;
+        snprintf(line, sizeof(line), "[resource: %.300s]%s", uri ? uri : "?",
+                 json_is_string(text) ? "\n" : "");
+        if ((rc = put_str(out, line, cut)) != 0 || !json_is_string(text))
+            return rc;
+        return put_cut(out, json_string_value(text), json_string_length(text),
+                       cut);
+    }
+    snprintf(line, sizeof(line), "[%.40s content]", type);
+    return put_str(out, line, cut);
+}
+
+int loom_mcp_result_text(const json_t *result, loom_buf *out)
+{
+    const json_t *content = json_object_get(result, "content");
+    const json_t *structured = json_object_get(result, "structuredContent");
+    const json_t *c;
+    size_t i, cut = 0, start = out->len;
+    int rc = 0;
+    char note[80];
+
+    json_array_foreach(content, i, c)
+    {
+        if (out->len > start && (rc = put_str(out, "\n\n", &cut)) != 0)
+            return rc;
+        if ((rc = put_block(out, c, &cut)) != 0)
+            return rc;
+    }
+    if (out->len == start && structured) {
+        char *text = json_dumps(structured, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!text)
+            return loom__error_oom();
+        rc = put_str(out, text, &cut);
+        free(text);
+        if (rc)
+            return rc;
+    }
+    if (cut) {
+        snprintf(note, sizeof(note), "\n[cut: %zu more bytes]", cut);
+        if ((rc = loom_buf_puts(out, note)) != 0)
+            return rc;
+    }
+    return json_is_true(json_object_get(result, "isError")) ? 1 : 0;
+}
+
+/* ---- tools ------------------------------------------------------------- */
+
+typedef struct {
+    loom_mcp_server *server; /* a reference */
+    char *tool;              /* the server's name for it */
+} mcp_tool;
+
+static void mcp_tool_free(void *payload)
+{
+    mcp_tool *t = payload;
+
+    if (!t)
+        return;
+    loom_mcp_server_free(t->server);
+    free(t->tool);
+    free(t);
+}
+
+static int mcp_tool_execute(const json_t *args, const loom_tool_ctx *ctx,
+                            loom_buf *out, void *payload)
+{
+    mcp_tool *t = payload;
+    json_t *result = NULL;
+    long timeout =
+        (long)json_integer_value(json_object_get(ctx->settings, "timeout_ms"));
+    int rc;
+
+    rc = loom_mcp_server_call(t->server, t->tool, args, timeout, ctx->cancel,
+                              &result);
+    if (rc != 0) {
+        loom_buf_clear(out);
+        loom_buf_puts(out, loom_error_last());
+        return rc;
+    }
+    rc = loom_mcp_result_text(result, out);
+    json_decref(result);
+    if (rc == 1) {
+        if (!out->len)
+            loom_buf_puts(out, "the tool failed and said nothing more");
+        return loom__error_set(LOOM_ERROR, "%.*s", 1000, loom_buf_cstr(out));
+    }
+    return rc;
+}
+
+/* Registers one tool of s; a name taken already is logged and skipped. */
+static int add_tool(loom_tool_registry *reg, loom_mcp_server *s,
+                    const json_t *def)
+{
+    const char *tname = json_string_value(json_object_get(def, "name"));
+    const char *desc = json_string_value(json_object_get(def, "description"));
+    const json_t *schema = json_object_get(def, "inputSchema");
+    loom_tool tool = LOOM_TOOL_INIT;
+    mcp_tool *t = calloc(1, sizeof(*t));
+    char name[65], fallback[200];
+    json_t *own_schema = NULL;
+    int rc;
+
+    if (!t || !(t->tool = strdup(tname))) {
+        free(t);
+        return loom__error_oom();
+    }
+    loom_mcp_tool_name(name, loom_mcp_server_name(s), tname);
+    /* A copy: the registry's tools are read from many threads. */
+    schema = own_schema = json_is_object(schema)
+                              ? json_deep_copy(schema)
+                              : json_pack("{s:s}", "type", "object");
+    if (!desc || !*desc) {
+        snprintf(fallback, sizeof(fallback), "Tool %.80s of MCP server %.64s",
+                 tname, loom_mcp_server_name(s));
+        desc = fallback;
+    }
+    loom__mcp_ref(s);
+    t->server = s;
+    tool.name = name;
+    tool.description = desc;
+    tool.parameters = schema;
+    tool.execute = mcp_tool_execute;
+    tool.payload = t;
+    tool.free_payload = mcp_tool_free;
+    rc = schema ? loom_tool_registry_add(reg, &tool) : loom__error_oom();
+    json_decref(own_schema);
+    if (rc != 0) {
+        loom_mcp_server_free(s);
+        free(t->tool);
+        free(t);
+        if (rc == LOOM_ENOMEM)
+            return rc;
+        loom_warn("mcp %s: tool '%s' not offered: %s", loom_mcp_server_name(s),
+                  name, loom_error_last());
+        return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    loom_mcp_server *server;
+    json_t *tools;
+    char error[512];
+    pthread_t thread;
+    int started;
+} discovery;
+
+static void *discover_main(void *arg)
+{
+    discovery *d = arg;
+
+    if (loom_mcp_server_tools(d->server, &d->tools) != 0)
+        snprintf(d->error, sizeof(d->error), "%s", loom_error_last());
+    return NULL;
+}
+
+int loom_tools_add_mcp(loom_tool_registry *reg, const loom_config *cfg)
+{
+    discovery *ds;
+    int rc = 0;
+
+    if (!cfg->mcp_servers_len)
+        return 0;
+    if (!(ds = calloc(cfg->mcp_servers_len, sizeof(*ds))))
+        return loom__error_oom();
+    for (size_t i = 0; i < cfg->mcp_servers_len; i++) {
+        if (loom_mcp_server_new(&ds[i].server, &cfg->mcp_servers[i]) != 0) {
+            loom_warn("mcp %s: %s", cfg->mcp_servers[i].name,
+                      loom_error_last());
+            continue;
+        }
+        ds[i].started =
+            pthread_create(&ds[i].thread, NULL, discover_main, &ds[i]) == 0;
+        if (!ds[i].started)
+            discover_main(&ds[i]);
+    }
+    for (size_t i = 0; i < cfg->mcp_servers_len; i++) {
+        const json_t *def;
+        size_t j, added = 0;
+
+        if (ds[i].started)
+            pthread_join(ds[i].thread, NULL);
+        if (!ds[i].server)
+            continue;
+        if (!ds[i].tools)
+            loom_warn("mcp %s: not available, its tools are not offered: %s",
+                      cfg->mcp_servers[i].name, ds[i].error);
+        json_array_foreach(ds[i].tools, j, def)
+        {
+            int r;
+            if (rc != 0)
+                break;
+            r = add_tool(reg, ds[i].server, def);
+            if (r < 0)
+                rc = r;
+            added += r > 0;
+        }
+        if (ds[i].tools)
+            loom_info("mcp %s: %zu tools offered", cfg->mcp_servers[i].name,
+                      added);
+        json_decref(ds[i].tools);
+        loom_mcp_server_free(ds[i].server);
+    }
+    free(ds);
+    return rc;
+}

@@ -1,0 +1,348 @@
+/*
+ * The MCP client (loom/mcp.h) against the hostile stdio server in
+ * tests/mcp/fake_mcp.c: a garbage stdout line skipped, tools/list paging
+ * with cursors that advance, stick or cycle, a call that never answers
+ * (timed out, notifications/cancelled sent, the server still used), a
+ * server that exits mid-call (the call fails at once, the next one
+ * restarts it), an isError result, results mapped to text, tool names,
+ * and the tools offered through a registry.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "loom/config.h"
+#include "loom/mcp.h"
+#include "loom/tools.h"
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A stdio server config for the fake in mode (NULL: default). */
+static loom_mcp_server_config fake_config(const char *mode)
+{
+    static char *args[1];
+    loom_mcp_server_config c = {0};
+
+    args[0] = (char *)mode;
+    c.name = "fake";
+    c.command = LOOM_FAKE_MCP_BIN;
+    c.args = mode ? args : NULL;
+    c.args_len = mode ? 1 : 0;
+    c.timeout_ms = 10000;
+    c.startup_timeout_ms = 10000;
+    return c;
+}
+
+/* log: where the fake notes what it saw (FAKE_MCP_LOG), or NULL. */
+static loom_mcp_server *fake_server_log(const char *mode, const char *log)
+{
+    loom_mcp_server_config c = fake_config(mode);
+    loom_mcp_server *s = NULL;
+
+    c.env = log ? json_pack("{s:s}", "FAKE_MCP_LOG", log) : NULL;
+    assert_int_equal(loom_mcp_server_new(&s, &c), 0);
+    json_decref(c.env);
+    return s;
+}
+
+static loom_mcp_server *fake_server(const char *mode)
+{
+    return fake_server_log(mode, NULL);
+}
+
+/* The "name" of each tool, joined with ",". */
+static char *names_of(const json_t *tools)
+{
+    static char buf[512];
+    const json_t *t;
+    size_t i;
+
+    buf[0] = '\0';
+    json_array_foreach(tools, i, t)
+    {
+        if (i)
+            strncat(buf, ",", sizeof(buf) - strlen(buf) - 1);
+        strncat(buf, json_string_value(json_object_get(t, "name")),
+                sizeof(buf) - strlen(buf) - 1);
+    }
+    return buf;
+}
+
+static char *call_text(loom_mcp_server *s, const char *tool, const char *args,
+                       int *is_error)
+{
+    json_t *a = json_loads(args, 0, NULL), *res = NULL;
+    loom_buf out = LOOM_BUF_INIT(1 << 20);
+
+    assert_int_equal(loom_mcp_server_call(s, tool, a, 0, NULL, &res), 0);
+    *is_error = loom_mcp_result_text(res, &out);
+    json_decref(a);
+    json_decref(res);
+    return loom_buf_detach(&out);
+}
+
+/* How many lines of the fake's log start with prefix. */
+static int log_count(const char *path, const char *prefix)
+{
+    FILE *f = fopen(path, "r");
+    char line[256];
+    int n = 0;
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        n += strncmp(line, prefix, strlen(prefix)) == 0;
+    fclose(f);
+    return n;
+}
+
+static void test_list_and_call(void **state)
+{
+    loom_mcp_server *s = fake_server(NULL);
+    json_t *tools = NULL, *st;
+    char *text;
+    int err;
+
+    (void)state;
+    assert_int_equal(loom_mcp_server_tools(s, &tools), 0);
+    assert_string_equal(names_of(tools), "echo,hang,die,fail,structured,image,"
+                                         "a.tool with spaces");
+    json_decref(tools);
+    text = call_text(s, "echo", "{\"x\": \"hi\", \"a\": 1}", &err);
+    assert_string_equal(text, "{\"a\":1,\"x\":\"hi\"}");
+    assert_int_equal(err, 0);
+    free(text);
+    st = loom_mcp_server_status(s);
+    assert_string_equal(json_string_value(json_object_get(st, "state")),
+                        "ready");
+    assert_string_equal(
+        json_string_value(json_object_get(st, "protocol_version")),
+        "2025-11-25");
+    json_decref(st);
+    loom_mcp_server_free(s);
+}
+
+static void test_paging(void **state)
+{
+    static const struct {
+        const char *mode, *names;
+    } cases[] = {
+        {"pages", "one,two,three"},
+        {"stuck", "first,again"},
+        {"cycle", "start,x,y"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        loom_mcp_server *s = fake_server(cases[i].mode);
+        json_t *tools = NULL;
+        assert_int_equal(loom_mcp_server_tools(s, &tools), 0);
+        assert_string_equal(names_of(tools), cases[i].names);
+        json_decref(tools);
+        loom_mcp_server_free(s);
+    }
+}
+
+static void test_allow_list(void **state)
+{
+    loom_mcp_server_config c = fake_config(NULL);
+    char *allow[] = {"fail", "echo", "absent"};
+    loom_mcp_server *s = NULL;
+    json_t *tools = NULL;
+
+    (void)state;
+    c.tools = allow;
+    c.tools_len = 3;
+    assert_int_equal(loom_mcp_server_new(&s, &c), 0);
+    assert_int_equal(loom_mcp_server_tools(s, &tools), 0);
+    assert_string_equal(names_of(tools), "echo,fail");
+    json_decref(tools);
+    loom_mcp_server_free(s);
+}
+
+static void test_timeout_cancels(void **state)
+{
+    char *log = test_tmp_path("mcp-timeout.log");
+    loom_mcp_server *s;
+    json_t *res = NULL;
+    char *text;
+    int err;
+
+    (void)state;
+    unlink(log);
+    s = fake_server_log(NULL, log);
+    assert_int_equal(loom_mcp_server_call(s, "hang", NULL, 200, NULL, &res),
+                     LOOM_ETIMEDOUT);
+    assert_null(res);
+    /* The server reads in order: once echo is answered, it has read the
+     * cancellation sent before it. */
+    text = call_text(s, "echo", "{}", &err);
+    assert_string_equal(text, "{}");
+    free(text);
+    assert_int_equal(log_count(log, "cancelled "), 1);
+    assert_int_equal(log_count(log, "start"), 1);
+    loom_mcp_server_free(s);
+    unlink(log);
+    free(log);
+}
+
+static void test_cancel_flag(void **state)
+{
+    loom_mcp_server *s = fake_server(NULL);
+    loom_cancel cancel = LOOM_CANCEL_INIT;
+    json_t *res = NULL;
+
+    (void)state;
+    loom_cancel_set(&cancel);
+    assert_int_equal(
+        loom_mcp_server_call(s, "hang", NULL, 60000, &cancel, &res),
+        LOOM_ECANCELED);
+    loom_mcp_server_free(s);
+}
+
+static void test_exit_mid_call_restarts(void **state)
+{
+    char *log = test_tmp_path("mcp-restart.log");
+    loom_mcp_server *s;
+    json_t *res = NULL, *st;
+    char *text;
+    int err;
+
+    (void)state;
+    unlink(log);
+    s = fake_server_log(NULL, log);
+    /* A 60 s timeout: the call must fail because the server died, not
+     * because time ran out. */
+    assert_int_equal(loom_mcp_server_call(s, "die", NULL, 60000, NULL, &res),
+                     LOOM_EUPSTREAM);
+    assert_non_null(strstr(loom_error_last(), "closed its output"));
+    st = loom_mcp_server_status(s);
+    assert_string_equal(json_string_value(json_object_get(st, "state")),
+                        "down");
+    json_decref(st);
+    text = call_text(s, "echo", "{\"x\":\"again\"}", &err);
+    assert_string_equal(text, "{\"x\":\"again\"}");
+    free(text);
+    assert_int_equal(log_count(log, "start"), 2);
+    loom_mcp_server_free(s);
+    unlink(log);
+    free(log);
+}
+
+static void test_results(void **state)
+{
+    loom_mcp_server *s = fake_server(NULL);
+    char *text;
+    int err;
+
+    (void)state;
+    text = call_text(s, "fail", "{}", &err);
+    assert_int_equal(err, 1);
+    assert_string_equal(text, "the disk is full");
+    free(text);
+    text = call_text(s, "structured", "{}", &err);
+    assert_int_equal(err, 0);
+    assert_string_equal(text, "{\"answer\":42}");
+    free(text);
+    text = call_text(s, "image", "{}", &err);
+    assert_string_equal(text, "[image: image/png, about 9 bytes]\n\n"
+                              "[resource: file:///tmp/a.txt (a.txt)]");
+    free(text);
+    loom_mcp_server_free(s);
+}
+
+static void test_result_cut(void **state)
+{
+    json_t *res = json_pack("{s:[{s:s,s:s}]}", "content", "type", "text",
+                            "text", "0123456789");
+    loom_buf out = LOOM_BUF_INIT(104);
+
+    (void)state;
+    /* 104 bytes with 100 kept for the note: 4 bytes of text fit. */
+    assert_int_equal(loom_mcp_result_text(res, &out), 0);
+    assert_string_equal(loom_buf_cstr(&out), "0123\n[cut: 6 more bytes]");
+    loom_buf_free(&out);
+    json_decref(res);
+}
+
+static void test_names(void **state)
+{
+    char name[65], again[65];
+    char long_tool[100];
+
+    (void)state;
+    loom_mcp_tool_name(name, "files", "read_file");
+    assert_string_equal(name, "files__read_file");
+    loom_mcp_tool_name(name, "fake", "a.tool with spaces");
+    assert_string_equal(name, "fake__a_tool_with_spaces");
+    memset(long_tool, 'x', sizeof(long_tool) - 1);
+    long_tool[sizeof(long_tool) - 1] = '\0';
+    loom_mcp_tool_name(name, "files", long_tool);
+    assert_int_equal(strlen(name), 64);
+    assert_memory_equal(name, "files__xxx", 10);
+    assert_int_equal(name[55], '_');
+    loom_mcp_tool_name(again, "files", long_tool);
+    assert_string_equal(name, again);
+    long_tool[98] = 'y';
+    loom_mcp_tool_name(again, "files", long_tool);
+    assert_string_not_equal(name, again);
+}
+
+static void test_registry(void **state)
+{
+    loom_mcp_server_config servers[2] = {fake_config(NULL), {0}};
+    loom_config cfg = {0};
+    loom_tool_registry *reg = NULL;
+    loom_buf out = LOOM_BUF_INIT(1 << 16);
+    loom_tool_ctx ctx = {0};
+    const loom_tool *t;
+    json_t *args = json_pack("{s:s}", "x", "y");
+
+    (void)state;
+    /* A server that cannot start is skipped; it stops nothing. */
+    servers[1].name = "broken";
+    servers[1].command = "/nonexistent/loom-mcp-server";
+    cfg.mcp_servers = servers;
+    cfg.mcp_servers_len = 2;
+    assert_int_equal(loom_tool_registry_new(&reg), 0);
+    assert_int_equal(loom_tools_add_mcp(reg, &cfg), 0);
+    assert_int_equal(loom_tool_registry_count(reg), 7);
+    assert_non_null(loom_tool_registry_get(reg, "fake__a_tool_with_spaces"));
+    t = loom_tool_registry_get(reg, "fake__echo");
+    assert_non_null(t);
+    assert_string_equal(
+        json_string_value(json_object_get(t->parameters, "type")), "object");
+    assert_int_equal(t->execute(args, &ctx, &out, t->payload), 0);
+    assert_string_equal(loom_buf_cstr(&out), "{\"x\":\"y\"}");
+    loom_buf_clear(&out);
+    t = loom_tool_registry_get(reg, "fake__fail");
+    assert_int_equal(t->execute(args, &ctx, &out, t->payload), LOOM_ERROR);
+    assert_string_equal(loom_error_last(), "the disk is full");
+    loom_buf_free(&out);
+    json_decref(args);
+    loom_tool_registry_free(reg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_list_and_call),
+        cmocka_unit_test(test_paging),
+        cmocka_unit_test(test_allow_list),
+        cmocka_unit_test(test_timeout_cancels),
+        cmocka_unit_test(test_cancel_flag),
+        cmocka_unit_test(test_exit_mid_call_restarts),
+        cmocka_unit_test(test_results),
+        cmocka_unit_test(test_result_cut),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_registry),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

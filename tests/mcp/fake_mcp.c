@@ -1,0 +1,179 @@
+/*
+ * A hostile MCP server for tests, speaking stdio: one JSON-RPC message a
+ * line. It behaves well enough to be used and badly where a test asks:
+ *
+ *   loom-fake-mcp [MODE]
+ *
+ * MODE picks tools/list's paging: "pages" (three pages, cursors that
+ * advance), "stuck" (the same cursor again and again), "cycle" (a cursor
+ * that comes back), anything else one page. It always writes a line that
+ * is not JSON to stdout first, and a line to stderr. Its tools:
+ *   echo        the arguments back as text
+ *   hang        never answers
+ *   die         exits at once, mid-call
+ *   fail        a result with isError
+ *   structured  structuredContent and no content
+ *   image       an image and a resource link
+ * When FAKE_MCP_LOG names a file, it appends "start" when it starts and
+ * "cancelled <id>" for each notifications/cancelled, so a test can check
+ * what loom sent.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *mode = "";
+
+/* Appends "what" (and " id" when id >= 0) to $FAKE_MCP_LOG. */
+static void note(const char *what, long long id)
+{
+    const char *path = getenv("FAKE_MCP_LOG");
+    FILE *f = path ? fopen(path, "a") : NULL;
+
+    if (!f)
+        return;
+    if (id >= 0)
+        fprintf(f, "%s %lld\n", what, id);
+    else
+        fprintf(f, "%s\n", what);
+    fclose(f);
+}
+
+static void send_msg(json_t *msg)
+{
+    char *text = json_dumps(msg, JSON_COMPACT);
+
+    if (text) {
+        fputs(text, stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+    }
+    free(text);
+    json_decref(msg);
+}
+
+static void answer(const json_t *id, json_t *result)
+{
+    send_msg(json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result",
+                       result));
+}
+
+static json_t *tool(const char *name)
+{
+    return json_pack("{s:s,s:s,s:{s:s,s:{s:{s:s}}}}", "name", name,
+                     "description", "a test tool", "inputSchema", "type",
+                     "object", "properties", "x", "type", "string");
+}
+
+static json_t *list_page(const char *cursor)
+{
+    const char *next = NULL;
+    json_t *page, *tools = json_array();
+
+    if (strcmp(mode, "pages") == 0) {
+        json_array_append_new(tools,
+                              tool(!cursor                     ? "one"
+                                   : strcmp(cursor, "p2") == 0 ? "two"
+                                                               : "three"));
+        next = !cursor ? "p2" : strcmp(cursor, "p2") == 0 ? "p3" : NULL;
+    } else if (strcmp(mode, "stuck") == 0) {
+        json_array_append_new(tools, tool(cursor ? "again" : "first"));
+        next = "same";
+    } else if (strcmp(mode, "cycle") == 0) {
+        json_array_append_new(tools, tool(cursor ? cursor : "start"));
+        next = !cursor || strcmp(cursor, "y") == 0 ? "x" : "y";
+    } else {
+        const char *names[] = {"echo",
+                               "hang",
+                               "die",
+                               "fail",
+                               "structured",
+                               "image",
+                               "a.tool with spaces"};
+        for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
+            json_array_append_new(tools, tool(names[i]));
+    }
+    page = json_pack("{s:o}", "tools", tools);
+    if (next)
+        json_object_set_new(page, "nextCursor", json_string(next));
+    return page;
+}
+
+static json_t *text_result(const char *text, int error)
+{
+    return json_pack("{s:[{s:s,s:s}],s:b}", "content", "type", "text", "text",
+                     text, "isError", error);
+}
+
+static void call(const json_t *id, const json_t *params)
+{
+    const char *name = json_string_value(json_object_get(params, "name"));
+    char *args;
+
+    if (!name)
+        name = "";
+    if (strcmp(name, "hang") == 0)
+        return;
+    if (strcmp(name, "die") == 0)
+        exit(3);
+    if (strcmp(name, "fail") == 0) {
+        answer(id, text_result("the disk is full", 1));
+    } else if (strcmp(name, "structured") == 0) {
+        answer(id, json_pack("{s:[],s:{s:i}}", "content", "structuredContent",
+                             "answer", 42));
+    } else if (strcmp(name, "image") == 0) {
+        answer(id, json_pack("{s:[{s:s,s:s,s:s},{s:s,s:s,s:s}]}", "content",
+                             "type", "image", "mimeType", "image/png", "data",
+                             "iVBORw0KGgo=", "type", "resource_link", "uri",
+                             "file:///tmp/a.txt", "name", "a.txt"));
+    } else {
+        args = json_dumps(json_object_get(params, "arguments"),
+                          JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        answer(id, text_result(args ? args : "null", 0));
+        free(args);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    char line[1 << 16];
+
+    if (argc > 1)
+        mode = argv[1];
+    note("start", -1);
+    fputs("this line is not JSON\n", stdout);
+    fflush(stdout);
+    fputs("fake mcp server starting\n", stderr);
+    while (fgets(line, sizeof(line), stdin)) {
+        json_error_t err;
+        json_t *msg = json_loads(line, 0, &err);
+        const json_t *id = json_object_get(msg, "id");
+        const json_t *params = json_object_get(msg, "params");
+        const char *method = json_string_value(json_object_get(msg, "method"));
+
+        if (!method) {
+            json_decref(msg);
+            continue;
+        }
+        if (strcmp(method, "initialize") == 0)
+            answer(id,
+                   json_pack("{s:s,s:{s:{}},s:{s:s,s:s}}", "protocolVersion",
+                             "2025-11-25", "capabilities", "tools",
+                             "serverInfo", "name", "fake", "version", "1"));
+        else if (strcmp(method, "tools/list") == 0)
+            answer(id, list_page(json_string_value(
+                           json_object_get(params, "cursor"))));
+        else if (strcmp(method, "tools/call") == 0)
+            call(id, params);
+        else if (strcmp(method, "notifications/cancelled") == 0)
+            note("cancelled",
+                 json_integer_value(json_object_get(params, "requestId")));
+        else if (id)
+            send_msg(json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id",
+                               id, "error", "code", -32601, "message",
+                               "Method not found"));
+        json_decref(msg);
+    }
+    return 0;
+}
