@@ -357,16 +357,16 @@ typedef struct {
  *       headers: {Authorization: "Bearer ${TRACKER_TOKEN}"}
  */
 typedef struct {
-    char *name;        /* the key: [a-zA-Z0-9_-]{1,64} */
-    char *transport;   /* "stdio" or "http", from command/url if unset */
-    char *command;     /* stdio: the program (searched in PATH) */
-    char **args;       /* stdio: its arguments */
+    char *name;      /* the key: [a-zA-Z0-9_-]{1,64} */
+    char *transport; /* "stdio" or "http", from command/url if unset */
+    char *command;   /* stdio: the program (searched in PATH) */
+    char **args;     /* stdio: its arguments */
     size_t args_len;
-    json_t *env;       /* stdio: object name -> value; never NULL */
-    char *cwd;         /* stdio: working directory; NULL: loom's */
-    char *url;         /* http: the endpoint */
-    json_t *headers;   /* http: object name -> value; never NULL */
-    char **tools;      /* allow-list of the server's tool names; NULL: all */
+    json_t *env;     /* stdio: object name -> value; never NULL */
+    char *cwd;       /* stdio: working directory; NULL: loom's */
+    char *url;       /* http: the endpoint */
+    json_t *headers; /* http: object name -> value; never NULL */
+    char **tools;    /* allow-list of the server's tool names; NULL: all */
     size_t tools_len;
     long timeout_ms;         /* one call; default 60000 */
     long startup_timeout_ms; /* start, handshake, tools/list; 30000 */

@@ -196,9 +196,10 @@ int loom_tools_add_builtins(loom_tool_registry *reg);
  * Registers the tools the config declares (the `http_tools`, then the
  * tools of the `mcp_servers`, see loom/mcp.h: those servers are started
  * and listed here, and one that fails is logged and skipped) in reg, in
- * file order; each copies what it needs, so cfg may be freed after. LOOM_EEXISTS when a name is already registered (a built-in),
- * LOOM_EINVALID for a malformed allow_hosts entry; tools added before the
- * failure stay registered. Defined in src/tools/http_tools.c.
+ * file order; each copies what it needs, so cfg may be freed after.
+ * LOOM_EEXISTS when a name is already registered (a built-in), LOOM_EINVALID
+ * for a malformed allow_hosts entry; tools added before the failure stay
+ * registered. Defined in src/tools/http_tools.c.
  */
 int loom_tools_add_from_config(loom_tool_registry *reg, const loom_config *cfg);
 

@@ -180,6 +180,50 @@ static void unknown_tool(loom__config_errors *e, const loom_config *c,
         names ? " (available: " : "", names ? names : "", names ? ")" : "");
 }
 
+/* Whether name is `prefix*` and tool starts with prefix. */
+static int pattern_match(const char *name, const char *tool)
+{
+    size_t n = strlen(name);
+
+    return n > 1 && name[n - 1] == '*' && strncmp(name, tool, n - 1) == 0;
+}
+
+/* Whether name (or pattern) is one of an MCP server's (`<server>__...`)
+ * whose tools are not registered (it was not available at start): such a
+ * name stands while its server is down. */
+static int mcp_name(const loom_config *c, const loom_tool_registry *reg,
+                    const char *name)
+{
+    size_t nreg = reg ? loom_tool_registry_count(reg) : 0;
+
+    for (size_t i = 0; i < c->mcp_servers_len; i++) {
+        size_t n = strlen(c->mcp_servers[i].name);
+        if (strncmp(name, c->mcp_servers[i].name, n) != 0 ||
+            strncmp(name + n, "__", 2) != 0)
+            continue;
+        for (size_t j = 0; j < nreg; j++)
+            if (strncmp(loom_tool_registry_at(reg, j)->name, name, n + 2) == 0)
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* Whether an agent's tools entry names something: a registered tool, a
+ * pattern matching one, or a name of a configured MCP server. */
+static int tool_entry_known(const loom_session *s, const char *name)
+{
+    size_t n = loom_tool_registry_count(s->tools);
+
+    if (loom_tool_registry_get(s->tools, name) ||
+        mcp_name(s->cfg, s->tools, name))
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        if (pattern_match(name, loom_tool_registry_at(s->tools, i)->name))
+            return 1;
+    return 0;
+}
+
 /*
  * The agents' tools must exist; memory tools only where a store is. Every
  * unknown tool is reported, one per line as a config load reports its
@@ -198,7 +242,7 @@ static int check_agent_tools(const loom_session *s)
     for (size_t i = 0; i < c->agents_len; i++) {
         const loom_agent_config *a = &c->agents[i];
         for (size_t j = 0; j < a->tools_len; j++) {
-            if (loom_tool_registry_get(s->tools, a->tools[j]) ||
+            if (tool_entry_known(s, a->tools[j]) ||
                 (!s->o.store && loom_memory_is_tool(a->tools[j])))
                 continue;
             if (errs.count == 0 &&
@@ -830,21 +874,6 @@ static int keep_memory_choice(const loom_turn *t,
     return 0;
 }
 
-/* A copy of names[0..n) into *out (one extra slot, so an empty list is
- * still a list). */
-static int copy_names(char ***out, size_t *len, const char *const *names,
-                      size_t n)
-{
-    if (!(*out = calloc(n + 1, sizeof(**out))))
-        return loom__error_oom();
-    for (size_t i = 0; i < n; i++) {
-        if (!((*out)[i] = strdup(names[i])))
-            return loom__error_oom();
-        (*len)++;
-    }
-    return 0;
-}
-
 /* agent's handoffs (none: NULL) into *out, each with its agent's
  * description; the strings are borrowed from cfg. */
 static int agent_handoffs(const loom_config *cfg,
@@ -890,6 +919,51 @@ static int keep_client_tools(loom_turn *t, const loom_turn_options *o)
     return 0;
 }
 
+/* Adds name to t's tool names unless there already. */
+static int add_tool_name(char **out, size_t *len, const char *name)
+{
+    for (size_t i = 0; i < *len; i++)
+        if (strcmp(out[i], name) == 0)
+            return 0;
+    if (!(out[*len] = strdup(name)))
+        return loom__error_oom();
+    (*len)++;
+    return 0;
+}
+
+/*
+ * A turn's tool names (*out, *len_out; the caller frees them) from an agent's
+ * list: a pattern (`files__*`) becomes the registered tools it matches,
+ * and the name of an MCP server's tool that is not registered (its
+ * server was not available at start) is left out, so the run goes on
+ * without it.
+ */
+static int tool_names(const loom_session *s, char ***out, size_t *len_out,
+                      const char *const *names, size_t n)
+{
+    const loom_tool_registry *reg = s->tools;
+    size_t nreg = reg ? loom_tool_registry_count(reg) : 0;
+    int rc = 0;
+
+    /* One extra slot so an empty list is still a list. */
+    if (!(*out = calloc(n + nreg + 1, sizeof(**out))))
+        return loom__error_oom();
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        size_t len = strlen(names[i]);
+        if (len > 1 && names[i][len - 1] == '*') {
+            for (size_t j = 0; rc == 0 && j < nreg; j++) {
+                const char *tool = loom_tool_registry_at(reg, j)->name;
+                if (pattern_match(names[i], tool))
+                    rc = add_tool_name(*out, len_out, tool);
+            }
+        } else if ((reg && loom_tool_registry_get(reg, names[i])) ||
+                   !mcp_name(s->cfg, reg, names[i])) {
+            rc = add_tool_name(*out, len_out, names[i]);
+        }
+    }
+    return rc;
+}
+
 /* Copies what the run options borrow into t. */
 static int keep_spec(loom_turn *t, const loom_turn_options *o)
 {
@@ -908,7 +982,7 @@ static int keep_spec(loom_turn *t, const loom_turn_options *o)
                                        ? o->tool_names
                                        : (const char *const *)agent->tools;
         size_t n = o->tool_names_set ? o->tool_names_len : agent->tools_len;
-        if (copy_names(&t->tool_names, &t->ntool_names, names, n) != 0)
+        if (tool_names(t->s, &t->tool_names, &t->ntool_names, names, n) != 0)
             oom = 1;
     }
     if (o->tool_choice_set && o->tool_choice.function)
@@ -1020,9 +1094,10 @@ static int handoff_agent(const char *name, loom_run_options *o, void *payload)
     h->next = t->handed;
     t->handed = h;
     if ((rc = resolve_router(s, NULL, ac, &h->router, &h->mreq)) != 0 ||
-        (!ac->tools_all && (rc = copy_names(&h->tool_names, &h->ntool_names,
-                                            (const char *const *)ac->tools,
-                                            ac->tools_len)) != 0) ||
+        (!ac->tools_all &&
+         (rc = tool_names(s, &h->tool_names, &h->ntool_names,
+                          (const char *const *)ac->tools, ac->tools_len)) !=
+             0) ||
         (rc = keep_memory_choice(t, ac, &h->tool_names, &h->ntool_names)) !=
             0 ||
         (rc = agent_handoffs(s->cfg, ac, &h->handoffs)) != 0)

@@ -16,6 +16,7 @@
 
 #include "loom/config.h"
 #include "loom/mcp.h"
+#include "loom/session.h"
 #include "loom/tools.h"
 #include "testutil.h"
 
@@ -330,6 +331,77 @@ static void test_registry(void **state)
     loom_tool_registry_free(reg);
 }
 
+/* A session from yaml (the fake's path after "command: "); 0 or the
+ * error of loom_session_new. */
+static int session_for(const char *agent_tools)
+{
+    char yaml[2048];
+    loom_config *cfg = NULL;
+    loom_session *sess = NULL;
+    loom_session_options o = LOOM_SESSION_OPTIONS_INIT;
+    int rc;
+
+    snprintf(yaml, sizeof(yaml),
+             "providers: {p: {base_url: 'http://127.0.0.1:9'}}\n"
+
+             "mcp_servers:\n"
+             "  fake: {command: %s, tools: [echo, fail]}\n"
+             "  down: {command: /nonexistent/mcp, startup_timeout_ms: 500}\n"
+             "agents: {a: {model: p/m, tools: %s}}\n",
+             LOOM_FAKE_MCP_BIN, agent_tools);
+    if (loom_config_load_string(&cfg, yaml, "t.yaml") != 0)
+        fail_msg("%s", loom_error_last());
+    o.config = cfg;
+    rc = loom_session_new(&sess, &o);
+    if (rc == 0)
+        assert_non_null(
+            loom_tool_registry_get(loom_session_tools(sess), "fake__echo"));
+    loom_session_free(sess);
+    loom_config_free(cfg);
+    return rc;
+}
+
+static void test_agent_tool_names(void **state)
+{
+    (void)state;
+    /* Patterns, and the names of a server that is down, stand. */
+    assert_int_equal(session_for("[fake__*, down__*, down__read, get_time]"),
+                     0);
+    assert_int_equal(session_for("[fake__e*]"), 0);
+    assert_int_equal(session_for("[fake__hang]"), LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "unknown tool 'fake__hang'"));
+    assert_int_equal(session_for("[other__*]"), LOOM_EINVALID);
+}
+
+static void test_config_errors(void **state)
+{
+    loom_config *cfg = NULL;
+
+    (void)state;
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  x:\n"
+                                             "    command: a\n"
+                                             "    url: http://h/mcp\n",
+                                             "t.yaml"),
+                     LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "t.yaml:4: mcp_servers.x: "
+                                              "give either command"));
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  x: {url: http://h/mcp, "
+                                             "transport: stdio}\n",
+                                             "t.yaml"),
+                     LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "transport stdio needs"));
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  x: {env: {A: b}}\n",
+                                             "t.yaml"),
+                     LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "needs command"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +415,8 @@ int main(void)
         cmocka_unit_test(test_result_cut),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_agent_tool_names),
+        cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
