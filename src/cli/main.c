@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 static const char usage[] =
     "usage: loom <command> [options]\n"
     "\n"
@@ -22,6 +21,7 @@ static const char usage[] =
     "native)\n"
     "  config check FILE    validate a config file without running\n"
     "  tokens [FILE|-]      count the tokens of a file as a model does\n"
+    "  mcp list|call        list the MCP servers' tools, or call one\n"
     "  version              print loom's version\n"
     "\n"
     "Run `loom <command> --help` for a command's options.\n"
@@ -72,6 +72,8 @@ int main(int argc, char **argv)
         return cli_config(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokens"))
         return cli_tokens(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mcp"))
+        return cli_mcp(argc - 1, argv + 1);
     fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd, usage);
     return CLI_USAGE;
 }

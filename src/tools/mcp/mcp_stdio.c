@@ -147,11 +147,11 @@ static void *reader_main(void *arg)
         }
     }
     loom_buf_free(&line);
-    loom__mcp_lost(c->s, c->gen,
-                   atomic_load(&c->stopping)
-                       ? "the server was stopped"
-                       : "the server closed its output (it exited or "
-                         "crashed)");
+    /* A server loom stops is no failure: only its end of its own is. */
+    if (!atomic_load(&c->stopping))
+        loom__mcp_lost(c->s, c->gen,
+                       "the server closed its output (it exited or "
+                       "crashed)");
     return NULL;
 }
 

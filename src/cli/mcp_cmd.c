@@ -1,0 +1,163 @@
+/*
+ * `loom mcp`: the config's MCP servers from a terminal. `list` starts
+ * each server and shows its state, protocol version and tools (a server
+ * that fails is shown with its error, and the others still listed);
+ * `call` calls one tool and prints its result as the model would read
+ * it. Both go through libloom's MCP client (loom/mcp.h), as runs do.
+ */
+#include "cli/cli.h"
+#include "loom/mcp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char mcp_usage[] =
+    "usage: loom mcp list [--config FILE] [--json]\n"
+    "       loom mcp call [--config FILE] SERVER TOOL ['{json arguments}']\n"
+    "\n"
+    "list: starts each server of the config's mcp_servers and prints its\n"
+    "state, protocol version and tools (as offered: SERVER__TOOL).\n"
+    "call: calls one tool (the server's name for it) and prints the result.\n"
+    "Exit codes: 0 done, 1 a server or call failed, 2 usage or config.\n";
+
+static const loom_mcp_server_config *find_server(const loom_config *cfg,
+                                                 const char *name)
+{
+    for (size_t i = 0; i < cfg->mcp_servers_len; i++)
+        if (strcmp(cfg->mcp_servers[i].name, name) == 0)
+            return &cfg->mcp_servers[i];
+    return NULL;
+}
+
+/* Prints one server (text) or adds it to all (json); 0 when it worked. */
+static int list_one(const loom_mcp_server_config *c, json_t *all)
+{
+    loom_mcp_server *s = NULL;
+    json_t *tools = NULL, *st;
+    const json_t *t;
+    size_t i;
+    int rc;
+
+    if ((rc = loom_mcp_server_new(&s, c)) != 0) {
+        fprintf(stderr, "loom mcp: %s\n", loom_error_last());
+        return rc;
+    }
+    rc = loom_mcp_server_tools(s, &tools);
+    st = loom_mcp_server_status(s);
+    if (all) {
+        json_object_set(st, "tools", tools ? tools : json_array());
+        json_array_append(all, st);
+    } else {
+        const char *v =
+            json_string_value(json_object_get(st, "protocol_version"));
+        printf("%s (%s): %s%s%s\n", c->name, c->transport,
+               json_string_value(json_object_get(st, "state")),
+               v ? ", protocol " : "", v ? v : "");
+        if (rc != 0)
+            printf("  error: %s\n", loom_error_last());
+        json_array_foreach(tools, i, t)
+        {
+            char name[65];
+            const char *d =
+                json_string_value(json_object_get(t, "description"));
+            loom_mcp_tool_name(name, c->name,
+                               json_string_value(json_object_get(t, "name")));
+            printf("  %s%s%.100s\n", name, d ? "  " : "", d ? d : "");
+        }
+    }
+    json_decref(st);
+    json_decref(tools);
+    loom_mcp_server_free(s);
+    return rc;
+}
+
+static int list(const loom_config *cfg, int as_json)
+{
+    json_t *all = as_json ? json_array() : NULL;
+    int failed = 0;
+
+    if (!cfg->mcp_servers_len && !as_json)
+        printf("no mcp_servers in the config\n");
+    for (size_t i = 0; i < cfg->mcp_servers_len; i++)
+        failed |= list_one(&cfg->mcp_servers[i], all) != 0;
+    if (all) {
+        char *text = json_dumps(all, JSON_INDENT(2));
+        if (text)
+            puts(text);
+        free(text);
+        json_decref(all);
+    }
+    return failed ? CLI_FAILED : CLI_OK;
+}
+
+static int call(const loom_config *cfg, const char *server, const char *tool,
+                const char *args_text)
+{
+    const loom_mcp_server_config *c = find_server(cfg, server);
+    loom_mcp_server *s = NULL;
+    json_t *args = NULL, *res = NULL;
+    loom_buf out = LOOM_BUF_INIT(64 << 20);
+    json_error_t err;
+    int rc = CLI_FAILED;
+
+    if (!c) {
+        fprintf(stderr, "loom mcp: no MCP server '%s' in the config\n", server);
+        return CLI_USAGE;
+    }
+    if (args_text && !json_is_object(args = json_loads(args_text, 0, &err))) {
+        fprintf(stderr, "loom mcp: the arguments must be a JSON object%s%s\n",
+                args ? "" : ": ", args ? "" : err.text);
+        json_decref(args);
+        return CLI_USAGE;
+    }
+    if (loom_mcp_server_new(&s, c) != 0 ||
+        loom_mcp_server_call(s, tool, args, 0, NULL, &res) != 0) {
+        fprintf(stderr, "loom mcp: %s\n", loom_error_last());
+    } else {
+        int is_error = loom_mcp_result_text(res, &out);
+        fprintf(is_error ? stderr : stdout, "%s%s\n",
+                is_error ? "loom mcp: the tool failed: " : "",
+                loom_buf_cstr(&out));
+        rc = is_error ? CLI_FAILED : CLI_OK;
+    }
+    loom_buf_free(&out);
+    json_decref(res);
+    json_decref(args);
+    loom_mcp_server_free(s);
+    return rc;
+}
+
+int cli_mcp(int argc, char **argv)
+{
+    const char *config = NULL, *pos[4] = {NULL};
+    loom_config *cfg = NULL;
+    int as_json = 0, npos = 0, rc;
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(mcp_usage, stdout);
+            return CLI_OK;
+        } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            config = argv[++i];
+        } else if (!strcmp(argv[i], "--json")) {
+            as_json = 1;
+        } else if (npos < 4) {
+            pos[npos++] = argv[i];
+        } else {
+            npos++;
+        }
+    }
+    if (!(npos == 1 && !strcmp(pos[0], "list")) &&
+        !((npos == 3 || npos == 4) && !strcmp(pos[0], "call"))) {
+        fputs(mcp_usage, stderr);
+        return CLI_USAGE;
+    }
+    if ((rc = cli_load_config(&cfg, config)) != 0)
+        return rc;
+    cli_setup_log(cfg, NULL, NULL);
+    rc = !strcmp(pos[0], "list") ? list(cfg, as_json)
+                                 : call(cfg, pos[1], pos[2], pos[3]);
+    loom_config_free(cfg);
+    return rc;
+}
