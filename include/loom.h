@@ -18,6 +18,7 @@
 #include "loom/context.h"
 #include "loom/llm.h"
 #include "loom/log.h"
+#include "loom/mcp.h"
 #include "loom/memory.h"
 #include "loom/message.h"
 #include "loom/recorder.h"
