@@ -1094,10 +1094,9 @@ static int handoff_agent(const char *name, loom_run_options *o, void *payload)
     h->next = t->handed;
     t->handed = h;
     if ((rc = resolve_router(s, NULL, ac, &h->router, &h->mreq)) != 0 ||
-        (!ac->tools_all &&
-         (rc = tool_names(s, &h->tool_names, &h->ntool_names,
-                          (const char *const *)ac->tools, ac->tools_len)) !=
-             0) ||
+        (!ac->tools_all && (rc = tool_names(s, &h->tool_names, &h->ntool_names,
+                                            (const char *const *)ac->tools,
+                                            ac->tools_len)) != 0) ||
         (rc = keep_memory_choice(t, ac, &h->tool_names, &h->ntool_names)) !=
             0 ||
         (rc = agent_handoffs(s->cfg, ac, &h->handoffs)) != 0)
