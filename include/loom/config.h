@@ -249,6 +249,8 @@ typedef struct {
     int planning;            /* offer todo_write; default 0 */
     int think;               /* offer think; default 0 */
     long tool_timeout_ms;    /* 0: the run's default */
+    long approval_timeout_ms; /* a call's wait for approval; 0: the run's
+                               * default (10 min) */
     int review;              /* review each tool turn; default 0 */
     char *review_model;      /* "provider/model" of the reviewer; NULL:
                               * the agent's model */

@@ -58,6 +58,7 @@ typedef enum {
     LOOM_EV_RUN_FAILED,
     LOOM_EV_CONTEXT,
     LOOM_EV_AGENT_CHANGED,
+    LOOM_EV_APPROVAL_REQUIRED,
     LOOM_EV__COUNT
 } loom_event_type;
 
@@ -245,6 +246,8 @@ typedef struct {
 #define LOOM_RUN_MAX_DOCUMENTS 1000
 /* Bytes of a record's arguments before they are shown cut. */
 #define LOOM_RUN_RECORD_ARGS_MAX 4096
+/* How long a call waits for approval when the run does not say: 10 min. */
+#define LOOM_RUN_DEFAULT_APPROVAL_TIMEOUT_MS 600000L
 
 /*
  * A handoff an agent offers (docs/agents.md "Handoffs"): the tool
@@ -433,6 +436,15 @@ typedef struct loom_run_options {
     int (*resolve_agent)(const char *agent, struct loom_run_options *out,
                          void *payload);
     void *resolve_payload;
+    /*
+     * How long a tool call that needs approval (docs/agents.md "Approval
+     * and progress": the tool's `approval: required` setting, or the
+     * agent's approval_required hook) waits for an answer
+     * (loom_run_approve) before it is denied with the reason "approval
+     * timed out"; 0: LOOM_RUN_DEFAULT_APPROVAL_TIMEOUT_MS; negative: no
+     * limit.
+     */
+    long approval_timeout_ms;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1
@@ -459,6 +471,21 @@ int loom_run_execute(loom_run *run);
 
 /* Asks the run to stop; safe from any thread and from signal handlers. */
 void loom_run_cancel(loom_run *run);
+
+/*
+ * Answers a tool call that waits for approval (its approval.required
+ * event): approve non-zero runs it; else it is denied and the model
+ * reads "the user denied this call: <reason>" (reason may be NULL; cut
+ * to 1000 bytes). Safe from any thread, and from the run's sink while it
+ * handles the approval.required event. LOOM_ENOTFOUND when no call of
+ * that id waits (never asked, already answered, timed out, or the run is
+ * over); LOOM_EINVALID for a NULL call_id.
+ */
+int loom_run_approve(loom_run *run, const char *call_id, int approve,
+                     const char *reason);
+
+/* How many tool calls wait for approval now; safe from any thread. */
+size_t loom_run_approvals_waiting(const loom_run *run);
 
 loom_run_status loom_run_status_get(const loom_run *run);
 const char *loom_run_id(const loom_run *run);

@@ -323,6 +323,23 @@ int loom_turn_start(loom_turn **out, loom_session *s,
  */
 int loom_turn_cancel(loom_turn *t);
 
+/*
+ * Answers a tool call of the turn that waits for approval (its
+ * approval.required event; docs/agents.md "Approval and progress"):
+ * approve non-zero runs it, else it is denied with reason (may be NULL),
+ * which the model reads. Safe from any thread, and from the turn's sink
+ * while it handles approval.required (`loom run` asks there).
+ * LOOM_ENOTFOUND when no call of that id waits (never asked, already
+ * answered, timed out, or the turn is over); LOOM_EINVALID for a NULL
+ * call_id.
+ */
+int loom_turn_approve(loom_turn *t, const char *call_id, int approve,
+                      const char *reason);
+
+/* Whether the turn waits for approval now (1) or not (0); safe from any
+ * thread. A server keeps such a turn going when its client leaves. */
+int loom_turn_awaiting_approval(const loom_turn *t);
+
 void loom_turn_ref(loom_turn *t);
 /* Drops a reference; NULL is a no-op. The last one frees the turn. */
 void loom_turn_free(loom_turn *t);
@@ -332,6 +349,7 @@ const char *loom_turn_id(const loom_turn *t);
 const char *loom_turn_conversation_id(const loom_turn *t);
 const char *loom_turn_model(const loom_turn *t); /* "provider/model" */
 const char *loom_turn_agent(const loom_turn *t); /* NULL: no agent */
+const char *loom_turn_user(const loom_turn *t);  /* NULL: anonymous */
 
 /* 1 once the turn has ended: stored (or failed to be) and final event
  * logged. */

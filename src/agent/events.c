@@ -25,6 +25,7 @@ static const char *const event_names[LOOM_EV__COUNT] = {
     [LOOM_EV_RUN_FAILED] = "run.failed",
     [LOOM_EV_CONTEXT] = "context",
     [LOOM_EV_AGENT_CHANGED] = "agent.changed",
+    [LOOM_EV_APPROVAL_REQUIRED] = "approval.required",
 };
 
 const char *loom_event_type_name(loom_event_type type)

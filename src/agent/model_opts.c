@@ -142,6 +142,8 @@ int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
     o->think = agent->think;
     if (agent->tool_timeout_ms > 0)
         o->tool_timeout_ms = agent->tool_timeout_ms;
+    if (agent->approval_timeout_ms > 0)
+        o->approval_timeout_ms = agent->approval_timeout_ms;
     o->citations = agent->citations;
     o->limit_prompt = agent->limit_prompt;
     o->many_results_after = agent->many_results.after;

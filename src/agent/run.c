@@ -115,6 +115,8 @@ struct loom_run {
 
     /* The tool calls of each turn: hooks, policies, records (toolturn.c). */
     loom__toolturn *turn;
+    /* Calls waiting for approval (approval.c); answered from any thread. */
+    loom__approvals *approvals;
 
     /* The loop tools and the plan (plan.c). */
     loom__plan *plan;
@@ -463,6 +465,20 @@ static void handoff_call(loom__tool_job *job, void *payload)
     job->done = 1;
 }
 
+/* Whether a call needs approval, by the agent's approval_required. */
+static loom_approval approval_required(const loom_tool_call *call,
+                                       const json_t *args, void *payload)
+{
+    loom_run *run = payload;
+    loom_agent_state st;
+
+    /* Hooks may come and go with handoffs. */
+    if (!run->hooks || !run->hooks->approval_required)
+        return LOOM_APPROVAL_DEFAULT;
+    agent_state(run, &st);
+    return run->hooks->approval_required(&st, call, args, run->hooks->payload);
+}
+
 /* The tool turn of the run, over the tools build_tools offers. */
 static int turn_open(loom_run *run)
 {
@@ -485,12 +501,15 @@ static int turn_open(loom_run *run)
     to.user_id = o->user_id;
     to.user_keys = o->user_keys;
     to.emit = run_emitter(run);
-    /* Always: a handoff may bring hooks that want it. */
+    /* Always: a handoff may bring hooks that want them. */
     to.on_progress = on_tool_progress;
-    to.progress_payload = run;
+    to.approval_required = approval_required;
+    to.agent_payload = run;
     to.own = is_handoff;
     to.answer = handoff_call;
     to.own_payload = run;
+    to.approvals = run->approvals;
+    to.approval_timeout_ms = o->approval_timeout_ms;
     return loom__toolturn_new(&run->turn, &to);
 }
 
@@ -628,6 +647,8 @@ static void options_defaults(loom_run_options *o)
         o->max_think_turns = LOOM_RUN_DEFAULT_THINK_TURNS;
     if (o->tool_timeout_ms == 0)
         o->tool_timeout_ms = LOOM_RUN_DEFAULT_TOOL_TIMEOUT_MS;
+    if (o->approval_timeout_ms == 0)
+        o->approval_timeout_ms = LOOM_RUN_DEFAULT_APPROVAL_TIMEOUT_MS;
 }
 
 int loom__run_create(loom_run **out, const loom_run_options *opts)
@@ -686,6 +707,7 @@ int loom__run_create(loom_run **out, const loom_run_options *opts)
     }
     run->choice.function = run->choice_fn;
     if ((rc = loom__plan_new(&run->plan)) != 0 ||
+        (rc = loom__approvals_new(&run->approvals)) != 0 ||
         (rc = build_tools(run)) != 0 || (rc = turn_open(run)) != 0)
         goto fail;
     if (opts->plan && (rc = loom__plan_set(run->plan, opts->plan)) != 0)
@@ -1852,6 +1874,26 @@ void loom_run_cancel(loom_run *run)
         loom_cancel_set(&run->cancel);
 }
 
+int loom_run_approve(loom_run *run, const char *call_id, int approve,
+                     const char *reason)
+{
+    int rc;
+
+    if (!run || !call_id)
+        return loom__error_set(LOOM_EINVALID, "approve: no run or call id");
+    rc = loom__approvals_answer(run->approvals, call_id, approve, reason);
+    if (rc == LOOM_ENOTFOUND)
+        return loom__error_set(LOOM_ENOTFOUND,
+                               "no call '%s' waits for approval in run %s",
+                               call_id, run->id);
+    return rc;
+}
+
+size_t loom_run_approvals_waiting(const loom_run *run)
+{
+    return run ? loom__approvals_waiting(run->approvals) : 0;
+}
+
 loom_run_status loom_run_status_get(const loom_run *run)
 {
     return run->status;
@@ -1973,6 +2015,7 @@ void loom_run_free(loom_run *run)
     loom__citations_free(run->cites);
     json_decref(run->citations);
     loom__toolturn_free(run->turn);
+    loom__approvals_free(run->approvals);
     loom__plan_free(run->plan);
     free(run->system_prev);
     free(run->sent);

@@ -541,6 +541,11 @@ const char *loom_turn_agent(const loom_turn *t)
     return t->agent;
 }
 
+const char *loom_turn_user(const loom_turn *t)
+{
+    return t->user_id;
+}
+
 int loom_turn_ended(const loom_turn *t)
 {
     loom_turn *m = (loom_turn *)t;
@@ -599,6 +604,19 @@ int loom_turn_cancel(loom_turn *t)
         return 0;
     loom_run_cancel(t->lr);
     return atomic_load(&t->phase) < PH_STORING;
+}
+
+int loom_turn_approve(loom_turn *t, const char *call_id, int approve,
+                      const char *reason)
+{
+    if (!t)
+        return loom__error_set(LOOM_EINVALID, "approve: no turn");
+    return loom_run_approve(t->lr, call_id, approve, reason);
+}
+
+int loom_turn_awaiting_approval(const loom_turn *t)
+{
+    return t && loom_run_approvals_waiting(t->lr) > 0;
 }
 
 /* ---- the event log ------------------------------------------------------- */

@@ -52,7 +52,7 @@ typedef struct {
     int failed;
     int code;          /* the failure's LOOM_E* code; 0 on success */
     const char *stage; /* "lookup", "arguments", "validation", "execution",
-                        * "hook", "blocked" */
+                        * "hook", "blocked", "approval" */
     char *error;       /* the failure alone, for events; owned */
     char *output;      /* what the model reads; owned */
     char *summary;     /* the tool's summary of it (loom_tool_ctx), owned;
@@ -70,6 +70,7 @@ typedef struct {
     int executed;      /* the tool ran (not skipped, blocked or failed
                         * before it started) */
     int skipped;       /* a before-tool hook answered in its place */
+    int denied;        /* it needed approval and was denied */
     char *key;         /* canonical "name\nargs" for duplicate checks */
     json_t *model_args; /* the arguments before built-in additions */
     size_t excluded_added; /* seen ids added to excluded_ids */

@@ -542,6 +542,8 @@ static void emit_ended(loom__toolturn *t, loom__tool_job *job)
     if (job->failed) {
         pk_str(&p, "name", c->name ? c->name : "");
         pk_str(&p, "stage", job->stage);
+        if (job->denied)
+            pk_str(&p, "code", "denied");
         pk_str(&p, "error", job->error ? job->error : "");
         pk_str(&p, "output", job->output ? job->output : "");
         pk_set(&p, "duration_ms", json_real(job->duration_ms));
@@ -607,6 +609,8 @@ static const char *record_status(const loom__tool_job *job)
 {
     if (job->skipped)
         return "skipped";
+    if (job->denied)
+        return "denied";
     if (!job->failed)
         return "success";
     return strcmp(job->stage, "blocked") == 0 ? "blocked" : "error";
@@ -719,7 +723,7 @@ static void on_tool_event(loom__tool_job *job, loom_event_type type,
     if (type == LOOM_EV_TOOL_PROGRESS) {
         keep_step(job, ev);
         if (t->o.on_progress)
-            t->o.on_progress(ev, t->o.progress_payload);
+            t->o.on_progress(ev, t->o.agent_payload);
     }
     loom__emit_send(&t->o.emit, type, ev);
 }
@@ -791,6 +795,135 @@ static void turn_call(loom__toolturn *t, loom__tool_job *job,
     }
 }
 
+/* ---- approval ----------------------------------------------------------- */
+
+/*
+ * Whether a prepared call waits for approval: the agent's hook, else the
+ * tool's `approval` setting ("required" or "never"). -1: a bad setting
+ * failed the call.
+ */
+static int needs_approval(loom__toolturn *t, loom__tool_job *job)
+{
+    const json_t *set = json_object_get(t->o.settings, job->tool->name);
+    const json_t *v = json_object_get(set, "approval");
+    loom_approval a = LOOM_APPROVAL_DEFAULT;
+    char *msg = NULL;
+
+    if (t->o.approval_required)
+        a = t->o.approval_required(job->call, job->args, t->o.agent_payload);
+    if (a != LOOM_APPROVAL_DEFAULT)
+        return a == LOOM_APPROVAL_REQUIRED;
+    if (!v || (json_is_string(v) && !strcmp(json_string_value(v), "never")))
+        return 0;
+    if (json_is_string(v) && !strcmp(json_string_value(v), "required"))
+        return 1;
+    if (asprintf(&msg,
+                 "setting tools.%s.approval must be \"required\" or "
+                 "\"never\"",
+                 job->tool->name) < 0)
+        msg = NULL;
+    loom__tool_job_fail(job, "execution", LOOM_EINVALID,
+                        msg ? msg : "bad approval setting", NULL,
+                        t->o.max_error);
+    free(msg);
+    return -1;
+}
+
+static void emit_approval(loom__toolturn *t, const loom__tool_job *job)
+{
+    pk p;
+
+    if (!loom__emit_on(&t->o.emit))
+        return;
+    p = pk_new();
+    pk_str(&p, "call_id", job->call->id);
+    pk_str(&p, "tool", job->tool->name);
+    pk_set(&p, "arguments", job->args ? json_incref(job->args) : json_null());
+    pk_set(&p, "timeout_ms",
+           t->o.approval_timeout_ms > 0 ? json_integer(t->o.approval_timeout_ms)
+                                        : json_null());
+    loom__emit_send(&t->o.emit, LOOM_EV_APPROVAL_REQUIRED, pk_done(&p));
+}
+
+/* Ends a call that was not approved: denied (reason: the person's, or
+ * "approval timed out"), or the run was cancelled while it waited. */
+static void refuse(loom__toolturn *t, loom__tool_job *job, int answer,
+                   const char *reason)
+{
+    char *msg = NULL;
+
+    if (answer < 0 && loom_cancel_is_set(t->o.cancel)) {
+        loom__tool_job_fail(job, "execution", LOOM_ECANCELED,
+                            "the run was cancelled while this call waited "
+                            "for approval",
+                            NULL, t->o.max_error);
+    } else {
+        if (answer < 0)
+            reason = "approval timed out";
+        if (asprintf(&msg, "the user denied this call%s%s", reason ? ": " : "",
+                     reason ? reason : "") < 0)
+            msg = NULL;
+        loom__tool_job_fail(job, "approval", LOOM_ERROR,
+                            msg ? msg : "the user denied this call",
+                            msg ? msg : "the user denied this call",
+                            t->o.max_error);
+        job->denied = 1;
+    }
+    free(msg);
+    finish(t, job);
+}
+
+/*
+ * Asks for approval of the prepared calls that need it (an
+ * approval.required event each, all before the wait), waits for the
+ * answers, and ends the calls not approved.
+ */
+static void approve_calls(loom__toolturn *t, loom__tool_job *jobs, size_t n)
+{
+    unsigned char *asked = calloc(n ? n : 1, 1);
+    size_t nasked = 0;
+    double deadline = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        int need;
+        if (jobs[i].done || jobs[i].loop)
+            continue;
+        if ((need = needs_approval(t, &jobs[i])) < 0) {
+            finish(t, &jobs[i]);
+            continue;
+        }
+        if (!need)
+            continue;
+        if (!asked || loom__approvals_add(t->o.approvals, jobs[i].call->id)) {
+            loom__tool_job_fail(&jobs[i], "approval", LOOM_ENOMEM,
+                                "out of memory while asking for approval", NULL,
+                                t->o.max_error);
+            finish(t, &jobs[i]);
+            continue;
+        }
+        asked[i] = 1;
+        nasked++;
+        emit_approval(t, &jobs[i]);
+    }
+    if (nasked) {
+        if (t->o.approval_timeout_ms > 0)
+            deadline = loom__mono_ms_exact() + (double)t->o.approval_timeout_ms;
+        loom__approvals_wait(t->o.approvals, t->o.cancel, deadline);
+    }
+    for (size_t i = 0; i < n && nasked; i++) {
+        char *reason = NULL;
+        int answer;
+        if (!asked[i])
+            continue;
+        answer =
+            loom__approvals_take(t->o.approvals, jobs[i].call->id, &reason);
+        if (answer != 1)
+            refuse(t, &jobs[i], answer, reason);
+        free(reason);
+    }
+    free(asked);
+}
+
 int loom__toolturn_run(loom__toolturn *t, const loom_message *assistant,
                        int iteration, loom__tool_job **jobs_out, size_t *njobs)
 {
@@ -821,6 +954,8 @@ int loom__toolturn_run(loom__toolturn *t, const loom_message *assistant,
         jobs[nj].call = c;
         turn_call(t, &jobs[nj++], &xo);
     }
+    if (t->o.approvals)
+        approve_calls(t, jobs, nj);
     rc = loom__tools_execute(jobs, nj, t->o.concurrency, &xo, on_notice, t);
     *jobs_out = jobs;
     *njobs = nj;

@@ -14,6 +14,7 @@
 #ifndef LOOM_AGENT_TOOLTURN_H
 #define LOOM_AGENT_TOOLTURN_H
 
+#include "agent/approval.h"
 #include "agent/emit.h"
 #include "agent/plan.h"
 #include "agent/toolexec.h"
@@ -62,7 +63,6 @@ typedef struct {
      * agent's on_tool_progress hook); NULL: none.
      */
     void (*on_progress)(const json_t *progress, void *payload);
-    void *progress_payload;
     /*
      * Tools the caller answers itself on the loop's thread, as the loop
      * tools are (the run's handoffs): own(tool) says whether tool is one
@@ -73,6 +73,18 @@ typedef struct {
     int (*own)(const loom_tool *tool, void *payload);
     void (*answer)(loom__tool_job *job, void *payload);
     void *own_payload;
+    /*
+     * Whether a call needs approval before it runs (the agent's
+     * approval_required hook), with its validated arguments; NULL or
+     * LOOM_APPROVAL_DEFAULT: the tool's `approval` setting decides.
+     */
+    loom_approval (*approval_required)(const loom_tool_call *call,
+                                       const json_t *args, void *payload);
+    void *agent_payload; /* for on_progress and approval_required */
+    /* Where calls that need approval wait (the run's), and for how long
+     * (<= 0: no limit). */
+    loom__approvals *approvals;
+    long approval_timeout_ms;
 } loom__toolturn_options;
 
 typedef struct loom__toolturn loom__toolturn;

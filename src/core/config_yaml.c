@@ -2025,6 +2025,7 @@ static const field agent_fields[] = {
     {K_BOOL("planning", A, planning)},
     {K_BOOL("think", A, think)},
     {K_LONG("tool_timeout_ms", A, tool_timeout_ms, 1, 86400000L)},
+    {K_LONG("approval_timeout_ms", A, approval_timeout_ms, 1, 86400000L)},
     {K_BOOL("review", A, review)},
     {K_STR("review_model", A, review_model, "a model name"), .flags = F_MODEL},
     {K_BOOL("citations", A, citations)},

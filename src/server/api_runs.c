@@ -10,6 +10,8 @@
  *   GET  /v1/runs/{id}/events   replay, then follow (Last-Event-ID)
  *   POST /v1/runs/{id}/cancel   cancel; answers the run once it ended
  *                               cancelled, 409 when it ended otherwise
+ *   POST /v1/runs/{id}/input    approve or deny a call waiting for
+ *                               approval (409 when it does not wait)
  *
  * Every answer about a run carries X-Loom-Run-Id and
  * X-Loom-Conversation-Id. A blocking request whose run's turn could not
@@ -487,6 +489,81 @@ static int cancel_run(srv_request *r)
     return rc;
 }
 
+/*
+ * The answer to a call waiting for approval: {"call_id", "approve",
+ * "reason", "user"}. 400 for a malformed body, 404 for an unknown run or
+ * one of another user (the body's `user` must be the run's), 409 when
+ * that call does not wait (never asked, answered, timed out, run over).
+ */
+static int input_run(srv_request *r)
+{
+    static const char *const known[] = {"call_id", "approve", "reason", "user",
+                                        NULL};
+    const json_t *b = r->json, *id, *ok, *why, *who;
+    const char *key, *user;
+    json_t *val;
+    srv_run *run;
+    int rc;
+
+    if (r->json_error || !json_is_object(b))
+        return srv_reply_error(r, 400, NULL, NULL, "invalid_json",
+                               "the body must be a JSON object: {\"call_id\","
+                               " \"approve\": true|false, \"reason\"}");
+    json_object_foreach((json_t *)b, key, val)
+    {
+        size_t i;
+        for (i = 0; known[i] && strcmp(known[i], key); i++)
+            ;
+        if (!known[i])
+            return srv_reply_error(r, 400, NULL, key, "unknown_parameter",
+                                   "unknown parameter '%s'", key);
+    }
+    id = json_object_get(b, "call_id");
+    ok = json_object_get(b, "approve");
+    why = json_object_get(b, "reason");
+    who = json_object_get(b, "user");
+    if (!json_is_string(id) || !json_string_length(id))
+        return srv_reply_error(r, 400, NULL, "call_id", "invalid_value",
+                               "`call_id` must be a non-empty string");
+    if (!json_is_boolean(ok))
+        return srv_reply_error(r, 400, NULL, "approve", "invalid_value",
+                               "`approve` must be true or false");
+    if (why && !json_is_null(why) && !json_is_string(why))
+        return srv_reply_error(r, 400, NULL, "reason", "invalid_value",
+                               "`reason` must be a string");
+    if (who && !json_is_null(who) && !json_is_string(who))
+        return srv_reply_error(r, 400, NULL, "user", "invalid_value",
+                               "`user` must be a string");
+    if (!(run = path_run(r)))
+        return 0;
+    user = srv_run_user(run);
+    if ((user != NULL) != json_is_string(who) ||
+        (user && strcmp(user, json_string_value(who)) != 0)) {
+        srv_run_unref(run);
+        return srv_reply_error(r, 404, NULL, "id", "not_found",
+                               "no run with id '%s' (runs are kept in "
+                               "memory for a while after they end)",
+                               r->params[0]);
+    }
+    rc = srv_run_approve(run, json_string_value(id), json_is_true(ok),
+                         json_string_value(why));
+    if (rc == LOOM_ENOTFOUND)
+        rc = srv_reply_error(r, 409, NULL, "call_id", "not_waiting",
+                             "call '%s' of run %s does not wait for "
+                             "approval",
+                             json_string_value(id), srv_run_id(run));
+    else if (rc != 0)
+        rc = srv_reply_loom_error(r, rc, NULL);
+    else
+        rc = srv_reply_json(r, 200,
+                            json_pack("{s:s,s:s,s:s,s:b}", "id",
+                                      srv_run_id(run), "object", "run.input",
+                                      "call_id", json_string_value(id),
+                                      "approved", json_is_true(ok)));
+    srv_run_unref(run);
+    return rc;
+}
+
 int srv__api_runs_routes(srv_router *rt)
 {
     int rc;
@@ -494,7 +571,8 @@ int srv__api_runs_routes(srv_router *rt)
     if ((rc = srv_route(rt, "POST", "/v1/runs", start_run)) ||
         (rc = srv_route(rt, "GET", "/v1/runs/{id}", get_run)) ||
         (rc = srv_route(rt, "GET", "/v1/runs/{id}/events", run_events)) ||
-        (rc = srv_route(rt, "POST", "/v1/runs/{id}/cancel", cancel_run)))
+        (rc = srv_route(rt, "POST", "/v1/runs/{id}/cancel", cancel_run)) ||
+        (rc = srv_route(rt, "POST", "/v1/runs/{id}/input", input_run)))
         return rc;
     return 0;
 }

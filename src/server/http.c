@@ -747,9 +747,8 @@ void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (!c)
         return;
     *con_cls = NULL;
-    if (c->state == ST_DEFER && !ok && c->drun &&
-        !srv_run_background(c->drun))
-        srv_run_cancel(c->drun);
+    if (c->state == ST_DEFER && !ok && c->drun)
+        srv_run_leave(c->drun);
     if (c->sse)
         srv__sse_request_done(c->sse, ok);
     secs = loom__mono_ms_exact() / 1e3 - c->start;

@@ -297,6 +297,22 @@ int64_t srv_run_created_ms(const srv_run *run); /* Unix milliseconds */
  */
 int srv_run_cancel(srv_run *run);
 
+/*
+ * The client that owns the run (its stream or blocking request) left:
+ * cancels it unless it is a background run or waits for approval (a
+ * paused run survives its client; POST /v1/runs/{id}/input answers it).
+ * Lock-free apart from the run's approval gate, which is a leaf lock.
+ */
+void srv_run_leave(srv_run *run);
+
+/* The user the run is for, NULL for anonymous. Constant. */
+const char *srv_run_user(const srv_run *run);
+
+/* Answers a call of the run that waits for approval (loom_turn_approve):
+ * 0, LOOM_ENOTFOUND when that call does not wait. */
+int srv_run_approve(srv_run *run, const char *call_id, int approve,
+                    const char *reason);
+
 /* 1 once the run has ended and its turn has been stored (or failed to). */
 int srv_run_ended(srv_run *run);
 /*

@@ -211,6 +211,23 @@ int srv_run_cancel(srv_run *run)
     return run ? loom_turn_cancel(run->t) : 0;
 }
 
+void srv_run_leave(srv_run *run)
+{
+    if (run && !run->background && !loom_turn_awaiting_approval(run->t))
+        (void)loom_turn_cancel(run->t);
+}
+
+const char *srv_run_user(const srv_run *run)
+{
+    return loom_turn_user(run->t);
+}
+
+int srv_run_approve(srv_run *run, const char *call_id, int approve,
+                    const char *reason)
+{
+    return loom_turn_approve(run->t, call_id, approve, reason);
+}
+
 int srv_run_ended(srv_run *run)
 {
     return loom_turn_ended(run->t);

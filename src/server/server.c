@@ -246,8 +246,8 @@ static void tick(srv_server *s, struct pollfd **pfd, srv_susp ***ptr,
         srv_susp *sp = (*ptr)[i];
         if ((*pfd)[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
             sp->gone = 1;
-            if (sp->run && !srv_run_background(sp->run))
-                srv_run_cancel(sp->run);
+            if (sp->run)
+                srv_run_leave(sp->run);
             resume_locked(s, sp);
         } else if (sp->keepalive_ms > 0 &&
                    now - sp->idle_since >= sp->keepalive_ms) {

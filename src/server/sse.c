@@ -153,9 +153,8 @@ static void response_free(void *cls)
 
 void srv__sse_request_done(struct srv_sse_stream *st, int ok)
 {
-    if (!ok && !st->done && !st->o.observer &&
-        !srv_run_background(st->run))
-        srv_run_cancel(st->run);
+    if (!ok && !st->done && !st->o.observer)
+        srv_run_leave(st->run);
     if (st->watching) {
         srv__run_unwatch(st->run, &st->susp);
         st->watching = 0;

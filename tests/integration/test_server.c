@@ -504,21 +504,6 @@ static void test_events_resume(void **state)
 
 /* ---- a client that goes away --------------------------------------------- */
 
-typedef struct {
-    sh_resp r;
-    const char *until; /* abort once the body holds this */
-} abort_ctx;
-
-static size_t abort_on(char *p, size_t sz, size_t n, void *ud)
-{
-    abort_ctx *a = ud;
-    size_t len = sh_on_body(p, sz, n, &a->r);
-
-    if (a->r.body && strstr(a->r.body, a->until))
-        return 0; /* curl closes the connection */
-    return len;
-}
-
 /* Run id and conversation id from an SSE body's run.started. */
 static void ids_from_stream(const char *body, char *run_id,
                             char *conv_id)
@@ -536,7 +521,7 @@ static void test_disconnect_cancels(void **state)
 {
     static const char *const args[] = {"--max-requests", "1", NULL};
     sh h;
-    abort_ctx a;
+    sh_abort_ctx a;
     CURL *e;
     CURLcode rc;
     json_t *run, *conv, *last, *reqs;
@@ -550,7 +535,7 @@ static void test_disconnect_cancels(void **state)
     a.until = "\"delta\":\"answer\"";
     e = sh_easy(&h, "POST", "/v1/runs", "{\"input\":\"x\",\"stream\":true}",
                 NULL, &a.r);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, abort_on);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sh_abort_on);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
     rc = curl_easy_perform(e);
     curl_easy_cleanup(e);
@@ -1176,7 +1161,7 @@ static void test_stop_cancels_after_grace(void **state)
 static void test_stop_ends_streams(void **state)
 {
     sh h;
-    abort_ctx a;
+    sh_abort_ctx a;
     json_t *evs;
     CURL *e;
     pthread_t th;
@@ -1187,7 +1172,7 @@ static void test_stop_ends_streams(void **state)
     a.until = "\"type\":\"never\"";
     e = sh_easy(&h, "POST", "/v1/runs", "{\"input\":\"x\",\"stream\":true}",
                 NULL, &a.r);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, abort_on);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sh_abort_on);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
     assert_int_equal(pthread_create(&th, NULL, stop_thread, &h), 0);
     /* The stop may come before or after the run starts; either way the

@@ -305,6 +305,23 @@ static inline CURL *sh_easy(const sh *h, const char *method, const char *path,
     return e;
 }
 
+/* A client that goes away: a body callback (with sh_easy) that closes
+ * the connection once the body holds `until`. */
+typedef struct {
+    sh_resp r;
+    const char *until; /* abort once the body holds this */
+} sh_abort_ctx;
+
+static inline size_t sh_abort_on(char *p, size_t sz, size_t n, void *ud)
+{
+    sh_abort_ctx *a = ud;
+    size_t len = sh_on_body(p, sz, n, &a->r);
+
+    if (a->r.body && strstr(a->r.body, a->until))
+        return 0; /* curl closes the connection */
+    return len;
+}
+
 /* One request; returns the status (0 when the transfer failed). */
 static inline long sh_req(const sh *h, const char *method, const char *path,
                           const char *body, struct curl_slist *hdrs,

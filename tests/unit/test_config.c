@@ -556,7 +556,8 @@ static void test_unknown_keys(void **state)
         LOOM_EINVALID, "t.yaml:4: agents.helper: ",
         "unknown key 'modle' (known: model, system_prompt, tools, "
         "max_iterations, tool_choice, parallel_tool_calls, "
-        "tool_concurrency, planning, think, tool_timeout_ms, review, "
+        "tool_concurrency, planning, think, tool_timeout_ms, "
+        "approval_timeout_ms, review, "
         "review_model, citations, memory, data_policy, limit_prompt, "
         "many_results_prompt, tool_descriptions, few_shot, description, "
         "handoffs)",

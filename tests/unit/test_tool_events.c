@@ -417,6 +417,247 @@ static void test_progress_hook(void **state)
     json_decref(seen);
 }
 
+/* ---- approval ---------------------------------------------------------- */
+
+typedef enum {
+    ANS_NONE,
+    ANS_APPROVE,
+    ANS_DENY,
+    ANS_THREAD,
+    ANS_CANCEL
+} answer_how;
+
+typedef struct {
+    mock_provider mock;
+    loom_tool_registry *reg;
+    loom_run *run;
+    json_t *events;
+    answer_how how;
+    int rc;
+    pthread_t th;
+    int asked; /* approval.required seen (under mu) */
+} approval_run;
+
+static int approval_sink(const loom_event *ev, void *payload)
+{
+    approval_run *h = payload;
+    json_t *e = loom_event_to_json(ev);
+
+    json_array_append_new(h->events, e);
+    if (ev->type != LOOM_EV_APPROVAL_REQUIRED)
+        return 0;
+    if (h->how == ANS_APPROVE)
+        assert_int_equal(loom_run_approve(h->run, "c1", 1, NULL), 0);
+    else if (h->how == ANS_DENY)
+        assert_int_equal(loom_run_approve(h->run, "c1", 0, "too risky"), 0);
+    /* A second answer comes too late. */
+    if (h->how == ANS_APPROVE || h->how == ANS_DENY)
+        assert_int_equal(loom_run_approve(h->run, "c1", 1, NULL),
+                         LOOM_ENOTFOUND);
+    set_flag(&h->asked);
+    return 0;
+}
+
+/* Answers from another thread once the run asked (or cancels it). */
+static void *answerer(void *arg)
+{
+    approval_run *h = arg;
+
+    wait_flag(&h->asked);
+    assert_int_equal(loom_run_approvals_waiting(h->run), 1);
+    if (h->how == ANS_CANCEL)
+        loom_run_cancel(h->run);
+    else
+        assert_int_equal(loom_run_approve(h->run, "c1", 1, "fine"), 0);
+    return NULL;
+}
+
+static loom_approval hook_requires(const loom_agent_state *st,
+                                   const loom_tool_call *call,
+                                   const json_t *args, void *payload)
+{
+    (void)st;
+    (void)args;
+    (void)payload;
+    return strcmp(call->name, "steps") == 0 ? LOOM_APPROVAL_REQUIRED
+                                            : LOOM_APPROVAL_DEFAULT;
+}
+
+/* One call of "steps" then an answer; settings (may be NULL) say whether
+ * it needs approval, hooks may too. */
+static void approval_exec(approval_run *h, const char *settings,
+                          const loom_agent_hooks *hooks, long timeout_ms)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "steps", "{}"}}, .ncalls = 1},
+        {.text = "ok"},
+    };
+    loom_run_options o = LOOM_RUN_OPTIONS_INIT;
+    loom_messages hist = {0};
+    json_t *set = settings ? json_loads(settings, 0, NULL) : NULL;
+
+    mock_init(&h->mock, answers, 2, 0);
+    assert_int_equal(loom_tool_registry_new(&h->reg), 0);
+    add(h->reg, "steps", steps_exec);
+    h->events = json_array();
+    o.provider = &h->mock.base;
+    o.model = "mock/m";
+    o.upstream_model = "m";
+    o.tools = h->reg;
+    o.tool_settings = set;
+    o.agent_hooks = hooks;
+    o.approval_timeout_ms = timeout_ms;
+    o.sink.emit = approval_sink;
+    o.sink.payload = h;
+    assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "go"), 0);
+    assert_int_equal(loom_run_new(&h->run, &o, &hist), 0);
+    loom_messages_free(&hist);
+    if (h->how == ANS_THREAD || h->how == ANS_CANCEL)
+        assert_int_equal(pthread_create(&h->th, NULL, answerer, h), 0);
+    h->rc = loom_run_execute(h->run);
+    if (h->how == ANS_THREAD || h->how == ANS_CANCEL)
+        pthread_join(h->th, NULL);
+    json_decref(set);
+}
+
+static void approval_free(approval_run *h)
+{
+    loom_run_free(h->run);
+    loom_tool_registry_free(h->reg);
+    mock_clear(&h->mock);
+    json_decref(h->events);
+}
+
+/* The first event of type, or NULL. */
+static const json_t *find(const approval_run *h, const char *type)
+{
+    size_t i;
+    const json_t *e;
+
+    json_array_foreach(h->events, i, e)
+    {
+        if (!strcmp(json_string_value(json_object_get(e, "type")), type))
+            return e;
+    }
+    return NULL;
+}
+
+static size_t pos(const approval_run *h, const char *type)
+{
+    const json_t *e = find(h, type);
+
+    for (size_t i = 0; e && i < json_array_size(h->events); i++)
+        if (json_array_get(h->events, i) == e)
+            return i;
+    return (size_t)-1;
+}
+
+static const char *field(const json_t *e, const char *k)
+{
+    return json_string_value(json_object_get(e, k));
+}
+
+static void test_approve(void **state)
+{
+    approval_run h = {.how = ANS_APPROVE};
+    const json_t *e;
+
+    (void)state;
+    approval_exec(&h, "{\"steps\":{\"approval\":\"required\"}}", NULL, 0);
+    assert_int_equal(h.rc, 0);
+    e = find(&h, "approval.required");
+    assert_non_null(e);
+    assert_string_equal(field(e, "call_id"), "c1");
+    assert_string_equal(field(e, "tool"), "steps");
+    assert_true(json_is_object(json_object_get(e, "arguments")));
+    assert_int_equal(json_integer_value(json_object_get(e, "timeout_ms")),
+                     LOOM_RUN_DEFAULT_APPROVAL_TIMEOUT_MS);
+    assert_true(pos(&h, "approval.required") < pos(&h, "tool.started"));
+    assert_string_equal(field(find(&h, "tool.completed"), "output"),
+                        "steps done");
+    approval_free(&h);
+}
+
+static void test_deny(void **state)
+{
+    approval_run h = {.how = ANS_DENY};
+    const json_t *e, *rec;
+
+    (void)state;
+    approval_exec(&h, "{\"steps\":{\"approval\":\"required\"}}", NULL, 0);
+    assert_int_equal(h.rc, 0);
+    assert_null(find(&h, "tool.started"));
+    e = find(&h, "tool.failed");
+    assert_string_equal(field(e, "code"), "denied");
+    assert_string_equal(field(e, "stage"), "approval");
+    assert_string_equal(field(e, "output"),
+                        "the user denied this call: too risky");
+    /* The model read it. */
+    assert_string_equal(h.mock.seen[1].last_content,
+                        "the user denied this call: too risky");
+    rec = find(&h, "tool.metric");
+    assert_string_equal(field(rec, "status"), "denied");
+    approval_free(&h);
+}
+
+static void test_timeout(void **state)
+{
+    approval_run h = {.how = ANS_NONE};
+
+    (void)state;
+    approval_exec(&h, "{\"steps\":{\"approval\":\"required\"}}", NULL, 1);
+    assert_int_equal(h.rc, 0);
+    assert_string_equal(field(find(&h, "tool.failed"), "output"),
+                        "the user denied this call: approval timed out");
+    /* Too late now. */
+    assert_int_equal(loom_run_approve(h.run, "c1", 1, NULL), LOOM_ENOTFOUND);
+    assert_int_equal(loom_run_approvals_waiting(h.run), 0);
+    approval_free(&h);
+}
+
+/* The agent's hook asks for approval; another thread answers. */
+static void test_hook_and_thread(void **state)
+{
+    approval_run h = {.how = ANS_THREAD};
+    loom_agent_hooks hooks = LOOM_AGENT_HOOKS_INIT;
+
+    (void)state;
+    hooks.approval_required = hook_requires;
+    approval_exec(&h, NULL, &hooks, -1);
+    assert_int_equal(h.rc, 0);
+    assert_true(json_is_null(
+        json_object_get(find(&h, "approval.required"), "timeout_ms")));
+    assert_non_null(find(&h, "tool.completed"));
+    approval_free(&h);
+}
+
+/* Cancel ends a waiting run at once. */
+static void test_cancel_while_waiting(void **state)
+{
+    approval_run h = {.how = ANS_CANCEL};
+
+    (void)state;
+    approval_exec(&h, "{\"steps\":{\"approval\":\"required\"}}", NULL, -1);
+    assert_int_equal(h.rc, LOOM_ECANCELED);
+    assert_null(find(&h, "tool.started"));
+    assert_non_null(find(&h, "run.failed"));
+    approval_free(&h);
+}
+
+/* A setting that is neither required nor never fails the call. */
+static void test_bad_setting(void **state)
+{
+    approval_run h = {.how = ANS_NONE};
+
+    (void)state;
+    approval_exec(&h, "{\"steps\":{\"approval\":true}}", NULL, 0);
+    assert_int_equal(h.rc, 0);
+    assert_null(find(&h, "approval.required"));
+    assert_non_null(strstr(field(find(&h, "tool.failed"), "error"),
+                           "tools.steps.approval must be"));
+    approval_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -426,6 +667,12 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bound, setup, teardown),
         cmocka_unit_test(test_progress_hook),
+        cmocka_unit_test(test_approve),
+        cmocka_unit_test(test_deny),
+        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_hook_and_thread),
+        cmocka_unit_test(test_cancel_while_waiting),
+        cmocka_unit_test(test_bad_setting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
