@@ -52,6 +52,10 @@ typedef struct {
     /* Read by the SIGINT handler too (a second Ctrl-C ends the line). */
     volatile sig_atomic_t ended_nl; /* the answer so far ends with '\n' */
     volatile sig_atomic_t wrote_text;
+    /* Answers approval.required (docs/agents.md "Approval and progress"):
+     * the turn to answer, and --approve-all. */
+    struct loom_turn *turn;
+    int approve_all;
 } cli_printer;
 
 int cli_printer_emit(const loom_event *ev, void *payload);

@@ -3,12 +3,16 @@
  * object per line on stdout (for scripts). Plain mode streams the answer
  * to stdout as it arrives and reports tools on stderr: as they start and
  * end when stderr is a terminal, one line per finished tool otherwise.
+ * In both, a call that waits for approval is asked about on the terminal
+ * (or approved by --approve-all) from the sink, before the run waits.
  */
 #include "cli/cli.h"
+#include "loom/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ARGS_SHOWN 120
 #define OUTPUT_SHOWN 160
@@ -68,20 +72,93 @@ static void tool_line(cli_printer *p, const loom_event *ev)
     fflush(stderr);
 }
 
+/* One JSON line on stdout (--json). */
+static void print_json(const loom_event *ev)
+{
+    json_t *o = loom_event_to_json(ev);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+
+    if (s) {
+        fputs(s, stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+    }
+    free(s);
+    json_decref(o);
+}
+
+/* Reads one line from f into buf (cap bytes) without its newline; 0 at
+ * end of input. */
+static int read_line(FILE *f, char *buf, size_t cap)
+{
+    size_t n;
+
+    if (!fgets(buf, (int)cap, f))
+        return 0;
+    n = strlen(buf);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    return 1;
+}
+
+/*
+ * Answers a call that waits for approval: --approve-all approves; else
+ * the person at the terminal (stdin when it is one, else /dev/tty) says
+ * y or n, and why on a denial; with no terminal the call is denied.
+ */
+static void ask_approval(cli_printer *p, const loom_event *ev)
+{
+    const char *id = str(ev->data, "call_id"), *tool = str(ev->data, "tool");
+    char *args = json_dumps(json_object_get(ev->data, "arguments"),
+                            JSON_COMPACT | JSON_ENCODE_ANY);
+    char line[1024], reason[1024] = "";
+    FILE *in = isatty(STDIN_FILENO) ? stdin : fopen("/dev/tty", "r");
+    int yes = 0;
+
+    if (p->approve_all) {
+        fprintf(stderr, "approved %s (--approve-all)\n", tool);
+        yes = 1;
+    } else if (!in) {
+        fprintf(stderr,
+                "! %s needs approval and there is no terminal to "
+                "ask: denied (use --approve-all)\n",
+                tool);
+        snprintf(reason, sizeof(reason),
+                 "no terminal to ask for approval (use --approve-all)");
+    } else {
+        fprintf(stderr, "approve %s %s? [y/N] ", tool, args ? args : "{}");
+        fflush(stderr);
+        yes =
+            read_line(in, line, sizeof(line)) &&
+            (!strcmp(line, "y") || !strcmp(line, "Y") || !strcmp(line, "yes"));
+        if (!yes) {
+            fprintf(stderr, "reason (optional): ");
+            fflush(stderr);
+            if (!read_line(in, reason, sizeof(reason)))
+                reason[0] = '\0';
+        }
+    }
+    if (in && in != stdin)
+        fclose(in);
+    free(args);
+    if (loom_turn_approve(p->turn, id, yes, reason[0] ? reason : NULL) != 0)
+        fprintf(stderr, "loom: could not answer %s: %s\n", id,
+                loom_error_last());
+}
+
 int cli_printer_emit(const loom_event *ev, void *payload)
 {
     cli_printer *p = payload;
 
+    if (ev->type == LOOM_EV_APPROVAL_REQUIRED && p->turn) {
+        if (p->json)
+            print_json(ev);
+        ask_approval(p, ev);
+        return 0;
+    }
+
     if (p->json) {
-        json_t *o = loom_event_to_json(ev);
-        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        if (s) {
-            fputs(s, stdout);
-            fputc('\n', stdout);
-            fflush(stdout);
-        }
-        free(s);
-        json_decref(o);
+        print_json(ev);
         return 0;
     }
     switch (ev->type) {

@@ -47,6 +47,9 @@ static const char run_usage[] =
     "  -n, --max-iterations N   model calls at most (default 10)\n"
     "  -s, --system TEXT        system prompt (overrides the agent's)\n"
     "      --json               print every event as a JSON line on stdout\n"
+    "      --approve-all        approve every tool call that needs approval\n"
+    "                           (else asked on the terminal; denied without\n"
+    "                           one)\n"
     "      --log-level LEVEL    debug, info, warn (default), error, off\n"
     "      --log-format FORMAT  text (default) or json\n"
     "  -h, --help               this help\n"
@@ -204,7 +207,7 @@ static char *read_stdin(void)
 
 typedef struct {
     const char *config, *agent, *model, *system, *log_level, *log_format;
-    int max_iterations, json;
+    int max_iterations, json, approve_all;
     char *question;
 } run_args;
 
@@ -217,6 +220,7 @@ static int parse_args(run_args *a, int argc, char **argv)
         {"max-iterations", required_argument, NULL, 'n'},
         {"system", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
+        {"approve-all", no_argument, NULL, 'A'},
         {"log-level", required_argument, NULL, 'L'},
         {"log-format", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
@@ -234,6 +238,9 @@ static int parse_args(run_args *a, int argc, char **argv)
         case 'm': a->model = optarg; break;
         case 's': a->system = optarg; break;
         case 'j': a->json = 1; break;
+        case 'A':
+            a->approve_all = 1;
+            break;
         case 'L': a->log_level = optarg; break;
         case 'F': a->log_format = optarg; break;
         case 'n':
@@ -351,6 +358,7 @@ int cli_run(int argc, char **argv)
     printer.tty = isatty(STDERR_FILENO);
     printer.color = printer.tty && !getenv("NO_COLOR");
     printer.ended_nl = 1;
+    printer.approve_all = a.approve_all;
 
     to.agent = agent;
     to.model = a.model;
@@ -364,6 +372,7 @@ int cli_run(int argc, char **argv)
         rc = CLI_USAGE;
         goto done;
     }
+    printer.turn = turn;
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_sigint;

@@ -266,6 +266,43 @@ expect_last_byte_nl() { # file what
 expect_last_byte_nl "$tmp/out" "Ctrl-C"
 stop_fake
 
+# --- approval: --approve-all, no terminal, and a terminal (script's pty) ---
+start_fake '{"loop":true,"responses":[
+ {"tool_calls":[{"id":"c1","name":"get_time","arguments":"{}"}]},
+ {"text":["done"]}]}'
+cat > "$tmp/approve.yaml" <<EOF
+providers:
+  fake: {base_url: "$base_url", api_key: sk-test}
+tools:
+  get_time: {approval: required}
+agents:
+  careful: {model: fake/m, tools: [get_time]}
+EOF
+loom_approve() { # extra args...: loom run without a controlling terminal
+    env -i PATH="$PATH" HOME="$tmp" setsid -w "$LOOM_BIN" run \
+        -c "$tmp/approve.yaml" -a careful "$@" < /dev/null
+}
+loom_approve --approve-all --json "time?" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "run with --approve-all"
+expect_grep '"type":"approval.required"' "$tmp/out" "approval.required event"
+expect_grep '"type":"tool.completed"' "$tmp/out" "approved call runs"
+expect_grep "approved get_time" "$tmp/err" "approval said on stderr"
+: > "$tmp/requests.jsonl"
+loom_approve "time?" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "run denied without a terminal"
+expect_grep "no terminal to ask" "$tmp/err" "denial said on stderr"
+expect_grep "the user denied this call: no terminal to ask for approval" \
+    "$tmp/requests.jsonl" "the model reads the denial"
+: > "$tmp/requests.jsonl"
+printf 'n\nnot today\n' | env -i PATH="$PATH" HOME="$tmp" TERM=dumb \
+    script -qec "'$LOOM_BIN' run -c '$tmp/approve.yaml' -a careful 'time?'" \
+    /dev/null > "$tmp/out" 2>&1
+expect_rc 0 $? "run asked on a terminal"
+expect_grep "approve get_time {}? \[y/N\]" "$tmp/out" "the terminal is asked"
+expect_grep "the user denied this call: not today" "$tmp/requests.jsonl" \
+    "the model reads the reason typed"
+stop_fake
+
 # --- offline demo without a key ---
 env -i PATH="$PATH" HOME="$tmp" LOOM_FAKE_UPSTREAM="$LOOM_FAKE_BIN" \
     "$LOOM_BIN" run "hello" > "$tmp/out" 2> "$tmp/err"
