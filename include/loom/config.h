@@ -274,6 +274,17 @@ typedef struct {
     char **handoffs;
     size_t handoffs_len;
     size_t *handoffs_lines;
+    /*
+     * `tool_options: {<tool>: {settings}}`: this agent's per-tool
+     * settings, each tool's keys put over the config's `tools` entry for
+     * its turns (loom__tool_settings_merge). An object, or NULL when the
+     * key is absent.
+     */
+    json_t *tool_options;
+    /* What a turn whose every call was to a tool not enabled for the
+     * user ends with; "{tool}" is the tool's name. NULL: the built-in
+     * one. */
+    char *tools_disabled_message;
 } loom_agent_config;
 
 /*

@@ -264,6 +264,17 @@ typedef struct {
 #define LOOM_RUN_MAX_HANDOFFS 8
 
 /*
+ * A model a run may call on the side by its config name (a tool's
+ * `repair_arguments` model): its provider and the id sent upstream.
+ * Borrowed.
+ */
+typedef struct {
+    const char *name;
+    loom_provider *provider;
+    const char *upstream_model;
+} loom_run_side_model;
+
+/*
  * A run's options. Zero means the default for every field: start from
  * LOOM_RUN_OPTIONS_INIT (or `= {0}`, which version 0 also accepts).
  */
@@ -445,6 +456,20 @@ typedef struct loom_run_options {
      * limit.
      */
     long approval_timeout_ms;
+    /*
+     * The side models the run may call by name (tool_settings'
+     * `repair_arguments`). A name not listed is asked of the run's own
+     * provider, with the name as the upstream id. Borrowed.
+     */
+    const loom_run_side_model *models;
+    size_t models_len;
+    /*
+     * What a turn whose every call was to a tool not enabled for the
+     * user (loom_tool.should_use) ends with, streamed as the answer;
+     * "{tool}" is replaced by the tool's name. NULL or empty: the
+     * built-in text. Borrowed.
+     */
+    const char *tools_disabled_message;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1

@@ -2,7 +2,9 @@
  * A model's request options into a run's options (see model_opts.h).
  */
 #include "agent/model_opts.h"
+#include "core/error.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void loom__run_options_use_model(loom_run_options *o,
@@ -129,6 +131,70 @@ static int use_few_shot(loom__run_context *rc, loom_run_options *o,
     return 0;
 }
 
+int loom__tool_settings_merge(json_t **out, const json_t *global,
+                              const json_t *agent_opts)
+{
+    const char *name;
+    json_t *v, *merged;
+
+    *out = NULL;
+    if (!json_object_size(agent_opts))
+        return 0;
+    if (!(merged = global ? json_deep_copy(global) : json_object()))
+        return loom__error_oom();
+    json_object_foreach((json_t *)agent_opts, name, v)
+    {
+        json_t *mine = json_object_get(merged, name);
+        int rc = mine ? json_object_update(mine, v)
+                      : json_object_set_new(merged, name, json_deep_copy(v));
+        if (rc != 0) {
+            json_decref(merged);
+            return loom__error_oom();
+        }
+    }
+    *out = merged;
+    return 0;
+}
+
+/* A router for each distinct repair_arguments model of o's tool
+ * settings, listed in o->models. */
+static int side_models(loom__run_context *rc, loom_run_options *o,
+                       const loom_config *cfg, const loom_router_options *ropts)
+{
+    size_t n = json_object_size(o->tool_settings), k = 0;
+    const char *name;
+    const json_t *v;
+    int rc_;
+
+    if (!n)
+        return 0;
+    rc->side = calloc(n, sizeof(*rc->side));
+    rc->side_req = calloc(n, sizeof(*rc->side_req));
+    rc->models = calloc(n, sizeof(*rc->models));
+    if (!rc->side || !rc->side_req || !rc->models)
+        return loom__error_oom();
+    json_object_foreach((json_t *)o->tool_settings, name, v)
+    {
+        const char *m = json_string_value(
+            json_object_get(json_object_get(v, "repair_arguments"), "model"));
+        int seen = 0;
+        for (size_t i = 0; m && i < k; i++)
+            seen |= strcmp(rc->models[i].name, m) == 0;
+        if (!m || seen)
+            continue;
+        if ((rc_ = loom_router_new(&rc->side[k], cfg, m, ropts,
+                                   &rc->side_req[k])) != 0)
+            return rc_;
+        rc->models[k].name = m;
+        rc->models[k].provider = rc->side[k];
+        rc->models[k].upstream_model = rc->side_req[k].upstream;
+        rc->nmodels = ++k;
+    }
+    o->models = rc->models;
+    o->models_len = rc->nmodels;
+    return 0;
+}
+
 int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
                           const loom_config *cfg,
                           const loom_agent_config *agent,
@@ -136,8 +202,14 @@ int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
 {
     int rc_;
 
-    if (!agent)
-        return 0;
+    if (agent && (rc_ = loom__tool_settings_merge(&rc->tool_settings,
+                                                  o->tool_settings,
+                                                  agent->tool_options)) != 0)
+        return rc_;
+    if (rc->tool_settings)
+        o->tool_settings = rc->tool_settings;
+    if ((rc_ = side_models(rc, o, cfg, ropts)) != 0 || !agent)
+        return rc_;
     o->planning = agent->planning;
     o->think = agent->think;
     if (agent->tool_timeout_ms > 0)
@@ -152,6 +224,7 @@ int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
     o->tool_docs_len = agent->tool_docs_len;
     if ((rc_ = use_few_shot(rc, o, &agent->few_shot)) != 0)
         return rc_;
+    o->tools_disabled_message = agent->tools_disabled_message;
     o->review.enabled = agent->review;
     if (!agent->review || !agent->review_model)
         return 0;
@@ -165,6 +238,12 @@ int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
 
 void loom__run_context_free(loom__run_context *rc)
 {
+    for (size_t i = 0; i < rc->nmodels; i++)
+        loom_provider_free(rc->side[i]);
+    free(rc->side);
+    free(rc->side_req);
+    free(rc->models);
+    json_decref(rc->tool_settings);
     loom_provider_free(rc->review);
     loom_provider_free(rc->fallback);
     loom_token_counter_free(rc->counter);

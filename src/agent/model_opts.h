@@ -31,7 +31,25 @@ typedef struct {
     loom_provider *review;  /* the agent's review_model, or NULL */
     loom_model_request_options review_req;
     loom_messages few_shot; /* the agent's examples, for its model */
+    /* The tool settings merged with the agent's tool_options, or NULL
+     * (the config's are used as they are). */
+    json_t *tool_settings;
+    /* The routers of the tools' repair_arguments models. */
+    loom_provider **side;
+    loom_model_request_options *side_req;
+    loom_run_side_model *models;
+    size_t nmodels;
 } loom__run_context;
+
+/*
+ * The tool settings an agent's turns see: global (the config's `tools`
+ * object) with, per tool, the keys of agent_opts (the agent's
+ * `tool_options`) put over that tool's. *out is a new object, or NULL
+ * when agent_opts is NULL or empty (global is then used as it is).
+ * LOOM_ENOMEM.
+ */
+int loom__tool_settings_merge(json_t **out, const json_t *global,
+                              const json_t *agent_opts);
 
 /*
  * Turns the context engine on for o's model (o->model set, see above):
@@ -51,10 +69,14 @@ int loom__run_context_setup(loom__run_context *rc, loom_run_options *o,
                             const loom_router_options *ropts);
 
 /*
- * Applies an agent's run options to o (agent may be NULL: nothing):
- * planning, think, tool_timeout_ms, review, citations, limit_prompt,
- * many_results_prompt, the tool-description registry, and the few_shot
- * examples when o->model is one the agent lists for them (kept in *rc).
+ * Applies an agent's run options to o (agent may be NULL: only the
+ * side models below): planning, think, tool_timeout_ms, review,
+ * citations, limit_prompt, many_results_prompt, tools_disabled_message,
+ * the tool-description registry, the few_shot examples when o->model is
+ * one the agent lists for them (kept in *rc), and its tool_options
+ * merged over o->tool_settings (kept in *rc). Every `repair_arguments`
+ * model of the tool settings gets a router of its own, kept in *rc and
+ * listed in o->models.
  * A review_model gets a router of its own (built with ropts, which may be
  * NULL), kept in *rc; call after loom__run_context_setup, which clears
  * *rc. Errors as loom_router_new (LOOM_ENOTFOUND for a model that does

@@ -408,6 +408,8 @@ static void agent_clear(loom_agent_config *a)
         free(a->few_shot.examples[i].assistant);
     }
     free(a->few_shot.examples);
+    json_decref(a->tool_options);
+    free(a->tools_disabled_message);
     for (size_t i = 0; i < a->tools_len; i++)
         free(a->tools[i]);
     free(a->tools);

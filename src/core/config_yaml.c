@@ -104,7 +104,7 @@ enum {
                               `store_x: false` key into an omit_x field) */
 };
 
-#define MAX_FIELDS 24 /* fields of the longest section */
+#define MAX_FIELDS 40 /* fields of the longest section */
 #define PASSES 3      /* fields are read in passes 0, 1 and 2 */
 
 typedef struct field field;
@@ -1998,6 +1998,23 @@ static int check_handoffs(walk_ctx *w)
     return rc;
 }
 
+static int read_tool_settings(loader *ld, const yaml_node_t *n,
+                              const char *key, json_t *dst);
+
+/* An agent's `tool_options: {name: {settings}}` (read_tool_settings). */
+static int read_tool_options(walk_ctx *w, const field *f, const yaml_node_t *n,
+                             const char *key)
+{
+    loom_agent_config *a = w->obj;
+
+    (void)f;
+    if (is_null(n))
+        return 0;
+    if (!a->tool_options && !(a->tool_options = json_object()))
+        return loom__error_oom();
+    return read_tool_settings(w->ld, n, key, a->tool_options);
+}
+
 static int agent_init(loader *ld, const entry *e, const char *key, void *obj)
 {
     loom_agent_config *a = obj;
@@ -2037,6 +2054,9 @@ static const field agent_fields[] = {
     {K_SUB("few_shot", few_shot_section), AT(A, few_shot)},
     {K_STR("description", A, description, "a string"), .flags = F_EMPTY_NULL},
     {K_FN("handoffs", read_handoffs)},
+    {K_FN("tool_options", read_tool_options)},
+    {K_STR("tools_disabled_message", A, tools_disabled_message, "a string"),
+     .flags = F_EMPTY_NULL},
 };
 static const section agent_section = SECTION(agent_fields, NULL, NULL);
 static const list_spec agent_list = {"agent",
@@ -2070,21 +2090,131 @@ static int read_default_agent(walk_ctx *w, const field *f, const yaml_node_t *n,
 
 /* ---- tools and http_tools ----------------------------------------------- */
 
-/* `tools: {name: {settings}}`: free-form settings, kept as JSON. */
-static int read_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
-                      const char *key)
+/*
+ * The per-tool keys loom's loop reads (docs/agents.md "Tool rules"),
+ * checked where they are written so a typo'd value fails the load with
+ * its line; every other key of a tool's settings is the tool's own and
+ * stays free-form.
+ */
+static int check_then_force(loader *ld, const yaml_node_t *n, const char *key)
 {
-    loader *ld = w->ld;
     entry *es = NULL;
     size_t len = 0;
-    char sub[KEY_LEN];
-    json_t *v = NULL;
+    char sub[KEY_LEN], *s = NULL;
+    int rc, has_tool = 0;
+
+    if (n->type == YAML_SCALAR_NODE) {
+        if ((rc = get_str(ld, n, key, "a tool name", &s)) != 0)
+            return rc;
+        rc = check_name(ld, line_of(n), key, s, 0, "tool");
+        free(s);
+        return rc;
+    }
+    if (n->type != YAML_MAPPING_NODE)
+        return fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                       "must be a tool name or {tool, when}, got %s",
+                       kind_name(n));
+    if ((rc = read_entries(ld, n, key, &es, &len)) != 0)
+        return rc;
+    for (size_t i = 0; i < len && !rc; i++) {
+        join_key(sub, sizeof(sub), key, es[i].name);
+        if (strcmp(es[i].name, "tool") != 0 &&
+            strcmp(es[i].name, "when") != 0) {
+            rc = fail_at(ld, LOOM_EINVALID, line_of(es[i].key), key,
+                         "unknown key '%s' (known: tool, when)", es[i].name);
+            break;
+        }
+        if ((rc = get_str(ld, es[i].value, sub, "a name", &s)) == 0)
+            rc = check_name(ld, line_of(es[i].value), sub, s, 0,
+                            strcmp(es[i].name, "tool") == 0 ? "tool"
+                                                             : "argument");
+        has_tool |= strcmp(es[i].name, "tool") == 0 && s;
+        free(s);
+        s = NULL;
+    }
+    if (!rc && !has_tool)
+        rc = fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                     "missing required key 'tool'");
+    free(es);
+    return rc;
+}
+
+static int check_repair(loader *ld, const yaml_node_t *n, const char *key)
+{
+    entry *es = NULL;
+    size_t len = 0;
+    char sub[KEY_LEN], why[512], *s = NULL;
     int rc;
 
-    (void)f;
+    if ((rc = read_entries(ld, n, key, &es, &len)) != 0)
+        return rc;
+    if (len != 1 || strcmp(es[0].name, "model") != 0) {
+        rc = fail_at(ld, LOOM_EINVALID, line_of(n), key,
+                     "must be {model: provider/model}");
+    } else {
+        join_key(sub, sizeof(sub), key, "model");
+        if ((rc = get_str(ld, es[0].value, sub, "a model name", &s)) == 0 &&
+            (!s || loom__config_model_unresolved(ld->cfg, s, why,
+                                                 sizeof(why))))
+            rc = fail_at(ld, LOOM_EINVALID, line_of(es[0].value), sub, "%s",
+                         s ? why : "must be a model name");
+        free(s);
+    }
+    free(es);
+    return rc;
+}
+
+static int check_tool_rule(loader *ld, const entry *e, const char *key)
+{
+    char *s = NULL;
+    json_t *b = NULL;
+    int rc = 0;
+
+    /* As the settings keep it: true or false, not yes/no or on/off. */
+    if (strcmp(e->name, "default_args_on_bad_json") == 0) {
+        if ((rc = to_json(ld, e->value, key, 4, &b)) == 0 &&
+            !json_is_boolean(b))
+            rc = fail_at(ld, LOOM_EINVALID, line_of(e->value), key,
+                         "must be true or false");
+        json_decref(b);
+        return rc;
+    }
+    if (strcmp(e->name, "repair_arguments") == 0)
+        return check_repair(ld, e->value, key);
+    if (strcmp(e->name, "then_force") == 0)
+        return check_then_force(ld, e->value, key);
+    if (strcmp(e->name, "wrap_result") == 0) {
+        if ((rc = get_str(ld, e->value, key, "a string", &s)) == 0 &&
+            (!s || !strstr(s, "{result}")))
+            rc = fail_at(ld, LOOM_EINVALID, line_of(e->value), key,
+                         "must be a string holding {result}");
+    } else if (strcmp(e->name, "history") == 0) {
+        if ((rc = get_str(ld, e->value, key, "full or summary", &s)) == 0 &&
+            (!s || (strcmp(s, "full") != 0 && strcmp(s, "summary") != 0)))
+            rc = fail_at(ld, LOOM_EINVALID, line_of(e->value), key,
+                         "must be full or summary");
+    }
+    free(s);
+    return rc;
+}
+
+/* Reads `{name: {settings}}` (the top `tools`, an agent's
+ * `tool_options`) into the object dst, free-form but for the loop's
+ * keys. */
+static int read_tool_settings(loader *ld, const yaml_node_t *n,
+                              const char *key, json_t *dst)
+{
+    entry *es = NULL, *keys = NULL;
+    size_t len = 0, nkeys = 0;
+    char sub[KEY_LEN], sub2[KEY_LEN];
+    json_t *v = NULL;
+    size_t errors0;
+    int rc;
+
     if ((rc = read_entries(ld, n, key, &es, &len)) != 0)
         return rc;
     for (size_t i = 0; i < len; i++) {
+        errors0 = ld->errs->count;
         join_key(sub, sizeof(sub), key, es[i].name);
         if (check_name(ld, line_of(es[i].key), key, es[i].name, 0, "tool") != 0)
             continue;
@@ -2095,12 +2225,33 @@ static int read_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
                     "must be a mapping of settings, got %s",
                     kind_name(es[i].value));
             continue;
-        } else if ((rc = to_json(ld, es[i].value, sub, 3, &v)) != 0) {
+        } else if ((rc = read_entries(ld, es[i].value, sub, &keys, &nkeys)) !=
+                   0) {
             if (go_on(ld, rc))
                 continue;
             goto cleanup;
+        } else {
+            /* A bad key is reported once, here, and the tool's settings
+             * are left out. */
+            for (size_t k = 0; k < nkeys && rc == 0; k++) {
+                join_key(sub2, sizeof(sub2), sub, keys[k].name);
+                if ((rc = check_tool_rule(ld, &keys[k], sub2)) != 0 &&
+                    go_on(ld, rc))
+                    rc = 0;
+            }
+            free(keys);
+            keys = NULL;
+            if (rc)
+                goto cleanup;
+            if (ld->errs->count > errors0)
+                continue;
+            if ((rc = to_json(ld, es[i].value, sub, 3, &v)) != 0) {
+                if (go_on(ld, rc))
+                    continue;
+                goto cleanup;
+            }
         }
-        if (!v || json_object_set_new(ld->cfg->tools, es[i].name, v) != 0) {
+        if (!v || json_object_set_new(dst, es[i].name, v) != 0) {
             v = NULL;
             rc = loom__error_oom();
             goto cleanup;
@@ -2111,6 +2262,14 @@ static int read_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
 cleanup:
     free(es);
     return rc;
+}
+
+/* `tools: {name: {settings}}`: the tools' settings, kept as JSON. */
+static int read_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
+                      const char *key)
+{
+    (void)f;
+    return read_tool_settings(w->ld, n, key, w->ld->cfg->tools);
 }
 
 /* An allowlist entry as far as the config can tell: one word without

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "loom/config.h"
+#include "agent/model_opts.h"
 #include "loom/router.h"
 
 #include <errno.h>
@@ -293,6 +294,111 @@ static void test_full_file(void **state)
     loom_config_free(cfg);
 }
 
+/* The loop's per-tool keys (docs/agents.md "Tool rules") are checked
+ * where they are written, in `tools` and in an agent's `tool_options`;
+ * the agent's keys go over the global ones, tool by tool. */
+static void test_tool_rules(void **state)
+{
+    static const char head[] = "providers: {p: {base_url: 'http://h'}}\n";
+    static const char good[] =
+        "providers: {p: {base_url: 'http://h'}}\n"
+        "agents:\n"
+        "  a:\n"
+        "    model: p/m\n"
+        "    tools_disabled_message: 'Turn {tool} on'\n"
+        "    tool_options:\n"
+        "      chatbot: {history: full, own: 2}\n"
+        "      rag: {wrap_result: '<ctx>{result}</ctx>'}\n"
+        "tools:\n"
+        "  chatbot:\n"
+        "    then_force: {tool: rag, when: use_kb}\n"
+        "    history: summary\n"
+        "    own: 1\n"
+        "  report:\n"
+        "    default_args_on_bad_json: true\n"
+        "    repair_arguments: {model: p/small}\n"
+        "    then_force: chatbot\n";
+    const loom_agent_config *a;
+    json_t *merged = NULL, *want;
+    loom_config *cfg;
+    char yaml[512];
+
+    (void)state;
+    assert_int_equal(loom_config_load_string(&cfg, good, "t.yaml"), 0);
+    a = loom_config_agent(cfg, "a");
+    assert_string_equal(a->tools_disabled_message, "Turn {tool} on");
+    assert_int_equal(loom__tool_settings_merge(&merged, cfg->tools,
+                                               a->tool_options),
+                     0);
+    want = json_loads("{\"chatbot\": {\"then_force\": {\"tool\": \"rag\", "
+                      "\"when\": \"use_kb\"}, \"history\": \"full\", "
+                      "\"own\": 2}, \"report\": "
+                      "{\"default_args_on_bad_json\": true, "
+                      "\"repair_arguments\": {\"model\": \"p/small\"}, "
+                      "\"then_force\": \"chatbot\"}, \"rag\": "
+                      "{\"wrap_result\": \"<ctx>{result}</ctx>\"}}",
+                      0, NULL);
+    assert_true(json_equal(merged, want));
+    /* The global settings stay as the file gives them. */
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(cfg->tools, "chatbot"), "history")),
+                        "summary");
+    json_decref(want);
+    json_decref(merged);
+    /* Nothing to merge: the global object is used as it is. */
+    assert_int_equal(loom__tool_settings_merge(&merged, cfg->tools, NULL), 0);
+    assert_null(merged);
+    loom_config_free(cfg);
+
+    snprintf(yaml, sizeof(yaml), "%stools:\n  x:\n    history: some\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: tools.x.history: must be full or summary", NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%stools:\n  x:\n    default_args_on_bad_json: maybe\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: tools.x.default_args_on_bad_json: must be true "
+                "or false",
+                NULL);
+    snprintf(yaml, sizeof(yaml), "%stools:\n  x:\n    wrap_result: 'no'\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: tools.x.wrap_result: must be a string holding "
+                "{result}",
+                NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%stools:\n  x:\n    repair_arguments: {model: q/m}\n", head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:4: tools.x.repair_arguments.model: ",
+                NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%stools:\n  x:\n    repair_arguments: p/m\n", head);
+    expect_fail(yaml, LOOM_EINVALID, "t.yaml:4: tools.x.repair_arguments: ",
+                NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%stools:\n  x:\n    then_force: {when: flag}\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: tools.x.then_force: missing required key 'tool'",
+                NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%stools:\n  x:\n    then_force: {tool: y, if: flag}\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: tools.x.then_force: unknown key 'if'", NULL);
+    snprintf(yaml, sizeof(yaml),
+             "%stools:\n  x:\n    then_force: [y]\n", head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: tools.x.then_force: must be a tool name or "
+                "{tool, when}",
+                NULL);
+    /* The same checks in an agent's tool_options. */
+    snprintf(yaml, sizeof(yaml),
+             "%sagents:\n  a:\n    model: p/m\n    tool_options:\n"
+             "      x: {history: all}\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:6: agents.a.tool_options.x.history: must be full or "
+                "summary",
+                NULL);
+}
+
 static void test_defaults_and_tools_all(void **state)
 {
     loom_config *cfg;
@@ -560,7 +666,7 @@ static void test_unknown_keys(void **state)
         "approval_timeout_ms, review, "
         "review_model, citations, memory, data_policy, limit_prompt, "
         "many_results_prompt, tool_descriptions, few_shot, description, "
-        "handoffs)",
+        "handoffs, tool_options, tools_disabled_message)",
         NULL);
     expect_fail(
         "log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
@@ -2411,6 +2517,7 @@ int main(void)
         cmocka_unit_test_setup(test_full_file, reset_env),
         cmocka_unit_test_setup(test_max_completion_tokens, reset_env),
         cmocka_unit_test_setup(test_defaults_and_tools_all, reset_env),
+        cmocka_unit_test_setup(test_tool_rules, reset_env),
         cmocka_unit_test_setup(test_log_case, reset_env),
         cmocka_unit_test_setup(test_empty_file, reset_env),
         cmocka_unit_test_setup(test_interpolation, reset_env),
