@@ -138,6 +138,15 @@ typedef struct {
     loom_tool_execute_fn execute;
     void *payload;                 /* passed to execute */
     void (*free_payload)(void *payload); /* called on removal, may be NULL */
+    /*
+     * Whether the tool is enabled for this call's user and request
+     * (ctx->user_id, user_keys, settings; summary, documents and
+     * cost_micros are NULL): 0 means not, and the call ends failed with
+     * code TOOL_NOT_ENABLED without running (docs/tools.md). Called on
+     * the run's thread before the arguments are read; it must not block
+     * for long. NULL: always enabled.
+     */
+    int (*should_use)(const loom_tool_ctx *ctx, void *payload);
 } loom_tool;
 
 #define LOOM_TOOL_INIT                                                         \

@@ -36,6 +36,7 @@
 #include "agent/run_internal.h"
 #include "agent/toolturn.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "loom/buf.h"
 #include "loom/log.h"
 #include "loom/tokenizer.h"
@@ -57,6 +58,11 @@
     "tools are no longer available. Do not call any tools. Write your "      \
     "final answer to the user now, using the information gathered so far, " \
     "and say briefly if anything could not be completed."
+
+#define TOOLS_DISABLED_MESSAGE                                                 \
+    "I could not use {tool}: it is not enabled for your account or this "     \
+    "request. Enable {tool} in your settings (or ask your administrator to "  \
+    "enable it), then ask again."
 
 #define MANY_RESULTS_PROMPT                                                    \
     "Many tool results came back in the last turn. Keep your summary of "      \
@@ -1459,13 +1465,27 @@ static int keep_pending(loom_run *run, const loom_message *assistant)
     return 0;
 }
 
+/* The tool of the first call when every call of the turn (nclient
+ * client ones among them) ended TOOL_NOT_ENABLED, copied; else NULL. */
+static char *all_disabled(const loom__tool_job *jobs, size_t nj,
+                          size_t nclient)
+{
+    for (size_t i = 0; i < nj; i++)
+        if (!loom__tool_job_not_enabled(&jobs[i]))
+            return NULL;
+    return nj && !nclient ? strdup(jobs[0].tool->name) : NULL;
+}
+
 /*
  * Runs the tool calls of the turn just added (the last message): the
  * server calls through the tool turn, their results appended; client
  * calls are kept as pending. *nclient says how many client calls there
- * were, *think_only whether every call was a think call.
+ * were, *think_only whether every call was a think call, *disabled (the
+ * caller frees) the first tool's name when every call was to a tool not
+ * enabled.
  */
-static int run_tools(loom_run *run, size_t *nclient, int *think_only)
+static int run_tools(loom_run *run, size_t *nclient, int *think_only,
+                     char **disabled)
 {
     const loom_message *assistant = &run->all.items[run->all.len - 1];
     loom__tool_job *jobs = NULL;
@@ -1484,6 +1504,7 @@ static int run_tools(loom_run *run, size_t *nclient, int *think_only)
     for (size_t i = 0; i < nj; i++)
         nthink += jobs[i].loop == LOOM__LOOP_THINK + 1;
     *think_only = nj > 0 && nthink == nj && *nclient == 0;
+    *disabled = all_disabled(jobs, nj, *nclient);
     rc2 = add_results(run, jobs, nj);
     loom__toolturn_jobs_free(jobs, nj);
     if (!rc)
@@ -1508,6 +1529,80 @@ static int add_many_results_note(loom_run *run, size_t nres)
     if ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, p)) != 0)
         return rc;
     return track(run, 0);
+}
+
+static void agent_state(const loom_run *run, loom_agent_state *st);
+
+/* Ends the run with text as its answer, streamed as the model's would
+ * be and stored as the assistant's message. */
+static int end_with_text(loom_run *run, loom_llm_response *resp,
+                         const char *text)
+{
+    loom_message m = {0};
+    int rc;
+
+    run->index++;
+    if (has_sink(run) && *text)
+        emit(run, LOOM_EV_MESSAGE_DELTA, delta_json(text, strlen(text)));
+    m.role = LOOM_ROLE_ASSISTANT;
+    m.content = (char *)text;
+    if ((rc = add_message(run, &(loom_messages){&m, 1, 1})) != 0)
+        return rc;
+    free(run->final_text);
+    free(resp->finish_reason);
+    run->final_text = strdup(text);
+    resp->finish_reason = strdup("stop");
+    return run->final_text && resp->finish_reason ? 0 : loom__error_oom();
+}
+
+/*
+ * Every call of the turn was to a tool not enabled for the user (the
+ * first is tool): the agent's on_no_tool_calls hook decides. When it
+ * goes on, the text it wrote is a system note for the next call. When it
+ * ends the run (or there is no hook), the run ends with the text it
+ * wrote, else with the agent's tools_disabled_message (or the built-in
+ * one), {tool} filled in, as the answer: the model is not asked again.
+ */
+static int tools_disabled(loom_run *run, loom_llm_response *resp,
+                          const char *tool, int *ended)
+{
+    const loom_agent_hooks *h = run->hooks;
+    const char *tmpl = run->opts.tools_disabled_message;
+    loom_buf msg = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    char *text = NULL;
+    int go_on = 0, rc = 0;
+
+    if (h && h->on_no_tool_calls) {
+        loom_agent_state st;
+        agent_state(run, &st);
+        st.tool_calls = resp->tool_calls_len;
+        go_on = h->on_no_tool_calls(&st, LOOM_NO_CALLS_TOOLS_DISABLED,
+                                    resp->tool_calls, resp->tool_calls_len,
+                                    &msg, h->payload);
+    }
+    if (go_on) {
+        if (msg.len &&
+            ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
+                                     loom_buf_cstr(&msg))) != 0 ||
+             (rc = track(run, 0)) != 0)) {
+            loom_buf_free(&msg);
+            return rc;
+        }
+        loom_buf_free(&msg);
+        run->index++;
+        return 0;
+    }
+    text = msg.len ? loom_buf_detach(&msg)
+                   : loom__text_fill(tmpl && *tmpl ? tmpl
+                                                   : TOOLS_DISABLED_MESSAGE,
+                                     "{tool}", tool);
+    loom_buf_free(&msg);
+    if (!text)
+        return loom__error_oom();
+    rc = end_with_text(run, resp, text);
+    free(text);
+    *ended = 1;
+    return rc;
 }
 
 /*
@@ -1665,6 +1760,7 @@ static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
     const loom_run_options *o = &run->opts;
     loom_message m = {0};
     size_t nclient = 0;
+    char *disabled = NULL;
     int think_only = 0, rc;
 
     *ended = 0;
@@ -1681,8 +1777,13 @@ static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
         return rc;
     /* The turn's text now lives in the stored message. */
     loom_buf_clear(&run->text);
-    if ((rc = run_tools(run, &nclient, &think_only)) != 0)
+    rc = run_tools(run, &nclient, &think_only, &disabled);
+    if (rc != 0 || disabled) {
+        if (!rc)
+            rc = tools_disabled(run, resp, disabled, ended);
+        free(disabled);
         return rc;
+    }
     if (think_only && run->think_turns < o->max_think_turns)
         run->think_turns++;
     if (run->next && !nclient && (rc = switch_agent(run)) != 0)

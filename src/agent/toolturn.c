@@ -530,6 +530,18 @@ static void emit_started(loom__toolturn *t, loom__tool_job *job)
     loom__emit_send(&t->o.emit, LOOM_EV_TOOL_STARTED, pk_done(&p));
 }
 
+/* A failed job's code as events and records name it. */
+static const char *failure_code(const loom__tool_job *job)
+{
+    return job->code_name ? job->code_name : loom_error_name(job->code);
+}
+
+int loom__tool_job_not_enabled(const loom__tool_job *job)
+{
+    return job->failed && job->code_name &&
+           strcmp(job->code_name, LOOM__TOOL_NOT_ENABLED) == 0;
+}
+
 static void emit_ended(loom__toolturn *t, loom__tool_job *job)
 {
     const loom_tool_call *c = job->call;
@@ -542,8 +554,12 @@ static void emit_ended(loom__toolturn *t, loom__tool_job *job)
     if (job->failed) {
         pk_str(&p, "name", c->name ? c->name : "");
         pk_str(&p, "stage", job->stage);
+        /* The record has every failure's code; the event only a code
+         * no stage says (denied, TOOL_NOT_ENABLED). */
         if (job->denied)
             pk_str(&p, "code", "denied");
+        else if (job->code_name)
+            pk_str(&p, "code", job->code_name);
         pk_str(&p, "error", job->error ? job->error : "");
         pk_str(&p, "output", job->output ? job->output : "");
         pk_set(&p, "duration_ms", json_real(job->duration_ms));
@@ -623,7 +639,7 @@ static void record(loom__toolturn *t, loom__tool_job *job)
     json_t *args = record_args(job, &args_size), *r, *err = json_null();
 
     if (job->failed)
-        err = json_pack("{s:s,s:s,s:s}", "code", loom_error_name(job->code),
+        err = json_pack("{s:s,s:s,s:s}", "code", failure_code(job),
                         "stage", job->stage, "message",
                         job->error ? job->error : "");
     r = json_pack(
@@ -759,6 +775,41 @@ static void set_timeout(loom__toolturn *t, loom__tool_job *job)
     free(msg);
 }
 
+/*
+ * Asks the tool's should_use whether it is enabled for this call; when
+ * not, the call fails TOOL_NOT_ENABLED and the model reads why. Returns
+ * 1 when the call may go on.
+ */
+static int enabled(loom__toolturn *t, loom__tool_job *job,
+                   const loom_tool *tool)
+{
+    loom_tool_ctx ctx;
+    char *msg = NULL;
+
+    if (!tool || !tool->should_use)
+        return 1;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.call_id = job->call->id;
+    ctx.tool_name = tool->name;
+    ctx.cancel = t->o.cancel;
+    ctx.settings = json_object_get(t->o.settings, tool->name);
+    ctx.user_id = t->o.user_id;
+    ctx.user_keys = t->o.user_keys;
+    if (tool->should_use(&ctx, tool->payload))
+        return 1;
+    job->tool = tool;
+    if (asprintf(&msg,
+                 "tool '%s' is not enabled for this user or request; do "
+                 "not call it again",
+                 tool->name) < 0)
+        msg = NULL;
+    loom__tool_job_fail(job, "enablement", LOOM_ERROR,
+                        msg ? msg : "tool not enabled", NULL, t->o.max_error);
+    job->code_name = LOOM__TOOL_NOT_ENABLED;
+    free(msg);
+    return 0;
+}
+
 /* Resolves, checks and (for a loop tool) runs one server call; a call
  * for the threads is left prepared and not done. */
 static void turn_call(loom__toolturn *t, loom__tool_job *job,
@@ -771,7 +822,8 @@ static void turn_call(loom__toolturn *t, loom__tool_job *job,
         job->loop = k + 1;
     else if (tool && t->o.own && t->o.own(tool, t->o.own_payload))
         job->own = 1;
-    loom__tool_job_prepare(job, tool, t->o.tools->available, xo);
+    if (enabled(t, job, tool))
+        loom__tool_job_prepare(job, tool, t->o.tools->available, xo);
     if (!job->done)
         before_chain(t, job);
     if (!job->done && !job->loop && !job->own)

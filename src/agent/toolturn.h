@@ -108,6 +108,12 @@ int loom__toolturn_run(loom__toolturn *t, const loom_message *assistant,
 
 void loom__toolturn_jobs_free(loom__tool_job *jobs, size_t n);
 
+/* The code of a call refused because its tool's should_use said no. */
+#define LOOM__TOOL_NOT_ENABLED "TOOL_NOT_ENABLED"
+
+/* Whether job ended TOOL_NOT_ENABLED. */
+int loom__tool_job_not_enabled(const loom__tool_job *job);
+
 /* The tools the next request offers: the offered ones less those blocked
  * for their failures. A new array whenever that changes, so the request
  * cache sees it; borrowed from t. */

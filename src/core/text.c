@@ -6,6 +6,8 @@
  */
 #include "core/text.h"
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -65,4 +67,29 @@ int loom__text_is_rate_header(const char *name, size_t nlen, const char *value,
         if ((unsigned char)value[i] < 0x20 || (unsigned char)value[i] > 0x7e)
             return 0;
     return 1;
+}
+
+char *loom__text_fill(const char *tmpl, const char *mark, const char *value)
+{
+    size_t mlen = strlen(mark), vlen = strlen(value), n = 0, len;
+    const char *p, *q;
+    char *out, *w;
+
+    for (p = tmpl; mlen && (q = strstr(p, mark)) != NULL; p = q + mlen)
+        n++;
+    len = strlen(tmpl);
+    /* Each replacement adds vlen - mlen bytes. */
+    if (vlen > mlen && n && (vlen - mlen) > (SIZE_MAX - len - 1) / n)
+        return NULL;
+    if (!(out = malloc(len + n * (vlen > mlen ? vlen - mlen : 0) + 1)))
+        return NULL;
+    w = out;
+    for (p = tmpl; mlen && (q = strstr(p, mark)) != NULL; p = q + mlen) {
+        memcpy(w, p, (size_t)(q - p));
+        w += q - p;
+        memcpy(w, value, vlen);
+        w += vlen;
+    }
+    memcpy(w, p, strlen(p) + 1);
+    return out;
 }

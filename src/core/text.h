@@ -45,4 +45,11 @@ int loom__text_is_name(const char *s, int dots);
 int loom__text_is_rate_header(const char *name, size_t nlen, const char *value,
                               size_t vlen);
 
+/*
+ * A template filled: tmpl with every occurrence of mark ("{tool}")
+ * replaced by value, as a new string (caller frees); NULL when out of
+ * memory.
+ */
+char *loom__text_fill(const char *tmpl, const char *mark, const char *value);
+
 #endif

@@ -174,6 +174,7 @@ int loom_tool_registry_add(loom_tool_registry *reg, const loom_tool *tool)
     /* Ownership of the payload passes only on success. */
     copy->payload = tool->payload;
     copy->free_payload = tool->free_payload;
+    copy->should_use = tool->should_use;
 
     reg->items[reg->len++] = copy;
     reg->slots[find_slot(reg, copy->name)] = reg->len;

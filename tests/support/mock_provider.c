@@ -49,6 +49,7 @@ static void record(mock_seen *s, const loom_llm_request *req)
 {
     loom_buf names = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     loom_buf roles = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf texts = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
 
     s->tools_len = req->tools_len;
     for (size_t i = 0; i < req->tools_len; i++)
@@ -57,6 +58,8 @@ static void record(mock_seen *s, const loom_llm_request *req)
                          0);
     s->tools = buf_take(&names);
     s->choice = req->tool_choice.kind;
+    s->choice_fn = dup_or_null(req->tool_choice.function);
+    s->model = dup_or_null(req->model);
     s->nmsg = req->messages_len;
     for (size_t i = 0; i < req->messages_len; i++)
         assert_int_equal(loom_buf_printf(&roles, "%.1s",
@@ -66,10 +69,16 @@ static void record(mock_seen *s, const loom_llm_request *req)
     for (size_t i = 0; i < req->messages_len; i++) {
         const loom_message *msg = &req->messages[i];
 
+        if (msg->role == LOOM_ROLE_TOOL)
+            assert_int_equal(loom_buf_printf(&texts, "%s%s",
+                                             texts.len ? "|" : "",
+                                             msg->content ? msg->content : ""),
+                             0);
         s->nsystem += msg->role == LOOM_ROLE_SYSTEM;
         if (msg->role == LOOM_ROLE_TOOL && !s->first_tool)
             s->first_tool = dup_or_null(msg->content);
     }
+    s->tool_texts = buf_take(&texts);
     if (req->messages_len) {
         const loom_message *last = &req->messages[req->messages_len - 1];
 
@@ -218,6 +227,9 @@ void mock_clear(mock_provider *m)
         free(s->all_roles);
         free(s->system);
         free(s->first_tool);
+        free(s->tool_texts);
+        free(s->choice_fn);
+        free(s->model);
         memset(s, 0, sizeof(*s));
     }
     m->next = 0;

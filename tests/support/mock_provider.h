@@ -52,6 +52,9 @@ typedef struct {
     char *system;         /* the first message when a system one, or NULL */
     size_t nsystem;       /* system messages */
     char *first_tool;     /* content of the first tool message, or NULL */
+    char *tool_texts;     /* every tool message's content, joined by "|" */
+    char *choice_fn;      /* the forced function's name, or NULL */
+    char *model;          /* the request's model, or NULL */
 } mock_seen;
 
 /* Called with each request's usage as its answer set it; may change it. */

@@ -1,0 +1,357 @@
+/*
+ * The per-tool rules of the run loop (docs/agents.md "Tool rules") with
+ * the mock provider: tool enablement (should_use, TOOL_NOT_ENABLED and
+ * the run that ends with tools_disabled_message instead of looping),
+ * argument preprocessing (the agent's hook, default_args_on_bad_json,
+ * repair_arguments), and what happens once a call ended (the
+ * special_tool hook, then_force, wrap_result, history: summary). The
+ * same rules run through the fake upstream in
+ * tests/integration/test_tool_rules_wire.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "loom/agent.h"
+#include "loom/run.h"
+#include "mock_provider.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- tools ---- */
+
+/* "echo" echoes its text; "kb" says whether use_kb was given; "rag"
+ * answers "ctx"; "locked" is never enabled; "strict" needs {"n": int}. */
+static int echo_exec(const json_t *args, const loom_tool_ctx *ctx,
+                     loom_buf *out, void *payload)
+{
+    (void)payload;
+    if (ctx->summary)
+        loom_buf_puts(ctx->summary, "echo summary");
+    return loom_buf_printf(out, "echo:%s",
+                           json_string_value(json_object_get(args, "text")));
+}
+
+static int const_exec(const json_t *args, const loom_tool_ctx *ctx,
+                      loom_buf *out, void *payload)
+{
+    (void)args;
+    (void)ctx;
+    return loom_buf_puts(out, payload);
+}
+
+static int strict_exec(const json_t *args, const loom_tool_ctx *ctx,
+                       loom_buf *out, void *payload)
+{
+    (void)ctx;
+    (void)payload;
+    return loom_buf_printf(out, "n=%lld",
+                           (long long)json_integer_value(
+                               json_object_get(args, "n")));
+}
+
+static int never(const loom_tool_ctx *ctx, void *payload)
+{
+    (void)ctx;
+    (void)payload;
+    return 0;
+}
+
+/* Enabled only for user "vip". */
+static int vip_only(const loom_tool_ctx *ctx, void *payload)
+{
+    (void)payload;
+    return ctx->user_id && strcmp(ctx->user_id, "vip") == 0;
+}
+
+static loom_tool_registry *make_tools(void)
+{
+    loom_tool_registry *reg;
+    json_t *echo = json_pack("{s:s,s:{s:{s:s}}}", "type", "object",
+                             "properties", "text", "type", "string");
+    json_t *kb = json_pack("{s:s,s:{s:{s:s}}}", "type", "object",
+                           "properties", "use_kb", "type", "boolean");
+    json_t *strict = json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object",
+                               "properties", "n", "type", "integer",
+                               "required", "n");
+    loom_tool t;
+
+    assert_int_equal(loom_tool_registry_new(&reg), 0);
+    memset(&t, 0, sizeof(t));
+    t.name = "echo";
+    t.description = "echoes";
+    t.parameters = echo;
+    t.execute = echo_exec;
+    assert_int_equal(loom_tool_registry_add(reg, &t), 0);
+    t.name = "chatbot";
+    t.parameters = kb;
+    t.execute = const_exec;
+    t.payload = "chatted";
+    assert_int_equal(loom_tool_registry_add(reg, &t), 0);
+    t.name = "rag";
+    t.parameters = NULL;
+    t.payload = "ctx";
+    assert_int_equal(loom_tool_registry_add(reg, &t), 0);
+    t.name = "locked";
+    t.payload = "secret";
+    t.should_use = never;
+    assert_int_equal(loom_tool_registry_add(reg, &t), 0);
+    t.name = "vip";
+    t.payload = "vip data";
+    t.should_use = vip_only;
+    assert_int_equal(loom_tool_registry_add(reg, &t), 0);
+    t.name = "strict";
+    t.parameters = strict;
+    t.execute = strict_exec;
+    t.should_use = NULL;
+    assert_int_equal(loom_tool_registry_add(reg, &t), 0);
+    json_decref(echo);
+    json_decref(kb);
+    json_decref(strict);
+    return reg;
+}
+
+/* ---- harness ---- */
+
+typedef struct {
+    mock_provider mock;
+    loom_tool_registry *reg;
+    json_t *events;
+    loom_run *run;
+    int rc;
+} harness;
+
+static int record(const loom_event *ev, void *payload)
+{
+    return json_array_append_new(payload, loom_event_to_json(ev)) ? -1 : 0;
+}
+
+/* Runs answers with ro_in's options (may be NULL) over history (NULL:
+ * one user message "hi"). */
+static void run_hist(harness *h, const mock_answer *answers, int n,
+                     const loom_run_options *ro_in, const loom_messages *hist)
+{
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    loom_messages one = {0};
+
+    if (ro_in)
+        ro = *ro_in;
+    memset(h, 0, sizeof(*h));
+    mock_init(&h->mock, answers, n, MOCK_STREAM_CALLS);
+    h->reg = make_tools();
+    h->events = json_array();
+    ro.provider = &h->mock.base;
+    ro.model = "mock/m";
+    ro.upstream_model = "m";
+    ro.tools = h->reg;
+    ro.sink.emit = record;
+    ro.sink.payload = h->events;
+    if (!hist) {
+        assert_int_equal(loom_messages_add(&one, LOOM_ROLE_USER, "hi"), 0);
+        hist = &one;
+    }
+    assert_int_equal(loom_run_new(&h->run, &ro, hist), 0);
+    loom_messages_free(&one);
+    h->rc = loom_run_execute(h->run);
+}
+
+static void run_with(harness *h, const mock_answer *answers, int n,
+                     const loom_run_options *ro_in)
+{
+    run_hist(h, answers, n, ro_in, NULL);
+}
+
+static void harness_free(harness *h)
+{
+    loom_run_free(h->run);
+    loom_tool_registry_free(h->reg);
+    json_decref(h->events);
+    mock_clear(&h->mock);
+}
+
+static json_t *nth_type(const harness *h, const char *type, int nth)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(h->events, i, e)
+    {
+        if (!strcmp(json_string_value(json_object_get(e, "type")), type) &&
+            nth-- == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static int count_type(const harness *h, const char *type)
+{
+    int n = 0;
+
+    while (nth_type(h, type, n))
+        n++;
+    return n;
+}
+
+/* The text the run streamed (message.delta), joined. */
+static char *streamed(const harness *h)
+{
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(h->events, i, e)
+    {
+        if (!strcmp(json_string_value(json_object_get(e, "type")),
+                    "message.delta"))
+            loom_buf_puts(&b, json_string_value(json_object_get(e, "delta")));
+    }
+    return loom_buf_detach(&b);
+}
+
+/* The stored tool result i of the run. */
+static const char *tool_result(const harness *h, int i)
+{
+    const loom_messages *m = loom_run_messages(h->run);
+    int k = 0;
+
+    for (size_t j = 0; j < m->len; j++)
+        if (m->items[j].role == LOOM_ROLE_TOOL && k++ == i)
+            return m->items[j].content;
+    return NULL;
+}
+
+/* ---- tool enablement ---- */
+
+/* A call to a disabled tool fails TOOL_NOT_ENABLED; when every call of
+ * the turn did, the run ends with the disabled message, without calling
+ * the model again. */
+static void test_tools_disabled_default(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "locked", "{}"}, {"c2", "vip", "{}"}}, .ncalls = 2}};
+    harness h;
+    json_t *f;
+    char *text;
+
+    (void)state;
+    run_with(&h, answers, 1, NULL);
+    assert_int_equal(h.rc, 0);
+    assert_int_equal(h.mock.next, 1);
+    assert_int_equal(count_type(&h, "tool.failed"), 2);
+    f = nth_type(&h, "tool.failed", 0);
+    assert_string_equal(json_string_value(json_object_get(f, "code")),
+                        "TOOL_NOT_ENABLED");
+    assert_string_equal(json_string_value(json_object_get(f, "stage")),
+                        "enablement");
+    assert_int_equal(count_type(&h, "tool.started"), 0);
+    text = streamed(&h);
+    assert_non_null(strstr(text, "I could not use locked"));
+    assert_string_equal(loom_run_text(h.run), text);
+    assert_string_equal(loom_run_finish_reason(h.run), "stop");
+    /* The stored turn: the calls, their results, the answer. */
+    assert_int_equal(loom_run_messages(h.run)->len, 4);
+    assert_non_null(strstr(tool_result(&h, 0), "not enabled"));
+    free(text);
+    harness_free(&h);
+}
+
+/* The agent's tools_disabled_message, {tool} filled in; a tool enabled
+ * for the user runs as usual. */
+static void test_tools_disabled_message_and_user(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "vip", "{}"}}, .ncalls = 1}, {.text = "done"}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    harness h;
+
+    (void)state;
+    ro.tools_disabled_message = "Ask for {tool} access ({tool}).";
+    run_with(&h, answers, 1, &ro);
+    assert_string_equal(loom_run_text(h.run), "Ask for vip access (vip).");
+    harness_free(&h);
+
+    ro.user_id = "vip";
+    run_with(&h, answers, 2, &ro);
+    assert_string_equal(loom_run_text(h.run), "done");
+    assert_string_equal(tool_result(&h, 0), "vip data");
+    harness_free(&h);
+}
+
+/* One enabled call among the disabled ones: the loop goes on. */
+static void test_tools_disabled_mixed_loops(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "locked", "{}"}, {"c2", "rag", "{}"}}, .ncalls = 2},
+        {.text = "answered"}};
+    harness h;
+
+    (void)state;
+    run_with(&h, answers, 2, NULL);
+    assert_int_equal(h.mock.next, 2);
+    assert_string_equal(loom_run_text(h.run), "answered");
+    harness_free(&h);
+}
+
+/* The hook decides: going on with a note, or ending with its text. */
+typedef struct {
+    int go_on;
+    int reason;
+    size_t ncalls;
+} no_calls_seen;
+
+static int on_no_calls(const loom_agent_state *st, loom_no_calls_reason reason,
+                       const loom_tool_call *calls, size_t ncalls,
+                       loom_buf *message, void *payload)
+{
+    no_calls_seen *s = payload;
+
+    (void)st;
+    s->reason = (int)reason;
+    s->ncalls = ncalls;
+    assert_string_equal(calls[0].name, "locked");
+    loom_buf_puts(message, s->go_on ? "note: use rag" : "hook says no");
+    return s->go_on;
+}
+
+static void test_tools_disabled_hook(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "locked", "{}"}}, .ncalls = 1}, {.text = "ok"}};
+    loom_agent_hooks hooks = LOOM_AGENT_HOOKS_INIT;
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    no_calls_seen seen = {0, -1, 0};
+    harness h;
+
+    (void)state;
+    hooks.on_no_tool_calls = on_no_calls;
+    hooks.payload = &seen;
+    ro.agent_hooks = &hooks;
+    run_with(&h, answers, 1, &ro);
+    assert_int_equal(seen.reason, LOOM_NO_CALLS_TOOLS_DISABLED);
+    assert_int_equal(seen.ncalls, 1);
+    assert_string_equal(loom_run_text(h.run), "hook says no");
+    harness_free(&h);
+
+    seen.go_on = 1;
+    run_with(&h, answers, 2, &ro);
+    assert_int_equal(h.mock.next, 2);
+    assert_string_equal(h.mock.seen[1].last_content, "note: use rag");
+    assert_string_equal(loom_run_text(h.run), "ok");
+    harness_free(&h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tools_disabled_default),
+        cmocka_unit_test(test_tools_disabled_message_and_user),
+        cmocka_unit_test(test_tools_disabled_mixed_loops),
+        cmocka_unit_test(test_tools_disabled_hook),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
