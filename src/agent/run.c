@@ -26,6 +26,7 @@
  * provider, registry and sink are borrowed from the caller.
  */
 #include "loom/run.h"
+#include "agent/argrepair.h"
 #include "agent/citations.h"
 #include "agent/emit.h"
 #include "agent/handoff.h"
@@ -241,6 +242,23 @@ static json_t *usage_json_cost(const loom_usage *u, int cost_known)
 static json_t *run_usage_json(const loom_run *run)
 {
     return usage_json_cost(&run->usage, loom_run_cost_known(run));
+}
+
+/* A model call's usage (the run's own, a review's, a summary's, a
+ * repair's) joins the run's; its cost counts when known. */
+static void add_usage(loom_run *run, const loom_usage *call, int cost_known)
+{
+    loom_usage u = *call;
+
+    if (!u.total_tokens && !u.prompt_tokens && !u.completion_tokens)
+        return;
+    if (!cost_known)
+        u.cost_micros = 0;
+    loom_usage_add(&run->usage, &u);
+    if (cost_known)
+        run->priced_calls++;
+    else
+        run->unpriced_calls++;
 }
 
 /* {"delta": text}, the text checked as json_pack's "s%" checks it. */
@@ -485,6 +503,66 @@ static loom_approval approval_required(const loom_tool_call *call,
     return run->hooks->approval_required(&st, call, args, run->hooks->payload);
 }
 
+/* The agent's preprocess_tool_arguments, for the tool turn. */
+static loom_args_action preprocess_args(const loom_tool_call *call,
+                                        json_t **args, loom_buf *error,
+                                        void *payload)
+{
+    loom_run *run = payload;
+    loom_agent_state st;
+
+    if (!run->hooks || !run->hooks->preprocess_tool_arguments)
+        return LOOM_ARGS_DEFAULT;
+    agent_state(run, &st);
+    return run->hooks->preprocess_tool_arguments(&st, call, args, error,
+                                                 run->hooks->payload);
+}
+
+/*
+ * A tool's repair_arguments, for the tool turn: model (a name of the
+ * run's side models, else an upstream id of its own provider) makes
+ * arguments of raw. The call's usage joins the run's and a `usage` event
+ * (purpose repair_arguments) reports it; a repair that fails leaves
+ * *args NULL, and the call fails as its text does not parse.
+ */
+static void repair_args(const loom_tool *tool, const char *model,
+                        const char *raw, json_t **args, void *payload)
+{
+    loom_run *run = payload;
+    loom_provider *p = run->opts.provider;
+    const char *up = model;
+    loom__repair_outcome out;
+    int rc;
+
+    for (size_t i = 0; i < run->opts.models_len; i++)
+        if (strcmp(run->opts.models[i].name, model) == 0) {
+            p = run->opts.models[i].provider;
+            up = run->opts.models[i].upstream_model;
+        }
+    rc = loom__args_repair(&out, p, up, tool->name, tool->parameters, raw,
+                           &run->cancel);
+    add_usage(run, &out.usage, out.cost_known);
+    if (has_sink(run) && (out.usage.total_tokens || out.usage.prompt_tokens ||
+                          out.usage.completion_tokens)) {
+        json_t *u = usage_json_cost(&out.usage, out.cost_known);
+        json_object_set_new(u, "iteration", json_integer(run->iterations));
+        json_object_set_new(u, "purpose", json_string("repair_arguments"));
+        json_object_set_new(u, "tool", json_string(tool->name));
+        json_object_set_new(u, "model",
+                            json_string(out.model ? out.model : model));
+        json_object_set_new(u, "cumulative", run_usage_json(run));
+        emit(run, LOOM_EV_USAGE, u);
+    }
+    if (out.args) {
+        *args = out.args;
+        out.args = NULL;
+    } else {
+        loom_info("repair_arguments of '%s' with %s: %s", tool->name, model,
+                  rc ? loom_error_last() : out.why ? out.why : "failed");
+    }
+    loom__repair_outcome_clear(&out);
+}
+
 /* The tool turn of the run, over the tools build_tools offers. */
 static int turn_open(loom_run *run)
 {
@@ -516,6 +594,10 @@ static int turn_open(loom_run *run)
     to.own_payload = run;
     to.approvals = run->approvals;
     to.approval_timeout_ms = o->approval_timeout_ms;
+    /* Always too: the hook is looked up when a call comes. */
+    to.preprocess = preprocess_args;
+    to.repair = repair_args;
+    to.rules_payload = run;
     return loom__toolturn_new(&run->turn, &to);
 }
 
@@ -1145,17 +1227,7 @@ static int context_fit(loom_run *run, loom_llm_request *req)
         free(why);
         return rc;
     }
-    if (r.summary_usage.total_tokens || r.summary_usage.prompt_tokens ||
-        r.summary_usage.completion_tokens) {
-        loom_usage u = r.summary_usage;
-        if (!r.summary_cost_known)
-            u.cost_micros = 0;
-        loom_usage_add(&run->usage, &u);
-        if (r.summary_cost_known)
-            run->priced_calls++;
-        else
-            run->unpriced_calls++;
-    }
+    add_usage(run, &r.summary_usage, r.summary_cost_known);
     if (r.summary_created) {
         free(run->summary);
         if (!(run->summary = strdup(r.summary))) {
@@ -1212,17 +1284,8 @@ static int review_turn(loom_run *run)
     ro.prompt = o->review.prompt;
     rc = loom__review_run(&out, &ro, run->all.items, run->all.len,
                           &run->cancel);
-    if (!rc && (out.usage.total_tokens || out.usage.prompt_tokens ||
-                out.usage.completion_tokens)) {
-        loom_usage u = out.usage;
-        if (!out.cost_known)
-            u.cost_micros = 0;
-        loom_usage_add(&run->usage, &u);
-        if (out.cost_known)
-            run->priced_calls++;
-        else
-            run->unpriced_calls++;
-    }
+    if (!rc)
+        add_usage(run, &out.usage, out.cost_known);
     if (!rc && has_sink(run))
         emit(run, LOOM_EV_REVIEW,
              loom__review_event_json(&out, run->iterations));
@@ -1370,11 +1433,7 @@ static void account_call(loom_run *run, loom_llm_response *resp)
         return;
     if (!resp->cost_known)
         resp->usage.cost_micros = 0;
-    loom_usage_add(&run->usage, &resp->usage);
-    if (resp->cost_known)
-        run->priced_calls++;
-    else
-        run->unpriced_calls++;
+    add_usage(run, &resp->usage, resp->cost_known);
     if (has_sink(run)) {
         json_t *u = usage_json_cost(&resp->usage, resp->cost_known);
         json_object_set_new(u, "iteration", json_integer(run->iterations));
@@ -1530,8 +1589,6 @@ static int add_many_results_note(loom_run *run, size_t nres)
         return rc;
     return track(run, 0);
 }
-
-static void agent_state(const loom_run *run, loom_agent_state *st);
 
 /* Ends the run with text as its answer, streamed as the model's would
  * be and stored as the assistant's message. */
@@ -1724,6 +1781,7 @@ static int switch_agent(loom_run *run)
     run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
     run->choice.function = NULL;
     run->switched = 0;
+    loom__toolturn_set_settings(run->turn, n.tool_settings);
     if ((rc = build_tools(run)) != 0 ||
         (rc = loom__toolturn_retool(run->turn, n.tool_concurrency,
                                     n.tool_timeout_ms)) != 0 ||

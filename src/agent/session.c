@@ -1146,6 +1146,9 @@ static int handoff_agent(const char *name, loom_run_options *o, void *payload)
     rto.health = s->o.health;
     rto.lookup = s->o.lookup;
     rto.lookup_payload = s->o.lookup_payload;
+    /* The agent's tool_options go over the config's settings, not over
+     * the agent's that handed over. */
+    o->tool_settings = s->cfg->tools;
     if ((rc = loom__run_context_setup(&h->ctxs, o, s->cfg, &rto)) != 0)
         return rc;
     return loom__run_agent_setup(&h->ctxs, o, s->cfg, ac, &rto);

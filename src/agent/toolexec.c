@@ -73,6 +73,16 @@ void loom__tool_job_fail(loom__tool_job *job, const char *stage, int code,
     }
 }
 
+json_t *loom__tool_args_parse(const char *raw, json_error_t *err)
+{
+    /* Models send "" for tools without arguments: that means {}. So does
+     * "{}" itself, the usual case, which needs no parser. */
+    raw += strspn(raw, " \t\r\n");
+    return *raw && strcmp(raw, "{}") != 0
+               ? json_loads(raw, JSON_DECODE_ANY, err)
+               : json_object();
+}
+
 void loom__tool_job_prepare(loom__tool_job *job, const loom_tool *tool,
                             const char *available,
                             const loom__tool_exec_opts *opts)
@@ -90,12 +100,10 @@ void loom__tool_job_prepare(loom__tool_job *job, const loom_tool *tool,
                                 opts->max_error);
         goto done;
     }
-    /* Models send "" for tools without arguments: that means {}. So does
-     * "{}" itself, the usual case, which needs no parser. */
-    raw += strspn(raw, " \t\r\n");
-    job->args = *raw && strcmp(raw, "{}") != 0
-                    ? json_loads(raw, JSON_DECODE_ANY, &jerr)
-                    : json_object();
+    /* Arguments a preprocessing step already gave are taken as they
+     * are (and validated below). */
+    if (!job->args)
+        job->args = loom__tool_args_parse(raw, &jerr);
     if (!job->args) {
         size_t rlen = strlen(job->call->arguments);
         int q =

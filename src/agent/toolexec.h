@@ -119,10 +119,17 @@ typedef struct {
 } loom__tool_exec_opts;
 
 /*
+ * The arguments of a call as the model wrote them, parsed: "" and "{}"
+ * are {}; NULL (err says why) when the text is not JSON.
+ */
+json_t *loom__tool_args_parse(const char *raw, json_error_t *err);
+
+/*
  * Resolves job->call against the offered tools (find(name) returns NULL
  * for a tool that is not offered) and validates the arguments. On failure
  * the job is done, with its error result; available is the list shown
- * for an unknown tool ("a, b").
+ * for an unknown tool ("a, b"). Arguments already in job->args (an
+ * agent's preprocessing gave them) are validated without parsing.
  */
 void loom__tool_job_prepare(loom__tool_job *job, const loom_tool *tool,
                             const char *available,

@@ -330,6 +330,11 @@ int loom__toolturn_new(loom__toolturn **out, const loom__toolturn_options *o)
     return 0;
 }
 
+void loom__toolturn_set_settings(loom__toolturn *t, const json_t *settings)
+{
+    t->o.settings = settings;
+}
+
 int loom__toolturn_retool(loom__toolturn *t, int concurrency, long timeout_ms)
 {
     size_t nserver = t->o.tools->nserver;
@@ -810,6 +815,56 @@ static int enabled(loom__toolturn *t, loom__tool_job *job,
     return 0;
 }
 
+/*
+ * The call's arguments before loom__tool_job_prepare parses them: the
+ * agent's preprocess_tool_arguments hook first; then, for a tool whose
+ * settings give a fallback, the text is parsed here and, when it is not
+ * JSON, becomes {} (default_args_on_bad_json) or what the repair model
+ * makes of it (repair_arguments). Sets job->args, fails the job, or
+ * leaves both to prepare (which then fails the call as usual).
+ */
+static void preprocess(loom__toolturn *t, loom__tool_job *job,
+                       const loom_tool *tool)
+{
+    const json_t *set = json_object_get(t->o.settings, tool->name);
+    const char *raw = job->call->arguments ? job->call->arguments : "";
+    const char *model = json_string_value(
+        json_object_get(json_object_get(set, "repair_arguments"), "model"));
+    int defaults = json_is_true(json_object_get(set, "default_args_on_bad_json"));
+    json_error_t jerr;
+    json_t *args = NULL;
+
+    if (t->o.preprocess) {
+        loom_buf err;
+        loom_args_action a;
+
+        loom_buf_init(&err, t->o.max_error);
+        a = t->o.preprocess(job->call, &args, &err, t->o.rules_payload);
+        if (a == LOOM_ARGS_SET && json_is_object(args))
+            job->args = args;
+        else if (a != LOOM_ARGS_DEFAULT)
+            loom__tool_job_fail(
+                job, "arguments", LOOM_EINVALID,
+                err.len ? loom_buf_cstr(&err)
+                : a == LOOM_ARGS_SET
+                    ? "the agent's argument preprocessing gave no JSON object"
+                    : "the agent's argument preprocessing refused the call",
+                NULL, t->o.max_error);
+        if (!job->args)
+            json_decref(args);
+        loom_buf_free(&err);
+        if (a != LOOM_ARGS_DEFAULT)
+            return;
+    }
+    if (job->loop || (!defaults && !model) ||
+        (job->args = loom__tool_args_parse(raw, &jerr)) != NULL)
+        return;
+    if (defaults)
+        job->args = json_object();
+    else if (t->o.repair)
+        t->o.repair(tool, model, raw, &job->args, t->o.rules_payload);
+}
+
 /* Resolves, checks and (for a loop tool) runs one server call; a call
  * for the threads is left prepared and not done. */
 static void turn_call(loom__toolturn *t, loom__tool_job *job,
@@ -822,7 +877,9 @@ static void turn_call(loom__toolturn *t, loom__tool_job *job,
         job->loop = k + 1;
     else if (tool && t->o.own && t->o.own(tool, t->o.own_payload))
         job->own = 1;
-    if (enabled(t, job, tool))
+    if (tool && enabled(t, job, tool))
+        preprocess(t, job, tool);
+    if (!job->done)
         loom__tool_job_prepare(job, tool, t->o.tools->available, xo);
     if (!job->done)
         before_chain(t, job);

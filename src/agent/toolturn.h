@@ -18,6 +18,7 @@
 #include "agent/emit.h"
 #include "agent/plan.h"
 #include "agent/toolexec.h"
+#include "loom/agent.h"
 #include "loom/run.h"
 
 /* The tools a run offers; borrowed, all of it outlives the tool turn. */
@@ -85,6 +86,19 @@ typedef struct {
      * (<= 0: no limit). */
     loom__approvals *approvals;
     long approval_timeout_ms;
+    /*
+     * Argument preprocessing, on the run's thread, for each call of an
+     * offered tool (payload is rules_payload). preprocess: the agent's
+     * preprocess_tool_arguments (loom/agent.h), NULL: none. repair: asks
+     * model (a tool's repair_arguments) to turn raw into arguments;
+     * *args gets them, or stays NULL when the repair failed. NULL: no
+     * repairs.
+     */
+    loom_args_action (*preprocess)(const loom_tool_call *call, json_t **args,
+                                   loom_buf *error, void *payload);
+    void (*repair)(const loom_tool *tool, const char *model, const char *raw,
+                   json_t **args, void *payload);
+    void *rules_payload;
 } loom__toolturn_options;
 
 typedef struct loom__toolturn loom__toolturn;
@@ -128,6 +142,10 @@ int loom__toolturn_request_tools(loom__toolturn *t, const loom_tool_def **defs,
  * documents and records go on. LOOM_ENOMEM (nothing changed then).
  */
 int loom__toolturn_retool(loom__toolturn *t, int concurrency, long timeout_ms);
+
+/* Later calls read settings (borrowed, may be NULL) as the tools'
+ * settings: a handoff's agent has its own tool_options. */
+void loom__toolturn_set_settings(loom__toolturn *t, const json_t *settings);
 
 /* The calls' records and the documents seen; borrowed from t. */
 const json_t *loom__toolturn_records(const loom__toolturn *t);

@@ -29,11 +29,12 @@
 static int echo_exec(const json_t *args, const loom_tool_ctx *ctx,
                      loom_buf *out, void *payload)
 {
+    const char *text = json_string_value(json_object_get(args, "text"));
+
     (void)payload;
     if (ctx->summary)
         loom_buf_puts(ctx->summary, "echo summary");
-    return loom_buf_printf(out, "echo:%s",
-                           json_string_value(json_object_get(args, "text")));
+    return loom_buf_printf(out, "echo:%s", text ? text : "-");
 }
 
 static int const_exec(const json_t *args, const loom_tool_ctx *ctx,
@@ -344,6 +345,151 @@ static void test_tools_disabled_hook(void **state)
     harness_free(&h);
 }
 
+/* ---- argument preprocessing ---- */
+
+/* The hook: "echo" gets its text made up, "strict" is refused. */
+static loom_args_action preprocess(const loom_agent_state *st,
+                                   const loom_tool_call *call, json_t **args,
+                                   loom_buf *error, void *payload)
+{
+    (void)st;
+    (void)payload;
+    if (strcmp(call->name, "echo") == 0) {
+        *args = json_pack("{s:s}", "text", "from hook");
+        return LOOM_ARGS_SET;
+    }
+    if (strcmp(call->name, "strict") == 0) {
+        loom_buf_puts(error, "strict is refused here");
+        return LOOM_ARGS_FAIL;
+    }
+    return LOOM_ARGS_DEFAULT;
+}
+
+static void test_preprocess_hook(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "echo", "not json"},
+                   {"c2", "strict", "{\"n\": 1}"},
+                   {"c3", "rag", "{}"}},
+         .ncalls = 3},
+        {.text = "done"}};
+    loom_agent_hooks hooks = LOOM_AGENT_HOOKS_INIT;
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    harness h;
+
+    (void)state;
+    hooks.preprocess_tool_arguments = preprocess;
+    ro.agent_hooks = &hooks;
+    run_with(&h, answers, 2, &ro);
+    assert_int_equal(h.rc, 0);
+    assert_string_equal(tool_result(&h, 0), "echo:from hook");
+    assert_string_equal(tool_result(&h, 1), "Error: strict is refused here");
+    assert_string_equal(tool_result(&h, 2), "ctx");
+    harness_free(&h);
+}
+
+/* default_args_on_bad_json: unparsable arguments are {}; without it the
+ * call fails as usual. */
+static void test_default_args(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "echo", "{text: oops"}, {"c2", "rag", "{oops"}},
+         .ncalls = 2},
+        {.text = "done"}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    json_t *set = json_loads("{\"echo\": {\"default_args_on_bad_json\": "
+                             "true}}",
+                             0, NULL);
+    harness h;
+
+    (void)state;
+    ro.tool_settings = set;
+    run_with(&h, answers, 2, &ro);
+    assert_string_equal(tool_result(&h, 0), "echo:-");
+    assert_non_null(strstr(tool_result(&h, 1), "not valid JSON"));
+    harness_free(&h);
+    json_decref(set);
+}
+
+/* repair_arguments: a side call to the repair model makes the arguments;
+ * its usage counts in the run's and in a usage event. */
+static void test_repair_arguments(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "strict", "{n: 3,"}},
+         .ncalls = 1,
+         .prompt = 10,
+         .completion = 5},
+        {.text = "Here: ```{\"n\": 3}```", .prompt = 7, .completion = 2},
+        {.text = "three", .prompt = 20, .completion = 1}};
+    static const mock_answer failing[] = {
+        {.calls = {{"c1", "strict", "{n: 3,"}}, .ncalls = 1},
+        {.text = "no idea", .prompt = 4, .completion = 1},
+        {.text = "sorry"}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    json_t *set = json_loads("{\"strict\": {\"repair_arguments\": "
+                             "{\"model\": \"small/fixer\"}}}",
+                             0, NULL);
+    const loom_usage *u;
+    json_t *ev;
+    harness h;
+
+    (void)state;
+    ro.tool_settings = set;
+    run_with(&h, answers, 3, &ro);
+    assert_int_equal(h.rc, 0);
+    assert_int_equal(h.mock.next, 3);
+    /* The repair request: the model named, the instructions, the tool,
+     * its schema and the broken text; no tools. */
+    assert_string_equal(h.mock.seen[1].model, "small/fixer");
+    assert_non_null(strstr(h.mock.seen[1].system, "You repair the arguments"));
+    assert_non_null(strstr(h.mock.seen[1].last_content, "Tool: strict"));
+    assert_non_null(strstr(h.mock.seen[1].last_content, "\"required\""));
+    assert_non_null(strstr(h.mock.seen[1].last_content, "{n: 3,"));
+    assert_int_equal(h.mock.seen[1].tools_len, 0);
+    assert_string_equal(tool_result(&h, 0), "n=3");
+    u = loom_run_usage(h.run);
+    assert_int_equal(u->prompt_tokens, 37);
+    assert_int_equal(u->completion_tokens, 8);
+    ev = nth_type(&h, "usage", 1);
+    assert_string_equal(json_string_value(json_object_get(ev, "purpose")),
+                        "repair_arguments");
+    assert_string_equal(json_string_value(json_object_get(ev, "tool")),
+                        "strict");
+    assert_int_equal(json_integer_value(json_object_get(ev, "prompt_tokens")),
+                     7);
+    harness_free(&h);
+
+    /* A repair without JSON: the call fails as its text does not parse;
+     * the repair's usage still counts. */
+    run_with(&h, failing, 3, &ro);
+    assert_non_null(strstr(tool_result(&h, 0), "not valid JSON"));
+    assert_int_equal(loom_run_usage(h.run)->prompt_tokens, 4);
+    harness_free(&h);
+
+    /* A side model listed in the options is called on its provider. */
+    {
+        static const mock_answer side_answers[] = {
+            {.text = "{\"n\": 5}", .prompt = 1, .completion = 1}};
+        static const mock_answer main_answers[] = {
+            {.calls = {{"c1", "strict", "{n: 5"}}, .ncalls = 1},
+            {.text = "five"}};
+        mock_provider side;
+        loom_run_side_model m = {"small/fixer", &side.base, "fixer-1"};
+
+        mock_init(&side, side_answers, 1, 0);
+        ro.models = &m;
+        ro.models_len = 1;
+        run_with(&h, main_answers, 2, &ro);
+        assert_int_equal(side.next, 1);
+        assert_string_equal(side.seen[0].model, "fixer-1");
+        assert_string_equal(tool_result(&h, 0), "n=5");
+        harness_free(&h);
+        mock_clear(&side);
+    }
+    json_decref(set);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -351,6 +497,9 @@ int main(void)
         cmocka_unit_test(test_tools_disabled_message_and_user),
         cmocka_unit_test(test_tools_disabled_mixed_loops),
         cmocka_unit_test(test_tools_disabled_hook),
+        cmocka_unit_test(test_preprocess_hook),
+        cmocka_unit_test(test_default_args),
+        cmocka_unit_test(test_repair_arguments),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
