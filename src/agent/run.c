@@ -35,6 +35,7 @@
 #include "agent/prompt.h"
 #include "agent/review.h"
 #include "agent/run_internal.h"
+#include "agent/toolrules.h"
 #include "agent/toolturn.h"
 #include "core/error.h"
 #include "core/text.h"
@@ -166,6 +167,14 @@ struct loom_run {
     int counted_base;
     const char **added_agents;
     size_t capadded_agents;
+
+    /* Tool rules (toolrules.h): results of tools with `history: summary`
+     * that the next model call reads in full and later ones reduced (as
+     * size_t indices into run->all), and the request texts they and the
+     * special_tool hook replaced (char *), kept for the request cache
+     * until the run is freed. */
+    loom_buf reduce;
+    loom_buf retired;
 };
 
 /* The model calls that count toward the current agent's limit: not
@@ -602,6 +611,7 @@ static int turn_open(loom_run *run)
 }
 
 static int context_open(loom_run *run);
+static int reduce_history(loom_run *run);
 
 /* Marks the messages appended to run->all since the last call. */
 static int track(loom_run *run, int stored)
@@ -787,6 +797,8 @@ int loom__run_create(loom_run **out, const loom_run_options *opts)
         goto fail;
     }
     loom_buf_init(&run->text, LOOM_BUF_UNLIMITED);
+    loom_buf_init(&run->reduce, LOOM_BUF_UNLIMITED);
+    loom_buf_init(&run->retired, LOOM_BUF_UNLIMITED);
     run->choice = opts->tool_choice;
     if (opts->tool_choice.function &&
         !(run->choice_fn = strdup(opts->tool_choice.function))) {
@@ -838,7 +850,8 @@ int loom__run_begin(loom_run *run, const loom_messages *history,
         if ((rc = refresh_system(run)) != 0)
             return rc;
     }
-    if ((rc = add_history(run, history)) != 0)
+    if ((rc = add_history(run, history)) != 0 ||
+        (rc = reduce_history(run)) != 0)
         return rc;
     if (run->opts.citations &&
         ((rc = loom__citations_new(&run->cites, 0)) != 0 ||
@@ -1495,6 +1508,12 @@ static int add_results(loom_run *run, const loom__tool_job *jobs, size_t n)
         }
         if (!rc2)
             rc2 = add_message(run, &(loom_messages){&m, 1, 1});
+        if (!rc2 && jobs[i].tool &&
+            loom__rules_history_summary(run->opts.tool_settings,
+                                        jobs[i].tool->name)) {
+            size_t at = run->all.len - 1;
+            rc2 = loom_buf_put(&run->reduce, &at, sizeof(at));
+        }
         free(note);
         free(shown);
         if (rc2 && !rc)
@@ -1520,6 +1539,162 @@ static int keep_pending(loom_run *run, const loom_message *assistant)
         if (!(p->id = strdup(c->id)) || !(p->name = strdup(c->name)) ||
             !(p->arguments = strdup(c->arguments ? c->arguments : "{}")))
             return loom__error_oom();
+    }
+    return 0;
+}
+
+/*
+ * Replaces the content of run->all's message i (loom's request copy;
+ * what is stored does not change) with text, which the run takes. The
+ * old text stays allocated until the run is freed: the request cache
+ * knows messages by their pointers, so a new text must never take an
+ * old one's address.
+ */
+static int replace_content(loom_run *run, size_t i, char *text)
+{
+    char *old = run->all.items[i].content;
+
+    if (old && loom_buf_put(&run->retired, &old, sizeof(old)) != 0) {
+        free(text);
+        return loom__error_oom();
+    }
+    run->all.items[i].content = text;
+    return 0;
+}
+
+/* The next model call must call name (then_force, special_tool); a
+ * name not offered is ignored. */
+static int force_tool(loom_run *run, const char *name)
+{
+    char *fn;
+
+    if (!loom__toolset_server(&run->set, name) &&
+        !loom__toolset_is_client(&run->set, name)) {
+        loom_warn("agent '%s': tool '%s' is not offered and cannot be forced",
+                  run->opts.agent ? run->opts.agent : "default", name);
+        return 0;
+    }
+    if (!(fn = strdup(name)))
+        return loom__error_oom();
+    free(run->choice_fn);
+    run->choice_fn = fn;
+    run->choice.kind = LOOM_TOOL_CHOICE_FUNCTION;
+    run->choice.function = fn;
+    return 0;
+}
+
+/*
+ * The agent's special_tool hook on one ended call: the result it writes
+ * replaces the job's, the tool it names is forced, and the messages of
+ * a copy of the request conversation it changed replace run->all's.
+ */
+static int special_tool(loom_run *run, loom__tool_job *job)
+{
+    loom_buf force = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf result = LOOM_BUF_INIT(run->opts.max_tool_result);
+    loom_messages copy = {0};
+    loom_special_tool out;
+    loom_agent_state st;
+    int rc;
+
+    if ((rc = loom_messages_append(&copy, &run->all)) != 0)
+        return rc;
+    out.force_tool = &force;
+    out.result = &result;
+    out.messages = &copy;
+    agent_state(run, &st);
+    run->hooks->special_tool(&st, job->call, job->failed,
+                             job->output ? job->output : "", &out,
+                             run->hooks->payload);
+    if (result.len) {
+        free(job->output);
+        job->output = loom_buf_detach(&result);
+    }
+    if (force.len)
+        rc = force_tool(run, loom_buf_cstr(&force));
+    for (size_t i = 0; !rc && i < copy.len && i < run->all.len; i++) {
+        const char *a = run->all.items[i].content;
+        char *b = copy.items[i].content;
+        if (a == b || (a && b && strcmp(a, b) == 0))
+            continue;
+        rc = replace_content(run, i, b);
+        copy.items[i].content = NULL;
+    }
+    loom_messages_free(&copy);
+    loom_buf_free(&force);
+    loom_buf_free(&result);
+    return rc;
+}
+
+/*
+ * The turn's calls have ended; before the model reads their results,
+ * each tool's rules apply to a call that succeeded (wrap_result,
+ * then_force; toolrules.h), then the agent's special_tool hook to every
+ * call.
+ */
+static int after_calls(loom_run *run, loom__tool_job *jobs, size_t nj)
+{
+    const json_t *set = run->opts.tool_settings;
+    int rc = 0;
+
+    for (size_t i = 0; i < nj && !rc; i++) {
+        loom__tool_job *job = &jobs[i];
+        const char *force;
+        char *wrapped = NULL;
+
+        if (job->tool && !job->failed && job->output) {
+            if ((rc = loom__rules_wrap(&wrapped, set, job->tool->name,
+                                       job->output)) != 0)
+                break;
+            if (wrapped) {
+                free(job->output);
+                job->output = wrapped;
+            }
+            force = loom__rules_then_force(set, job->tool->name, job->args);
+            if (force && (rc = force_tool(run, force)) != 0)
+                break;
+        }
+        if (run->hooks && run->hooks->special_tool)
+            rc = special_tool(run, job);
+    }
+    return rc;
+}
+
+/*
+ * Results of tools with `history: summary` that a model call has read:
+ * later calls read them reduced (the tool's summary, else a
+ * placeholder). The conversation the caller stores keeps them whole.
+ */
+static int reduce_read_results(loom_run *run)
+{
+    const size_t *at = (const size_t *)(const void *)run->reduce.ptr;
+    size_t n = run->reduce.len / sizeof(*at);
+    int rc = 0;
+
+    for (size_t k = 0; k < n && !rc; k++) {
+        const loom_message *m = &run->all.items[at[k]];
+        char *r = loom__rules_reduced(m->name ? m->name : "a tool",
+                                      m->summary);
+        rc = r ? replace_content(run, at[k], r) : loom__error_oom();
+    }
+    loom_buf_clear(&run->reduce);
+    return rc;
+}
+
+/* The history's results of tools with `history: summary` are read
+ * reduced from the start (their summaries are not stored). */
+static int reduce_history(loom_run *run)
+{
+    for (size_t i = 0; i < run->all.len; i++) {
+        loom_message *m = &run->all.items[i];
+        char *r;
+        if (m->role != LOOM_ROLE_TOOL || !m->name ||
+            !loom__rules_history_summary(run->opts.tool_settings, m->name))
+            continue;
+        if (!(r = loom__rules_reduced(m->name, m->summary)))
+            return loom__error_oom();
+        free(m->content);
+        m->content = r;
     }
     return 0;
 }
@@ -1564,7 +1739,9 @@ static int run_tools(loom_run *run, size_t *nclient, int *think_only,
         nthink += jobs[i].loop == LOOM__LOOP_THINK + 1;
     *think_only = nj > 0 && nthink == nj && *nclient == 0;
     *disabled = all_disabled(jobs, nj, *nclient);
-    rc2 = add_results(run, jobs, nj);
+    rc2 = after_calls(run, jobs, nj);
+    if (!rc2)
+        rc2 = add_results(run, jobs, nj);
     loom__toolturn_jobs_free(jobs, nj);
     if (!rc)
         rc = rc2;
@@ -1958,7 +2135,7 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
     run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
     run->choice.function = NULL;
     account_call(run, resp);
-    if (rc != 0)
+    if (rc != 0 || (rc = reduce_read_results(run)) != 0)
         return rc;
     if (!resp->tool_calls_len || last)
         return answer(run, resp);
@@ -2163,6 +2340,10 @@ void loom_run_free(loom_run *run)
     free(run->available);
     free(run->choice_fn);
     loom_buf_free(&run->text);
+    loom_buf_free(&run->reduce);
+    for (size_t i = 0; i < run->retired.len / sizeof(char *); i++)
+        free(((char **)(void *)run->retired.ptr)[i]);
+    loom_buf_free(&run->retired);
     free(run->call_offsets);
     free(run->final_text);
     free(run->answered_model);

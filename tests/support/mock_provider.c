@@ -77,6 +77,8 @@ static void record(mock_seen *s, const loom_llm_request *req)
         s->nsystem += msg->role == LOOM_ROLE_SYSTEM;
         if (msg->role == LOOM_ROLE_TOOL && !s->first_tool)
             s->first_tool = dup_or_null(msg->content);
+        if (msg->role == LOOM_ROLE_USER && !s->first_user)
+            s->first_user = dup_or_null(msg->content);
     }
     s->tool_texts = buf_take(&texts);
     if (req->messages_len) {
@@ -230,6 +232,7 @@ void mock_clear(mock_provider *m)
         free(s->tool_texts);
         free(s->choice_fn);
         free(s->model);
+        free(s->first_user);
         memset(s, 0, sizeof(*s));
     }
     m->next = 0;

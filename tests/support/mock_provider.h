@@ -55,6 +55,7 @@ typedef struct {
     char *tool_texts;     /* every tool message's content, joined by "|" */
     char *choice_fn;      /* the forced function's name, or NULL */
     char *model;          /* the request's model, or NULL */
+    char *first_user;     /* content of the first user message, or NULL */
 } mock_seen;
 
 /* Called with each request's usage as its answer set it; may change it. */

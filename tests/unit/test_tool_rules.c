@@ -19,6 +19,7 @@
 #include "loom/run.h"
 #include "mock_provider.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -490,6 +491,173 @@ static void test_repair_arguments(void **state)
     json_decref(set);
 }
 
+/* ---- after a call: then_force, wrap_result, history, special_tool ---- */
+
+static json_t *settings(const char *text)
+{
+    json_t *v = json_loads(text, 0, NULL);
+
+    assert_non_null(v);
+    return v;
+}
+
+/* then_force {tool, when}: the next call must call rag when use_kb was
+ * true, and only that call; the plain form always forces. */
+static void test_then_force(void **state)
+{
+    static const mock_answer yes[] = {
+        {.calls = {{"c1", "chatbot", "{\"use_kb\": true}"}}, .ncalls = 1},
+        {.calls = {{"c2", "rag", "{}"}}, .ncalls = 1},
+        {.text = "done"}};
+    static const mock_answer no[] = {
+        {.calls = {{"c1", "chatbot", "{\"use_kb\": false}"}}, .ncalls = 1},
+        {.text = "done"}};
+    static const mock_answer plain[] = {
+        {.calls = {{"c1", "echo", "{}"}}, .ncalls = 1}, {.text = "done"}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    json_t *set = settings("{\"chatbot\": {\"then_force\": {\"tool\": "
+                           "\"rag\", \"when\": \"use_kb\"}}, \"echo\": "
+                           "{\"then_force\": \"rag\"}}");
+    harness h;
+
+    (void)state;
+    ro.tool_settings = set;
+    run_with(&h, yes, 3, &ro);
+    assert_int_equal(h.mock.seen[0].choice, LOOM_TOOL_CHOICE_AUTO);
+    assert_int_equal(h.mock.seen[1].choice, LOOM_TOOL_CHOICE_FUNCTION);
+    assert_string_equal(h.mock.seen[1].choice_fn, "rag");
+    assert_int_equal(h.mock.seen[2].choice, LOOM_TOOL_CHOICE_AUTO);
+    harness_free(&h);
+
+    run_with(&h, no, 2, &ro);
+    assert_int_equal(h.mock.seen[1].choice, LOOM_TOOL_CHOICE_AUTO);
+    harness_free(&h);
+
+    run_with(&h, plain, 2, &ro);
+    assert_string_equal(h.mock.seen[1].choice_fn, "rag");
+    harness_free(&h);
+    json_decref(set);
+}
+
+/* wrap_result: what the model reads and what is stored; a failed call
+ * is not wrapped. */
+static void test_wrap_result(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "rag", "{}"}, {"c2", "strict", "{}"}}, .ncalls = 2},
+        {.text = "done"}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    json_t *set = settings("{\"rag\": {\"wrap_result\": \"<ctx>{result}"
+                           "</ctx> use {result}\"}, \"strict\": "
+                           "{\"wrap_result\": \"W{result}\"}}");
+    harness h;
+
+    (void)state;
+    ro.tool_settings = set;
+    run_with(&h, answers, 2, &ro);
+    assert_string_equal(tool_result(&h, 0), "<ctx>ctx</ctx> use ctx");
+    assert_non_null(strstr(h.mock.seen[1].tool_texts, "<ctx>ctx</ctx>"));
+    assert_string_not_equal(tool_result(&h, 1), "W");
+    assert_int_equal(strncmp(tool_result(&h, 1), "Error:", 6), 0);
+    harness_free(&h);
+    json_decref(set);
+}
+
+/* history: summary: the next call reads the result whole, later calls
+ * (and later runs) a reduced version; the stored result is whole. */
+static void test_history_summary(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "echo", "{\"text\": \"x\"}"}, {"c2", "rag", "{}"}},
+         .ncalls = 2},
+        {.calls = {{"c3", "chatbot", "{}"}}, .ncalls = 1},
+        {.text = "done"}};
+    static const mock_answer later[] = {{.text = "again"}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    json_t *set = settings("{\"echo\": {\"history\": \"summary\"}, \"rag\": "
+                           "{\"history\": \"summary\"}, \"chatbot\": "
+                           "{\"history\": \"full\"}}");
+    loom_messages hist = {0};
+    harness h;
+
+    (void)state;
+    ro.tool_settings = set;
+    run_with(&h, answers, 3, &ro);
+    assert_string_equal(h.mock.seen[1].tool_texts, "echo:x|ctx");
+    assert_string_equal(h.mock.seen[2].tool_texts,
+                        "[result of echo, shortened for history] echo "
+                        "summary|[result of rag omitted from history]|"
+                        "chatted");
+    assert_string_equal(tool_result(&h, 0), "echo:x");
+    assert_string_equal(tool_result(&h, 1), "ctx");
+    /* The next run of the conversation reads the results reduced (the
+     * run's messages still carry the tool's summary). */
+    assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "hi"), 0);
+    assert_int_equal(loom_messages_append(&hist, loom_run_messages(h.run)),
+                     0);
+    assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "more"), 0);
+    harness_free(&h);
+    run_hist(&h, later, 1, &ro, &hist);
+    assert_string_equal(h.mock.seen[0].tool_texts,
+                        "[result of echo, shortened for history] echo "
+                        "summary|[result of rag omitted from history]|"
+                        "chatted");
+    harness_free(&h);
+    loom_messages_free(&hist);
+    json_decref(set);
+}
+
+/* The special_tool hook: after chatbot, force rag; after rag, put its
+ * context into the user's message (for the requests only) and replace
+ * the result. */
+static void special(const loom_agent_state *st, const loom_tool_call *call,
+                    int failed, const char *result, loom_special_tool *out,
+                    void *payload)
+{
+    (void)st;
+    (void)payload;
+    assert_false(failed);
+    if (strcmp(call->name, "chatbot") == 0) {
+        assert_string_equal(result, "chatted");
+        loom_buf_puts(out->force_tool, "rag");
+        return;
+    }
+    for (size_t i = 0; i < out->messages->len; i++) {
+        loom_message *m = &out->messages->items[i];
+        char *text = NULL;
+        if (m->role != LOOM_ROLE_USER)
+            continue;
+        assert_true(asprintf(&text, "%s\nUser Query: %s", result,
+                             m->content) > 0);
+        free(m->content);
+        m->content = text;
+    }
+    loom_buf_puts(out->result, "(context given)");
+}
+
+static void test_special_tool_hook(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "chatbot", "{}"}}, .ncalls = 1},
+        {.calls = {{"c2", "rag", "{}"}}, .ncalls = 1},
+        {.text = "done"}};
+    loom_agent_hooks hooks = LOOM_AGENT_HOOKS_INIT;
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    harness h;
+
+    (void)state;
+    hooks.special_tool = special;
+    ro.agent_hooks = &hooks;
+    run_with(&h, answers, 3, &ro);
+    assert_int_equal(h.rc, 0);
+    assert_string_equal(h.mock.seen[1].choice_fn, "rag");
+    assert_string_equal(h.mock.seen[1].first_user, "hi");
+    assert_string_equal(h.mock.seen[2].first_user, "ctx\nUser Query: hi");
+    assert_string_equal(tool_result(&h, 1), "(context given)");
+    assert_string_equal(h.mock.seen[2].tool_texts, "chatted|(context given)");
+    harness_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -500,6 +668,10 @@ int main(void)
         cmocka_unit_test(test_preprocess_hook),
         cmocka_unit_test(test_default_args),
         cmocka_unit_test(test_repair_arguments),
+        cmocka_unit_test(test_then_force),
+        cmocka_unit_test(test_wrap_result),
+        cmocka_unit_test(test_history_summary),
+        cmocka_unit_test(test_special_tool_hook),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
