@@ -17,45 +17,11 @@
 
 #include "fake.h"
 #include "loom/session.h"
+#include "rule_tools.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int echo_exec(const json_t *args, const loom_tool_ctx *ctx,
-                     loom_buf *out, void *payload)
-{
-    const char *text = json_string_value(json_object_get(args, "text"));
-
-    (void)payload;
-    if (ctx->summary)
-        loom_buf_puts(ctx->summary, "echo summary");
-    return loom_buf_printf(out, "echo:%s", text ? text : "-");
-}
-
-static int const_exec(const json_t *args, const loom_tool_ctx *ctx,
-                      loom_buf *out, void *payload)
-{
-    (void)args;
-    (void)ctx;
-    return loom_buf_puts(out, payload);
-}
-
-static int n_exec(const json_t *args, const loom_tool_ctx *ctx, loom_buf *out,
-                  void *payload)
-{
-    (void)ctx;
-    (void)payload;
-    return loom_buf_printf(
-        out, "n=%lld", (long long)json_integer_value(json_object_get(args, "n")));
-}
-
-static int never(const loom_tool_ctx *ctx, void *payload)
-{
-    (void)ctx;
-    (void)payload;
-    return 0;
-}
 
 /* echo {text}, chatbot {use_kb}, rag, strict {n: integer, required},
  * locked (never enabled). */
@@ -78,11 +44,11 @@ static loom_tool_registry *make_tools(void)
     t.description = "a test tool";
     t.name = "echo";
     t.parameters = s[0];
-    t.execute = echo_exec;
+    t.execute = rule_echo_exec;
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     t.name = "chatbot";
     t.parameters = s[1];
-    t.execute = const_exec;
+    t.execute = rule_const_exec;
     t.payload = "chatted";
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     t.name = "rag";
@@ -91,13 +57,13 @@ static loom_tool_registry *make_tools(void)
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     t.name = "strict";
     t.parameters = s[2];
-    t.execute = n_exec;
+    t.execute = rule_n_exec;
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     t.name = "locked";
     t.parameters = NULL;
-    t.execute = const_exec;
+    t.execute = rule_const_exec;
     t.payload = "secret";
-    t.should_use = never;
+    t.should_use = rule_never;
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     for (int i = 0; i < 3; i++)
         json_decref(s[i]);

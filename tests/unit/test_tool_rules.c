@@ -18,50 +18,13 @@
 #include "loom/agent.h"
 #include "loom/run.h"
 #include "mock_provider.h"
+#include "rule_tools.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- tools ---- */
-
-/* "echo" echoes its text; "kb" says whether use_kb was given; "rag"
- * answers "ctx"; "locked" is never enabled; "strict" needs {"n": int}. */
-static int echo_exec(const json_t *args, const loom_tool_ctx *ctx,
-                     loom_buf *out, void *payload)
-{
-    const char *text = json_string_value(json_object_get(args, "text"));
-
-    (void)payload;
-    if (ctx->summary)
-        loom_buf_puts(ctx->summary, "echo summary");
-    return loom_buf_printf(out, "echo:%s", text ? text : "-");
-}
-
-static int const_exec(const json_t *args, const loom_tool_ctx *ctx,
-                      loom_buf *out, void *payload)
-{
-    (void)args;
-    (void)ctx;
-    return loom_buf_puts(out, payload);
-}
-
-static int strict_exec(const json_t *args, const loom_tool_ctx *ctx,
-                       loom_buf *out, void *payload)
-{
-    (void)ctx;
-    (void)payload;
-    return loom_buf_printf(out, "n=%lld",
-                           (long long)json_integer_value(
-                               json_object_get(args, "n")));
-}
-
-static int never(const loom_tool_ctx *ctx, void *payload)
-{
-    (void)ctx;
-    (void)payload;
-    return 0;
-}
 
 /* Enabled only for user "vip". */
 static int vip_only(const loom_tool_ctx *ctx, void *payload)
@@ -70,6 +33,8 @@ static int vip_only(const loom_tool_ctx *ctx, void *payload)
     return ctx->user_id && strcmp(ctx->user_id, "vip") == 0;
 }
 
+/* echo {text}, chatbot {use_kb} ("chatted"), rag ("ctx"), locked (never
+ * enabled), vip (enabled for "vip"), strict {n: integer, required}. */
 static loom_tool_registry *make_tools(void)
 {
     loom_tool_registry *reg;
@@ -87,11 +52,11 @@ static loom_tool_registry *make_tools(void)
     t.name = "echo";
     t.description = "echoes";
     t.parameters = echo;
-    t.execute = echo_exec;
+    t.execute = rule_echo_exec;
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     t.name = "chatbot";
     t.parameters = kb;
-    t.execute = const_exec;
+    t.execute = rule_const_exec;
     t.payload = "chatted";
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     t.name = "rag";
@@ -100,7 +65,7 @@ static loom_tool_registry *make_tools(void)
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     t.name = "locked";
     t.payload = "secret";
-    t.should_use = never;
+    t.should_use = rule_never;
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     t.name = "vip";
     t.payload = "vip data";
@@ -108,7 +73,7 @@ static loom_tool_registry *make_tools(void)
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     t.name = "strict";
     t.parameters = strict;
-    t.execute = strict_exec;
+    t.execute = rule_n_exec;
     t.should_use = NULL;
     assert_int_equal(loom_tool_registry_add(reg, &t), 0);
     json_decref(echo);
