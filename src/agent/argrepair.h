@@ -1,7 +1,8 @@
 /*
  * Internal: repairing a tool call's arguments that are not valid JSON
  * with a short side model call (a tool's `repair_arguments: {model}`,
- * seed 000's report-generation fallback; docs/agents.md "Tool rules").
+ * for tools whose arguments models often get wrong, such as a long
+ * report's; docs/agents.md "Tool rules").
  *
  * The repair model reads the tool's name, its JSON Schema and the
  * broken text, and answers with the arguments as one JSON object. What
