@@ -55,10 +55,10 @@ static json_t *first_object(const char *text)
 static char *repair_input(const char *tool, const json_t *schema,
                           const char *raw)
 {
-    char *dump = schema ? json_dumps(schema, JSON_COMPACT | JSON_SORT_KEYS)
-                        : NULL;
-    size_t len = strlen(raw), cut = loom__utf8_cut(raw, len,
-                                                   LOOM__REPAIR_INPUT_MAX);
+    char *dump =
+        schema ? json_dumps(schema, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    size_t len = strlen(raw),
+           cut = loom__utf8_cut(raw, len, LOOM__REPAIR_INPUT_MAX);
     char *out = NULL;
 
     if (asprintf(&out,
@@ -82,9 +82,8 @@ static int fail_why(loom__repair_outcome *out, const char *why,
 }
 
 int loom__args_repair(loom__repair_outcome *out, loom_provider *provider,
-                      const char *model, const char *tool,
-                      const json_t *schema, const char *raw,
-                      loom_cancel *cancel)
+                      const char *model, const char *tool, const json_t *schema,
+                      const char *raw, loom_cancel *cancel)
 {
     loom_llm_request req = LOOM_LLM_REQUEST_INIT;
     loom_llm_response resp;
@@ -120,9 +119,9 @@ int loom__args_repair(loom__repair_outcome *out, loom_provider *provider,
         rc = fail_why(out, "the repair call failed: ",
                       resp.error.message ? resp.error.message
                                          : loom_error_last());
-    else if (rc == 0 && (!resp.text ||
-                         strlen(resp.text) > LOOM__REPAIR_ANSWER_MAX ||
-                         !(out->args = first_object(resp.text))))
+    else if (rc == 0 &&
+             (!resp.text || strlen(resp.text) > LOOM__REPAIR_ANSWER_MAX ||
+              !(out->args = first_object(resp.text))))
         rc = fail_why(out, "the repair model answered no JSON object", NULL);
     loom_llm_response_clear(&resp);
     return rc;

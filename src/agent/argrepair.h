@@ -35,7 +35,7 @@ typedef struct {
     char *why;        /* when args is NULL: why, for the model's error */
     loom_usage usage; /* of the call, whatever came of it */
     int cost_known;
-    char *model;      /* the model that answered (a router's), or NULL */
+    char *model; /* the model that answered (a router's), or NULL */
 } loom__repair_outcome;
 
 void loom__repair_outcome_clear(loom__repair_outcome *o);
@@ -48,8 +48,7 @@ void loom__repair_outcome_clear(loom__repair_outcome *o);
  * out->why says why. Returns 0, LOOM_ECANCELED or LOOM_ENOMEM.
  */
 int loom__args_repair(loom__repair_outcome *out, loom_provider *provider,
-                      const char *model, const char *tool,
-                      const json_t *schema, const char *raw,
-                      loom_cancel *cancel);
+                      const char *model, const char *tool, const json_t *schema,
+                      const char *raw, loom_cancel *cancel);
 
 #endif

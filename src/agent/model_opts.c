@@ -202,9 +202,9 @@ int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
 {
     int rc_;
 
-    if (agent && (rc_ = loom__tool_settings_merge(&rc->tool_settings,
-                                                  o->tool_settings,
-                                                  agent->tool_options)) != 0)
+    if (agent &&
+        (rc_ = loom__tool_settings_merge(&rc->tool_settings, o->tool_settings,
+                                         agent->tool_options)) != 0)
         return rc_;
     if (rc->tool_settings)
         o->tool_settings = rc->tool_settings;

@@ -53,7 +53,9 @@
 #define DEFAULT_CONCURRENCY 8
 #define DEFAULT_MAX_RESULT (256 * 1024)
 #define DEFAULT_MAX_ERROR 2048
-
+/* Bytes of the tool rules' bookkeeping (indices of results to reduce,
+ * replaced request texts kept): far more than a run's messages need. */
+#define RULES_BUF_MAX ((size_t)16 << 20)
 
 #define LIMIT_PROMPT                                                         \
     "You have reached the limit of %d model calls for this request, so "     \
@@ -62,8 +64,8 @@
     "and say briefly if anything could not be completed."
 
 #define TOOLS_DISABLED_MESSAGE                                                 \
-    "I could not use {tool}: it is not enabled for your account or this "     \
-    "request. Enable {tool} in your settings (or ask your administrator to "  \
+    "I could not use {tool}: it is not enabled for your account or this "      \
+    "request. Enable {tool} in your settings (or ask your administrator to "   \
     "enable it), then ask again."
 
 #define MANY_RESULTS_PROMPT                                                    \
@@ -567,7 +569,9 @@ static void repair_args(const loom_tool *tool, const char *model,
         out.args = NULL;
     } else {
         loom_info("repair_arguments of '%s' with %s: %s", tool->name, model,
-                  rc ? loom_error_last() : out.why ? out.why : "failed");
+                  rc        ? loom_error_last()
+                  : out.why ? out.why
+                            : "failed");
     }
     loom__repair_outcome_clear(&out);
 }
@@ -797,8 +801,8 @@ int loom__run_create(loom_run **out, const loom_run_options *opts)
         goto fail;
     }
     loom_buf_init(&run->text, LOOM_BUF_UNLIMITED);
-    loom_buf_init(&run->reduce, LOOM_BUF_UNLIMITED);
-    loom_buf_init(&run->retired, LOOM_BUF_UNLIMITED);
+    loom_buf_init(&run->reduce, RULES_BUF_MAX);
+    loom_buf_init(&run->retired, RULES_BUF_MAX);
     run->choice = opts->tool_choice;
     if (opts->tool_choice.function &&
         !(run->choice_fn = strdup(opts->tool_choice.function))) {
@@ -1590,7 +1594,7 @@ static int force_tool(loom_run *run, const char *name)
  */
 static int special_tool(loom_run *run, loom__tool_job *job)
 {
-    loom_buf force = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf force = LOOM_BUF_INIT(LOOM__NAME_MAX + 1);
     loom_buf result = LOOM_BUF_INIT(run->opts.max_tool_result);
     loom_messages copy = {0};
     loom_special_tool out;
@@ -1673,8 +1677,7 @@ static int reduce_read_results(loom_run *run)
 
     for (size_t k = 0; k < n && !rc; k++) {
         const loom_message *m = &run->all.items[at[k]];
-        char *r = loom__rules_reduced(m->name ? m->name : "a tool",
-                                      m->summary);
+        char *r = loom__rules_reduced(m->name ? m->name : "a tool", m->summary);
         rc = r ? replace_content(run, at[k], r) : loom__error_oom();
     }
     loom_buf_clear(&run->reduce);
@@ -1701,8 +1704,7 @@ static int reduce_history(loom_run *run)
 
 /* The tool of the first call when every call of the turn (nclient
  * client ones among them) ended TOOL_NOT_ENABLED, copied; else NULL. */
-static char *all_disabled(const loom__tool_job *jobs, size_t nj,
-                          size_t nclient)
+static char *all_disabled(const loom__tool_job *jobs, size_t nj, size_t nclient)
 {
     for (size_t i = 0; i < nj; i++)
         if (!loom__tool_job_not_enabled(&jobs[i]))
@@ -1802,7 +1804,7 @@ static int tools_disabled(loom_run *run, loom_llm_response *resp,
 {
     const loom_agent_hooks *h = run->hooks;
     const char *tmpl = run->opts.tools_disabled_message;
-    loom_buf msg = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf msg = LOOM_BUF_INIT(run->opts.max_tool_result);
     char *text = NULL;
     int go_on = 0, rc = 0;
 
@@ -1815,10 +1817,9 @@ static int tools_disabled(loom_run *run, loom_llm_response *resp,
                                     &msg, h->payload);
     }
     if (go_on) {
-        if (msg.len &&
-            ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
-                                     loom_buf_cstr(&msg))) != 0 ||
-             (rc = track(run, 0)) != 0)) {
+        if (msg.len && ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
+                                                loom_buf_cstr(&msg))) != 0 ||
+                        (rc = track(run, 0)) != 0)) {
             loom_buf_free(&msg);
             return rc;
         }
@@ -1826,10 +1827,10 @@ static int tools_disabled(loom_run *run, loom_llm_response *resp,
         run->index++;
         return 0;
     }
-    text = msg.len ? loom_buf_detach(&msg)
-                   : loom__text_fill(tmpl && *tmpl ? tmpl
-                                                   : TOOLS_DISABLED_MESSAGE,
-                                     "{tool}", tool);
+    text = msg.len
+               ? loom_buf_detach(&msg)
+               : loom__text_fill(tmpl && *tmpl ? tmpl : TOOLS_DISABLED_MESSAGE,
+                                 "{tool}", tool);
     loom_buf_free(&msg);
     if (!text)
         return loom__error_oom();

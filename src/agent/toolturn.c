@@ -644,9 +644,8 @@ static void record(loom__toolturn *t, loom__tool_job *job)
     json_t *args = record_args(job, &args_size), *r, *err = json_null();
 
     if (job->failed)
-        err = json_pack("{s:s,s:s,s:s}", "code", failure_code(job),
-                        "stage", job->stage, "message",
-                        job->error ? job->error : "");
+        err = json_pack("{s:s,s:s,s:s}", "code", failure_code(job), "stage",
+                        job->stage, "message", job->error ? job->error : "");
     r = json_pack(
         "{s:s,s:s,s:i,s:o*,s:I,s:I,s:f,s:s,s:o*,s:I,s:b,s:I,s:O*}", "call_id",
         job->call->id, "tool",
@@ -830,7 +829,8 @@ static void preprocess(loom__toolturn *t, loom__tool_job *job,
     const char *raw = job->call->arguments ? job->call->arguments : "";
     const char *model = json_string_value(
         json_object_get(json_object_get(set, "repair_arguments"), "model"));
-    int defaults = json_is_true(json_object_get(set, "default_args_on_bad_json"));
+    int defaults =
+        json_is_true(json_object_get(set, "default_args_on_bad_json"));
     json_error_t jerr;
     json_t *args = NULL;
 

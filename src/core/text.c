@@ -5,6 +5,7 @@
  * linked library has them.
  */
 #include "core/text.h"
+#include "loom/buf.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -73,23 +74,23 @@ char *loom__text_fill(const char *tmpl, const char *mark, const char *value)
 {
     size_t mlen = strlen(mark), vlen = strlen(value), n = 0, len;
     const char *p, *q;
-    char *out, *w;
+    loom_buf b;
 
     for (p = tmpl; mlen && (q = strstr(p, mark)) != NULL; p = q + mlen)
         n++;
     len = strlen(tmpl);
-    /* Each replacement adds vlen - mlen bytes. */
-    if (vlen > mlen && n && (vlen - mlen) > (SIZE_MAX - len - 1) / n)
+    /* The filled text's size is known: that is the buffer's limit. */
+    if (n && vlen > (SIZE_MAX - len - 1) / n)
         return NULL;
-    if (!(out = malloc(len + n * (vlen > mlen ? vlen - mlen : 0) + 1)))
-        return NULL;
-    w = out;
-    for (p = tmpl; mlen && (q = strstr(p, mark)) != NULL; p = q + mlen) {
-        memcpy(w, p, (size_t)(q - p));
-        w += q - p;
-        memcpy(w, value, vlen);
-        w += vlen;
-    }
-    memcpy(w, p, strlen(p) + 1);
-    return out;
+    loom_buf_init(&b, len + n * vlen + 1);
+    for (p = tmpl; mlen && (q = strstr(p, mark)) != NULL; p = q + mlen)
+        if (loom_buf_put(&b, p, (size_t)(q - p)) != 0 ||
+            loom_buf_put(&b, value, vlen) != 0)
+            goto fail;
+    if (loom_buf_puts(&b, p) != 0)
+        goto fail;
+    return loom_buf_detach(&b);
+fail:
+    loom_buf_free(&b);
+    return NULL;
 }

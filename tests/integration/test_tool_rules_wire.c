@@ -144,7 +144,8 @@ static void outcome_free(outcome *o)
 /* The contents of request k's messages of role, joined by "|". */
 static char *contents(const outcome *o, size_t k, const char *role)
 {
-    const json_t *msgs = json_object_get(json_array_get(o->reqs, k), "messages");
+    const json_t *msgs =
+        json_object_get(json_array_get(o->reqs, k), "messages");
     loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     size_t i;
     json_t *m;
@@ -266,8 +267,8 @@ static void test_repair_arguments(void **state)
     assert_string_equal(json_string_value(json_object_get(ev, "purpose")),
                         "repair_arguments");
     usage = json_object_get(event(&o, "run.completed", 0), "usage");
-    assert_int_equal(json_integer_value(json_object_get(usage, "prompt_tokens")),
-                     37);
+    assert_int_equal(
+        json_integer_value(json_object_get(usage, "prompt_tokens")), 37);
     assert_int_equal(
         json_integer_value(json_object_get(usage, "completion_tokens")), 8);
     assert_int_equal(json_integer_value(json_object_get(usage, "total_tokens")),
@@ -288,15 +289,14 @@ static void test_default_args_and_history(void **state)
         "{\"tool_calls\": [{\"id\": \"c2\", \"name\": \"echo\", "
         "\"arguments\": \"{\\\"text\\\": \\\"x\\\"}\"}]},"
         "{\"text\": [\"done\"]}]}";
-    static const char yaml[] =
-        "agents:\n"
-        "  a:\n"
-        "    model: fake/m\n"
-        "    tools: [echo]\n"
-        "    tool_options:\n"
-        "      echo: {default_args_on_bad_json: true}\n"
-        "tools:\n"
-        "  echo: {history: summary}\n";
+    static const char yaml[] = "agents:\n"
+                               "  a:\n"
+                               "    model: fake/m\n"
+                               "    tools: [echo]\n"
+                               "    tool_options:\n"
+                               "      echo: {default_args_on_bad_json: true}\n"
+                               "tools:\n"
+                               "  echo: {history: summary}\n";
     outcome o;
 
     (void)state;

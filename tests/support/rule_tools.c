@@ -1,8 +1,8 @@
 /* Tools for the tool rules' tests (see rule_tools.h). */
 #include "rule_tools.h"
 
-int rule_echo_exec(const json_t *args, const loom_tool_ctx *ctx,
-                   loom_buf *out, void *payload)
+int rule_echo_exec(const json_t *args, const loom_tool_ctx *ctx, loom_buf *out,
+                   void *payload)
 {
     const char *text = json_string_value(json_object_get(args, "text"));
 
@@ -12,8 +12,8 @@ int rule_echo_exec(const json_t *args, const loom_tool_ctx *ctx,
     return loom_buf_printf(out, "echo:%s", text ? text : "-");
 }
 
-int rule_const_exec(const json_t *args, const loom_tool_ctx *ctx,
-                    loom_buf *out, void *payload)
+int rule_const_exec(const json_t *args, const loom_tool_ctx *ctx, loom_buf *out,
+                    void *payload)
 {
     (void)args;
     (void)ctx;
@@ -26,7 +26,8 @@ int rule_n_exec(const json_t *args, const loom_tool_ctx *ctx, loom_buf *out,
     (void)ctx;
     (void)payload;
     return loom_buf_printf(
-        out, "n=%lld", (long long)json_integer_value(json_object_get(args, "n")));
+        out, "n=%lld",
+        (long long)json_integer_value(json_object_get(args, "n")));
 }
 
 int rule_never(const loom_tool_ctx *ctx, void *payload)

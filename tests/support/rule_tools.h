@@ -10,11 +10,11 @@
 
 /* "echo:<text>" ("echo:-" without text), and the summary "echo
  * summary". */
-int rule_echo_exec(const json_t *args, const loom_tool_ctx *ctx,
-                   loom_buf *out, void *payload);
+int rule_echo_exec(const json_t *args, const loom_tool_ctx *ctx, loom_buf *out,
+                   void *payload);
 /* The payload's text. */
-int rule_const_exec(const json_t *args, const loom_tool_ctx *ctx,
-                    loom_buf *out, void *payload);
+int rule_const_exec(const json_t *args, const loom_tool_ctx *ctx, loom_buf *out,
+                    void *payload);
 /* "n=<n>". */
 int rule_n_exec(const json_t *args, const loom_tool_ctx *ctx, loom_buf *out,
                 void *payload);

@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "loom/config.h"
 #include "agent/model_opts.h"
+#include "loom/config.h"
 #include "loom/router.h"
 
 #include <errno.h>
@@ -327,9 +327,8 @@ static void test_tool_rules(void **state)
     assert_int_equal(loom_config_load_string(&cfg, good, "t.yaml"), 0);
     a = loom_config_agent(cfg, "a");
     assert_string_equal(a->tools_disabled_message, "Turn {tool} on");
-    assert_int_equal(loom__tool_settings_merge(&merged, cfg->tools,
-                                               a->tool_options),
-                     0);
+    assert_int_equal(
+        loom__tool_settings_merge(&merged, cfg->tools, a->tool_options), 0);
     want = json_loads("{\"chatbot\": {\"then_force\": {\"tool\": \"rag\", "
                       "\"when\": \"use_kb\"}, \"history\": \"full\", "
                       "\"own\": 2}, \"report\": "
@@ -367,12 +366,12 @@ static void test_tool_rules(void **state)
                 NULL);
     snprintf(yaml, sizeof(yaml),
              "%stools:\n  x:\n    repair_arguments: {model: q/m}\n", head);
-    expect_fail(yaml, LOOM_EINVALID, "t.yaml:4: tools.x.repair_arguments.model: ",
-                NULL);
-    snprintf(yaml, sizeof(yaml),
-             "%stools:\n  x:\n    repair_arguments: p/m\n", head);
-    expect_fail(yaml, LOOM_EINVALID, "t.yaml:4: tools.x.repair_arguments: ",
-                NULL);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: tools.x.repair_arguments.model: ", NULL);
+    snprintf(yaml, sizeof(yaml), "%stools:\n  x:\n    repair_arguments: p/m\n",
+             head);
+    expect_fail(yaml, LOOM_EINVALID,
+                "t.yaml:4: tools.x.repair_arguments: ", NULL);
     snprintf(yaml, sizeof(yaml),
              "%stools:\n  x:\n    then_force: {when: flag}\n", head);
     expect_fail(yaml, LOOM_EINVALID,
@@ -382,8 +381,7 @@ static void test_tool_rules(void **state)
              "%stools:\n  x:\n    then_force: {tool: y, if: flag}\n", head);
     expect_fail(yaml, LOOM_EINVALID,
                 "t.yaml:4: tools.x.then_force: unknown key 'if'", NULL);
-    snprintf(yaml, sizeof(yaml),
-             "%stools:\n  x:\n    then_force: [y]\n", head);
+    snprintf(yaml, sizeof(yaml), "%stools:\n  x:\n    then_force: [y]\n", head);
     expect_fail(yaml, LOOM_EINVALID,
                 "t.yaml:4: tools.x.then_force: must be a tool name or "
                 "{tool, when}",

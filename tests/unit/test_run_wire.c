@@ -192,12 +192,18 @@ static json_t *first_event(const json_t *events, const char *type)
 static loom_tool_registry *registry(void)
 {
     loom_tool_registry *reg;
-    loom_tool t1 = {.version = LOOM_TOOL_VERSION, .name = "search",
-                    .description = "Searches.", .execute = search_exec};
-    loom_tool t2 = {.version = LOOM_TOOL_VERSION, .name = "whoami",
-                    .description = "Says who.", .execute = whoami_exec};
-    loom_tool t3 = {.version = LOOM_TOOL_VERSION, .name = "slow_user",
-                    .description = "Slow.", .execute = slow_user_exec,
+    loom_tool t1 = {.version = LOOM_TOOL_VERSION,
+                    .name = "search",
+                    .description = "Searches.",
+                    .execute = search_exec};
+    loom_tool t2 = {.version = LOOM_TOOL_VERSION,
+                    .name = "whoami",
+                    .description = "Says who.",
+                    .execute = whoami_exec};
+    loom_tool t3 = {.version = LOOM_TOOL_VERSION,
+                    .name = "slow_user",
+                    .description = "Slow.",
+                    .execute = slow_user_exec,
                     .free_payload = slow_reg_freed};
 
     assert_int_equal(loom_tool_registry_new(&reg), 0);

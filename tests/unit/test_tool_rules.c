@@ -40,11 +40,11 @@ static loom_tool_registry *make_tools(void)
     loom_tool_registry *reg;
     json_t *echo = json_pack("{s:s,s:{s:{s:s}}}", "type", "object",
                              "properties", "text", "type", "string");
-    json_t *kb = json_pack("{s:s,s:{s:{s:s}}}", "type", "object",
-                           "properties", "use_kb", "type", "boolean");
-    json_t *strict = json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object",
-                               "properties", "n", "type", "integer",
-                               "required", "n");
+    json_t *kb = json_pack("{s:s,s:{s:{s:s}}}", "type", "object", "properties",
+                           "use_kb", "type", "boolean");
+    json_t *strict =
+        json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object", "properties",
+                  "n", "type", "integer", "required", "n");
     loom_tool t;
 
     assert_int_equal(loom_tool_registry_new(&reg), 0);
@@ -558,8 +558,7 @@ static void test_history_summary(void **state)
     /* The next run of the conversation reads the results reduced (the
      * run's messages still carry the tool's summary). */
     assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "hi"), 0);
-    assert_int_equal(loom_messages_append(&hist, loom_run_messages(h.run)),
-                     0);
+    assert_int_equal(loom_messages_append(&hist, loom_run_messages(h.run)), 0);
     assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "more"), 0);
     harness_free(&h);
     run_hist(&h, later, 1, &ro, &hist);
@@ -592,8 +591,8 @@ static void special(const loom_agent_state *st, const loom_tool_call *call,
         char *text = NULL;
         if (m->role != LOOM_ROLE_USER)
             continue;
-        assert_true(asprintf(&text, "%s\nUser Query: %s", result,
-                             m->content) > 0);
+        assert_true(asprintf(&text, "%s\nUser Query: %s", result, m->content) >
+                    0);
         free(m->content);
         m->content = text;
     }
