@@ -1998,8 +1998,8 @@ static int check_handoffs(walk_ctx *w)
     return rc;
 }
 
-static int read_tool_settings(loader *ld, const yaml_node_t *n,
-                              const char *key, json_t *dst);
+static int read_tool_settings(loader *ld, const yaml_node_t *n, const char *key,
+                              json_t *dst);
 
 /* An agent's `tool_options: {name: {settings}}` (read_tool_settings). */
 static int read_tool_options(walk_ctx *w, const field *f, const yaml_node_t *n,
@@ -2127,7 +2127,7 @@ static int check_then_force(loader *ld, const yaml_node_t *n, const char *key)
         if ((rc = get_str(ld, es[i].value, sub, "a name", &s)) == 0)
             rc = check_name(ld, line_of(es[i].value), sub, s, 0,
                             strcmp(es[i].name, "tool") == 0 ? "tool"
-                                                             : "argument");
+                                                            : "argument");
         has_tool |= strcmp(es[i].name, "tool") == 0 && s;
         free(s);
         s = NULL;
@@ -2154,8 +2154,7 @@ static int check_repair(loader *ld, const yaml_node_t *n, const char *key)
     } else {
         join_key(sub, sizeof(sub), key, "model");
         if ((rc = get_str(ld, es[0].value, sub, "a model name", &s)) == 0 &&
-            (!s || loom__config_model_unresolved(ld->cfg, s, why,
-                                                 sizeof(why))))
+            (!s || loom__config_model_unresolved(ld->cfg, s, why, sizeof(why))))
             rc = fail_at(ld, LOOM_EINVALID, line_of(es[0].value), sub, "%s",
                          s ? why : "must be a model name");
         free(s);
@@ -2201,8 +2200,8 @@ static int check_tool_rule(loader *ld, const entry *e, const char *key)
 /* Reads `{name: {settings}}` (the top `tools`, an agent's
  * `tool_options`) into the object dst, free-form but for the loop's
  * keys. */
-static int read_tool_settings(loader *ld, const yaml_node_t *n,
-                              const char *key, json_t *dst)
+static int read_tool_settings(loader *ld, const yaml_node_t *n, const char *key,
+                              json_t *dst)
 {
     entry *es = NULL, *keys = NULL;
     size_t len = 0, nkeys = 0;
