@@ -54,9 +54,9 @@ typedef struct {
     const char *code_name; /* the failure's code as events name it when
                             * no LOOM_E* one says it (TOOL_NOT_ENABLED);
                             * NULL: loom_error_name(code) */
-    const char *stage; /* "lookup", "enablement", "arguments",
-                        * "validation", "execution", "hook", "blocked",
-                        * "approval" */
+    const char *stage;     /* "lookup", "enablement", "arguments",
+                            * "validation", "execution", "hook", "blocked",
+                            * "approval" */
     char *error;       /* the failure alone, for events; owned */
     char *output;      /* what the model reads; owned */
     char *summary;     /* the tool's summary of it (loom_tool_ctx), owned;
