@@ -285,6 +285,22 @@ typedef struct {
      * user ends with; "{tool}" is the tool's name. NULL: the built-in
      * one. */
     char *tools_disabled_message;
+    /*
+     * Sub-agents (docs/agents.md "Sub-agents"); description (above) is
+     * their tool's description. sub_agents: agents offered to this one as
+     * tools named after them (names of agents of the config, checked at
+     * load; sub_agents_lines as tools_lines). count_sub_agent_calls: a
+     * sub-agent's model and tool calls count toward this agent's
+     * iterations (default 1). max_depth (default 3) and max_sub_runs
+     * (default 50) bound the tree of runs this agent starts as the top
+     * of a turn.
+     */
+    char **sub_agents;
+    size_t sub_agents_len;
+    size_t *sub_agents_lines;
+    int count_sub_agent_calls;
+    int max_depth;
+    int max_sub_runs;
 } loom_agent_config;
 
 /*

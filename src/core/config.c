@@ -414,6 +414,10 @@ static void agent_clear(loom_agent_config *a)
         free(a->tools[i]);
     free(a->tools);
     free(a->tools_lines);
+    for (size_t i = 0; i < a->sub_agents_len; i++)
+        free(a->sub_agents[i]);
+    free(a->sub_agents);
+    free(a->sub_agents_lines);
     free(a->tool_choice.function);
     for (size_t i = 0; i < a->data_policy.tools_len; i++)
         free(a->data_policy.tools[i]);

@@ -2015,6 +2015,34 @@ static int read_tool_options(walk_ctx *w, const field *f, const yaml_node_t *n,
     return read_tool_settings(w->ld, n, key, a->tool_options);
 }
 
+/* An entry of `sub_agents`: a tool name (the agent's tool takes its
+ * name), listed once; that it names an agent is checked once every agent
+ * is read (check_sub_agents). */
+static int sub_agent_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                        const char *s, int repeat)
+{
+    int rc = check_name(w->ld, line_of(item), key, s, 0, "sub-agent tool");
+
+    if (rc == 0 && repeat)
+        rc = fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                     "agent '%s' is listed twice", s);
+    return rc;
+}
+
+/* `sub_agents: [name, ...]`; null is as if absent. */
+static int read_sub_agents(walk_ctx *w, const field *f, const yaml_node_t *n,
+                           const char *key)
+{
+    loom_agent_config *a = w->obj;
+
+    (void)f;
+    if (is_null(n))
+        return 0;
+    return read_strings(w, n, key, "agent names", "an agent name",
+                        sub_agent_ok, &a->sub_agents, &a->sub_agents_len,
+                        &a->sub_agents_lines);
+}
+
 static int agent_init(loader *ld, const entry *e, const char *key, void *obj)
 {
     loom_agent_config *a = obj;
@@ -2026,6 +2054,9 @@ static int agent_init(loader *ld, const entry *e, const char *key, void *obj)
     a->parallel_tool_calls = 1;
     a->tool_concurrency = 8;
     a->memory = 1;
+    a->count_sub_agent_calls = 1;
+    a->max_depth = 3;
+    a->max_sub_runs = 50;
     return (a->name = strdup(e->name)) ? 0 : loom__error_oom();
 }
 
@@ -2057,6 +2088,10 @@ static const field agent_fields[] = {
     {K_FN("tool_options", read_tool_options)},
     {K_STR("tools_disabled_message", A, tools_disabled_message, "a string"),
      .flags = F_EMPTY_NULL},
+    {K_FN("sub_agents", read_sub_agents)},
+    {K_BOOL("count_sub_agent_calls", A, count_sub_agent_calls)},
+    {K_INT("max_depth", A, max_depth, 1, 16)},
+    {K_INT("max_sub_runs", A, max_sub_runs, 1, 10000)},
 };
 static const section agent_section = SECTION(agent_fields, NULL, NULL);
 static const list_spec agent_list = {"agent",
@@ -2520,7 +2555,52 @@ static const field top_fields[] = {
     {K_LIST("http_tools", http_tool_list), .pass = 1},
     {K_LIST("mcp_servers", mcp_server_list), .pass = 1},
 };
-static const section top_section = SECTION(top_fields, NULL, check_handoffs);
+
+/*
+ * Every agent's sub_agents must name agents of the config (any order in
+ * the file, itself included: a cycle is bounded by max_depth when it
+ * runs). Each unknown name is one error at its line.
+ */
+static int check_sub_agents(walk_ctx *w)
+{
+    loader *ld = w->ld;
+    const loom_config *cfg = ld->cfg;
+    char key[KEY_LEN], sub[KEY_LEN], tmp[64], known[256];
+    int rc = 0;
+
+    for (size_t i = 0; i < cfg->agents_len; i++) {
+        const loom_agent_config *a = &cfg->agents[i];
+        for (size_t j = 0; j < a->sub_agents_len; j++) {
+            int r;
+            if (loom_config_agent(cfg, a->sub_agents[j]))
+                continue;
+            snprintf(key, sizeof(key), "agents.%s.sub_agents", a->name);
+            index_key(sub, sizeof(sub), key, j);
+            r = fail_at(ld, LOOM_EINVALID,
+                        a->sub_agents_lines ? a->sub_agents_lines[j] : 0, sub,
+                        "agent '%s' is not defined under agents (agents: %s)",
+                        loom__config_shown(tmp, sizeof(tmp), a->sub_agents[j]),
+                        agent_names(known, sizeof(known), cfg));
+            if (!go_on(ld, r))
+                return r;
+            rc = rc ? rc : r;
+        }
+    }
+    return rc;
+}
+
+/* After every agent is read: what agents name of other agents. */
+static int check_agent_refs(walk_ctx *w)
+{
+    int rc = check_handoffs(w), rc2;
+
+    if (rc && !go_on(w->ld, rc))
+        return rc;
+    rc2 = check_sub_agents(w);
+    return rc ? rc : rc2;
+}
+
+static const section top_section = SECTION(top_fields, NULL, check_agent_refs);
 
 static int parse_document(loader *ld)
 {

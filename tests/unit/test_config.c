@@ -664,7 +664,8 @@ static void test_unknown_keys(void **state)
         "approval_timeout_ms, review, "
         "review_model, citations, memory, data_policy, limit_prompt, "
         "many_results_prompt, tool_descriptions, few_shot, description, "
-        "handoffs, tool_options, tools_disabled_message)",
+        "handoffs, tool_options, tools_disabled_message, sub_agents, "
+        "count_sub_agent_calls, max_depth, max_sub_runs)",
         NULL);
     expect_fail(
         "log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
@@ -797,6 +798,67 @@ static void test_wrong_types(void **state)
  * forms it would take. */
 /* An agent's data_policy: absent or zero stores everything; each key
  * read, and its wrong types and unknown keys reported at their line. */
+/* sub_agents name agents of the config, in any order, the agent itself
+ * included; the limits have defaults and ranges. */
+static void test_sub_agents(void **state)
+{
+    static const char ok[] = "providers: {p: {base_url: 'http://h'}}\n"
+                             "agents:\n"
+                             "  main:\n"
+                             "    model: p/m\n"
+                             "    sub_agents: [researcher, main]\n"
+                             "    count_sub_agent_calls: false\n"
+                             "    max_depth: 2\n"
+                             "    max_sub_runs: 7\n"
+                             "  researcher:\n"
+                             "    model: p/m\n"
+                             "    description: Finds sources.\n";
+    loom_config *cfg;
+    const loom_agent_config *m, *r;
+
+    (void)state;
+    cfg = load_ok(ok);
+    m = loom_config_agent(cfg, "main");
+    r = loom_config_agent(cfg, "researcher");
+    assert_int_equal(m->sub_agents_len, 2);
+    assert_string_equal(m->sub_agents[0], "researcher");
+    assert_string_equal(m->sub_agents[1], "main");
+    assert_int_equal(m->sub_agents_lines[0], 5);
+    assert_false(m->count_sub_agent_calls);
+    assert_int_equal(m->max_depth, 2);
+    assert_int_equal(m->max_sub_runs, 7);
+    assert_null(m->description);
+    assert_string_equal(r->description, "Finds sources.");
+    assert_true(r->count_sub_agent_calls);
+    assert_int_equal(r->max_depth, 3);
+    assert_int_equal(r->max_sub_runs, 50);
+    assert_int_equal(r->sub_agents_len, 0);
+    loom_config_free(cfg);
+
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  main:\n"
+                "    model: p/m\n"
+                "    sub_agents:\n"
+                "      - helper\n"
+                "      - nobody\n"
+                "  helper: {model: p/m}\n",
+                LOOM_EINVALID, "t.yaml:7: agents.main.sub_agents[1]: ",
+                "agent 'nobody' is not defined under agents (agents: main, "
+                "helper)",
+                NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  main: {model: p/m, sub_agents: [main, main]}\n",
+                LOOM_EINVALID, "agents.main.sub_agents[1]: ",
+                "agent 'main' is listed twice", NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  main: {model: p/m, max_depth: 0}\n",
+                LOOM_EINVALID, "agents.main.max_depth: ",
+                "must be an integer from 1 to 16", NULL);
+}
+
 static void test_data_policy(void **state)
 {
     static const char head[] = "providers: {p: {base_url: 'http://h'}}\n"
@@ -2527,6 +2589,7 @@ int main(void)
         cmocka_unit_test_setup(test_wrong_types, reset_env),
         cmocka_unit_test_setup(test_bad_values, reset_env),
         cmocka_unit_test_setup(test_data_policy, reset_env),
+        cmocka_unit_test_setup(test_sub_agents, reset_env),
         cmocka_unit_test_setup(test_url_forms, reset_env),
         cmocka_unit_test_setup(test_ranges, reset_env),
         cmocka_unit_test_setup(test_server_section, reset_env),
