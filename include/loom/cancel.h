@@ -5,6 +5,11 @@
  * aborted promptly, and tools may poll it too. Setting it is async-signal
  * safe (a lock-free atomic store), so a SIGINT handler may cancel a run.
  *
+ * A flag may follow another (`parent`, set before anyone polls it): it
+ * reads as set once either is, so a sub-agent's run stops when the tool
+ * call that started it is cancelled, and so on down a tree of runs. The
+ * parent must outlive the flag.
+ *
  * C++ has no <stdatomic.h> before C++23, so a C++ includer sees the flag
  * as std::atomic<int>, which GCC and Clang lay out as C's atomic_int.
  */
@@ -21,12 +26,13 @@
 extern "C" {
 #endif
 
-typedef struct {
+typedef struct loom_cancel {
 #ifdef __cplusplus
     std::atomic<int> flag;
 #else
     atomic_int flag;
 #endif
+    const struct loom_cancel *parent; /* NULL: none */
 } loom_cancel;
 
 #define LOOM_CANCEL_INIT { 0 }
@@ -43,11 +49,14 @@ static inline void loom_cancel_set(loom_cancel *c)
 
 static inline int loom_cancel_is_set(const loom_cancel *c)
 {
+    for (; c; c = c->parent)
 #ifdef __cplusplus
-    return c && c->flag.load();
+        if (c->flag.load())
 #else
-    return c && atomic_load((atomic_int *)&c->flag);
+        if (atomic_load((atomic_int *)&c->flag))
 #endif
+            return 1;
+    return 0;
 }
 
 #ifdef __cplusplus

@@ -191,6 +191,44 @@ int loom_session_store_retry(loom_session *s, loom_store_op_fn op, void *arg,
  * operators' reloads); any thread. */
 void loom_session_set_store_retry_ms(loom_session *s, long ms);
 
+/* ---- agents as tools ------------------------------------------------- */
+
+/*
+ * How an agent is offered as a tool (loom_session_agent_tool). Zero is
+ * the default for every field.
+ */
+typedef struct {
+    unsigned version;
+    const char *name;        /* the tool's name; NULL: the agent's */
+    const char *description; /* NULL: the agent's `description`, else a
+                              * generic one */
+    const char *model;       /* each child's model; NULL: the agent's */
+    int max_iterations;      /* each child's limit; 0: the agent's */
+} loom_agent_tool_options;
+
+#define LOOM_AGENT_TOOL_OPTIONS_VERSION 1
+#define LOOM_AGENT_TOOL_OPTIONS_INIT                                           \
+    {                                                                          \
+        .version = LOOM_AGENT_TOOL_OPTIONS_VERSION                             \
+    }
+
+/*
+ * Adds to reg a tool that runs agent (an agent of s's config) as a
+ * sub-agent (docs/agents.md "Sub-agents"): its arguments are {"task":
+ * string, "context": string (optional)}; a call runs a child turn of the
+ * agent (its prompt, tools, model and limits) on the task and answers
+ * with the child's final text, its usage merged into the calling run's.
+ * It works in turns of any session (the calling turn's limits apply:
+ * max_depth, max_sub_runs); outside a turn it refuses. The tool holds a
+ * reference on s. Add it before reg is used by a turn. Errors:
+ * LOOM_EINVALID (bad version or arguments, a bad tool name),
+ * LOOM_ENOTFOUND (no such agent), LOOM_EEXISTS (the name is taken),
+ * LOOM_ENOMEM.
+ */
+int loom_session_agent_tool(loom_tool_registry *reg, loom_session *s,
+                            const char *agent,
+                            const loom_agent_tool_options *opts);
+
 /* ---- turns ----------------------------------------------------------- */
 
 /* Bytes of one turn's event log by default (loom_turn_options.log). */

@@ -78,6 +78,12 @@ typedef struct {
      * do nothing).
      */
     struct loom_tool_events *events;
+    /*
+     * loom's own: where the call sits in a tree of agent runs, for the
+     * tools loom builds (sub-agents, loom/session.h). NULL outside a run;
+     * other tools ignore it.
+     */
+    struct loom__tool_host *host;
 } loom_tool_ctx;
 
 /* The most bytes a tool's summary may take. */

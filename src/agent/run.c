@@ -36,6 +36,7 @@
 #include "agent/review.h"
 #include "agent/run_internal.h"
 #include "agent/toolrules.h"
+#include "agent/subagent.h"
 #include "agent/toolturn.h"
 #include "core/error.h"
 #include "core/text.h"
@@ -177,14 +178,29 @@ struct loom_run {
      * until the run is freed. */
     loom_buf reduce;
     loom_buf retired;
+    /* Sub-agents (subagent.h): where the run sits in its tree (no tree:
+     * a bare run), and what its children reported: their usage, model
+     * calls with and without a cost, each agent's share (full usage) and
+     * the calls that count toward this run's iterations. */
+    loom__run_place place;
+    loom__agent_tree *tree; /* a reference, or NULL */
+    int count_sub_calls;
+    size_t tool_calls; /* server tool calls of this run */
+    int sub_counted;   /* children's calls counted as iterations */
+    int sub_runs;      /* children's reports merged */
+    loom_usage kids_usage;
+    int kids_priced, kids_unpriced;
+    json_t *kids_by_agent;
 };
 
 /* The model calls that count toward the current agent's limit: not
  * think-only turns within their allowance, nor the calls of the agents
- * that handed over to it. */
+ * that handed over to it; sub-agents' calls do unless the agent says not
+ * to (count_sub_agent_calls). */
 static int counted(const loom_run *run)
 {
-    return run->iterations - run->think_turns - run->counted_base;
+    return run->iterations - run->think_turns + run->sub_counted -
+           run->counted_base;
 }
 
 /* Whether anybody listens: no event payload is built otherwise. */
@@ -249,10 +265,53 @@ static json_t *usage_json_cost(const loom_usage *u, int cost_known)
     return pk_done(&p);
 }
 
-/* The run's usage so far, with its total cost when every call had one. */
+/* The agent a run's own usage is shown under in by_agent. */
+static const char *own_agent(const loom_run *run)
+{
+    return run->opts.agent ? run->opts.agent : "default";
+}
+
+/* Each agent's share (full usage, subagent.h): the children's, and the
+ * run's own (its usage less theirs, exactly). NULL when out of memory. */
+static json_t *by_agent_full(const loom_run *run)
+{
+    json_t *by =
+        run->kids_by_agent ? json_deep_copy(run->kids_by_agent) : json_object();
+    loom_usage own = run->usage;
+
+    own.prompt_tokens -= run->kids_usage.prompt_tokens;
+    own.completion_tokens -= run->kids_usage.completion_tokens;
+    own.cached_tokens -= run->kids_usage.cached_tokens;
+    own.reasoning_tokens -= run->kids_usage.reasoning_tokens;
+    own.total_tokens -= run->kids_usage.total_tokens;
+    own.cache_write_tokens -= run->kids_usage.cache_write_tokens;
+    own.cost_micros -= run->kids_usage.cost_micros;
+    if (by && loom__by_agent_add(by, own_agent(run), &own,
+                                 run->priced_calls - run->kids_priced,
+                                 run->unpriced_calls - run->kids_unpriced)) {
+        json_decref(by);
+        by = NULL;
+    }
+    return by;
+}
+
+/* The run's usage so far, with its total cost when every call had one;
+ * once sub-agents ran, with by_agent, each agent's share. */
 static json_t *run_usage_json(const loom_run *run)
 {
-    return usage_json_cost(&run->usage, loom_run_cost_known(run));
+    json_t *u = usage_json_cost(&run->usage, loom_run_cost_known(run));
+
+    if (u && run->sub_runs) {
+        json_t *full = by_agent_full(run);
+        json_t *by = full ? loom__by_agent_public(full) : NULL;
+        json_decref(full);
+        if (!by) {
+            json_decref(u);
+            return NULL;
+        }
+        json_object_set_new(u, "by_agent", by);
+    }
+    return u;
 }
 
 /* A model call's usage (the run's own, a review's, a summary's, a
@@ -611,6 +670,7 @@ static int turn_open(loom_run *run)
     to.preprocess = preprocess_args;
     to.repair = repair_args;
     to.rules_payload = run;
+    to.place = &run->place;
     return loom__toolturn_new(&run->turn, &to);
 }
 
@@ -1526,6 +1586,44 @@ static int add_results(loom_run *run, const loom__tool_job *jobs, size_t n)
     return rc;
 }
 
+/*
+ * A child's report (loom__run_report) joins the run: its usage (to the
+ * total and to each agent's share) and, unless the agent says not to,
+ * its calls toward the iteration count.
+ */
+static int merge_report(loom_run *run, const json_t *report)
+{
+    const json_t *by = json_object_get(report, "by_agent");
+    const char *agent;
+    json_t *v;
+    loom_usage u;
+    int priced, unpriced;
+
+    if (!run->kids_by_agent && !(run->kids_by_agent = json_object()))
+        return loom__error_oom();
+    loom__usage_from_full(json_object_get(report, "usage"), &u, &priced,
+                          &unpriced);
+    loom_usage_add(&run->usage, &u);
+    loom_usage_add(&run->kids_usage, &u);
+    run->priced_calls += priced;
+    run->unpriced_calls += unpriced;
+    run->kids_priced += priced;
+    run->kids_unpriced += unpriced;
+    json_object_foreach((json_t *)by, agent, v)
+    {
+        loom_usage a;
+        int p, q;
+        loom__usage_from_full(v, &a, &p, &q);
+        if (loom__by_agent_add(run->kids_by_agent, agent, &a, p, q) != 0)
+            return loom__error_oom();
+    }
+    if (run->count_sub_calls)
+        run->sub_counted +=
+            (int)json_integer_value(json_object_get(report, "calls"));
+    run->sub_runs++;
+    return 0;
+}
+
 /* Copies the client calls of a turn into run->pending. */
 static int keep_pending(loom_run *run, const loom_message *assistant)
 {
@@ -1734,11 +1832,17 @@ static int run_tools(loom_run *run, size_t *nclient, int *think_only,
             &run->set, assistant->tool_calls[i].name);
     if (has_sink(run))
         emit_calls(run, assistant);
+    run->place.index = run->index;
+    run->place.agent = run->opts.agent; /* a handoff may have changed it */
     rc = loom__toolturn_run(run->turn, assistant, run->iterations, &jobs, &nj);
     if (!jobs)
         return rc;
-    for (size_t i = 0; i < nj; i++)
+    run->tool_calls += nj;
+    for (size_t i = 0; i < nj; i++) {
         nthink += jobs[i].loop == LOOM__LOOP_THINK + 1;
+        if (jobs[i].report && !rc)
+            rc = merge_report(run, jobs[i].report);
+    }
     *think_only = nj > 0 && nthink == nj && *nclient == 0;
     *disabled = all_disabled(jobs, nj, *nclient);
     rc2 = after_calls(run, jobs, nj);
@@ -1978,7 +2082,7 @@ static int switch_agent(loom_run *run)
     run->hook_state_set = 0;
     run->hooks = n.agent_hooks;
     run->nhandoffs++;
-    run->counted_base = run->iterations - run->think_turns;
+    run->counted_base = run->iterations - run->think_turns + run->sub_counted;
     emit_agent_changed(run, from);
     handoff_drop(run);
     hooks_init(run);
@@ -2361,10 +2465,73 @@ void loom_run_free(loom_run *run)
     free(run->system_prev);
     free(run->sent);
     loom__media_fetcher_free(run->media);
+    loom__agent_tree_free(run->tree);
+    json_decref(run->kids_by_agent);
     if (run->hook_state_set && run->hooks->free_state)
         run->hooks->free_state(run->hook_state, run->hooks->payload);
     loom__handoffs_free(run->handoffs);
     handoff_drop(run);
     free(run->added_agents);
     free(run);
+}
+
+void loom__run_set_place(loom_run *run, loom__agent_tree *tree, int depth,
+                         int count_sub_calls, const loom_cancel *parent)
+{
+    loom__agent_tree_free(run->tree);
+    run->tree = loom__agent_tree_ref(tree);
+    run->place.tree = run->tree;
+    run->place.depth = depth;
+    run->place.run_id = run->id;
+    run->place.agent = run->opts.agent;
+    run->count_sub_calls = count_sub_calls;
+    run->cancel.parent = parent;
+}
+
+/* The run's tool records, each marked with the run and agent it is of
+ * (a child's records keep what their own run marked). */
+static json_t *marked_records(const loom_run *run)
+{
+    const json_t *recs = loom__toolturn_records(run->turn);
+    json_t *out = json_array();
+    size_t i;
+    json_t *r;
+
+    json_array_foreach(recs, i, r)
+    {
+        json_t *c = json_copy(r);
+        if (!c || !out) {
+            json_decref(c);
+            json_decref(out);
+            return NULL;
+        }
+        if (!json_object_get(c, "run_id")) {
+            json_object_set_new(c, "run_id", json_string(run->id));
+            json_object_set_new(c, "agent", json_string(own_agent(run)));
+        }
+        json_array_append_new(out, c);
+    }
+    return out;
+}
+
+json_t *loom__run_report(const loom_run *run)
+{
+    json_t *by = by_agent_full(run);
+    json_t *recs = run->turn ? marked_records(run) : json_array();
+    json_t *r = NULL;
+
+    if (by && recs)
+        r = json_pack("{s:s,s:s,s:s,s:o,s:O,s:I,s:O}", "run_id", run->id,
+                      "agent", own_agent(run), "status",
+                      loom_run_status_name(run->status), "usage",
+                      loom__usage_full(&run->usage, run->priced_calls,
+                                       run->unpriced_calls),
+                      "by_agent", by, "calls",
+                      (json_int_t)run->iterations +
+                          (json_int_t)run->tool_calls +
+                          (json_int_t)run->sub_counted,
+                      "records", recs);
+    json_decref(by);
+    json_decref(recs);
+    return r;
 }

@@ -45,4 +45,25 @@ int loom__run_begin(loom_run *run, const loom_messages *history,
  */
 void loom__run_fail(loom_run *run, int rc, const char *code);
 
+/*
+ * Places the run in a tree of agent runs (subagent.h), before it
+ * executes: its tool calls see the tree and depth (a reference on tree
+ * is taken), count_sub_calls says whether its sub-agents' calls count
+ * toward its iterations, and its cancel flag follows parent (NULL: none;
+ * it must outlive the run).
+ */
+struct loom__agent_tree;
+void loom__run_set_place(loom_run *run, struct loom__agent_tree *tree,
+                         int depth, int count_sub_calls,
+                         const loom_cancel *parent);
+
+/*
+ * What a finished run reports to the run whose sub-agent call started
+ * it: {run_id, agent, status, usage (full, subagent.h, descendants
+ * included), by_agent (agent -> full usage), calls (its model calls,
+ * tool calls and the counted calls of its own children), records (its
+ * tool records, each with run_id and agent)}. NULL when out of memory.
+ */
+json_t *loom__run_report(const loom_run *run);
+
 #endif

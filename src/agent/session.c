@@ -27,6 +27,8 @@
 #include "agent/model_opts.h"
 #include "agent/prompt.h"
 #include "agent/run_internal.h"
+#include "agent/session_internal.h"
+#include "agent/subagent.h"
 #include "core/clock.h"
 #include "core/config_internal.h"
 #include "core/error.h"
@@ -35,6 +37,7 @@
 #include "loom/log.h"
 #include "loom/memory.h"
 #include "loom/recorder.h"
+#include "tools/registry.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -60,6 +63,8 @@ struct loom_session {
     loom_tool_registry *own_tools;
     char *default_model;
     atomic_long store_retry_ms;
+    /* The agents some agent offers as tools (sub_agents): name -> true. */
+    json_t *agent_tools;
 };
 
 typedef struct {
@@ -90,6 +95,11 @@ struct loom_turn {
     char *upstream;
     char *agent;
     const loom_agent_config *agent_cfg;
+    /* A sub-agent's turn: its place under its parent; 0 depth: a top
+     * turn (which makes the tree). */
+    loom__agent_tree *tree;
+    int depth;
+    const loom_cancel *parent_cancel;
     /* what the run options borrow */
     char *system_prompt;
     char *user_id;
@@ -257,6 +267,98 @@ static int check_agent_tools(const loom_session *s)
     return loom__config_errors_raise(&errs, NULL);
 }
 
+/* A tool of another registry offered through the session's own: calls
+ * go to it, and the entry holds a reference on that registry. */
+typedef struct {
+    const loom_tool *tool;
+    loom_tool_registry *base;
+} forward;
+
+static int forward_execute(const json_t *args, const loom_tool_ctx *ctx,
+                           loom_buf *out, void *payload)
+{
+    const forward *f = payload;
+
+    return f->tool->execute(args, ctx, out, f->tool->payload);
+}
+
+static void forward_free(void *payload)
+{
+    forward *f = payload;
+
+    if (f)
+        loom_tool_registry_free(f->base);
+    free(f);
+}
+
+/* The session's own registry offering every tool of the embedder's. */
+static int forward_tools(loom_session *s)
+{
+    int rc;
+
+    if ((rc = loom_tool_registry_new(&s->own_tools)) != 0)
+        return rc;
+    for (size_t i = 0; i < loom_tool_registry_count(s->tools); i++) {
+        const loom_tool *b = loom_tool_registry_at(s->tools, i);
+        loom_tool tool = *b;
+        forward *f = calloc(1, sizeof(*f));
+        if (!f)
+            return loom__error_oom();
+        f->tool = b;
+        f->base = loom__tool_registry_ref(s->tools);
+        tool.version = LOOM_TOOL_VERSION;
+        tool.execute = forward_execute;
+        tool.payload = f;
+        tool.free_payload = forward_free;
+        if ((rc = loom_tool_registry_add(s->own_tools, &tool)) != 0) {
+            forward_free(f);
+            return rc;
+        }
+    }
+    s->tools = s->own_tools;
+    return 0;
+}
+
+/*
+ * Every agent some agent lists in sub_agents becomes a tool of the
+ * session named after it (offered only to the agents that list it, see
+ * offered()). An embedder's registry is not changed: the session then
+ * offers its tools through one of its own.
+ */
+static int add_agent_tools(loom_session *s)
+{
+    const loom_config *c = s->cfg;
+    const char *name;
+    json_t *v;
+    int rc;
+
+    if (!(s->agent_tools = json_object()))
+        return loom__error_oom();
+    for (size_t i = 0; i < c->agents_len; i++)
+        for (size_t j = 0; j < c->agents[i].sub_agents_len; j++)
+            if (json_object_set_new(s->agent_tools, c->agents[i].sub_agents[j],
+                                    json_true()) != 0)
+                return loom__error_oom();
+    if (!json_object_size(s->agent_tools))
+        return 0;
+    if (!s->own_tools && (rc = forward_tools(s)) != 0)
+        return rc;
+    json_object_foreach(s->agent_tools, name, v)
+    {
+        rc =
+            loom__agent_tool_add(s->own_tools, s, name, NULL, NULL, NULL, 0, 0);
+        if (rc == LOOM_EEXISTS)
+            return loom__error_set(LOOM_EINVALID,
+                                   "agent '%s' is offered as a tool "
+                                   "(sub_agents), but a tool of that name "
+                                   "exists",
+                                   name);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
 int loom_session_new(loom_session **out, const loom_session_options *opts)
 {
     loom_session *s;
@@ -292,7 +394,7 @@ int loom_session_new(loom_session **out, const loom_session_options *opts)
             goto fail;
         s->tools = s->own_tools;
     }
-    if ((rc = check_agent_tools(s)) != 0)
+    if ((rc = add_agent_tools(s)) != 0 || (rc = check_agent_tools(s)) != 0)
         goto fail;
     if (opts->default_model) {
         if (!(s->default_model = strdup(opts->default_model))) {
@@ -310,7 +412,7 @@ fail:
     return rc;
 }
 
-static void session_ref(loom_session *s)
+void loom__session_ref(loom_session *s)
 {
     atomic_fetch_add(&s->refs, 1);
 }
@@ -320,6 +422,7 @@ void loom_session_free(loom_session *s)
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
         return;
     loom_tool_registry_free(s->own_tools);
+    json_decref(s->agent_tools);
     loom_config_free(s->own_cfg);
     free(s->default_model);
     free(s);
@@ -481,6 +584,7 @@ static void turn_free(loom_turn *t)
     free(t->stored_summary);
     json_decref(t->stored_plan);
     free(t->memories);
+    loom__agent_tree_free(t->tree);
     loom__run_context_free(&t->ctxs);
     loom_provider_free(t->router);
     free(t->handoffs);
@@ -833,13 +937,26 @@ static int on_event(const loom_event *ev, void *payload)
 
 /* ---- preparing ----------------------------------------------------------- */
 
+/* Whether agent (NULL: none) lists name in its sub_agents. */
+static int lists_sub_agent(const loom_agent_config *agent, const char *name)
+{
+    for (size_t i = 0; agent && i < agent->sub_agents_len; i++)
+        if (strcmp(agent->sub_agents[i], name) == 0)
+            return 1;
+    return 0;
+}
+
 /* Whether the turn offers tool `name` to agent (memory tools: see
- * loom/memory.h). */
+ * loom/memory.h; a sub-agent's tool: to the agents that list it). */
 static int offered(const loom_turn *t, const loom_agent_config *agent,
                    const char *name)
 {
-    json_t *as = agent ? json_boolean(agent->memory) : NULL;
+    json_t *as;
     int on;
+
+    if (json_object_get(t->s->agent_tools, name))
+        return lists_sub_agent(agent, name);
+    as = agent ? json_boolean(agent->memory) : NULL;
 
     /* A memory tool that is not there (no store) is not offered. */
     if (loom_memory_is_tool(name) && !loom_tool_registry_get(t->s->tools, name))
@@ -889,6 +1006,38 @@ static int keep_memory_choice(const loom_turn *t,
             return loom__error_oom();
         (*len)++;
     }
+    return 0;
+}
+
+static int find_name(char *const *names, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+/* agent's sub_agents join its tool names (*names, *len from tool_names),
+ * each once. */
+static int add_sub_agents(char ***names, size_t *len,
+                          const loom_agent_config *agent)
+{
+    char **more;
+
+    if (!agent || !agent->sub_agents_len)
+        return 0;
+    if (!(more = realloc(*names, (*len + agent->sub_agents_len + 1) *
+                                     sizeof(*more))))
+        return loom__error_oom();
+    *names = more;
+    for (size_t i = 0; i < agent->sub_agents_len; i++) {
+        if (find_name(*names, *len, agent->sub_agents[i]))
+            continue;
+        if (!((*names)[*len] = strdup(agent->sub_agents[i])))
+            return loom__error_oom();
+        (*len)++;
+    }
+    (*names)[*len] = NULL;
     return 0;
 }
 
@@ -1000,7 +1149,9 @@ static int keep_spec(loom_turn *t, const loom_turn_options *o)
                                        ? o->tool_names
                                        : (const char *const *)agent->tools;
         size_t n = o->tool_names_set ? o->tool_names_len : agent->tools_len;
-        if (tool_names(t->s, &t->tool_names, &t->ntool_names, names, n) != 0)
+        if (tool_names(t->s, &t->tool_names, &t->ntool_names, names, n) != 0 ||
+            (!o->tool_names_set &&
+             add_sub_agents(&t->tool_names, &t->ntool_names, agent) != 0))
             oom = 1;
     }
     if (o->tool_choice_set && o->tool_choice.function)
@@ -1112,9 +1263,11 @@ static int handoff_agent(const char *name, loom_run_options *o, void *payload)
     h->next = t->handed;
     t->handed = h;
     if ((rc = resolve_router(s, NULL, ac, &h->router, &h->mreq)) != 0 ||
-        (!ac->tools_all && (rc = tool_names(s, &h->tool_names, &h->ntool_names,
-                                            (const char *const *)ac->tools,
-                                            ac->tools_len)) != 0) ||
+        (!ac->tools_all &&
+         ((rc = tool_names(s, &h->tool_names, &h->ntool_names,
+                           (const char *const *)ac->tools, ac->tools_len)) !=
+              0 ||
+          (rc = add_sub_agents(&h->tool_names, &h->ntool_names, ac)) != 0)) ||
         (rc = keep_memory_choice(t, ac, &h->tool_names, &h->ntool_names)) !=
             0 ||
         (rc = agent_handoffs(s->cfg, ac, &h->handoffs)) != 0)
@@ -1314,7 +1467,26 @@ static int pick_conversation(loom_turn *t, const loom_turn_options *o)
     return t->conversation_id ? 0 : loom__error_oom();
 }
 
-int loom_turn_new(loom_turn **out, loom_session *s, const loom_turn_options *o)
+/*
+ * The turn's place in its tree of agent runs: a top turn makes the tree
+ * with its agent's limits; a child turn joins its parent's.
+ */
+static int place_run(loom_turn *t)
+{
+    const loom_agent_config *a = t->agent_cfg;
+    int rc;
+
+    if (!t->tree &&
+        (rc = loom__agent_tree_new(&t->tree, t->s, a ? a->max_depth : 0,
+                                   a ? a->max_sub_runs : 0)) != 0)
+        return rc;
+    loom__run_set_place(t->lr, t->tree, t->depth,
+                        a ? a->count_sub_agent_calls : 1, t->parent_cancel);
+    return 0;
+}
+
+static int turn_new(loom_turn **out, loom_session *s,
+                    const loom_turn_options *o, const loom__turn_child *child)
 {
     loom_turn *t;
     char *model = NULL;
@@ -1334,7 +1506,7 @@ int loom_turn_new(loom_turn **out, loom_session *s, const loom_turn_options *o)
     pthread_cond_init(&t->cv, NULL);
     atomic_init(&t->refs, 1);
     atomic_init(&t->phase, PH_PREPARED);
-    session_ref(s);
+    loom__session_ref(s);
     t->s = s;
     t->sink = o->sink;
     t->ending = o->ending;
@@ -1342,6 +1514,11 @@ int loom_turn_new(loom_turn **out, loom_session *s, const loom_turn_options *o)
     t->log = o->log;
     t->log_max = (size_t)(o->log_max_bytes > 0 ? o->log_max_bytes
                                                : LOOM_TURN_LOG_DEFAULT_BYTES);
+    if (child) {
+        t->tree = loom__agent_tree_ref(child->tree);
+        t->depth = child->depth;
+        t->parent_cancel = child->cancel;
+    }
     if ((rc = pick_agent(t, o, &model)) != 0)
         goto fail;
     if (o->run_id) {
@@ -1359,9 +1536,10 @@ int loom_turn_new(loom_turn **out, loom_session *s, const loom_turn_options *o)
              model ? model : loom_session_default_model(s, t->agent_cfg),
              o->params, NULL)) != 0 ||
         (rc = pick_model(t, model)) != 0 || (rc = keep_spec(t, o)) != 0 ||
-        (rc = pick_conversation(t, o)) != 0 ||
+        (!child && (rc = pick_conversation(t, o)) != 0) ||
         (rc = turn_run_options(t, o)) != 0 ||
-        (rc = loom__run_create(&t->lr, &t->ro)) != 0)
+        (rc = loom__run_create(&t->lr, &t->ro)) != 0 ||
+        (rc = place_run(t)) != 0)
         goto fail;
     free(model);
     *out = t;
@@ -1370,6 +1548,21 @@ fail:
     free(model);
     loom_turn_free(t);
     return rc;
+}
+
+int loom_turn_new(loom_turn **out, loom_session *s, const loom_turn_options *o)
+{
+    return turn_new(out, s, o, NULL);
+}
+
+int loom__turn_new_child(loom_turn **out, loom_session *s,
+                         const loom_turn_options *o,
+                         const loom__turn_child *child)
+{
+    if (child && o && (o->conversation_id || o->history))
+        return loom__error_set(LOOM_EINVALID,
+                               "a sub-agent's turn has no conversation");
+    return turn_new(out, s, o, child);
 }
 
 /* ---- executing ----------------------------------------------------------- */
@@ -1582,8 +1775,9 @@ int loom_turn_execute(loom_turn *t)
         atomic_store(&t->phase, PH_EXECUTING);
         rc = loom_run_execute(t->lr);
         atomic_store(&t->phase, PH_STORING);
-        if (!t->s->o.store) {
-            /* Nothing to store: the turn ends as its run did. */
+        if (!t->s->o.store || t->depth > 0) {
+            /* Nothing to store (a sub-agent's turn reports to its
+             * parent): the turn ends as its run did. */
         } else if ((prep = loom_session_store_retry(t->s, op_save, t,
                                                     "save_turn")) == 0) {
             t->stored = 1;

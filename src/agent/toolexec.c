@@ -181,6 +181,7 @@ struct slot {
     char *user_id;        /* a copy of the run's user, or NULL */
     json_t *user_keys;    /* a copy of the user's keys, or NULL */
     loom_cancel cancel;   /* the tool's own flag */
+    loom__tool_host host; /* a copy of the run's place */
     size_t max_result, max_error;
     double deadline;      /* monotonic ms; 0: none */
     int finished;         /* under hub->mu */
@@ -215,6 +216,7 @@ static void slot_free(slot *s)
     json_decref(s->settings);
     free(s->user_id);
     json_decref(s->user_keys);
+    loom__tool_host_clear(&s->host);
     /* The last call out of a registry its owner let go frees it. */
     loom_tool_registry_free(s->reg);
     free(s);
@@ -261,6 +263,7 @@ static void run_job(slot *s)
     ctx.documents = job->documents;
     ctx.cost_micros = &job->cost_micros;
     ctx.events = s->listen ? &s->chan : NULL;
+    ctx.host = &s->host;
     loom_error_clear();
     rc = s->tool.execute(job->args, &ctx, &out, s->tool.payload);
     job->duration_ms = loom__mono_ms_exact() - t0;
@@ -583,7 +586,8 @@ static void start(hub *h, loom__tool_job *job, size_t i,
         (set && !(s->settings = json_deep_copy(set))) ||
         (opts->user_id && !(s->user_id = strdup(opts->user_id))) ||
         (opts->user_keys &&
-         !(s->user_keys = json_deep_copy(opts->user_keys))))
+         !(s->user_keys = json_deep_copy(opts->user_keys))) ||
+        loom__tool_host_init(&s->host, opts->place) != 0)
         goto oom;
     s->tool.name = s->call.name;
     s->work.call = &s->call;
@@ -632,6 +636,9 @@ static void take(loom__tool_job *job, slot *s)
     job->duration_ms = w->duration_ms;
     job->cost_micros = w->cost_micros;
     job->executed = w->executed;
+    json_decref(job->report);
+    job->report = s->host.report;
+    s->host.report = NULL;
     free(job->error);
     free(job->output);
     free(job->summary);
@@ -864,5 +871,6 @@ void loom__tool_job_clear(loom__tool_job *job)
     json_decref(job->model_args);
     json_decref(job->documents_added);
     json_decref(job->progress);
+    json_decref(job->report);
     memset(job, 0, sizeof(*job));
 }

@@ -21,6 +21,7 @@
 #ifndef LOOM_AGENT_TOOLEXEC_H
 #define LOOM_AGENT_TOOLEXEC_H
 
+#include "agent/subagent.h"
 #include "loom/llm.h"
 #include "loom/run.h"
 #include "loom/tools.h"
@@ -68,6 +69,8 @@ typedef struct {
     json_t *documents; /* documents the tool reported (array), or NULL */
     int64_t cost_micros; /* what the tool said the call cost */
     int abandoned;     /* timed out or cancelled; its thread may still run */
+    json_t *report;    /* a sub-agent's report of its child (subagent.h),
+                        * or NULL */
     /* Owned by run.c, freed by clear(). */
     int loop;          /* a loop tool (plan.c): 0 when not */
     int own;           /* answered by the tool turn's caller (toolturn.h) */
@@ -116,6 +119,9 @@ typedef struct {
      * payload; NULL: jobs get no events channel (loom_tool_ctx.events is
      * NULL) and what they send is dropped. */
     loom__tool_event_fn on_event;
+    /* Where the run sits in its tree of agent runs; each started call
+     * gets a copy (loom_tool_ctx.host). NULL: none. */
+    const loom__run_place *place;
 } loom__tool_exec_opts;
 
 /*

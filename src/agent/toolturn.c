@@ -637,6 +637,22 @@ static const char *record_status(const loom__tool_job *job)
     return strcmp(job->stage, "blocked") == 0 ? "blocked" : "error";
 }
 
+/* A sub-agent call's child records join the run's, after the call's
+ * own (each says its run and agent). */
+static void merge_records(loom__toolturn *t, const loom__tool_job *job)
+{
+    const json_t *recs = json_object_get(job->report, "records");
+    size_t i;
+    json_t *r;
+
+    json_array_foreach(recs, i, r)
+    {
+        if (json_array_size(t->records) >= LOOM_RUN_MAX_TOOL_RECORDS)
+            break;
+        json_array_append(t->records, r);
+    }
+}
+
 /* Keeps the call's record on the run and sends it as tool.metric. */
 static void record(loom__toolturn *t, loom__tool_job *job)
 {
@@ -677,6 +693,7 @@ static void record(loom__toolturn *t, loom__tool_job *job)
     if (loom__emit_on(&t->o.emit))
         loom__emit_send(&t->o.emit, LOOM_EV_TOOL_METRIC, json_incref(r));
     json_decref(r);
+    merge_records(t, job);
 }
 
 /* A job has its outcome: after hooks (when it ran), events, record. */
@@ -1056,6 +1073,7 @@ int loom__toolturn_run(loom__toolturn *t, const loom_message *assistant,
     xo.user_id = t->o.user_id;
     xo.user_keys = t->o.user_keys;
     xo.on_event = on_tool_event;
+    xo.place = t->o.place;
     for (size_t i = 0; i < n; i++) {
         const loom_tool_call *c = &assistant->tool_calls[i];
         if (loom__toolset_is_client(t->o.tools, c->name))

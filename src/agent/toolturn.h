@@ -99,6 +99,9 @@ typedef struct {
     void (*repair)(const loom_tool *tool, const char *model, const char *raw,
                    json_t **args, void *payload);
     void *rules_payload;
+    /* The run's place in its tree of agent runs (read when each turn's
+     * calls start); NULL: none. */
+    const loom__run_place *place;
 } loom__toolturn_options;
 
 typedef struct loom__toolturn loom__toolturn;

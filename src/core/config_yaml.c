@@ -2038,8 +2038,8 @@ static int read_sub_agents(walk_ctx *w, const field *f, const yaml_node_t *n,
     (void)f;
     if (is_null(n))
         return 0;
-    return read_strings(w, n, key, "agent names", "an agent name",
-                        sub_agent_ok, &a->sub_agents, &a->sub_agents_len,
+    return read_strings(w, n, key, "agent names", "an agent name", sub_agent_ok,
+                        &a->sub_agents, &a->sub_agents_len,
                         &a->sub_agents_lines);
 }
 

@@ -81,6 +81,7 @@ static struct {
     pthread_mutex_t lock; /* nreq, record file */
     uint64_t nreq;
     atomic_uint_fast64_t busy_us;
+    atomic_int hanging; /* responses in a hang now (GET /_fake/stats) */
     atomic_long completed;
     atomic_bool stopping;
     int wake[2];
@@ -345,8 +346,9 @@ static enum MHD_Result answer_stats(struct MHD_Connection *con, fake_conn *c)
     json_t *o;
 
     pthread_mutex_lock(&g.lock);
-    o = json_pack("{s:I,s:I}", "requests", (json_int_t)g.nreq, "busy_us",
-                  (json_int_t)atomic_load(&g.busy_us));
+    o = json_pack("{s:I,s:I,s:i}", "requests", (json_int_t)g.nreq, "busy_us",
+                  (json_int_t)atomic_load(&g.busy_us), "hanging",
+                  atomic_load(&g.hanging));
     pthread_mutex_unlock(&g.lock);
     return queue(con, c, 200, buffer_response(o), NULL, "application/json");
 }
@@ -404,7 +406,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
         if (s->hang_after != SIZE_MAX && s->cur == hang_at) {
             busy_lap(&t0);
+            atomic_fetch_add(&g.hanging, 1);
             wait_or_gone(s->fd, -1);
+            atomic_fetch_sub(&g.hanging, 1);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (s->disconnect_after != SIZE_MAX && s->cur == cut_at)

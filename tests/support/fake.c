@@ -6,6 +6,8 @@
  * "listening 127.0.0.1:PORT" line is read from a pipe on its stdout.
  */
 #include "fake.h"
+#include "core/http.h"
+#include "loom/buf.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -228,6 +230,25 @@ const char *fake_base_url(const loom_fake *f)
 int fake_port(const loom_fake *f)
 {
     return f->port;
+}
+
+json_t *fake_stats(const loom_fake *f)
+{
+    loom__http_pool *pool = NULL;
+    loom__http_request req = {0};
+    loom__http_response resp = {0};
+    json_t *j = NULL;
+    char url[128];
+
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/_fake/stats", f->port);
+    req.url = url;
+    req.method = "GET";
+    if (loom__http_pool_new(&pool) == 0 &&
+        loom__http_perform(pool, &req, &resp) == 0 && resp.status == 200)
+        j = json_loads(loom_buf_cstr(&resp.body), 0, NULL);
+    loom__http_response_clear(&resp);
+    loom__http_pool_free(pool);
+    return j;
 }
 
 pid_t fake_pid(const loom_fake *f)

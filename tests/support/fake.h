@@ -47,6 +47,10 @@ loom_fake *fake_start_argv(const char *const *args);
 const char *fake_base_url(const loom_fake *f);
 
 int fake_port(const loom_fake *f);
+
+/* GET /_fake/stats as a new JSON object ({requests, busy_us, hanging}),
+ * or NULL. */
+json_t *fake_stats(const loom_fake *f);
 pid_t fake_pid(const loom_fake *f);
 
 /* The record file (one JSON object per request). Borrowed from f. */

@@ -850,13 +850,15 @@ static void test_sub_agents(void **state)
     expect_fail("providers: {p: {base_url: 'http://h'}}\n"
                 "agents:\n"
                 "  main: {model: p/m, sub_agents: [main, main]}\n",
-                LOOM_EINVALID, "agents.main.sub_agents[1]: ",
-                "agent 'main' is listed twice", NULL);
+                LOOM_EINVALID,
+                "agents.main.sub_agents[1]: ", "agent 'main' is listed twice",
+                NULL);
     expect_fail("providers: {p: {base_url: 'http://h'}}\n"
                 "agents:\n"
                 "  main: {model: p/m, max_depth: 0}\n",
-                LOOM_EINVALID, "agents.main.max_depth: ",
-                "must be an integer from 1 to 16", NULL);
+                LOOM_EINVALID,
+                "agents.main.max_depth: ", "must be an integer from 1 to 16",
+                NULL);
 }
 
 static void test_data_policy(void **state)

@@ -1,0 +1,32 @@
+/*
+ * Internal: what sub-agents (subagent.c) need of the session layer
+ * beyond loom/session.h: a reference on a session, and child turns.
+ *
+ * A child turn is a turn of an agent started by a sub-agent tool call:
+ * prepared and run like any turn (the agent's prompt, tools, model and
+ * limits, the session's hooks), but with no conversation (nothing is
+ * loaded or stored; its events and report go to its parent), in the
+ * tree of its parent, one level deeper, and with a cancel flag that
+ * follows the call's.
+ */
+#ifndef LOOM_AGENT_SESSION_INTERNAL_H
+#define LOOM_AGENT_SESSION_INTERNAL_H
+
+#include "agent/subagent.h"
+#include "loom/session.h"
+
+void loom__session_ref(loom_session *s);
+
+typedef struct {
+    loom__agent_tree *tree;    /* the parent's tree; a reference is taken */
+    int depth;                 /* the child's: its parent's + 1 */
+    const loom_cancel *cancel; /* the child's cancel follows it; it must
+                                * outlive the turn */
+} loom__turn_child;
+
+/* loom_turn_new for a child turn (above); same errors. */
+int loom__turn_new_child(loom_turn **out, loom_session *s,
+                         const loom_turn_options *opts,
+                         const loom__turn_child *child);
+
+#endif

@@ -1,0 +1,417 @@
+/*
+ * Sub-agents: an agent of a session offered as a tool (see subagent.h and
+ * docs/agents.md "Sub-agents").
+ *
+ * The tool runs on its call's thread. It checks the tree's limits (depth,
+ * runs per top-level turn), starts a child turn of the session with the
+ * task as its one user message, runs it on that same thread and answers
+ * with the child's final text. The child's cancel flag follows the call's
+ * (loom/cancel.h), so cancelling the parent, or the parent giving up on
+ * the call, stops the child and, through its own tool calls, every run
+ * below it. Whatever the outcome, the tool leaves a report of the child
+ * (loom__run_report) on its host for the parent to merge: usage, each
+ * agent's share, the calls it made and its tool records; documents go
+ * through the call's documents like any tool's.
+ */
+#include "agent/subagent.h"
+#include "agent/run_internal.h"
+#include "agent/session_internal.h"
+#include "core/error.h"
+#include "loom/buf.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of a child's user message (task and context): more is refused
+ * as a tool error the model reads. */
+#define SUB_TASK_MAX (256 * 1024)
+
+struct loom__agent_tree {
+    atomic_int refs;
+    loom_session *s;
+    int max_depth;
+    int max_sub_runs;
+    atomic_int sub_runs;
+};
+
+int loom__agent_tree_new(loom__agent_tree **out, loom_session *s, int max_depth,
+                         int max_sub_runs)
+{
+    loom__agent_tree *t = calloc(1, sizeof(*t));
+
+    *out = NULL;
+    if (!t)
+        return loom__error_oom();
+    atomic_init(&t->refs, 1);
+    atomic_init(&t->sub_runs, 0);
+    loom__session_ref(s);
+    t->s = s;
+    t->max_depth = max_depth > 0 ? max_depth : LOOM__SUB_DEFAULT_MAX_DEPTH;
+    t->max_sub_runs =
+        max_sub_runs > 0 ? max_sub_runs : LOOM__SUB_DEFAULT_MAX_RUNS;
+    *out = t;
+    return 0;
+}
+
+loom__agent_tree *loom__agent_tree_ref(loom__agent_tree *t)
+{
+    if (t)
+        atomic_fetch_add(&t->refs, 1);
+    return t;
+}
+
+void loom__agent_tree_free(loom__agent_tree *t)
+{
+    if (!t || atomic_fetch_sub(&t->refs, 1) != 1)
+        return;
+    loom_session_free(t->s);
+    free(t);
+}
+
+loom_session *loom__agent_tree_session(const loom__agent_tree *t)
+{
+    return t->s;
+}
+
+int loom__agent_tree_max_depth(const loom__agent_tree *t)
+{
+    return t->max_depth;
+}
+
+int loom__agent_tree_max_runs(const loom__agent_tree *t)
+{
+    return t->max_sub_runs;
+}
+
+int loom__agent_tree_take_run(loom__agent_tree *t)
+{
+    return atomic_fetch_add(&t->sub_runs, 1) < t->max_sub_runs;
+}
+
+int loom__tool_host_init(loom__tool_host *h, const loom__run_place *p)
+{
+    memset(h, 0, sizeof(*h));
+    if (!p)
+        return 0;
+    h->depth = p->depth;
+    h->index = p->index;
+    if ((p->run_id && !(h->run_id = strdup(p->run_id))) ||
+        (p->agent && !(h->agent = strdup(p->agent)))) {
+        loom__tool_host_clear(h);
+        return loom__error_oom();
+    }
+    h->tree = loom__agent_tree_ref(p->tree);
+    return 0;
+}
+
+void loom__tool_host_clear(loom__tool_host *h)
+{
+    loom__agent_tree_free(h->tree);
+    free(h->run_id);
+    free(h->agent);
+    json_decref(h->report);
+    memset(h, 0, sizeof(*h));
+}
+
+/* ---- usage ------------------------------------------------------------- */
+
+json_t *loom__usage_full(const loom_usage *u, int priced, int unpriced)
+{
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i}", "prompt_tokens",
+                     (json_int_t)u->prompt_tokens, "completion_tokens",
+                     (json_int_t)u->completion_tokens, "cached_tokens",
+                     (json_int_t)u->cached_tokens, "reasoning_tokens",
+                     (json_int_t)u->reasoning_tokens, "total_tokens",
+                     (json_int_t)u->total_tokens, "cache_write_tokens",
+                     (json_int_t)u->cache_write_tokens, "cost_micros",
+                     (json_int_t)u->cost_micros, "priced_calls", priced,
+                     "unpriced_calls", unpriced);
+}
+
+static long get_long(const json_t *j, const char *key)
+{
+    return (long)json_integer_value(json_object_get(j, key));
+}
+
+void loom__usage_from_full(const json_t *j, loom_usage *u, int *priced,
+                           int *unpriced)
+{
+    memset(u, 0, sizeof(*u));
+    u->prompt_tokens = get_long(j, "prompt_tokens");
+    u->completion_tokens = get_long(j, "completion_tokens");
+    u->cached_tokens = get_long(j, "cached_tokens");
+    u->reasoning_tokens = get_long(j, "reasoning_tokens");
+    u->total_tokens = get_long(j, "total_tokens");
+    u->cache_write_tokens = get_long(j, "cache_write_tokens");
+    u->cost_micros =
+        (int64_t)json_integer_value(json_object_get(j, "cost_micros"));
+    *priced = (int)get_long(j, "priced_calls");
+    *unpriced = (int)get_long(j, "unpriced_calls");
+}
+
+int loom__by_agent_add(json_t *by, const char *agent, const loom_usage *u,
+                       int priced, int unpriced)
+{
+    const json_t *had = json_object_get(by, agent);
+    loom_usage sum;
+    int p = 0, q = 0;
+    json_t *j;
+
+    loom__usage_from_full(had, &sum, &p, &q);
+    loom_usage_add(&sum, u);
+    j = loom__usage_full(&sum, p + priced, q + unpriced);
+    if (!j || json_object_set_new(by, agent, j) != 0)
+        return loom__error_oom();
+    return 0;
+}
+
+json_t *loom__by_agent_public(const json_t *by)
+{
+    json_t *out = json_object();
+    const char *agent;
+    json_t *v;
+
+    json_object_foreach((json_t *)by, agent, v)
+    {
+        json_t *u = json_deep_copy(v);
+        int priced = (int)get_long(v, "priced_calls");
+        int unpriced = (int)get_long(v, "unpriced_calls");
+        if (!u || !out) {
+            json_decref(u);
+            json_decref(out);
+            return NULL;
+        }
+        json_object_del(u, "priced_calls");
+        json_object_del(u, "unpriced_calls");
+        /* As the run's own usage: a cost only when every call had one. */
+        if (!priced || unpriced)
+            json_object_del(u, "cost_micros");
+        if (!get_long(v, "cache_write_tokens"))
+            json_object_del(u, "cache_write_tokens");
+        json_object_set_new(out, agent, u);
+    }
+    return out;
+}
+
+/* ---- the tool ---------------------------------------------------------- */
+
+typedef struct {
+    loom_session *s;
+    int own_ref;
+    char *agent;
+    char *model;
+    int max_iterations;
+} agent_tool;
+
+static void agent_tool_free(void *payload)
+{
+    agent_tool *p = payload;
+
+    if (!p)
+        return;
+    if (p->own_ref)
+        loom_session_free(p->s);
+    free(p->agent);
+    free(p->model);
+    free(p);
+}
+
+/* The child's one user message: the task, then the context if any. */
+static int child_input(loom_messages *in, const json_t *args)
+{
+    const char *task = json_string_value(json_object_get(args, "task"));
+    const char *context = json_string_value(json_object_get(args, "context"));
+    loom_buf b = LOOM_BUF_INIT(SUB_TASK_MAX);
+    int rc;
+
+    rc = loom_buf_printf(&b, "%s", task ? task : "");
+    if (!rc && context && *context)
+        rc = loom_buf_printf(&b, "\n\nContext:\n%s", context);
+    if (!rc)
+        rc = loom_messages_add(in, LOOM_ROLE_USER, b.ptr ? b.ptr : "");
+    loom_buf_free(&b);
+    return rc;
+}
+
+/* Adds the child's documents to the call's (the parent's seen set and
+ * citations), at most what a call may report. */
+static void pass_documents(const loom_tool_ctx *ctx, const loom_run *run)
+{
+    const json_t *docs = loom_run_documents(run);
+    size_t i;
+    json_t *d;
+
+    if (!ctx->documents)
+        return;
+    json_array_foreach(docs, i, d)
+    {
+        if (json_array_size(ctx->documents) >= LOOM_TOOL_DOCUMENTS_MAX)
+            break;
+        json_array_append(ctx->documents, d);
+    }
+}
+
+/* The call fails with msg (in out when it fits), code rc. */
+static int refuse(loom_buf *out, int rc, const char *msg)
+{
+    loom_buf_clear(out);
+    if (loom_buf_printf(out, "%s", msg) != 0)
+        loom__error_set(rc, "%s", msg);
+    return rc;
+}
+
+static int run_child(const json_t *args, const loom_tool_ctx *ctx,
+                     loom_buf *out, void *payload)
+{
+    agent_tool *p = payload;
+    loom__tool_host *h = ctx->host;
+    loom_turn_options o = LOOM_TURN_OPTIONS_INIT;
+    loom__turn_child child;
+    loom_messages in = {0};
+    const loom_run *run;
+    loom_turn *t = NULL;
+    char msg[512];
+    int rc;
+
+    if (!h || !h->tree ||
+        (!p->own_ref && loom__agent_tree_session(h->tree) != p->s))
+        return refuse(out, LOOM_EINVALID,
+                      "sub-agents run only inside a turn of their session");
+    if (h->depth + 1 > loom__agent_tree_max_depth(h->tree)) {
+        snprintf(msg, sizeof(msg),
+                 "agent '%s' was not run: sub-agents may nest %d deep and "
+                 "this call would be at depth %d. Do the task yourself or "
+                 "answer with what you have.",
+                 p->agent, loom__agent_tree_max_depth(h->tree), h->depth + 1);
+        return refuse(out, LOOM_EINVALID, msg);
+    }
+    if (!loom__agent_tree_take_run(h->tree)) {
+        snprintf(msg, sizeof(msg),
+                 "agent '%s' was not run: this turn already started its "
+                 "%d sub-agent runs. Answer with what you have.",
+                 p->agent, loom__agent_tree_max_runs(h->tree));
+        return refuse(out, LOOM_EINVALID, msg);
+    }
+    if ((rc = child_input(&in, args)) != 0)
+        return rc;
+    o.agent = p->agent;
+    o.model = p->model;
+    o.max_iterations = p->max_iterations;
+    o.input = &in;
+    o.user_id = ctx->user_id;
+    o.user_keys = ctx->user_keys;
+    memset(&child, 0, sizeof(child));
+    child.tree = h->tree;
+    child.depth = h->depth + 1;
+    child.cancel = ctx->cancel;
+    rc = loom__turn_new_child(&t, p->s, &o, &child);
+    loom_messages_free(&in);
+    if (rc != 0)
+        return rc;
+    rc = loom_turn_execute(t);
+    run = loom_turn_run(t);
+    json_decref(h->report);
+    h->report = run ? loom__run_report(run) : NULL;
+    if (run)
+        pass_documents(ctx, run);
+    if (run && ctx->cost_micros && loom_run_cost_known(run))
+        *ctx->cost_micros = loom_run_usage(run)->cost_micros;
+    loom_buf_clear(out);
+    if (rc == 0 && run) {
+        rc = loom_buf_printf(out, "%s", loom_run_text(run));
+    } else {
+        const char *err = run && *loom_run_error(run) ? loom_run_error(run)
+                                                      : loom_error_last();
+        const char *partial = run ? loom_run_text(run) : "";
+        if (loom_buf_printf(out, "agent '%s' %s: %s", p->agent,
+                            rc == LOOM_ECANCELED ? "was stopped" : "failed",
+                            err && *err ? err : loom_error_name(rc)) == 0 &&
+            *partial)
+            (void)loom_buf_printf(out, "\nPartial answer: %s", partial);
+        if (rc == 0)
+            rc = LOOM_ERROR;
+    }
+    loom_turn_free(t);
+    return rc;
+}
+
+/* {"task": string (required), "context": string}. */
+static json_t *agent_tool_schema(void)
+{
+    return json_pack(
+        "{s:s,s:{s:{s:s,s:s},s:{s:s,s:s}},s:[s],s:b}", "type", "object",
+        "properties", "task", "type", "string", "description",
+        "What the agent should do, with everything it needs to know.",
+        "context", "type", "string", "description",
+        "Optional background: what is known so far, constraints.", "required",
+        "task", "additionalProperties", 0);
+}
+
+int loom__agent_tool_add(loom_tool_registry *reg, loom_session *s,
+                         const char *agent, const char *name,
+                         const char *description, const char *model,
+                         int max_iterations, int own_ref)
+{
+    const loom_agent_config *a =
+        loom_config_agent(loom_session_config(s), agent ? agent : "");
+    loom_tool tool = LOOM_TOOL_INIT;
+    char generic[160];
+    agent_tool *p;
+    json_t *schema;
+    int rc;
+
+    if (!a)
+        return loom__error_set(LOOM_ENOTFOUND, "no agent named '%s'",
+                               agent ? agent : "(null)");
+    if (!description)
+        description = a->description;
+    if (!description) {
+        snprintf(generic, sizeof(generic),
+                 "Runs the agent '%s' on a task and returns its answer.",
+                 a->name);
+        description = generic;
+    }
+    if (!(p = calloc(1, sizeof(*p))) || !(p->agent = strdup(a->name)) ||
+        (model && !(p->model = strdup(model))) ||
+        !(schema = agent_tool_schema())) {
+        agent_tool_free(p);
+        return loom__error_oom();
+    }
+    p->s = s;
+    p->max_iterations = max_iterations;
+    tool.name = name ? name : a->name;
+    tool.description = description;
+    tool.parameters = schema;
+    tool.execute = run_child;
+    tool.payload = p;
+    tool.free_payload = agent_tool_free;
+    rc = loom_tool_registry_add(reg, &tool);
+    json_decref(schema);
+    if (rc != 0) {
+        agent_tool_free(p);
+        return rc;
+    }
+    /* Only once added: on failure the caller's session keeps its refs. */
+    if (own_ref) {
+        p->own_ref = 1;
+        loom__session_ref(s);
+    }
+    return 0;
+}
+
+int loom_session_agent_tool(loom_tool_registry *reg, loom_session *s,
+                            const char *agent,
+                            const loom_agent_tool_options *opts)
+{
+    if (!reg || !s ||
+        (opts && opts->version != LOOM_AGENT_TOOL_OPTIONS_VERSION &&
+         opts->version != 0))
+        return loom__error_set(LOOM_EINVALID,
+                               "agent tool options: bad version or "
+                               "arguments");
+    return loom__agent_tool_add(reg, s, agent, opts ? opts->name : NULL,
+                                opts ? opts->description : NULL,
+                                opts ? opts->model : NULL,
+                                opts ? opts->max_iterations : 0, 1);
+}

@@ -1,0 +1,110 @@
+/*
+ * Internal: sub-agents, agents run as tools (docs/agents.md "Sub-agents").
+ *
+ * A turn that a caller starts is the top of a tree of runs: every
+ * sub-agent call starts a child turn of the same session, which may call
+ * its own sub-agents. The tree (loom__agent_tree) is what they share: the
+ * session, the limits of the top agent (max_depth, max_sub_runs) and the
+ * count of runs started. Each run knows its place in it
+ * (loom__run_place: tree, depth); the tool calls it starts get a copy of
+ * that place (loom__tool_host, loom_tool_ctx.host), which the sub-agent
+ * tool reads on its thread to start the child and through which it hands
+ * back a report of the child (usage, each agent's share, calls made,
+ * tool records) that the parent run merges on its own thread.
+ *
+ * Usage travels as JSON objects of integers in the "full" shape: every
+ * token field, cost_micros, and priced_calls / unpriced_calls (the model
+ * calls with and without a known cost), so sums stay exact and a cost is
+ * shown only when every call of the share had one.
+ */
+#ifndef LOOM_AGENT_SUBAGENT_H
+#define LOOM_AGENT_SUBAGENT_H
+
+#include "loom/session.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+typedef struct loom__agent_tree loom__agent_tree;
+
+/*
+ * A tree for one top-level turn of session s (a reference is taken on
+ * it), with the top agent's limits (<= 0: the defaults 3 and 50).
+ */
+int loom__agent_tree_new(loom__agent_tree **out, loom_session *s, int max_depth,
+                         int max_sub_runs);
+/* Another reference (thread-safe); NULL is returned as it is. */
+loom__agent_tree *loom__agent_tree_ref(loom__agent_tree *t);
+/* Drops a reference; NULL is a no-op. The last one frees the tree. */
+void loom__agent_tree_free(loom__agent_tree *t);
+
+/* The tree's session (borrowed) and limits. */
+loom_session *loom__agent_tree_session(const loom__agent_tree *t);
+int loom__agent_tree_max_depth(const loom__agent_tree *t);
+int loom__agent_tree_max_runs(const loom__agent_tree *t);
+/* Counts one more sub-agent run: 1 when the tree's limit allows it. Any
+ * thread. */
+int loom__agent_tree_take_run(loom__agent_tree *t);
+
+#define LOOM__SUB_DEFAULT_MAX_DEPTH 3
+#define LOOM__SUB_DEFAULT_MAX_RUNS 50
+
+/* Where a run sits: what it tells the tool calls it starts. Borrowed. */
+typedef struct {
+    loom__agent_tree *tree; /* NULL: a bare run, sub-agent tools refuse */
+    int depth;              /* 0: the top */
+    const char *run_id;
+    const char *agent; /* may be NULL */
+    uint32_t index;    /* the run's event index when its tools start */
+} loom__run_place;
+
+/* A tool call's copy of its run's place, owned by the call's thread. */
+struct loom__tool_host {
+    loom__agent_tree *tree; /* a reference, or NULL */
+    int depth;
+    char *run_id;
+    char *agent;
+    uint32_t index;
+    json_t *report; /* set by a sub-agent tool (loom__run_report) */
+};
+typedef struct loom__tool_host loom__tool_host;
+
+/* Fills h from p (NULL: an empty host). 0 or LOOM_ENOMEM (h is then
+ * cleared). */
+int loom__tool_host_init(loom__tool_host *h, const loom__run_place *p);
+void loom__tool_host_clear(loom__tool_host *h);
+
+/*
+ * Makes the tool that runs agent (of s) as a sub-agent: named name (NULL:
+ * the agent's), with description (NULL: the agent's, else a generic one)
+ * and the {task, context} parameters. own_ref: the tool holds a reference
+ * on s (an embedder's registry); else it borrows s and runs only under
+ * turns of s (the session's own registry, which s holds). model and
+ * max_iterations (NULL, 0: the agent's) apply to every child it starts.
+ * The tool is added to reg. Errors: LOOM_EEXISTS (a tool of that name),
+ * LOOM_ENOTFOUND (no such agent), LOOM_EINVALID (a name that is no tool
+ * name), LOOM_ENOMEM.
+ */
+int loom__agent_tool_add(loom_tool_registry *reg, loom_session *s,
+                         const char *agent, const char *name,
+                         const char *description, const char *model,
+                         int max_iterations, int own_ref);
+
+/* ---- usage in the full shape ------------------------------------------ */
+
+/* u and its priced/unpriced call counts as a full usage object. */
+json_t *loom__usage_full(const loom_usage *u, int priced, int unpriced);
+/* Reads a full usage object back (missing fields: 0). */
+void loom__usage_from_full(const json_t *j, loom_usage *u, int *priced,
+                           int *unpriced);
+/*
+ * by (an object, agent -> full usage) gains u for agent: added to what
+ * it holds. 0 or LOOM_ENOMEM.
+ */
+int loom__by_agent_add(json_t *by, const char *agent, const loom_usage *u,
+                       int priced, int unpriced);
+/* The public shape of by: each agent's usage as usage events show it
+ * (cost_micros only when every call of that share had a cost). */
+json_t *loom__by_agent_public(const json_t *by);
+
+#endif
