@@ -1026,8 +1026,8 @@ static int add_sub_agents(char ***names, size_t *len,
 
     if (!agent || !agent->sub_agents_len)
         return 0;
-    if (!(more = realloc(*names, (*len + agent->sub_agents_len + 1) *
-                                     sizeof(*more))))
+    if (!(more = realloc(*names,
+                         (*len + agent->sub_agents_len + 1) * sizeof(*more))))
         return loom__error_oom();
     *names = more;
     for (size_t i = 0; i < agent->sub_agents_len; i++) {
