@@ -38,8 +38,10 @@ typedef struct {
     int counted;                /* of them, those that count toward the limit */
     int max_iterations;         /* the limit in force */
     size_t tool_calls;          /* tool calls the last model call asked for */
+    size_t tools_offered;       /* tools the run offers (0: none) */
     int retries;                /* times the run went on after a model call
-                                 * without tool calls (on_no_tool_calls) */
+                                 * that asked for no tools
+                                 * (NO_CALLS_GENERATED answered 1) */
     const char *model; /* "provider/model" of the next (or last) call */
     /* The conversation the next request is built from. */
     const loom_messages *messages;
@@ -106,31 +108,56 @@ typedef struct {
     /* ---- the loop ---- */
     /*
      * Before each model call after the first: 0 ends the run with the
-     * text so far. NULL: loom's rule (go on while the last call asked for
-     * tools and the limit allows).
+     * text so far (the last call's text is the answer; finish reason
+     * "stop"). NULL: loom's rule (go on while the last call asked for
+     * tools, or on_no_tool_calls said to, and the limit allows). It
+     * cannot extend the limit.
      */
     int (*should_continue)(const loom_agent_state *st, void *payload);
     /*
      * A model call left no tool calls to run, for reason. Return 1 to
      * call the model again, 0 to end the run. Text written to message
      * is, when the run goes on, a system note for the next call; when it
-     * ends, text added to the answer the user sees. calls: the calls of
-     * the turn (TOOLS_DISABLED), else NULL. NULL hook: end the run
-     * (TOOLS_DISABLED: with the agent's tools_disabled_message).
+     * ends, text added to the answer the user sees (streamed as a
+     * message.delta). calls: the calls of the turn (TOOLS_DISABLED), else
+     * NULL.
+     * - NO_CALLS_GENERATED: the model answered without calling a tool
+     *   (not on the last permitted call). Going on keeps the answer's
+     *   text in the conversation and counts a retry (retries).
+     * - LIMIT_REACHED: before the last permitted call, once tools were
+     *   offered. Going on with an empty message adds the limit note
+     *   (limit_prompt); a message replaces it. Ending ends the run before
+     *   that call, with message as the answer.
+     * NULL hook: loom's default, which carries out the YAML key
+     * retry_without_tool_calls (NO_CALLS_GENERATED: go on with its
+     * prompt while retries < max and tools are offered, else end),
+     * goes on at LIMIT_REACHED, and ends at TOOLS_DISABLED (with the
+     * agent's tools_disabled_message).
      */
     int (*on_no_tool_calls)(const loom_agent_state *st,
                             loom_no_calls_reason reason,
                             const loom_tool_call *calls, size_t ncalls,
                             loom_buf *message, void *payload);
-    /* 0: the next call offers no tools. NULL: tools are offered. */
+    /*
+     * Before each model call: 0, the call may not call tools (tool
+     * choice "none"; the tools are not sent at all unless the
+     * conversation already holds tool calls, which some APIs refuse
+     * without their declarations). Tool calls it returns anyway are not
+     * run. NULL: tools are offered.
+     */
     int (*should_send_tools)(const loom_agent_state *st, void *payload);
     /*
      * The model of the next call: "provider/model" (or any name a turn
-     * may give), copied; NULL: the agent's. A name that does not resolve
-     * fails the run.
+     * may give), resolved by the run's resolve_model (loom/run.h; a
+     * session's turns resolve as loom_session_resolve_model does); NULL:
+     * the agent's. For this call only. A name that does not resolve
+     * fails the run. NULL hook: loom's default, which carries out the
+     * YAML key model_after_retries (its model once retries reached its
+     * count).
      */
     const char *(*get_model)(const loom_agent_state *st, void *payload);
-    /* The usage a model call counts as: out starts as the call's own. */
+    /* The usage a model call counts as (in the usage event and the
+     * run's totals): out starts as the call's own. */
     void (*calculate_usage)(const loom_agent_state *st, const loom_usage *call,
                             loom_usage *out, void *payload);
 
@@ -139,8 +166,8 @@ typedef struct {
     void (*on_tools_selected)(const loom_agent_state *st,
                               const loom_tool_call *calls, size_t n,
                               void *payload);
-    /* Non-zero: the calls are not run and the run ends with its text so
-     * far (finish reason "stop"). */
+    /* Before on_tools_selected. Non-zero: the calls are not run and the
+     * run ends with its text so far (finish reason "stop"). */
     int (*process_tool_calls)(const loom_agent_state *st,
                               const loom_tool_call *calls, size_t n,
                               void *payload);

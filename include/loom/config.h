@@ -232,6 +232,27 @@ typedef struct {
 #define LOOM_AGENT_FILE_MAX ((size_t)256 << 10)
 /* Exchanges of one few-shot file. */
 #define LOOM_AGENT_EXAMPLES_MAX 50
+/*
+ * `retry_without_tool_calls: {max, prompt}` (seed 000's deep research
+ * retry): a model call that asks for no tool while tools are offered is
+ * followed by another, with prompt as a system note, at most max times.
+ * max 0: off (the key absent); the key given: max defaults to 1 and
+ * prompt (NULL) to the built-in note.
+ */
+typedef struct {
+    int max;
+    char *prompt;
+} loom_agent_retry;
+
+/*
+ * `model_after_retries: {retries, model}`: once the run made `retries`
+ * such retries, its later model calls use `model` (a cheaper one).
+ * model NULL: off; retries defaults to 1.
+ */
+typedef struct {
+    int retries;
+    char *model; /* "provider/model" */
+} loom_agent_model_after;
 
 typedef struct {
     char *name;
@@ -301,6 +322,13 @@ typedef struct {
     int count_sub_agent_calls;
     int max_depth;
     int max_sub_runs;
+    loom_agent_retry retry;               /* retry_without_tool_calls */
+    loom_agent_model_after model_after;   /* model_after_retries */
+    /* `non_iterative_tools`: tools whose turns cost no iteration; with
+     * non_iterative_set unset, loom's think tool only. */
+    char **non_iterative_tools;
+    size_t non_iterative_tools_len;
+    int non_iterative_set;
 } loom_agent_config;
 
 /*

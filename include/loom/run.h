@@ -165,6 +165,28 @@ typedef struct {
 typedef struct loom_run loom_run;
 
 /*
+ * A model named by an agent's get_model hook (or model_after_retries), as
+ * a run's resolve_model callback gives it. Everything is borrowed from
+ * whoever resolved it and must stay valid until the run is freed.
+ */
+typedef struct {
+    loom_provider *provider;
+    const char *model;          /* "provider/model", reported in events */
+    const char *upstream_model; /* id sent upstream */
+    /* The model's reasoning controls (0, NULL: unset). */
+    long thinking_budget;
+    const char *reasoning_effort;
+} loom_resolved_model;
+
+/*
+ * Fills *out for the model called name; LOOM_ENOTFOUND (with a message)
+ * when it does not resolve, which fails the run. Called on the run's
+ * thread, once per name the run switches to.
+ */
+typedef int (*loom_run_resolve_fn)(loom_resolved_model *out, const char *name,
+                                   void *payload);
+
+/*
  * Tool hooks (docs/tools.md "Hooks"). A hook looks at each server tool
  * call of a turn, on the thread that runs the loop (never on the tool
  * threads), one call at a time:
@@ -343,9 +365,10 @@ typedef struct loom_run_options {
      * todo_write, whose plan is shown in the system prompt every turn;
      * think offers think, whose think-only turns cost no iteration (at
      * most max_think_turns of them: 0 means LOOM_RUN_DEFAULT_THINK_TURNS,
-     * negative none). Listing "todo_write" or "think" in tool_names offers
-     * them too. plan: the plan to start from (loom_run_plan of an earlier
-     * run of the conversation), copied; NULL: none.
+     * negative none; the same cap holds for every non-iterative tool,
+     * see non_iterative_tools). Listing "todo_write" or "think" in tool_names
+     * offers them too. plan: the plan to start from (loom_run_plan of an
+     * earlier run of the conversation), copied; NULL: none.
      */
     int planning;
     int think;
@@ -470,6 +493,48 @@ typedef struct loom_run_options {
      * built-in text. Borrowed.
      */
     const char *tools_disabled_message;
+    /*
+     * How a model name that get_model gives becomes a provider
+     * (loom_resolved_model); the session layer supplies one that resolves as
+     * a turn's `model` does. NULL: the run's own provider, with the name
+     * as the upstream id.
+     */
+    loom_run_resolve_fn resolve_model;
+    void *resolve_model_payload;
+    /*
+     * The YAML keys retry_without_tool_calls and model_after_retries,
+     * carried out by loom's default on_no_tool_calls and get_model
+     * (loom/agent.h; a hook of the agent's replaces them). max > 0: a
+     * model call that asks for no tool while tools are offered (and is
+     * not the last permitted one) is followed by another while fewer
+     * than max retries were made, with prompt (NULL or empty: a built-in
+     * note) as a system note. model set: once model_after (> 0) retries
+     * were made, every later call uses that model (resolve_model).
+     * Retries are model calls: they count toward max_iterations.
+     * Borrowed.
+     */
+    struct {
+        int max;
+        const char *prompt;
+        int model_after;
+        const char *model;
+    } retry;
+    /*
+     * Tools whose calls cost no iteration: a model turn whose calls are
+     * all of these tools (and no client tool) is not counted toward
+     * max_iterations, up to max_think_turns such turns, after which they
+     * count. NULL: loom's think tool only; non-NULL with length 0: none.
+     * Borrowed.
+     */
+    const char *const *non_iterative_tools;
+    size_t non_iterative_tools_len;
+    /*
+     * The model reasons (its capabilities.reasoning): the run sends an
+     * empty reasoning.delta right after run.started, as it also does
+     * when thinking_budget or reasoning_effort is set, so a client opens
+     * its reasoning view before the first thought arrives.
+     */
+    int reasoning;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1
@@ -588,6 +653,15 @@ const json_t *loom_run_tool_records(const loom_run *run);
  * a string `id`. Borrowed from the run.
  */
 const json_t *loom_run_documents(const loom_run *run);
+
+/*
+ * Tools that failed in one turn and that the next model call (one that
+ * could call tools) did not call again, each counted once per such turn:
+ * an object {tool: count}, or NULL when there were none. Each one is also
+ * logged as a warning ("tool not chosen after error"). Borrowed from the
+ * run.
+ */
+const json_t *loom_run_tools_abandoned_after_error(const loom_run *run);
 
 void loom_run_free(loom_run *run);
 

@@ -27,6 +27,7 @@ void loom__run_options_use_model(loom_run_options *o,
         o->max_output_tokens = m->max_output_tokens;
     o->thinking_budget = m->thinking_budget;
     o->reasoning_effort = m->reasoning_effort;
+    o->reasoning = m->capabilities.reasoning;
     o->prompt_cache = m->prompt_cache;
     o->chain_responses = m->chain_responses;
 }
@@ -225,6 +226,19 @@ int loom__run_agent_setup(loom__run_context *rc, loom_run_options *o,
     if ((rc_ = use_few_shot(rc, o, &agent->few_shot)) != 0)
         return rc_;
     o->tools_disabled_message = agent->tools_disabled_message;
+    o->retry.max = agent->retry.max;
+    o->retry.prompt = agent->retry.prompt;
+    o->retry.model_after = agent->model_after.retries;
+    o->retry.model = agent->model_after.model;
+    if (agent->non_iterative_set) {
+        /* An empty list is none, where NULL would be think. */
+        static const char *const none[1] = {NULL};
+        o->non_iterative_tools =
+            agent->non_iterative_tools_len
+                ? (const char *const *)agent->non_iterative_tools
+                : none;
+        o->non_iterative_tools_len = agent->non_iterative_tools_len;
+    }
     o->review.enabled = agent->review;
     if (!agent->review || !agent->review_model)
         return 0;

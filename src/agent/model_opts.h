@@ -12,7 +12,8 @@
 
 /*
  * Applies m to o: the model's names, its request options (reasoning
- * controls, prompt caching, response chaining), and its capabilities (no
+ * controls, prompt caching, response chaining), and its capabilities
+ * (reasoning: the run opens the reasoning view early; no
  * tools and no tool_choice for a model without function calling; no
  * parallel_tool_calls flag where it is unsupported). max_output_tokens is
  * the model's only when o has none yet (a request's own value wins).
@@ -73,8 +74,10 @@ int loom__run_context_setup(loom__run_context *rc, loom_run_options *o,
  * side models below): planning, think, tool_timeout_ms, review,
  * citations, limit_prompt, many_results_prompt, tools_disabled_message,
  * the tool-description registry, the few_shot examples when o->model is
- * one the agent lists for them (kept in *rc), and its tool_options
- * merged over o->tool_settings (kept in *rc). Every `repair_arguments`
+ * one the agent lists for them (kept in *rc), its tool_options merged
+ * over o->tool_settings (kept in *rc), retry_without_tool_calls and
+ * model_after_retries (o->retry; the model is resolved by the run's
+ * resolve_model) and non_iterative_tools. Every `repair_arguments`
  * model of the tool settings gets a router of its own, kept in *rc and
  * listed in o->models.
  * A review_model gets a router of its own (built with ropts, which may be

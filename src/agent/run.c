@@ -19,8 +19,14 @@
  * The tool calls of a turn go through the tool turn (toolturn.c: hooks,
  * policies, telemetry); the loop tools and the plan shown in the system
  * message are plan.c's. Neither sees the run: this file owns the messages
- * and sends every event, and hands them an emit callback. A turn of think
- * calls only costs no iteration, up to max_think_turns of them.
+ * and sends every event, and hands them an emit callback. A turn of
+ * non-iterative calls only (think by default) costs no iteration, up to
+ * max_think_turns of them.
+ *
+ * The agent's hooks (loom/agent.h) are asked at fixed points of the loop
+ * (the "agent hooks" section below); where a hook is NULL, loom's rule
+ * holds, and for on_no_tool_calls and get_model loom's rule is itself a
+ * hook (loop_rules.c) that carries out the agent's YAML keys.
  *
  * Ownership: the run owns copies of the history and every message it adds;
  * provider, registry and sink are borrowed from the caller.
@@ -30,6 +36,7 @@
 #include "agent/citations.h"
 #include "agent/emit.h"
 #include "agent/handoff.h"
+#include "agent/loop_rules.h"
 #include "agent/media_fetch.h"
 #include "agent/plan.h"
 #include "agent/prompt.h"
@@ -137,7 +144,7 @@ struct loom_run {
     /* A request's messages with the few-shot examples put in. */
     loom_message *sent;
     size_t capsent;
-    int think_turns;   /* think-only turns that cost no iteration */
+    int think_turns;   /* non-iterative turns that cost no iteration */
 
     /* Citations (citations.c). */
     loom__citations *cites; /* NULL: citations off */
@@ -191,6 +198,16 @@ struct loom_run {
     loom_usage kids_usage;
     int kids_priced, kids_unpriced;
     json_t *kids_by_agent;
+    int retries;       /* NO_CALLS_GENERATED answered "go on" */
+    size_t last_calls; /* tool calls the last model call asked for */
+    char *end_note;    /* on_no_tool_calls's text for the answer */
+    /* The model a get_model hook switched to (alt_name NULL: none yet),
+     * and whether the current call uses it. */
+    char *alt_name;
+    loom_resolved_model alt;
+    int use_alt;
+    /* Tools that failed in the last turn; those abandoned after it. */
+    loom__abandoned abandoned;
 };
 
 /* The model calls that count toward the current agent's limit: not
@@ -1407,6 +1424,16 @@ static int add_limit_prompt(loom_run *run)
     return 0;
 }
 
+/* Whether the conversation so far holds a tool call. */
+static int holds_tool_calls(const loom_run *run)
+{
+    for (size_t i = 0; i < run->all.len; i++)
+        if (run->all.items[i].tool_calls_len ||
+            run->all.items[i].role == LOOM_ROLE_TOOL)
+            return 1;
+    return 0;
+}
+
 /*
  * Puts the agent's example exchanges into the request after its leading
  * system messages (the system prompt, the summary): they are loom's own,
@@ -1442,11 +1469,12 @@ static int add_few_shot(loom_run *run, loom_llm_request *req)
 
 /*
  * Fills the next model call's request: the messages (fitted to the
- * context window), the tools (still declared on the last call, which
- * may not use them) and the options.
+ * context window), the tools (still declared on a call that may not use
+ * them, `last`, unless no_tools and the conversation holds no tool call)
+ * and the options: the agent's model's, or the one get_model chose.
  */
 static int prepare_request(loom_run *run, loom_llm_request *req, int last,
-                           int limit_injected)
+                           int no_tools, int limit_injected)
 {
     const loom_run_options *o = &run->opts;
     int rc;
@@ -1455,12 +1483,16 @@ static int prepare_request(loom_run *run, loom_llm_request *req, int last,
         (rc = loom__toolturn_request_tools(run->turn, &req->tools,
                                            &req->tools_len)) != 0)
         return rc;
+    if (no_tools && !holds_tool_calls(run)) {
+        req->tools = NULL;
+        req->tools_len = 0;
+    }
     req->messages = run->all.items;
     req->messages_len = run->all.len;
     if ((run->ctx && (rc = context_fit(run, req)) != 0) ||
         (rc = add_few_shot(run, req)) != 0)
         return rc;
-    req->model = o->upstream_model;
+    req->model = run->use_alt ? run->alt.upstream_model : o->upstream_model;
     if (req->tools_len) {
         /* The last permitted call still declares the tools (the
          * history holds calls of them, which Anthropic and Gemini
@@ -1479,8 +1511,10 @@ static int prepare_request(loom_run *run, loom_llm_request *req, int last,
         req->temperature = o->temperature;
     req->stream = 1;
     req->cache = run->cache;
-    req->thinking_budget = o->thinking_budget;
-    req->reasoning_effort = o->reasoning_effort;
+    req->thinking_budget =
+        run->use_alt ? run->alt.thinking_budget : o->thinking_budget;
+    req->reasoning_effort =
+        run->use_alt ? run->alt.reasoning_effort : o->reasoning_effort;
     req->params = o->params;
     req->prompt_cache = o->prompt_cache;
     /* The limit note holds for this call only: a chained (stored)
@@ -1498,25 +1532,33 @@ static int prepare_request(loom_run *run, loom_llm_request *req, int last,
     return 0;
 }
 
+static void hook_usage(loom_run *run, loom_usage *u);
+
 /* A model call's usage joins the run's, and a `usage` event reports it. */
 static void account_call(loom_run *run, loom_llm_response *resp)
 {
-    if (resp->model) {
+    /* Which model answered: a router may have fallen back, a get_model
+     * hook may have switched. */
+    const char *answered = resp->model    ? resp->model
+                           : run->use_alt ? run->alt.model
+                                          : NULL;
+
+    if (answered) {
         free(run->answered_model);
-        run->answered_model = strdup(resp->model);
+        run->answered_model = strdup(answered);
     }
     if (!resp->usage.total_tokens && !resp->usage.prompt_tokens &&
         !resp->usage.completion_tokens)
         return;
+    hook_usage(run, &resp->usage);
     if (!resp->cost_known)
         resp->usage.cost_micros = 0;
     add_usage(run, &resp->usage, resp->cost_known);
     if (has_sink(run)) {
         json_t *u = usage_json_cost(&resp->usage, resp->cost_known);
         json_object_set_new(u, "iteration", json_integer(run->iterations));
-        /* Which model answered: a router may have fallen back. */
-        if (resp->model)
-            json_object_set_new(u, "model", json_string(resp->model));
+        if (answered)
+            json_object_set_new(u, "model", json_string(answered));
         json_object_set_new(u, "cumulative", run_usage_json(run));
         emit(run, LOOM_EV_USAGE, u);
     }
@@ -1763,6 +1805,27 @@ static int after_calls(loom_run *run, loom__tool_job *jobs, size_t nj)
 }
 
 /*
+ * Notes the turn's failed tools, so that the next model call can be
+ * checked for abandoning them (loop_rules.h), and counts its
+ * non-iterative calls into *nfree.
+ */
+static int note_turn(loom_run *run, const loom__tool_job *jobs, size_t n,
+                     size_t *nfree)
+{
+    int rc = 0;
+
+    *nfree = 0;
+    for (size_t i = 0; i < n; i++) {
+        *nfree += (size_t)loom__loop_non_iterative(
+            &run->opts, jobs[i].call->name,
+            jobs[i].loop == LOOM__LOOP_THINK + 1);
+        if (jobs[i].failed && !rc)
+            rc = loom__abandoned_failed(&run->abandoned, jobs[i].call->name);
+    }
+    return rc;
+}
+
+/*
  * Results of tools with `history: summary` that a model call has read:
  * later calls read them reduced (the tool's summary, else a
  * placeholder). The conversation the caller stores keeps them whole.
@@ -1814,8 +1877,8 @@ static char *all_disabled(const loom__tool_job *jobs, size_t nj, size_t nclient)
  * Runs the tool calls of the turn just added (the last message): the
  * server calls through the tool turn, their results appended; client
  * calls are kept as pending. *nclient says how many client calls there
- * were, *think_only whether every call was a think call, *disabled (the
- * caller frees) the first tool's name when every call was to a tool not
+ * were, *think_only whether every call was of a non-iterative tool,
+ * *disabled (the caller frees) the first tool's name when every call was to a tool not
  * enabled.
  */
 static int run_tools(loom_run *run, size_t *nclient, int *think_only,
@@ -1838,14 +1901,14 @@ static int run_tools(loom_run *run, size_t *nclient, int *think_only,
     if (!jobs)
         return rc;
     run->tool_calls += nj;
-    for (size_t i = 0; i < nj; i++) {
-        nthink += jobs[i].loop == LOOM__LOOP_THINK + 1;
+    for (size_t i = 0; i < nj; i++)
         if (jobs[i].report && !rc)
             rc = merge_report(run, jobs[i].report);
-    }
+    rc2 = note_turn(run, jobs, nj, &nthink);
     *think_only = nj > 0 && nthink == nj && *nclient == 0;
     *disabled = all_disabled(jobs, nj, *nclient);
-    rc2 = after_calls(run, jobs, nj);
+    if (!rc2)
+        rc2 = after_calls(run, jobs, nj);
     if (!rc2)
         rc2 = add_results(run, jobs, nj);
     loom__toolturn_jobs_free(jobs, nj);
@@ -2148,6 +2211,26 @@ static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
     return 0;
 }
 
+/*
+ * The text on_no_tool_calls gave for the end of the run, streamed and
+ * appended to text: *joined (caller frees) is the answer's text, NULL
+ * when there was none.
+ */
+static int append_end_note(loom_run *run, const char *text, char **joined)
+{
+    *joined = NULL;
+    if (!run->end_note)
+        return 0;
+    if (has_sink(run))
+        emit(run, LOOM_EV_MESSAGE_DELTA,
+             delta_json(run->end_note, strlen(run->end_note)));
+    if (asprintf(joined, "%s%s", text, run->end_note) < 0) {
+        *joined = NULL;
+        return loom__error_oom();
+    }
+    return 0;
+}
+
 /* No tool calls (or tools no longer allowed): the answer, its citations
  * checked once it is whole. */
 static int answer(loom_run *run, const loom_llm_response *resp)
@@ -2155,10 +2238,15 @@ static int answer(loom_run *run, const loom_llm_response *resp)
     loom_message m = {0};
     loom__citations_checked ck;
     size_t nsrc = loom__citations_count(run->cites);
-    int rc = 0;
+    char *joined = NULL;
+    int rc;
 
     m.role = LOOM_ROLE_ASSISTANT;
     m.content = resp->text ? resp->text : "";
+    if ((rc = append_end_note(run, m.content, &joined)) != 0)
+        return rc;
+    if (joined)
+        m.content = joined;
     m.reasoning = resp->reasoning;
     m.provider_state = resp->provider_state;
     memset(&ck, 0, sizeof(ck));
@@ -2178,6 +2266,7 @@ static int answer(loom_run *run, const loom_llm_response *resp)
     if (!rc && ck.text)
         rc = emit_citations(run, &ck);
     loom__citations_checked_clear(&ck);
+    free(joined);
     return rc;
 }
 
@@ -2204,50 +2293,12 @@ static void finish_completed(loom_run *run)
     emit(run, LOOM_EV_RUN_COMPLETED, done);
 }
 
-/*
- * One model call and what follows it. Returns 0 and sets *more when the
- * loop goes round again; 0 with *more unset when the run has its answer.
- */
-static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
-                   int *more)
-{
-    const loom_run_options *o = &run->opts;
-    loom_llm_request req = LOOM_LLM_REQUEST_INIT;
-    /* Think-only turns within their allowance cost no iteration. */
-    int last = counted(run) + 1 >= o->max_iterations;
-    int rc, ended = 0;
+/* ---- agent hooks --------------------------------------------------------- */
 
-    *more = 0;
-    if (loom_cancel_is_set(&run->cancel))
-        return LOOM_ECANCELED;
-    if (last && run->iterations > 0 && run->ndefs && !*limit_injected) {
-        if ((rc = add_limit_prompt(run)) != 0)
-            return rc;
-        *limit_injected = 1;
-    }
-    loom_buf_clear(&run->text);
-    run->ncall_offsets = 0;
-    loom_llm_response_clear(resp);
-    if ((rc = prepare_request(run, &req, last, *limit_injected)) != 0)
-        return rc;
-    run->iterations++;
-    rc = loom_provider_complete(o->provider, &req, on_llm_event, run, resp,
-                                &run->cancel);
-    if (rc == 0)
-        observe_tokens(run, &req, resp);
-    run->estimated_prompt = 0;
-    /* A forced tool choice applies to one call, then returns to auto. */
-    run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
-    run->choice.function = NULL;
-    account_call(run, resp);
-    if (rc != 0 || (rc = reduce_read_results(run)) != 0)
-        return rc;
-    if (!resp->tool_calls_len || last)
-        return answer(run, resp);
-    if ((rc = tool_turn(run, resp, &ended)) != 0)
-        return rc;
-    *more = !ended;
-    return 0;
+/* The model of the current call: "provider/model" (or the upstream id). */
+static const char *call_model_name(const loom_run *run)
+{
+    return run->use_alt ? run->alt.model : loom_run_model(run);
 }
 
 /* What the agent's hooks see of the run now (loom/agent.h). */
@@ -2259,7 +2310,10 @@ static void agent_state(const loom_run *run, loom_agent_state *st)
     st->iteration = run->iterations;
     st->counted = counted(run);
     st->max_iterations = run->opts.max_iterations;
-    st->model = run->opts.model ? run->opts.model : run->opts.upstream_model;
+    st->tool_calls = run->last_calls;
+    st->tools_offered = run->ndefs;
+    st->retries = run->retries;
+    st->model = call_model_name(run);
     st->messages = &run->all;
     st->state = run->hook_state;
 }
@@ -2276,6 +2330,290 @@ static void hooks_init(loom_run *run)
     run->hook_state_set = 1;
 }
 
+/* The hooks that answer on_no_tool_calls and get_model: the agent's when
+ * it has the member, else loom's defaults (loop_rules.c), whose payload
+ * is the run's options. */
+#define HOOKS_FOR(run, member, payload_out)                                    \
+    ((run)->hooks && (run)->hooks->member                                      \
+         ? (*(payload_out) = (run)->hooks->payload, (run)->hooks)              \
+         : (*(payload_out) = (void *)&(run)->opts, &loom__loop_default_hooks))
+
+/* A system note for the next model call (loom's own: never stored). */
+static int add_note(loom_run *run, const char *text)
+{
+    int rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM, text);
+
+    return rc ? rc : track(run, 0);
+}
+
+/*
+ * A model call left no tool calls to run, for reason (calls: the turn's,
+ * for TOOLS_DISABLED, else NULL): asks on_no_tool_calls. Going on (*more
+ * = 1): said's text (the call's answer, may be NULL) joins the
+ * conversation, then the hook's message as a system note; an empty one at
+ * LIMIT_REACHED is the limit note. Ending (*more = 0): the hook's message
+ * is kept for the answer (answer() streams and appends it).
+ */
+static int no_calls(loom_run *run, loom_no_calls_reason reason,
+                    const loom_tool_call *calls, size_t ncalls,
+                    const loom_llm_response *said, int *more)
+{
+    void *payload;
+    const loom_agent_hooks *h = HOOKS_FOR(run, on_no_tool_calls, &payload);
+    loom_buf msg = LOOM_BUF_INIT(run->opts.max_tool_result);
+    loom_agent_state st;
+    int rc = 0;
+
+    agent_state(run, &st);
+    *more = h->on_no_tool_calls(&st, reason, calls, ncalls, &msg, payload) != 0;
+    if (!*more) {
+        free(run->end_note);
+        run->end_note = NULL;
+        if (msg.len && !(run->end_note = loom_buf_detach(&msg)))
+            rc = loom__error_oom();
+        loom_buf_free(&msg);
+        return rc;
+    }
+    if (reason == LOOM_NO_CALLS_GENERATED)
+        run->retries++;
+    if (said && said->text && *said->text) {
+        loom_message m = {0};
+        m.role = LOOM_ROLE_ASSISTANT;
+        m.content = said->text;
+        m.reasoning = said->reasoning;
+        m.provider_state = said->provider_state;
+        rc = add_message(run, &(loom_messages){&m, 1, 1});
+    }
+    if (!rc && msg.len)
+        rc = add_note(run, loom_buf_cstr(&msg));
+    else if (!rc && reason == LOOM_NO_CALLS_LIMIT_REACHED)
+        rc = add_limit_prompt(run);
+    loom_buf_free(&msg);
+    return rc;
+}
+
+/* should_continue (before a model call after the first) or
+ * should_send_tools (before each): fn's answer; NULL fn: yes. */
+static int hook_yes(const loom_run *run,
+                    int (*fn)(const loom_agent_state *, void *))
+{
+    loom_agent_state st;
+
+    if (!fn)
+        return 1;
+    agent_state(run, &st);
+    return fn(&st, run->hooks->payload) != 0;
+}
+
+/*
+ * get_model, before each model call: sets run->use_alt when the call
+ * goes to another model than the agent's, resolving a new name with
+ * resolve_model (none: the run's provider, the name as the upstream id).
+ */
+static int hook_model(loom_run *run)
+{
+    const loom_run_options *o = &run->opts;
+    void *payload;
+    const loom_agent_hooks *h = HOOKS_FOR(run, get_model, &payload);
+    loom_agent_state st;
+    const char *name;
+    char *keep;
+    int rc;
+
+    run->use_alt = 0;
+    agent_state(run, &st);
+    name = h->get_model(&st, payload);
+    if (!name || !*name || (o->model && strcmp(name, o->model) == 0) ||
+        strcmp(name, o->upstream_model) == 0)
+        return 0;
+    if (run->alt_name && strcmp(name, run->alt_name) == 0) {
+        run->use_alt = 1;
+        return 0;
+    }
+    if (!(keep = strdup(name)))
+        return loom__error_oom();
+    free(run->alt_name);
+    run->alt_name = keep;
+    memset(&run->alt, 0, sizeof(run->alt));
+    if (o->resolve_model) {
+        if ((rc = o->resolve_model(&run->alt, keep, o->resolve_model_payload)) != 0)
+            goto fail;
+        if (!run->alt.provider || !run->alt.upstream_model) {
+            rc = loom__error_set(LOOM_EINVALID,
+                                 "model '%s' resolved to no provider", keep);
+            goto fail;
+        }
+        if (!run->alt.model)
+            run->alt.model = keep;
+    } else {
+        run->alt.provider = o->provider;
+        run->alt.model = keep;
+        run->alt.upstream_model = keep;
+        run->alt.thinking_budget = o->thinking_budget;
+        run->alt.reasoning_effort = o->reasoning_effort;
+    }
+    run->use_alt = 1;
+    return 0;
+fail:
+    free(run->alt_name);
+    run->alt_name = NULL;
+    return rc;
+}
+
+/* calculate_usage, on a call's usage before it is counted. */
+static void hook_usage(loom_run *run, loom_usage *u)
+{
+    loom_agent_state st;
+    loom_usage call = *u;
+
+    if (!run->hooks || !run->hooks->calculate_usage)
+        return;
+    agent_state(run, &st);
+    run->hooks->calculate_usage(&st, &call, u, run->hooks->payload);
+}
+
+/* process_tool_calls: non-zero ends the run with the call's text. */
+static int hook_process_calls(loom_run *run, const loom_llm_response *resp)
+{
+    loom_agent_state st;
+
+    if (!run->hooks || !run->hooks->process_tool_calls)
+        return 0;
+    agent_state(run, &st);
+    return run->hooks->process_tool_calls(&st, resp->tool_calls,
+                                          resp->tool_calls_len,
+                                          run->hooks->payload) != 0;
+}
+
+/* on_tools_selected, before the calls run. */
+static void hook_tools_selected(loom_run *run, const loom_llm_response *resp)
+{
+    loom_agent_state st;
+
+    if (!run->hooks || !run->hooks->on_tools_selected)
+        return;
+    agent_state(run, &st);
+    run->hooks->on_tools_selected(&st, resp->tool_calls, resp->tool_calls_len,
+                                  run->hooks->payload);
+}
+
+/* The run ends on a hook's word: finish reason "stop". */
+static int finish_stop(loom_llm_response *resp)
+{
+    free(resp->finish_reason);
+    resp->finish_reason = strdup("stop");
+    return resp->finish_reason ? 0 : loom__error_oom();
+}
+
+/*
+ * should_continue said to stop before a model call: the last call's text
+ * (its assistant message's, already in the conversation) is the answer.
+ */
+static int stop_early(loom_run *run, loom_llm_response *resp)
+{
+    const char *text = "";
+
+    for (size_t i = run->added.len; i-- > 0;)
+        if (run->added.items[i].role == LOOM_ROLE_ASSISTANT) {
+            if (run->added.items[i].content)
+                text = run->added.items[i].content;
+            break;
+        }
+    free(run->final_text);
+    if (!(run->final_text = strdup(text)))
+        return loom__error_oom();
+    return finish_stop(resp);
+}
+
+/*
+ * Empty reasoning right after run.started for a model that reasons, so
+ * a client opens its reasoning view early (seed 001).
+ */
+static void emit_reasoning_open(loom_run *run)
+{
+    const loom_run_options *o = &run->opts;
+
+    if (has_sink(run) && (o->reasoning || o->thinking_budget > 0 ||
+                          (o->reasoning_effort && *o->reasoning_effort)))
+        emit(run, LOOM_EV_REASONING_DELTA, delta_json("", 0));
+}
+
+/*
+ * One model call and what follows it. Returns 0 and sets *more when the
+ * loop goes round again; 0 with *more unset when the run has its answer.
+ */
+static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
+                   int *more)
+{
+    const loom_run_options *o = &run->opts;
+    loom_llm_request req = LOOM_LLM_REQUEST_INIT;
+    /* Non-iterative turns within their allowance cost no iteration. */
+    int last = counted(run) + 1 >= o->max_iterations;
+    int rc, ended = 0, tools_ok, go;
+
+    *more = 0;
+    if (loom_cancel_is_set(&run->cancel))
+        return LOOM_ECANCELED;
+    if (run->iterations > 0 &&
+        !hook_yes(run, run->hooks ? run->hooks->should_continue : NULL))
+        return stop_early(run, resp);
+    if (last && run->iterations > 0 && run->ndefs && !*limit_injected) {
+        *limit_injected = 1;
+        if ((rc = no_calls(run, LOOM_NO_CALLS_LIMIT_REACHED, NULL, 0, NULL,
+                           &go)) != 0)
+            return rc;
+        if (!go) {
+            loom_llm_response_clear(resp);
+            return (rc = finish_stop(resp)) != 0 ? rc : answer(run, resp);
+        }
+    }
+    tools_ok = !last &&
+               hook_yes(run, run->hooks ? run->hooks->should_send_tools : NULL);
+    loom_buf_clear(&run->text);
+    run->ncall_offsets = 0;
+    loom_llm_response_clear(resp);
+    if ((rc = hook_model(run)) != 0 ||
+        (rc = prepare_request(run, &req, !tools_ok, !last && !tools_ok,
+                              *limit_injected)) != 0)
+        return rc;
+    run->iterations++;
+    rc = loom_provider_complete(run->use_alt ? run->alt.provider : o->provider,
+                                &req, on_llm_event, run, resp, &run->cancel);
+    if (rc == 0)
+        observe_tokens(run, &req, resp);
+    run->estimated_prompt = 0;
+    /* A forced tool choice applies to one call, then returns to auto. */
+    run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
+    run->choice.function = NULL;
+    account_call(run, resp);
+    if (rc != 0 || (rc = reduce_read_results(run)) != 0)
+        return rc;
+    run->last_calls = tools_ok ? resp->tool_calls_len : 0;
+    if (!tools_ok)
+        loom__abandoned_forget(&run->abandoned);
+    else if ((rc = loom__abandoned_check(&run->abandoned, run->id,
+                                         resp->tool_calls,
+                                         resp->tool_calls_len)) != 0)
+        return rc;
+    if (last)
+        return answer(run, resp);
+    if (!run->last_calls) {
+        if ((rc = no_calls(run, LOOM_NO_CALLS_GENERATED, NULL, 0, resp,
+                           more)) != 0 ||
+            !*more)
+            return rc ? rc : answer(run, resp);
+        run->index++;
+        return 0;
+    }
+    if (hook_process_calls(run, resp))
+        return (rc = finish_stop(resp)) != 0 ? rc : answer(run, resp);
+    hook_tools_selected(run, resp);
+    if ((rc = tool_turn(run, resp, &ended)) != 0)
+        return rc;
+    *more = !ended;
+    return 0;
+}
+
 int loom_run_execute(loom_run *run)
 {
     loom_llm_response resp;
@@ -2285,6 +2623,7 @@ int loom_run_execute(loom_run *run)
     if (!run->cache && (rc = loom_llm_cache_new(&run->cache)) != 0)
         return rc;
     emit_started(run);
+    emit_reasoning_open(run);
     hooks_init(run);
     while (more && rc == 0)
         rc = iterate(run, &resp, &limit_injected, &more);
@@ -2428,6 +2767,11 @@ const json_t *loom_run_documents(const loom_run *run)
     return loom__toolturn_documents(run->turn);
 }
 
+const json_t *loom_run_tools_abandoned_after_error(const loom_run *run)
+{
+    return run->abandoned.counts;
+}
+
 void loom_run_free(loom_run *run)
 {
     if (!run)
@@ -2467,6 +2811,9 @@ void loom_run_free(loom_run *run)
     loom__media_fetcher_free(run->media);
     loom__agent_tree_free(run->tree);
     json_decref(run->kids_by_agent);
+    free(run->end_note);
+    free(run->alt_name);
+    loom__abandoned_clear(&run->abandoned);
     if (run->hook_state_set && run->hooks->free_state)
         run->hooks->free_state(run->hook_state, run->hooks->payload);
     loom__handoffs_free(run->handoffs);

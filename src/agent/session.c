@@ -86,6 +86,15 @@ typedef struct handed {
     loom__run_context ctxs;
 } handed;
 
+/* A model the run switched to (an agent's get_model hook), kept for the
+ * turn's life: the run borrows it. */
+typedef struct {
+    char *name;            /* as the hook gave it */
+    char *model;           /* resolved: "provider/model" */
+    loom_provider *router; /* NULL: the session's own provider */
+    loom_model_request_options req;
+} turn_model;
+
 struct loom_turn {
     atomic_int refs;
     loom_session *s;
@@ -114,6 +123,8 @@ struct loom_turn {
     loom_provider *router;
     loom_model_request_options mreq;
     loom__run_context ctxs;
+    turn_model *alts; /* models the run switched to (turn_resolve) */
+    size_t nalts;
     loom_run_options ro;
     /* handoffs: the turn's agent's, the agents handed over to, and the
      * request's own settings, which hold for them too */
@@ -593,6 +604,12 @@ static void turn_free(loom_turn *t)
         t->handed = h->next;
         handed_free(h);
     }
+    for (size_t i = 0; i < t->nalts; i++) {
+        loom_provider_free(t->alts[i].router);
+        free(t->alts[i].model);
+        free(t->alts[i].name);
+    }
+    free(t->alts);
     loom_messages_free(&t->input);
     if (t->given_history) {
         loom_messages_free(t->given_history);
@@ -1307,6 +1324,81 @@ static int handoff_agent(const char *name, loom_run_options *o, void *payload)
     return loom__run_agent_setup(&h->ctxs, o, s->cfg, ac, &rto);
 }
 
+/* Routers of a session share its health record and adapters. */
+static loom_router_options router_options(const loom_session *s)
+{
+    loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
+
+    rto.health = s->o.health;
+    rto.lookup = s->o.lookup;
+    rto.lookup_payload = s->o.lookup_payload;
+    return rto;
+}
+
+static void fill_resolved(loom_resolved_model *out, const loom_turn *t,
+                          const turn_model *m)
+{
+    out->provider = m->router ? m->router : t->s->o.provider;
+    out->model = m->req.model;
+    out->upstream_model = m->req.upstream;
+    out->thinking_budget = m->req.thinking_budget;
+    out->reasoning_effort = m->req.reasoning_effort;
+}
+
+/*
+ * The run's resolve_model: a name an agent's get_model hook (or
+ * model_after_retries) gives resolves as a turn's `model` does
+ * (loom_session_resolve_model; an agent is not a model), to a router
+ * kept until the turn is freed; with the session's own provider, the
+ * name is the id sent to it.
+ */
+static int turn_resolve(loom_resolved_model *out, const char *name,
+                        void *payload)
+{
+    loom_turn *t = payload;
+    loom_session *s = t->s;
+    const loom_agent_config *agent = NULL;
+    loom_router_options rto = router_options(s);
+    turn_model *p, *m;
+    char *resolved = NULL;
+    int rc;
+
+    for (size_t i = 0; i < t->nalts; i++)
+        if (strcmp(t->alts[i].name, name) == 0) {
+            fill_resolved(out, t, &t->alts[i]);
+            return 0;
+        }
+    if ((rc = loom_session_resolve_model(s, name, &agent, &resolved)) != 0)
+        return rc;
+    if (agent)
+        return loom__error_set(LOOM_EINVALID,
+                               "model '%s' names an agent, not a model", name);
+    if (!(p = realloc(t->alts, (t->nalts + 1) * sizeof(*p)))) {
+        free(resolved);
+        return loom__error_oom();
+    }
+    t->alts = p;
+    m = &t->alts[t->nalts];
+    memset(m, 0, sizeof(*m));
+    m->model = resolved;
+    if (!(m->name = strdup(name))) {
+        free(resolved);
+        return loom__error_oom();
+    }
+    if (s->o.provider) {
+        m->req.model = m->model;
+        m->req.upstream = m->model;
+    } else if ((rc = loom_router_new(&m->router, s->cfg, resolved, &rto,
+                                     &m->req)) != 0) {
+        free(m->name);
+        free(resolved);
+        return rc;
+    }
+    t->nalts++;
+    fill_resolved(out, t, m);
+    return 0;
+}
+
 /*
  * The one mapping of an agent's config and a turn's overrides to run
  * options, for every front end.
@@ -1361,12 +1453,12 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
         ro.resolve_agent = handoff_agent;
         ro.resolve_payload = t;
     }
+    ro.resolve_model = turn_resolve;
+    ro.resolve_model_payload = t;
     loom__run_options_use_model(&ro, &t->mreq);
     ro.model = t->model;
     ro.upstream_model = t->upstream;
-    rto.health = s->o.health;
-    rto.lookup = s->o.lookup;
-    rto.lookup_payload = s->o.lookup_payload;
+    rto = router_options(s);
     if ((rc = loom__run_context_setup(&t->ctxs, &ro, s->cfg, &rto)) != 0 ||
         (rc = loom__run_agent_setup(&t->ctxs, &ro, s->cfg, agent, &rto)) != 0)
         return rc;

@@ -410,6 +410,11 @@ static void agent_clear(loom_agent_config *a)
     free(a->few_shot.examples);
     json_decref(a->tool_options);
     free(a->tools_disabled_message);
+    free(a->retry.prompt);
+    free(a->model_after.model);
+    for (size_t j = 0; j < a->non_iterative_tools_len; j++)
+        free(a->non_iterative_tools[j]);
+    free(a->non_iterative_tools);
     for (size_t i = 0; i < a->tools_len; i++)
         free(a->tools[i]);
     free(a->tools);

@@ -1670,22 +1670,31 @@ static int read_tool_choice(walk_ctx *w, const field *f, const yaml_node_t *n,
     return rc;
 }
 
+/* A list of tool names where null is as if absent and an empty list
+ * is a set of none: *set says it was given. */
+static int read_tool_set(walk_ctx *w, const yaml_node_t *n, const char *key,
+                         char ***items, size_t *len, int *set)
+{
+    int rc;
+
+    if (is_null(n))
+        return 0;
+    rc = read_strings(w, n, key, "tool names", "a tool name", tool_ok, items,
+                      len, NULL);
+    if (rc == 0 || go_on(w->ld, rc))
+        *set = 1;
+    return rc;
+}
+
 /* `data_policy.tools: [name, ...]`: only these tools' calls are stored;
  * null is as if absent. */
 static int read_policy_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
                              const char *key)
 {
     loom_agent_data_policy *p = w->obj;
-    int rc;
 
     (void)f;
-    if (is_null(n))
-        return 0;
-    rc = read_strings(w, n, key, "tool names", "a tool name", tool_ok,
-                      &p->tools, &p->tools_len, NULL);
-    if (rc == 0 || go_on(w->ld, rc))
-        p->tools_set = 1;
-    return rc;
+    return read_tool_set(w, n, key, &p->tools, &p->tools_len, &p->tools_set);
 }
 
 #define P loom_agent_data_policy
@@ -2043,6 +2052,41 @@ static int read_sub_agents(walk_ctx *w, const field *f, const yaml_node_t *n,
                         &a->sub_agents_lines);
 }
 
+/* `retry_without_tool_calls` and `model_after_retries` given: their
+ * count (each struct's first member, 0 when off) defaults to 1. */
+static int count_one_init(walk_ctx *w)
+{
+    *(int *)w->obj = 1;
+    return 0;
+}
+
+static const field agent_retry_fields[] = {
+    {K_INT("max", loom_agent_retry, max, 1, 100)},
+    {K_STR("prompt", loom_agent_retry, prompt, "a string"),
+     .flags = F_EMPTY_NULL},
+};
+static const field model_after_fields[] = {
+    {K_INT("retries", loom_agent_model_after, retries, 1, 100)},
+    {K_STR("model", loom_agent_model_after, model, "a model name"),
+     .flags = F_REQUIRED | F_MODEL},
+};
+static const section retry_agent_section =
+    SECTION(agent_retry_fields, count_one_init, NULL);
+static const section model_after_section =
+    SECTION(model_after_fields, count_one_init, NULL);
+
+/* `non_iterative_tools: [name, ...]`: turns of only these tools cost no
+ * iteration; null is as if absent, [] makes every turn count. */
+static int read_non_iterative(walk_ctx *w, const field *f, const yaml_node_t *n,
+                              const char *key)
+{
+    loom_agent_config *a = w->obj;
+
+    (void)f;
+    return read_tool_set(w, n, key, &a->non_iterative_tools,
+                         &a->non_iterative_tools_len, &a->non_iterative_set);
+}
+
 static int agent_init(loader *ld, const entry *e, const char *key, void *obj)
 {
     loom_agent_config *a = obj;
@@ -2092,6 +2136,9 @@ static const field agent_fields[] = {
     {K_BOOL("count_sub_agent_calls", A, count_sub_agent_calls)},
     {K_INT("max_depth", A, max_depth, 1, 16)},
     {K_INT("max_sub_runs", A, max_sub_runs, 1, 10000)},
+    {K_SUB("retry_without_tool_calls", retry_agent_section), AT(A, retry)},
+    {K_SUB("model_after_retries", model_after_section), AT(A, model_after)},
+    {K_FN("non_iterative_tools", read_non_iterative)},
 };
 static const section agent_section = SECTION(agent_fields, NULL, NULL);
 static const list_spec agent_list = {"agent",

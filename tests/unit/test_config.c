@@ -665,7 +665,9 @@ static void test_unknown_keys(void **state)
         "review_model, citations, memory, data_policy, limit_prompt, "
         "many_results_prompt, tool_descriptions, few_shot, description, "
         "handoffs, tool_options, tools_disabled_message, sub_agents, "
-        "count_sub_agent_calls, max_depth, max_sub_runs)",
+        "count_sub_agent_calls, max_depth, max_sub_runs, "
+        "retry_without_tool_calls, model_after_retries, "
+        "non_iterative_tools)",
         NULL);
     expect_fail(
         "log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,

@@ -277,6 +277,10 @@ static int on_no_calls(const loom_agent_state *st, loom_no_calls_reason reason,
     no_calls_seen *s = payload;
 
     (void)st;
+    /* The hook is asked for every reason (loom/agent.h); this one
+     * answers TOOLS_DISABLED only and lets the others end the run. */
+    if (reason != LOOM_NO_CALLS_TOOLS_DISABLED)
+        return 0;
     s->reason = (int)reason;
     s->ncalls = ncalls;
     assert_string_equal(calls[0].name, "locked");
