@@ -2,7 +2,8 @@
  * Metrics in the Prometheus text exposition format (version 0.0.4) for
  * GET /metrics: requests by route template and status, run durations,
  * upstream latency and errors by provider, tool calls by name and
- * outcome, tokens by model and kind, cost by model, store failures and
+ * outcome, tools the model did not call again after they failed, tokens
+ * by model and kind, cost by model, store failures and
  * retries, active runs and streams.
  *
  * Counters live in small families of label sets under one mutex: samples
@@ -58,6 +59,7 @@ enum {
     F_UPSTREAM_SECONDS,
     F_UPSTREAM_ERRORS,
     F_TOOLS,
+    F_TOOLS_ABANDONED,
     F_TOKENS,
     F_COST,
     F_STORE_ERRORS,
@@ -92,6 +94,9 @@ static const family templates[NFAMILIES] = {
     {"loom_tool_calls_total",
      "Tool calls by tool and outcome (completed, or the failing stage)", 0,
      {"tool", "outcome", NULL}, NULL, 0, 0},
+    {"loom_tools_abandoned_after_error_total",
+     "Tools that failed in one turn and that the next model call did not "
+     "call again, by tool", 0, {"tool", NULL, NULL}, NULL, 0, 0},
     {"loom_tokens_total", "Tokens by model and kind", 0,
      {"model", "kind", NULL}, NULL, 0, 0},
     {"loom_cost_micros_total",
@@ -248,6 +253,12 @@ void srv__metrics_upstream(srv_metrics *m, const char *provider, double secs,
 void srv__metrics_tool(srv_metrics *m, const char *tool, const char *outcome)
 {
     add(m, F_TOOLS, 1, tool ? tool : "", outcome ? outcome : "failed", NULL);
+}
+
+void srv__metrics_tools_abandoned(srv_metrics *m, const char *tool, long n)
+{
+    if (n > 0)
+        add(m, F_TOOLS_ABANDONED, (double)n, tool ? tool : "", NULL, NULL);
 }
 
 void srv__metrics_tokens(srv_metrics *m, const char *model, const char *kind,

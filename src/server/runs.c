@@ -339,6 +339,20 @@ static void note_metrics(srv_run *r, const loom_event *ev)
     }
 }
 
+/* The tools the run's model abandoned after their errors. */
+static void note_abandoned(srv_metrics *m, const loom_run *run)
+{
+    const json_t *counts =
+        run ? loom_run_tools_abandoned_after_error(run) : NULL;
+    const char *tool;
+    json_t *n;
+
+    json_object_foreach((json_t *)counts, tool, n)
+    {
+        srv__metrics_tools_abandoned(m, tool, (long)json_integer_value(n));
+    }
+}
+
 /* The caller's sink of the turn: metrics. */
 static int on_event(const loom_event *ev, void *payload)
 {
@@ -378,6 +392,7 @@ static void on_ending(loom_turn *t, void *payload)
     double secs = (double)(srv__now_ms() - r->start_mono) / 1000.0;
 
     srv__metrics_run(s->metrics, status, secs);
+    note_abandoned(s->metrics, loom_turn_run(t));
     loom_info("run %s %s in %.3fs (conversation %s)%s", srv_run_id(r), status,
               secs, srv_run_conversation_id(r),
               loom_turn_store_error(t) || !loom_turn_conversation_id(t)

@@ -177,6 +177,8 @@ void srv__metrics_run(srv_metrics *m, const char *status, double secs);
 void srv__metrics_upstream(srv_metrics *m, const char *provider, double secs,
                            const char *error_kind);
 void srv__metrics_tool(srv_metrics *m, const char *tool, const char *outcome);
+/* A run's count of a tool abandoned after its error (loom/run.h). */
+void srv__metrics_tools_abandoned(srv_metrics *m, const char *tool, long n);
 /* A store call that failed for good (op: "save_turn",
  * "create_conversation", "load_history"), or is retried. */
 void srv__metrics_store_error(srv_metrics *m, const char *op);
