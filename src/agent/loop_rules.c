@@ -104,12 +104,13 @@ int loom__abandoned_check(loom__abandoned *a, const char *run_id,
             continue;
         loom_warn("run %s: tool not chosen after error: %s",
                   run_id ? run_id : "-", name);
-        if (!a->counts && !(a->counts = json_object()))
-            rc = loom__error_oom();
-        else if (!(c = json_integer(
-                       json_integer_value(json_object_get(a->counts, name)) +
-                       1)) ||
-                 json_object_set_new(a->counts, name, c) != 0)
+        if (!a->counts)
+            a->counts = json_object();
+        c = a->counts
+                ? json_integer(
+                      json_integer_value(json_object_get(a->counts, name)) + 1)
+                : NULL;
+        if (!c || json_object_set_new(a->counts, name, c) != 0)
             rc = loom__error_oom();
     }
     loom__abandoned_forget(a);
