@@ -322,8 +322,8 @@ typedef struct {
     int count_sub_agent_calls;
     int max_depth;
     int max_sub_runs;
-    loom_agent_retry retry;               /* retry_without_tool_calls */
-    loom_agent_model_after model_after;   /* model_after_retries */
+    loom_agent_retry retry;             /* retry_without_tool_calls */
+    loom_agent_model_after model_after; /* model_after_retries */
     /* `non_iterative_tools`: tools whose turns cost no iteration; with
      * non_iterative_set unset, loom's think tool only. */
     char **non_iterative_tools;

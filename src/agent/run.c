@@ -144,7 +144,7 @@ struct loom_run {
     /* A request's messages with the few-shot examples put in. */
     loom_message *sent;
     size_t capsent;
-    int think_turns;   /* non-iterative turns that cost no iteration */
+    int think_turns; /* non-iterative turns that cost no iteration */
 
     /* Citations (citations.c). */
     loom__citations *cites; /* NULL: citations off */
@@ -1878,8 +1878,8 @@ static char *all_disabled(const loom__tool_job *jobs, size_t nj, size_t nclient)
  * server calls through the tool turn, their results appended; client
  * calls are kept as pending. *nclient says how many client calls there
  * were, *think_only whether every call was of a non-iterative tool,
- * *disabled (the caller frees) the first tool's name when every call was to a tool not
- * enabled.
+ * *disabled (the caller frees) the first tool's name when every call was to a
+ * tool not enabled.
  */
 static int run_tools(loom_run *run, size_t *nclient, int *think_only,
                      char **disabled)
@@ -2436,7 +2436,8 @@ static int hook_model(loom_run *run)
     run->alt_name = keep;
     memset(&run->alt, 0, sizeof(run->alt));
     if (o->resolve_model) {
-        if ((rc = o->resolve_model(&run->alt, keep, o->resolve_model_payload)) != 0)
+        if ((rc = o->resolve_model(&run->alt, keep,
+                                   o->resolve_model_payload)) != 0)
             goto fail;
         if (!run->alt.provider || !run->alt.upstream_model) {
             rc = loom__error_set(LOOM_EINVALID,
