@@ -1966,39 +1966,30 @@ static int end_with_text(loom_run *run, loom_llm_response *resp,
  * wrote, else with the agent's tools_disabled_message (or the built-in
  * one), {tool} filled in, as the answer: the model is not asked again.
  */
+static int no_calls(loom_run *run, loom_no_calls_reason reason,
+                    const loom_tool_call *calls, size_t ncalls,
+                    const loom_llm_response *said, int *more);
+
 static int tools_disabled(loom_run *run, loom_llm_response *resp,
                           const char *tool, int *ended)
 {
-    const loom_agent_hooks *h = run->hooks;
     const char *tmpl = run->opts.tools_disabled_message;
-    loom_buf msg = LOOM_BUF_INIT(run->opts.max_tool_result);
-    char *text = NULL;
-    int go_on = 0, rc = 0;
+    char *text;
+    int go_on = 0, rc;
 
-    if (h && h->on_no_tool_calls) {
-        loom_agent_state st;
-        agent_state(run, &st);
-        st.tool_calls = resp->tool_calls_len;
-        go_on = h->on_no_tool_calls(&st, LOOM_NO_CALLS_TOOLS_DISABLED,
-                                    resp->tool_calls, resp->tool_calls_len,
-                                    &msg, h->payload);
-    }
+    if ((rc = no_calls(run, LOOM_NO_CALLS_TOOLS_DISABLED, resp->tool_calls,
+                       resp->tool_calls_len, NULL, &go_on)) != 0)
+        return rc;
     if (go_on) {
-        if (msg.len && ((rc = loom_messages_add(&run->all, LOOM_ROLE_SYSTEM,
-                                                loom_buf_cstr(&msg))) != 0 ||
-                        (rc = track(run, 0)) != 0)) {
-            loom_buf_free(&msg);
-            return rc;
-        }
-        loom_buf_free(&msg);
         run->index++;
         return 0;
     }
-    text = msg.len
-               ? loom_buf_detach(&msg)
-               : loom__text_fill(tmpl && *tmpl ? tmpl : TOOLS_DISABLED_MESSAGE,
-                                 "{tool}", tool);
-    loom_buf_free(&msg);
+    /* The hook's text is the answer here, not a note after one. */
+    text = run->end_note;
+    run->end_note = NULL;
+    if (!text)
+        text = loom__text_fill(tmpl && *tmpl ? tmpl : TOOLS_DISABLED_MESSAGE,
+                               "{tool}", tool);
     if (!text)
         return loom__error_oom();
     rc = end_with_text(run, resp, text);
