@@ -427,6 +427,12 @@ typedef struct {
     size_t tools_len;
     long timeout_ms;         /* one call; default 60000 */
     long startup_timeout_ms; /* start, handshake, tools/list; 30000 */
+    /*
+     * The protocol version to speak, which fixes the era: "2026-07-28"
+     * (stateless: no handshake), "2025-11-25" and older (initialize).
+     * NULL: probe with server/discover, fall back to initialize.
+     */
+    char *protocol_version;
 } loom_mcp_server_config;
 
 #define LOOM_SERVER_DEFAULT_LISTEN "127.0.0.1:8080"

@@ -35,8 +35,23 @@ extern "C" {
 
 typedef struct loom_mcp_server loom_mcp_server;
 
-/* The protocol versions loom speaks, newest first. */
+/* The newest protocol version of each era loom speaks. */
 #define LOOM_MCP_PROTOCOL_VERSION "2025-11-25"
+#define LOOM_MCP_PROTOCOL_STATELESS "2026-07-28"
+
+/*
+ * Answers a request the server makes of the client: method is
+ * "elicitation/create" (params: message, requestedSchema), and params as
+ * the server sent them. Sets *result to a new result object (for an
+ * elicitation {action: accept|decline|cancel, content}) and returns 0, or
+ * returns a negative code to refuse. The defaults of requestedSchema are
+ * filled into an accepted content by the client. Called on the thread
+ * that read the request, or on the caller's for a 2026-07-28
+ * input_required result.
+ */
+typedef int (*loom_mcp_input_fn)(loom_mcp_server *s, const char *method,
+                                 const json_t *params, void *arg,
+                                 json_t **result);
 
 /*
  * A server for cfg (copied: cfg may be freed after). Nothing is started
@@ -44,6 +59,14 @@ typedef struct loom_mcp_server loom_mcp_server;
  */
 int loom_mcp_server_new(loom_mcp_server **out,
                         const loom_mcp_server_config *cfg);
+
+/*
+ * Who answers the server's elicitations. Set before first use: the
+ * client advertises the elicitation capability only when there is one;
+ * without one an elicitation is declined.
+ */
+void loom_mcp_server_set_input(loom_mcp_server *s, loom_mcp_input_fn fn,
+                               void *arg);
 
 /* Drops the caller's reference (see above). NULL is a no-op. */
 void loom_mcp_server_free(loom_mcp_server *s);
@@ -71,6 +94,14 @@ int loom_mcp_server_tools(loom_mcp_server *s, json_t **out);
 int loom_mcp_server_call(loom_mcp_server *s, const char *tool,
                          const json_t *args, long timeout_ms,
                          loom_cancel *cancel, json_t **out);
+
+/*
+ * Sends any request (resources/list, prompts/get, ...) with params (NULL
+ * for none) and gives its result in *out, as loom_mcp_server_call() does.
+ */
+int loom_mcp_server_request(loom_mcp_server *s, const char *method,
+                            const json_t *params, long timeout_ms,
+                            loom_cancel *cancel, json_t **out);
 
 /*
  * What the server is now, as a new object: name, transport, state

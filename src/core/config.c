@@ -381,6 +381,7 @@ void loom__config_mcp_server_clear(loom_mcp_server_config *m)
     free(m->url);
     json_decref(m->headers);
     free_strings(m->tools, m->tools_len);
+    free(m->protocol_version);
     memset(m, 0, sizeof(*m));
 }
 

@@ -2511,6 +2511,8 @@ static int read_mcp_env(walk_ctx *w, const field *f, const yaml_node_t *n,
 }
 
 static const char *const mcp_transports[] = {"stdio", "http", NULL};
+static const char *const mcp_versions[] = {
+    "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", NULL};
 
 /* A server is a command or a URL, never both, and the transport agrees. */
 static int mcp_server_check(walk_ctx *w)
@@ -2571,6 +2573,8 @@ static const field mcp_server_fields[] = {
     {K_FN("tools", read_mcp_tools)},
     {K_LONG("timeout_ms", S, timeout_ms, 100, 86400000L)},
     {K_LONG("startup_timeout_ms", S, startup_timeout_ms, 100, 600000L)},
+    {K_STR("protocol_version", S, protocol_version, "an MCP protocol version"),
+     .choices = mcp_versions},
 };
 static const section mcp_server_section =
     SECTION(mcp_server_fields, NULL, mcp_server_check);

@@ -72,6 +72,10 @@ struct loom_mcp_server {
     json_int_t next_id;
     mcp_pending *pending;
     char protocol[32];
+    int stateless;      /* the 2026-07-28 era: no handshake, _meta */
+    json_t *headers_of; /* tool -> {param: x-mcp-header}; may be NULL */
+    loom_mcp_input_fn input;
+    void *input_arg;
     json_t *server_info;
     char *error;
     int failures;
@@ -126,6 +130,7 @@ static int config_copy(loom_mcp_server_config *d,
     d->timeout_ms = c->timeout_ms > 0 ? c->timeout_ms : 60000;
     d->startup_timeout_ms =
         c->startup_timeout_ms > 0 ? c->startup_timeout_ms : 30000;
+    d->protocol_version = dup_opt(c->protocol_version, &oom);
     if (oom || !d->env || !d->headers)
         return loom__error_oom();
     return 0;
@@ -191,6 +196,7 @@ void loom_mcp_server_free(loom_mcp_server *s)
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
         return;
     retire_conn(s);
+    json_decref(s->headers_of);
     json_decref(s->server_info);
     free(s->error);
     loom__config_mcp_server_clear(&s->cfg);
@@ -203,6 +209,15 @@ void loom_mcp_server_free(loom_mcp_server *s)
 void loom__mcp_ref(loom_mcp_server *s)
 {
     atomic_fetch_add(&s->refs, 1);
+}
+
+void loom_mcp_server_set_input(loom_mcp_server *s, loom_mcp_input_fn fn,
+                               void *arg)
+{
+    pthread_mutex_lock(&s->mu);
+    s->input = fn;
+    s->input_arg = arg;
+    pthread_mutex_unlock(&s->mu);
 }
 
 const char *loom_mcp_server_name(const loom_mcp_server *s)
@@ -348,6 +363,59 @@ static void on_notification(loom_mcp_server *s, const char *method,
     }
 }
 
+/* The capabilities loom declares: elicitation when someone answers. */
+static json_t *client_caps(loom_mcp_server *s)
+{
+    int elicit;
+
+    pthread_mutex_lock(&s->mu);
+    elicit = s->input != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return elicit ? json_pack("{s:{}}", "elicitation") : json_object();
+}
+
+/*
+ * The answer to a request of the server (method, params): ping, an
+ * elicitation (through the input callback, with the schema's defaults
+ * filled in; declined when nobody answers), roots (none). Sets *result,
+ * or returns -32601 (not supported) or -32603 (the callback failed).
+ */
+static int answer_input(loom_mcp_server *s, const char *method,
+                        const json_t *params, json_t **result)
+{
+    loom_mcp_input_fn fn;
+    void *arg;
+    json_t *content;
+
+    *result = NULL;
+    if (strcmp(method, "ping") == 0)
+        return (*result = json_object()) ? 0 : -32603;
+    if (strcmp(method, "roots/list") == 0)
+        return (*result = json_pack("{s:[]}", "roots")) ? 0 : -32603;
+    if (strcmp(method, "elicitation/create") != 0)
+        return -32601;
+    pthread_mutex_lock(&s->mu);
+    fn = s->input;
+    arg = s->input_arg;
+    pthread_mutex_unlock(&s->mu);
+    if (!fn)
+        return (*result = json_pack("{s:s}", "action", "decline")) ? 0 : -32603;
+    if (fn(s, method, params, arg, result) != 0 || !json_is_object(*result)) {
+        json_decref(*result);
+        *result = NULL;
+        return -32603;
+    }
+    content = json_object_get(*result, "content");
+    if (json_is_object(content) &&
+        loom__mcp_apply_defaults(json_object_get(params, "requestedSchema"),
+                                 content) != 0) {
+        json_decref(*result);
+        *result = NULL;
+        return -32603;
+    }
+    return 0;
+}
+
 void loom__mcp_dispatch(loom_mcp_server *s, unsigned gen, json_t *msg)
 {
     const json_t *id = json_object_get(msg, "id");
@@ -364,10 +432,14 @@ void loom__mcp_dispatch(loom_mcp_server *s, unsigned gen, json_t *msg)
         loom_warn("mcp %s: skipped a message that is not a JSON object",
                   s->cfg.name);
     } else if (json_is_string(method) && id && !json_is_null(id)) {
-        if (strcmp(json_string_value(method), "ping") == 0)
-            reply(s, id, json_object(), 0, NULL);
+        json_t *result = NULL;
+        int code = answer_input(s, json_string_value(method),
+                                json_object_get(msg, "params"), &result);
+        if (code == 0)
+            reply(s, id, result, 0, NULL);
         else
-            reply(s, id, NULL, -32601, "Method not found");
+            reply(s, id, NULL, code,
+                  code == -32601 ? "Method not found" : "Internal error");
     } else if (json_is_string(method)) {
         on_notification(s, json_string_value(method),
                         json_object_get(msg, "params"));
@@ -423,19 +495,22 @@ static int take_answer(loom_mcp_server *s, const char *method, json_t *answer,
 
 /*
  * Sends one request on the current connection and waits for its answer
- * until deadline or cancel. On a timeout or cancellation, the server is
- * told with notifications/cancelled (initialize excepted, as the spec
- * says).
+ * until deadline or cancel; *answer is the whole answer message (a
+ * result or an error). In the 2026-07-28 era params get the `_meta` of
+ * the era. On a timeout or cancellation, the server is told with
+ * notifications/cancelled (initialize excepted, as the spec says; in the
+ * 2026-07-28 era the transport closing the request's stream says it).
  */
 static int request(loom_mcp_server *s, const char *method, json_t *params,
-                   int64_t deadline, loom_cancel *cancel, json_t **result)
+                   int64_t deadline, loom_cancel *cancel, json_t **answer)
 {
     mcp_pending *pp = calloc(1, sizeof(*pp));
     mcp_conn *c;
     json_t *msg = NULL;
-    int rc = 0, sent;
+    int rc = 0, sent, stateless;
+    char version[32];
 
-    *result = NULL;
+    *answer = NULL;
     if (!pp) {
         json_decref(params);
         return loom__error_oom();
@@ -449,12 +524,33 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
                                s->cfg.name);
     }
     c->refs++;
+    stateless = s->stateless;
+    snprintf(version, sizeof(version), "%s", s->protocol);
     pp->id = s->next_id++;
     pp->gen = c->gen;
     pp->next = s->pending;
     s->pending = pp;
     pthread_mutex_unlock(&s->mu);
 
+    if (stateless) {
+        json_t *caps = client_caps(s);
+        if (!params)
+            params = json_object();
+        if (!caps || !params ||
+            json_object_set_new(params, "_meta",
+                                loom__mcp_meta(version, caps)) != 0) {
+            json_decref(params);
+            params = NULL;
+        }
+        json_decref(caps);
+        if (!params) {
+            pthread_mutex_lock(&s->mu);
+            unlink_pending_locked(s, pp);
+            pthread_mutex_unlock(&s->mu);
+            rc = loom__error_oom();
+            goto done;
+        }
+    }
     msg = json_pack("{s:s,s:I,s:s}", "jsonrpc", "2.0", "id", (json_int_t)pp->id,
                     "method", method);
     if (!msg || (params && json_object_set_new(msg, "params", params) != 0)) {
@@ -489,7 +585,7 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
         rc = loom__error_set(LOOM_EUPSTREAM, "MCP server '%s': %s", s->cfg.name,
                              pp->lost);
     else if (pp->done)
-        rc = take_answer(s, method, pp->answer, result);
+        *answer = json_incref(pp->answer);
     else if (sent != 0 && sent != LOOM_ETIMEDOUT && sent != LOOM_ECANCELED)
         rc = sent;
     else if (loom_cancel_is_set(cancel))
@@ -499,7 +595,7 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
         rc = loom__error_set(LOOM_ETIMEDOUT,
                              "MCP server '%s': no answer to %s in time",
                              s->cfg.name, method);
-    if ((rc == LOOM_ETIMEDOUT || rc == LOOM_ECANCELED) &&
+    if ((rc == LOOM_ETIMEDOUT || rc == LOOM_ECANCELED) && !stateless &&
         strcmp(method, "initialize") != 0) {
         json_t *n = json_pack("{s:s,s:s,s:{s:I,s:s}}", "jsonrpc", "2.0",
                               "method", "notifications/cancelled", "params",
@@ -538,16 +634,21 @@ static int known_version(const char *v)
  * the handshake's own requests; the caller resets it on failure. */
 static int handshake(loom_mcp_server *s, int64_t deadline)
 {
-    json_t *params, *result = NULL, *n;
-    const char *v;
+    json_t *params, *result = NULL, *n, *answer = NULL;
+    const char *v, *want = s->cfg.protocol_version;
     int rc;
 
-    params = json_pack("{s:s,s:{},s:{s:s,s:s}}", "protocolVersion",
-                       LOOM_MCP_PROTOCOL_VERSION, "capabilities", "clientInfo",
-                       "name", "loom", "version", loom_version());
+    params = json_pack("{s:s,s:o,s:{s:s,s:s}}", "protocolVersion",
+                       want ? want : LOOM_MCP_PROTOCOL_VERSION, "capabilities",
+                       client_caps(s), "clientInfo", "name", "loom", "version",
+                       loom_version());
     if (!params)
         return loom__error_oom();
-    if ((rc = request(s, "initialize", params, deadline, NULL, &result)) != 0)
+    if ((rc = request(s, "initialize", params, deadline, NULL, &answer)) != 0)
+        return rc;
+    rc = take_answer(s, "initialize", answer, &result);
+    json_decref(answer);
+    if (rc != 0)
         return rc;
     v = json_string_value(json_object_get(result, "protocolVersion"));
     if (!known_version(v)) {
@@ -570,6 +671,83 @@ static int handshake(loom_mcp_server *s, int64_t deadline)
 done:
     json_decref(result);
     return rc;
+}
+
+/*
+ * The 2026-07-28 era's start: server/discover, which also says whether
+ * the server speaks the era. *old is set when it does not (an error, or
+ * an answer without the version among its supportedVersions): the caller
+ * falls back to initialize when it was only probing.
+ */
+static int discover(loom_mcp_server *s, int64_t deadline, int *old)
+{
+    json_t *answer = NULL, *result = NULL, *info;
+    const json_t *supported, *v;
+    size_t i;
+    int rc;
+
+    *old = 1;
+    if ((rc = request(s, "server/discover", NULL, deadline, NULL, &answer)) !=
+        0)
+        return rc == LOOM_ECANCELED || rc == LOOM_ENOMEM ? rc : 0;
+    if (take_answer(s, "server/discover", answer, &result) != 0) {
+        json_decref(answer);
+        return 0;
+    }
+    json_decref(answer);
+    supported = json_object_get(result, "supportedVersions");
+    json_array_foreach(supported, i, v)
+    {
+        if (json_is_string(v) &&
+            strcmp(json_string_value(v), LOOM_MCP_PROTOCOL_STATELESS) == 0)
+            *old = 0;
+    }
+    info = json_object_get(json_object_get(result, "_meta"),
+                           "io.modelcontextprotocol/serverInfo");
+    if (!info)
+        info = json_object_get(result, "serverInfo");
+    pthread_mutex_lock(&s->mu);
+    json_decref(s->server_info);
+    s->server_info = json_incref(info);
+    pthread_mutex_unlock(&s->mu);
+    json_decref(result);
+    return 0;
+}
+
+/* How long a probe with server/discover may take before the server is
+ * taken for an old one that does not answer unknown methods. */
+#define PROBE_MS 5000
+
+/*
+ * Settles the era on a new connection: a protocol_version in the config
+ * fixes it; without one, server/discover probes and an old server gets
+ * initialize.
+ */
+static int open_era(loom_mcp_server *s, int64_t deadline)
+{
+    const char *want = s->cfg.protocol_version;
+    int probe = !want, old = 0, rc;
+    int64_t probe_end = loom__mono_ms() + PROBE_MS;
+
+    if (probe || strcmp(want, LOOM_MCP_PROTOCOL_STATELESS) == 0) {
+        pthread_mutex_lock(&s->mu);
+        s->stateless = 1;
+        snprintf(s->protocol, sizeof(s->protocol), "%s",
+                 LOOM_MCP_PROTOCOL_STATELESS);
+        pthread_mutex_unlock(&s->mu);
+        rc = discover(s, probe && probe_end < deadline ? probe_end : deadline,
+                      &old);
+        if (rc != 0 || !probe || !old)
+            return rc;
+        pthread_mutex_lock(&s->mu);
+        s->stateless = 0;
+        s->protocol[0] = '\0';
+        pthread_mutex_unlock(&s->mu);
+        loom_debug("mcp %s: no 2026-07-28 answer to server/discover; "
+                   "shaking hands with initialize",
+                   s->cfg.name);
+    }
+    return handshake(s, deadline);
 }
 
 /* Starts the server when it is not running (see the top of the file). */
@@ -598,6 +776,7 @@ static int ensure_started(loom_mcp_server *s)
         return rc;
     }
     s->protocol[0] = '\0';
+    s->stateless = 0;
     pthread_mutex_unlock(&s->mu);
 
     retire_conn(s);
@@ -618,7 +797,7 @@ static int ensure_started(loom_mcp_server *s)
     s->conn = c;
     s->state = ST_READY;
     pthread_mutex_unlock(&s->mu);
-    if ((rc = handshake(s, deadline)) != 0)
+    if ((rc = open_era(s, deadline)) != 0)
         goto fail;
     loom_info("mcp %s: connected (%s, protocol %s)", s->cfg.name, s->tr->name,
               s->protocol);
@@ -639,34 +818,138 @@ fail : {
 }
 }
 
+/* The most rounds of input_required answers one request may take. */
+#define MAX_INPUT_ROUNDS 8
+
+/*
+ * Whether answer refuses the protocol version with -32022 while naming
+ * the one loom speaks among those it supports: the request is then sent
+ * again (once).
+ */
+static int version_refused(loom_mcp_server *s, const json_t *answer)
+{
+    const json_t *err = json_object_get(answer, "error"), *v;
+    const json_t *supported =
+        json_object_get(json_object_get(err, "data"), "supported");
+    char version[32];
+    size_t i;
+
+    if (json_integer_value(json_object_get(err, "code")) != -32022)
+        return 0;
+    loom__mcp_protocol(s, version, sizeof(version));
+    json_array_foreach(supported, i, v)
+    {
+        if (json_is_string(v) && strcmp(json_string_value(v), version) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * A 2026-07-28 input_required result: each of its inputRequests is
+ * answered (answer_input) and p, the request's params, gets them as
+ * inputResponses, with the result's requestState echoed as it came (or
+ * none when it gave none), for the request to be sent again.
+ */
+static int take_inputs(loom_mcp_server *s, const json_t *res, json_t *p)
+{
+    const json_t *reqs = json_object_get(res, "inputRequests"), *r;
+    const json_t *state = json_object_get(res, "requestState");
+    json_t *responses = json_object();
+    const char *key;
+
+    if (!responses)
+        return loom__error_oom();
+    json_object_foreach((json_t *)reqs, key, r)
+    {
+        const char *m = json_string_value(json_object_get(r, "method"));
+        json_t *one = NULL;
+        if (!m || answer_input(s, m, json_object_get(r, "params"), &one) != 0) {
+            json_decref(responses);
+            return loom__error_set(LOOM_EUPSTREAM,
+                                   "MCP server '%s' asks for input loom "
+                                   "cannot give (%.60s)",
+                                   s->cfg.name, m ? m : "no method");
+        }
+        if (json_object_set_new(responses, key, one) != 0) {
+            json_decref(responses);
+            return loom__error_oom();
+        }
+    }
+    if (json_object_set_new(p, "inputResponses", responses) != 0 ||
+        (state ? json_object_set(p, "requestState", (json_t *)state)
+               : (json_object_del(p, "requestState"), 0)) != 0)
+        return loom__error_oom();
+    return 0;
+}
+
 /*
  * A request with the server started first. An HTTP session that expired
  * (LOOM_ENOTFOUND from the transport) starts a new one and sends again,
- * once.
+ * once; so does a request whose protocol version was refused while the
+ * server supports it. An input_required result is answered and the
+ * request sent again (with a new id), up to MAX_INPUT_ROUNDS times.
  */
 static int call(loom_mcp_server *s, const char *method, const json_t *params,
                 long timeout_ms, loom_cancel *cancel, json_t **result)
 {
     int64_t deadline = loom__mono_ms() + timeout_ms;
-    int rc = 0;
+    json_t *p = params ? json_deep_copy(params) : NULL;
+    int rc = 0, expired = 0, refused = 0, rounds = 0;
 
-    for (int attempt = 0; attempt < 2; attempt++) {
-        json_t *p = params ? json_deep_copy(params) : NULL;
-        if (params && !p)
-            return loom__error_oom();
-        if ((rc = ensure_started(s)) != 0) {
-            json_decref(p);
-            return rc;
-        }
-        rc = request(s, method, p, deadline, cancel, result);
-        if (rc != LOOM_ENOTFOUND)
+    *result = NULL;
+    if (params && !p)
+        return loom__error_oom();
+    for (;;) {
+        json_t *answer = NULL, *res = NULL, *copy = NULL;
+        if ((rc = ensure_started(s)) != 0)
             break;
-        pthread_mutex_lock(&s->mu);
-        s->state = ST_DOWN;
-        pthread_mutex_unlock(&s->mu);
-        loom_info("mcp %s: the session expired; starting a new one",
-                  s->cfg.name);
+        if (p && !(copy = json_deep_copy(p))) {
+            rc = loom__error_oom();
+            break;
+        }
+        rc = request(s, method, copy, deadline, cancel, &answer);
+        if (rc == LOOM_ENOTFOUND && !expired++) {
+            pthread_mutex_lock(&s->mu);
+            s->state = ST_DOWN;
+            pthread_mutex_unlock(&s->mu);
+            loom_info("mcp %s: the session expired; starting a new one",
+                      s->cfg.name);
+            continue;
+        }
+        if (rc != 0)
+            break;
+        if (!refused++ && version_refused(s, answer)) {
+            json_decref(answer);
+            continue;
+        }
+        rc = take_answer(s, method, answer, &res);
+        json_decref(answer);
+        if (rc != 0)
+            break;
+        if (!json_is_string(json_object_get(res, "resultType")) ||
+            strcmp(json_string_value(json_object_get(res, "resultType")),
+                   "input_required") != 0) {
+            *result = res;
+            break;
+        }
+        if (++rounds > MAX_INPUT_ROUNDS) {
+            json_decref(res);
+            rc = loom__error_set(LOOM_EUPSTREAM,
+                                 "MCP server '%s': %s still asks for input "
+                                 "after %d rounds",
+                                 s->cfg.name, method, MAX_INPUT_ROUNDS);
+            break;
+        }
+        if (!p && !(p = json_object()))
+            rc = loom__error_oom();
+        else
+            rc = take_inputs(s, res, p);
+        json_decref(res);
+        if (rc != 0)
+            break;
     }
+    json_decref(p);
     if (rc == LOOM_ENOTFOUND)
         rc = loom__error_set(LOOM_EUPSTREAM,
                              "MCP server '%s': the session expired twice",
@@ -676,6 +959,19 @@ static int call(loom_mcp_server *s, const char *method, const json_t *params,
         s->failures = 0;
         pthread_mutex_unlock(&s->mu);
     }
+    return rc;
+}
+
+int loom_mcp_server_request(loom_mcp_server *s, const char *method,
+                            const json_t *params, long timeout_ms,
+                            loom_cancel *cancel, json_t **out)
+{
+    int rc;
+
+    loom__mcp_ref(s);
+    rc = call(s, method, params,
+              timeout_ms > 0 ? timeout_ms : s->cfg.timeout_ms, cancel, out);
+    loom_mcp_server_free(s);
     return rc;
 }
 
@@ -691,8 +987,13 @@ static int allowed(const loom_mcp_server *s, const char *name)
     return 0;
 }
 
-/* Appends page's tools (valid ones, allowed ones) to all. */
-static int add_page(loom_mcp_server *s, const json_t *page, json_t *all)
+/*
+ * Appends page's tools (valid ones, allowed ones) to all, and the
+ * x-mcp-header annotations of those that have some to headers. A tool
+ * with a bad annotation is left out with a warning.
+ */
+static int add_page(loom_mcp_server *s, const json_t *page, json_t *all,
+                    json_t *headers)
 {
     const json_t *tools = json_object_get(page, "tools");
     const json_t *t;
@@ -705,11 +1006,24 @@ static int add_page(loom_mcp_server *s, const json_t *page, json_t *all)
     json_array_foreach(tools, i, t)
     {
         const char *name = json_string_value(json_object_get(t, "name"));
+        json_t *map = NULL;
+        char why[256];
+        int rc;
+
         if (!name || !*name) {
             loom_warn("mcp %s: skipped a tool without a name", s->cfg.name);
             continue;
         }
-        if (allowed(s, name) && json_array_append((json_t *)all, (json_t *)t))
+        if (!allowed(s, name))
+            continue;
+        if ((rc = loom__mcp_tool_headers(t, &map, why, sizeof(why))) ==
+            LOOM_EINVALID) {
+            loom_warn("mcp %s: skipped tool '%.100s': %s", s->cfg.name, name,
+                      why);
+            continue;
+        }
+        if (rc != 0 || (map && json_object_set_new(headers, name, map) != 0) ||
+            json_array_append((json_t *)all, (json_t *)t))
             return loom__error_oom();
     }
     return 0;
@@ -718,12 +1032,12 @@ static int add_page(loom_mcp_server *s, const json_t *page, json_t *all)
 int loom_mcp_server_tools(loom_mcp_server *s, json_t **out)
 {
     json_t *all = json_array(), *cursors = json_object(), *page = NULL;
-    json_t *params = NULL;
+    json_t *params = NULL, *headers = json_object();
     char *cursor = NULL;
     int rc = 0, pages = 0;
 
     *out = NULL;
-    if (!all || !cursors) {
+    if (!all || !cursors || !headers) {
         rc = loom__error_oom();
         goto done;
     }
@@ -737,7 +1051,7 @@ int loom_mcp_server_tools(loom_mcp_server *s, json_t **out)
         }
         if ((rc = call(s, "tools/list", params, s->cfg.startup_timeout_ms, NULL,
                        &page)) != 0 ||
-            (rc = add_page(s, page, all)) != 0)
+            (rc = add_page(s, page, all, headers)) != 0)
             goto done;
         pages++;
         next = json_object_get(page, "nextCursor");
@@ -767,8 +1081,14 @@ int loom_mcp_server_tools(loom_mcp_server *s, json_t **out)
     }
     *out = all;
     all = NULL;
+    pthread_mutex_lock(&s->mu);
+    json_decref(s->headers_of);
+    s->headers_of = headers;
+    headers = NULL;
+    pthread_mutex_unlock(&s->mu);
 
 done:
+    json_decref(headers);
     free(cursor);
     json_decref(params);
     json_decref(page);
@@ -796,6 +1116,42 @@ int loom_mcp_server_call(loom_mcp_server *s, const char *tool,
     loom_mcp_server_free(s);
     json_decref(params);
     return rc;
+}
+
+json_t *loom__mcp_request_headers(loom_mcp_server *s, const json_t *msg)
+{
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    const json_t *params = json_object_get(msg, "params");
+    const json_t *name = NULL;
+    json_t *h = json_object(), *map = NULL;
+    int stateless;
+
+    if (!h)
+        return NULL;
+    pthread_mutex_lock(&s->mu);
+    stateless = s->stateless;
+    if (method && strcmp(method, "tools/call") == 0)
+        map = json_incref(json_object_get(
+            s->headers_of, json_string_value(json_object_get(params, "name"))));
+    pthread_mutex_unlock(&s->mu);
+    if (!stateless || !method)
+        goto done;
+    if (strcmp(method, "tools/call") == 0 || strcmp(method, "prompts/get") == 0)
+        name = json_object_get(params, "name");
+    else if (strcmp(method, "resources/read") == 0)
+        name = json_object_get(params, "uri");
+    if (json_object_set_new(h, "Mcp-Method", json_string(method)) != 0 ||
+        (json_is_string(name) &&
+         json_object_set(h, "Mcp-Name", (json_t *)name) != 0) ||
+        (map && loom__mcp_add_param_headers(
+                    h, map, json_object_get(params, "arguments")) != 0)) {
+        json_decref(h);
+        h = NULL;
+    }
+
+done:
+    json_decref(map);
+    return h;
 }
 
 json_t *loom_mcp_server_status(loom_mcp_server *s)

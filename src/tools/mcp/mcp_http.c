@@ -25,10 +25,12 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define SESSION_MAX 256
 #define ERROR_SHOWN 300
@@ -40,6 +42,11 @@ typedef struct {
     unsigned gen;
     pthread_mutex_t mu;
     char session[SESSION_MAX + 1]; /* "" when none */
+    int listening;                 /* the listener thread was started */
+    int listen_ready;              /* its first GET was answered or failed */
+    pthread_cond_t cv;             /* listen_ready changed */
+    atomic_int stopping;           /* http_stop: the listener ends */
+    pthread_t listener;
 } http_conn;
 
 /* One POST in progress. */
@@ -53,7 +60,10 @@ typedef struct {
     char type[128];
     loom_buf body; /* a JSON answer */
     loom_sse_parser *parser;
-    int aborted; /* by the progress callback: why in rc */
+    char last_id[SESSION_MAX + 1]; /* the stream's last event id, "" if none */
+    long retry;                    /* its last retry: value, -1 if none */
+    int listener;                  /* the listener's GET: ends at http_stop */
+    int aborted;                   /* by the progress callback: why in rc */
     int rc;
 } post_state;
 
@@ -67,6 +77,7 @@ static int http_open(loom_mcp_server *s, unsigned gen, void **impl)
     c->s = s;
     c->gen = gen;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
     *impl = c;
     return 0;
 }
@@ -79,6 +90,16 @@ static void trim(char *v)
         v[--n] = '\0';
 }
 
+/* The listener's first GET has its answer (or failed): start_listener
+ * may return. */
+static void listen_ready(http_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->listen_ready = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static size_t on_header(char *data, size_t size, size_t n, void *arg)
 {
     post_state *st = arg;
@@ -86,6 +107,9 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
     char line[512];
     const char *v;
 
+    if (st->listener && (len == 2 || len == 1) &&
+        (*data == '\r' || *data == '\n'))
+        listen_ready(st->c);
     if (len >= sizeof(line))
         return len;
     memcpy(line, data, len);
@@ -124,6 +148,10 @@ static int on_event(const loom_sse_event *ev, void *arg)
 {
     post_state *st = arg;
 
+    if (strlen(ev->id) <= SESSION_MAX)
+        snprintf(st->last_id, sizeof(st->last_id), "%s", ev->id);
+    if (ev->retry >= 0)
+        st->retry = ev->retry;
     if (ev->data_len && strcmp(ev->event, "message") == 0)
         dispatch_text(st, ev->data, ev->data_len);
     return 0;
@@ -158,7 +186,8 @@ static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut,
     (void)dn;
     (void)ut;
     (void)un;
-    if (loom_cancel_is_set(st->cancel)) {
+    if (loom_cancel_is_set(st->cancel) ||
+        (st->listener && atomic_load(&st->c->stopping))) {
         st->rc = LOOM_ECANCELED;
     } else if (loom__mono_ms() >= st->deadline) {
         st->rc = LOOM_ETIMEDOUT;
@@ -171,14 +200,46 @@ static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut,
     return 1;
 }
 
-/* The request headers: ours, then the config's. */
-static struct curl_slist *headers_for(http_conn *c, const char *method)
+/* Appends "key: value" of each string of o to h (NULL on OOM). Values
+ * that would break the header (CR, LF) or do not fit are left out. */
+static struct curl_slist *add_headers(struct curl_slist *h, const json_t *o)
+{
+    struct curl_slist *t;
+    char line[1024];
+    const char *key;
+    const json_t *v;
+
+    json_object_foreach((json_t *)o, key, v)
+    {
+        if (!json_is_string(v) || strpbrk(json_string_value(v), "\r\n"))
+            continue;
+        /* curl drops "Name: " with nothing after it; "Name;" sends it. */
+        if ((*json_string_value(v) ? snprintf(line, sizeof(line), "%s: %s", key,
+                                              json_string_value(v))
+                                   : snprintf(line, sizeof(line), "%s;",
+                                              key)) >= (int)sizeof(line))
+            continue;
+        if (!(t = curl_slist_append(h, line))) {
+            curl_slist_free_all(h);
+            return NULL;
+        }
+        h = t;
+    }
+    return h;
+}
+
+/*
+ * The request headers: ours, those msg needs in its era (Mcp-Method,
+ * ...; msg NULL for none), then the config's. last_id: for a GET that
+ * resumes a stream, its Last-Event-ID ("" for none).
+ */
+static struct curl_slist *headers_for(http_conn *c, const char *method,
+                                      const json_t *msg, const char *last_id)
 {
     const loom_mcp_server_config *cfg = loom__mcp_config(c->s);
     struct curl_slist *h = NULL, *t;
     char line[1024], version[32];
-    const char *key;
-    const json_t *v;
+    json_t *extra;
 
 #define ADD(text)                                                              \
     do {                                                                       \
@@ -191,6 +252,12 @@ static struct curl_slist *headers_for(http_conn *c, const char *method)
     if (strcmp(method, "POST") == 0) {
         ADD("Content-Type: application/json");
         ADD("Accept: application/json, text/event-stream");
+    } else if (strcmp(method, "GET") == 0) {
+        ADD("Accept: text/event-stream");
+    }
+    if (last_id && *last_id) {
+        snprintf(line, sizeof(line), "Last-Event-ID: %s", last_id);
+        ADD(line);
     }
     pthread_mutex_lock(&c->mu);
     snprintf(line, sizeof(line), "Mcp-Session-Id: %s", c->session);
@@ -202,17 +269,18 @@ static struct curl_slist *headers_for(http_conn *c, const char *method)
         snprintf(line, sizeof(line), "MCP-Protocol-Version: %s", version);
         ADD(line);
     }
-    json_object_foreach((json_t *)cfg->headers, key, v)
-    {
-        if (!json_is_string(v))
-            continue;
-        if (snprintf(line, sizeof(line), "%s: %s", key, json_string_value(v)) >=
-            (int)sizeof(line))
-            continue;
-        ADD(line);
-    }
 #undef ADD
-    return h;
+    if (msg) {
+        if (!(extra = loom__mcp_request_headers(c->s, msg))) {
+            curl_slist_free_all(h);
+            return NULL;
+        }
+        h = add_headers(h, extra);
+        json_decref(extra);
+        if (!h)
+            return NULL;
+    }
+    return add_headers(h, cfg->headers);
 }
 
 static CURL *easy_for(http_conn *c, post_state *st, struct curl_slist *h,
@@ -241,17 +309,173 @@ static CURL *easy_for(http_conn *c, post_state *st, struct curl_slist *h,
     return e;
 }
 
+/*
+ * Waits ms (a stream's retry:) before resuming, or until deadline or
+ * cancel. 0, or LOOM_ETIMEDOUT / LOOM_ECANCELED.
+ */
+static int wait_retry(http_conn *c, long ms, int64_t deadline,
+                      loom_cancel *cancel)
+{
+    int64_t until = loom__mono_ms() + ms;
+
+    for (;;) {
+        int64_t now = loom__mono_ms(), nap = until - now;
+        struct timespec ts;
+
+        if (loom_cancel_is_set(cancel) || atomic_load(&c->stopping))
+            return LOOM_ECANCELED;
+        if (now >= deadline)
+            return LOOM_ETIMEDOUT;
+        if (nap <= 0)
+            return 0;
+        if (nap > 50)
+            nap = 50;
+        ts.tv_sec = (time_t)(nap / 1000);
+        ts.tv_nsec = (long)(nap % 1000) * 1000000L;
+        nanosleep(&ts, NULL);
+    }
+}
+
+/*
+ * One exchange: a POST of text (or, text NULL, a GET that resumes the
+ * stream after st->last_id). Its status in *status. Returns 0 or the
+ * error (the message set).
+ */
+static int exchange(http_conn *c, post_state *st, const json_t *msg,
+                    const char *text, long *status)
+{
+    const char *name = loom__mcp_config(c->s)->name;
+    struct curl_slist *h;
+    CURL *e = NULL;
+    CURLcode cc;
+    int rc = 0;
+
+    *status = 0;
+    if (!(h = headers_for(c, text ? "POST" : "GET", msg,
+                          text ? NULL : st->last_id)) ||
+        !(e = easy_for(c, st, h, st->deadline))) {
+        curl_slist_free_all(h);
+        return loom__error_oom();
+    }
+    if (text)
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, text);
+    cc = curl_easy_perform(e);
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
+    if (st->aborted && st->rc)
+        rc = loom__error_set(st->rc, "MCP server '%s': %s", name,
+                             st->rc == LOOM_ECANCELED ? "cancelled"
+                                                      : "no answer in time");
+    else if (cc != CURLE_OK && !st->aborted)
+        rc = loom__error_set(LOOM_EUPSTREAM, "MCP server '%s': %s", name,
+                             curl_easy_strerror(cc));
+    curl_easy_cleanup(e);
+    curl_slist_free_all(h);
+    return rc;
+}
+
+/* Whether a JSON body holds a JSON-RPC error answer (with an id). */
+static int error_answer(const loom_buf *body)
+{
+    json_t *m = json_loadb(body->ptr, body->len, 0, NULL);
+    int yes = json_is_object(json_object_get(m, "error")) &&
+              json_object_get(m, "id") &&
+              !json_is_null(json_object_get(m, "id"));
+
+    json_decref(m);
+    return yes;
+}
+
+/* How long the listener waits before it opens its stream again when the
+ * stream gave no retry:, and the most it waits after failures. */
+#define LISTEN_RETRY_MS 1000L
+#define LISTEN_FAILURES 5
+/* How long the first request after the handshake waits for the
+ * listener's stream to open, so the server has it before that request. */
+#define LISTEN_READY_S 2
+
+/*
+ * The listener (2025-11-25 and older): a GET on the endpoint that the
+ * server may keep open to send requests and notifications that belong to
+ * no request of loom's (an elicitation, list_changed). A server that
+ * does not offer one (405, or any refusal) is left alone; a stream that
+ * ends is opened again after its retry: with Last-Event-ID. Ends at
+ * http_stop.
+ */
+static void *listen_main(void *arg)
+{
+    http_conn *c = arg;
+    post_state st;
+    int failed = 0;
+
+    memset(&st, 0, sizeof(st));
+    st.c = c;
+    st.listener = 1;
+    st.deadline = INT64_MAX;
+    st.retry = -1;
+    loom_buf_init(&st.body, 1 << 20);
+    while (!atomic_load(&c->stopping) && failed < LISTEN_FAILURES) {
+        long status = 0;
+        st.typed = st.sse = st.aborted = 0;
+        st.type[0] = '\0';
+        loom_buf_clear(&st.body);
+        loom_sse_parser_free(st.parser);
+        st.parser = NULL;
+        int rc = exchange(c, &st, NULL, NULL, &status);
+        listen_ready(c);
+        if (rc != 0 && atomic_load(&c->stopping))
+            break;
+        if (status < 200 || status > 299 || !st.sse)
+            break;
+        loom_sse_parser_finish(st.parser);
+        failed = st.last_id[0] ? 0 : failed + 1;
+        if (wait_retry(c, st.retry >= 0 ? st.retry : LISTEN_RETRY_MS, INT64_MAX,
+                       NULL) != 0)
+            break;
+    }
+    loom_sse_parser_free(st.parser);
+    loom_buf_free(&st.body);
+    return NULL;
+}
+
+/* Starts the listener once, after the handshake (a session era only),
+ * and waits (a little) for its stream to be open. */
+static void start_listener(http_conn *c, const json_t *msg)
+{
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    char version[32];
+
+    loom__mcp_protocol(c->s, version, sizeof(version));
+    if (!method || strcmp(method, "notifications/initialized") != 0 ||
+        strcmp(version, LOOM_MCP_PROTOCOL_STATELESS) == 0)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (!c->listening &&
+        pthread_create(&c->listener, NULL, listen_main, c) == 0) {
+        struct timespec ts;
+        c->listening = 1;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += LISTEN_READY_S;
+        while (!c->listen_ready &&
+               pthread_cond_timedwait(&c->cv, &c->mu, &ts) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * Sends msg. A request whose answer comes as an event stream that ends
+ * before the answer is resumed, as the 2025-11-25 transport says: after
+ * the stream's retry: (1 s when it gave none), a GET with Last-Event-ID
+ * takes the stream up again, as long as the stream gave event ids.
+ */
 static int http_send(void *impl, const json_t *msg, int64_t deadline,
                      loom_cancel *cancel, mcp_pending *p)
 {
     http_conn *c = impl;
     const char *name = loom__mcp_config(c->s)->name;
     post_state st;
-    struct curl_slist *h = NULL;
     char *text = json_dumps(msg, JSON_COMPACT);
     int had_session, rc = 0;
-    CURL *e = NULL;
-    CURLcode cc;
     long status = 0;
 
     memset(&st, 0, sizeof(st));
@@ -259,29 +483,17 @@ static int http_send(void *impl, const json_t *msg, int64_t deadline,
     st.p = p;
     st.deadline = deadline;
     st.cancel = cancel;
+    st.retry = -1;
     loom_buf_init(&st.body, LOOM_MCP_MAX_MESSAGE);
     pthread_mutex_lock(&c->mu);
     had_session = c->session[0] != '\0';
     pthread_mutex_unlock(&c->mu);
-    if (!text || !(h = headers_for(c, "POST")) ||
-        !(e = easy_for(c, &st, h, deadline))) {
+    if (!text) {
         rc = loom__error_oom();
         goto done;
     }
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, text);
-    cc = curl_easy_perform(e);
-    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-    if (st.aborted && st.rc) {
-        rc = loom__error_set(st.rc, "MCP server '%s': %s", name,
-                             st.rc == LOOM_ECANCELED ? "cancelled"
-                                                     : "no answer in time");
+    if ((rc = exchange(c, &st, msg, text, &status)) != 0)
         goto done;
-    }
-    if (cc != CURLE_OK && !st.aborted) {
-        rc = loom__error_set(LOOM_EUPSTREAM, "MCP server '%s': %s", name,
-                             curl_easy_strerror(cc));
-        goto done;
-    }
     if (status == 404 && had_session) {
         pthread_mutex_lock(&c->mu);
         c->session[0] = '\0';
@@ -292,7 +504,8 @@ static int http_send(void *impl, const json_t *msg, int64_t deadline,
                              name);
         goto done;
     }
-    if (status < 200 || status > 299) {
+    if ((status < 200 || status > 299) &&
+        !(p && !st.sse && error_answer(&st.body))) {
         rc = loom__error_set(LOOM_EUPSTREAM, "MCP server '%s': HTTP %ld%s%.*s",
                              name, status, st.body.len ? ": " : "", ERROR_SHOWN,
                              loom_buf_cstr(&st.body));
@@ -302,6 +515,29 @@ static int http_send(void *impl, const json_t *msg, int64_t deadline,
         loom_sse_parser_finish(st.parser);
     else if (st.body.len)
         dispatch_text(&st, st.body.ptr, st.body.len);
+    start_listener(c, msg);
+    while (p && st.sse && st.last_id[0] && !loom__mcp_answered(c->s, p)) {
+        if ((rc = wait_retry(c, st.retry >= 0 ? st.retry : 1000, deadline,
+                             cancel)) != 0) {
+            rc = loom__error_set(rc, "MCP server '%s': %s", name,
+                                 rc == LOOM_ECANCELED ? "cancelled"
+                                                      : "no answer in time");
+            goto done;
+        }
+        loom_info("mcp %s: the answer's stream ended early; resuming it "
+                  "after event %.40s",
+                  name, st.last_id);
+        loom_sse_parser_free(st.parser);
+        st.parser = NULL;
+        st.typed = st.sse = 0;
+        st.type[0] = '\0';
+        loom_buf_clear(&st.body);
+        if ((rc = exchange(c, &st, NULL, NULL, &status)) != 0)
+            goto done;
+        if (status < 200 || status > 299 || !st.sse)
+            break;
+        loom_sse_parser_finish(st.parser);
+    }
     if (p && !loom__mcp_answered(c->s, p))
         rc = loom__error_set(LOOM_EUPSTREAM,
                              "MCP server '%s': the answer ended without "
@@ -309,9 +545,6 @@ static int http_send(void *impl, const json_t *msg, int64_t deadline,
                              name);
 
 done:
-    if (e)
-        curl_easy_cleanup(e);
-    curl_slist_free_all(h);
     loom_sse_parser_free(st.parser);
     loom_buf_free(&st.body);
     free(text);
@@ -325,13 +558,19 @@ static void http_stop(void *impl)
     struct curl_slist *h;
     CURL *e;
 
-    if (!c || !c->session[0])
+    if (!c)
+        return;
+    atomic_store(&c->stopping, 1);
+    if (c->listening)
+        pthread_join(c->listener, NULL);
+    c->listening = 0;
+    if (!c->session[0])
         return;
     memset(&st, 0, sizeof(st));
     st.c = c;
     st.deadline = loom__mono_ms() + DELETE_MS;
     loom_buf_init(&st.body, 4096);
-    if ((h = headers_for(c, "DELETE")) != NULL &&
+    if ((h = headers_for(c, "DELETE", NULL, NULL)) != NULL &&
         (e = easy_for(c, &st, h, st.deadline)) != NULL) {
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
         curl_easy_perform(e);
@@ -348,6 +587,7 @@ static void http_free(void *impl)
 
     if (!c)
         return;
+    pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

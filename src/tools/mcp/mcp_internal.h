@@ -72,4 +72,41 @@ void loom__mcp_dispatch(loom_mcp_server *s, unsigned gen, json_t *msg);
 /* Connection gen is gone (why: for messages): its requests fail now. */
 void loom__mcp_lost(loom_mcp_server *s, unsigned gen, const char *why);
 
+/*
+ * The HTTP headers msg needs beyond the transport's own, as a new object
+ * (name -> value): in the 2026-07-28 era Mcp-Method, Mcp-Name (the tool,
+ * prompt or resource) and the Mcp-Param-* headers a tool's x-mcp-header
+ * annotations ask for; nothing before. NULL on OOM.
+ */
+json_t *loom__mcp_request_headers(loom_mcp_server *s, const json_t *msg);
+
+/* ---- mcp_meta.c ---- */
+
+/* The `_meta` of a 2026-07-28 request: version, client info, caps. */
+json_t *loom__mcp_meta(const char *version, const json_t *caps);
+
+/*
+ * The x-mcp-header annotations of tool's parameters: *map is a new object
+ * param -> header name, or NULL when there are none. LOOM_EINVALID (why
+ * says what) for an annotation that is not a header name, that is on a
+ * parameter that is not a string, integer or boolean (not a number, as
+ * the 2026-07-28 spec says), or that
+ * repeats another (case does not count).
+ */
+int loom__mcp_tool_headers(const json_t *tool, json_t **map, char *why,
+                           size_t cap);
+
+/*
+ * Adds to headers the Mcp-Param-<Name> of each annotated parameter of
+ * args (map from loom__mcp_tool_headers): numbers as JSON writes them,
+ * booleans as true/false, strings as they are unless they hold
+ * characters outside printable ASCII or start or end with a space (then
+ * =?base64?...?=); null or absent ones are left out.
+ */
+int loom__mcp_add_param_headers(json_t *headers, const json_t *map,
+                                const json_t *args);
+
+/* Sets in content each property of schema it lacks that has a default. */
+int loom__mcp_apply_defaults(const json_t *schema, json_t *content);
+
 #endif
