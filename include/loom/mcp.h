@@ -96,6 +96,28 @@ int loom_mcp_server_call(loom_mcp_server *s, const char *tool,
                          loom_cancel *cancel, json_t **out);
 
 /*
+ * What a call may be given besides its arguments. timeout_ms (0: the
+ * config's) is how long the call may go without news: each progress
+ * notification of the server pushes the end back to timeout_ms from
+ * then, but never past total_ms after the start (0: 5 times timeout_ms).
+ * on_progress (may be NULL) gets each notifications/progress params
+ * (progress, total, message) on the thread that read it, only while the
+ * call runs. A call always asks for progress (a progressToken).
+ */
+typedef struct {
+    long timeout_ms;
+    long total_ms;
+    loom_cancel *cancel;
+    void (*on_progress)(const json_t *params, void *arg);
+    void *progress_arg;
+} loom_mcp_call_options;
+
+/* loom_mcp_server_call() with options (o may be NULL: the defaults). */
+int loom_mcp_server_call_opts(loom_mcp_server *s, const char *tool,
+                              const json_t *args,
+                              const loom_mcp_call_options *o, json_t **out);
+
+/*
  * Sends any request (resources/list, prompts/get, ...) with params (NULL
  * for none) and gives its result in *out, as loom_mcp_server_call() does.
  */

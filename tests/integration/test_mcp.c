@@ -130,6 +130,48 @@ static void test_list_and_call(void **state)
     loom_mcp_server_free(s);
 }
 
+typedef struct {
+    int n;
+    double last;
+    char message[64];
+} progress_seen;
+
+static void note_progress(const json_t *params, void *arg)
+{
+    progress_seen *p = arg;
+
+    p->n++;
+    p->last = json_number_value(json_object_get(params, "progress"));
+    snprintf(p->message, sizeof(p->message), "%s",
+             json_string_value(json_object_get(params, "message")));
+}
+
+/* A call asks for progress (a progressToken) and its callback gets each
+ * notifications/progress of the server, in order, before its result. */
+static void test_progress(void **state)
+{
+    loom_mcp_server *s = fake_server(NULL);
+    loom_mcp_call_options o = {0};
+    progress_seen seen = {0};
+    json_t *res = NULL;
+    loom_buf out;
+
+    (void)state;
+    o.on_progress = note_progress;
+    o.progress_arg = &seen;
+    assert_int_equal(loom_mcp_server_call_opts(s, "progress", NULL, &o, &res),
+                     0);
+    loom_buf_init(&out, 4096);
+    assert_int_equal(loom_mcp_result_text(res, &out), 0);
+    assert_string_equal(loom_buf_cstr(&out), "done");
+    assert_int_equal(seen.n, 3);
+    assert_true(seen.last == 3);
+    assert_string_equal(seen.message, "last step");
+    loom_buf_free(&out);
+    json_decref(res);
+    loom_mcp_server_free(s);
+}
+
 static void test_paging(void **state)
 {
     static const struct {
@@ -415,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_result_cut),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_progress),
         cmocka_unit_test(test_agent_tool_names),
         cmocka_unit_test(test_config_errors),
     };

@@ -31,6 +31,8 @@
 
 #define WAIT_TICK_MS 50
 #define MAX_PAGES 100
+/* A call's total time, progress included, in times its timeout_ms. */
+#define TOTAL_TIMES 5
 #define BACKOFF_FIRST_MS 250
 #define BACKOFF_MAX_MS 30000
 /* How long a cancellation notice may take to send. */
@@ -44,9 +46,19 @@ typedef enum { ST_IDLE, ST_READY, ST_DOWN, ST_FAILED } server_state;
 
 static const char *const state_names[] = {"idle", "ready", "down", "failed"};
 
+/* What a call's progress notifications do (loom_mcp_call_options). */
+typedef struct {
+    int64_t cap; /* the latest the deadline may move to */
+    long step_ms;
+    void (*on_progress)(const json_t *params, void *arg);
+    void *arg;
+} call_ctl;
+
 struct mcp_pending {
     json_int_t id;
     unsigned gen;
+    int64_t deadline;    /* moves with progress (ctl); under the lock */
+    const call_ctl *ctl; /* NULL: no progress asked */
     int done;
     json_t *answer; /* the whole response message */
     char *lost;     /* why the connection went away, when it did */
@@ -237,6 +249,16 @@ void loom__mcp_protocol(loom_mcp_server *s, char *out, size_t cap)
     pthread_mutex_unlock(&s->mu);
 }
 
+int64_t loom__mcp_deadline(loom_mcp_server *s, const mcp_pending *p)
+{
+    int64_t d;
+
+    pthread_mutex_lock(&s->mu);
+    d = p->deadline;
+    pthread_mutex_unlock(&s->mu);
+    return d;
+}
+
 int loom__mcp_answered(loom_mcp_server *s, const mcp_pending *p)
 {
     int done;
@@ -356,8 +378,22 @@ static void on_notification(loom_mcp_server *s, const char *method,
         loom_info("mcp %s: log: %.400s", s->cfg.name, text ? text : "");
         free(text);
     } else if (strcmp(method, "notifications/progress") == 0) {
+        const json_t *token = json_object_get(params, "progressToken");
         loom_debug("mcp %s: progress %g", s->cfg.name,
                    json_number_value(json_object_get(params, "progress")));
+        pthread_mutex_lock(&s->mu);
+        for (mcp_pending *p = s->pending; p; p = p->next) {
+            int64_t until;
+            if (!p->ctl || p->done || !json_is_integer(token) ||
+                json_integer_value(token) != p->id)
+                continue;
+            until = loom__mono_ms() + p->ctl->step_ms;
+            p->deadline = until < p->ctl->cap ? until : p->ctl->cap;
+            if (p->ctl->on_progress)
+                p->ctl->on_progress(params, p->ctl->arg);
+            break;
+        }
+        pthread_mutex_unlock(&s->mu);
     } else {
         loom_debug("mcp %s: notification %.100s", s->cfg.name, method);
     }
@@ -493,6 +529,25 @@ static int take_answer(loom_mcp_server *s, const char *method, json_t *answer,
     return 0;
 }
 
+/* Asks for progress: _meta.progressToken is id (params made when NULL;
+ * freed on failure). */
+static int add_progress_token(json_t **params, json_int_t id)
+{
+    json_t *meta;
+
+    if (!*params && !(*params = json_object()))
+        return LOOM_ENOMEM;
+    if (!(meta = json_object_get(*params, "_meta")) &&
+        json_object_set_new(*params, "_meta", json_object()) == 0)
+        meta = json_object_get(*params, "_meta");
+    if (!meta || json_object_set_new(meta, "progressToken", json_integer(id))) {
+        json_decref(*params);
+        *params = NULL;
+        return LOOM_ENOMEM;
+    }
+    return 0;
+}
+
 /*
  * Sends one request on the current connection and waits for its answer
  * until deadline or cancel; *answer is the whole answer message (a
@@ -502,7 +557,8 @@ static int take_answer(loom_mcp_server *s, const char *method, json_t *answer,
  * 2026-07-28 era the transport closing the request's stream says it).
  */
 static int request(loom_mcp_server *s, const char *method, json_t *params,
-                   int64_t deadline, loom_cancel *cancel, json_t **answer)
+                   int64_t deadline, loom_cancel *cancel, const call_ctl *ctl,
+                   json_t **answer)
 {
     mcp_pending *pp = calloc(1, sizeof(*pp));
     mcp_conn *c;
@@ -528,6 +584,8 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
     snprintf(version, sizeof(version), "%s", s->protocol);
     pp->id = s->next_id++;
     pp->gen = c->gen;
+    pp->deadline = deadline;
+    pp->ctl = ctl;
     pp->next = s->pending;
     s->pending = pp;
     pthread_mutex_unlock(&s->mu);
@@ -551,6 +609,13 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
             goto done;
         }
     }
+    if (ctl && add_progress_token(&params, pp->id) != 0) {
+        pthread_mutex_lock(&s->mu);
+        unlink_pending_locked(s, pp);
+        pthread_mutex_unlock(&s->mu);
+        rc = loom__error_oom();
+        goto done;
+    }
     msg = json_pack("{s:s,s:I,s:s}", "jsonrpc", "2.0", "id", (json_int_t)pp->id,
                     "method", method);
     if (!msg || (params && json_object_set_new(msg, "params", params) != 0)) {
@@ -569,9 +634,10 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
         int64_t now = loom__mono_ms(), until;
         struct timespec ts;
 
-        if (loom_cancel_is_set(cancel) || now >= deadline)
+        if (loom_cancel_is_set(cancel) || now >= pp->deadline)
             break;
-        until = deadline - now < WAIT_TICK_MS ? deadline - now : WAIT_TICK_MS;
+        until = pp->deadline - now < WAIT_TICK_MS ? pp->deadline - now
+                                                  : WAIT_TICK_MS;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += (long)(until % 1000) * 1000000L;
         ts.tv_sec += (time_t)(until / 1000) + ts.tv_nsec / 1000000000L;
@@ -644,7 +710,8 @@ static int handshake(loom_mcp_server *s, int64_t deadline)
                        loom_version());
     if (!params)
         return loom__error_oom();
-    if ((rc = request(s, "initialize", params, deadline, NULL, &answer)) != 0)
+    if ((rc = request(s, "initialize", params, deadline, NULL, NULL,
+                      &answer)) != 0)
         return rc;
     rc = take_answer(s, "initialize", answer, &result);
     json_decref(answer);
@@ -687,8 +754,8 @@ static int discover(loom_mcp_server *s, int64_t deadline, int *old)
     int rc;
 
     *old = 1;
-    if ((rc = request(s, "server/discover", NULL, deadline, NULL, &answer)) !=
-        0)
+    if ((rc = request(s, "server/discover", NULL, deadline, NULL, NULL,
+                      &answer)) != 0)
         return rc == LOOM_ECANCELED || rc == LOOM_ENOMEM ? rc : 0;
     if (take_answer(s, "server/discover", answer, &result) != 0) {
         json_decref(answer);
@@ -891,7 +958,8 @@ static int take_inputs(loom_mcp_server *s, const json_t *res, json_t *p)
  * request sent again (with a new id), up to MAX_INPUT_ROUNDS times.
  */
 static int call(loom_mcp_server *s, const char *method, const json_t *params,
-                long timeout_ms, loom_cancel *cancel, json_t **result)
+                long timeout_ms, loom_cancel *cancel, const call_ctl *ctl,
+                json_t **result)
 {
     int64_t deadline = loom__mono_ms() + timeout_ms;
     json_t *p = params ? json_deep_copy(params) : NULL;
@@ -908,7 +976,7 @@ static int call(loom_mcp_server *s, const char *method, const json_t *params,
             rc = loom__error_oom();
             break;
         }
-        rc = request(s, method, copy, deadline, cancel, &answer);
+        rc = request(s, method, copy, deadline, cancel, ctl, &answer);
         if (rc == LOOM_ENOTFOUND && !expired++) {
             pthread_mutex_lock(&s->mu);
             s->state = ST_DOWN;
@@ -969,8 +1037,9 @@ int loom_mcp_server_request(loom_mcp_server *s, const char *method,
     int rc;
 
     loom__mcp_ref(s);
-    rc = call(s, method, params,
-              timeout_ms > 0 ? timeout_ms : s->cfg.timeout_ms, cancel, out);
+    rc =
+        call(s, method, params, timeout_ms > 0 ? timeout_ms : s->cfg.timeout_ms,
+             cancel, NULL, out);
     loom_mcp_server_free(s);
     return rc;
 }
@@ -1050,7 +1119,7 @@ int loom_mcp_server_tools(loom_mcp_server *s, json_t **out)
             goto done;
         }
         if ((rc = call(s, "tools/list", params, s->cfg.startup_timeout_ms, NULL,
-                       &page)) != 0 ||
+                       NULL, &page)) != 0 ||
             (rc = add_page(s, page, all, headers)) != 0)
             goto done;
         pages++;
@@ -1097,10 +1166,12 @@ done:
     return rc;
 }
 
-int loom_mcp_server_call(loom_mcp_server *s, const char *tool,
-                         const json_t *args, long timeout_ms,
-                         loom_cancel *cancel, json_t **out)
+int loom_mcp_server_call_opts(loom_mcp_server *s, const char *tool,
+                              const json_t *args,
+                              const loom_mcp_call_options *o, json_t **out)
 {
+    long timeout = o && o->timeout_ms > 0 ? o->timeout_ms : s->cfg.timeout_ms;
+    call_ctl ctl = {0};
     json_t *params;
     int rc;
 
@@ -1110,12 +1181,30 @@ int loom_mcp_server_call(loom_mcp_server *s, const char *tool,
                                             : json_object());
     if (!params)
         return loom__error_oom();
+    ctl.step_ms = timeout;
+    ctl.cap = loom__mono_ms() +
+              (o && o->total_ms > 0 ? o->total_ms : TOTAL_TIMES * timeout);
+    if (o) {
+        ctl.on_progress = o->on_progress;
+        ctl.arg = o->progress_arg;
+    }
     loom__mcp_ref(s);
-    rc = call(s, "tools/call", params,
-              timeout_ms > 0 ? timeout_ms : s->cfg.timeout_ms, cancel, out);
+    rc =
+        call(s, "tools/call", params, timeout, o ? o->cancel : NULL, &ctl, out);
     loom_mcp_server_free(s);
     json_decref(params);
     return rc;
+}
+
+int loom_mcp_server_call(loom_mcp_server *s, const char *tool,
+                         const json_t *args, long timeout_ms,
+                         loom_cancel *cancel, json_t **out)
+{
+    loom_mcp_call_options o = {0};
+
+    o.timeout_ms = timeout_ms;
+    o.cancel = cancel;
+    return loom_mcp_server_call_opts(s, tool, args, &o, out);
 }
 
 json_t *loom__mcp_request_headers(loom_mcp_server *s, const json_t *msg)

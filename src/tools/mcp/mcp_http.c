@@ -189,7 +189,8 @@ static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut,
     if (loom_cancel_is_set(st->cancel) ||
         (st->listener && atomic_load(&st->c->stopping))) {
         st->rc = LOOM_ECANCELED;
-    } else if (loom__mono_ms() >= st->deadline) {
+    } else if (loom__mono_ms() >=
+               (st->p ? loom__mcp_deadline(st->c->s, st->p) : st->deadline)) {
         st->rc = LOOM_ETIMEDOUT;
     } else if (st->sse && st->p && loom__mcp_answered(st->c->s, st->p)) {
         st->rc = 0; /* the answer came; the stream may stay open */

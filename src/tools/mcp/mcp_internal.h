@@ -59,6 +59,9 @@ const loom_mcp_server_config *loom__mcp_config(const loom_mcp_server *s);
 /* The negotiated protocol version, copied into out ("" before). */
 void loom__mcp_protocol(loom_mcp_server *s, char *out, size_t cap);
 
+/* When request p's time is up now (progress pushes it back). */
+int64_t loom__mcp_deadline(loom_mcp_server *s, const mcp_pending *p);
+
 /* Whether request p has its answer (a transport may stop reading). */
 int loom__mcp_answered(loom_mcp_server *s, const mcp_pending *p);
 

@@ -185,17 +185,42 @@ static void mcp_tool_free(void *payload)
     free(t);
 }
 
+/*
+ * A progress notification of the server as a progress step of the call
+ * (a tool.progress event): its message, else "N of M" / "N".
+ */
+static void on_progress(const json_t *params, void *arg)
+{
+    const loom_tool_ctx *ctx = arg;
+    const char *msg = json_string_value(json_object_get(params, "message"));
+    const json_t *total = json_object_get(params, "total");
+    double done = json_number_value(json_object_get(params, "progress"));
+    char label[128];
+
+    if (msg && *msg)
+        snprintf(label, sizeof(label), "%s", msg);
+    else if (json_is_number(total))
+        snprintf(label, sizeof(label), "%g of %g", done,
+                 json_number_value(total));
+    else
+        snprintf(label, sizeof(label), "%g", done);
+    loom_tool_progress(ctx, label, NULL, "running");
+}
+
 static int mcp_tool_execute(const json_t *args, const loom_tool_ctx *ctx,
                             loom_buf *out, void *payload)
 {
     mcp_tool *t = payload;
     json_t *result = NULL;
-    long timeout =
-        (long)json_integer_value(json_object_get(ctx->settings, "timeout_ms"));
+    loom_mcp_call_options o = {0};
     int rc;
 
-    rc = loom_mcp_server_call(t->server, t->tool, args, timeout, ctx->cancel,
-                              &result);
+    o.timeout_ms =
+        (long)json_integer_value(json_object_get(ctx->settings, "timeout_ms"));
+    o.cancel = ctx->cancel;
+    o.on_progress = on_progress;
+    o.progress_arg = (void *)ctx;
+    rc = loom_mcp_server_call_opts(t->server, t->tool, args, &o, &result);
     if (rc != 0) {
         loom_buf_clear(out);
         loom_buf_puts(out, loom_error_last());
