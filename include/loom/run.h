@@ -91,6 +91,14 @@ typedef struct {
 /* Renders ev as one JSON object: {"type","seq","index","run_id",...data}. */
 json_t *loom_event_to_json(const loom_event *ev);
 
+/*
+ * Where ev comes from in a tree of agent runs: 0 for the run's own
+ * events; for an event of a sub-agent's run, nested into its parent's
+ * stream (docs/events.md "Nested events": its data carries
+ * parent_run_id), that run's depth: 1 for a child, 2 for a grandchild...
+ */
+int loom_event_depth(const loom_event *ev);
+
 typedef enum {
     LOOM_RUN_PENDING = 0,
     LOOM_RUN_RUNNING,

@@ -58,6 +58,19 @@ json_t *loom_event_to_json(const loom_event *ev)
     return o;
 }
 
+int loom_event_depth(const loom_event *ev)
+{
+    const json_t *d = ev ? json_object_get(ev->data, "depth") : NULL;
+
+    if (!ev || !json_is_string(json_object_get(ev->data, "parent_run_id")))
+        return 0;
+    /* A nested event always says its depth; one that did not would
+     * still be a child's. */
+    return json_is_integer(d) && json_integer_value(d) > 0
+               ? (int)json_integer_value(d)
+               : 1;
+}
+
 const char *loom_run_status_name(loom_run_status status)
 {
     switch (status) {

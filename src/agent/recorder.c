@@ -96,6 +96,10 @@ static void note(loom_recorder *r, const loom_event *ev)
 {
     const json_t *d = ev->data;
 
+    /* A sub-agent's events are its own run's, which its own turn
+     * records: the parent's turn has the call and its result. */
+    if (loom_event_depth(ev) > 0)
+        return;
     if (ev->index != r->text_index) {
         r->text_index = ev->index;
         r->text_len = 0;

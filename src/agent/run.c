@@ -226,11 +226,36 @@ static int has_sink(const loom_run *run)
     return run->opts.sink.emit != NULL;
 }
 
+/*
+ * A sub-agent's event (its data carries parent_run_id: subagent.c made it
+ * so) takes its place in this run's stream: its run_id (the sub-agent
+ * run's) becomes the envelope's, and its index, already placed in this
+ * run's timeline (the call's index plus the child's), moves the run's up
+ * to it, never back. Both leave data. *rid gets the run id's reference,
+ * for the caller to drop once the event is sent.
+ */
+static void place_nested(loom_run *run, loom_event *ev, json_t **rid)
+{
+    const json_t *ix = json_object_get(ev->data, "index");
+
+    if (json_is_integer(ix) &&
+        json_integer_value(ix) > (json_int_t)run->index &&
+        json_integer_value(ix) <= (json_int_t)UINT32_MAX)
+        run->index = (uint32_t)json_integer_value(ix);
+    ev->index = run->index;
+    *rid = json_incref(json_object_get(ev->data, "run_id"));
+    if (json_is_string(*rid))
+        ev->run_id = json_string_value(*rid);
+    json_object_del(ev->data, "run_id");
+    json_object_del(ev->data, "index");
+}
+
 /* Sends one event; a sink's non-zero answer cancels the run. Takes data
- * (NULL: an empty object). */
+ * (NULL: an empty object). seq is the run's own, whoever's event it is. */
 static void emit(loom_run *run, loom_event_type type, json_t *data)
 {
     loom_event ev;
+    json_t *rid = NULL;
 
     if (!run->opts.sink.emit) {
         json_decref(data);
@@ -241,9 +266,12 @@ static void emit(loom_run *run, loom_event_type type, json_t *data)
     ev.index = run->index;
     ev.run_id = run->id;
     ev.data = data ? data : json_object();
+    if (loom_event_depth(&ev) > 0)
+        place_nested(run, &ev, &rid);
     if (run->opts.sink.emit(&ev, run->opts.sink.payload) != 0)
         loom_cancel_set(&run->cancel);
     json_decref(ev.data);
+    json_decref(rid);
 }
 
 /* emit() for the tool turn and the plan. */

@@ -930,14 +930,16 @@ static int log_event(loom_turn *t, const loom_event *ev, int force)
 /*
  * The sink behind the recorder: logs each event and passes it on. The
  * final event is held for loom_turn_execute to log once the turn is
- * stored. A non-zero return cancels the run.
+ * stored (a sub-agent's final event, nested in the stream, is not the
+ * turn's). A non-zero return cancels the run.
  */
 static int on_event(const loom_event *ev, void *payload)
 {
     loom_turn *t = payload;
     int rc;
 
-    if (ev->type == LOOM_EV_RUN_COMPLETED || ev->type == LOOM_EV_RUN_FAILED) {
+    if ((ev->type == LOOM_EV_RUN_COMPLETED || ev->type == LOOM_EV_RUN_FAILED) &&
+        loom_event_depth(ev) == 0) {
         /* Only the executing thread calls the sink and reads this. */
         json_decref(t->term_data);
         t->term_data = json_incref(ev->data);

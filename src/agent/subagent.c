@@ -11,11 +11,16 @@
  * below it. Whatever the outcome, the tool leaves a report of the child
  * (loom__run_report) on its host for the parent to merge: usage, each
  * agent's share, the calls it made and its tool records; documents go
- * through the call's documents like any tool's.
+ * through the call's documents like any tool's. The child's events go
+ * into the parent's stream as they happen, through the call's events
+ * channel (forward), so a tree of runs is one stream: the child's
+ * events carry where they come from, and its descendants' pass through
+ * it the same way.
  */
 #include "agent/subagent.h"
 #include "agent/run_internal.h"
 #include "agent/session_internal.h"
+#include "agent/toolexec.h"
 #include "core/error.h"
 #include "loom/buf.h"
 
@@ -261,6 +266,60 @@ static int refuse(loom_buf *out, int rc, const char *msg)
     return rc;
 }
 
+/* A child turn's sink (forward): the call that runs it and who it is. */
+typedef struct {
+    const loom_tool_ctx *ctx;
+    const char *agent;
+    int depth;
+} forwarder;
+
+/*
+ * Sends an event of the child turn into the parent's stream through the
+ * call's events channel (docs/events.md "Nested events"). The child's
+ * own events get the nested fields first (parent_run_id, parent_call_id,
+ * agent, depth); its descendants' already have theirs, from the child's
+ * own calls. Every one gets its run_id (the envelope's, which the
+ * parent's run puts back there) and its index in the parent's timeline:
+ * the call's index plus the event's. The child's answer text also
+ * streams to the call as tool.delta. Runs on the call's thread; the
+ * event is a copy, since the child keeps its own.
+ */
+static int forward(const loom_event *ev, void *payload)
+{
+    const forwarder *f = payload;
+    const loom__tool_host *h = f->ctx->host;
+    const json_t *delta = NULL;
+    json_t *d = json_object(), *copy = json_deep_copy(ev->data);
+
+    if (!d || !copy)
+        goto done;
+    if (loom_event_depth(ev) == 0) {
+        json_object_set_new(d, "parent_run_id",
+                            json_string(h->run_id ? h->run_id : ""));
+        json_object_set_new(
+            d, "parent_call_id",
+            json_string(f->ctx->call_id ? f->ctx->call_id : ""));
+        json_object_set_new(d, "agent", json_string(f->agent));
+        json_object_set_new(d, "depth", json_integer(f->depth));
+        if (ev->type == LOOM_EV_MESSAGE_DELTA)
+            delta = json_object_get(ev->data, "delta");
+    }
+    if (json_object_update(d, copy) != 0 ||
+        json_object_set_new(d, "run_id", json_string(ev->run_id)) != 0 ||
+        json_object_set_new(
+            d, "index", json_integer((json_int_t)h->index + ev->index)) != 0)
+        goto done;
+    (void)loom__tool_ctx_event(f->ctx, ev->type, d);
+    d = NULL;
+    if (json_string_length(delta))
+        loom_tool_delta(f->ctx, json_string_value(delta),
+                        json_string_length(delta));
+done:
+    json_decref(d);
+    json_decref(copy);
+    return 0;
+}
+
 static int run_child(const json_t *args, const loom_tool_ctx *ctx,
                      loom_buf *out, void *payload)
 {
@@ -268,6 +327,7 @@ static int run_child(const json_t *args, const loom_tool_ctx *ctx,
     loom__tool_host *h = ctx->host;
     loom_turn_options o = LOOM_TURN_OPTIONS_INIT;
     loom__turn_child child;
+    forwarder fw;
     loom_messages in = {0};
     const loom_run *run;
     loom_turn *t = NULL;
@@ -301,6 +361,12 @@ static int run_child(const json_t *args, const loom_tool_ctx *ctx,
     o.input = &in;
     o.user_id = ctx->user_id;
     o.user_keys = ctx->user_keys;
+    if (ctx->events) {
+        fw.ctx = ctx;
+        fw.agent = p->agent;
+        fw.depth = h->depth + 1;
+        o.sink = (loom_sink){forward, &fw};
+    }
     memset(&child, 0, sizeof(child));
     child.tree = h->tree;
     child.depth = h->depth + 1;
@@ -334,6 +400,11 @@ static int run_child(const json_t *args, const loom_tool_ctx *ctx,
     }
     loom_turn_free(t);
     return rc;
+}
+
+int loom__tool_is_agent(const loom_tool *tool)
+{
+    return tool && tool->execute == run_child;
 }
 
 /* {"task": string (required), "context": string}. */

@@ -90,6 +90,13 @@ int loom__agent_tool_add(loom_tool_registry *reg, loom_session *s,
                          const char *description, const char *model,
                          int max_iterations, int own_ref);
 
+/*
+ * Whether tool runs an agent (made by loom__agent_tool_add): such a call
+ * that overruns its timeout is cancelled and given the tool cancel grace
+ * to end with the child's error and partial answer (toolexec.h).
+ */
+int loom__tool_is_agent(const loom_tool *tool);
+
 /* ---- usage in the full shape ------------------------------------------ */
 
 /* u and its priced/unpriced call counts as a full usage object. */

@@ -184,6 +184,9 @@ struct slot {
     loom__tool_host host; /* a copy of the run's place */
     size_t max_result, max_error;
     double deadline;      /* monotonic ms; 0: none */
+    long grace_ms;        /* the job's (toolexec.h) */
+    int stopping;         /* the caller's: past the timeout, cancelled,
+                           * in its grace */
     int finished;         /* under hub->mu */
     int abandoned;        /* under hub->mu */
     /* The events channel, and (under hub->mu) the job's pending events:
@@ -416,7 +419,9 @@ static int post(slot *s, tev *e)
     }
     while (!fits(s, e->bytes) && drop_oldest(h, s))
         ;
-    if (!fits(s, e->bytes)) {
+    /* An event that says something happened (a sub-agent's tool.*,
+     * run.*, usage) is never lost to the bound: it only makes room. */
+    if (!fits(s, e->bytes) && droppable(e->type)) {
         s->ev_dropped++;
         rc = LOOM_ETOOLARGE;
         goto out;
@@ -594,6 +599,7 @@ static void start(hub *h, loom__tool_job *job, size_t i,
     s->work.tool = &s->tool;
     if (job->timeout_ms > 0)
         s->deadline = loom__mono_ms_exact() + (double)job->timeout_ms;
+    s->grace_ms = job->grace_ms;
     job->started_at_ms = loom__unix_ms();
     pthread_mutex_lock(&h->mu);
     h->refs++;
@@ -622,10 +628,33 @@ oom:
                         opts->max_error);
 }
 
+/*
+ * A job stopped for its timeout that failed (the cancel it was given) in
+ * its grace: the failure says it timed out, followed by what the tool
+ * said (a sub-agent's error and partial answer).
+ */
+static void timed_out(slot *s, long timeout_ms)
+{
+    loom__tool_job *w = &s->work;
+    char *msg = NULL;
+
+    if (asprintf(&msg,
+                 "tool '%s' did not finish within its timeout of "
+                 "%ld ms and was stopped: %s",
+                 s->call.name, timeout_ms, w->error ? w->error : "") < 0)
+        return; /* keeps the tool's own failure */
+    loom__tool_job_fail(w, "execution", LOOM_ETIMEDOUT, msg, NULL,
+                        s->max_error);
+    free(msg);
+}
+
 /* Moves a finished slot's outcome into the caller's job; frees the slot. */
 static void take(loom__tool_job *job, slot *s)
 {
     loom__tool_job *w = &s->work;
+
+    if (s->stopping && w->failed)
+        timed_out(s, job->timeout_ms);
 
     job->done = 1;
     job->failed = w->failed;
@@ -835,6 +864,14 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
             slot *s = running[i];
             int late = s && s->deadline > 0 && now >= s->deadline;
             int gone = s && cancelled && now >= cancel_at;
+            if (late && !gone && s->grace_ms > 0 && !s->stopping) {
+                /* Stopped, not abandoned: it gets the grace to end with
+                 * its own result (a sub-agent's partial answer). */
+                s->stopping = 1;
+                s->deadline = now + (double)s->grace_ms;
+                loom_cancel_set(&s->cancel);
+                continue;
+            }
             if ((late || gone) &&
                 abandon(h, s, &jobs[i], gone && !late, started[i],
                         opts->max_error)) {

@@ -8,8 +8,9 @@
  * of its own, and reports each start and end through a callback that is
  * always called on the caller's thread, so events stay single-threaded.
  *
- * A job that overruns its timeout, or that does not stop within a grace
- * period after the run is cancelled, is abandoned: its result becomes an
+ * A job that overruns its timeout (past its grace_ms, when it has one),
+ * or that does not stop within a grace period after the run is
+ * cancelled, is abandoned: its result becomes an
  * error at once and execute() goes on without it. The abandoned thread
  * keeps running until the tool returns; everything it touches (arguments,
  * settings, buffers, its cancel flag) is a copy it owns, so the run may
@@ -35,10 +36,14 @@
  * most this many events and bytes (a delta's text, or an event's compact
  * JSON). An event that would pass either drops the call's oldest pending
  * droppable events (tool.progress, tool.delta, message.delta,
- * reasoning.delta) until it fits; when none is left to drop, the new
- * event is dropped instead. The next event of the call that is emitted
- * carries `dropped`: how many of the call's events were lost just before
- * it. A single delta larger than the byte bound is cut to it.
+ * reasoning.delta) until it fits; when none is left to drop, a droppable
+ * event is dropped instead, and any other (the tool.*, run.* and usage
+ * events a sub-agent forwards) is queued past the bound: those are never
+ * lost, and there are only as many as the sub-agent's own limits let it
+ * make (loom__tool_ctx_event is loom's own; tools send only droppable
+ * ones). The next event of the call that is emitted carries `dropped`:
+ * how many of the call's events were lost just before it. A single
+ * delta larger than the byte bound is cut to it.
  */
 #define LOOM__TOOL_EVENTS_PENDING_MAX 64
 #define LOOM__TOOL_EVENT_BYTES_MAX (64 * 1024)
@@ -48,6 +53,11 @@ typedef struct {
     const loom_tool *tool;      /* NULL when the name is unknown */
     json_t *args;               /* parsed arguments; owned */
     long timeout_ms;            /* abandon after this long; <= 0: never */
+    long grace_ms; /* > 0: past timeout_ms the call is first cancelled and
+                    * given this long to end with its own result (a
+                    * sub-agent's error and partial answer, its usage
+                    * reported), which then fails with code ETIMEDOUT;
+                    * abandoned only past that */
     /* Outcome, filled by prepare() on failure or by execute(). */
     int done;
     int failed;
@@ -172,7 +182,8 @@ void loom__tool_job_clear(loom__tool_job *job);
  * its child run's events so). Takes data (an object). Safe from any
  * thread while the call's execute() runs. Returns 0 when queued;
  * LOOM_ENOTFOUND when ctx has no events channel or the run has abandoned
- * the call; LOOM_ETOOLARGE when the bound (above) left no room; and
+ * the call; LOOM_ETOOLARGE when the bound (above) left no room for a
+ * droppable event; and
  * LOOM_EINVALID for data that is not an object. The event is dropped in
  * every failing case.
  */

@@ -740,14 +740,21 @@ static void keep_step(loom__tool_job *job, const json_t *ev)
 /*
  * An event a running call sent (toolexec.c): its data gets the call's id
  * and tool first (unless it names its own), the progress hook sees a
- * progress step, and it goes out, before the call's tool.completed.
+ * progress step, and it goes out, before the call's tool.completed. A
+ * sub-agent's event (it carries parent_run_id and parent_call_id) goes
+ * out as it came: it is the child's, not a step of the call.
  */
 static void on_tool_event(loom__tool_job *job, loom_event_type type,
                           json_t *data, void *payload)
 {
     loom__toolturn *t = payload;
-    json_t *ev = json_object();
+    json_t *ev;
 
+    if (json_is_string(json_object_get(data, "parent_run_id"))) {
+        loom__emit_send(&t->o.emit, type, data);
+        return;
+    }
+    ev = json_object();
     if (!ev ||
         json_object_set_new(ev, "call_id", json_string(job->call->id)) != 0 ||
         json_object_set_new(ev, "tool", json_string(job->tool->name)) != 0 ||
@@ -778,6 +785,9 @@ static void set_timeout(loom__toolturn *t, loom__tool_job *job)
     char *msg = NULL;
 
     job->timeout_ms = t->o.timeout_ms > 0 ? t->o.timeout_ms : 0;
+    /* A sub-agent past its timeout ends its child with what it has. */
+    job->grace_ms =
+        loom__tool_is_agent(job->tool) ? LOOM__TOOL_CANCEL_GRACE_MS : 0;
     if (!v)
         return;
     if (json_is_integer(v) && json_integer_value(v) >= 1 &&

@@ -34,41 +34,89 @@ static const char *str(const json_t *data, const char *key)
     return s ? s : "";
 }
 
-static void tool_line(cli_printer *p, const loom_event *ev)
+/* Ends the answer's line on stdout before a line on stderr. */
+static void end_text_line(cli_printer *p)
 {
-    const char *name = str(ev->data, "name");
-    double ms = json_number_value(json_object_get(ev->data, "duration_ms"));
-    const char *on = p->color ? "\033[2m" : "", *off = p->color ? "\033[0m" : "";
-
     if (p->wrote_text && !p->ended_nl) {
         fputc('\n', stdout);
         fflush(stdout);
         p->ended_nl = 1;
     }
+}
+
+/*
+ * What a line about ev starts with: nothing for the run's own events;
+ * for a sub-agent's, two spaces per level and its agent's name, so a
+ * tree of runs reads as one indented log.
+ */
+static const char *lead(const loom_event *ev, char *buf, size_t size)
+{
+    int depth = loom_event_depth(ev);
+
+    if (depth == 0)
+        return "";
+    snprintf(buf, size, "%*s[%s] ", depth > 8 ? 16 : 2 * depth, "",
+             str(ev->data, "agent"));
+    return buf;
+}
+
+static void tool_line(cli_printer *p, const loom_event *ev)
+{
+    const char *name = str(ev->data, "name");
+    double ms = json_number_value(json_object_get(ev->data, "duration_ms"));
+    const char *on = p->color ? "\033[2m" : "",
+               *off = p->color ? "\033[0m" : "";
+    char buf[96];
+    const char *in = lead(ev, buf, sizeof(buf));
+
+    end_text_line(p);
     switch (ev->type) {
     case LOOM_EV_TOOL_STARTED: {
         char *args = json_dumps(json_object_get(ev->data, "arguments"),
                                 JSON_COMPACT | JSON_ENCODE_ANY);
-        fprintf(stderr, "%s> %s ", on, name);
+        fprintf(stderr, "%s%s> %s ", on, in, name);
         print_short(stderr, args, ARGS_SHOWN);
         fprintf(stderr, "%s\n", off);
         free(args);
         break;
     }
     case LOOM_EV_TOOL_COMPLETED:
-        fprintf(stderr, "%s< %s ok (%.0f ms): ", on, name, ms);
+        fprintf(stderr, "%s%s< %s ok (%.0f ms): ", on, in, name, ms);
         print_short(stderr, str(ev->data, "output"), OUTPUT_SHOWN);
         fprintf(stderr, "%s\n", off);
         break;
     case LOOM_EV_TOOL_FAILED:
-        fprintf(stderr, "%s! %s failed (%s): ", p->color ? "\033[33m" : "",
-                *name ? name : "?", str(ev->data, "stage"));
+        fprintf(stderr, "%s%s! %s failed (%s): ", p->color ? "\033[33m" : "",
+                in, *name ? name : "?", str(ev->data, "stage"));
         print_short(stderr, str(ev->data, "error"), OUTPUT_SHOWN);
         fprintf(stderr, "%s\n", off);
         break;
     default:
         break;
     }
+    fflush(stderr);
+}
+
+/* A sub-agent's run ended: its answer, or why it failed, on stderr (the
+ * answer on stdout is the top run's alone). */
+static void child_end_line(cli_printer *p, const loom_event *ev)
+{
+    const char *on = p->color ? "\033[2m" : "",
+               *off = p->color ? "\033[0m" : "";
+    char buf[96];
+    const char *in = lead(ev, buf, sizeof(buf));
+
+    end_text_line(p);
+    if (ev->type == LOOM_EV_RUN_COMPLETED) {
+        fprintf(stderr, "%s%s= answered: ", on, in);
+        print_short(stderr, str(ev->data, "text"), OUTPUT_SHOWN);
+    } else {
+        fprintf(stderr, "%s%s! %s: ", p->color ? "\033[33m" : "", in,
+                str(ev->data, "status"));
+        print_short(stderr, str(json_object_get(ev->data, "error"), "message"),
+                    OUTPUT_SHOWN);
+    }
+    fprintf(stderr, "%s\n", off);
     fflush(stderr);
 }
 
@@ -150,7 +198,8 @@ int cli_printer_emit(const loom_event *ev, void *payload)
 {
     cli_printer *p = payload;
 
-    if (ev->type == LOOM_EV_APPROVAL_REQUIRED && p->turn) {
+    if (ev->type == LOOM_EV_APPROVAL_REQUIRED && p->turn &&
+        loom_event_depth(ev) == 0) {
         if (p->json)
             print_json(ev);
         ask_approval(p, ev);
@@ -159,6 +208,18 @@ int cli_printer_emit(const loom_event *ev, void *payload)
 
     if (p->json) {
         print_json(ev);
+        return 0;
+    }
+    if (loom_event_depth(ev) > 0) {
+        /* A sub-agent's activity goes to stderr, indented: its tools as
+         * they end (and start, on a terminal) and how it ended. */
+        if (ev->type == LOOM_EV_TOOL_COMPLETED ||
+            ev->type == LOOM_EV_TOOL_FAILED ||
+            (ev->type == LOOM_EV_TOOL_STARTED && p->tty))
+            tool_line(p, ev);
+        else if (ev->type == LOOM_EV_RUN_COMPLETED ||
+                 ev->type == LOOM_EV_RUN_FAILED)
+            child_end_line(p, ev);
         return 0;
     }
     switch (ev->type) {

@@ -1360,7 +1360,9 @@ int loom__chat_fmt_event(loom__chat_fmt *f, const loom_event *ev,
     const char *s;
     int rc;
 
-    if (f->done)
+    /* Sub-agents' events have no place in a chat completion: their
+     * calls show as the parent's tool calls and outputs. */
+    if (f->done || loom_event_depth(ev) > 0)
         return 0;
     if ((rc = loom__chat_fmt_begin(f, out)) != 0)
         return rc;

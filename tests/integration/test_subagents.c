@@ -117,7 +117,8 @@ static int run_turn(fx *f, const char *agent, const char *text, loom_turn **out)
     return rc;
 }
 
-/* The first event of type whose field key is val (NULL: any). */
+/* The first event of the top run (not one nested from a sub-agent) of
+ * type whose field key is val (NULL: any). */
 static const json_t *find_event(const json_t *events, const char *type,
                                 const char *key, const char *val)
 {
@@ -127,6 +128,8 @@ static const json_t *find_event(const json_t *events, const char *type,
     json_array_foreach(events, i, e)
     {
         const char *v = key ? json_string_value(json_object_get(e, key)) : "";
+        if (json_object_get(e, "parent_run_id"))
+            continue;
         if (strcmp(json_string_value(json_object_get(e, "type")), type) == 0 &&
             (!key || (v && strcmp(v, val) == 0)))
             return e;
@@ -404,6 +407,292 @@ static void test_grandchild_and_depth_limit(void **state)
     fx_close(&f);
 }
 
+static int hanging(const loom_fake *fk);
+
+/* main calls a researcher and a writer; the researcher calls a writer. */
+#define HANG_AGENTS                                                            \
+    "  main:\n"                                                                \
+    "    model: fake/m\n"                                                      \
+    "    system_prompt: You are main.\n"                                       \
+    "    tools: []\n"                                                          \
+    "    sub_agents: [researcher, writer]\n"                                   \
+    "  researcher:\n"                                                          \
+    "    model: fake/m\n"                                                      \
+    "    system_prompt: You research.\n"                                       \
+    "    tools: []\n"                                                          \
+    "    sub_agents: [writer]\n"                                               \
+    "  writer:\n"                                                              \
+    "    model: fake/m\n"                                                      \
+    "    system_prompt: You write.\n"                                          \
+    "    tools: []\n"
+
+/* ---- nested events ------------------------------------------------------- */
+
+static const char *sget(const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+
+    return v ? v : "";
+}
+
+/*
+ * The stream's rules (docs/events.md "Nested events"): seq strictly
+ * increasing, index never decreasing, every sub-agent's event with its
+ * run_id, parent_run_id, parent_call_id, agent and depth.
+ */
+static void check_stream(const json_t *events)
+{
+    json_int_t seq = 0, index = 0;
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(events, i, e)
+    {
+        assert_true(geti(e, "seq", NULL) > seq);
+        assert_true(geti(e, "index", NULL) >= index);
+        seq = geti(e, "seq", NULL);
+        index = geti(e, "index", NULL);
+        if (!json_object_get(e, "parent_run_id"))
+            continue;
+        assert_true(*sget(e, "run_id"));
+        assert_string_not_equal(sget(e, "run_id"), sget(e, "parent_run_id"));
+        assert_true(*sget(e, "parent_call_id"));
+        assert_true(*sget(e, "agent"));
+        assert_true(geti(e, "depth", NULL) >= 1);
+    }
+}
+
+/* The text of the tool.delta events of the top run's call `call`,
+ * joined (a static buffer). */
+static const char *call_deltas(const json_t *events, const char *call)
+{
+    static char text[256];
+    size_t i;
+    json_t *e;
+
+    text[0] = '\0';
+    json_array_foreach(events, i, e)
+    {
+        if (!json_object_get(e, "parent_run_id") &&
+            strcmp(sget(e, "type"), "tool.delta") == 0 &&
+            strcmp(sget(e, "call_id"), call) == 0)
+            strncat(text, sget(e, "delta"), sizeof(text) - strlen(text) - 1);
+    }
+    return text;
+}
+
+/* How many events of agent's have type (NULL: any); each is checked to
+ * be of run run_id (when not NULL), at depth, under call parent_call. */
+static size_t count_nested(const json_t *events, const char *agent,
+                           const char *type, const char *run_id, int depth,
+                           const char *parent_call)
+{
+    size_t i, n = 0;
+    json_t *e;
+
+    json_array_foreach(events, i, e)
+    {
+        if (!json_object_get(e, "parent_run_id") ||
+            strcmp(sget(e, "agent"), agent) != 0)
+            continue;
+        if (run_id)
+            assert_string_equal(sget(e, "run_id"), run_id);
+        assert_int_equal(geti(e, "depth", NULL), depth);
+        assert_string_equal(sget(e, "parent_call_id"), parent_call);
+        n += !type || strcmp(sget(e, "type"), type) == 0;
+    }
+    return n;
+}
+
+/* The first nested event of agent of type. */
+static const json_t *nested_event(const json_t *events, const char *agent,
+                                  const char *type)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(events, i, e)
+    {
+        if (json_object_get(e, "parent_run_id") &&
+            strcmp(sget(e, "agent"), agent) == 0 &&
+            strcmp(sget(e, "type"), type) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/*
+ * main -> researcher -> fetcher: every event of the tree is in main's one
+ * stream, in order; the researcher's carry depth 1 and main's call c1,
+ * the fetcher's depth 2, the researcher's run and its call c2. main's
+ * call streams the researcher's answer as tool.delta, and the
+ * researcher's call the fetcher's. The usage events of the three add up
+ * to run.completed's usage, exactly.
+ */
+static void test_nested_events(void **state)
+{
+    fx f;
+    loom_turn *t;
+    const json_t *rs, *fs, *calls, *done, *last;
+    const char *main_id, *res_id;
+    json_int_t total = 0;
+    size_t i;
+    json_t *e;
+
+    (void)state;
+    fx_open(&f, tree_script, tree_agents);
+    t = run_ok(&f, "main", "go", "main done");
+    main_id = loom_run_id(loom_turn_run(t));
+    check_stream(f.events);
+
+    rs = nested_event(f.events, "researcher", "run.started");
+    assert_non_null(rs);
+    assert_string_equal(sget(rs, "parent_run_id"), main_id);
+    res_id = sget(rs, "run_id");
+    fs = nested_event(f.events, "fetcher", "run.started");
+    assert_non_null(fs);
+    assert_string_equal(sget(fs, "parent_run_id"), res_id);
+    /* Each event of a run says so, and where it hangs in the tree. */
+    assert_int_equal(
+        count_nested(f.events, "researcher", "run.completed", res_id, 1, "c1"),
+        1);
+    assert_int_equal(
+        count_nested(f.events, "researcher", "usage", res_id, 1, "c1"), 2);
+    assert_int_equal(count_nested(f.events, "fetcher", "run.completed",
+                                  sget(fs, "run_id"), 2, "c2"),
+                     1);
+    assert_int_equal(count_nested(f.events, "fetcher", "usage", NULL, 2, "c2"),
+                     2);
+    /* The fetcher's refused call is the fetcher's own tool.failed. */
+    assert_int_equal(
+        count_nested(f.events, "fetcher", "tool.failed", NULL, 2, "c2"), 1);
+
+    /* The answers stream to the calls that asked for them. */
+    assert_string_equal(call_deltas(f.events, "c1"), "research done");
+    assert_int_equal(
+        count_nested(f.events, "researcher", "tool.delta", res_id, 1, "c1"), 1);
+    assert_string_equal(
+        sget(nested_event(f.events, "researcher", "tool.delta"), "delta"),
+        "fetched");
+
+    /* Children sit inside their call's position: from main's tool_calls
+     * index on, and main's answer after all of them. */
+    calls = find_event(f.events, "tool_calls", NULL, NULL);
+    assert_true(geti(rs, "index", NULL) >= geti(calls, "index", NULL));
+    assert_true(geti(fs, "index", NULL) >= geti(rs, "index", NULL));
+    last = json_array_get(f.events, json_array_size(f.events) - 1);
+    done = find_event(f.events, "run.completed", NULL, NULL);
+    assert_ptr_equal(last, done);
+    assert_string_equal(sget(done, "run_id"), main_id);
+
+    /* Usage as it happens, nested, sums to the total. */
+    json_array_foreach(f.events, i, e)
+    {
+        if (strcmp(sget(e, "type"), "usage") == 0)
+            total += geti(e, "total_tokens", NULL);
+    }
+    assert_int_equal(total, geti(done, "usage", "total_tokens"));
+    assert_int_equal(total, 36);
+    loom_turn_free(t);
+    fx_close(&f);
+}
+
+/*
+ * Two children in parallel: their events interleave as they come, each
+ * with its call; the failing writer's run.failed is in the stream, and
+ * main's tool.completed for the researcher comes after the researcher's
+ * own run.completed.
+ */
+static void test_parallel_nested_grouped(void **state)
+{
+    fx f;
+    loom_turn *t;
+    const json_t *rdone, *wfail, *ok;
+
+    (void)state;
+    fx_open(&f, two_children_script, two_children_agents);
+    t = run_ok(&f, "main", "apples and pears?", "Main: 5 apples.");
+    check_stream(f.events);
+    assert_true(count_nested(f.events, "researcher", NULL, NULL, 1, "call_r") >
+                0);
+    assert_true(count_nested(f.events, "writer", NULL, NULL, 1, "call_w") > 0);
+    rdone = nested_event(f.events, "researcher", "run.completed");
+    assert_non_null(rdone);
+    assert_string_equal(sget(rdone, "text"), "5 apples");
+    wfail = nested_event(f.events, "writer", "run.failed");
+    assert_non_null(wfail);
+    assert_non_null(strstr(sget(json_object_get(wfail, "error"), "message"),
+                           "pears are banned"));
+    ok = find_event(f.events, "tool.completed", "id", "call_r");
+    assert_true(geti(ok, "seq", NULL) > geti(rdone, "seq", NULL));
+    assert_string_equal(call_deltas(f.events, "call_r"), "5 apples");
+    assert_string_equal(call_deltas(f.events, "call_w"), "");
+    loom_turn_free(t);
+    fx_close(&f);
+}
+
+static const char timeout_script[] =
+    "{\"rules\": ["
+    " {\"match\": {\"system\": \"You are main\"}, \"responses\": ["
+    "   {\"tool_calls\": ["
+    "     {\"id\": \"call_r\", \"name\": \"researcher\","
+    "      \"arguments\": \"{\\\"task\\\":\\\"dig\\\"}\"},"
+    "     {\"id\": \"call_w\", \"name\": \"writer\","
+    "      \"arguments\": \"{\\\"task\\\":\\\"write\\\"}\"}]},"
+    "   {\"text\": [\"main done\"]}]},"
+    " {\"match\": {\"system\": \"You research\"}, \"responses\": ["
+    "   {\"tool_calls\": [{\"id\": \"c2\", \"name\": \"writer\","
+    "     \"arguments\": \"{\\\"task\\\":\\\"notes\\\"}\"}],"
+    "    \"usage\": {\"prompt_tokens\": 5, \"completion_tokens\": 1,"
+    "              \"total_tokens\": 6}},"
+    "   {\"text\": [\"half \", \"an answer\"], \"hang\": true,"
+    "    \"hang_after_chunks\": 3}]},"
+    " {\"match\": {\"system\": \"You write\"}, \"loop\": true,"
+    "  \"responses\": ["
+    "   {\"text\": [\"written\"],"
+    "    \"usage\": {\"prompt_tokens\": 3, \"completion_tokens\": 1,"
+    "              \"total_tokens\": 4}}]}"
+    "]}";
+
+/*
+ * The researcher overruns main's tool timeout while its second model
+ * call hangs after some text: it is stopped, not abandoned, so main's
+ * tool.failed says it timed out and carries the researcher's partial
+ * answer, and the usage it spent (its first call and its writer's) is
+ * counted. Its sibling, a writer, is not affected.
+ */
+static void test_child_timeout(void **state)
+{
+    fx f;
+    loom_turn *t;
+    const json_t *failed, *done, *by;
+
+    (void)state;
+    /* The agents end the config: the tools' settings may follow. */
+    fx_open(&f, timeout_script,
+            HANG_AGENTS "tools:\n  researcher: {timeout_ms: 3000}\n");
+    t = run_ok(&f, "main", "go", "main done");
+    check_stream(f.events);
+    failed = find_event(f.events, "tool.failed", "id", "call_r");
+    assert_non_null(failed);
+    assert_non_null(strstr(sget(failed, "error"), "timeout of 3000 ms"));
+    assert_non_null(strstr(sget(failed, "error"), "agent 'researcher'"));
+    assert_non_null(strstr(sget(failed, "output"), "Partial answer: half an "
+                                                   "answer"));
+    assert_non_null(find_event(f.events, "tool.completed", "id", "call_w"));
+    /* The researcher's end is in the stream, and the hang was closed. */
+    assert_non_null(nested_event(f.events, "researcher", "run.failed"));
+    assert_int_equal(hanging(f.fake), 0);
+    /* Its usage and its writer's count; main's calls reported none. */
+    done = find_event(f.events, "run.completed", NULL, NULL);
+    by = json_object_get(json_object_get(done, "usage"), "by_agent");
+    assert_int_equal(geti(by, "researcher", "total_tokens"), 6);
+    assert_int_equal(geti(by, "writer", "total_tokens"), 8);
+    assert_int_equal(geti(done, "usage", "total_tokens"), 14);
+    loom_turn_free(t);
+    fx_close(&f);
+}
+
 /* The fake's responses hanging now (-1 when it cannot say). */
 static int hanging(const loom_fake *fk)
 {
@@ -448,23 +737,9 @@ static void test_cancel_mid_tree(void **state)
     loom_turn_options o = LOOM_TURN_OPTIONS_INIT;
     loom_messages in = {0};
     long long deadline, cancelled_at;
-    static const char agents[] = "  main:\n"
-                                 "    model: fake/m\n"
-                                 "    system_prompt: You are main.\n"
-                                 "    tools: []\n"
-                                 "    sub_agents: [researcher, writer]\n"
-                                 "  researcher:\n"
-                                 "    model: fake/m\n"
-                                 "    system_prompt: You research.\n"
-                                 "    tools: []\n"
-                                 "    sub_agents: [writer]\n"
-                                 "  writer:\n"
-                                 "    model: fake/m\n"
-                                 "    system_prompt: You write.\n"
-                                 "    tools: []\n";
 
     (void)state;
-    fx_open(&f, hang_script, agents);
+    fx_open(&f, hang_script, HANG_AGENTS);
     assert_int_equal(loom_messages_add(&in, LOOM_ROLE_USER, "go"), 0);
     o.agent = "main";
     o.input = &in;
@@ -525,6 +800,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parallel_children_one_failing),
         cmocka_unit_test(test_grandchild_and_depth_limit),
+        cmocka_unit_test(test_nested_events),
+        cmocka_unit_test(test_parallel_nested_grouped),
+        cmocka_unit_test(test_child_timeout),
         cmocka_unit_test(test_cancel_mid_tree),
         cmocka_unit_test(test_agent_tool_api),
     };

@@ -103,6 +103,38 @@ static int flood_exec(const json_t *args, const loom_tool_ctx *ctx,
     return loom_buf_puts(out, "flooded");
 }
 
+static int burst_rc; /* what the burst tool's structural events got */
+
+/* Sends p0, waits until the sink holds it, then floods as a busy
+ * sub-agent would: 100 steps with a usage event after each of the first
+ * 80, then a run.completed larger than the byte bound. */
+static int burst_exec(const json_t *args, const loom_tool_ctx *ctx,
+                      loom_buf *out, void *payload)
+{
+    char label[16], *big = malloc(LOOM__TOOL_EVENT_BYTES_MAX + 100);
+
+    (void)args;
+    (void)payload;
+    if (!big)
+        return LOOM_ENOMEM;
+    loom_tool_progress(ctx, "p0", NULL, NULL);
+    wait_flag(&got_first);
+    for (int i = 1; i <= 100; i++) {
+        snprintf(label, sizeof(label), "p%d", i);
+        loom_tool_progress(ctx, label, NULL, NULL);
+        if (i <= 80)
+            burst_rc |= loom__tool_ctx_event(ctx, LOOM_EV_USAGE,
+                                             json_pack("{s:i}", "n", i));
+    }
+    memset(big, 'x', LOOM__TOOL_EVENT_BYTES_MAX + 99);
+    big[LOOM__TOOL_EVENT_BYTES_MAX + 99] = '\0';
+    burst_rc |= loom__tool_ctx_event(ctx, LOOM_EV_RUN_COMPLETED,
+                                     json_pack("{s:s}", "text", big));
+    free(big);
+    set_flag(&sent_all);
+    return loom_buf_puts(out, "burst");
+}
+
 /* Calls without an events channel do nothing (and do not crash). */
 static void test_no_channel(void **state)
 {
@@ -123,8 +155,8 @@ static void test_no_channel(void **state)
 typedef struct {
     loom_tool_registry *reg;
     loom__plan *plan;
-    const loom_tool *offered[3];
-    loom_tool_def defs[3];
+    const loom_tool *offered[4];
+    loom_tool_def defs[4];
     loom__toolset set;
     json_t *settings;
     json_t *events; /* {type, ...data} of each event, in order */
@@ -169,17 +201,18 @@ static int setup(void **state)
     add(f->reg, "steps", steps_exec);
     add(f->reg, "late", late_exec);
     add(f->reg, "flood", flood_exec);
+    add(f->reg, "burst", burst_exec);
     assert_int_equal(loom__plan_new(&f->plan), 0);
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < 4; i++) {
         f->offered[i] = loom_tool_registry_at(f->reg, i);
         f->defs[i].name = f->offered[i]->name;
         f->defs[i].description = f->offered[i]->description;
     }
     f->set.offered = f->offered;
-    f->set.nserver = 3;
+    f->set.nserver = 4;
     f->set.defs = f->defs;
-    f->set.ndefs = 3;
-    f->set.available = "steps, late, flood";
+    f->set.ndefs = 4;
+    f->set.available = "steps, late, flood, burst";
     f->settings = json_pack("{s:{s:i}}", "late", "timeout_ms", 1);
     f->events = json_array();
     memset(&o, 0, sizeof(o));
@@ -195,7 +228,7 @@ static int setup(void **state)
     o.emit.payload = f;
     assert_int_equal(loom__toolturn_new(&f->t, &o), 0);
     got_first = sent_all = release = tool_done = 0;
-    late_rc = 0;
+    late_rc = burst_rc = 0;
     *state = f;
     return 0;
 }
@@ -360,6 +393,52 @@ static void test_bound(void **state)
             json_integer_value(json_object_get(p, "steps_dropped")),
             64 - LOOM__TOOL_PROGRESS_STEPS_MAX);
     }
+    loom__toolturn_jobs_free(jobs, 1);
+}
+
+/*
+ * Past both bounds (more events than the count, a single one larger than
+ * the bytes) the steps go, and every other event is kept, in order: what
+ * a busy sub-agent forwards (its usage, tools and end) is never lost.
+ */
+static void test_bound_keeps_structural(void **state)
+{
+    fixture *f = *state;
+    loom_tool_call c;
+    loom_message m;
+    loom__tool_job *jobs;
+    size_t i, n, steps = 0, usage = 0;
+    int dropped = 0;
+
+    f->gate = 1;
+    jobs = run_one(f, &c, &m, "burst");
+    n = json_array_size(f->events);
+    assert_string_equal(jobs[0].output, "burst");
+    assert_int_equal(burst_rc, 0);
+    assert_string_equal(ev_type(f, 0), "tool.started");
+    for (i = 1; i < n - 3; i++) {
+        const json_t *e = json_array_get(f->events, i);
+        dropped += (int)json_integer_value(json_object_get(e, "dropped"));
+        if (strcmp(ev_type(f, i), "tool.progress") == 0) {
+            steps++;
+            continue;
+        }
+        assert_string_equal(ev_type(f, i), "usage");
+        assert_int_equal(json_integer_value(json_object_get(e, "n")),
+                         (json_int_t)++usage);
+    }
+    assert_int_equal(usage, 80);
+    /* Steps were lost to the bound, and said so (the last ones on the
+     * run.completed that made room). */
+    dropped += (int)json_integer_value(
+        json_object_get(json_array_get(f->events, n - 3), "dropped"));
+    assert_true(steps < 101);
+    assert_int_equal(dropped + (int)steps, 101);
+    assert_string_equal(ev_type(f, n - 3), "run.completed");
+    assert_int_equal(strlen(ev_str(f, n - 3, "text")),
+                     LOOM__TOOL_EVENT_BYTES_MAX + 99);
+    assert_string_equal(ev_type(f, n - 2), "tool.completed");
+    assert_string_equal(ev_type(f, n - 1), "tool.metric");
     loom__toolturn_jobs_free(jobs, 1);
 }
 
@@ -666,6 +745,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_abandoned_dropped, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bound, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bound_keeps_structural, setup,
+                                        teardown),
         cmocka_unit_test(test_progress_hook),
         cmocka_unit_test(test_approve),
         cmocka_unit_test(test_deny),
