@@ -203,6 +203,39 @@ expect_grep '"model":"gpt-4.1-nano"' "$tmp/requests.jsonl" "--model sent"
 if awk '!/^\{.*\}$/ { exit 1 }' "$tmp/out"; then ok; else bad "--json lines"; fi
 stop_fake
 
+# --- sub-agents: nested events in --json, indented lines in plain mode ---
+start_fake '{"rules":[
+ {"match":{"system":"You are main"},"loop":true,"responses":[
+  {"tool_calls":[{"id":"c1","name":"helper","arguments":"{\"task\":\"dig\"}"}]},
+  {"text":["main done"]}]},
+ {"match":{"system":"You help"},"loop":true,"responses":[
+  {"text":["helped"]}]}]}'
+cat > "$tmp/sub.yaml" <<EOF
+providers:
+  fake: {base_url: "$base_url", api_key: sk-test}
+agents:
+  main: {model: fake/m, system_prompt: You are main., tools: [], sub_agents: [helper]}
+  helper: {model: fake/m, system_prompt: You help., tools: []}
+EOF
+env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/sub.yaml" -a main \
+    --json "go" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "json run with a sub-agent"
+expect_grep '"type":"run.started".*"parent_call_id":"c1","agent":"helper","depth":1' \
+    "$tmp/out" "--json nests the child's events"
+expect_grep '"type":"tool.delta".*"call_id":"c1".*"delta":"helped"' "$tmp/out" \
+    "--json streams the child's answer to the call"
+# The last line is the top run's own end.
+if tail -n 1 "$tmp/out" | grep -q '"type":"run.completed"' &&
+    ! tail -n 1 "$tmp/out" | grep -q parent_run_id; then ok; else
+    bad "--json ends with the top run.completed"; fi
+env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/sub.yaml" -a main \
+    "go" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "plain run with a sub-agent"
+expect_grep "^main done" "$tmp/out" "the top answer on stdout"
+if grep -q helped "$tmp/out"; then bad "child text leaked to stdout"; else ok; fi
+expect_grep "^  \[helper\] = answered: helped" "$tmp/err" "child's end indented"
+stop_fake
+
 # --- model names: one rule (docs/routing.md#model-names) ---
 # A bare name goes to the default model's provider; agent/<name> runs it.
 start_fake '{"loop":true,"responses":[{"text":["bare ok"]}]}'
