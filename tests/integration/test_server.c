@@ -3,10 +3,10 @@
  * SQLite store in a temporary file, the fake upstream as the model and
  * libcurl (or a raw socket) as the client. One test per endpoint or rule:
  * the native run API (blocking, streamed, background, cancel, resume with
- * Last-Event-ID), conversations, models, tools, operations, every limit
- * crossed (body size, concurrent runs, read timeout, connections, SSE
- * keep-alive, finished runs kept, event log size), a client that goes
- * away mid-stream, and the graceful stop.
+ * Last-Event-ID, a sub-agent's events nested), conversations, models,
+ * tools, operations, every limit crossed (body size, concurrent runs,
+ * read timeout, connections, SSE keep-alive, finished runs kept, event
+ * log size), a client that goes away mid-stream, and the graceful stop.
  */
 #include "test_server_harness.h"
 
@@ -430,6 +430,89 @@ static void test_background_and_cancel(void **state)
     assert_string_equal(sh_str(last, "status"), "cancelled");
     json_decref(conv);
     json_decref(run);
+    sh_free(&h);
+}
+
+/*
+ * A sub-agent's events come nested in its parent's run, under the run's
+ * own seq: the stream and its replay carry them with the child's run_id
+ * and where it hangs, and end with the top run's run.completed.
+ */
+static void test_nested_events(void **state)
+{
+    sh h;
+    sh_resp r;
+    json_t *evs, *again, *last;
+    char *yaml = NULL, path[160];
+    const char *top;
+    size_t i, n, nested = 0;
+    json_t *e;
+
+    (void)state;
+    memset(&h, 0, sizeof(h));
+    h.fake = fake_start_script(
+        "{\"rules\":["
+        " {\"match\":{\"system\":\"You are main\"},\"responses\":["
+        "  {\"tool_calls\":[{\"id\":\"c1\",\"name\":\"helper\","
+        "    \"arguments\":\"{\\\"task\\\":\\\"dig\\\"}\"}]},"
+        "  {\"text\":[\"main done\"]}]},"
+        " {\"match\":{\"system\":\"You help\"},\"responses\":["
+        "  {\"text\":[\"helped\"]," USAGE "}]}]}");
+    assert_non_null(h.fake);
+    h.db = test_tmp_path("nested.db");
+    unlink(h.db);
+    assert_true(asprintf(&yaml,
+                         "providers:\n"
+                         "  fake: {base_url: %s, api_key: sk-test, "
+                         "retries: {max: 0}}\n"
+                         "models:\n"
+                         "  fake/m: {upstream: fake-model}\n"
+                         "agents:\n"
+                         "  main: {model: fake/m, system_prompt: You are "
+                         "main., tools: [], sub_agents: [helper]}\n"
+                         "  helper: {model: fake/m, system_prompt: You "
+                         "help., tools: []}\n"
+                         "default_agent: main\n"
+                         "server:\n"
+                         "  listen: 127.0.0.1:0\n",
+                         fake_base_url(h.fake)) > 0);
+    sh_start_config(&h, yaml);
+    free(yaml);
+
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"go\",\"stream\":true}", NULL, &r),
+                     200);
+    evs = sh_sse_parse(r.body, NULL);
+    sh_resp_free(&r);
+    n = json_array_size(evs);
+    check_seqs(evs, 1);
+    top = sh_str(json_object_get(json_array_get(evs, 0), "data"), "run_id");
+    json_array_foreach(evs, i, e)
+    {
+        json_t *d = json_object_get(e, "data");
+        if (!json_object_get(d, "parent_run_id"))
+            continue;
+        nested++;
+        assert_string_not_equal(sh_str(d, "run_id"), top);
+        assert_string_equal(sh_str(d, "parent_run_id"), top);
+        assert_string_equal(sh_str(d, "parent_call_id"), "c1");
+        assert_string_equal(sh_str(d, "agent"), "helper");
+    }
+    /* run.started, message.delta, usage, run.completed at least. */
+    assert_true(nested >= 4);
+    last = json_object_get(json_array_get(evs, n - 1), "data");
+    assert_string_equal(sh_str(last, "type"), "run.completed");
+    assert_string_equal(sh_str(last, "run_id"), top);
+    assert_string_equal(sh_str(last, "text"), "main done");
+
+    /* The replay is the same stream. */
+    snprintf(path, sizeof(path), "/v1/runs/%s/events", top);
+    assert_int_equal(sh_req(&h, "GET", path, NULL, NULL, &r), 200);
+    again = sh_sse_parse(r.body, NULL);
+    sh_resp_free(&r);
+    assert_true(json_equal(again, evs));
+    json_decref(again);
+    json_decref(evs);
     sh_free(&h);
 }
 
@@ -1218,6 +1301,7 @@ int main(void)
         cmocka_unit_test(test_stop_lets_runs_finish),
         cmocka_unit_test(test_stop_cancels_after_grace),
         cmocka_unit_test(test_stop_ends_streams),
+        cmocka_unit_test(test_nested_events),
     };
     int rc;
 
