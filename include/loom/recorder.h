@@ -84,12 +84,14 @@ int loom_recorder_set_policy(loom_recorder *rec,
  * messages and the agent that wrote each (loom_run_message_agent),
  * status (ok, error or cancelled with the run's error as
  * reason), finish reason, tool outcomes, call offsets, usage rows, tool
- * records and citations (NULL when none were seen) and the run's context
+ * records and citations (NULL when none were seen), the run's usage
+ * with its descendants' (run_usage, run_cost_known) and its context
  * summary (loom_run_summary: NULL when the run made none, so the stored
  * one is kept), output messages and tool records narrowed by the data
  * policy (copies the recorder owns). The caller sets conversation_id,
- * input and agent. Pointers are borrowed from rec and run: valid until
- * either is freed.
+ * input and agent, and for a sub-agent's run parent_run_id,
+ * parent_call_id and depth. Pointers are borrowed from rec and run:
+ * valid until either is freed.
  * LOOM_ENOMEM when recording ran out of memory.
  */
 int loom_recorder_turn(loom_recorder *rec, const loom_run *run,

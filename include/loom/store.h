@@ -187,6 +187,8 @@ typedef struct {
     /* The model that answered this call (a router may have fallen back);
      * NULL: the turn's model. */
     const char *model;
+    /* The agent that made this call; NULL: the turn's agent. */
+    const char *agent;
 } loom_turn_usage;
 
 /*
@@ -253,6 +255,27 @@ typedef struct {
      * most LOOM_STORE_PLAN_MAX_BYTES as JSON.
      */
     const json_t *plan;
+    /*
+     * The run itself: every saved turn leaves one `runs` row
+     * (docs/store.md#runs). parent_run_id NULL: a top-level run, whose
+     * messages join the conversation. Else a sub-agent's run (at most
+     * LOOM_ID_MAX bytes each id): conversation_id is its top-level run's
+     * conversation, which gets none of its messages; input and output
+     * are kept with the run (text, reasoning, tool calls and results;
+     * not images or files), its usage rows go to the conversation's
+     * with its run id; its citations, summary, plan and tool records are
+     * not stored here (its records reach the conversation with its
+     * parent's turn), nor does it change the conversation.
+     */
+    const char *parent_run_id;
+    const char *parent_call_id; /* the parent's call that started it */
+    int depth;                  /* 0 at the top */
+    /* The run's usage, its descendants' included (loom_run_usage), and
+     * whether its cost is known (loom_run_cost_known). NULL: the sum of
+     * the usage rows, its cost known when every row is priced. */
+    const loom_usage *run_usage;
+    int run_cost_known;
+    int64_t started_at; /* Unix ms; 0: when saved */
 } loom_turn_record;
 
 /* Limits of a turn's extras; crossing one is an error (LOOM_ETOOLARGE,
@@ -281,6 +304,33 @@ typedef struct {
  * LOOM_EIO when the write fails (disk full, ...): nothing is written then.
  */
 int loom_store_save_turn(loom_store *st, const loom_turn_record *turn);
+
+/*
+ * A stored run (docs/store.md#runs) as JSON, for user_id: a run whose
+ * user is another (NULL matches only runs without a user) is
+ * LOOM_ENOTFOUND, as is an unknown id. *out: {"id", "object": "run",
+ * "conversation_id", "parent_run_id", "parent_call_id", "depth",
+ * "agent", "model", "status" ("completed", "failed", "cancelled"),
+ * "error" (null or {"message"}), "finish_reason", "usage" (the token
+ * counts, cache_write_tokens, cost_micros: null when unknown; the run's
+ * descendants included), "created_at", "ended_at", "stored": true,
+ * "children" (as loom_store_run_children) and, for a sub-agent's run,
+ * "messages": [{role, content, reasoning, agent, tool_calls: [{id,
+ * name, arguments}] or null, tool_call_id, name, tool_status,
+ * duration_ms, created_at}] in order. A read only.
+ */
+int loom_store_run_get(loom_store *st, const char *id, const char *user_id,
+                       json_t **out);
+
+/*
+ * The stored runs whose parent is run id (one level: each child's own
+ * children are read with its id), oldest first: *out is an array of
+ * {"id", "agent", "model", "status", "error", "depth", "parent_call_id",
+ * "usage", "created_at", "ended_at"}; [] when none (also for an
+ * unknown id). Not scoped to a user: the caller has checked the
+ * parent's. A read only.
+ */
+int loom_store_run_children(loom_store *st, const char *id, json_t **out);
 
 /*
  * Memories: short texts a user's runs keep across conversations (the

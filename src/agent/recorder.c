@@ -174,9 +174,12 @@ static void note(loom_recorder *r, const loom_event *ev)
             u->cost = -1;
             r->unpriced++;
         }
-        if (json_is_string(json_object_get(d, "model")) &&
-            !(u->model = strdup(
-                  json_string_value(json_object_get(d, "model")))))
+        if ((json_is_string(json_object_get(d, "model")) &&
+             !(u->model =
+                   strdup(json_string_value(json_object_get(d, "model"))))) ||
+            (json_is_string(json_object_get(d, "agent")) &&
+             !(u->agent =
+                   strdup(json_string_value(json_object_get(d, "agent"))))))
             r->failed = 1;
         note_model(r, d);
         break;
@@ -406,6 +409,8 @@ int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
                      : -1;
     turn->tool_records = rec->records;
     turn->citations = rec->citations;
+    turn->run_usage = loom_run_usage(run);
+    turn->run_cost_known = loom_run_cost_known(run);
     if (policy_any(&rec->policy)) {
         if ((rc = apply_policy(rec, turn->output)) != 0)
             return rc;
@@ -434,8 +439,10 @@ void loom_recorder_free(loom_recorder *rec)
         free((char *)rec->tools[i].tool_call_id);
     for (size_t i = 0; i < rec->ncalls; i++)
         free((char *)rec->calls[i].tool_call_id);
-    for (size_t i = 0; i < rec->nusage; i++)
+    for (size_t i = 0; i < rec->nusage; i++) {
         free((char *)rec->usage[i].model);
+        free((char *)rec->usage[i].agent);
+    }
     free(rec->tools);
     free(rec->calls);
     free(rec->usage);

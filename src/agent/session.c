@@ -109,6 +109,9 @@ struct loom_turn {
     loom__agent_tree *tree;
     int depth;
     const loom_cancel *parent_cancel;
+    char *parent_run_id;  /* a child's: its parent's run */
+    char *parent_call_id; /* and the call that started it */
+    int64_t started_ms;   /* Unix ms, when executing began */
     /* what the run options borrow */
     char *system_prompt;
     char *user_id;
@@ -623,6 +626,8 @@ static void turn_free(loom_turn *t)
     json_decref(t->user_keys);
     free(t->system_prompt);
     free(t->user_id);
+    free(t->parent_run_id);
+    free(t->parent_call_id);
     free(t->upstream);
     free(t->model);
     free(t->agent);
@@ -1571,8 +1576,10 @@ static int place_run(loom_turn *t)
     int rc;
 
     if (!t->tree &&
-        (rc = loom__agent_tree_new(&t->tree, t->s, a ? a->max_depth : 0,
-                                   a ? a->max_sub_runs : 0)) != 0)
+        ((rc = loom__agent_tree_new(&t->tree, t->s, a ? a->max_depth : 0,
+                                    a ? a->max_sub_runs : 0)) != 0 ||
+         (rc = loom__agent_tree_set_conversation(t->tree,
+                                                 t->conversation_id)) != 0))
         return rc;
     loom__run_set_place(t->lr, t->tree, t->depth,
                         a ? a->count_sub_agent_calls : 1, t->parent_cancel);
@@ -1609,9 +1616,16 @@ static int turn_new(loom_turn **out, loom_session *s,
     t->log_max = (size_t)(o->log_max_bytes > 0 ? o->log_max_bytes
                                                : LOOM_TURN_LOG_DEFAULT_BYTES);
     if (child) {
+        int oom = 0;
         t->tree = loom__agent_tree_ref(child->tree);
         t->depth = child->depth;
         t->parent_cancel = child->cancel;
+        t->parent_run_id = dup_or_null(child->parent_run_id, &oom);
+        t->parent_call_id = dup_or_null(child->parent_call_id, &oom);
+        if (oom) {
+            rc = loom__error_oom();
+            goto fail;
+        }
     }
     if ((rc = pick_agent(t, o, &model)) != 0)
         goto fail;
@@ -1741,10 +1755,15 @@ static int op_save(void *arg)
     if ((rc = loom_recorder_turn(t->rec, t->lr, &rec)) != 0)
         return rc;
     rec.run_id = t->id;
-    rec.conversation_id = t->conversation_id;
+    rec.conversation_id = t->depth > 0 ? loom__agent_tree_conversation(t->tree)
+                                       : t->conversation_id;
     rec.user_id = t->user_id;
     rec.agent = t->agent;
     rec.input = &t->input;
+    rec.parent_run_id = t->parent_run_id;
+    rec.parent_call_id = t->parent_call_id;
+    rec.depth = t->depth;
+    rec.started_at = t->started_ms;
     return loom_store_save_turn(t->s->o.store, &rec);
 }
 
@@ -1764,6 +1783,26 @@ static void store_failed(loom_turn *t, const char *op, int rc, int counted)
         ob->store_error(op, ob->payload);
     loom_log(LOOM_LOG_ERROR, "run %s: %s failed: %s", t->id, op,
              t->store_error ? t->store_error : loom_error_name(rc));
+}
+
+/*
+ * Stores a sub-agent's turn as a run linked to its parent, when the tree
+ * has a conversation. A failure is logged and counted (op
+ * "save_child_run") but changes nothing of the child's outcome nor of its
+ * parent's: the parent's turn holds the call and the child's answer
+ * either way.
+ */
+static void save_child(loom_turn *t)
+{
+    int rc;
+
+    if (!t->s->o.store || !loom__agent_tree_conversation(t->tree))
+        return;
+    if ((rc = loom_session_store_retry(t->s, op_save, t, "save_child_run")) ==
+        0)
+        t->stored = 1;
+    else
+        store_failed(t, "save_child_run", rc, 1);
 }
 
 /*
@@ -1865,13 +1904,17 @@ int loom_turn_execute(loom_turn *t)
 
     if (!atomic_compare_exchange_strong(&t->phase, &expected, PH_PREPARING))
         return loom__error_set(LOOM_EINVALID, "the turn was executed already");
+    t->started_ms = loom__unix_ms();
     if ((prep = prepare(t, &op)) == 0) {
         atomic_store(&t->phase, PH_EXECUTING);
         rc = loom_run_execute(t->lr);
         atomic_store(&t->phase, PH_STORING);
-        if (!t->s->o.store || t->depth > 0) {
-            /* Nothing to store (a sub-agent's turn reports to its
-             * parent): the turn ends as its run did. */
+        if (t->depth > 0) {
+            /* A sub-agent's turn reports to its parent and ends as its
+             * run did, stored or not. */
+            save_child(t);
+        } else if (!t->s->o.store) {
+            /* Nothing to store: the turn ends as its run did. */
         } else if ((prep = loom_session_store_retry(t->s, op_save, t,
                                                     "save_turn")) == 0) {
             t->stored = 1;

@@ -4,10 +4,12 @@
  *
  * A child turn is a turn of an agent started by a sub-agent tool call:
  * prepared and run like any turn (the agent's prompt, tools, model and
- * limits, the session's hooks), but with no conversation (nothing is
- * loaded or stored; its events and report go to its parent), in the
- * tree of its parent, one level deeper, and with a cancel flag that
- * follows the call's.
+ * limits, the session's hooks), but with no conversation of its own
+ * (nothing is loaded; its events and report go to its parent; when it
+ * ends it is stored as a run linked to its parent, under the top turn's
+ * conversation, per its own agent's data policy), in the tree of its
+ * parent, one level deeper, and with a cancel flag that follows the
+ * call's.
  */
 #ifndef LOOM_AGENT_SESSION_INTERNAL_H
 #define LOOM_AGENT_SESSION_INTERNAL_H
@@ -22,6 +24,10 @@ typedef struct {
     int depth;                 /* the child's: its parent's + 1 */
     const loom_cancel *cancel; /* the child's cancel follows it; it must
                                 * outlive the turn */
+    /* The parent's run and the call that starts the child, stored with
+     * the child's run (copied; may be NULL). */
+    const char *parent_run_id;
+    const char *parent_call_id;
 } loom__turn_child;
 
 /* loom_turn_new for a child turn (above); same errors. */

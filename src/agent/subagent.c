@@ -38,6 +38,7 @@ struct loom__agent_tree {
     int max_depth;
     int max_sub_runs;
     atomic_int sub_runs;
+    char *conversation_id; /* the top turn's, where children are stored */
 };
 
 int loom__agent_tree_new(loom__agent_tree **out, loom_session *s, int max_depth,
@@ -71,7 +72,22 @@ void loom__agent_tree_free(loom__agent_tree *t)
     if (!t || atomic_fetch_sub(&t->refs, 1) != 1)
         return;
     loom_session_free(t->s);
+    free(t->conversation_id);
     free(t);
+}
+
+int loom__agent_tree_set_conversation(loom__agent_tree *t, const char *id)
+{
+    free(t->conversation_id);
+    t->conversation_id = NULL;
+    if (id && !(t->conversation_id = strdup(id)))
+        return loom__error_oom();
+    return 0;
+}
+
+const char *loom__agent_tree_conversation(const loom__agent_tree *t)
+{
+    return t ? t->conversation_id : NULL;
 }
 
 loom_session *loom__agent_tree_session(const loom__agent_tree *t)
@@ -371,6 +387,8 @@ static int run_child(const json_t *args, const loom_tool_ctx *ctx,
     child.tree = h->tree;
     child.depth = h->depth + 1;
     child.cancel = ctx->cancel;
+    child.parent_run_id = h->run_id;
+    child.parent_call_id = ctx->call_id;
     rc = loom__turn_new_child(&t, p->s, &o, &child);
     loom_messages_free(&in);
     if (rc != 0)

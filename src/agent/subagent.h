@@ -42,6 +42,13 @@ void loom__agent_tree_free(loom__agent_tree *t);
 loom_session *loom__agent_tree_session(const loom__agent_tree *t);
 int loom__agent_tree_max_depth(const loom__agent_tree *t);
 int loom__agent_tree_max_runs(const loom__agent_tree *t);
+/*
+ * The conversation of the tree's top turn, where its children's runs are
+ * stored (NULL: none, nothing is stored). Set by the top turn before it
+ * runs (id is copied; 0 or LOOM_ENOMEM); read by any thread after.
+ */
+int loom__agent_tree_set_conversation(loom__agent_tree *t, const char *id);
+const char *loom__agent_tree_conversation(const loom__agent_tree *t);
 /* Counts one more sub-agent run: 1 when the tree's limit allows it. Any
  * thread. */
 int loom__agent_tree_take_run(loom__agent_tree *t);

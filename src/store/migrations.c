@@ -205,6 +205,56 @@ const char *const loom__sqlite_migrations[] = {
      * is not known. Independent of every other step: it adds only its
      * own column. */
     "ALTER TABLE messages ADD COLUMN agent TEXT;",
+    /* 10: one row per run, top-level or sub-agent: where it sits in its
+     * tree of agent runs (parent_run_id NULL at the top), its outcome
+     * and its usage, descendants included; the messages of a sub-agent's
+     * run (never in a conversation's messages) in run_messages; and the
+     * agent of each usage row. A run's conversation is its top-level
+     * run's, so deleting the conversation deletes the tree. Independent
+     * of every other step: it adds only its own tables and column. */
+    "CREATE TABLE runs ("
+    "  id TEXT PRIMARY KEY,"
+    "  conversation_id TEXT NOT NULL"
+    "    REFERENCES conversations(id) ON DELETE CASCADE,"
+    "  parent_run_id TEXT,"
+    "  parent_call_id TEXT,"
+    "  depth INTEGER NOT NULL DEFAULT 0,"
+    "  user_id TEXT,"
+    "  agent TEXT,"
+    "  model TEXT,"
+    "  status TEXT NOT NULL"
+    "    CHECK (status IN ('completed', 'failed', 'cancelled')),"
+    "  error TEXT,"
+    "  finish_reason TEXT,"
+    "  prompt_tokens INTEGER NOT NULL,"
+    "  completion_tokens INTEGER NOT NULL,"
+    "  cached_tokens INTEGER NOT NULL,"
+    "  reasoning_tokens INTEGER NOT NULL,"
+    "  total_tokens INTEGER NOT NULL,"
+    "  cache_write_tokens INTEGER NOT NULL,"
+    "  cost_micros INTEGER,"
+    "  created_at INTEGER NOT NULL,"
+    "  ended_at INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX runs_by_parent ON runs (parent_run_id, created_at, id);"
+    "CREATE INDEX runs_by_conversation ON runs (conversation_id);"
+    "CREATE TABLE run_messages ("
+    "  run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  position INTEGER NOT NULL,"
+    "  role TEXT NOT NULL"
+    "    CHECK (role IN ('system', 'user', 'assistant', 'tool')),"
+    "  content TEXT,"
+    "  reasoning TEXT,"
+    "  agent TEXT,"
+    "  tool_calls TEXT,"
+    "  tool_call_id TEXT,"
+    "  name TEXT,"
+    "  tool_status TEXT,"
+    "  duration_ms REAL,"
+    "  created_at INTEGER NOT NULL,"
+    "  PRIMARY KEY (run_id, position)"
+    ") WITHOUT ROWID;"
+    "ALTER TABLE usage ADD COLUMN agent TEXT;",
 };
 
 const int loom__sqlite_migrations_len =

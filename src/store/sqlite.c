@@ -80,8 +80,9 @@ static const char *const sql_text[S_COUNT] = {
     [S_USAGE_INSERT] =
         "INSERT INTO usage (conversation_id, run_id, model, iteration, "
         "prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, "
-        "total_tokens, cost, created_at, cache_write_tokens, cost_micros) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        "total_tokens, cost, created_at, cache_write_tokens, cost_micros, "
+        "agent) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     [S_MSG_SELECT] =
         "SELECT m.id, m.role, m.content, m.reasoning, m.model, "
         "m.finish_reason, m.status, m.error, m.prompt_tokens, "
@@ -97,7 +98,7 @@ static const char *const sql_text[S_COUNT] = {
     [S_USAGE_SELECT] =
         "SELECT run_id, model, iteration, prompt_tokens, completion_tokens, "
         "cached_tokens, reasoning_tokens, total_tokens, cost, "
-        "cache_write_tokens, cost_micros FROM usage "
+        "cache_write_tokens, cost_micros, agent FROM usage "
         "WHERE conversation_id = ?1 ORDER BY id",
     [S_CONV_SUMMARY] =
         "SELECT summary, summary_covers, plan FROM conversations "
@@ -124,6 +125,25 @@ static const char *const sql_text[S_COUNT] = {
                      "UNION ALL SELECT id, updated_at FROM conversations "
                      "WHERE user_id IS ?1 AND prefix_hash_streamed = ?2 "
                      "ORDER BY 2 DESC, 1 DESC LIMIT 1",
+    [S_RUN_INSERT] =
+        "INSERT OR REPLACE INTO runs (id, conversation_id, parent_run_id, "
+        "parent_call_id, depth, user_id, agent, model, status, error, "
+        "finish_reason, prompt_tokens, completion_tokens, cached_tokens, "
+        "reasoning_tokens, total_tokens, cache_write_tokens, cost_micros, "
+        "created_at, ended_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+        "?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+    [S_RUN_MSG_INSERT] =
+        "INSERT INTO run_messages (run_id, position, role, content, "
+        "reasoning, agent, tool_calls, tool_call_id, name, tool_status, "
+        "duration_ms, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+        "?9, ?10, ?11, ?12)",
+    [S_RUN_SELECT] = "SELECT " RUN_COLS ", user_id FROM runs WHERE id = ?1",
+    [S_RUN_CHILDREN] = "SELECT " RUN_COLS " FROM runs "
+                       "WHERE parent_run_id = ?1 ORDER BY created_at, id",
+    [S_RUN_MSG_SELECT] =
+        "SELECT role, content, reasoning, agent, tool_calls, tool_call_id, "
+        "name, tool_status, duration_ms, created_at FROM run_messages "
+        "WHERE run_id = ?1 ORDER BY position",
 };
 
 /* ---- errors ----------------------------------------------------------- */
@@ -614,4 +634,6 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_memory_delete,
     loom__sqlite_memory_count,
     loom__sqlite_conversation_match,
+    loom__sqlite_run_get,
+    loom__sqlite_run_children,
 };

@@ -30,7 +30,7 @@ static char *col_dup(sqlite3_stmt *s, int i, int *bad)
 }
 
 /* Column i as JSON, by its stored type. NULL when out of memory. */
-static json_t *col_json(sqlite3_stmt *s, int i)
+json_t *loom__sqlite_col_json(sqlite3_stmt *s, int i)
 {
     switch (sqlite3_column_type(s, i)) {
     case SQLITE_INTEGER:
@@ -55,7 +55,7 @@ static int put(json_t *o, const char *key, json_t *v)
  * Column i, which holds JSON text the store wrote, parsed; NULL when the
  * column is NULL or does not parse (only a file changed from outside).
  */
-static json_t *col_parsed(sqlite3_stmt *s, int i)
+json_t *loom__sqlite_col_parsed(sqlite3_stmt *s, int i)
 {
     const char *v = col_text(s, i);
 
@@ -228,10 +228,10 @@ static json_t *call_json(sqlite3_stmt *cs)
 {
     json_t *o = json_object();
 
-    if (!o || put(o, "id", col_json(cs, 1)) ||
-        put(o, "name", col_json(cs, 2)) ||
-        put(o, "arguments", col_json(cs, 3)) ||
-        put(o, "text_offset", col_json(cs, 4))) {
+    if (!o || put(o, "id", loom__sqlite_col_json(cs, 1)) ||
+        put(o, "name", loom__sqlite_col_json(cs, 2)) ||
+        put(o, "arguments", loom__sqlite_col_json(cs, 3)) ||
+        put(o, "text_offset", loom__sqlite_col_json(cs, 4))) {
         json_decref(o);
         return NULL;
     }
@@ -278,17 +278,17 @@ static json_t *message_json(sqlite3_stmt *ms, sqlite3_stmt *cs, int *crc)
     int bad = !m;
 
     for (int i = M_ID; !bad && i <= M_RUN; i++)
-        bad = put(m, msg_keys[i], col_json(ms, i));
+        bad = put(m, msg_keys[i], loom__sqlite_col_json(ms, i));
     if (!bad)
-        bad = put(m, "cost_micros", col_json(ms, M_COST_MICROS));
+        bad = put(m, "cost_micros", loom__sqlite_col_json(ms, M_COST_MICROS));
     if (!bad && assistant) {
-        json_t *cites = col_parsed(ms, M_CITATIONS);
+        json_t *cites = loom__sqlite_col_parsed(ms, M_CITATIONS);
         bad = put(m, "citations", cites ? cites : json_null()) ||
-              put(m, "agent", col_json(ms, M_AGENT));
+              put(m, "agent", loom__sqlite_col_json(ms, M_AGENT));
     }
     if (!bad && col_text(ms, M_PARTS)) {
         /* As stored: blobs by hash and size, never their bytes. */
-        json_t *parts = col_parsed(ms, M_PARTS);
+        json_t *parts = loom__sqlite_col_parsed(ms, M_PARTS);
         bad = put(m, "parts", parts ? parts : json_null());
     }
     if (!bad && (assistant || call_of(cs, *crc, mid))) {
@@ -300,10 +300,10 @@ static json_t *message_json(sqlite3_stmt *ms, sqlite3_stmt *cs, int *crc)
         }
     }
     if (!bad && role && strcmp(role, "tool") == 0)
-        bad = put(m, "tool_call_id", col_json(ms, M_CALL_ID)) ||
-              put(m, "name", col_json(ms, M_NAME)) ||
-              put(m, "tool_status", col_json(ms, M_TOOL_STATUS)) ||
-              put(m, "duration_ms", col_json(ms, M_DURATION));
+        bad = put(m, "tool_call_id", loom__sqlite_col_json(ms, M_CALL_ID)) ||
+              put(m, "name", loom__sqlite_col_json(ms, M_NAME)) ||
+              put(m, "tool_status", loom__sqlite_col_json(ms, M_TOOL_STATUS)) ||
+              put(m, "duration_ms", loom__sqlite_col_json(ms, M_DURATION));
     if (bad) {
         json_decref(m);
         return NULL;
@@ -323,6 +323,7 @@ static const char *const usage_keys[] = {
     "cost",
     "cache_write_tokens",
     "cost_micros",
+    "agent",
 };
 
 static json_t *usage_json(sqlite3_stmt *us)
@@ -330,7 +331,7 @@ static json_t *usage_json(sqlite3_stmt *us)
     json_t *o = json_object();
 
     for (size_t i = 0; o && i < sizeof(usage_keys) / sizeof(usage_keys[0]); i++)
-        if (put(o, usage_keys[i], col_json(us, i))) {
+        if (put(o, usage_keys[i], loom__sqlite_col_json(us, i))) {
             json_decref(o);
             return NULL;
         }
@@ -361,7 +362,7 @@ static int summary_on(loom__sqlite_store *st, loom__sqlite_conn *c,
 /* One tool record row as the API shows it: the record with its run id. */
 static json_t *record_json(sqlite3_stmt *rs)
 {
-    json_t *r = col_parsed(rs, 1);
+    json_t *r = loom__sqlite_col_parsed(rs, 1);
 
     if (r && !json_is_object(r)) {
         json_decref(r);
@@ -373,7 +374,7 @@ static json_t *record_json(sqlite3_stmt *rs)
         json_decref(r);
         return NULL;
     }
-    if (put(r, "run_id", col_json(rs, 0))) {
+    if (put(r, "run_id", loom__sqlite_col_json(rs, 0))) {
         json_decref(r);
         return NULL;
     }
@@ -454,10 +455,11 @@ int loom__sqlite_conversation_get(loom_store *base, const char *id,
     }
     if ((rc = summary_on(st, c, id, &ss)) != 0)
         goto cleanup;
-    rc = put(res, "summary", col_json(ss, 0)) ||
+    rc = put(res, "summary", loom__sqlite_col_json(ss, 0)) ||
          put(res, "summary_covers",
              json_integer((json_int_t)sqlite3_column_int64(ss, 1))) ||
-         put(res, "plan", col_text(ss, 2) ? col_parsed(ss, 2) : json_null());
+         put(res, "plan",
+             col_text(ss, 2) ? loom__sqlite_col_parsed(ss, 2) : json_null());
     done(ss);
     if (rc) {
         rc = loom__error_oom();

@@ -89,8 +89,21 @@ enum {
     S_CONV_HASHES,
     S_CONV_HASHES_UPDATE,
     S_CONV_MATCH,
+    S_RUN_INSERT,
+    S_RUN_MSG_INSERT,
+    S_RUN_SELECT,
+    S_RUN_CHILDREN,
+    S_RUN_MSG_SELECT,
     S_COUNT
 };
+
+/* The columns of a run that S_RUN_SELECT and S_RUN_CHILDREN read, in the
+ * order of the R_ indexes (sqlite_runs.c). */
+#define RUN_COLS                                                               \
+    "id, conversation_id, parent_run_id, parent_call_id, depth, agent, "       \
+    "model, status, error, finish_reason, prompt_tokens, "                     \
+    "completion_tokens, cached_tokens, reasoning_tokens, total_tokens, "       \
+    "cache_write_tokens, cost_micros, created_at, ended_at"
 
 /* Columns of S_MSG_SELECT. */
 enum {
@@ -183,6 +196,23 @@ int loom__sqlite_conversation_match(loom_store *base, const char *user_id,
                                     const unsigned char *hash, char **id_out);
 int loom__sqlite_transcript_extend(loom__sqlite_store *st, loom__sqlite_conn *c,
                                    const loom__store_plan *p);
+
+/* Runs (sqlite_runs.c): the vtable's run_get and run_children, and, inside
+ * save_turn's write transaction on c, the plan's run row and (for a
+ * sub-agent's run) its messages. */
+int loom__sqlite_run_get(loom_store *base, const char *id, const char *user_id,
+                         json_t **out);
+int loom__sqlite_run_children(loom_store *base, const char *id, json_t **out);
+int loom__sqlite_run_insert(loom__sqlite_store *st, loom__sqlite_conn *c,
+                            const loom__store_plan *p);
+int loom__sqlite_run_messages_insert(loom__sqlite_store *st,
+                                     loom__sqlite_conn *c,
+                                     const loom__store_plan *p);
+
+/* Column i as JSON (integer, real, null or text) and column i's JSON text
+ * parsed (NULL when NULL or unparsable), for the readers' JSON. */
+json_t *loom__sqlite_col_json(sqlite3_stmt *s, int i);
+json_t *loom__sqlite_col_parsed(sqlite3_stmt *s, int i);
 
 /* ---- binding and reading, for every file of the backend --------------- */
 

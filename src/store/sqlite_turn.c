@@ -2,9 +2,11 @@
  * Saving a turn in the SQLite backend: the messages of the plan that
  * store.c prepared (with their tool calls and outcomes, and the images
  * and files they hold, each blob once by its hash), the turn's
- * usage rows and tool records, and the conversation's counters, title,
- * summary and plan, all in one write transaction after the in-process
- * write lock: a turn is stored whole or not at all.
+ * usage rows and tool records, the conversation's counters, title,
+ * summary and plan, and the run's row, all in one write transaction
+ * after the in-process write lock: a turn is stored whole or not at all.
+ * A sub-agent's run writes its row, its own messages and its usage rows
+ * only.
  */
 #include "core/error.h"
 #include "store/sqlite_internal.h"
@@ -139,6 +141,7 @@ static int insert_usage(loom__sqlite_store *st, loom__sqlite_conn *c,
         b_int(s, 11, p->now, &src);
         b_int(s, 12, u->usage.cache_write_tokens, &src);
         b_micros(s, 13, u->cost >= 0 ? u->usage.cost_micros : -1, &src);
+        b_text(s, 14, u->agent ? u->agent : t->agent, &src);
         if ((src = step_done(s, src)) != SQLITE_OK)
             return loom__sqlite_error(st, c->db, src, "saving usage");
         done(s);
@@ -214,8 +217,17 @@ int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p)
         goto cleanup;
     }
     if ((rc = loom__sqlite_exists(st, c, p->turn->conversation_id, &count)) !=
-        0)
+            0 ||
+        (rc = loom__sqlite_run_insert(st, c, p)) != 0)
         goto cleanup;
+    if (p->turn->parent_run_id) {
+        /* A sub-agent's run: its own messages and its usage rows; the
+         * conversation is left as it is. */
+        if ((rc = loom__sqlite_run_messages_insert(st, c, p)) == 0 &&
+            (rc = insert_usage(st, c, p)) == 0)
+            rc = loom__sqlite_commit(&st->base, c, "saving a sub-agent's run");
+        goto cleanup;
+    }
     /* Blobs before the messages that refer to them. */
     if ((rc = insert_blobs(st, c, p)) != 0 ||
         (rc = loom__sqlite_transcript_extend(st, c, p)) != 0)

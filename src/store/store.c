@@ -431,6 +431,13 @@ static int check_turn(const loom_turn_record *t)
 
     if (!t->conversation_id)
         return loom__error_set(LOOM_EINVALID, "turn: no conversation id");
+    if ((t->parent_run_id && strlen(t->parent_run_id) > LOOM_ID_MAX) ||
+        (t->parent_call_id && strlen(t->parent_call_id) > LOOM_ID_MAX) ||
+        t->depth < 0 || (t->parent_run_id && !t->run_id))
+        return loom__error_set(LOOM_EINVALID,
+                               "turn: a sub-agent's run needs its run id, "
+                               "ids of at most %d bytes and a depth >= 0",
+                               LOOM_ID_MAX);
     if ((unsigned)t->status > LOOM_TURN_CANCELLED)
         return loom__error_set(LOOM_EINVALID, "turn: unknown status %d",
                                (int)t->status);
@@ -601,6 +608,28 @@ static int plan_records(const loom_turn_record *t, loom__store_plan *p)
     return 0;
 }
 
+/*
+ * The run's row: its status as the API names it, and its usage and cost:
+ * the run's own figures (descendants included) when given, else its
+ * usage rows' (rows_micros, < 0 when a row is unpriced).
+ */
+static void plan_run(const loom_turn_record *t, loom__store_plan *p,
+                     int64_t rows_micros)
+{
+    static const char *const names[] = {"completed", "failed", "cancelled"};
+
+    p->run_status = names[t->status];
+    p->started_at = t->started_at > 0 ? t->started_at : p->now;
+    if (t->run_usage) {
+        p->run_usage = *t->run_usage;
+        p->run_cost_micros = t->run_cost_known ? t->run_usage->cost_micros : -1;
+        return;
+    }
+    for (size_t i = 0; i < t->usage_len; i++)
+        loom_usage_add(&p->run_usage, &t->usage[i].usage);
+    p->run_cost_micros = t->usage_len ? rows_micros : -1;
+}
+
 /* The empty assistant message that carries a failed turn's status. */
 static const loom_message placeholder_msg = {.role = LOOM_ROLE_ASSISTANT};
 
@@ -684,6 +713,10 @@ static int plan_turn(const loom_turn_record *t, loom__store_plan *p)
     }
     m->cost = t->cost;
     m->cost_micros = turn_micros(t);
+    plan_run(t, p, m->cost_micros);
+    /* A sub-agent's run keeps its messages' text only. */
+    if (t->parent_run_id)
+        return 0;
     if ((rc = plan_citations(t, p)) != 0 || (rc = plan_plan(t, p)) != 0)
         return rc;
     m->citations = p->citations;
@@ -705,6 +738,34 @@ int loom_store_save_turn(loom_store *st, const loom_turn_record *turn)
         rc = st->vt->save_turn(st, &plan);
     plan_free(&plan);
     return rc;
+}
+
+int loom_store_run_get(loom_store *st, const char *id, const char *user_id,
+                       json_t **out)
+{
+    int rc;
+
+    if (out)
+        *out = NULL;
+    if (!st || !out)
+        return loom__error_set(LOOM_EINVALID, "store: NULL argument");
+    if ((rc = check_owner(user_id)) != 0)
+        return rc;
+    if (!id || !*id || strlen(id) > LOOM_ID_MAX)
+        return loom__error_set(LOOM_ENOTFOUND, "run '%s' not found",
+                               id ? id : "");
+    return st->vt->run_get(st, id, user_id, out);
+}
+
+int loom_store_run_children(loom_store *st, const char *id, json_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!st || !out || !id)
+        return loom__error_set(LOOM_EINVALID, "store: NULL argument");
+    if (!*id || strlen(id) > LOOM_ID_MAX)
+        return (*out = json_array()) ? 0 : loom__error_oom();
+    return st->vt->run_children(st, id, out);
 }
 
 /* ---- memories --------------------------------------------------------- */

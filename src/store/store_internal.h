@@ -108,6 +108,15 @@ typedef struct {
     size_t *blob_refs;
     size_t blob_refs_len;
     /* turn->summary replaces the conversation's when not NULL. */
+    /* The run's row: its status as the API names it ("completed",
+     * "failed", "cancelled"), its usage (descendants included), its cost
+     * (< 0 unknown) and when it started. A sub-agent's run
+     * (turn->parent_run_id) writes msgs to run_messages instead of the
+     * conversation's messages (no placeholder, no blobs). */
+    const char *run_status;
+    loom_usage run_usage;
+    int64_t run_cost_micros;
+    int64_t started_at;
 } loom__store_plan;
 
 typedef struct {
@@ -161,6 +170,11 @@ typedef struct {
      * transcript hash; LOOM_ENOTFOUND when none. */
     int (*conversation_match)(loom_store *st, const char *user_id,
                               const unsigned char *hash, char **id_out);
+    /* Runs (docs/store.md#runs), as loom_store_run_get and
+     * loom_store_run_children; ids and the user id are checked. */
+    int (*run_get)(loom_store *st, const char *id, const char *user_id,
+                   json_t **out);
+    int (*run_children)(loom_store *st, const char *id, json_t **out);
 } loom__store_vtable;
 
 struct loom_store {
