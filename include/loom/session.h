@@ -49,7 +49,8 @@ typedef struct loom_turn loom_turn;
 
 /*
  * Told of the store's trouble (for metrics): op is "create_conversation",
- * "load_history" or "save_turn". retry: a call failed with LOOM_EIO and is
+ * "load_history", "save_turn" or "save_child_run" (a sub-agent's run,
+ * whose failure fails nothing else). retry: a call failed with LOOM_EIO and is
  * tried again; error: it failed for good.
  */
 typedef struct {
