@@ -6,7 +6,9 @@
  *                               id: = seq), else the final run with all
  *                               its events ("background": true answers
  *                               202 at once)
- *   GET  /v1/runs/{id}          status and result
+ *   GET  /v1/runs/{id}          status and result, with the sub-agent
+ *                               runs under it; a sub-agent's run from
+ *                               the store, scoped to ?user=
  *   GET  /v1/runs/{id}/events   replay, then follow (Last-Event-ID)
  *   POST /v1/runs/{id}/cancel   cancel; answers the run once it ended
  *                               cancelled, 409 when it ended otherwise
@@ -18,6 +20,8 @@
  * be stored answers 500 "store_failed". See docs/server.md.
  */
 #include "core/error.h"
+#include "loom/log.h"
+#include "loom/store.h"
 #include "server/chat_format.h"
 #include "server/chat_parts.h"
 #include "server/runs_request.h"
@@ -420,17 +424,75 @@ static srv_run *path_run(srv_request *r)
     return run;
 }
 
+static int reply_no_run(srv_request *r)
+{
+    return srv_reply_error(r, 404, NULL, "id", "not_found",
+                           "no run with id '%s' (runs are kept in memory for "
+                           "a while after they end)",
+                           r->params[0]);
+}
+
+/*
+ * A sub-agent's run, which only the store knows. Scoped to `user`:
+ * another user's run is a 404, as an unknown one. A top-level run is
+ * served from memory only, as ever: once forgotten it is a 404 (its
+ * conversation stays).
+ */
+static int reply_stored_run(srv_request *r, const char *user)
+{
+    json_t *o = NULL;
+    int rc;
+
+    if (!r->srv->store)
+        return reply_no_run(r);
+    rc = loom_store_run_get(r->srv->store, r->params[0], user, &o);
+    if (rc == LOOM_ENOTFOUND || rc == LOOM_EINVALID)
+        return reply_no_run(r);
+    if (rc != 0)
+        return srv_reply_loom_error(r, rc, NULL);
+    if (json_is_null(json_object_get(o, "parent_run_id"))) {
+        json_decref(o);
+        return reply_no_run(r);
+    }
+    srv_request_set_run(r, r->params[0]);
+    srv_set_header(r, "X-Loom-Run-Id", r->params[0]);
+    srv_set_header(r, "X-Loom-Conversation-Id",
+                   json_string_value(json_object_get(o, "conversation_id")));
+    return srv_reply_json(r, 200, o);
+}
+
+/*
+ * GET /v1/runs/{id}[?events=true][&user=U]: a run in memory (with the
+ * sub-agent runs stored under it as "children"), else from the store.
+ * A `user` given must be the run's.
+ */
 static int get_run(srv_request *r)
 {
     const char *ev = srv_query(r, "events");
-    srv_run *run = path_run(r);
-    int rc;
+    const char *user = srv_query(r, "user");
+    srv_run *run = srv_run_find(r->srv, r->params[0]);
+    const char *owner;
+    json_t *o, *kids = NULL;
 
     if (!run)
-        return 0;
-    rc = reply_run(r, run, ev && !strcmp(ev, "true"));
+        return reply_stored_run(r, user);
+    owner = srv_run_user(run);
+    if (user && (!owner || strcmp(owner, user) != 0)) {
+        srv_run_unref(run);
+        return reply_no_run(r);
+    }
+    set_run_headers(r, run);
+    o = srv_run_to_json(run, ev && !strcmp(ev, "true"));
     srv_run_unref(run);
-    return rc;
+    if (!o)
+        return loom__error_oom();
+    /* Children are stored as they end; none when the store cannot say. */
+    if (r->srv->store &&
+        loom_store_run_children(r->srv->store, r->params[0], &kids) != 0)
+        loom_warn("run %s: cannot read its sub-agent runs: %s", r->params[0],
+                  loom_error_last());
+    json_object_set_new(o, "children", kids ? kids : json_array());
+    return srv_reply_json(r, 200, o);
 }
 
 /* Last-Event-ID (or ?after=): a seq, 0 when absent; -1 when invalid. */
