@@ -5,8 +5,9 @@
  * A store keeps conversations: their messages (with reasoning, model,
  * finish reason, status and token counts), the tool calls inside
  * assistant messages (with the offset in the assistant text where each
- * call appeared), tool outputs (status, duration) and one usage row per
- * model call, and each user's memories (searchable with full-text
+ * call appeared), tool outputs (status, duration), one usage row per
+ * model call and one row per run (a sub-agent's linked to its parent,
+ * with its own messages), and each user's memories (searchable with full-text
  * search). SQLite (WAL, one file) is the first backend; the interface
  * is shaped so a PostgreSQL backend can follow without touching callers.
  *
@@ -102,8 +103,9 @@ int loom_store_conversation_list(loom_store *st, const char *after,
  * (every model call summed) beside the whole turn's cost,
  * "usage": [{run_id, model, iteration, prompt_tokens,
  * completion_tokens, cached_tokens, reasoning_tokens, total_tokens,
- * cost}] and "tool_records": every tool record saved, oldest first, as
- * saved plus "run_id". LOOM_ENOTFOUND when absent.
+ * cost, agent}] (its sub-agents' calls included, under their run ids)
+ * and "tool_records": every tool record saved, oldest first, as saved
+ * plus "run_id". LOOM_ENOTFOUND when absent.
  */
 int loom_store_conversation_get(loom_store *st, const char *id,
                                 json_t **out);
