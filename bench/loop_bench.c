@@ -26,33 +26,24 @@
  * requests seen by the fake) and fails loudly otherwise, so a broken loop
  * can never produce a flattering number.
  */
+#include "bench.h"
 #include "loom/run.h"
 
-#include <curl/curl.h>
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
-
-extern char **environ;
 
 /* Subcommands, each in its own bench/ file. */
 int loom_bench_context_main(int argc, char **argv); /* context_bench.c */
+int loom_bench_fanout_main(int argc, char **argv);  /* fanout_bench.c */
 
 #define DEFAULT_RUNS 1000
 #define DEFAULT_WARMUP 50
 #define DEFAULT_TOOL_ITERS 5
-#define MAX_RUNS 1000000L
 #define MAX_TOOL_ITERS 1000L
-/* The stats answer is a small JSON object; anything longer is wrong. */
-#define STATS_MAX 4096
 #define FINAL_TEXT "Done: the no-op tool ran."
 
 typedef struct {
@@ -65,29 +56,6 @@ typedef struct {
     int print_script;
     int table_from; /* argv index of the first --table file, 0: none */
 } bench_opts;
-
-typedef struct {
-    pid_t pid;
-    int port;
-    char script[64];
-} fake_proc;
-
-typedef struct {
-    CURL *easy;
-    char url[96];
-    char body[STATS_MAX + 1];
-    size_t len;
-    int overflow;
-} stats_reader;
-
-typedef struct {
-    long requests;
-    long long busy_us;
-} fake_stats;
-
-typedef struct {
-    double p50, p99, mean, min, max;
-} summary;
 
 /* ---- the fake upstream ---- */
 
@@ -103,13 +71,16 @@ static char *make_script(long tool_iters)
     long i;
 
     for (i = 0; i < tool_iters; i++) {
-        char id[32];
+        char id[32], args[32];
 
+        /* Arguments differ from call to call: loom does not run a call
+         * that repeats an earlier success, and every call must run. */
         snprintf(id, sizeof(id), "call_noop_%ld", i + 1);
+        snprintf(args, sizeof(args), "{\"n\":%ld}", i + 1);
         json_array_append_new(
             resps, json_pack("{s:[{s:s,s:s,s:s}],s:{s:i,s:i,s:i}}",
                              "tool_calls", "id", id, "name", "noop",
-                             "arguments", "{}", "usage", "prompt_tokens",
+                             "arguments", args, "usage", "prompt_tokens",
                              40 + 10 * (int)i, "completion_tokens", 5,
                              "total_tokens", 45 + 10 * (int)i));
     }
@@ -122,180 +93,6 @@ static char *make_script(long tool_iters)
     s = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
     return s;
-}
-
-/* The fake binary: --fake, $LOOM_FAKE_BIN, or next to (or above) us. */
-static char *find_fake(const char *given)
-{
-    const char *env = getenv("LOOM_FAKE_BIN");
-    const char *rel[] = {"/loom-fake-upstream", "/../loom-fake-upstream"};
-    char self[PATH_MAX], *slash, *p;
-    ssize_t n;
-    size_t i;
-
-    if (given)
-        return strdup(given);
-    if (env && *env)
-        return strdup(env);
-    n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0)
-        return NULL;
-    self[n] = '\0';
-    if ((slash = strrchr(self, '/')) == NULL)
-        return NULL;
-    *slash = '\0';
-    for (i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-        if (asprintf(&p, "%s%s", self, rel[i]) < 0)
-            return NULL;
-        if (access(p, X_OK) == 0)
-            return p;
-        free(p);
-    }
-    return NULL;
-}
-
-static void fake_stop(fake_proc *f)
-{
-    if (f->pid > 0) {
-        kill(f->pid, SIGTERM);
-        waitpid(f->pid, NULL, 0);
-        f->pid = -1;
-    }
-    if (f->script[0]) {
-        unlink(f->script);
-        f->script[0] = '\0';
-    }
-}
-
-/* Spawns the fake with the script and reads its "listening" line. */
-static int fake_start(fake_proc *f, const char *bin, const char *script)
-{
-    posix_spawn_file_actions_t fa;
-    char line[128];
-    int fds[2] = {-1, -1}, fd, rc;
-    size_t len = strlen(script);
-    FILE *in = NULL;
-
-    f->pid = -1;
-    f->port = 0;
-    snprintf(f->script, sizeof(f->script), "/tmp/loom-bench-XXXXXX");
-    fd = mkstemp(f->script);
-    if (fd < 0) {
-        f->script[0] = '\0';
-        fprintf(stderr, "loom-bench: mkstemp: %s\n", strerror(errno));
-        return -1;
-    }
-    rc = write(fd, script, len) == (ssize_t)len ? 0 : -1;
-    close(fd);
-    if (rc != 0 || pipe(fds) != 0) {
-        fprintf(stderr, "loom-bench: cannot write the script\n");
-        goto fail;
-    }
-    /* An hour at most, so a killed bench leaves nothing behind for long. */
-    char *args[] = {(char *)bin, "--script", f->script, "--max-seconds",
-                    "3600", NULL};
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    rc = posix_spawn(&f->pid, bin, &fa, NULL, args, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    if (rc != 0) {
-        f->pid = -1;
-        close(fds[0]);
-        fprintf(stderr, "loom-bench: cannot start %s: %s\n", bin,
-                strerror(rc));
-        goto fail;
-    }
-    in = fdopen(fds[0], "r");
-    if (!in) {
-        close(fds[0]);
-        goto fail;
-    }
-    if (!fgets(line, sizeof(line), in) ||
-        sscanf(line, "listening 127.0.0.1:%d", &f->port) != 1 ||
-        f->port <= 0) {
-        fprintf(stderr, "loom-bench: %s did not start\n", bin);
-        goto fail;
-    }
-    fclose(in);
-    return 0;
-fail:
-    if (in)
-        fclose(in);
-    fake_stop(f);
-    return -1;
-}
-
-/* ---- GET /_fake/stats, on its own keep-alive connection ---- */
-
-static size_t stats_write(char *data, size_t size, size_t nmemb, void *ud)
-{
-    stats_reader *s = ud;
-    size_t n = size * nmemb;
-
-    if (n > STATS_MAX - s->len) {
-        s->overflow = 1;
-        return 0;
-    }
-    memcpy(s->body + s->len, data, n);
-    s->len += n;
-    s->body[s->len] = '\0';
-    return n;
-}
-
-static int stats_open(stats_reader *s, int port)
-{
-    memset(s, 0, sizeof(*s));
-    snprintf(s->url, sizeof(s->url), "http://127.0.0.1:%d/_fake/stats",
-             port);
-    s->easy = curl_easy_init();
-    if (!s->easy)
-        return -1;
-    curl_easy_setopt(s->easy, CURLOPT_URL, s->url);
-    curl_easy_setopt(s->easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(s->easy, CURLOPT_TIMEOUT_MS, 10000L);
-    curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, stats_write);
-    curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
-    return 0;
-}
-
-static int stats_read(stats_reader *s, fake_stats *out)
-{
-    json_t *o;
-    json_error_t err;
-    CURLcode cc;
-    int rc = -1;
-
-    s->len = 0;
-    s->overflow = 0;
-    s->body[0] = '\0';
-    cc = curl_easy_perform(s->easy);
-    if (cc != CURLE_OK) {
-        fprintf(stderr, "loom-bench: stats: %s\n",
-                s->overflow ? "answer too long" : curl_easy_strerror(cc));
-        return -1;
-    }
-    o = json_loads(s->body, 0, &err);
-    if (json_is_integer(json_object_get(o, "requests")) &&
-        json_is_integer(json_object_get(o, "busy_us"))) {
-        out->requests = (long)json_integer_value(json_object_get(o,
-                                                                 "requests"));
-        out->busy_us = json_integer_value(json_object_get(o, "busy_us"));
-        rc = 0;
-    } else {
-        fprintf(stderr, "loom-bench: stats: unexpected answer: %s\n",
-                s->body);
-    }
-    json_decref(o);
-    return rc;
-}
-
-static void stats_close(stats_reader *s)
-{
-    if (s->easy)
-        curl_easy_cleanup(s->easy);
-    s->easy = NULL;
 }
 
 /* ---- the loop under test ---- */
@@ -353,6 +150,9 @@ static int run_once(bench_loop *b)
                 loom_run_iterations(run), b->calls_per_run,
                 loom_run_text(run));
         rc = -1;
+    } else if (!bench_tool_records_ok(loom_run_tool_records(run),
+                                      b->calls_per_run - 1)) {
+        rc = -1;
     }
     loom_run_free(run);
     return rc;
@@ -387,7 +187,8 @@ static int loop_open(bench_loop *b, int port, long tool_iters)
         goto fail;
     if ((rc = loom_tool_registry_new(&b->tools)) != 0)
         goto fail;
-    params = json_pack("{s:s,s:{}}", "type", "object", "properties");
+    params = json_pack("{s:s,s:{s:{s:s}}}", "type", "object", "properties",
+                       "n", "type", "integer");
     memset(&t, 0, sizeof(t));
     t.name = "noop";
     t.description = "Does nothing and says ok.";
@@ -416,48 +217,7 @@ static void loop_close(bench_loop *b)
 
 /* ---- figures ---- */
 
-static double now_us(clockid_t clock)
-{
-    struct timespec ts;
-
-    clock_gettime(clock, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentiles, mean, min and max of v (sorted in place). */
-static summary summarize(double *v, size_t n)
-{
-    summary s = {0, 0, 0, 0, 0};
-    double sum = 0;
-    size_t i;
-
-    if (n == 0)
-        return s;
-    qsort(v, n, sizeof(*v), cmp_double);
-    for (i = 0; i < n; i++)
-        sum += v[i];
-    s.p50 = v[(size_t)ceil(0.50 * (double)n) - 1];
-    s.p99 = v[(size_t)ceil(0.99 * (double)n) - 1];
-    s.mean = sum / (double)n;
-    s.min = v[0];
-    s.max = v[n - 1];
-    return s;
-}
-
-static json_t *summary_json(summary s)
-{
-    return json_pack("{s:f,s:f,s:f,s:f,s:f}", "p50", s.p50, "p99", s.p99,
-                     "mean", s.mean, "min", s.min, "max", s.max);
-}
-
-static void print_summary(const char *what, summary s)
+static void print_summary(const char *what, bench_summary s)
 {
     printf("  %-28s p50 %9.1f  p99 %9.1f  mean %9.1f  min %9.1f  "
            "max %9.1f\n",
@@ -569,6 +329,7 @@ static void usage(FILE *to)
             "       loom-bench --print-script [--tool-iters N]\n"
             "       loom-bench --table RESULT.json...\n"
             "       loom-bench context [--help]  (the context engine)\n"
+            "       loom-bench fanout [--help]   (a parent and sub-agents)\n"
             "  --runs N           measured runs (default %d)\n"
             "  --warmup N         unmeasured runs first (default %d)\n"
             "  --tool-iters N     tool calls per run (default %d); a run\n"
@@ -582,19 +343,6 @@ static void usage(FILE *to)
             "  --table FILE...    render --json results (loom's first) as\n"
             "                     a Markdown table and exit\n",
             DEFAULT_RUNS, DEFAULT_WARMUP, DEFAULT_TOOL_ITERS);
-}
-
-static int parse_long(const char *s, long min, long max, long *out)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static int parse_args(bench_opts *o, int argc, char **argv)
@@ -624,17 +372,11 @@ static int parse_args(bench_opts *o, int argc, char **argv)
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);
-        } else if (v && !strcmp(a, "--fake")) {
-            o->fake_bin = v;
-            i++;
-        } else if (v && !strcmp(a, "--runs") &&
-                   parse_long(v, 1, MAX_RUNS, &o->runs) == 0) {
-            i++;
-        } else if (v && !strcmp(a, "--warmup") &&
-                   parse_long(v, 0, MAX_RUNS, &o->warmup) == 0) {
+        } else if (bench_common_arg(a, v, &o->fake_bin, &o->runs,
+                                    &o->warmup)) {
             i++;
         } else if (v && !strcmp(a, "--tool-iters") &&
-                   parse_long(v, 0, MAX_TOOL_ITERS, &o->tool_iters) == 0) {
+                   bench_parse_long(v, 0, MAX_TOOL_ITERS, &o->tool_iters) == 0) {
             i++;
         } else {
             fprintf(stderr, "loom-bench: bad argument: %s%s%s\n", a,
@@ -653,7 +395,7 @@ static void report(const bench_opts *o, const bench_loop *b, double *own,
     double calls = (double)b->calls_per_run;
     double *own_call = malloc(n * sizeof(double));
     double *wall_call = malloc(n * sizeof(double));
-    summary s_own_call, s_own_run, s_wall_call, s_wall_run, s_busy, s_cpu;
+    bench_summary s_own_call, s_own_run, s_wall_call, s_wall_run, s_busy, s_cpu;
 
     if (!own_call || !wall_call) {
         free(own_call);
@@ -666,12 +408,12 @@ static void report(const bench_opts *o, const bench_loop *b, double *own,
         wall_call[i] = wall[i] / calls;
         cpu[i] /= calls;
     }
-    s_own_call = summarize(own_call, n);
-    s_own_run = summarize(own, n);
-    s_wall_call = summarize(wall_call, n);
-    s_wall_run = summarize(wall, n);
-    s_busy = summarize(busy, n);
-    s_cpu = summarize(cpu, n);
+    s_own_call = bench_summarize(own_call, n);
+    s_own_run = bench_summarize(own, n);
+    s_wall_call = bench_summarize(wall_call, n);
+    s_wall_run = bench_summarize(wall, n);
+    s_busy = bench_summarize(busy, n);
+    s_cpu = bench_summarize(cpu, n);
     if (o->json) {
         json_t *j = json_pack(
             "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:{s:o,s:o},s:{s:o,s:o},s:o,"
@@ -682,11 +424,11 @@ static void report(const bench_opts *o, const bench_loop *b, double *own,
             (json_int_t)o->runs, "warmup", (json_int_t)o->warmup,
             "model_calls_per_run", (json_int_t)b->calls_per_run,
             "tool_calls_per_run", (json_int_t)(b->calls_per_run - 1),
-            "own_us", "per_call", summary_json(s_own_call), "per_run",
-            summary_json(s_own_run), "wall_us", "per_call",
-            summary_json(s_wall_call), "per_run", summary_json(s_wall_run),
-            "fake_busy_us_per_run", summary_json(s_busy),
-            "cpu_us_per_call", summary_json(s_cpu));
+            "own_us", "per_call", bench_summary_json(s_own_call), "per_run",
+            bench_summary_json(s_own_run), "wall_us", "per_call",
+            bench_summary_json(s_wall_call), "per_run", bench_summary_json(s_wall_run),
+            "fake_busy_us_per_run", bench_summary_json(s_busy),
+            "cpu_us_per_call", bench_summary_json(s_cpu));
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 
         if (s)
@@ -713,8 +455,8 @@ static void report(const bench_opts *o, const bench_loop *b, double *own,
 int main(int argc, char **argv)
 {
     bench_opts o;
-    fake_proc fake = {.pid = -1};
-    stats_reader sr = {0};
+    bench_fake fake = {.pid = -1};
+    bench_stats_reader sr = {0};
     bench_loop b;
     int loop_ok = 0, rc = 1;
     char *bin = NULL, *script = NULL;
@@ -723,6 +465,8 @@ int main(int argc, char **argv)
 
     if (argc > 1 && strcmp(argv[1], "context") == 0)
         return loom_bench_context_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "fanout") == 0)
+        return loom_bench_fanout_main(argc - 1, argv + 1);
     if (parse_args(&o, argc, argv) != 0)
         return 2;
     if (o.table_from)
@@ -735,14 +479,14 @@ int main(int argc, char **argv)
         free(script);
         return 0;
     }
-    bin = find_fake(o.fake_bin);
+    bin = bench_find_fake(o.fake_bin);
     if (!bin) {
         fprintf(stderr, "loom-bench: loom-fake-upstream not found; "
                         "pass --fake PATH\n");
         return 2;
     }
     script = make_script(o.tool_iters);
-    if (!script || fake_start(&fake, bin, script) != 0)
+    if (!script || bench_fake_start(&fake, bin, script) != 0)
         goto done;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         goto done;
@@ -766,21 +510,21 @@ int main(int argc, char **argv)
     wall = calloc((size_t)o.runs, sizeof(double));
     busy = calloc((size_t)o.runs, sizeof(double));
     cpu = calloc((size_t)o.runs, sizeof(double));
-    if (!own || !wall || !busy || !cpu || stats_open(&sr, fake.port) != 0) {
+    if (!own || !wall || !busy || !cpu || bench_stats_open(&sr, fake.port) != 0) {
         fprintf(stderr, "loom-bench: out of memory\n");
         goto done;
     }
-    fake_stats before, after;
-    if (stats_read(&sr, &before) != 0)
+    bench_fake_stats before, after;
+    if (bench_stats_read(&sr, &before) != 0)
         goto done;
     for (i = 0; i < o.runs; i++) {
-        double t0 = now_us(CLOCK_MONOTONIC);
-        double c0 = now_us(CLOCK_PROCESS_CPUTIME_ID);
+        double t0 = bench_now_us(CLOCK_MONOTONIC);
+        double c0 = bench_now_us(CLOCK_PROCESS_CPUTIME_ID);
         int r = run_once(&b);
-        double c1 = now_us(CLOCK_PROCESS_CPUTIME_ID);
-        double t1 = now_us(CLOCK_MONOTONIC);
+        double c1 = bench_now_us(CLOCK_PROCESS_CPUTIME_ID);
+        double t1 = bench_now_us(CLOCK_MONOTONIC);
 
-        if (r != 0 || stats_read(&sr, &after) != 0)
+        if (r != 0 || bench_stats_read(&sr, &after) != 0)
             goto done;
         if (after.requests - before.requests != b.calls_per_run) {
             fprintf(stderr, "loom-bench: the fake saw %ld requests in a "
@@ -797,10 +541,10 @@ int main(int argc, char **argv)
     report(&o, &b, own, wall, busy, cpu);
     rc = 0;
 done:
-    stats_close(&sr);
+    bench_stats_close(&sr);
     if (loop_ok)
         loop_close(&b);
-    fake_stop(&fake);
+    bench_fake_stop(&fake);
     free(own);
     free(wall);
     free(busy);
