@@ -22,6 +22,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,20 @@ static json_t *think_schema(void)
                      "additionalProperties", 0);
 }
 
+/*
+ * The two schemas, built once per process and shared (read only, like a
+ * registry's tools, which every turn of a session reads): building them
+ * took a fifth of a short child run's set-up. NULL when out of memory.
+ */
+static json_t *shared_schemas[LOOM__LOOP_COUNT];
+static pthread_once_t schemas_once = PTHREAD_ONCE_INIT;
+
+static void make_schemas(void)
+{
+    shared_schemas[LOOM__LOOP_TODO] = todo_schema();
+    shared_schemas[LOOM__LOOP_THINK] = think_schema();
+}
+
 int loom__plan_new(loom__plan **out)
 {
     loom__plan *p = calloc(1, sizeof(*p));
@@ -123,8 +138,15 @@ int loom__plan_new(loom__plan **out)
     todo->description = TODO_DESCRIPTION;
     think->name = THINK_NAME;
     think->description = THINK_DESCRIPTION;
-    if (!(todo->parameters = todo_schema()) ||
-        !(think->parameters = think_schema())) {
+    pthread_once(&schemas_once, make_schemas);
+    /* Without the shared ones (out of memory once), each its own. */
+    todo->parameters = shared_schemas[LOOM__LOOP_TODO]
+                           ? json_incref(shared_schemas[LOOM__LOOP_TODO])
+                           : todo_schema();
+    think->parameters = shared_schemas[LOOM__LOOP_THINK]
+                            ? json_incref(shared_schemas[LOOM__LOOP_THINK])
+                            : think_schema();
+    if (!todo->parameters || !think->parameters) {
         loom__plan_free(p);
         return loom__error_oom();
     }
