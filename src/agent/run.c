@@ -47,6 +47,7 @@
 #include "agent/toolturn.h"
 #include "core/error.h"
 #include "core/text.h"
+#include "core/tokenizer_internal.h"
 #include "loom/buf.h"
 #include "loom/log.h"
 #include "loom/tokenizer.h"
@@ -153,6 +154,14 @@ struct loom_run {
     /* The request's tokens as the context engine counted them with the
      * run's token counter (plus the reply's priming); 0: not counted. */
     size_t estimated_prompt;
+    /* observe_tokens' unscaled count of the request's tools, and the
+     * defs it counted (pointers into the run's toolset, compared as the
+     * adapter's request cache compares them): the tools are the same on
+     * most calls of a run and cost most of the count. */
+    loom_tool_def *obs_defs;
+    size_t obs_ndefs;
+    size_t obs_tools_raw;
+    int obs_cached;
 
     /* Images by URL fetched for providers that take only bytes
      * (media_fetch.c); made on the first model call. */
@@ -1288,6 +1297,31 @@ static int c_is_token_counter(const loom_run_context_options *c)
            c->counter.payload == (void *)c->token_counter;
 }
 
+/* What loom_token_counter_request() gives for req, the tools counted
+ * once for as long as the request's tool defs stay the same. */
+static size_t estimate_request(loom_run *run, const loom_token_counter *tc,
+                               const loom_llm_request *req)
+{
+    size_t n = req->tools ? req->tools_len : 0;
+
+    if (!run->obs_cached || run->obs_ndefs != n ||
+        (n && memcmp(run->obs_defs, req->tools, n * sizeof(*req->tools)))) {
+        loom_tool_def *d =
+            n ? realloc(run->obs_defs, n * sizeof(*d)) : run->obs_defs;
+        if (!d && n) /* no cache: count it all this time */
+            return loom_token_counter_request(tc, req->messages,
+                                              req->messages_len, req->tools, n);
+        if (n)
+            memcpy(d, req->tools, n * sizeof(*d));
+        run->obs_defs = d;
+        run->obs_ndefs = n;
+        run->obs_tools_raw = loom__token_counter_tools_raw(tc, req->tools, n);
+        run->obs_cached = 1;
+    }
+    return loom__token_counter_request_raw(tc, req->messages, req->messages_len,
+                                           run->obs_tools_raw, n);
+}
+
 /*
  * Feeds the provider's reported prompt tokens back to an estimating
  * token counter, so the model's correction factor follows what the
@@ -1304,9 +1338,7 @@ static void observe_tokens(loom_run *run, const loom_llm_request *req,
         loom_token_counter_is_exact(tc))
         return;
     if (!est)
-        est = loom_token_counter_request(tc, req->messages,
-                                         req->messages_len, req->tools,
-                                         req->tools_len);
+        est = estimate_request(run, tc, req);
     if (est && est != (size_t)-1)
         loom_token_counter_observe(tc, est,
                                    (size_t)resp->usage.prompt_tokens);
@@ -2821,6 +2853,7 @@ void loom_run_free(loom_run *run)
     loom_context_free(run->ctx);
     free(run->stored);
     free(run->summary);
+    free(run->obs_defs);
     loom__citations_free(run->cites);
     json_decref(run->citations);
     loom__toolturn_free(run->turn);

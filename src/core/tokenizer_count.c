@@ -494,10 +494,16 @@ size_t loom_token_counter_tools(const loom_token_counter *c,
     return c->fam == FAM_ANTHROPIC ? k + ANTHROPIC_TOOLS_PROMPT : k;
 }
 
-size_t loom_token_counter_request(const loom_token_counter *c,
-                                  const loom_message *messages,
-                                  size_t nmessages,
-                                  const loom_tool_def *tools, size_t ntools)
+size_t loom__token_counter_tools_raw(const loom_token_counter *c,
+                                     const loom_tool_def *tools, size_t n)
+{
+    return c && tools ? raw_tools(c, tools, n) : 0;
+}
+
+size_t loom__token_counter_request_raw(const loom_token_counter *c,
+                                       const loom_message *messages,
+                                       size_t nmessages, size_t tools_raw,
+                                       size_t ntools)
 {
     size_t raw = REPLY_PRIMING, media = 0, i, k;
     int system = 0;
@@ -509,11 +515,21 @@ size_t loom_token_counter_request(const loom_token_counter *c,
         media += media_tokens(c, &messages[i]);
         system |= messages[i].role == LOOM_ROLE_SYSTEM;
     }
-    if (!tools)
-        ntools = 0;
-    raw += raw_tools(c, tools, ntools);
+    raw += tools_raw;
     if (ntools && system)
         raw -= TOOLS_SYSTEM_ADJUST;
     k = scale(c, raw) + media;
     return c->fam == FAM_ANTHROPIC && ntools ? k + ANTHROPIC_TOOLS_PROMPT : k;
+}
+
+size_t loom_token_counter_request(const loom_token_counter *c,
+                                  const loom_message *messages,
+                                  size_t nmessages, const loom_tool_def *tools,
+                                  size_t ntools)
+{
+    if (!tools)
+        ntools = 0;
+    return loom__token_counter_request_raw(
+        c, messages, nmessages, loom__token_counter_tools_raw(c, tools, ntools),
+        ntools);
 }

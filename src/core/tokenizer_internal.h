@@ -138,4 +138,18 @@ void loom__token_counter_reset(void);
 /* The length-based estimate of text's tokens used without a vocabulary. */
 size_t loom__token_estimate_length(const char *text, size_t len);
 
+/*
+ * loom_token_counter_request() in two parts, for a caller that sends the
+ * same tools on every call and counts them once: tools_raw is the tools'
+ * unscaled count (loom__token_counter_tools_raw on the same counter; 0
+ * for none), ntools how many there are. The total is the same as
+ * loom_token_counter_request's for those messages and tools.
+ */
+size_t loom__token_counter_tools_raw(const loom_token_counter *c,
+                                     const loom_tool_def *tools, size_t n);
+size_t loom__token_counter_request_raw(const loom_token_counter *c,
+                                       const loom_message *messages,
+                                       size_t nmessages, size_t tools_raw,
+                                       size_t ntools);
+
 #endif
