@@ -11,8 +11,16 @@
 # message, when node or npm is missing); then RESULTS.md. Raw outputs stay
 # in bench/out/ (ignored by git).
 #
+# Then the fan-out (`loom-bench fanout`: a parent calling 8 sub-agents of
+# 3 model calls each, and one such worker alone through the same session
+# path): timed runs, callgrind at two run counts, and the peak heap per
+# child run from loom-bench-mem; its section of RESULTS.md compares it
+# with the single-agent loop measured just before.
+#
 # Environment: RUNS (default 1000), PEER_RUNS (default RUNS), WARMUP
 # (default 50), CG_LO / CG_HI (callgrind run counts, default 20 / 120),
+# FAN_RUNS (fan-out timed runs, default 200), FAN_CG_LO / FAN_CG_HI
+# (fan-out callgrind run counts, default 5 / 25),
 # LOOM_BENCH_BUILD (build directory, default build-bench), RESULTS (output
 # file, default bench/RESULTS.md), PEERS=0 to leave the peers out.
 set -eu
@@ -26,20 +34,23 @@ PEER_RUNS=${PEER_RUNS:-$RUNS}
 WARMUP=${WARMUP:-50}
 CG_LO=${CG_LO:-20}
 CG_HI=${CG_HI:-120}
+FAN_RUNS=${FAN_RUNS:-200}
+FAN_CG_LO=${FAN_CG_LO:-5}
+FAN_CG_HI=${FAN_CG_HI:-25}
 BENCH=$BUILD/loom-bench
 FAKE=$BUILD/loom-fake-upstream
 
 say() { echo "bench: $*" >&2; }
 
 mkdir -p "$OUT"
-rm -f "$OUT"/*.json "$OUT"/*.err "$OUT"/*.txt "$OUT"/cg.*
+rm -f "$OUT"/*.json "$OUT"/*.err "$OUT"/*.txt "$OUT"/cg.* "$OUT"/fan-*
 
 # ---- build: Release, with symbols so callgrind can name functions ----
 say "building (Release) in $BUILD"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g \
     -DLOOM_TESTS=OFF >"$OUT/build.log" 2>&1 ||
     { cat "$OUT/build.log" >&2; exit 1; }
-cmake --build "$BUILD" --target loom-bench loom-fake-upstream -j2 \
+cmake --build "$BUILD" --target loom-bench loom-bench-mem loom-fake-upstream -j2 \
     >>"$OUT/build.log" 2>&1 || { cat "$OUT/build.log" >&2; exit 1; }
 CC_PATH=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
 CFLAGS_USED="$(sed -n 's/^CMAKE_C_FLAGS_RELEASE:[A-Z]*=//p' \
@@ -120,23 +131,29 @@ if command -v valgrind >/dev/null 2>&1; then
     # Where the instructions go: every function's cost in the larger
     # profile minus its cost in the smaller one, per model call, so
     # start-up (dynamic linking, curl_global_init) drops out here too.
-    # $1: "" for self cost, "--inclusive=yes" for inclusive cost.
+    # $1 $2: the smaller and the larger profile (names in bench/out), $3:
+    # the denominator (runs between them x model calls), $4: "" for self
+    # cost, "--inclusive=yes" for inclusive cost.
     # callgrind_annotate runs from bench/out: it shortens paths under its
     # working directory in some places only, which would split functions.
-    per_call() {
-        for n in "$CG_LO" "$CG_HI"; do
+    fn_diff() {
+        for f in "$1" "$2"; do
             # shellcheck disable=SC2086
-            (cd "$OUT" && callgrind_annotate --auto=no --threshold=100 $1 \
-                "cg.$n.out" 2>/dev/null) |
+            (cd "$OUT" && callgrind_annotate --auto=no --threshold=100 $4 \
+                "$f" 2>/dev/null) |
                 sed -n -E 's/^ *([0-9,]+) +\( *[0-9.]+%\) +(.*)$/\1\t\2/p' |
-                tr -d ',' >"$OUT/cg.$n.fn"
+                tr -d ',' >"$OUT/$f.fn"
         done
-        awk -F'\t' -v den=$(((CG_HI - CG_LO) * CALLS)) '
+        awk -F'\t' -v den="$3" '
             NR == FNR { lo[$2] = $1; next }
             { d = ($1 - lo[$2]) / den }
             d >= 1 { printf "%9.0f  %s\n", d, $2 }
-        ' "$OUT/cg.$CG_LO.fn" "$OUT/cg.$CG_HI.fn" | sort -rn |
+        ' "$OUT/$1.fn" "$OUT/$2.fn" | sort -rn |
             sed "s|$ROOT/||g; s|\[[^]]*/|[|"
+    }
+    per_call() {
+        fn_diff "cg.$CG_LO.out" "cg.$CG_HI.out" $(((CG_HI - CG_LO) * CALLS)) \
+            "$1"
     }
     per_call "" | grep -v "PROGRAM TOTALS" | head -20 >"$OUT/hot-self.txt"
     # Code inlined from a header shows again as header.h:caller; its cost
@@ -146,6 +163,62 @@ if command -v valgrind >/dev/null 2>&1; then
         grep -v "ld-linux\|libc_start\|\.h:" | head -30 >"$OUT/hot-incl.txt"
 else
     CG_NOTE="valgrind is not installed: no instruction count."
+fi
+
+# ---- the fan-out: a parent and 8 sub-agents, and one worker alone ----
+say "fan-out: $FAN_RUNS runs after $((WARMUP / 5)) warm-up"
+"$BENCH" fanout --fake "$FAKE" --runs "$FAN_RUNS" --warmup $((WARMUP / 5)) \
+    --json >"$OUT/fan-fanout.json"
+"$BENCH" fanout --single --fake "$FAKE" --runs "$FAN_RUNS" \
+    --warmup $((WARMUP / 5)) --json >"$OUT/fan-single.json"
+# Each run's peak heap above what was live before it, 8 children and 0
+# (the parent answering at once), from the heap-counting build.
+for n in 8 1 0; do
+    "$BUILD/loom-bench-mem" fanout --fake "$FAKE" --memory --children "$n" \
+        --runs 50 --warmup 5 --json >"$OUT/fan-mem-$n.json"
+done
+jnum() { # $1 file, $2 key, $3 sub-key: the number there
+    sed -n "s/.*\"$2\":{[^}]*\"$3\":\([0-9.]*\).*/\1/p" "$1"
+}
+FAN_CPU=$(jnum "$OUT/fan-fanout.json" cpu_us_per_call mean)
+FAN_SINGLE_CPU=$(jnum "$OUT/fan-single.json" cpu_us_per_call mean)
+FAN_WALL=$(jnum "$OUT/fan-fanout.json" per_run p50)
+LOOP_CPU=$(jnum "$OUT/loom.json" cpu_us_per_call mean)
+MEM8=$(jnum "$OUT/fan-mem-8.json" heap_peak_bytes_per_run p50)
+MEM1=$(jnum "$OUT/fan-mem-1.json" heap_peak_bytes_per_run p50)
+MEM0=$(jnum "$OUT/fan-mem-0.json" heap_peak_bytes_per_run p50)
+FAN_IR_CALL=""
+if command -v valgrind >/dev/null 2>&1; then
+    for mode in fanout single; do
+        flag=""
+        [ "$mode" = single ] && flag=--single
+        for n in "$FAN_CG_LO" "$FAN_CG_HI"; do
+            say "callgrind: $mode, $n runs"
+            # shellcheck disable=SC2086
+            valgrind --tool=callgrind \
+                --callgrind-out-file="$OUT/fan-cg.$mode.$n.out" \
+                "$BENCH" fanout $flag --fake "$FAKE" --iterations-only \
+                --runs "$n" --warmup 5 >"$OUT/fan-cg.$mode.$n.log" 2>&1
+        done
+    done
+    fan_ir() { # $1 mode, $2 model calls per run: Ir per model call
+        lo=$(totals "$OUT/fan-cg.$1.$FAN_CG_LO.out")
+        hi=$(totals "$OUT/fan-cg.$1.$FAN_CG_HI.out")
+        awk -v a="$lo" -v b="$hi" -v n=$((FAN_CG_HI - FAN_CG_LO)) -v c="$2" \
+            'BEGIN { printf "%.0f", (b - a) / n / c }'
+    }
+    FAN_CALLS=$(sed -n 's/.*"model_calls_per_run":\([0-9]*\).*/\1/p' \
+        "$OUT/fan-fanout.json")
+    SINGLE_CALLS=$(sed -n 's/.*"model_calls_per_run":\([0-9]*\).*/\1/p' \
+        "$OUT/fan-single.json")
+    FAN_IR_CALL=$(fan_ir fanout "$FAN_CALLS")
+    SINGLE_IR_CALL=$(fan_ir single "$SINGLE_CALLS")
+    # Where the fan-out's instructions go, inclusive, per model call.
+    fn_diff "fan-cg.fanout.$FAN_CG_LO.out" "fan-cg.fanout.$FAN_CG_HI.out" \
+        $(((FAN_CG_HI - FAN_CG_LO) * FAN_CALLS)) --inclusive=yes |
+        grep -v "???:0x\|(below main)\|:main\b\|PROGRAM TOTALS" |
+        grep -v "ld-linux\|libc_start\|\.h:\|start_thread\|clone\.S" |
+        grep -v "fanout_bench\.c" | head -30 >"$OUT/fan-hot-incl.txt"
 fi
 
 # ---- RESULTS.md ----
@@ -240,6 +313,71 @@ fi
     else
         echo "$CG_NOTE"
     fi
+    echo
+    echo "## Fan-out: a parent and 8 sub-agents"
+    echo
+    echo "\`loom-bench fanout\` (README.md, \"The fan-out\"): one turn of a"
+    echo "session (a YAML config, no store) whose parent agent first asks"
+    echo "for 8 calls of the \`worker\` sub-agent at once; each worker calls"
+    echo "\`get_time\` twice, one call per model call, then answers; the"
+    echo "parent then answers: 1 + 8 x 3 + 1 = $FAN_CALLS model calls and 24"
+    echo "tool calls per run, all checked. \"Worker alone\" is one worker as"
+    echo "the top turn: the same session path and agent, no sub-agent"
+    echo "($SINGLE_CALLS model calls). The single-agent loop is the"
+    echo "benchmark above, measured in this same run."
+    echo
+    if [ -n "$FAN_IR_CALL" ]; then
+        echo "| | instructions per model call | vs the single-agent loop |" \
+            "CPU µs per model call (mean) |"
+        echo "|---|---:|---:|---:|"
+        echo "| single-agent loop (loom_run, above) | $IR_CALL | 1.00x |" \
+            "$LOOP_CPU |"
+        echo "| worker alone (session turn) | $SINGLE_IR_CALL |" \
+            "$(awk -v a="$SINGLE_IR_CALL" -v b="$IR_CALL" \
+                'BEGIN { printf "%.2fx", a / b }') | $FAN_SINGLE_CPU |"
+        echo "| fan-out (parent + 8 sub-agents) | $FAN_IR_CALL |" \
+            "$(awk -v a="$FAN_IR_CALL" -v b="$IR_CALL" \
+                'BEGIN { printf "%.2fx", a / b }') | $FAN_CPU |"
+        echo
+        echo "Target: the fan-out within 1.5x of the single-agent loop per"
+        echo "model call: **$(awk -v a="$FAN_IR_CALL" -v b="$IR_CALL" \
+            'BEGIN { print (a / b <= 1.5 ? "met" : "not met") }')** on"
+        echo "instructions. The fan-out's instructions: total Ir of"
+        echo "\`--iterations-only --runs $FAN_CG_HI\` minus \`--runs"
+        echo "$FAN_CG_LO\`, divided by $((FAN_CG_HI - FAN_CG_LO)) runs x"
+        echo "$FAN_CALLS model calls (the worker alone: x $SINGLE_CALLS)."
+        echo "CPU: the process's CPU time (all threads) during a run /"
+        echo "model calls, $FAN_RUNS runs; the children overlap, so wall time"
+        echo "minus the fake's busy time is not loom's own time here (the"
+        echo "fan-out's wall time per run, p50: $FAN_WALL µs, with 8 children"
+        echo "in parallel on 2 cores)."
+        echo
+        echo "Where the fan-out's instructions go, inclusive, per model call"
+        echo "(named functions, top 30):"
+        echo
+        echo '```'
+        echo "Ir/call  file:function [object]"
+        cat "$OUT/fan-hot-incl.txt"
+        echo '```'
+    else
+        echo "$CG_NOTE CPU µs per model call (mean): single-agent loop"
+        echo "$LOOP_CPU, worker alone $FAN_SINGLE_CPU, fan-out $FAN_CPU."
+    fi
+    echo
+    echo "**Peak heap per child run: $(awk -v a="$MEM8" -v b="$MEM0" \
+        'BEGIN { printf "%.1f KiB", (a - b) / 8 / 1024 }')** (one child alone:"
+    echo "$(awk -v a="$MEM1" -v b="$MEM0" \
+        'BEGIN { printf "%.1f KiB", (a - b) / 1024 }')). Method: the"
+    echo "\`loom-bench-mem\` build counts every heap block (malloc and"
+    echo "friends replaced, all threads, loom, libcurl and jansson alike);"
+    echo "before each run the high-water mark is reset to what is live, so"
+    echo "a run's peak is its own. p50 over 50 runs: $MEM8 bytes with 8"
+    echo "children, $MEM1 with 1, $MEM0 with none (the parent answering at"
+    echo "once); (8 children - none) / 8. The 8 children run at once, so"
+    echo "their peaks add up. Not counted: each tool call's thread stack"
+    echo "(mapped, not heap; a few touched pages each). Peak RSS cannot"
+    echo "tell: the process's high-water mark is set at start-up (the"
+    echo "tokenizer's vocabulary), not by the runs."
     echo
     echo "## Notes"
     echo
