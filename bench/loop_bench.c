@@ -78,11 +78,11 @@ static char *make_script(long tool_iters)
         snprintf(id, sizeof(id), "call_noop_%ld", i + 1);
         snprintf(args, sizeof(args), "{\"n\":%ld}", i + 1);
         json_array_append_new(
-            resps, json_pack("{s:[{s:s,s:s,s:s}],s:{s:i,s:i,s:i}}",
-                             "tool_calls", "id", id, "name", "noop",
-                             "arguments", args, "usage", "prompt_tokens",
-                             40 + 10 * (int)i, "completion_tokens", 5,
-                             "total_tokens", 45 + 10 * (int)i));
+            resps,
+            json_pack("{s:[{s:s,s:s,s:s}],s:{s:i,s:i,s:i}}", "tool_calls", "id",
+                      id, "name", "noop", "arguments", args, "usage",
+                      "prompt_tokens", 40 + 10 * (int)i, "completion_tokens", 5,
+                      "total_tokens", 45 + 10 * (int)i));
     }
     json_array_append_new(
         resps, json_pack("{s:[s,s],s:{s:i,s:i,s:i}}", "text", "Done: ",
@@ -187,8 +187,8 @@ static int loop_open(bench_loop *b, int port, long tool_iters)
         goto fail;
     if ((rc = loom_tool_registry_new(&b->tools)) != 0)
         goto fail;
-    params = json_pack("{s:s,s:{s:{s:s}}}", "type", "object", "properties",
-                       "n", "type", "integer");
+    params = json_pack("{s:s,s:{s:{s:s}}}", "type", "object", "properties", "n",
+                       "type", "integer");
     memset(&t, 0, sizeof(t));
     t.name = "noop";
     t.description = "Does nothing and says ok.";
@@ -372,11 +372,11 @@ static int parse_args(bench_opts *o, int argc, char **argv)
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(0);
-        } else if (bench_common_arg(a, v, &o->fake_bin, &o->runs,
-                                    &o->warmup)) {
+        } else if (bench_common_arg(a, v, &o->fake_bin, &o->runs, &o->warmup)) {
             i++;
         } else if (v && !strcmp(a, "--tool-iters") &&
-                   bench_parse_long(v, 0, MAX_TOOL_ITERS, &o->tool_iters) == 0) {
+                   bench_parse_long(v, 0, MAX_TOOL_ITERS, &o->tool_iters) ==
+                       0) {
             i++;
         } else {
             fprintf(stderr, "loom-bench: bad argument: %s%s%s\n", a,
@@ -420,15 +420,16 @@ static void report(const bench_opts *o, const bench_loop *b, double *own,
             "s:o}",
             "name", "loom", "version", loom_version(), "libcurl",
             curl_version_info(CURLVERSION_NOW)->version, "jansson",
-            jansson_version_str(), "runs",
-            (json_int_t)o->runs, "warmup", (json_int_t)o->warmup,
-            "model_calls_per_run", (json_int_t)b->calls_per_run,
-            "tool_calls_per_run", (json_int_t)(b->calls_per_run - 1),
-            "own_us", "per_call", bench_summary_json(s_own_call), "per_run",
+            jansson_version_str(), "runs", (json_int_t)o->runs, "warmup",
+            (json_int_t)o->warmup, "model_calls_per_run",
+            (json_int_t)b->calls_per_run, "tool_calls_per_run",
+            (json_int_t)(b->calls_per_run - 1), "own_us", "per_call",
+            bench_summary_json(s_own_call), "per_run",
             bench_summary_json(s_own_run), "wall_us", "per_call",
-            bench_summary_json(s_wall_call), "per_run", bench_summary_json(s_wall_run),
-            "fake_busy_us_per_run", bench_summary_json(s_busy),
-            "cpu_us_per_call", bench_summary_json(s_cpu));
+            bench_summary_json(s_wall_call), "per_run",
+            bench_summary_json(s_wall_run), "fake_busy_us_per_run",
+            bench_summary_json(s_busy), "cpu_us_per_call",
+            bench_summary_json(s_cpu));
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 
         if (s)
@@ -510,7 +511,8 @@ int main(int argc, char **argv)
     wall = calloc((size_t)o.runs, sizeof(double));
     busy = calloc((size_t)o.runs, sizeof(double));
     cpu = calloc((size_t)o.runs, sizeof(double));
-    if (!own || !wall || !busy || !cpu || bench_stats_open(&sr, fake.port) != 0) {
+    if (!own || !wall || !busy || !cpu ||
+        bench_stats_open(&sr, fake.port) != 0) {
         fprintf(stderr, "loom-bench: out of memory\n");
         goto done;
     }
