@@ -177,8 +177,9 @@ for n in 8 1 0; do
     "$BUILD/loom-bench-mem" fanout --fake "$FAKE" --memory --children "$n" \
         --runs 50 --warmup 5 --json >"$OUT/fan-mem-$n.json"
 done
-jnum() { # $1 file, $2 key, $3 sub-key: the number there
-    sed -n "s/.*\"$2\":{[^}]*\"$3\":\([0-9.]*\).*/\1/p" "$1"
+jnum() { # $1 file, $2 key, $3 sub-key: the number there, to 0.1
+    sed -n "s/.*\"$2\":{[^}]*\"$3\":\([0-9.]*\).*/\1/p" "$1" |
+        awk '{ printf "%.1f", $1 }'
 }
 FAN_CPU=$(jnum "$OUT/fan-fanout.json" cpu_us_per_call mean)
 FAN_SINGLE_CPU=$(jnum "$OUT/fan-single.json" cpu_us_per_call mean)
