@@ -385,6 +385,32 @@ static void add_usage(loom_run *run, const loom_usage *call, int cost_known)
         run->unpriced_calls++;
 }
 
+/*
+ * A call besides the loop's own (an argument repair, a review, a context
+ * summary): its usage joins the run's and a `usage` event says what it
+ * was for (purpose; tool: the tool repaired, or NULL), so the recorder
+ * stores a row for every call the run's total counts.
+ */
+static void side_usage(loom_run *run, const loom_usage *call, int cost_known,
+                       const char *purpose, const char *model, const char *tool)
+{
+    json_t *u;
+
+    add_usage(run, call, cost_known);
+    if (!has_sink(run) || (!call->total_tokens && !call->prompt_tokens &&
+                           !call->completion_tokens))
+        return;
+    u = usage_json_cost(call, cost_known);
+    json_object_set_new(u, "iteration", json_integer(run->iterations));
+    json_object_set_new(u, "purpose", json_string(purpose));
+    if (tool)
+        json_object_set_new(u, "tool", json_string(tool));
+    if (model)
+        json_object_set_new(u, "model", json_string(model));
+    json_object_set_new(u, "cumulative", run_usage_json(run));
+    emit(run, LOOM_EV_USAGE, u);
+}
+
 /* {"delta": text}, the text checked as json_pack's "s%" checks it. */
 static json_t *delta_json(const char *text, size_t len)
 {
@@ -665,18 +691,8 @@ static void repair_args(const loom_tool *tool, const char *model,
         }
     rc = loom__args_repair(&out, p, up, tool->name, tool->parameters, raw,
                            &run->cancel);
-    add_usage(run, &out.usage, out.cost_known);
-    if (has_sink(run) && (out.usage.total_tokens || out.usage.prompt_tokens ||
-                          out.usage.completion_tokens)) {
-        json_t *u = usage_json_cost(&out.usage, out.cost_known);
-        json_object_set_new(u, "iteration", json_integer(run->iterations));
-        json_object_set_new(u, "purpose", json_string("repair_arguments"));
-        json_object_set_new(u, "tool", json_string(tool->name));
-        json_object_set_new(u, "model",
-                            json_string(out.model ? out.model : model));
-        json_object_set_new(u, "cumulative", run_usage_json(run));
-        emit(run, LOOM_EV_USAGE, u);
-    }
+    side_usage(run, &out.usage, out.cost_known, "repair_arguments",
+               out.model ? out.model : model, tool->name);
     if (out.args) {
         *args = out.args;
         out.args = NULL;
@@ -1381,7 +1397,8 @@ static int context_fit(loom_run *run, loom_llm_request *req)
         free(why);
         return rc;
     }
-    add_usage(run, &r.summary_usage, r.summary_cost_known);
+    side_usage(run, &r.summary_usage, r.summary_cost_known, "context_summary",
+               NULL, NULL);
     if (r.summary_created) {
         free(run->summary);
         if (!(run->summary = strdup(r.summary))) {
@@ -1439,7 +1456,7 @@ static int review_turn(loom_run *run)
     rc = loom__review_run(&out, &ro, run->all.items, run->all.len,
                           &run->cancel);
     if (!rc)
-        add_usage(run, &out.usage, out.cost_known);
+        side_usage(run, &out.usage, out.cost_known, "review", NULL, NULL);
     if (!rc && has_sink(run))
         emit(run, LOOM_EV_REVIEW,
              loom__review_event_json(&out, run->iterations));

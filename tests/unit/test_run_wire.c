@@ -267,8 +267,27 @@ static void test_review_and_citations(void **state)
                             json_array_get(cites, 1), "id")), "ws_bbb");
     done = first_event(s.events, "run.completed");
     assert_int_equal(json_array_size(json_object_get(done, "citations")), 2);
-    /* Three calls, the review's included. */
+    /* Three calls, the review's included, each with its usage event (the
+     * rows the store keeps add up to the run's total). */
     assert_int_equal(loom_run_usage(run)->total_tokens, 45);
+    {
+        json_int_t sum = 0;
+        size_t k;
+        json_t *e;
+        int reviews = 0;
+        json_array_foreach(s.events, k, e)
+        {
+            const char *purpose;
+            if (strcmp(json_string_value(json_object_get(e, "type")),
+                       "usage") != 0)
+                continue;
+            sum += json_integer_value(json_object_get(e, "total_tokens"));
+            purpose = json_string_value(json_object_get(e, "purpose"));
+            reviews += purpose && strcmp(purpose, "review") == 0;
+        }
+        assert_int_equal(sum, 45);
+        assert_int_equal(reviews, 1);
+    }
     /* The note is loom's, not the conversation's; the annotation is. */
     {
         const loom_messages *ad = loom_run_messages(run);
