@@ -413,6 +413,27 @@ typedef struct {
  *       url: https://mcp.example.com/mcp
  *       headers: {Authorization: "Bearer ${TRACKER_TOKEN}"}
  */
+/*
+ * The `oauth` of an HTTP MCP server (docs/mcp.md#oauth). Every field is
+ * optional: discovery finds the authorization server, and a client is
+ * registered dynamically (or named by a Client ID Metadata Document)
+ * when no client_id is given.
+ */
+typedef struct {
+    char *client_id;           /* a pre-registered client */
+    char *client_secret;       /* its secret, NULL for a public client */
+    char *auth_method;         /* client_secret_basic, client_secret_post,
+                                * none, private_key_jwt; NULL: chosen */
+    char *client_metadata_url; /* a Client ID Metadata Document (https) */
+    char *client_name;         /* for registration; NULL: "loom" */
+    char **scopes;             /* asked for in place of discovered ones */
+    size_t scopes_len;
+    char *grant_type;  /* authorization_code (default), client_credentials */
+    char *private_key; /* PEM, for private_key_jwt */
+    char *signing_alg; /* ES256 (default) or RS256 */
+    int disabled;      /* `oauth: false`: never authorize */
+} loom_mcp_oauth_config;
+
 typedef struct {
     char *name;      /* the key: [a-zA-Z0-9_-]{1,64} */
     char *transport; /* "stdio" or "http", from command/url if unset */
@@ -433,6 +454,7 @@ typedef struct {
      * NULL: probe with server/discover, fall back to initialize.
      */
     char *protocol_version;
+    loom_mcp_oauth_config oauth; /* http: how to authorize */
 } loom_mcp_server_config;
 
 #define LOOM_SERVER_DEFAULT_LISTEN "127.0.0.1:8080"

@@ -68,6 +68,45 @@ int loom_mcp_server_new(loom_mcp_server **out,
 void loom_mcp_server_set_input(loom_mcp_server *s, loom_mcp_input_fn fn,
                                void *arg);
 
+/*
+ * How the authorization-code step of OAuth reaches a person (or, in
+ * tests, an authorization server that answers at once). redirect_uri
+ * writes the redirect URI the client registers and sends (cap bytes);
+ * authorize shows url (the authorization request) and gives back in
+ * *callback (caller frees) the whole URL the browser was sent back to.
+ * Both return 0 or an error code with the message set.
+ */
+typedef struct {
+    int (*redirect_uri)(void *arg, char *uri, size_t cap);
+    int (*authorize)(void *arg, const char *url, char **callback);
+    void *arg;
+} loom_mcp_authorizer;
+
+/*
+ * Who runs the authorization-code step when an HTTP server asks for
+ * OAuth and no usable token is at hand (a refresh token is tried first).
+ * Without one that step fails with a message that says to run `loom mcp
+ * login SERVER`. a is copied; NULL removes it.
+ */
+void loom_mcp_server_set_authorizer(loom_mcp_server *s,
+                                    const loom_mcp_authorizer *a);
+
+/*
+ * Where an HTTP server's OAuth credentials (registered clients and
+ * tokens, per authorization server) live between runs: load gives the
+ * JSON text saved last (*json, caller frees; LOOM_ENOTFOUND when none),
+ * save replaces it. The text holds secrets: keep it sealed (loom keeps
+ * it encrypted in its store, docs/mcp.md#oauth). Set before first use;
+ * without one credentials last as long as the server object.
+ */
+typedef struct {
+    int (*load)(void *arg, const char *server, char **json);
+    int (*save)(void *arg, const char *server, const char *json);
+    void *arg;
+} loom_mcp_credentials;
+void loom_mcp_server_set_credentials(loom_mcp_server *s,
+                                     const loom_mcp_credentials *c);
+
 /* Drops the caller's reference (see above). NULL is a no-op. */
 void loom_mcp_server_free(loom_mcp_server *s);
 

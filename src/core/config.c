@@ -382,6 +382,15 @@ void loom__config_mcp_server_clear(loom_mcp_server_config *m)
     json_decref(m->headers);
     free_strings(m->tools, m->tools_len);
     free(m->protocol_version);
+    free(m->oauth.client_id);
+    free(m->oauth.client_secret);
+    free(m->oauth.auth_method);
+    free(m->oauth.client_metadata_url);
+    free(m->oauth.client_name);
+    free_strings(m->oauth.scopes, m->oauth.scopes_len);
+    free(m->oauth.grant_type);
+    free(m->oauth.private_key);
+    free(m->oauth.signing_alg);
     memset(m, 0, sizeof(*m));
 }
 

@@ -13,15 +13,25 @@
  * server's tools and calls each one with arguments made from its schema;
  * a few scenarios ask for more (resources and prompts) or less (no call).
  * Elicitations are accepted with an empty content, so the schema's
- * defaults (which libloom fills in) are what the server gets. Exits 1
- * when a step failed.
+ * defaults (which libloom fills in) are what the server gets.
+ *
+ * OAuth (the auth/ scenarios): the client is public and names itself by
+ * a Client ID Metadata Document URL where the server takes those; the
+ * pre-registered client of MCP_CONFORMANCE_CONTEXT (client_id,
+ * client_secret, private_key_pem) when there is one; the
+ * client-credentials grant for the auth/client-credentials-* scenarios.
+ * The scenario's authorization server answers an authorization request
+ * at once with a redirect, so the "person" here fetches the URL and
+ * hands back where it was sent. Exits 1 when a step failed.
  */
 #include "loom/log.h"
 #include "loom/mcp.h"
 
+#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static int failures;
 
@@ -50,6 +60,67 @@ static int on_input(loom_mcp_server *s, const char *method,
     printf("input: %s\n", method);
     *result = json_pack("{s:s,s:{}}", "action", "accept", "content");
     return *result ? 0 : LOOM_ENOMEM;
+}
+
+/* The suite's CIMD URL: its authorization servers take it as is. */
+#define CIMD_URL "https://conformance-test.local/client-metadata.json"
+
+static int redirect_uri(void *arg, char *uri, size_t cap)
+{
+    (void)arg;
+    snprintf(uri, cap, "http://localhost:3000/callback");
+    return 0;
+}
+
+static size_t keep_location(char *data, size_t size, size_t n, void *arg)
+{
+    char **loc = arg;
+    size_t len = size * n, k;
+
+    if (len > 9 && !strncasecmp(data, "location:", 9) && !*loc) {
+        data += 9;
+        len -= 9;
+        while (len && *data == ' ')
+            data++, len--;
+        for (k = len; k && (data[k - 1] == '\r' || data[k - 1] == '\n'); k--)
+            ;
+        *loc = strndup(data, k);
+    }
+    return size * n;
+}
+
+static size_t drop(char *data, size_t size, size_t n, void *arg)
+{
+    (void)data;
+    (void)arg;
+    return size * n;
+}
+
+/* The "browser": GET url, and where the server redirects is the
+ * callback. */
+static int authorize(void *arg, const char *url, char **callback)
+{
+    CURL *e = curl_easy_init();
+    CURLcode cc;
+
+    (void)arg;
+    *callback = NULL;
+    if (!e)
+        return LOOM_ENOMEM;
+    printf("authorize: %.200s\n", url);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, keep_location);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, callback);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, drop);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 10000L);
+    cc = curl_easy_perform(e);
+    curl_easy_cleanup(e);
+    if (cc != CURLE_OK || !*callback) {
+        fprintf(stderr, "authorize: no redirect (%s)\n",
+                curl_easy_strerror(cc));
+        return LOOM_EUPSTREAM;
+    }
+    return 0;
 }
 
 /* Arguments for tool made from its schema's required properties. */
@@ -131,6 +202,7 @@ int main(int argc, char **argv)
     const char *version = getenv("MCP_CONFORMANCE_PROTOCOL_VERSION");
     const char *context = getenv("MCP_CONFORMANCE_CONTEXT");
     loom_mcp_server_config cfg = {0};
+    loom_mcp_authorizer az = {redirect_uri, authorize, NULL};
     loom_mcp_server *s = NULL;
     json_t *tools = NULL, *ctx = NULL, *calls;
     const json_t *t;
@@ -149,15 +221,27 @@ int main(int argc, char **argv)
     cfg.protocol_version = version && *version ? (char *)version : NULL;
     cfg.timeout_ms = 20000;
     cfg.startup_timeout_ms = 20000;
+    ctx = context ? json_loads(context, 0, NULL) : NULL;
+    cfg.oauth.client_metadata_url = CIMD_URL;
+    cfg.oauth.client_id =
+        (char *)json_string_value(json_object_get(ctx, "client_id"));
+    cfg.oauth.client_secret =
+        (char *)json_string_value(json_object_get(ctx, "client_secret"));
+    cfg.oauth.private_key =
+        (char *)json_string_value(json_object_get(ctx, "private_key_pem"));
+    cfg.oauth.signing_alg =
+        (char *)json_string_value(json_object_get(ctx, "signing_algorithm"));
+    if (!strncmp(scenario, "auth/client-credentials", 23))
+        cfg.oauth.grant_type = "client_credentials";
     if (loom_mcp_server_new(&s, &cfg) != 0) {
         fprintf(stderr, "%s\n", loom_error_last());
         return 1;
     }
     loom_mcp_server_set_input(s, on_input, NULL);
+    loom_mcp_server_set_authorizer(s, &az);
 
     rc = loom_mcp_server_tools(s, &tools);
     step("tools/list", rc, tools ? json_incref(tools) : NULL);
-    ctx = context ? json_loads(context, 0, NULL) : NULL;
     calls = json_object_get(ctx, "toolCalls");
     if (rc != 0 || !strcmp(scenario, "json-schema-ref-no-deref")) {
         /* listing is the whole scenario */

@@ -92,6 +92,7 @@ struct loom_mcp_server {
     char *error;
     int failures;
     int64_t next_start;
+    mcp_oauth *oauth; /* http only */
 };
 
 /* ---- config copy ------------------------------------------------------- */
@@ -143,6 +144,17 @@ static int config_copy(loom_mcp_server_config *d,
     d->startup_timeout_ms =
         c->startup_timeout_ms > 0 ? c->startup_timeout_ms : 30000;
     d->protocol_version = dup_opt(c->protocol_version, &oom);
+    d->oauth.client_id = dup_opt(c->oauth.client_id, &oom);
+    d->oauth.client_secret = dup_opt(c->oauth.client_secret, &oom);
+    d->oauth.auth_method = dup_opt(c->oauth.auth_method, &oom);
+    d->oauth.client_metadata_url = dup_opt(c->oauth.client_metadata_url, &oom);
+    d->oauth.client_name = dup_opt(c->oauth.client_name, &oom);
+    d->oauth.scopes = dup_list(c->oauth.scopes, c->oauth.scopes_len, &oom);
+    d->oauth.scopes_len = c->oauth.scopes_len;
+    d->oauth.grant_type = dup_opt(c->oauth.grant_type, &oom);
+    d->oauth.private_key = dup_opt(c->oauth.private_key, &oom);
+    d->oauth.signing_alg = dup_opt(c->oauth.signing_alg, &oom);
+    d->oauth.disabled = c->oauth.disabled;
     if (oom || !d->env || !d->headers)
         return loom__error_oom();
     return 0;
@@ -169,7 +181,8 @@ int loom_mcp_server_new(loom_mcp_server **out,
     pthread_mutex_init(&s->start_mu, NULL);
     s->next_id = 1;
     s->tr = cfg->command ? &loom__mcp_stdio : &loom__mcp_http;
-    if ((rc = config_copy(&s->cfg, cfg)) != 0) {
+    if ((rc = config_copy(&s->cfg, cfg)) != 0 ||
+        (cfg->url && (rc = loom__mcp_oauth_new(&s->oauth, s)) != 0)) {
         loom_mcp_server_free(s);
         return rc;
     }
@@ -208,6 +221,7 @@ void loom_mcp_server_free(loom_mcp_server *s)
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
         return;
     retire_conn(s);
+    loom__mcp_oauth_free(s->oauth);
     json_decref(s->headers_of);
     json_decref(s->server_info);
     free(s->error);
@@ -221,6 +235,25 @@ void loom_mcp_server_free(loom_mcp_server *s)
 void loom__mcp_ref(loom_mcp_server *s)
 {
     atomic_fetch_add(&s->refs, 1);
+}
+
+mcp_oauth *loom__mcp_oauth(loom_mcp_server *s)
+{
+    return s->oauth;
+}
+
+void loom_mcp_server_set_authorizer(loom_mcp_server *s,
+                                    const loom_mcp_authorizer *a)
+{
+    if (s->oauth)
+        loom__mcp_oauth_set_authorizer(s->oauth, a);
+}
+
+void loom_mcp_server_set_credentials(loom_mcp_server *s,
+                                     const loom_mcp_credentials *c)
+{
+    if (s->oauth)
+        loom__mcp_oauth_set_credentials(s->oauth, c);
 }
 
 void loom_mcp_server_set_input(loom_mcp_server *s, loom_mcp_input_fn fn,
@@ -756,7 +789,10 @@ static int discover(loom_mcp_server *s, int64_t deadline, int *old)
     *old = 1;
     if ((rc = request(s, "server/discover", NULL, deadline, NULL, NULL,
                       &answer)) != 0)
-        return rc == LOOM_ECANCELED || rc == LOOM_ENOMEM ? rc : 0;
+        return rc == LOOM_ECANCELED || rc == LOOM_ENOMEM ||
+                       (s->oauth && loom__mcp_oauth_failed(s->oauth))
+                   ? rc
+                   : 0;
     if (take_answer(s, "server/discover", answer, &result) != 0) {
         json_decref(answer);
         return 0;

@@ -65,6 +65,8 @@ typedef struct {
     int listener;                  /* the listener's GET: ends at http_stop */
     int aborted;                   /* by the progress callback: why in rc */
     int rc;
+    char www[1024];    /* the answer's WWW-Authenticate, "" if none */
+    char bearer[8192]; /* the Authorization sent, "" if none */
 } post_state;
 
 static int http_open(loom_mcp_server *s, unsigned gen, void **impl)
@@ -122,6 +124,9 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
     trim((char *)v);
     if (strncasecmp(line, "content-type:", 13) == 0) {
         snprintf(st->type, sizeof(st->type), "%s", v);
+    } else if (strncasecmp(line, "www-authenticate:", 17) == 0 &&
+               (!st->www[0] || strncasecmp(v, "Bearer", 6) == 0)) {
+        snprintf(st->www, sizeof(st->www), "%s", v);
     } else if (strncasecmp(line, "mcp-session-id:", 15) == 0 && *v &&
                strlen(v) <= SESSION_MAX) {
         pthread_mutex_lock(&st->c->mu);
@@ -229,17 +234,34 @@ static struct curl_slist *add_headers(struct curl_slist *h, const json_t *o)
     return h;
 }
 
+/* Whether headers (name -> value) has name, whatever its case. */
+static int has_header(const json_t *headers, const char *name)
+{
+    const char *key;
+    const json_t *v;
+
+    json_object_foreach((json_t *)headers, key, v)
+    {
+        if (strcasecmp(key, name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /*
  * The request headers: ours, those msg needs in its era (Mcp-Method,
  * ...; msg NULL for none), then the config's. last_id: for a GET that
- * resumes a stream, its Last-Event-ID ("" for none).
+ * resumes a stream, its Last-Event-ID ("" for none). bearer: the
+ * OAuth Authorization value ("" or NULL for none), left out when the
+ * config gives an Authorization header of its own.
  */
 static struct curl_slist *headers_for(http_conn *c, const char *method,
-                                      const json_t *msg, const char *last_id)
+                                      const json_t *msg, const char *last_id,
+                                      const char *bearer)
 {
     const loom_mcp_server_config *cfg = loom__mcp_config(c->s);
     struct curl_slist *h = NULL, *t;
-    char line[1024], version[32];
+    char line[8300], version[32];
     json_t *extra;
 
 #define ADD(text)                                                              \
@@ -265,6 +287,10 @@ static struct curl_slist *headers_for(http_conn *c, const char *method,
     pthread_mutex_unlock(&c->mu);
     if (strlen(line) > strlen("Mcp-Session-Id: "))
         ADD(line);
+    if (bearer && *bearer && !has_header(cfg->headers, "Authorization")) {
+        snprintf(line, sizeof(line), "Authorization: %s", bearer);
+        ADD(line);
+    }
     loom__mcp_protocol(c->s, version, sizeof(version));
     if (*version) {
         snprintf(line, sizeof(line), "MCP-Protocol-Version: %s", version);
@@ -352,8 +378,12 @@ static int exchange(http_conn *c, post_state *st, const json_t *msg,
     int rc = 0;
 
     *status = 0;
+    st->www[0] = '\0';
+    if (loom__mcp_oauth(c->s))
+        loom__mcp_oauth_bearer(loom__mcp_oauth(c->s), st->deadline, st->bearer,
+                               sizeof(st->bearer));
     if (!(h = headers_for(c, text ? "POST" : "GET", msg,
-                          text ? NULL : st->last_id)) ||
+                          text ? NULL : st->last_id, st->bearer)) ||
         !(e = easy_for(c, st, h, st->deadline))) {
         curl_slist_free_all(h);
         return loom__error_oom();
@@ -464,6 +494,35 @@ static void start_listener(http_conn *c, const json_t *msg)
 }
 
 /*
+ * An answer of 401, or 403 insufficient_scope, to the exchange of st:
+ * the OAuth client authorizes (mcp_oauth.c) and the exchange is made
+ * again with the new token, as long as it gets one. 0 with the last
+ * answer in st and *status, or the error of a failed authorization.
+ */
+static int authorized(http_conn *c, post_state *st, const json_t *msg,
+                      const char *text, long *status)
+{
+    mcp_oauth *o = loom__mcp_oauth(c->s);
+    int rc;
+
+    while (o && (*status == 401 || *status == 403)) {
+        if ((rc = loom__mcp_oauth_challenge(o, *status, st->www, st->bearer,
+                                            st->deadline)) <= 0)
+            return rc;
+        loom_sse_parser_free(st->parser);
+        st->parser = NULL;
+        st->typed = st->sse = st->aborted = 0;
+        st->type[0] = '\0';
+        loom_buf_clear(&st->body);
+        if ((rc = exchange(c, st, msg, text, status)) != 0)
+            return rc;
+    }
+    if (o && st->bearer[0] && *status >= 200 && *status <= 299)
+        loom__mcp_oauth_accepted(o);
+    return 0;
+}
+
+/*
  * Sends msg. A request whose answer comes as an event stream that ends
  * before the answer is resumed, as the 2025-11-25 transport says: after
  * the stream's retry: (1 s when it gave none), a GET with Last-Event-ID
@@ -493,7 +552,8 @@ static int http_send(void *impl, const json_t *msg, int64_t deadline,
         rc = loom__error_oom();
         goto done;
     }
-    if ((rc = exchange(c, &st, msg, text, &status)) != 0)
+    if ((rc = exchange(c, &st, msg, text, &status)) != 0 ||
+        (rc = authorized(c, &st, msg, text, &status)) != 0)
         goto done;
     if (status == 404 && had_session) {
         pthread_mutex_lock(&c->mu);
@@ -571,7 +631,10 @@ static void http_stop(void *impl)
     st.c = c;
     st.deadline = loom__mono_ms() + DELETE_MS;
     loom_buf_init(&st.body, 4096);
-    if ((h = headers_for(c, "DELETE", NULL, NULL)) != NULL &&
+    if (loom__mcp_oauth(c->s))
+        loom__mcp_oauth_bearer(loom__mcp_oauth(c->s), st.deadline, st.bearer,
+                               sizeof(st.bearer));
+    if ((h = headers_for(c, "DELETE", NULL, NULL, st.bearer)) != NULL &&
         (e = easy_for(c, &st, h, st.deadline)) != NULL) {
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
         curl_easy_perform(e);

@@ -112,4 +112,122 @@ int loom__mcp_add_param_headers(json_t *headers, const json_t *map,
 /* Sets in content each property of schema it lacks that has a default. */
 int loom__mcp_apply_defaults(const json_t *schema, json_t *content);
 
+/* ---- mcp_oauth.c: the OAuth 2.1 client of HTTP servers ---- */
+
+typedef struct mcp_oauth mcp_oauth;
+
+/* The OAuth state of s (an HTTP server), NULL for stdio. Borrowed. */
+mcp_oauth *loom__mcp_oauth(loom_mcp_server *s);
+
+/* A new OAuth state for server s, *out. LOOM_EINVALID for a bad `oauth`
+ * config (the message says what). */
+int loom__mcp_oauth_new(mcp_oauth **out, loom_mcp_server *s);
+void loom__mcp_oauth_free(mcp_oauth *o);
+void loom__mcp_oauth_set_authorizer(mcp_oauth *o, const loom_mcp_authorizer *a);
+void loom__mcp_oauth_set_credentials(mcp_oauth *o,
+                                     const loom_mcp_credentials *c);
+
+/*
+ * Before a request: refreshes an access token that has expired (when a
+ * refresh token is at hand), then writes "Bearer <token>" into out, or ""
+ * when there is no token. A token longer than cap is never sent.
+ */
+void loom__mcp_oauth_bearer(mcp_oauth *o, int64_t deadline, char *out,
+                            size_t cap);
+
+/*
+ * An answer of status (401, 403) came to a request that carried bearer
+ * ("" for none), with the WWW-Authenticate header www ("" for none).
+ * Returns 1 when a (new) token is ready and the request should be sent
+ * again, 0 when the answer is no authorization challenge (a 403 that is
+ * not insufficient_scope), or the error (message set) when authorization
+ * failed or gave up: after 3 authorizations in a row that did not lead
+ * to an accepted request.
+ */
+int loom__mcp_oauth_challenge(mcp_oauth *o, long status, const char *www,
+                              const char *bearer, int64_t deadline);
+
+/* A request that carried a token was accepted: the attempts start over. */
+void loom__mcp_oauth_accepted(mcp_oauth *o);
+
+/* Whether the last authorization failed (and nothing was accepted since):
+ * an answer that is an authorization failure, not an old server's. */
+int loom__mcp_oauth_failed(mcp_oauth *o);
+
+/* ---- mcp_oauth_util.c: the pure parts, for tests ---- */
+
+#define LOOM_PKCE_MAX 64
+#define LOOM_URL_MAX 2048
+
+/* base64url of n bytes, without padding, into out (cap bytes, NUL
+ * ended). Its length, or 0 when cap is too small. */
+size_t loom__b64url(const unsigned char *in, size_t n, char *out, size_t cap);
+
+/* BASE64URL(SHA256(verifier)) (RFC 7636 S256). */
+int loom__pkce_challenge(const char *verifier, char out[LOOM_PKCE_MAX]);
+
+/* A new verifier (43 characters from 32 random bytes) and its challenge. */
+int loom__pkce_pair(char verifier[LOOM_PKCE_MAX],
+                    char challenge[LOOM_PKCE_MAX]);
+
+/* bytes random bytes as base64url into out (cap bytes). */
+int loom__oauth_random(char *out, size_t bytes, size_t cap);
+
+/* Appends s percent-encoded: all but the unreserved characters. */
+int loom__form_escape(loom_buf *b, const char *s);
+
+/* Appends key=value (both percent-encoded, '&' between pairs) to b; a
+ * NULL value adds nothing. */
+int loom__form_add(loom_buf *b, const char *key, const char *value);
+
+/* The decoded value of query parameter name of url (new string), NULL
+ * when absent (or OOM). */
+char *loom__query_param(const char *url, const char *name);
+
+/* The parameters (keys lowercased) of a Bearer challenge, as a new
+ * object; NULL when header is no Bearer challenge. */
+json_t *loom__www_authenticate(const char *header);
+
+/* An http(s) URL cut up: scheme and authority lowercased, the default
+ * port left out; path without query or fragment. */
+typedef struct {
+    char scheme[8];
+    char authority[256];
+    char path[LOOM_URL_MAX];
+} loom_url_parts;
+int loom__url_parts(const char *url, loom_url_parts *u);
+
+/* Whether resource (a protected-resource metadata's) may stand for the
+ * server at server_url: same scheme, host and port, its path the
+ * server's or a parent of it, no fragment. */
+int loom__oauth_resource_ok(const char *resource, const char *server_url);
+
+/* The authorization-server metadata URLs of issuer, in the order to try
+ * (RFC 8414 section 3.1, then OpenID Connect Discovery both ways). Their
+ * number, or LOOM_EINVALID. cap >= 3. */
+int loom__oauth_metadata_urls(const char *issuer, char urls[][LOOM_URL_MAX],
+                              int cap);
+
+/* The protected-resource metadata URLs of a server (RFC 9728 section
+ * 3.1): path-based first, then the root. cap >= 2. */
+int loom__oauth_prm_urls(const char *server_url, char urls[][LOOM_URL_MAX],
+                         int cap);
+
+/* Whether an authorization response's iss (NULL when absent) is right
+ * for issuer (RFC 9207): equal as strings when present; absent only when
+ * the metadata does not promise it. */
+int loom__oauth_iss_ok(const json_t *as_meta, const char *issuer,
+                       const char *iss);
+
+/* Whether metadata fetched for issuer names that very issuer (RFC 8414
+ * section 3.3, as strings) and has a token endpoint. */
+int loom__oauth_as_metadata_ok(const json_t *meta, const char *issuer);
+
+/* AES-256-GCM: *out (caller frees) is nonce, ciphertext and tag. */
+int loom__oauth_seal(const unsigned char key[32], const char *plain,
+                     unsigned char **out, size_t *out_len);
+/* The reverse; LOOM_EPROTO when the key is wrong or the data damaged. */
+int loom__oauth_open(const unsigned char key[32], const unsigned char *in,
+                     size_t n, char **plain);
+
 #endif
