@@ -2542,6 +2542,12 @@ static int mcp_server_check(walk_ctx *w)
     if (m->command && json_object_size(m->headers))
         return fail_at(w->ld, LOOM_EINVALID, line_of(given(w, "headers")),
                        w->key, "headers are for a url (http)");
+    if (m->command && given(w, "oauth"))
+        return fail_at(w->ld, LOOM_EINVALID, line_of(given(w, "oauth")), w->key,
+                       "oauth is for a url (http)");
+    if (m->oauth.client_secret && !m->oauth.client_id)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(given(w, "oauth")), w->key,
+                       "oauth client_secret needs client_id");
     return 0;
 }
 
@@ -2560,6 +2566,58 @@ static int mcp_server_init(loader *ld, const entry *e, const char *key,
     return 0;
 }
 
+static int scope_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                    const char *s, int repeat)
+{
+    if (!s || !*s || strpbrk(s, " \"\\"))
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "must be an OAuth scope (no spaces or quotes), got "
+                       "'%s'",
+                       s ? s : "");
+    if (repeat)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "scope '%s' is listed twice", s);
+    return 0;
+}
+
+/* `oauth: {scopes: [...]}` of an HTTP server. */
+static int read_oauth_scopes(walk_ctx *w, const field *f, const yaml_node_t *n,
+                             const char *key)
+{
+    loom_mcp_oauth_config *o = w->obj;
+
+    (void)f;
+    return read_strings(w, n, key, "scopes", "a scope", scope_ok, &o->scopes,
+                        &o->scopes_len, NULL);
+}
+
+static const char *const oauth_methods[] = {"client_secret_basic",
+                                            "client_secret_post", "none",
+                                            "private_key_jwt", NULL};
+static const char *const oauth_grants[] = {"authorization_code",
+                                           "client_credentials", NULL};
+static const char *const oauth_algs[] = {"ES256", "RS256", NULL};
+
+#define O loom_mcp_oauth_config
+static const field mcp_oauth_fields[] = {
+    {K_BOOL("enabled", O, disabled), .flags = F_NEGATE},
+    {K_STR("client_id", O, client_id, "a client id"), .flags = F_NONEMPTY},
+    {K_STR("client_secret", O, client_secret, "a secret"), .flags = F_NONEMPTY},
+    {K_STR("auth_method", O, auth_method, "a token endpoint auth method"),
+     .choices = oauth_methods},
+    {K_STR("client_metadata_url", O, client_metadata_url, "a URL"), URL_RULE},
+    {K_STR("client_name", O, client_name, "a name"), .flags = F_NONEMPTY},
+    {K_FN("scopes", read_oauth_scopes)},
+    {K_STR("grant_type", O, grant_type, "a grant type"),
+     .choices = oauth_grants},
+    {K_STR("private_key", O, private_key, "a PEM private key"),
+     .flags = F_NONEMPTY},
+    {K_STR("signing_alg", O, signing_alg, "ES256 or RS256"),
+     .choices = oauth_algs},
+};
+static const section mcp_oauth_section = SECTION(mcp_oauth_fields, NULL, NULL);
+#undef O
+
 #define S loom_mcp_server_config
 static const field mcp_server_fields[] = {
     {K_STR("command", S, command, "a program"), .flags = F_NONEMPTY},
@@ -2575,6 +2633,7 @@ static const field mcp_server_fields[] = {
     {K_LONG("startup_timeout_ms", S, startup_timeout_ms, 100, 600000L)},
     {K_STR("protocol_version", S, protocol_version, "an MCP protocol version"),
      .choices = mcp_versions},
+    {K_SUB("oauth", mcp_oauth_section), AT(S, oauth)},
 };
 static const section mcp_server_section =
     SECTION(mcp_server_fields, NULL, mcp_server_check);

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "loom/config.h"
 #include "tools/mcp/mcp_internal.h"
 
 #include <stdlib.h>
@@ -229,6 +230,69 @@ static void test_seal_round_trip(void **state)
     free(sealed2);
 }
 
+/* `oauth:` of an HTTP server in the config. */
+static void test_config(void **state)
+{
+    loom_config *cfg = NULL;
+    const loom_mcp_oauth_config *o;
+
+    (void)state;
+    if (loom_config_load_string(&cfg,
+                                "mcp_servers:\n"
+                                "  t:\n"
+                                "    url: https://mcp.example.com/mcp\n"
+                                "    oauth:\n"
+                                "      client_id: loom-1\n"
+                                "      client_secret: s3\n"
+                                "      auth_method: client_secret_post\n"
+                                "      scopes: [mcp:read, offline_access]\n"
+                                "      grant_type: client_credentials\n"
+                                "  u: {url: 'https://u.example/mcp', "
+                                "oauth: {enabled: false}}\n"
+                                "  v: {url: 'https://v.example/mcp'}\n",
+                                "t.yaml") != 0)
+        fail_msg("%s", loom_error_last());
+    o = &cfg->mcp_servers[0].oauth;
+    assert_string_equal(o->client_id, "loom-1");
+    assert_string_equal(o->client_secret, "s3");
+    assert_string_equal(o->auth_method, "client_secret_post");
+    assert_int_equal(o->scopes_len, 2);
+    assert_string_equal(o->scopes[1], "offline_access");
+    assert_string_equal(o->grant_type, "client_credentials");
+    assert_false(o->disabled);
+    assert_true(cfg->mcp_servers[1].oauth.disabled);
+    assert_null(cfg->mcp_servers[2].oauth.client_id);
+    assert_false(cfg->mcp_servers[2].oauth.disabled);
+    loom_config_free(cfg);
+
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  x: {command: a, oauth: "
+                                             "{client_id: c}}\n",
+                                             "t.yaml"),
+                     LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "oauth is for a url"));
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  x: {url: 'http://h/mcp', "
+                                             "oauth: {auth_method: magic}}\n",
+                                             "t.yaml"),
+                     LOOM_EINVALID);
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  x: {url: 'http://h/mcp', "
+                                             "oauth: {client_secret: s}}\n",
+                                             "t.yaml"),
+                     LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "client_secret needs"));
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  x: {url: 'http://h/mcp', "
+                                             "oauth: {scopes: ['a b']}}\n",
+                                             "t.yaml"),
+                     LOOM_EINVALID);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_metadata_urls),
         cmocka_unit_test(test_issuer_checks),
         cmocka_unit_test(test_seal_round_trip),
+        cmocka_unit_test(test_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
