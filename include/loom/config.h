@@ -329,7 +329,59 @@ typedef struct {
     char **non_iterative_tools;
     size_t non_iterative_tools_len;
     int non_iterative_set;
+    /* `research: true`: the agent's turns are research runs
+     * (docs/research.md) with the config's `research` section. */
+    int research;
 } loom_agent_config;
+
+/*
+ * The `research:` section (docs/research.md): the limits of research
+ * runs, which a request may override key by key.
+ *
+ *   research:
+ *     model: openai/gpt-4.1          # the supervisor; NULL: the agent's
+ *     researcher_model: openai/gpt-4.1-mini   # NULL: the researcher's
+ *     max_cycles: 8                  # supervisor cycles
+ *     max_cycles_reasoning: 4        # with a reasoning model
+ *     max_parallel_researchers: 5    # research_agent calls of one cycle
+ *     researcher_max_searches: 3     # search/fetch rounds per researcher
+ *     report_max_tokens: 10000       # a researcher's report, the report
+ *     time_limit_s: 1800             # then the report is forced
+ *     clarify: true                  # may ask one clarifying question
+ *     min_context_tokens: 50000      # smaller windows are refused
+ *     researcher_tools: [docs__search]  # offered to researchers too
+ *     max_cost_usd: 2.50             # budget; 0: none
+ *     max_tokens: 2000000            # budget; 0: none
+ */
+typedef struct {
+    char *model;
+    char *researcher_model;
+    int max_cycles;
+    int max_cycles_reasoning;
+    int max_parallel_researchers;
+    int researcher_max_searches;
+    long report_max_tokens;
+    long time_limit_s;
+    int clarify;
+    long min_context_tokens;
+    char **researcher_tools;
+    size_t researcher_tools_len;
+    int64_t max_cost_micros; /* max_cost_usd in micro-dollars; 0: none */
+    long max_tokens;         /* 0: none */
+} loom_research_config;
+
+#define LOOM_RESEARCH_DEFAULT_MAX_CYCLES 8
+#define LOOM_RESEARCH_DEFAULT_MAX_CYCLES_REASONING 4
+#define LOOM_RESEARCH_DEFAULT_PARALLEL 5
+#define LOOM_RESEARCH_DEFAULT_SEARCHES 3
+#define LOOM_RESEARCH_DEFAULT_REPORT_TOKENS 10000
+#define LOOM_RESEARCH_DEFAULT_TIME_LIMIT_S 1800
+#define LOOM_RESEARCH_DEFAULT_MIN_CONTEXT 50000
+
+/* The built-in research agents, used when the config defines no agent of
+ * that name (loom_config_agent answers with them). */
+#define LOOM_RESEARCH_AGENT "deep_research"
+#define LOOM_RESEARCHER_AGENT "deep_research_researcher"
 
 /*
  * The `server:` section (loom serve; see docs/server.md):
@@ -481,6 +533,7 @@ typedef struct {
     size_t http_tools_len;
     loom_mcp_server_config *mcp_servers; /* `mcp_servers`, in file order */
     size_t mcp_servers_len;
+    loom_research_config research; /* defaults unless the file sets them */
 } loom_config;
 
 /*
@@ -527,7 +580,9 @@ int loom_config_load_string_report(loom_config **out, const char *yaml,
 
 void loom_config_free(loom_config *cfg);
 
-/* Lookups; NULL when absent. Borrowed from cfg. */
+/* Lookups; NULL when absent. Borrowed from cfg. loom_config_agent also
+ * answers LOOM_RESEARCH_AGENT and LOOM_RESEARCHER_AGENT with loom's
+ * built-in agents when cfg defines none of that name. */
 const loom_provider_config *loom_config_provider(const loom_config *cfg,
                                                  const char *name);
 const loom_agent_config *loom_config_agent(const loom_config *cfg,

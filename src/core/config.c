@@ -99,6 +99,55 @@ const loom_provider_config *loom_config_provider(const loom_config *cfg,
     return NULL;
 }
 
+/*
+ * The built-in research agents (docs/research.md): the supervisor runs
+ * research (its tools are the research run's own) and the researcher
+ * searches and reads the web. Their prompts are research.c's; a config
+ * that defines an agent of either name replaces it.
+ */
+static char researcher_search[] = "web_search";
+static char researcher_fetch[] = "web_fetch";
+static char *researcher_tools[] = {researcher_search, researcher_fetch};
+static char research_name[] = LOOM_RESEARCH_AGENT;
+static char researcher_name[] = LOOM_RESEARCHER_AGENT;
+static char research_desc[] =
+    "Researches a question on the web with parallel researchers and "
+    "writes a cited report.";
+static char researcher_desc[] =
+    "Searches and reads the web on one research task and writes an "
+    "intermediate report citing what it read.";
+static char researcher_prompt[] =
+    "You are a researcher on one task of a larger research effort. Search "
+    "the web (web_search) and read the most promising pages (web_fetch), "
+    "then write an intermediate report of what you found, citing every "
+    "claim with the source numbers you were given, as [n]. Report only "
+    "what your sources say.";
+static const loom_agent_config builtin_agents[] = {
+    {.name = research_name,
+     .description = research_desc,
+     .tools_len = 0,
+     .max_iterations = 10,
+     .parallel_tool_calls = 1,
+     .tool_concurrency = LOOM_RESEARCH_DEFAULT_PARALLEL,
+     .citations = 1,
+     .count_sub_agent_calls = 0,
+     .max_depth = 3,
+     .max_sub_runs = 200,
+     .research = 1},
+    {.name = researcher_name,
+     .description = researcher_desc,
+     .system_prompt = researcher_prompt,
+     .tools = researcher_tools,
+     .tools_len = 2,
+     .max_iterations = 4,
+     .parallel_tool_calls = 1,
+     .tool_concurrency = 8,
+     .citations = 1,
+     .count_sub_agent_calls = 1,
+     .max_depth = 3,
+     .max_sub_runs = 50},
+};
+
 const loom_agent_config *loom_config_agent(const loom_config *cfg,
                                            const char *name)
 {
@@ -107,6 +156,10 @@ const loom_agent_config *loom_config_agent(const loom_config *cfg,
     for (size_t i = 0; i < cfg->agents_len; i++)
         if (strcmp(cfg->agents[i].name, name) == 0)
             return &cfg->agents[i];
+    for (size_t i = 0; i < sizeof(builtin_agents) / sizeof(*builtin_agents);
+         i++)
+        if (strcmp(builtin_agents[i].name, name) == 0)
+            return &builtin_agents[i];
     return NULL;
 }
 
@@ -470,6 +523,11 @@ void loom_config_free(loom_config *cfg)
     json_decref(cfg->tools);
     free(cfg->server.listen);
     free(cfg->server.db);
+    free(cfg->research.model);
+    free(cfg->research.researcher_model);
+    for (size_t i = 0; i < cfg->research.researcher_tools_len; i++)
+        free(cfg->research.researcher_tools[i]);
+    free(cfg->research.researcher_tools);
     free(cfg->log_level);
     free(cfg->log_format);
     free(cfg);
@@ -564,6 +622,15 @@ static loom_config *config_new(void)
     cfg->server.shutdown_grace_ms = 10000;
     cfg->server.keep_finished_runs = 1000;
     cfg->server.max_run_events_bytes = 64L << 20;
+    cfg->research.max_cycles = LOOM_RESEARCH_DEFAULT_MAX_CYCLES;
+    cfg->research.max_cycles_reasoning =
+        LOOM_RESEARCH_DEFAULT_MAX_CYCLES_REASONING;
+    cfg->research.max_parallel_researchers = LOOM_RESEARCH_DEFAULT_PARALLEL;
+    cfg->research.researcher_max_searches = LOOM_RESEARCH_DEFAULT_SEARCHES;
+    cfg->research.report_max_tokens = LOOM_RESEARCH_DEFAULT_REPORT_TOKENS;
+    cfg->research.time_limit_s = LOOM_RESEARCH_DEFAULT_TIME_LIMIT_S;
+    cfg->research.clarify = 1;
+    cfg->research.min_context_tokens = LOOM_RESEARCH_DEFAULT_MIN_CONTEXT;
     cfg->routing.retries = 0;
     cfg->routing.cooldown_ms = 30000;
     cfg->routing.failures_before_cooldown = 3;

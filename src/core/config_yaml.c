@@ -2139,6 +2139,7 @@ static const field agent_fields[] = {
     {K_SUB("retry_without_tool_calls", retry_agent_section), AT(A, retry)},
     {K_SUB("model_after_retries", model_after_section), AT(A, model_after)},
     {K_FN("non_iterative_tools", read_non_iterative)},
+    {K_BOOL("research", A, research)},
 };
 static const section agent_section = SECTION(agent_fields, NULL, NULL);
 static const list_spec agent_list = {"agent",
@@ -2647,6 +2648,40 @@ static const list_spec mcp_server_list = {
     &mcp_server_section};
 #undef S
 
+/* ---- research ----------------------------------------------------------- */
+
+/* `researcher_tools:` tool names offered to researchers besides web_search
+ * and web_fetch. */
+static int read_researcher_tools(walk_ctx *w, const field *f,
+                                 const yaml_node_t *n, const char *key)
+{
+    loom_research_config *r = w->obj;
+
+    (void)f;
+    return read_strings(w, n, key, "tool names", "a tool name", mcp_tool_ok,
+                        &r->researcher_tools, &r->researcher_tools_len, NULL);
+}
+
+#define R loom_research_config
+static const field research_fields[] = {
+    {K_STR("model", R, model, "a model name"), .flags = F_MODEL},
+    {K_STR("researcher_model", R, researcher_model, "a model name"),
+     .flags = F_MODEL},
+    {K_INT("max_cycles", R, max_cycles, 1, 100)},
+    {K_INT("max_cycles_reasoning", R, max_cycles_reasoning, 1, 100)},
+    {K_INT("max_parallel_researchers", R, max_parallel_researchers, 1, 64)},
+    {K_INT("researcher_max_searches", R, researcher_max_searches, 1, 50)},
+    {K_LONG("report_max_tokens", R, report_max_tokens, 100, TOKENS_MAX)},
+    {K_LONG("time_limit_s", R, time_limit_s, 1, 7L * 86400)},
+    {K_BOOL("clarify", R, clarify)},
+    {K_LONG("min_context_tokens", R, min_context_tokens, 0, TOKENS_MAX)},
+    {K_FN("researcher_tools", read_researcher_tools)},
+    {K_PRICE("max_cost_usd", R, max_cost_micros)},
+    {K_LONG("max_tokens", R, max_tokens, 0, 1L << 40)},
+};
+#undef R
+static const section research_section = SECTION(research_fields, NULL, NULL);
+
 /* ---- the document ------------------------------------------------------- */
 
 /* The top-level keys. Sections refer to those read before them, hence
@@ -2664,6 +2699,7 @@ static const field top_fields[] = {
     {K_SUB("routing", routing_section), AT(loom_config, routing)},
     {K_LIST("http_tools", http_tool_list), .pass = 1},
     {K_LIST("mcp_servers", mcp_server_list), .pass = 1},
+    {K_SUB("research", research_section), AT(loom_config, research), .pass = 1},
 };
 
 /*

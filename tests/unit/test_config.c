@@ -649,6 +649,85 @@ static void test_handoffs(void **state)
                 "agents.a.handoffs[0]: 'b.c' cannot be handed off to", NULL);
 }
 
+/* The research section: defaults, every key read, errors at their line,
+ * the built-in research agents. */
+static void test_research_section(void **state)
+{
+    loom_config *cfg = NULL;
+    const loom_agent_config *a;
+
+    (void)state;
+    assert_int_equal(
+        loom_config_load_string(
+            &cfg, "providers: {p: {base_url: 'http://h'}}\n", "t.yaml"),
+        0);
+    assert_int_equal(cfg->research.max_cycles, 8);
+    assert_int_equal(cfg->research.max_cycles_reasoning, 4);
+    assert_int_equal(cfg->research.max_parallel_researchers, 5);
+    assert_int_equal(cfg->research.researcher_max_searches, 3);
+    assert_int_equal(cfg->research.report_max_tokens, 10000);
+    assert_int_equal(cfg->research.time_limit_s, 1800);
+    assert_int_equal(cfg->research.clarify, 1);
+    assert_int_equal(cfg->research.min_context_tokens, 50000);
+    a = loom_config_agent(cfg, "deep_research");
+    assert_non_null(a);
+    assert_true(a->research);
+    a = loom_config_agent(cfg, "deep_research_researcher");
+    assert_non_null(a);
+    assert_false(a->research);
+    assert_int_equal(a->tools_len, 2);
+    loom_config_free(cfg);
+    assert_int_equal(
+        loom_config_load_string(&cfg,
+                                "providers: {p: {base_url: 'http://h'}}\n"
+                                "research:\n"
+                                "  model: p/big\n"
+                                "  researcher_model: p/small\n"
+                                "  max_cycles: 6\n"
+                                "  max_cycles_reasoning: 3\n"
+                                "  max_parallel_researchers: 2\n"
+                                "  researcher_max_searches: 4\n"
+                                "  report_max_tokens: 2000\n"
+                                "  time_limit_s: 60\n"
+                                "  clarify: false\n"
+                                "  min_context_tokens: 1000\n"
+                                "  researcher_tools: [docs__search]\n"
+                                "  max_cost_usd: 2.50\n"
+                                "  max_tokens: 500000\n"
+                                "agents:\n"
+                                "  deep_research: {model: p/m, research: true, "
+                                "max_iterations: 3}\n",
+                                "t.yaml"),
+        0);
+    assert_string_equal(cfg->research.model, "p/big");
+    assert_string_equal(cfg->research.researcher_model, "p/small");
+    assert_int_equal(cfg->research.max_cycles, 6);
+    assert_int_equal(cfg->research.max_cycles_reasoning, 3);
+    assert_int_equal(cfg->research.max_parallel_researchers, 2);
+    assert_int_equal(cfg->research.researcher_max_searches, 4);
+    assert_int_equal(cfg->research.report_max_tokens, 2000);
+    assert_int_equal(cfg->research.time_limit_s, 60);
+    assert_int_equal(cfg->research.clarify, 0);
+    assert_int_equal(cfg->research.min_context_tokens, 1000);
+    assert_int_equal(cfg->research.researcher_tools_len, 1);
+    assert_string_equal(cfg->research.researcher_tools[0], "docs__search");
+    assert_int_equal(cfg->research.max_cost_micros, 2500000);
+    assert_int_equal(cfg->research.max_tokens, 500000);
+    /* The config's own agent replaces the built-in one. */
+    assert_int_equal(loom_config_agent(cfg, "deep_research")->max_iterations,
+                     3);
+    loom_config_free(cfg);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "research:\n"
+                "  max_cycles: 0\n",
+                LOOM_EINVALID, "t.yaml:3: research.max_cycles: ", NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "research:\n"
+                "  max_cyles: 3\n",
+                LOOM_EINVALID, "t.yaml:3: research: unknown key 'max_cyles'",
+                NULL);
+}
+
 static void test_unknown_keys(void **state)
 {
     (void)state;
@@ -667,13 +746,13 @@ static void test_unknown_keys(void **state)
         "handoffs, tool_options, tools_disabled_message, sub_agents, "
         "count_sub_agent_calls, max_depth, max_sub_runs, "
         "retry_without_tool_calls, model_after_retries, "
-        "non_iterative_tools)",
+        "non_iterative_tools, research)",
         NULL);
     expect_fail(
         "log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
         "t.yaml:2: unknown key 'srever' (known: log, providers, "
         "models, agents, default_agent, tools, server, routing, http_tools, "
-        "mcp_servers)",
+        "mcp_servers, research)",
         NULL);
     expect_fail("log: {level: info}\nserver: {port: 80}\n", LOOM_EINVALID,
                 "t.yaml:2: server: unknown key 'port' (known: listen, db, ",
@@ -2588,6 +2667,7 @@ int main(void)
         cmocka_unit_test_setup(test_interpolation_errors, reset_env),
         cmocka_unit_test_setup(test_syntax_errors, reset_env),
         cmocka_unit_test_setup(test_unknown_keys, reset_env),
+        cmocka_unit_test_setup(test_research_section, reset_env),
         cmocka_unit_test_setup(test_handoffs, reset_env),
         cmocka_unit_test_setup(test_duplicate_keys, reset_env),
         cmocka_unit_test_setup(test_wrong_types, reset_env),
