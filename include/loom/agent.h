@@ -87,6 +87,24 @@ typedef struct {
     loom_messages *messages;
 } loom_special_tool;
 
+/*
+ * What the next model call is like (prepare_call). It starts as loom's
+ * choice; a hook changes what it needs.
+ */
+typedef struct {
+    int tools;              /* 1: the tools are offered; set 0 to offer none */
+    int tool_required;      /* 1: the call must call a tool (tool_choice
+                             * required) */
+    long max_output_tokens; /* 0: the run's */
+    /* A system note added before this call (loom's own message: kept
+     * for the run's later calls, never stored); empty: none. */
+    loom_buf *note;
+    /* The event the call's text streams as: 0 message.delta, else a
+     * loom_event_type of loom/run.h (reasoning.delta, research.plan);
+     * -1: not streamed at all. */
+    int text_event;
+} loom_call_setup;
+
 #define LOOM_AGENT_HOOKS_VERSION 1
 
 /*
@@ -146,6 +164,14 @@ typedef struct {
      * run. NULL: tools are offered.
      */
     int (*should_send_tools)(const loom_agent_state *st, void *payload);
+    /*
+     * Before each model call, after should_send_tools: call says what
+     * the call is like (tools, a forced tool call, an output limit, a
+     * note, where its text streams) and the hook may change it. A call
+     * that may not use tools (the last permitted one) stays so.
+     */
+    void (*prepare_call)(const loom_agent_state *st, loom_call_setup *call,
+                         void *payload);
     /*
      * The model of the next call: "provider/model" (or any name a turn
      * may give), resolved by the run's resolve_model (loom/run.h; a

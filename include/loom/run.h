@@ -59,6 +59,9 @@ typedef enum {
     LOOM_EV_CONTEXT,
     LOOM_EV_AGENT_CHANGED,
     LOOM_EV_APPROVAL_REQUIRED,
+    LOOM_EV_RESEARCH_PLAN,
+    LOOM_EV_RESEARCH_CYCLE,
+    LOOM_EV_RESEARCH_BRANCH,
     LOOM_EV__COUNT
 } loom_event_type;
 
@@ -409,6 +412,9 @@ typedef struct loom_run_options {
      * checked, emitted as `citation` events and kept (loom_run_citations).
      */
     int citations;
+    /* With citations: a "Sources" list of the sources the answer cites
+     * ([n] title - url) is appended to it (and streamed). */
+    int citations_sources_list;
     /*
      * The user the run is for, and that user's own keys (an object, name
      * -> key), given to every tool call (loom_tool_ctx.user_id,

@@ -26,6 +26,9 @@ static const char *const event_names[LOOM_EV__COUNT] = {
     [LOOM_EV_CONTEXT] = "context",
     [LOOM_EV_AGENT_CHANGED] = "agent.changed",
     [LOOM_EV_APPROVAL_REQUIRED] = "approval.required",
+    [LOOM_EV_RESEARCH_PLAN] = "research.plan",
+    [LOOM_EV_RESEARCH_CYCLE] = "research.cycle",
+    [LOOM_EV_RESEARCH_BRANCH] = "research.branch",
 };
 
 const char *loom_event_type_name(loom_event_type type)

@@ -210,6 +210,14 @@ struct loom_run {
     int retries;       /* NO_CALLS_GENERATED answered "go on" */
     size_t last_calls; /* tool calls the last model call asked for */
     char *end_note;    /* on_no_tool_calls's text for the answer */
+    /* The current call's text streams as this event (prepare_call; 0:
+     * message.delta, -1: not at all). */
+    int text_event;
+    /* Fields the agent's code adds to run.completed (loom__run_complete_with)
+     * and the citation markers the answer's check dropped. */
+    json_t *completion_extra;
+    size_t cites_dropped;
+    char *hook_error; /* loom__run_hook_fail: the run fails with it */
     /* The model a get_model hook switched to (alt_name NULL: none yet),
      * and whether the current call uses it. */
     char *alt_name;
@@ -1074,8 +1082,10 @@ static int on_llm_event(const loom_llm_event *ev, void *payload)
     case LOOM_LLM_TEXT:
         if (loom_buf_put(&run->text, ev->text, ev->text_len) != 0)
             return LOOM_ENOMEM;
-        if (has_sink(run))
-            emit(run, LOOM_EV_MESSAGE_DELTA,
+        if (has_sink(run) && run->text_event >= 0)
+            emit(run,
+                 run->text_event ? (loom_event_type)run->text_event
+                                 : LOOM_EV_MESSAGE_DELTA,
                  delta_json(ev->text, ev->text_len));
         break;
     case LOOM_LLM_REASONING:
@@ -2299,6 +2309,45 @@ static int append_end_note(loom_run *run, const char *text, char **joined)
     return 0;
 }
 
+/*
+ * The "Sources" list of the sources ck cites, in their order of first
+ * use, appended to *content (streamed as a delta): *joined is the new
+ * text (freeing the one it held), and *content points to it.
+ */
+static int sources_list(loom_run *run, loom__citations_checked *ck,
+                        char **content, char **joined)
+{
+    loom_buf b = LOOM_BUF_INIT((size_t)1 << 20);
+    char *text;
+    int rc = loom_buf_printf(&b, "\n\n## Sources\n");
+
+    for (size_t i = 0; !rc && i < ck->numbers_len; i++) {
+        const loom__citation_doc *d =
+            loom__citations_get(run->cites, ck->numbers[i]);
+        if (!d)
+            continue;
+        rc = loom_buf_printf(&b, "\n[%zu] %s%s%s", d->number,
+                             d->title && *d->title ? d->title : "",
+                             d->title && *d->title && d->url ? " - " : "",
+                             d->url ? d->url
+                                    : (d->title && *d->title ? ""
+                                       : d->id               ? d->id
+                                                             : ""));
+    }
+    if (!rc && has_sink(run))
+        emit(run, LOOM_EV_MESSAGE_DELTA, delta_json(b.ptr, b.len));
+    if (!rc && asprintf(&text, "%s%s", *content, loom_buf_cstr(&b)) < 0)
+        rc = loom__error_oom();
+    loom_buf_free(&b);
+    if (rc)
+        return rc;
+    /* ck->text may be what content points to: keep it until here. */
+    free(*joined);
+    *joined = text;
+    *content = text;
+    return 0;
+}
+
 /* No tool calls (or tools no longer allowed): the answer, its citations
  * checked once it is whole. */
 static int answer(loom_run *run, const loom_llm_response *resp)
@@ -2326,6 +2375,10 @@ static int answer(loom_run *run, const loom_llm_response *resp)
         rc = 0;
     if (ck.text)
         m.content = ck.text;
+    run->cites_dropped = ck.dropped;
+    if (!rc && ck.numbers_len && run->opts.citations_sources_list &&
+        (rc = sources_list(run, &ck, &m.content, &joined)) != 0)
+        return rc;
     free(run->final_text);
     run->final_text = rc ? NULL : strdup(m.content);
     if (!rc && (!run->final_text ||
@@ -2358,6 +2411,11 @@ static void finish_completed(loom_run *run)
                             json_integer(run->think_turns));
     if (json_array_size(run->citations))
         json_object_set(done, "citations", run->citations);
+    if (run->cites_dropped)
+        json_object_set_new(done, "citations_dropped",
+                            json_integer((json_int_t)run->cites_dropped));
+    if (run->completion_extra)
+        json_object_update(done, run->completion_extra);
     emit(run, LOOM_EV_RUN_COMPLETED, done);
 }
 
@@ -2434,6 +2492,10 @@ static int no_calls(loom_run *run, loom_no_calls_reason reason,
 
     agent_state(run, &st);
     *more = h->on_no_tool_calls(&st, reason, calls, ncalls, &msg, payload) != 0;
+    if (run->hook_error) {
+        loom_buf_free(&msg);
+        return loom__error_set(LOOM_ERROR, "%s", run->hook_error);
+    }
     if (!*more) {
         free(run->end_note);
         run->end_note = NULL;
@@ -2566,6 +2628,41 @@ static void hook_tools_selected(loom_run *run, const loom_llm_response *resp)
                                   run->hooks->payload);
 }
 
+/*
+ * prepare_call, before each model call: may take the tools away (never
+ * give them back), force a tool call, limit the output, add a note and
+ * say where the call's text streams (run->text_event).
+ */
+static int hook_prepare_call(loom_run *run, int *tools_ok, long *max_tokens)
+{
+    loom_buf note = LOOM_BUF_INIT(run->opts.max_tool_result);
+    loom_call_setup call;
+    loom_agent_state st;
+    int rc = 0;
+
+    run->text_event = 0;
+    if (!run->hooks || !run->hooks->prepare_call)
+        return 0;
+    memset(&call, 0, sizeof(call));
+    call.tools = *tools_ok;
+    call.note = &note;
+    agent_state(run, &st);
+    run->hooks->prepare_call(&st, &call, run->hooks->payload);
+    *tools_ok = *tools_ok && call.tools;
+    if (*tools_ok && call.tool_required) {
+        run->choice.kind = LOOM_TOOL_CHOICE_REQUIRED;
+        run->choice.function = NULL;
+    }
+    *max_tokens = call.max_output_tokens;
+    if (call.text_event < 0 ||
+        (call.text_event > 0 && call.text_event < LOOM_EV__COUNT))
+        run->text_event = call.text_event;
+    if (note.len)
+        rc = add_note(run, loom_buf_cstr(&note));
+    loom_buf_free(&note);
+    return rc;
+}
+
 /* The run ends on a hook's word: finish reason "stop". */
 static int finish_stop(loom_llm_response *resp)
 {
@@ -2619,6 +2716,7 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
     /* Non-iterative turns within their allowance cost no iteration. */
     int last = counted(run) + 1 >= o->max_iterations;
     int rc, ended = 0, tools_ok, go;
+    long max_tokens = 0;
 
     *more = 0;
     if (loom_cancel_is_set(&run->cancel))
@@ -2638,6 +2736,8 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
     }
     tools_ok = !last &&
                hook_yes(run, run->hooks ? run->hooks->should_send_tools : NULL);
+    if ((rc = hook_prepare_call(run, &tools_ok, &max_tokens)) != 0)
+        return rc;
     loom_buf_clear(&run->text);
     run->ncall_offsets = 0;
     loom_llm_response_clear(resp);
@@ -2645,6 +2745,8 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
         (rc = prepare_request(run, &req, !tools_ok, !last && !tools_ok,
                               *limit_injected)) != 0)
         return rc;
+    if (max_tokens > 0)
+        req.max_tokens = max_tokens;
     run->iterations++;
     rc = loom_provider_complete(run->use_alt ? run->alt.provider : o->provider,
                                 &req, on_llm_event, run, resp, &run->cancel);
@@ -2873,6 +2975,8 @@ void loom_run_free(loom_run *run)
     free(run->obs_defs);
     loom__citations_free(run->cites);
     json_decref(run->citations);
+    free(run->hook_error);
+    json_decref(run->completion_extra);
     loom__toolturn_free(run->turn);
     loom__approvals_free(run->approvals);
     loom__plan_free(run->plan);
@@ -2951,4 +3055,37 @@ json_t *loom__run_report(const loom_run *run)
     json_decref(by);
     json_decref(recs);
     return r;
+}
+
+void loom__run_emit(loom_run *run, loom_event_type type, json_t *data)
+{
+    emit(run, type, data);
+}
+
+struct loom__citations *loom__run_citation_map(const loom_run *run)
+{
+    return run->cites;
+}
+
+int loom__run_complete_with(loom_run *run, const char *key, json_t *value)
+{
+    if (!value)
+        return loom__error_oom();
+    if ((!run->completion_extra && !(run->completion_extra = json_object())) ||
+        json_object_set_new(run->completion_extra, key, value) != 0) {
+        json_decref(value);
+        return loom__error_oom();
+    }
+    return 0;
+}
+
+void loom__run_hook_fail(loom_run *run, const char *message)
+{
+    free(run->hook_error);
+    run->hook_error = strdup(message ? message : "failed");
+}
+
+const char *loom__run_turn_text(const loom_run *run)
+{
+    return run->text.ptr ? run->text.ptr : "";
 }

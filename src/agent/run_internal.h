@@ -66,4 +66,26 @@ void loom__run_set_place(loom_run *run, struct loom__agent_tree *tree,
  */
 json_t *loom__run_report(const loom_run *run);
 
+/*
+ * For agents built on the run loop (research.c), from the run's own
+ * thread (its hooks):
+ *
+ * loom__run_emit sends one event of the run (seq and index the run's;
+ * data's reference is taken, NULL: no fields).
+ * loom__run_citation_map is the run's map of numbered sources (NULL:
+ * citations off); the run reads it from the same thread only.
+ * loom__run_complete_with adds key: value (the reference is taken) to the
+ * run.completed event's fields, over the run's own ("status" too).
+ * 0 or LOOM_ENOMEM.
+ */
+void loom__run_emit(loom_run *run, loom_event_type type, json_t *data);
+struct loom__citations;
+struct loom__citations *loom__run_citation_map(const loom_run *run);
+int loom__run_complete_with(loom_run *run, const char *key, json_t *value);
+/* From on_no_tool_calls: the run fails with message instead of going on
+ * or ending (copied). */
+void loom__run_hook_fail(loom_run *run, const char *message);
+/* The text the current model call has streamed so far. Borrowed. */
+const char *loom__run_turn_text(const loom_run *run);
+
 #endif

@@ -336,22 +336,22 @@ done:
     return 0;
 }
 
-static int run_child(const json_t *args, const loom_tool_ctx *ctx,
-                     loom_buf *out, void *payload)
+int loom__sub_run(const loom_tool_ctx *ctx, loom_session *s, int any_session,
+                  loom_turn_options *o, loom_buf *out, loom_turn **child_out,
+                  int *child_rc)
 {
-    agent_tool *p = payload;
     loom__tool_host *h = ctx->host;
-    loom_turn_options o = LOOM_TURN_OPTIONS_INIT;
     loom__turn_child child;
     forwarder fw;
-    loom_messages in = {0};
     const loom_run *run;
     loom_turn *t = NULL;
     char msg[512];
     int rc;
 
+    *child_out = NULL;
+    *child_rc = 0;
     if (!h || !h->tree ||
-        (!p->own_ref && loom__agent_tree_session(h->tree) != p->s))
+        (!any_session && loom__agent_tree_session(h->tree) != s))
         return refuse(out, LOOM_EINVALID,
                       "sub-agents run only inside a turn of their session");
     if (h->depth + 1 > loom__agent_tree_max_depth(h->tree)) {
@@ -359,29 +359,23 @@ static int run_child(const json_t *args, const loom_tool_ctx *ctx,
                  "agent '%s' was not run: sub-agents may nest %d deep and "
                  "this call would be at depth %d. Do the task yourself or "
                  "answer with what you have.",
-                 p->agent, loom__agent_tree_max_depth(h->tree), h->depth + 1);
+                 o->agent, loom__agent_tree_max_depth(h->tree), h->depth + 1);
         return refuse(out, LOOM_EINVALID, msg);
     }
     if (!loom__agent_tree_take_run(h->tree)) {
         snprintf(msg, sizeof(msg),
                  "agent '%s' was not run: this turn already started its "
                  "%d sub-agent runs. Answer with what you have.",
-                 p->agent, loom__agent_tree_max_runs(h->tree));
+                 o->agent, loom__agent_tree_max_runs(h->tree));
         return refuse(out, LOOM_EINVALID, msg);
     }
-    if ((rc = child_input(&in, args)) != 0)
-        return rc;
-    o.agent = p->agent;
-    o.model = p->model;
-    o.max_iterations = p->max_iterations;
-    o.input = &in;
-    o.user_id = ctx->user_id;
-    o.user_keys = ctx->user_keys;
+    o->user_id = ctx->user_id;
+    o->user_keys = ctx->user_keys;
     if (ctx->events) {
         fw.ctx = ctx;
-        fw.agent = p->agent;
+        fw.agent = o->agent;
         fw.depth = h->depth + 1;
-        o.sink = (loom_sink){forward, &fw};
+        o->sink = (loom_sink){forward, &fw};
     }
     memset(&child, 0, sizeof(child));
     child.tree = h->tree;
@@ -389,11 +383,9 @@ static int run_child(const json_t *args, const loom_tool_ctx *ctx,
     child.cancel = ctx->cancel;
     child.parent_run_id = h->run_id;
     child.parent_call_id = ctx->call_id;
-    rc = loom__turn_new_child(&t, p->s, &o, &child);
-    loom_messages_free(&in);
-    if (rc != 0)
+    if ((rc = loom__turn_new_child(&t, s, o, &child)) != 0)
         return rc;
-    rc = loom_turn_execute(t);
+    *child_rc = loom_turn_execute(t);
     run = loom_turn_run(t);
     json_decref(h->report);
     h->report = run ? loom__run_report(run) : NULL;
@@ -401,20 +393,52 @@ static int run_child(const json_t *args, const loom_tool_ctx *ctx,
         pass_documents(ctx, run);
     if (run && ctx->cost_micros && loom_run_cost_known(run))
         *ctx->cost_micros = loom_run_usage(run)->cost_micros;
+    *child_out = t;
+    return 0;
+}
+
+int loom__sub_failure(loom_buf *out, const char *agent, loom_turn *t, int rc)
+{
+    const loom_run *run = loom_turn_run(t);
+    const char *err =
+        run && *loom_run_error(run) ? loom_run_error(run) : loom_error_last();
+    const char *partial = run ? loom_run_text(run) : "";
+
     loom_buf_clear(out);
-    if (rc == 0 && run) {
+    if (loom_buf_printf(out, "agent '%s' %s: %s", agent,
+                        rc == LOOM_ECANCELED ? "was stopped" : "failed",
+                        err && *err ? err : loom_error_name(rc)) == 0 &&
+        *partial)
+        (void)loom_buf_printf(out, "\nPartial answer: %s", partial);
+    return rc ? rc : LOOM_ERROR;
+}
+
+static int run_child(const json_t *args, const loom_tool_ctx *ctx,
+                     loom_buf *out, void *payload)
+{
+    agent_tool *p = payload;
+    loom_turn_options o = LOOM_TURN_OPTIONS_INIT;
+    loom_messages in = {0};
+    const loom_run *run;
+    loom_turn *t = NULL;
+    int rc, crc;
+
+    if ((rc = child_input(&in, args)) != 0)
+        return rc;
+    o.agent = p->agent;
+    o.model = p->model;
+    o.max_iterations = p->max_iterations;
+    o.input = &in;
+    rc = loom__sub_run(ctx, p->s, p->own_ref, &o, out, &t, &crc);
+    loom_messages_free(&in);
+    if (rc != 0)
+        return rc;
+    run = loom_turn_run(t);
+    if (crc == 0 && run) {
+        loom_buf_clear(out);
         rc = loom_buf_printf(out, "%s", loom_run_text(run));
     } else {
-        const char *err = run && *loom_run_error(run) ? loom_run_error(run)
-                                                      : loom_error_last();
-        const char *partial = run ? loom_run_text(run) : "";
-        if (loom_buf_printf(out, "agent '%s' %s: %s", p->agent,
-                            rc == LOOM_ECANCELED ? "was stopped" : "failed",
-                            err && *err ? err : loom_error_name(rc)) == 0 &&
-            *partial)
-            (void)loom_buf_printf(out, "\nPartial answer: %s", partial);
-        if (rc == 0)
-            rc = LOOM_ERROR;
+        rc = loom__sub_failure(out, p->agent, t, crc);
     }
     loom_turn_free(t);
     return rc;

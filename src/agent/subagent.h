@@ -104,6 +104,23 @@ int loom__agent_tool_add(loom_tool_registry *reg, loom_session *s,
  */
 int loom__tool_is_agent(const loom_tool *tool);
 
+/*
+ * Runs a child turn for a tool call (ctx, on its thread), as the
+ * sub-agent tool does: checks the tree's limits (a refusal is written to
+ * out and its code returned: the call's error), starts o (of session s,
+ * o->agent named; user, keys and cancel come from ctx; any_session: s
+ * need not be the tree's), runs it on this thread, leaves its report on
+ * the call's host and passes its documents and cost to the call. When it
+ * ran, 0 is returned whatever its outcome: *child_out is the child (the
+ * caller's reference) and *child_rc loom_turn_execute's answer.
+ */
+int loom__sub_run(const loom_tool_ctx *ctx, loom_session *s, int any_session,
+                  loom_turn_options *o, loom_buf *out, loom_turn **child_out,
+                  int *child_rc);
+/* A failed child (rc its answer) as the call's error in out: "agent 'x'
+ * failed: ..." with its partial answer. Returns the call's code. */
+int loom__sub_failure(loom_buf *out, const char *agent, loom_turn *t, int rc);
+
 /* ---- usage in the full shape ------------------------------------------ */
 
 /* u and its priced/unpriced call counts as a full usage object. */
