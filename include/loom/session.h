@@ -296,6 +296,12 @@ typedef struct {
     const loom_tool_def *client_tools;
     size_t client_tools_len;
     /*
+     * A research agent's settings for this turn (docs/research.md): an
+     * object of the `research:` section's keys, over the config's;
+     * copied. NULL: none. Given for another agent: LOOM_EINVALID.
+     */
+    const json_t *research;
+    /*
      * Where events go, after the recorder and the log: every event, the
      * final one only once the turn is stored. A non-zero return cancels
      * the turn. emit may be NULL.

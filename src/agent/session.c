@@ -26,6 +26,7 @@
 #include "loom/session.h"
 #include "agent/model_opts.h"
 #include "agent/prompt.h"
+#include "agent/research.h"
 #include "agent/run_internal.h"
 #include "agent/session_internal.h"
 #include "agent/subagent.h"
@@ -145,6 +146,9 @@ struct loom_turn {
     int create_conversation;
     int load_history;
     loom_run *lr;
+    /* A research turn's research (research.h): freed after the run. */
+    loom__research *research;
+    json_t *research_opts; /* the request's research overrides, or NULL */
     loom_recorder *rec;
     loom_sink sink; /* the caller's */
     void (*ending)(loom_turn *t, void *payload);
@@ -595,6 +599,8 @@ static void turn_free(loom_turn *t)
     free(t->store_error);
     loom_recorder_free(t->rec);
     loom_run_free(t->lr);
+    loom__research_free(t->research);
+    json_decref(t->research_opts);
     free(t->stored_summary);
     json_decref(t->stored_plan);
     free(t->memories);
@@ -1473,6 +1479,10 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
         (rc = use_data_policy(t->rec, agent)) != 0)
         return rc;
     ro.sink = loom_recorder_sink(t->rec);
+    if (agent && agent->research &&
+        (rc = loom__research_new(&t->research, s, s->cfg, t->research_opts,
+                                 &ro)) != 0)
+        return rc;
     t->ro = ro;
     return 0;
 }
@@ -1524,6 +1534,42 @@ static int pick_agent(loom_turn *t, const loom_turn_options *o, char **model)
     if (!named && !o->no_agent && s->cfg->default_agent)
         named = loom_config_agent(s->cfg, s->cfg->default_agent);
     t->agent_cfg = named;
+    return 0;
+}
+
+/*
+ * A research turn's overrides (checked here, so a bad one fails the
+ * request) and its supervisor model when the request names none: the
+ * overrides' `model`, else the research section's, else the agent's.
+ */
+static int research_model(loom_turn *t, const loom_turn_options *o,
+                          char **model)
+{
+    const json_t *m;
+    const char *name;
+    const loom_agent_config *named = NULL;
+    int rc;
+
+    if (!o->research)
+        ;
+    else if (!t->agent_cfg || !t->agent_cfg->research)
+        return loom__error_set(LOOM_EINVALID,
+                               "research options are for research agents "
+                               "(such as " LOOM_RESEARCH_AGENT ")");
+    else if ((rc = loom__research_check_overrides(o->research)) != 0 ||
+             !(t->research_opts = json_deep_copy(o->research)))
+        return rc ? rc : loom__error_oom();
+    if (*model || !t->agent_cfg || !t->agent_cfg->research)
+        return 0;
+    m = json_object_get(o->research, "model");
+    name = m ? json_string_value(m) : t->s->cfg->research.model;
+    if (!name)
+        return 0;
+    if ((rc = loom_session_resolve_model(t->s, name, &named, model)) != 0)
+        return rc;
+    if (named)
+        return loom__error_set(LOOM_EINVALID,
+                               "research.model: '%s' names an agent", name);
     return 0;
 }
 
@@ -1627,7 +1673,8 @@ static int turn_new(loom_turn **out, loom_session *s,
             goto fail;
         }
     }
-    if ((rc = pick_agent(t, o, &model)) != 0)
+    if ((rc = pick_agent(t, o, &model)) != 0 ||
+        (rc = research_model(t, o, &model)) != 0)
         goto fail;
     if (o->run_id) {
         t->id = strdup(o->run_id);

@@ -1,0 +1,909 @@
+/*
+ * Research runs (research.h, docs/research.md): a supervisor that never
+ * searches itself, but plans, sends researchers out in parallel, decides
+ * when enough is known and has a cited report written.
+ *
+ * The supervisor is a run of loom's loop: every phase is one of its model
+ * calls, shaped by this file's hooks. prepare_call says what the next
+ * call is (the clarification check, the plan, a cycle with tool_choice
+ * required, the report without tools) and forces the report at the start
+ * of a cycle once the time, the cycles or the budget are spent;
+ * on_no_tool_calls reads each phase's outcome; on_tools_selected counts
+ * the cycle and announces parallel researchers; preprocess_tool_arguments
+ * refuses research_agent calls past max_parallel_researchers or the
+ * budget; special_tool renumbers a researcher's citations into the run's
+ * one numbering and notes failures for the report. The loop does the
+ * rest as for any run: streaming, tools in parallel, usage with the
+ * researchers', citations checked against the sources really found, the
+ * Sources list, storing.
+ *
+ * Threads: hooks run on the run's thread; research_agent calls run on
+ * their own threads and hand their results to special_tool through
+ * `done` under the mutex.
+ */
+#include "agent/research.h"
+#include "agent/citations.h"
+#include "agent/run_internal.h"
+#include "agent/subagent.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "loom/buf.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NOTE_MAX (64 * 1024)
+#define TASK_MAX (64 * 1024)
+/* Model calls a research run may make at most: its own limits end it
+ * long before (cycles, the one retry, free thinking turns). */
+#define MAX_CALLS 200
+
+#define NO_CLARIFICATION "NO_CLARIFICATION_NEEDED"
+
+#define SUPERVISOR_PROMPT                                                      \
+    "You lead a deep research effort. You never search yourself: you "         \
+    "plan, send researchers out with research_agent (one focused task "        \
+    "each; several calls in one turn run in parallel), think with "            \
+    "think_tool when useful, and call generate_report once the findings "      \
+    "answer the question well. Researchers' reports cite their sources "       \
+    "as [n]; keep those numbers."
+
+#define REASONING_PROMPT                                                       \
+    "You lead a deep research effort. You never search yourself: you "         \
+    "send researchers out with research_agent (one focused task each; "        \
+    "several calls in one turn run in parallel) and call generate_report "     \
+    "once the findings answer the question well. Researchers' reports "        \
+    "cite their sources as [n]; keep those numbers."
+
+#define CLARIFY_PROMPT                                                         \
+    "Before any research starts: if the request is too ambiguous to "          \
+    "research well, write one short clarifying question for the user and "     \
+    "nothing else. Otherwise answer exactly " NO_CLARIFICATION "."
+
+#define PLAN_PROMPT                                                            \
+    "Write the research plan: the questions to answer and the research "       \
+    "tasks that will answer them, as a short numbered list. Do not "           \
+    "answer the question yet."
+
+#define CYCLE_PROMPT                                                           \
+    "Current date: %s. Research cycle %d of at most %d. Call "                 \
+    "research_agent for the tasks still open, or generate_report when "        \
+    "the findings suffice."
+
+#define RETRY_PROMPT                                                           \
+    "You must call a tool: research_agent to research a task, or "             \
+    "generate_report. Call one now."
+
+#define REPORT_PROMPT                                                          \
+    "Write the final report now from the researchers' findings above, "        \
+    "in markdown, for the user's question. Cite sources with their "           \
+    "numbers as [n] right after the claims they support; cite only "           \
+    "numbers given above and never invent one. Do not write a list of "        \
+    "sources: it is added for you."
+
+typedef enum { PH_CLARIFY = 0, PH_PLAN, PH_CYCLE, PH_REPORT } phase;
+
+/* A research_agent call's outcome, from its thread to special_tool. */
+typedef struct done_call {
+    struct done_call *next;
+    char *call_id;
+    char *task;
+    char *text;        /* the report; NULL: failed */
+    json_t *citations; /* the researcher's cited sources */
+} done_call;
+
+struct loom__research {
+    loom_session *s; /* borrowed: the turn holds it */
+    loom_tool_registry *reg;
+    loom_agent_hooks hooks;
+    /* settings */
+    char *model, *researcher_model;
+    int max_cycles, parallel, searches, clarify;
+    long report_tokens, time_limit_s, max_tokens;
+    int64_t max_cost;
+    char **rtools; /* researcher tool names, NULL-ended */
+    size_t nrtools;
+    int reasoning;
+    char *prompt;
+    const char *non_iterative[1];
+    /* the run's state (its thread) */
+    int64_t started_ms;
+    phase ph;
+    int cycle;   /* cycles counted */
+    int retried; /* the one retry of cycle 1 */
+    int turn_calls, turn_started, researchers, failed;
+    long turn_base; /* the run's tokens when the last turn's calls began */
+    int turn_ran;   /* researchers that turn started */
+    long biggest_researcher, biggest_call;
+    const char *reason;
+    char *instructions;
+    loom_buf notes;
+    /* research_agent outcomes (any thread) */
+    pthread_mutex_t mu;
+    done_call *done;
+};
+
+/* ---- settings ------------------------------------------------------------ */
+
+static const char *const override_keys[] = {"model",
+                                            "researcher_model",
+                                            "max_cycles",
+                                            "max_cycles_reasoning",
+                                            "max_parallel_researchers",
+                                            "researcher_max_searches",
+                                            "report_max_tokens",
+                                            "time_limit_s",
+                                            "clarify",
+                                            "min_context_tokens",
+                                            "researcher_tools",
+                                            "max_cost_usd",
+                                            "max_tokens",
+                                            NULL};
+
+/* A positive integer override in [lo, hi], or 0 when absent. */
+static int int_key(const json_t *o, const char *key, long lo, long hi,
+                   long *out)
+{
+    const json_t *v = json_object_get(o, key);
+
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo ||
+        json_integer_value(v) > hi)
+        return loom__error_set(LOOM_EINVALID,
+                               "research.%s: must be an integer from %ld to "
+                               "%ld",
+                               key, lo, hi);
+    *out = (long)json_integer_value(v);
+    return 0;
+}
+
+int loom__research_check_overrides(const json_t *o)
+{
+    const char *key;
+    json_t *v;
+    long x;
+    int rc = 0;
+
+    if (!o)
+        return 0;
+    if (!json_is_object(o))
+        return loom__error_set(LOOM_EINVALID, "research: must be an object");
+    json_object_foreach((json_t *)o, key, v)
+    {
+        size_t i = 0;
+        while (override_keys[i] && strcmp(override_keys[i], key) != 0)
+            i++;
+        if (!override_keys[i])
+            return loom__error_set(LOOM_EINVALID,
+                                   "research.%s: unknown key (see "
+                                   "docs/research.md)",
+                                   key);
+    }
+    if ((rc = int_key(o, "max_cycles", 1, 100, &x)) ||
+        (rc = int_key(o, "max_cycles_reasoning", 1, 100, &x)) ||
+        (rc = int_key(o, "max_parallel_researchers", 1, 64, &x)) ||
+        (rc = int_key(o, "researcher_max_searches", 1, 50, &x)) ||
+        (rc = int_key(o, "report_max_tokens", 100, 1000000000L, &x)) ||
+        (rc = int_key(o, "time_limit_s", 1, 7L * 86400, &x)) ||
+        (rc = int_key(o, "min_context_tokens", 0, 1000000000L, &x)) ||
+        (rc = int_key(o, "max_tokens", 0, 1L << 40, &x)))
+        return rc;
+    v = json_object_get(o, "clarify");
+    if (v && !json_is_boolean(v))
+        return loom__error_set(LOOM_EINVALID, "research.clarify: must be "
+                                              "true or false");
+    v = json_object_get(o, "max_cost_usd");
+    if (v && (!json_is_number(v) || json_number_value(v) < 0))
+        return loom__error_set(LOOM_EINVALID, "research.max_cost_usd: must "
+                                              "be a number of dollars >= 0");
+    for (const char *const *k =
+             (const char *const[]){"model", "researcher_model", NULL};
+         *k; k++)
+        if ((v = json_object_get(o, *k)) && !json_is_string(v))
+            return loom__error_set(LOOM_EINVALID,
+                                   "research.%s: must be a model name", *k);
+    v = json_object_get(o, "researcher_tools");
+    if (v) {
+        size_t i;
+        json_t *t;
+        if (!json_is_array(v))
+            return loom__error_set(LOOM_EINVALID, "research.researcher_tools:"
+                                                  " must be a list of tool "
+                                                  "names");
+        json_array_foreach(v, i, t) if (
+            !json_is_string(t)) return loom__error_set(LOOM_EINVALID,
+                                                       "research.researcher_"
+                                                       "tools[%zu]: must be "
+                                                       "a tool name",
+                                                       i);
+    }
+    return 0;
+}
+
+static int dup_opt(char **out, const char *s)
+{
+    *out = NULL;
+    return s && !(*out = strdup(s)) ? loom__error_oom() : 0;
+}
+
+/* The researcher's tools: web_search, web_fetch and the extra ones. */
+static int researcher_tools(loom__research *r, const loom_research_config *c,
+                            const json_t *o)
+{
+    const json_t *list = json_object_get(o, "researcher_tools");
+    size_t n = list ? json_array_size(list) : c->researcher_tools_len;
+
+    if (!n)
+        return 0;
+    if (!(r->rtools = calloc(n + 3, sizeof(*r->rtools))))
+        return loom__error_oom();
+    r->rtools[r->nrtools++] = strdup("web_search");
+    r->rtools[r->nrtools++] = strdup("web_fetch");
+    for (size_t i = 0; i < n; i++)
+        r->rtools[r->nrtools++] =
+            strdup(list ? json_string_value(json_array_get(list, i))
+                        : c->researcher_tools[i]);
+    for (size_t i = 0; i < r->nrtools; i++)
+        if (!r->rtools[i])
+            return loom__error_oom();
+    return 0;
+}
+
+static int settings(loom__research *r, const loom_research_config *c,
+                    const json_t *o, long window)
+{
+    long cycles = c->max_cycles, cycles_r = c->max_cycles_reasoning;
+    long par = c->max_parallel_researchers, srch = c->researcher_max_searches;
+    long min_ctx = c->min_context_tokens;
+    const json_t *v;
+    int rc;
+
+    r->report_tokens = c->report_max_tokens;
+    r->time_limit_s = c->time_limit_s;
+    r->max_tokens = c->max_tokens;
+    r->max_cost = c->max_cost_micros;
+    r->clarify = c->clarify;
+    if ((rc = loom__research_check_overrides(o)) != 0)
+        return rc;
+    (void)int_key(o, "max_cycles", 1, 100, &cycles);
+    (void)int_key(o, "max_cycles_reasoning", 1, 100, &cycles_r);
+    (void)int_key(o, "max_parallel_researchers", 1, 64, &par);
+    (void)int_key(o, "researcher_max_searches", 1, 50, &srch);
+    (void)int_key(o, "report_max_tokens", 100, 1000000000L, &r->report_tokens);
+    (void)int_key(o, "time_limit_s", 1, 7L * 86400, &r->time_limit_s);
+    (void)int_key(o, "min_context_tokens", 0, 1000000000L, &min_ctx);
+    (void)int_key(o, "max_tokens", 0, 1L << 40, &r->max_tokens);
+    if ((v = json_object_get(o, "clarify")))
+        r->clarify = json_is_true(v);
+    if ((v = json_object_get(o, "max_cost_usd")))
+        r->max_cost = (int64_t)(json_number_value(v) * 1e6 + 0.5);
+    r->max_cycles = (int)(r->reasoning ? cycles_r : cycles);
+    r->parallel = (int)par;
+    r->searches = (int)srch;
+    if (window > 0 && window < min_ctx)
+        return loom__error_set(LOOM_EINVALID,
+                               "research needs a model with a context window "
+                               "of at least %ld tokens (research."
+                               "min_context_tokens); this one has %ld",
+                               min_ctx, window);
+    v = json_object_get(o, "model");
+    if ((rc = dup_opt(&r->model, v ? json_string_value(v) : c->model)) != 0)
+        return rc;
+    v = json_object_get(o, "researcher_model");
+    if ((rc = dup_opt(&r->researcher_model,
+                      v ? json_string_value(v) : c->researcher_model)) != 0)
+        return rc;
+    return researcher_tools(r, c, o);
+}
+
+/* ---- the tools ----------------------------------------------------------- */
+
+static void done_free(done_call *d)
+{
+    if (!d)
+        return;
+    free(d->call_id);
+    free(d->task);
+    free(d->text);
+    json_decref(d->citations);
+    free(d);
+}
+
+/* Hands a call's outcome to special_tool (best effort: without it the
+ * result stays as the researcher wrote it). */
+static void keep_done(loom__research *r, const char *call_id, const char *task,
+                      const loom_run *run, int ok)
+{
+    done_call *d = calloc(1, sizeof(*d));
+
+    if (!d || !(d->call_id = strdup(call_id ? call_id : "")) ||
+        !(d->task = strdup(task)) ||
+        (ok && !(d->text = strdup(loom_run_text(run))))) {
+        done_free(d);
+        return;
+    }
+    if (ok && loom_run_citations(run))
+        d->citations = json_deep_copy(loom_run_citations(run));
+    pthread_mutex_lock(&r->mu);
+    d->next = r->done;
+    r->done = d;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static done_call *take_done(loom__research *r, const char *call_id)
+{
+    done_call **p, *d = NULL;
+
+    pthread_mutex_lock(&r->mu);
+    for (p = &r->done; *p; p = &(*p)->next)
+        if (strcmp((*p)->call_id, call_id ? call_id : "") == 0) {
+            d = *p;
+            *p = d->next;
+            break;
+        }
+    pthread_mutex_unlock(&r->mu);
+    return d;
+}
+
+/* research_agent {task}: one researcher sub-agent on the task. */
+static int research_agent(const json_t *args, const loom_tool_ctx *ctx,
+                          loom_buf *out, void *payload)
+{
+    loom__research *r = payload;
+    const char *task = json_string_value(json_object_get(args, "task"));
+    loom_turn_options o = LOOM_TURN_OPTIONS_INIT;
+    loom_messages in = {0};
+    loom_turn *t = NULL;
+    const loom_run *run;
+    int rc, crc;
+
+    if (!task || !*task || strlen(task) > TASK_MAX) {
+        loom_buf_clear(out);
+        (void)loom_buf_printf(out, "research_agent needs a task (a string "
+                                   "of at most 64 KiB)");
+        return LOOM_EINVALID;
+    }
+    if ((rc = loom_messages_add(&in, LOOM_ROLE_USER, task)) != 0)
+        return rc;
+    o.agent = LOOM_RESEARCHER_AGENT;
+    o.model = r->researcher_model;
+    o.max_iterations = r->searches + 1;
+    o.max_output_tokens = r->report_tokens;
+    o.input = &in;
+    if (r->nrtools) {
+        o.tool_names = (const char *const *)r->rtools;
+        o.tool_names_len = r->nrtools;
+        o.tool_names_set = 1;
+    }
+    rc = loom__sub_run(ctx, r->s, 0, &o, out, &t, &crc);
+    loom_messages_free(&in);
+    if (rc != 0)
+        return rc;
+    run = loom_turn_run(t);
+    if (crc == 0 && run) {
+        keep_done(r, ctx->call_id, task, run, 1);
+        loom_buf_clear(out);
+        rc = loom_buf_printf(out, "%s", loom_run_text(run));
+    } else {
+        keep_done(r, ctx->call_id, task, run, 0);
+        rc = loom__sub_failure(out, LOOM_RESEARCHER_AGENT, t, crc);
+    }
+    loom_turn_free(t);
+    return rc;
+}
+
+static int think_tool(const json_t *args, const loom_tool_ctx *ctx,
+                      loom_buf *out, void *payload)
+{
+    (void)args;
+    (void)ctx;
+    (void)payload;
+    return loom_buf_printf(out, "Acknowledged, please continue.");
+}
+
+static int generate_report(const json_t *args, const loom_tool_ctx *ctx,
+                           loom_buf *out, void *payload)
+{
+    (void)args;
+    (void)ctx;
+    (void)payload;
+    return loom_buf_printf(out, "The report is written next.");
+}
+
+static int add_tool(loom_tool_registry *reg, const char *name, const char *desc,
+                    const char *schema, loom_tool_execute_fn fn, void *payload)
+{
+    loom_tool t = LOOM_TOOL_INIT;
+    json_t *params = json_loads(schema, 0, NULL);
+    int rc;
+
+    if (!params)
+        return loom__error_oom();
+    t.name = name;
+    t.description = desc;
+    t.parameters = params;
+    t.execute = fn;
+    t.payload = payload;
+    rc = loom_tool_registry_add(reg, &t);
+    json_decref(params);
+    return rc;
+}
+
+static int make_tools(loom__research *r)
+{
+    int rc;
+
+    if ((rc = loom_tool_registry_new(&r->reg)) != 0)
+        return rc;
+    if ((rc = add_tool(
+             r->reg, "research_agent",
+             "Sends a researcher out on one focused research task; it "
+             "searches and reads the web and returns a report citing its "
+             "sources as [n].",
+             "{\"type\":\"object\",\"properties\":{\"task\":{\"type\":"
+             "\"string\",\"description\":\"The task, with what the "
+             "researcher needs to know.\"}},\"required\":[\"task\"]}",
+             research_agent, r)) != 0 ||
+        (rc = add_tool(r->reg, "generate_report",
+                       "Ends the research: the final report is written "
+                       "from the findings.",
+                       "{\"type\":\"object\",\"properties\":{\"instructions\":"
+                       "{\"type\":\"string\",\"description\":\"What the "
+                       "report should stress (optional).\"}}}",
+                       generate_report, r)) != 0)
+        return rc;
+    if (r->reasoning)
+        return 0;
+    return add_tool(r->reg, "think_tool",
+                    "Think about the findings and the next step; costs no "
+                    "research cycle.",
+                    "{\"type\":\"object\",\"properties\":{\"thought\":{"
+                    "\"type\":\"string\"}},\"required\":[\"thought\"]}",
+                    think_tool, r);
+}
+
+/* ---- the hooks ----------------------------------------------------------- */
+
+static loom_run *run_of(const loom_agent_state *st)
+{
+    /* The hooks of research.c are the run's own code. */
+    return (loom_run *)st->run;
+}
+
+/* What the run spent so far, and whether one more unit of est tokens
+ * would pass the budget. */
+static int over_budget(const loom__research *r, const loom_run *run, long more)
+{
+    const loom_usage *u = loom_run_usage(run);
+    long spent = u->total_tokens;
+
+    if (r->max_tokens > 0 && spent + more > r->max_tokens)
+        return 1;
+    if (r->max_cost > 0 && spent > 0 && loom_run_cost_known(run)) {
+        int64_t est = u->cost_micros + u->cost_micros * more / spent;
+        if (est > r->max_cost)
+            return 1;
+    }
+    return 0;
+}
+
+/* The worst a supervisor call and a researcher may spend, from the
+ * biggest seen so far (before any: the report limit). */
+static long call_estimate(const loom__research *r)
+{
+    return r->biggest_call > 0 ? r->biggest_call : r->report_tokens;
+}
+
+static long researcher_estimate(const loom__research *r)
+{
+    return r->biggest_researcher > 0
+               ? r->biggest_researcher
+               : (long)(r->searches + 1) * r->report_tokens;
+}
+
+static void force_report(loom__research *r, const char *reason)
+{
+    r->ph = PH_REPORT;
+    r->reason = reason;
+}
+
+static int holds_answer(const loom_messages *m)
+{
+    for (size_t i = 0; i < m->len; i++)
+        if (m->items[i].role == LOOM_ROLE_ASSISTANT)
+            return 1;
+    return 0;
+}
+
+static void prepare_call(const loom_agent_state *st, loom_call_setup *call,
+                         void *payload)
+{
+    loom__research *r = payload;
+    loom_run *run = run_of(st);
+    char date[32];
+    time_t now = time(NULL);
+    struct tm tm;
+
+    if (r->turn_ran > 0) {
+        /* What the last turn's researchers spent, each: the estimate of
+         * the next ones keeps the biggest. */
+        long each =
+            (loom_run_usage(run)->total_tokens - r->turn_base) / r->turn_ran;
+        if (each > r->biggest_researcher)
+            r->biggest_researcher = each;
+        r->turn_ran = 0;
+    }
+    if (st->iteration == 0) {
+        r->started_ms = loom__mono_ms();
+        r->ph =
+            r->clarify && !holds_answer(st->messages) ? PH_CLARIFY : PH_PLAN;
+    }
+    if (r->ph == PH_CYCLE && st->iteration > 0) {
+        if (loom__mono_ms() - r->started_ms >= r->time_limit_s * 1000)
+            force_report(r, "time_limit");
+        else if (r->cycle >= r->max_cycles)
+            force_report(r, "cycle_limit");
+        else if (over_budget(r, run, call_estimate(r)))
+            force_report(r, "budget");
+    }
+    switch (r->ph) {
+    case PH_CLARIFY:
+        call->tools = 0;
+        call->text_event = -1;
+        (void)loom_buf_printf(call->note, "%s", CLARIFY_PROMPT);
+        return;
+    case PH_PLAN:
+        call->tools = 0;
+        call->text_event = LOOM_EV_RESEARCH_PLAN;
+        (void)loom_buf_printf(call->note, "%s", PLAN_PROMPT);
+        return;
+    case PH_CYCLE:
+        gmtime_r(&now, &tm);
+        strftime(date, sizeof(date), "%Y-%m-%d", &tm);
+        call->tool_required = 1;
+        call->text_event = LOOM_EV_REASONING_DELTA;
+        (void)loom_buf_printf(call->note, CYCLE_PROMPT, date, r->cycle + 1,
+                              r->max_cycles);
+        loom__run_emit(run, LOOM_EV_RESEARCH_CYCLE,
+                       json_pack("{s:i,s:i}", "cycle", r->cycle + 1,
+                                 "max_cycles", r->max_cycles));
+        return;
+    case PH_REPORT:
+        call->tools = 0;
+        call->max_output_tokens = r->report_tokens;
+        (void)loom_buf_printf(call->note, "%s", REPORT_PROMPT);
+        if (r->instructions)
+            (void)loom_buf_printf(call->note, "\n\nInstructions: %s",
+                                  r->instructions);
+        return;
+    }
+}
+
+/* The run.completed fields of a research run. */
+static void complete(loom__research *r, loom_run *run)
+{
+    (void)loom__run_complete_with(
+        run, "research",
+        json_pack("{s:i,s:i,s:i,s:i}", "cycles", r->cycle, "max_cycles",
+                  r->max_cycles, "researchers", r->researchers, "failed",
+                  r->failed));
+    if (r->reason)
+        (void)loom__run_complete_with(run, "report_reason",
+                                      json_string(r->reason));
+}
+
+static int on_no_tool_calls(const loom_agent_state *st,
+                            loom_no_calls_reason reason,
+                            const loom_tool_call *calls, size_t ncalls,
+                            loom_buf *message, void *payload)
+{
+    loom__research *r = payload;
+    loom_run *run = run_of(st);
+    const char *text = loom__run_turn_text(run);
+
+    (void)calls;
+    (void)ncalls;
+    if (reason != LOOM_NO_CALLS_GENERATED)
+        return 0;
+    switch (r->ph) {
+    case PH_CLARIFY:
+        if (!*text || strstr(text, NO_CLARIFICATION)) {
+            r->ph = PH_PLAN;
+            return 1;
+        }
+        /* The question is the answer; its text was not streamed. */
+        loom__run_emit(run, LOOM_EV_MESSAGE_DELTA,
+                       json_pack("{s:s}", "delta", text));
+        (void)loom__run_complete_with(run, "status",
+                                      json_string("needs_input"));
+        (void)loom__run_complete_with(
+            run, "research", json_pack("{s:s}", "phase", "clarification"));
+        return 0;
+    case PH_PLAN:
+        r->ph = PH_CYCLE;
+        return 1;
+    case PH_CYCLE:
+        if (r->cycle == 0 && !r->retried) {
+            r->retried = 1;
+            (void)loom_buf_printf(message, "%s", RETRY_PROMPT);
+            return 1;
+        }
+        if (r->cycle == 0) {
+            loom__run_hook_fail(run, "research failed: the supervisor model "
+                                     "called no tool in its first cycle, "
+                                     "even when asked again");
+            return 0;
+        }
+        force_report(r, "no_tool_calls");
+        return 1;
+    case PH_REPORT:
+        complete(r, run);
+        if (r->notes.len)
+            (void)loom_buf_printf(message, "\n\n## Notes\n%s",
+                                  loom_buf_cstr(&r->notes));
+        return 0;
+    }
+    return 0;
+}
+
+static void on_tools_selected(const loom_agent_state *st,
+                              const loom_tool_call *calls, size_t n,
+                              void *payload)
+{
+    loom__research *r = payload;
+    loom_run *run = run_of(st);
+    int counts = 0;
+
+    r->turn_calls = 0;
+    r->turn_started = 0;
+    r->turn_base = loom_run_usage(run)->total_tokens;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = calls[i].name;
+        if (strcmp(name, "research_agent") == 0) {
+            r->turn_calls++;
+            counts = 1;
+        } else if (strcmp(name, "generate_report") == 0) {
+            json_t *a = json_loads(
+                calls[i].arguments ? calls[i].arguments : "{}", 0, NULL);
+            const char *ins =
+                json_string_value(json_object_get(a, "instructions"));
+            free(r->instructions);
+            r->instructions = ins && *ins ? strdup(ins) : NULL;
+            json_decref(a);
+            counts = 1;
+            force_report(r, "requested");
+        } else if (strcmp(name, "think_tool") == 0) {
+            json_t *a = json_loads(
+                calls[i].arguments ? calls[i].arguments : "{}", 0, NULL);
+            const char *th = json_string_value(json_object_get(a, "thought"));
+            if (th)
+                loom__run_emit(run, LOOM_EV_REASONING_DELTA,
+                               json_pack("{s:s}", "delta", th));
+            json_decref(a);
+        } else {
+            counts = 1;
+        }
+    }
+    if (counts)
+        r->cycle++;
+    if (r->turn_calls > 1)
+        loom__run_emit(
+            run, LOOM_EV_RESEARCH_BRANCH,
+            json_pack("{s:i,s:i,s:i}", "cycle", r->cycle, "researchers",
+                      r->turn_calls < r->parallel ? r->turn_calls : r->parallel,
+                      "calls", r->turn_calls));
+}
+
+static loom_args_action preprocess(const loom_agent_state *st,
+                                   const loom_tool_call *call, json_t **args,
+                                   loom_buf *error, void *payload)
+{
+    loom__research *r = payload;
+    long reserved;
+
+    (void)args;
+    if (strcmp(call->name, "research_agent") != 0)
+        return LOOM_ARGS_DEFAULT;
+    if (r->turn_started >= r->parallel) {
+        (void)loom_buf_printf(
+            error,
+            "not run: at most %d research_agent calls run in one cycle "
+            "(max_parallel_researchers). Call it again in the next cycle "
+            "if it is still needed.",
+            r->parallel);
+        return LOOM_ARGS_FAIL;
+    }
+    reserved = (long)(r->turn_started + 1) * researcher_estimate(r);
+    if (over_budget(r, st->run, reserved)) {
+        (void)loom_buf_printf(error, "not run: the research budget would be "
+                                     "passed. The report is written from "
+                                     "what was found.");
+        force_report(r, "budget");
+        return LOOM_ARGS_FAIL;
+    }
+    r->turn_started++;
+    r->turn_ran++;
+    r->researchers++;
+    return LOOM_ARGS_DEFAULT;
+}
+
+/* Rewrites the researcher's [n] to the run's numbers (map: its sources'
+ * numbers by its own). */
+static char *renumber(const char *text, const size_t *map, size_t nmap)
+{
+    loom_buf b = LOOM_BUF_INIT(4 * strlen(text) + 64);
+    const char *p = text;
+
+    while (*p) {
+        size_t n = 0, k = 0;
+        if (*p == '[') {
+            while (k < 3 && p[1 + k] >= '0' && p[1 + k] <= '9') {
+                n = n * 10 + (size_t)(p[1 + k] - '0');
+                k++;
+            }
+            if (k && p[1 + k] == ']' && n > 0 && n <= nmap && map[n - 1]) {
+                if (loom_buf_printf(&b, "[%zu]", map[n - 1]) != 0)
+                    break;
+                p += k + 2;
+                continue;
+            }
+        }
+        if (loom_buf_putc(&b, *p) != 0)
+            break;
+        p++;
+    }
+    if (*p) {
+        loom_buf_free(&b);
+        return NULL;
+    }
+    return b.ptr ? loom_buf_detach(&b) : strdup("");
+}
+
+/* A researcher's result: its sources numbered in the run's map (the
+ * annotation after the result shows the same numbers) and its markers
+ * rewritten to them; a failure goes to the report's notes. */
+static void special_tool(const loom_agent_state *st, const loom_tool_call *call,
+                         int failed, const char *result, loom_special_tool *out,
+                         void *payload)
+{
+    loom__research *r = payload;
+    struct loom__citations *map = loom__run_citation_map(st->run);
+    done_call *d;
+    size_t *nums = NULL, nmax = 0, i;
+    json_t *c;
+    char *text;
+
+    if (strcmp(call->name, "research_agent") != 0)
+        return;
+    d = take_done(r, call->id);
+    if (failed) {
+        r->failed++;
+        (void)loom_buf_printf(
+            &r->notes, "- A researcher failed%s%s%s: %.300s\n",
+            d ? " on \"" : "", d ? d->task : "", d ? "\"" : "", result);
+        done_free(d);
+        return;
+    }
+    if (!d || !map || !d->text) {
+        done_free(d);
+        return;
+    }
+    json_array_foreach(d->citations, i, c)
+    {
+        size_t n = (size_t)json_integer_value(json_object_get(c, "number"));
+        if (n > nmax)
+            nmax = n;
+    }
+    if (nmax && nmax < 1000 && (nums = calloc(nmax, sizeof(*nums)))) {
+        json_array_foreach(d->citations, i, c)
+        {
+            size_t n = (size_t)json_integer_value(json_object_get(c, "number"));
+            size_t g = 0;
+            if (n && loom__citations_add(map, c, call->id, &g) == 0)
+                nums[n - 1] = g;
+        }
+        if ((text = renumber(d->text, nums, nmax))) {
+            (void)loom_buf_printf(out->result, "%s", text);
+            free(text);
+        }
+    }
+    free(nums);
+    done_free(d);
+}
+
+/* The biggest researcher and supervisor call so far, for estimates. */
+static void calculate_usage(const loom_agent_state *st, const loom_usage *call,
+                            loom_usage *out, void *payload)
+{
+    loom__research *r = payload;
+
+    (void)st;
+    (void)out;
+    if (call->total_tokens > r->biggest_call)
+        r->biggest_call = call->total_tokens;
+}
+
+/* ---- making one ---------------------------------------------------------- */
+
+int loom__research_new(loom__research **out, loom_session *s,
+                       const loom_config *cfg, const json_t *overrides,
+                       loom_run_options *ro)
+{
+    loom__research *r = calloc(1, sizeof(*r));
+    int rc;
+
+    *out = NULL;
+    if (!r)
+        return loom__error_oom();
+    pthread_mutex_init(&r->mu, NULL);
+    loom_buf_init(&r->notes, NOTE_MAX);
+    r->s = s;
+    r->reasoning = ro->reasoning || ro->thinking_budget > 0 ||
+                   (ro->reasoning_effort && *ro->reasoning_effort);
+    if ((rc = settings(r, &cfg->research, overrides, ro->context.window)) !=
+            0 ||
+        (rc = make_tools(r)) != 0 ||
+        !(r->prompt =
+              strdup(r->reasoning ? REASONING_PROMPT : SUPERVISOR_PROMPT))) {
+        loom__research_free(r);
+        return rc ? rc : loom__error_oom();
+    }
+    r->hooks.version = LOOM_AGENT_HOOKS_VERSION;
+    r->hooks.payload = r;
+    r->hooks.prepare_call = prepare_call;
+    r->hooks.on_no_tool_calls = on_no_tool_calls;
+    r->hooks.on_tools_selected = on_tools_selected;
+    r->hooks.preprocess_tool_arguments = preprocess;
+    r->hooks.special_tool = special_tool;
+    r->hooks.calculate_usage = calculate_usage;
+    r->non_iterative[0] = "think_tool";
+    ro->tools = r->reg;
+    ro->tool_names = NULL;
+    ro->tool_names_len = 0;
+    ro->agent_hooks = &r->hooks;
+    ro->system_prompt = r->prompt;
+    ro->citations = 1;
+    ro->citations_sources_list = 1;
+    ro->max_iterations = MAX_CALLS;
+    ro->max_think_turns = MAX_CALLS;
+    ro->non_iterative_tools = r->non_iterative;
+    ro->non_iterative_tools_len = 1;
+    ro->tool_concurrency = r->parallel;
+    ro->parallel_tool_calls = LOOM_OPT_ON;
+    ro->tool_choice.kind = LOOM_TOOL_CHOICE_AUTO;
+    ro->tool_choice.function = NULL;
+    ro->planning = 0;
+    ro->think = 0;
+    ro->review.enabled = 0;
+    ro->handoffs = NULL;
+    ro->handoffs_len = 0;
+    ro->retry.max = 0;
+    *out = r;
+    return 0;
+}
+
+void loom__research_free(loom__research *r)
+{
+    if (!r)
+        return;
+    loom_tool_registry_free(r->reg);
+    while (r->done) {
+        done_call *d = r->done;
+        r->done = d->next;
+        done_free(d);
+    }
+    pthread_mutex_destroy(&r->mu);
+    loom_buf_free(&r->notes);
+    for (size_t i = 0; i < r->nrtools; i++)
+        free(r->rtools[i]);
+    free(r->rtools);
+    free(r->model);
+    free(r->researcher_model);
+    free(r->instructions);
+    free(r->prompt);
+    free(r);
+}

@@ -1,0 +1,41 @@
+/*
+ * Internal: research runs (docs/research.md).
+ *
+ * A research run is a run of the loop whose agent is research.c's: its
+ * hooks drive the phases (clarification, plan, supervisor cycles, the
+ * report) through the loop's model calls, and its own tools
+ * (research_agent, think_tool, generate_report) are what the supervisor
+ * may call. research_agent runs a researcher sub-agent per call, in
+ * parallel within one cycle. The session makes one research object per
+ * research turn and frees it with the turn.
+ */
+#ifndef LOOM_AGENT_RESEARCH_H
+#define LOOM_AGENT_RESEARCH_H
+
+#include "loom/run.h"
+#include "loom/session.h"
+
+typedef struct loom__research loom__research;
+
+/*
+ * Makes the research of one turn of session s and points ro (the turn's
+ * run options, already set up for the agent and model) at it: its
+ * system prompt, tools, hooks, limits and citations. Settings are cfg's
+ * `research` section with overrides (an object of the same keys; NULL:
+ * none) over it. A supervisor model whose context window (ro's; 0:
+ * unknown, allowed) is below min_context_tokens is refused.
+ * Errors: LOOM_EINVALID (a bad override key or value, a window too
+ * small: the message names the window and the minimum), LOOM_ENOMEM.
+ */
+int loom__research_new(loom__research **out, loom_session *s,
+                       const loom_config *cfg, const json_t *overrides,
+                       loom_run_options *ro);
+
+/* Frees it once the run is freed; NULL is a no-op. */
+void loom__research_free(loom__research *r);
+
+/* Checks per-request overrides (as loom__research_new would) without
+ * making anything: 0 or LOOM_EINVALID naming the key. */
+int loom__research_check_overrides(const json_t *overrides);
+
+#endif
