@@ -172,6 +172,17 @@ static void test_metadata_urls(void **state)
     assert_int_equal(loom__oauth_prm_urls("http://h:8/", u, 2), 1);
     assert_string_equal(u[0],
                         "http://h:8/.well-known/oauth-protected-resource");
+
+    /* A path so long that a well-known URL would not fit is refused,
+     * never cut. */
+    {
+        char longurl[LOOM_URL_MAX];
+        int n = snprintf(longurl, sizeof(longurl), "https://as.example/");
+        memset(longurl + n, 'a', sizeof(longurl) - (size_t)n - 20);
+        longurl[sizeof(longurl) - 20] = '\0';
+        assert_true(loom__oauth_metadata_urls(longurl, u, 3) < 0);
+        assert_true(loom__oauth_prm_urls(longurl, u, 2) < 0);
+    }
 }
 
 static void test_issuer_checks(void **state)

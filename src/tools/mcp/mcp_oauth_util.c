@@ -243,6 +243,20 @@ int loom__oauth_resource_ok(const char *resource, const char *server_url)
            (s.path[n] == '\0' || s.path[n] == '/');
 }
 
+/*
+ * One well-known URL into out: scheme://authority, then between (a
+ * well-known path, or the resource's path), then after. LOOM_EINVALID
+ * when it would not fit: a cut URL would ask the wrong server.
+ */
+static int well_known(char out[LOOM_URL_MAX], const loom_url_parts *u,
+                      const char *between, const char *after)
+{
+    int n = snprintf(out, LOOM_URL_MAX, "%s://%s%s%s", u->scheme, u->authority,
+                     between, after);
+
+    return n < 0 || n >= LOOM_URL_MAX ? LOOM_EINVALID : 0;
+}
+
 int loom__oauth_metadata_urls(const char *issuer, char urls[][LOOM_URL_MAX],
                               int cap)
 {
@@ -257,22 +271,18 @@ int loom__oauth_metadata_urls(const char *issuer, char urls[][LOOM_URL_MAX],
     while (n && u.path[n - 1] == '/')
         u.path[--n] = '\0';
     if (n) {
-        snprintf(urls[k++], LOOM_URL_MAX,
-                 "%s://%s/.well-known/oauth-authorization-server%s", u.scheme,
-                 u.authority, u.path);
-        snprintf(urls[k++], LOOM_URL_MAX,
-                 "%s://%s/.well-known/openid-configuration%s", u.scheme,
-                 u.authority, u.path);
-        snprintf(urls[k++], LOOM_URL_MAX,
-                 "%s://%s%s/.well-known/openid-configuration", u.scheme,
-                 u.authority, u.path);
-    } else {
-        snprintf(urls[k++], LOOM_URL_MAX,
-                 "%s://%s/.well-known/oauth-authorization-server", u.scheme,
-                 u.authority);
-        snprintf(urls[k++], LOOM_URL_MAX,
-                 "%s://%s/.well-known/openid-configuration", u.scheme,
-                 u.authority);
+        if (well_known(urls[k++], &u, "/.well-known/oauth-authorization-server",
+                       u.path) ||
+            well_known(urls[k++], &u, "/.well-known/openid-configuration",
+                       u.path) ||
+            well_known(urls[k++], &u, u.path,
+                       "/.well-known/openid-configuration"))
+            return LOOM_EINVALID;
+    } else if (well_known(urls[k++], &u,
+                          "/.well-known/oauth-authorization-server", "") ||
+               well_known(urls[k++], &u, "/.well-known/openid-configuration",
+                          "")) {
+        return LOOM_EINVALID;
     }
     return k;
 }
@@ -289,13 +299,11 @@ int loom__oauth_prm_urls(const char *server_url, char urls[][LOOM_URL_MAX],
     n = strlen(u.path);
     while (n && u.path[n - 1] == '/')
         u.path[--n] = '\0';
-    if (n)
-        snprintf(urls[k++], LOOM_URL_MAX,
-                 "%s://%s/.well-known/oauth-protected-resource%s", u.scheme,
-                 u.authority, u.path);
-    snprintf(urls[k++], LOOM_URL_MAX,
-             "%s://%s/.well-known/oauth-protected-resource", u.scheme,
-             u.authority);
+    if (n && well_known(urls[k++], &u, "/.well-known/oauth-protected-resource",
+                        u.path))
+        return LOOM_EINVALID;
+    if (well_known(urls[k++], &u, "/.well-known/oauth-protected-resource", ""))
+        return LOOM_EINVALID;
     return k;
 }
 
