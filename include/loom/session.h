@@ -372,18 +372,34 @@ int loom_turn_cancel(loom_turn *t);
  * Answers a tool call of the turn that waits for approval (its
  * approval.required event; docs/agents.md "Approval and progress"):
  * approve non-zero runs it, else it is denied with reason (may be NULL),
- * which the model reads. Safe from any thread, and from the turn's sink
- * while it handles approval.required (`loom run` asks there).
- * LOOM_ENOTFOUND when no call of that id waits (never asked, already
- * answered, timed out, or the turn is over); LOOM_EINVALID for a NULL
- * call_id.
+ * which the model reads. The call may be the turn's own or one of a
+ * sub-agent run below it (the event's run_id): the turn's own run is
+ * looked at first, then its live sub-agent runs. Safe from any thread,
+ * and from the turn's sink while it handles approval.required (`loom
+ * run` asks there). LOOM_ENOTFOUND when no call of that id waits (never
+ * asked, already answered, timed out, or its run is over); LOOM_EEXISTS
+ * when it waits in several sub-agent runs (loom_turn_approve_in tells
+ * them apart); LOOM_EINVALID for a NULL call_id.
  */
 int loom_turn_approve(loom_turn *t, const char *call_id, int approve,
                       const char *reason);
 
-/* Whether the turn waits for approval now (1) or not (0); safe from any
- * thread. A server keeps such a turn going when its client leaves. */
+/*
+ * loom_turn_approve for the call call_id of the run run_id: the turn's
+ * own, or one of its sub-agent runs still going (NULL: as
+ * loom_turn_approve). LOOM_ENOTFOUND also when run_id is neither.
+ */
+int loom_turn_approve_in(loom_turn *t, const char *run_id, const char *call_id,
+                         int approve, const char *reason);
+
+/* Whether the turn, or a sub-agent run below it, waits for approval now
+ * (1) or not (0); safe from any thread. A server keeps such a turn going
+ * when its client leaves. */
 int loom_turn_awaiting_approval(const loom_turn *t);
+
+/* Whether run_id is the turn's run or one of its sub-agent runs going on
+ * now (at any depth); safe from any thread. */
+int loom_turn_has_run(const loom_turn *t, const char *run_id);
 
 void loom_turn_ref(loom_turn *t);
 /* Drops a reference; NULL is a no-op. The last one frees the turn. */

@@ -141,6 +141,18 @@ size_t loom__approvals_waiting(loom__approvals *a)
     return w;
 }
 
+int loom__approvals_has(loom__approvals *a, const char *call_id)
+{
+    int has = 0;
+
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < a->n && !has; i++)
+        has = a->items[i].answer == -1 &&
+              strcmp(a->items[i].call_id, call_id) == 0;
+    pthread_mutex_unlock(&a->mu);
+    return has;
+}
+
 void loom__approvals_wait(loom__approvals *a, const loom_cancel *cancel,
                           double deadline)
 {

@@ -38,6 +38,8 @@ int loom__approvals_answer(loom__approvals *a, const char *call_id, int approve,
 
 /* Calls waiting for an answer now. Safe from any thread. */
 size_t loom__approvals_waiting(loom__approvals *a);
+/* Whether call_id waits for its answer now (1) or not (0). */
+int loom__approvals_has(loom__approvals *a, const char *call_id);
 
 /*
  * Waits until every added call is answered, cancel is set (polled) or

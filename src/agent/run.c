@@ -2845,6 +2845,11 @@ size_t loom_run_approvals_waiting(const loom_run *run)
     return run ? loom__approvals_waiting(run->approvals) : 0;
 }
 
+int loom__run_approval_waits(const loom_run *run, const char *call_id)
+{
+    return run && call_id && loom__approvals_has(run->approvals, call_id);
+}
+
 loom_run_status loom_run_status_get(const loom_run *run)
 {
     return run->status;

@@ -57,6 +57,9 @@ void loom__run_set_place(loom_run *run, struct loom__agent_tree *tree,
                          int depth, int count_sub_calls,
                          const loom_cancel *parent);
 
+/* Whether the run's call call_id waits for approval now; any thread. */
+int loom__run_approval_waits(const loom_run *run, const char *call_id);
+
 /*
  * What a finished run reports to the run whose sub-agent call started
  * it: {run_id, agent, status, usage (full, subagent.h, descendants

@@ -738,17 +738,41 @@ int loom_turn_cancel(loom_turn *t)
     return atomic_load(&t->phase) < PH_STORING;
 }
 
+/* The turn's own run first; else the live sub-agent runs below it (the
+ * tree knows them). */
+int loom_turn_approve_in(loom_turn *t, const char *run_id, const char *call_id,
+                         int approve, const char *reason)
+{
+    int rc;
+
+    if (!t || !call_id)
+        return loom__error_set(LOOM_EINVALID, "approve: no turn or call id");
+    if (!run_id || strcmp(run_id, t->id) == 0) {
+        rc = loom_run_approve(t->lr, call_id, approve, reason);
+        if (rc != LOOM_ENOTFOUND || run_id)
+            return rc;
+    }
+    return loom__agent_tree_approve(t->tree, t->id, run_id, call_id, approve,
+                                    reason);
+}
+
 int loom_turn_approve(loom_turn *t, const char *call_id, int approve,
                       const char *reason)
 {
-    if (!t)
-        return loom__error_set(LOOM_EINVALID, "approve: no turn");
-    return loom_run_approve(t->lr, call_id, approve, reason);
+    return loom_turn_approve_in(t, NULL, call_id, approve, reason);
 }
 
 int loom_turn_awaiting_approval(const loom_turn *t)
 {
-    return t && loom_run_approvals_waiting(t->lr) > 0;
+    return t && (loom_run_approvals_waiting(t->lr) > 0 ||
+                 loom__agent_tree_waiting(t->tree, t->id) > 0);
+}
+
+int loom_turn_has_run(const loom_turn *t, const char *run_id)
+{
+    return t && run_id &&
+           (strcmp(run_id, t->id) == 0 ||
+            loom__agent_tree_has(t->tree, t->id, run_id));
 }
 
 /* ---- the event log ------------------------------------------------------- */
@@ -1952,9 +1976,16 @@ int loom_turn_execute(loom_turn *t)
     if (!atomic_compare_exchange_strong(&t->phase, &expected, PH_PREPARING))
         return loom__error_set(LOOM_EINVALID, "the turn was executed already");
     t->started_ms = loom__unix_ms();
-    if ((prep = prepare(t, &op)) == 0) {
+    /* A sub-agent's run is live in its tree while it executes, so that
+     * answers to its approvals reach it. */
+    if ((prep = prepare(t, &op)) == 0 && t->depth > 0 &&
+        (prep = loom__agent_tree_join(t->tree, t->lr, t->parent_run_id)) != 0)
+        op = "build_run";
+    if (prep == 0) {
         atomic_store(&t->phase, PH_EXECUTING);
         rc = loom_run_execute(t->lr);
+        if (t->depth > 0)
+            loom__agent_tree_leave(t->tree, t->lr);
         atomic_store(&t->phase, PH_STORING);
         if (t->depth > 0) {
             /* A sub-agent's turn reports to its parent and ends as its

@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "loom/buf.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,12 @@
  * as a tool error the model reads. */
 #define SUB_TASK_MAX (256 * 1024)
 
+/* A sub-agent run executing now: borrowed while it is in the list. */
+typedef struct {
+    loom_run *run;
+    char *parent_id; /* the run whose call started it */
+} live_run;
+
 struct loom__agent_tree {
     atomic_int refs;
     loom_session *s;
@@ -39,6 +46,10 @@ struct loom__agent_tree {
     int max_sub_runs;
     atomic_int sub_runs;
     char *conversation_id; /* the top turn's, where children are stored */
+    /* the live sub-agent runs, in the order they started */
+    pthread_mutex_t mu;
+    live_run *live;
+    size_t nlive, caplive;
 };
 
 int loom__agent_tree_new(loom__agent_tree **out, loom_session *s, int max_depth,
@@ -51,6 +62,7 @@ int loom__agent_tree_new(loom__agent_tree **out, loom_session *s, int max_depth,
         return loom__error_oom();
     atomic_init(&t->refs, 1);
     atomic_init(&t->sub_runs, 0);
+    pthread_mutex_init(&t->mu, NULL);
     loom__session_ref(s);
     t->s = s;
     t->max_depth = max_depth > 0 ? max_depth : LOOM__SUB_DEFAULT_MAX_DEPTH;
@@ -73,6 +85,10 @@ void loom__agent_tree_free(loom__agent_tree *t)
         return;
     loom_session_free(t->s);
     free(t->conversation_id);
+    for (size_t i = 0; i < t->nlive; i++)
+        free(t->live[i].parent_id);
+    free(t->live);
+    pthread_mutex_destroy(&t->mu);
     free(t);
 }
 
@@ -108,6 +124,146 @@ int loom__agent_tree_max_runs(const loom__agent_tree *t)
 int loom__agent_tree_take_run(loom__agent_tree *t)
 {
     return atomic_fetch_add(&t->sub_runs, 1) < t->max_sub_runs;
+}
+
+/* ---- live runs --------------------------------------------------------- */
+
+int loom__agent_tree_join(loom__agent_tree *t, loom_run *run,
+                          const char *parent_id)
+{
+    char *pid = strdup(parent_id ? parent_id : "");
+    int rc = 0;
+
+    if (!pid)
+        return loom__error_oom();
+    pthread_mutex_lock(&t->mu);
+    if (t->nlive == t->caplive) {
+        size_t c = t->caplive ? t->caplive * 2 : 4;
+        live_run *p = realloc(t->live, c * sizeof(*p));
+        if (!p) {
+            rc = loom__error_oom();
+            goto out;
+        }
+        t->live = p;
+        t->caplive = c;
+    }
+    t->live[t->nlive].run = run;
+    t->live[t->nlive++].parent_id = pid;
+    pid = NULL;
+out:
+    pthread_mutex_unlock(&t->mu);
+    free(pid);
+    return rc;
+}
+
+void loom__agent_tree_leave(loom__agent_tree *t, const loom_run *run)
+{
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < t->nlive; i++) {
+        if (t->live[i].run != run)
+            continue;
+        free(t->live[i].parent_id);
+        memmove(&t->live[i], &t->live[i + 1],
+                (t->nlive - i - 1) * sizeof(t->live[0]));
+        t->nlive--;
+        break;
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* The live run of that id, or NULL. Under t->mu. */
+static const live_run *live_find(const loom__agent_tree *t, const char *id)
+{
+    for (size_t i = 0; i < t->nlive; i++)
+        if (strcmp(loom_run_id(t->live[i].run), id) == 0)
+            return &t->live[i];
+    return NULL;
+}
+
+/* Whether r was started, through any number of levels, by the run
+ * above (an id). Under t->mu. */
+static int live_below(const loom__agent_tree *t, const live_run *r,
+                      const char *above)
+{
+    /* A chain is at most as long as the list. */
+    for (size_t n = 0; r && n <= t->nlive; n++) {
+        if (strcmp(r->parent_id, above) == 0)
+            return 1;
+        r = live_find(t, r->parent_id);
+    }
+    return 0;
+}
+
+int loom__agent_tree_has(loom__agent_tree *t, const char *above,
+                         const char *run_id)
+{
+    const live_run *r;
+    int has;
+
+    if (!t || !above || !run_id)
+        return 0;
+    pthread_mutex_lock(&t->mu);
+    r = live_find(t, run_id);
+    has = r && live_below(t, r, above);
+    pthread_mutex_unlock(&t->mu);
+    return has;
+}
+
+size_t loom__agent_tree_waiting(loom__agent_tree *t, const char *above)
+{
+    size_t w = 0;
+
+    if (!t || !above)
+        return 0;
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < t->nlive; i++)
+        if (live_below(t, &t->live[i], above))
+            w += loom_run_approvals_waiting(t->live[i].run);
+    pthread_mutex_unlock(&t->mu);
+    return w;
+}
+
+int loom__agent_tree_approve(loom__agent_tree *t, const char *above,
+                             const char *run_id, const char *call_id,
+                             int approve, const char *reason)
+{
+    loom_run *found = NULL;
+    size_t n = 0;
+    int rc;
+
+    if (!t || !above)
+        return loom__error_set(LOOM_ENOTFOUND, "no sub-agent runs");
+    /* The approvals' lock is a leaf under t->mu: answering under it
+     * keeps the run from leaving meanwhile. */
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < t->nlive; i++) {
+        const live_run *r = &t->live[i];
+        if ((run_id && strcmp(loom_run_id(r->run), run_id) != 0) ||
+            !live_below(t, r, above))
+            continue;
+        if (run_id || loom__run_approval_waits(r->run, call_id)) {
+            found = r->run;
+            n++;
+        }
+    }
+    if (n == 1)
+        rc = loom_run_approve(found, call_id, approve, reason);
+    else if (n > 1)
+        rc = loom__error_set(LOOM_EEXISTS,
+                             "call '%s' waits for approval in %zu sub-agent "
+                             "runs of run %s: name the run",
+                             call_id, n, above);
+    else if (run_id)
+        rc = loom__error_set(LOOM_ENOTFOUND,
+                             "no sub-agent run %s is going on under run %s",
+                             run_id, above);
+    else
+        rc = loom__error_set(LOOM_ENOTFOUND,
+                             "no call '%s' waits for approval in run %s or "
+                             "its sub-agents",
+                             call_id, above);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
 }
 
 int loom__tool_host_init(loom__tool_host *h, const loom__run_place *p)

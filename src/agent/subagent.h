@@ -53,6 +53,33 @@ const char *loom__agent_tree_conversation(const loom__agent_tree *t);
  * thread. */
 int loom__agent_tree_take_run(loom__agent_tree *t);
 
+/*
+ * The tree's live sub-agent runs, so that an answer to a call waiting for
+ * approval reaches the run it belongs to (docs/agents.md "Approval and
+ * progress"). A child turn joins while its run executes, naming the run
+ * whose call started it (parent_id), and leaves before its run is freed:
+ * run is borrowed meanwhile. Thread-safe (children come and go on tool
+ * threads). Join: 0 or LOOM_ENOMEM.
+ */
+int loom__agent_tree_join(loom__agent_tree *t, loom_run *run,
+                          const char *parent_id);
+void loom__agent_tree_leave(loom__agent_tree *t, const loom_run *run);
+/* Whether run_id is a live run started, through any number of levels,
+ * by the run above (an id). */
+int loom__agent_tree_has(loom__agent_tree *t, const char *above,
+                         const char *run_id);
+/* How many calls of the live runs below above wait for approval. */
+size_t loom__agent_tree_waiting(loom__agent_tree *t, const char *above);
+/*
+ * loom_run_approve on a live run below above: the run run_id, or (run_id
+ * NULL) the one whose call call_id waits. LOOM_ENOTFOUND when no such
+ * run or call; LOOM_EEXISTS when call_id waits in several runs (run_id
+ * tells them apart); else what loom_run_approve says.
+ */
+int loom__agent_tree_approve(loom__agent_tree *t, const char *above,
+                             const char *run_id, const char *call_id,
+                             int approve, const char *reason);
+
 #define LOOM__SUB_DEFAULT_MAX_DEPTH 3
 #define LOOM__SUB_DEFAULT_MAX_RUNS 50
 
