@@ -553,16 +553,20 @@ static int cancel_run(srv_request *r)
 
 /*
  * The answer to a call waiting for approval: {"call_id", "approve",
- * "reason", "user"}. 400 for a malformed body, 404 for an unknown run or
- * one of another user (the body's `user` must be the run's), 409 when
- * that call does not wait (never asked, answered, timed out, run over).
+ * "reason", "user", "run_id"}. The path names the run or one of its
+ * sub-agent runs going on; the call is looked for in the run named
+ * (`run_id`, else a sub-agent run the path names), else in the run and
+ * then its sub-agent runs. 400 for a malformed body, 404 for an unknown
+ * run or one of another user (the body's `user` must be the run's), 409
+ * when that call does not wait (never asked, answered, timed out, run
+ * over) or waits in several sub-agent runs and no run is named.
  */
 static int input_run(srv_request *r)
 {
-    static const char *const known[] = {"call_id", "approve", "reason", "user",
-                                        NULL};
-    const json_t *b = r->json, *id, *ok, *why, *who;
-    const char *key, *user;
+    static const char *const known[] = {"call_id", "approve", "reason",
+                                        "user",    "run_id",  NULL};
+    const json_t *b = r->json, *id, *ok, *why, *who, *in;
+    const char *key, *user, *scope;
     json_t *val;
     srv_run *run;
     int rc;
@@ -584,6 +588,7 @@ static int input_run(srv_request *r)
     ok = json_object_get(b, "approve");
     why = json_object_get(b, "reason");
     who = json_object_get(b, "user");
+    in = json_object_get(b, "run_id");
     if (!json_is_string(id) || !json_string_length(id))
         return srv_reply_error(r, 400, NULL, "call_id", "invalid_value",
                                "`call_id` must be a non-empty string");
@@ -596,8 +601,17 @@ static int input_run(srv_request *r)
     if (who && !json_is_null(who) && !json_is_string(who))
         return srv_reply_error(r, 400, NULL, "user", "invalid_value",
                                "`user` must be a string");
-    if (!(run = path_run(r)))
+    if (in && !json_is_null(in) && !json_string_length(in))
+        return srv_reply_error(r, 400, NULL, "run_id", "invalid_value",
+                               "`run_id` must be a non-empty string");
+    /* A sub-agent's run is found through the run whose tree holds it. */
+    if ((run = srv_run_find_tree(r->srv, r->params[0])) != NULL)
+        set_run_headers(r, run);
+    else if (!(run = path_run(r)))
         return 0;
+    scope = json_string_value(in);
+    if (!scope && strcmp(srv_run_id(run), r->params[0]) != 0)
+        scope = r->params[0];
     user = srv_run_user(run);
     if ((user != NULL) != json_is_string(who) ||
         (user && strcmp(user, json_string_value(who)) != 0)) {
@@ -607,21 +621,28 @@ static int input_run(srv_request *r)
                                "memory for a while after they end)",
                                r->params[0]);
     }
-    rc = srv_run_approve(run, json_string_value(id), json_is_true(ok),
+    rc = srv_run_approve(run, scope, json_string_value(id), json_is_true(ok),
                          json_string_value(why));
     if (rc == LOOM_ENOTFOUND)
         rc = srv_reply_error(r, 409, NULL, "call_id", "not_waiting",
                              "call '%s' of run %s does not wait for "
                              "approval",
+                             json_string_value(id),
+                             scope ? scope : srv_run_id(run));
+    else if (rc == LOOM_EEXISTS)
+        rc = srv_reply_error(r, 409, NULL, "run_id", "ambiguous_call",
+                             "call '%s' waits for approval in several "
+                             "sub-agent runs of run %s: name one with "
+                             "`run_id`",
                              json_string_value(id), srv_run_id(run));
     else if (rc != 0)
         rc = srv_reply_loom_error(r, rc, NULL);
     else
-        rc = srv_reply_json(r, 200,
-                            json_pack("{s:s,s:s,s:s,s:b}", "id",
-                                      srv_run_id(run), "object", "run.input",
-                                      "call_id", json_string_value(id),
-                                      "approved", json_is_true(ok)));
+        rc = srv_reply_json(
+            r, 200,
+            json_pack("{s:s,s:s,s:s,s:b,s:s*}", "id", srv_run_id(run), "object",
+                      "run.input", "call_id", json_string_value(id), "approved",
+                      json_is_true(ok), "run_id", scope));
     srv_run_unref(run);
     return rc;
 }

@@ -275,6 +275,10 @@ int srv_run_check_params(srv_request *r, const srv_run_spec *spec);
 
 /* A new reference to the run with this id, or NULL. */
 srv_run *srv_run_find(srv_server *s, const char *id);
+/* A new reference to the run whose tree holds the run id: that run, or
+ * the one with a sub-agent run of that id going on (loom_turn_has_run);
+ * NULL when none. */
+srv_run *srv_run_find_tree(srv_server *s, const char *id);
 void srv_run_ref(srv_run *run);
 /* NULL is a no-op. */
 void srv_run_unref(srv_run *run);
@@ -299,19 +303,22 @@ int srv_run_cancel(srv_run *run);
 
 /*
  * The client that owns the run (its stream or blocking request) left:
- * cancels it unless it is a background run or waits for approval (a
- * paused run survives its client; POST /v1/runs/{id}/input answers it).
- * Lock-free apart from the run's approval gate, which is a leaf lock.
+ * cancels it unless it is a background run or waits for approval, itself
+ * or in one of its sub-agent runs (a paused run survives its client;
+ * POST /v1/runs/{id}/input answers it). Lock-free apart from the run
+ * tree's list of live runs and their approval gates, leaf locks.
  */
 void srv_run_leave(srv_run *run);
 
 /* The user the run is for, NULL for anonymous. Constant. */
 const char *srv_run_user(const srv_run *run);
 
-/* Answers a call of the run that waits for approval (loom_turn_approve):
- * 0, LOOM_ENOTFOUND when that call does not wait. */
-int srv_run_approve(srv_run *run, const char *call_id, int approve,
-                    const char *reason);
+/* Answers a call that waits for approval in the run or one of its
+ * sub-agent runs, the run run_id when not NULL (loom_turn_approve_in):
+ * 0, LOOM_ENOTFOUND when that call does not wait, LOOM_EEXISTS when it
+ * waits in several sub-agent runs. */
+int srv_run_approve(srv_run *run, const char *run_id, const char *call_id,
+                    int approve, const char *reason);
 
 /* 1 once the run has ended and its turn has been stored (or failed to). */
 int srv_run_ended(srv_run *run);

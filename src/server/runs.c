@@ -158,6 +158,25 @@ srv_run *srv_run_find(srv_server *s, const char *id)
     return found;
 }
 
+srv_run *srv_run_find_tree(srv_server *s, const char *id)
+{
+    srv_runs *rt = s->runs;
+    srv_run *found = NULL;
+
+    if (!id)
+        return NULL;
+    pthread_mutex_lock(&rt->lock);
+    for (srv_run *r = rt->tail; r; r = r->prev) {
+        if (loom_turn_has_run(r->t, id)) {
+            found = r;
+            srv_run_ref(r);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return found;
+}
+
 /* ---- refcounting --------------------------------------------------------- */
 
 void srv_run_ref(srv_run *run)
@@ -222,10 +241,10 @@ const char *srv_run_user(const srv_run *run)
     return loom_turn_user(run->t);
 }
 
-int srv_run_approve(srv_run *run, const char *call_id, int approve,
-                    const char *reason)
+int srv_run_approve(srv_run *run, const char *run_id, const char *call_id,
+                    int approve, const char *reason)
 {
-    return loom_turn_approve(run->t, call_id, approve, reason);
+    return loom_turn_approve_in(run->t, run_id, call_id, approve, reason);
 }
 
 int srv_run_ended(srv_run *run)

@@ -20,14 +20,15 @@
     "\"arguments\":\"{}\"}]," USAGE "},"                                       \
     "{\"text\":[\"Hello\",\" world\"]," USAGE "}]}"
 
-/* A server whose get_time needs approval; agent `quick` waits 1 ms. */
-static void start(sh *h)
+/* A server playing script whose get_time needs approval, with agents
+ * (YAML lines, then default_agent). */
+static void start_with(sh *h, const char *script, const char *agents)
 {
     static int n;
     char name[64], *yaml = NULL;
 
     memset(h, 0, sizeof(*h));
-    h->fake = fake_start_script(SCRIPT);
+    h->fake = fake_start_script(script);
     assert_non_null(h->fake);
     snprintf(name, sizeof(name), "approval-%d.db", n++);
     h->db = test_tmp_path(name);
@@ -40,21 +41,52 @@ static void start(sh *h)
                          "  fake/m: {upstream: fake-model}\n"
                          "tools:\n"
                          "  get_time: {approval: required}\n"
-                         "agents:\n"
-                         "  a: {model: fake/m, tools: [get_time]}\n"
-                         "  quick: {model: fake/m, tools: [get_time], "
-                         "approval_timeout_ms: 1}\n"
-                         "default_agent: a\n"
+                         "agents:\n%s"
                          "server:\n"
                          "  listen: 127.0.0.1:0\n",
-                         fake_base_url(h->fake)) > 0);
+                         fake_base_url(h->fake), agents) > 0);
     sh_start_config(h, yaml);
     free(yaml);
 }
 
-/* Reads path's stream until the run asks for approval, then leaves;
- * copies the run's id. */
-static void until_asked(sh *h, const char *path, const char *body, char *run_id)
+/* Agent `a` asks for get_time; `quick` waits 1 ms for approval. */
+static void start(sh *h)
+{
+    start_with(h, SCRIPT,
+               "  a: {model: fake/m, tools: [get_time]}\n"
+               "  quick: {model: fake/m, tools: [get_time], "
+               "approval_timeout_ms: 1}\n"
+               "default_agent: a\n");
+}
+
+/* main delegates to helper, whose get_time call c1 needs approval. */
+#define TREE_SCRIPT                                                            \
+    "{\"rules\":["                                                             \
+    "{\"match\":{\"system\":\"You are main\"},\"responses\":["                 \
+    "{\"tool_calls\":[{\"id\":\"call_h\",\"name\":\"helper\","                 \
+    "\"arguments\":\"{\\\"task\\\":\\\"time one\\\"}\"}]},"                    \
+    "{\"text\":[\"Main: done\"]}]},"                                           \
+    "{\"match\":{\"first_user\":\"time one\"},\"responses\":["                 \
+    "{\"tool_calls\":[{\"id\":\"c1\",\"name\":\"get_time\","                   \
+    "\"arguments\":\"{}\"}]},"                                                 \
+    "{\"text\":[\"Helper: answered\"]}]}]}"
+
+/* Agent main has the sub-agent helper, whose get_time needs approval. */
+static void start_tree(sh *h)
+{
+    start_with(h, TREE_SCRIPT,
+               "  main: {model: fake/m, system_prompt: You are main.,"
+               " tools: [], sub_agents: [helper]}\n"
+               "  helper: {model: fake/m, system_prompt: You help.,"
+               " tools: [get_time]}\n"
+               "default_agent: main\n");
+}
+
+/* Reads path's stream until a run asks for approval, then leaves;
+ * copies the run's id, and the id of the run that asks into asker (may
+ * be NULL). */
+static void until_asked(sh *h, const char *path, const char *body, char *run_id,
+                        char *asker)
 {
     sh_abort_ctx a;
     json_t *evs;
@@ -70,6 +102,12 @@ static void until_asked(sh *h, const char *path, const char *body, char *run_id)
     evs = sh_sse_parse(a.r.body, NULL);
     snprintf(run_id, 64, "%s",
              sh_str(json_object_get(json_array_get(evs, 0), "data"), "run_id"));
+    if (asker)
+        snprintf(
+            asker, 64, "%s",
+            sh_str(json_object_get(
+                       json_array_get(evs, json_array_size(evs) - 1), "data"),
+                   "run_id"));
     json_decref(evs);
     sh_resp_free(&a.r);
 }
@@ -113,8 +151,8 @@ static void test_approve_after_disconnect(void **state)
 
     (void)state;
     start(&h);
-    until_asked(&h, "/v1/runs", "{\"input\":\"time?\",\"stream\":true}",
-                run_id);
+    until_asked(&h, "/v1/runs", "{\"input\":\"time?\",\"stream\":true}", run_id,
+                NULL);
     snprintf(path, sizeof(path), "/v1/runs/%s/input", run_id);
     expect(&h, path, "{\"call_id\":\"c1\"}", 400, "invalid_value");
     expect(&h, path, "{\"call_id\":\"c1\",\"approve\":\"yes\"}", 400,
@@ -166,7 +204,7 @@ static void test_deny_background(void **state)
         sh_json(&h, "POST", "/v1/runs",
                 "{\"input\":\"x\",\"background\":true,\"user\":\"ann\"}", 202);
     snprintf(path, sizeof(path), "/v1/runs/%s/events", sh_str(started, "id"));
-    until_asked(&h, path, NULL, run_id);
+    until_asked(&h, path, NULL, run_id, NULL);
     assert_string_equal(run_id, sh_str(started, "id"));
     json_decref(started);
     snprintf(path, sizeof(path), "/v1/runs/%s/input", run_id);
@@ -219,12 +257,108 @@ static void test_timeout(void **state)
     sh_free(&h);
 }
 
+/* The number of requests the fake saw whose messages contain needle. */
+static size_t requests_with(const sh *h, const char *needle)
+{
+    json_t *reqs = fake_requests(h->fake), *r;
+    size_t i, n = 0;
+
+    json_array_foreach(reqs, i, r)
+    {
+        char *t =
+            json_dumps(json_object_get(json_object_get(r, "body"), "messages"),
+                       JSON_COMPACT);
+        assert_non_null(t);
+        n += strstr(t, needle) != NULL;
+        free(t);
+    }
+    json_decref(reqs);
+    return n;
+}
+
+/*
+ * A sub-agent asks for approval: its streaming client leaving does not
+ * cancel the tree, and the call id given to the top run's input reaches
+ * the child, which runs get_time and answers main.
+ */
+static void test_child_approve_after_disconnect(void **state)
+{
+    sh h;
+    char run_id[64], child[64], path[128];
+    json_t *run, *ok;
+
+    (void)state;
+    start_tree(&h);
+    until_asked(&h, "/v1/runs", "{\"input\":\"time?\",\"stream\":true}", run_id,
+                child);
+    assert_string_not_equal(child, run_id);
+    streams_closed(&h);
+    snprintf(path, sizeof(path), "/v1/runs/%s", run_id);
+    run = sh_json(&h, "GET", path, NULL, 200);
+    assert_string_equal(sh_str(run, "status"), "running");
+    json_decref(run);
+    snprintf(path, sizeof(path), "/v1/runs/%s/input", run_id);
+    expect(&h, path, "{\"call_id\":\"c1\",\"approve\":true,\"run_id\":\"\"}",
+           400, "invalid_value");
+    expect(&h, path,
+           "{\"call_id\":\"c1\",\"approve\":true,\"run_id\":\"run_no\"}", 409,
+           "not_waiting");
+    ok =
+        sh_json(&h, "POST", path, "{\"call_id\":\"c1\",\"approve\":true}", 200);
+    assert_string_equal(sh_str(ok, "id"), run_id);
+    assert_true(json_is_true(json_object_get(ok, "approved")));
+    json_decref(ok);
+    run = sh_wait_run(&h, run_id, 20000);
+    assert_string_equal(sh_str(run, "status"), "completed");
+    assert_string_equal(sh_str(run, "text"), "Main: done");
+    json_decref(run);
+    /* get_time ran: main read the helper's answer. */
+    assert_int_equal(requests_with(&h, "Helper: answered"), 1);
+    sh_free(&h);
+}
+
+/*
+ * The child's own run id in the path: the denial's reason reaches the
+ * child's model; once the child is over its id is unknown here.
+ */
+static void test_child_deny_by_child_path(void **state)
+{
+    sh h;
+    char run_id[64], child[64], path[128];
+    json_t *run, *ok;
+
+    (void)state;
+    start_tree(&h);
+    run = sh_json(&h, "POST", "/v1/runs",
+                  "{\"input\":\"x\",\"background\":true}", 202);
+    snprintf(path, sizeof(path), "/v1/runs/%s/events", sh_str(run, "id"));
+    json_decref(run);
+    until_asked(&h, path, NULL, run_id, child);
+    snprintf(path, sizeof(path), "/v1/runs/%s/input", child);
+    ok = sh_json(&h, "POST", path,
+                 "{\"call_id\":\"c1\",\"approve\":false,"
+                 "\"reason\":\"not now\"}",
+                 200);
+    assert_string_equal(sh_str(ok, "id"), run_id);
+    assert_string_equal(sh_str(ok, "run_id"), child);
+    json_decref(ok);
+    run = sh_wait_run(&h, run_id, 20000);
+    assert_string_equal(sh_str(run, "status"), "completed");
+    json_decref(run);
+    assert_int_equal(requests_with(&h, "the user denied this call: not now"),
+                     1);
+    expect(&h, path, "{\"call_id\":\"c1\",\"approve\":true}", 404, "not_found");
+    sh_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_approve_after_disconnect),
         cmocka_unit_test(test_deny_background),
         cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_child_approve_after_disconnect),
+        cmocka_unit_test(test_child_deny_by_child_path),
     };
     int rc;
 
