@@ -138,7 +138,9 @@ void srv__runs_cancel_all(srv_server *s)
     pthread_mutex_unlock(&rt->lock);
 }
 
-srv_run *srv_run_find(srv_server *s, const char *id)
+/* The newest run with this id (tree: or holding a live sub-agent run of
+ * that id), a new reference; NULL when none. */
+static srv_run *find_run(srv_server *s, const char *id, int tree)
 {
     srv_runs *rt = s->runs;
     srv_run *found = NULL;
@@ -148,7 +150,8 @@ srv_run *srv_run_find(srv_server *s, const char *id)
     pthread_mutex_lock(&rt->lock);
     /* Newest first: recent runs are the ones asked about. */
     for (srv_run *r = rt->tail; r; r = r->prev) {
-        if (strcmp(srv_run_id(r), id) == 0) {
+        if (tree ? loom_turn_has_run(r->t, id)
+                 : strcmp(srv_run_id(r), id) == 0) {
             found = r;
             srv_run_ref(r);
             break;
@@ -158,23 +161,14 @@ srv_run *srv_run_find(srv_server *s, const char *id)
     return found;
 }
 
+srv_run *srv_run_find(srv_server *s, const char *id)
+{
+    return find_run(s, id, 0);
+}
+
 srv_run *srv_run_find_tree(srv_server *s, const char *id)
 {
-    srv_runs *rt = s->runs;
-    srv_run *found = NULL;
-
-    if (!id)
-        return NULL;
-    pthread_mutex_lock(&rt->lock);
-    for (srv_run *r = rt->tail; r; r = r->prev) {
-        if (loom_turn_has_run(r->t, id)) {
-            found = r;
-            srv_run_ref(r);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&rt->lock);
-    return found;
+    return find_run(s, id, 1);
 }
 
 /* ---- refcounting --------------------------------------------------------- */

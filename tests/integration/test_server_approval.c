@@ -257,25 +257,6 @@ static void test_timeout(void **state)
     sh_free(&h);
 }
 
-/* The number of requests the fake saw whose messages contain needle. */
-static size_t requests_with(const sh *h, const char *needle)
-{
-    json_t *reqs = fake_requests(h->fake), *r;
-    size_t i, n = 0;
-
-    json_array_foreach(reqs, i, r)
-    {
-        char *t =
-            json_dumps(json_object_get(json_object_get(r, "body"), "messages"),
-                       JSON_COMPACT);
-        assert_non_null(t);
-        n += strstr(t, needle) != NULL;
-        free(t);
-    }
-    json_decref(reqs);
-    return n;
-}
-
 /*
  * A sub-agent asks for approval: its streaming client leaving does not
  * cancel the tree, and the call id given to the top run's input reaches
@@ -313,7 +294,7 @@ static void test_child_approve_after_disconnect(void **state)
     assert_string_equal(sh_str(run, "text"), "Main: done");
     json_decref(run);
     /* get_time ran: main read the helper's answer. */
-    assert_int_equal(requests_with(&h, "Helper: answered"), 1);
+    assert_int_equal(fake_requests_with(h.fake, "Helper: answered"), 1);
     sh_free(&h);
 }
 
@@ -345,8 +326,8 @@ static void test_child_deny_by_child_path(void **state)
     run = sh_wait_run(&h, run_id, 20000);
     assert_string_equal(sh_str(run, "status"), "completed");
     json_decref(run);
-    assert_int_equal(requests_with(&h, "the user denied this call: not now"),
-                     1);
+    assert_int_equal(
+        fake_requests_with(h.fake, "the user denied this call: not now"), 1);
     expect(&h, path, "{\"call_id\":\"c1\",\"approve\":true}", 404, "not_found");
     sh_free(&h);
 }

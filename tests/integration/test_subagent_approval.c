@@ -199,25 +199,6 @@ static size_t count(const json_t *events, const char *type, const char *run_id)
     return n;
 }
 
-/* The number of requests the fake saw whose messages contain needle. */
-static size_t requests_with(const loom_fake *fk, const char *needle)
-{
-    json_t *reqs = fake_requests(fk), *r;
-    size_t i, n = 0;
-
-    json_array_foreach(reqs, i, r)
-    {
-        char *t =
-            json_dumps(json_object_get(json_object_get(r, "body"), "messages"),
-                       JSON_COMPACT);
-        assert_non_null(t);
-        n += strstr(t, needle) != NULL;
-        free(t);
-    }
-    json_decref(reqs);
-    return n;
-}
-
 /* ---- scenarios ----------------------------------------------------------- */
 
 /* The sink answers a child's approval.required through the top turn, as
@@ -271,7 +252,7 @@ static void test_approve_from_sink(void **state)
     assert_int_equal(count(f.events, "approval.required", NULL), 1);
     assert_int_equal(count(f.events, "tool.completed", child), 1);
     assert_int_equal(count(f.events, "tool.failed", NULL), 0);
-    assert_int_equal(requests_with(f.fake, "Helper one: answered"), 1);
+    assert_int_equal(fake_requests_with(f.fake, "Helper one: answered"), 1);
     /* The child is over: nothing of it is live any more. */
     assert_false(loom_turn_has_run(f.t, child));
     assert_false(loom_turn_awaiting_approval(f.t));
@@ -323,8 +304,8 @@ static void test_deny_naming_run(void **state)
     assert_int_equal(count(f.events, "tool.completed", child), 0);
     /* The child's model read the reason, and main the child's answer. */
     assert_int_equal(
-        requests_with(f.fake, "the user denied this call: not now"), 1);
-    assert_int_equal(requests_with(f.fake, "Helper one: answered"), 1);
+        fake_requests_with(f.fake, "the user denied this call: not now"), 1);
+    assert_int_equal(fake_requests_with(f.fake, "Helper one: answered"), 1);
     assert_false(loom_turn_has_run(f.t, child));
     json_decref(asked);
     fx_close(&f);
@@ -364,7 +345,7 @@ static void test_parallel_same_call_id(void **state)
     assert_int_equal(count(f.events, "tool.completed", one), 1);
     assert_int_equal(count(f.events, "tool.failed", two), 1);
     assert_int_equal(
-        requests_with(f.fake, "the user denied this call: no second"), 1);
+        fake_requests_with(f.fake, "the user denied this call: no second"), 1);
     json_decref(asked);
     fx_close(&f);
 }

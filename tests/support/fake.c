@@ -303,6 +303,23 @@ json_t *fake_request(const loom_fake *f, size_t i)
     return o;
 }
 
+size_t fake_requests_with(const loom_fake *f, const char *needle)
+{
+    json_t *arr = fake_requests(f), *r;
+    size_t i, n = 0;
+
+    json_array_foreach(arr, i, r)
+    {
+        char *t =
+            json_dumps(json_object_get(json_object_get(r, "body"), "messages"),
+                       JSON_COMPACT);
+        n += t && strstr(t, needle) != NULL;
+        free(t);
+    }
+    json_decref(arr);
+    return n;
+}
+
 int fake_wait_exit(loom_fake *f, long timeout_ms)
 {
     if (f->status == -2) {

@@ -68,6 +68,10 @@ size_t fake_request_count(const loom_fake *f);
 /* Recorded request i (0-based) as a new reference, or NULL. */
 json_t *fake_request(const loom_fake *f, size_t i);
 
+/* How many recorded requests have a body whose "messages", as compact
+ * JSON, contain needle. */
+size_t fake_requests_with(const loom_fake *f, const char *needle);
+
 /*
  * Waits up to timeout_ms for the fake to exit by itself (after
  * --max-requests or --max-seconds). Returns its exit status, or -1 when
