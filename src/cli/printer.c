@@ -3,8 +3,9 @@
  * object per line on stdout (for scripts). Plain mode streams the answer
  * to stdout as it arrives and reports tools on stderr: as they start and
  * end when stderr is a terminal, one line per finished tool otherwise.
- * In both, a call that waits for approval is asked about on the terminal
- * (or approved by --approve-all) from the sink, before the run waits.
+ * In both, a call that waits for approval, the run's or a sub-agent's, is
+ * asked about on the terminal (or approved by --approve-all) from the
+ * sink, before the run waits.
  */
 #include "cli/cli.h"
 #include "loom/session.h"
@@ -150,31 +151,36 @@ static int read_line(FILE *f, char *buf, size_t cap)
 }
 
 /*
- * Answers a call that waits for approval: --approve-all approves; else
- * the person at the terminal (stdin when it is one, else /dev/tty) says
- * y or n, and why on a denial; with no terminal the call is denied.
+ * Answers a call that waits for approval, the run's or a sub-agent's
+ * (its lines indented with its agent's name, its answer given to the run
+ * it belongs to): --approve-all approves; else the person at the
+ * terminal (stdin when it is one, else /dev/tty) says y or n, and why on
+ * a denial; with no terminal the call is denied.
  */
 static void ask_approval(cli_printer *p, const loom_event *ev)
 {
     const char *id = str(ev->data, "call_id"), *tool = str(ev->data, "tool");
     char *args = json_dumps(json_object_get(ev->data, "arguments"),
                             JSON_COMPACT | JSON_ENCODE_ANY);
-    char line[1024], reason[1024] = "";
+    char line[1024], reason[1024] = "", buf[96];
+    const char *who = lead(ev, buf, sizeof(buf));
     FILE *in = isatty(STDIN_FILENO) ? stdin : fopen("/dev/tty", "r");
     int yes = 0;
 
+    end_text_line(p);
     if (p->approve_all) {
-        fprintf(stderr, "approved %s (--approve-all)\n", tool);
+        fprintf(stderr, "%sapproved %s (--approve-all)\n", who, tool);
         yes = 1;
     } else if (!in) {
         fprintf(stderr,
-                "! %s needs approval and there is no terminal to "
+                "%s! %s needs approval and there is no terminal to "
                 "ask: denied (use --approve-all)\n",
-                tool);
+                who, tool);
         snprintf(reason, sizeof(reason),
                  "no terminal to ask for approval (use --approve-all)");
     } else {
-        fprintf(stderr, "approve %s %s? [y/N] ", tool, args ? args : "{}");
+        fprintf(stderr, "%sapprove %s %s? [y/N] ", who, tool,
+                args ? args : "{}");
         fflush(stderr);
         yes =
             read_line(in, line, sizeof(line)) &&
@@ -189,7 +195,8 @@ static void ask_approval(cli_printer *p, const loom_event *ev)
     if (in && in != stdin)
         fclose(in);
     free(args);
-    if (loom_turn_approve(p->turn, id, yes, reason[0] ? reason : NULL) != 0)
+    if (loom_turn_approve_in(p->turn, ev->run_id, id, yes,
+                             reason[0] ? reason : NULL) != 0)
         fprintf(stderr, "loom: could not answer %s: %s\n", id,
                 loom_error_last());
 }
@@ -198,8 +205,7 @@ int cli_printer_emit(const loom_event *ev, void *payload)
 {
     cli_printer *p = payload;
 
-    if (ev->type == LOOM_EV_APPROVAL_REQUIRED && p->turn &&
-        loom_event_depth(ev) == 0) {
+    if (ev->type == LOOM_EV_APPROVAL_REQUIRED && p->turn) {
         if (p->json)
             print_json(ev);
         ask_approval(p, ev);

@@ -336,6 +336,54 @@ expect_grep "the user denied this call: not today" "$tmp/requests.jsonl" \
     "the model reads the reason typed"
 stop_fake
 
+# --- approval of a sub-agent's call: asked with its agent's name ---
+start_fake '{"rules":[
+ {"match":{"system":"You are main"},"loop":true,"responses":[
+  {"tool_calls":[{"id":"c1","name":"helper","arguments":"{\"task\":\"dig\"}"}]},
+  {"text":["main done"]}]},
+ {"match":{"system":"You help"},"loop":true,"responses":[
+  {"tool_calls":[{"id":"t1","name":"get_time","arguments":"{}"}]},
+  {"text":["helped"]}]}]}'
+cat > "$tmp/subapprove.yaml" <<EOF
+providers:
+  fake: {base_url: "$base_url", api_key: sk-test}
+tools:
+  get_time: {approval: required}
+agents:
+  main: {model: fake/m, system_prompt: You are main., tools: [], sub_agents: [helper]}
+  helper: {model: fake/m, system_prompt: You help., tools: [get_time]}
+EOF
+loom_subapprove() { # extra args...: loom run without a controlling terminal
+    env -i PATH="$PATH" HOME="$tmp" setsid -w "$LOOM_BIN" run \
+        -c "$tmp/subapprove.yaml" -a main "$@" < /dev/null
+}
+loom_subapprove --approve-all --json "go" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "sub-agent run with --approve-all"
+expect_grep '"type":"approval.required".*"agent":"helper"' "$tmp/out" \
+    "the child's approval.required, nested"
+expect_grep '"type":"tool.completed".*"agent":"helper".*"name":"get_time"' \
+    "$tmp/out" "the child's approved call runs"
+expect_grep "^  \[helper\] approved get_time" "$tmp/err" \
+    "--approve-all covers the child's call"
+: > "$tmp/requests.jsonl"
+loom_subapprove "go" > "$tmp/out" 2> "$tmp/err"
+expect_rc 0 $? "sub-agent run denied without a terminal"
+expect_grep "^  \[helper\] ! get_time needs approval" "$tmp/err" \
+    "the child's denial said on stderr"
+expect_grep "the user denied this call: no terminal to ask for approval" \
+    "$tmp/requests.jsonl" "the child's model reads the denial"
+: > "$tmp/requests.jsonl"
+printf 'n\nnot today\n' | env -i PATH="$PATH" HOME="$tmp" TERM=dumb \
+    script -qec "'$LOOM_BIN' run -c '$tmp/subapprove.yaml' -a main 'go'" \
+    /dev/null > "$tmp/out" 2>&1
+expect_rc 0 $? "sub-agent run asked on a terminal"
+expect_grep "\[helper\] approve get_time {}? \[y/N\]" "$tmp/out" \
+    "the terminal is asked about the child's call"
+expect_grep "the user denied this call: not today" "$tmp/requests.jsonl" \
+    "the child's model reads the reason typed"
+expect_grep "main done" "$tmp/out" "the run goes on after the child's answer"
+stop_fake
+
 # --- offline demo without a key ---
 env -i PATH="$PATH" HOME="$tmp" LOOM_FAKE_UPSTREAM="$LOOM_FAKE_BIN" \
     "$LOOM_BIN" run "hello" > "$tmp/out" 2> "$tmp/err"
