@@ -1979,7 +1979,8 @@ int loom_turn_execute(loom_turn *t)
     /* A sub-agent's run is live in its tree while it executes, so that
      * answers to its approvals reach it. */
     if ((prep = prepare(t, &op)) == 0 && t->depth > 0 &&
-        (prep = loom__agent_tree_join(t->tree, t->lr, t->parent_run_id)) != 0)
+        (prep = loom__agent_tree_join(t->tree, t->lr, t->parent_run_id,
+                                      t->parent_call_id)) != 0)
         op = "build_run";
     if (prep == 0) {
         atomic_store(&t->phase, PH_EXECUTING);

@@ -36,7 +36,8 @@
 /* A sub-agent run executing now: borrowed while it is in the list. */
 typedef struct {
     loom_run *run;
-    char *parent_id; /* the run whose call started it */
+    char *parent_id;      /* the run whose call started it */
+    char *parent_call_id; /* that call */
 } live_run;
 
 struct loom__agent_tree {
@@ -85,8 +86,10 @@ void loom__agent_tree_free(loom__agent_tree *t)
         return;
     loom_session_free(t->s);
     free(t->conversation_id);
-    for (size_t i = 0; i < t->nlive; i++)
+    for (size_t i = 0; i < t->nlive; i++) {
         free(t->live[i].parent_id);
+        free(t->live[i].parent_call_id);
+    }
     free(t->live);
     pthread_mutex_destroy(&t->mu);
     free(t);
@@ -129,13 +132,17 @@ int loom__agent_tree_take_run(loom__agent_tree *t)
 /* ---- live runs --------------------------------------------------------- */
 
 int loom__agent_tree_join(loom__agent_tree *t, loom_run *run,
-                          const char *parent_id)
+                          const char *parent_id, const char *parent_call_id)
 {
     char *pid = strdup(parent_id ? parent_id : "");
+    char *cid = strdup(parent_call_id ? parent_call_id : "");
     int rc = 0;
 
-    if (!pid)
+    if (!pid || !cid) {
+        free(pid);
+        free(cid);
         return loom__error_oom();
+    }
     pthread_mutex_lock(&t->mu);
     if (t->nlive == t->caplive) {
         size_t c = t->caplive ? t->caplive * 2 : 4;
@@ -148,11 +155,13 @@ int loom__agent_tree_join(loom__agent_tree *t, loom_run *run,
         t->caplive = c;
     }
     t->live[t->nlive].run = run;
+    t->live[t->nlive].parent_call_id = cid;
     t->live[t->nlive++].parent_id = pid;
-    pid = NULL;
+    pid = cid = NULL;
 out:
     pthread_mutex_unlock(&t->mu);
     free(pid);
+    free(cid);
     return rc;
 }
 
@@ -163,6 +172,7 @@ void loom__agent_tree_leave(loom__agent_tree *t, const loom_run *run)
         if (t->live[i].run != run)
             continue;
         free(t->live[i].parent_id);
+        free(t->live[i].parent_call_id);
         memmove(&t->live[i], &t->live[i + 1],
                 (t->nlive - i - 1) * sizeof(t->live[0]));
         t->nlive--;
@@ -207,6 +217,29 @@ int loom__agent_tree_has(loom__agent_tree *t, const char *above,
     has = r && live_below(t, r, above);
     pthread_mutex_unlock(&t->mu);
     return has;
+}
+
+int loom__agent_tree_call_waits(loom__agent_tree *t, const char *run_id,
+                                const char *call_id)
+{
+    int waits = 0;
+
+    if (!t || !run_id || !call_id)
+        return 0;
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < t->nlive && !waits; i++) {
+        const live_run *r = &t->live[i];
+        if (!loom_run_approvals_waiting(r->run))
+            continue;
+        /* Up from the waiting run to the call that started its branch. */
+        for (size_t k = 0; r && k <= t->nlive && !waits; k++) {
+            waits = strcmp(r->parent_id, run_id) == 0 &&
+                    strcmp(r->parent_call_id, call_id) == 0;
+            r = live_find(t, r->parent_id);
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return waits;
 }
 
 size_t loom__agent_tree_waiting(loom__agent_tree *t, const char *above)

@@ -57,17 +57,22 @@ int loom__agent_tree_take_run(loom__agent_tree *t);
  * The tree's live sub-agent runs, so that an answer to a call waiting for
  * approval reaches the run it belongs to (docs/agents.md "Approval and
  * progress"). A child turn joins while its run executes, naming the run
- * whose call started it (parent_id), and leaves before its run is freed:
- * run is borrowed meanwhile. Thread-safe (children come and go on tool
- * threads). Join: 0 or LOOM_ENOMEM.
+ * and the call that started it (parent_id, parent_call_id), and leaves
+ * before its run is freed: run is borrowed meanwhile. Thread-safe
+ * (children come and go on tool threads). Join: 0 or LOOM_ENOMEM.
  */
 int loom__agent_tree_join(loom__agent_tree *t, loom_run *run,
-                          const char *parent_id);
+                          const char *parent_id, const char *parent_call_id);
 void loom__agent_tree_leave(loom__agent_tree *t, const loom_run *run);
 /* Whether run_id is a live run started, through any number of levels,
  * by the run above (an id). */
 int loom__agent_tree_has(loom__agent_tree *t, const char *above,
                          const char *run_id);
+/* Whether a live run started by the call call_id of run run_id, or one
+ * below it, waits for approval now: that call's time does not count
+ * toward its timeout meanwhile (toolexec.c). */
+int loom__agent_tree_call_waits(loom__agent_tree *t, const char *run_id,
+                                const char *call_id);
 /* How many calls of the live runs below above wait for approval. */
 size_t loom__agent_tree_waiting(loom__agent_tree *t, const char *above);
 /*

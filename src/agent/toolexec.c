@@ -31,6 +31,7 @@
  */
 #include "agent/toolexec.h"
 #include "agent/emit.h"
+#include "agent/subagent.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/utf8.h"
@@ -783,12 +784,29 @@ static hub *hub_new(void)
     return h;
 }
 
+/*
+ * Pushes back by elapsed ms the deadline of each running call that
+ * started sub-agent runs (a sub-agent tool, a research branch) which
+ * wait for approval now: a person's time to answer does not count toward
+ * the call's timeout, until it is being stopped.
+ */
+static void hold_waiting(slot **running, size_t n, double elapsed)
+{
+    for (size_t i = 0; i < n; i++) {
+        slot *s = running[i];
+        if (s && s->deadline > 0 && !s->stopping &&
+            loom__agent_tree_call_waits(s->host.tree, s->host.run_id,
+                                        s->call.id))
+            s->deadline += elapsed;
+    }
+}
+
 int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
                         const loom__tool_exec_opts *opts,
                         loom__tool_notice_fn notice_cb, void *payload)
 {
     slot **running = NULL;
-    double *started = NULL, cancel_at = 0;
+    double *started = NULL, cancel_at = 0, held_at = loom__mono_ms_exact();
     size_t next = 0, active = 0, todo = 0;
     int cancelled = 0, rc = 0;
     hub *h = NULL;
@@ -853,6 +871,8 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
             fin = nx;
         }
         now = loom__mono_ms_exact();
+        hold_waiting(running, n, now - held_at);
+        held_at = now;
         if (!cancelled && loom_cancel_is_set(opts->cancel)) {
             cancelled = 1;
             cancel_at = now + LOOM__TOOL_CANCEL_GRACE_MS;

@@ -6,8 +6,9 @@
  * sink or from another thread, by call id or naming the child's run; a
  * denial's reason reaches the child's model; a call id that waits in two
  * parallel children needs the run named; the parent's turn says it waits
- * while a child does, and knows the child's run id until it ends. The
- * test waits on the turn's event log, never on time.
+ * while a child does, and knows the child's run id until it ends; the
+ * wait does not count toward the sub-agent call's timeout. The test
+ * waits on the turn's event log, never on time.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -84,6 +85,12 @@ static void fx_open(fx *f)
                          "    system_prompt: You are main.\n"
                          "    tools: []\n"
                          "    sub_agents: [helper]\n"
+                         "  hasty:\n"
+                         "    model: fake/m\n"
+                         "    system_prompt: You are main.\n"
+                         "    tools: []\n"
+                         "    sub_agents: [helper]\n"
+                         "    tool_timeout_ms: 1500\n"
                          "  helper:\n"
                          "    model: fake/m\n"
                          "    description: Tells the time.\n"
@@ -152,7 +159,7 @@ static void wait_asked(fx *f, uint64_t *seq, size_t n, json_t *asked)
 
 /* Starts the turn of main on text on its own thread, with the log on,
  * and returns the first n approval.required events once they came. */
-static json_t *start_turn(fx *f, const char *text, size_t n)
+static json_t *start_turn(fx *f, const char *agent, const char *text, size_t n)
 {
     loom_turn_options o = LOOM_TURN_OPTIONS_INIT;
     loom_messages in = {0};
@@ -160,7 +167,7 @@ static json_t *start_turn(fx *f, const char *text, size_t n)
     uint64_t seq = 0;
 
     assert_int_equal(loom_messages_add(&in, LOOM_ROLE_USER, text), 0);
-    o.agent = "main";
+    o.agent = agent;
     o.input = &in;
     o.log = 1;
     if (loom_turn_start(&f->t, f->s, &o) != 0)
@@ -274,7 +281,7 @@ static void test_deny_naming_run(void **state)
 
     (void)state;
     fx_open(&f);
-    asked = start_turn(&f, "go", 1);
+    asked = start_turn(&f, "main", "go", 1);
     snprintf(child, sizeof(child), "%s",
              sget(json_array_get(asked, 0), "run_id"));
     assert_true(loom_turn_awaiting_approval(f.t));
@@ -325,7 +332,7 @@ static void test_parallel_same_call_id(void **state)
 
     (void)state;
     fx_open(&f);
-    asked = start_turn(&f, "twice", 2);
+    asked = start_turn(&f, "main", "twice", 2);
     json_array_foreach(asked, i, e)
     {
         if (strcmp(sget(e, "parent_call_id"), "call_1") == 0)
@@ -350,12 +357,39 @@ static void test_parallel_same_call_id(void **state)
     fx_close(&f);
 }
 
+/*
+ * The time a child waits for approval does not count toward its
+ * sub-agent call's timeout (hasty's tool_timeout_ms, 1500 ms): nothing
+ * happens in the tree for longer than that while it waits, and once
+ * approved the call completes.
+ */
+static void test_wait_outside_timeout(void **state)
+{
+    fx f;
+    json_t *asked;
+    uint64_t seq;
+
+    (void)state;
+    fx_open(&f);
+    asked = start_turn(&f, "hasty", "go", 1);
+    seq = loom_turn_last_seq(f.t, NULL);
+    assert_int_equal(loom_turn_wait(f.t, seq, 4000), 0);
+    assert_true(loom_turn_awaiting_approval(f.t));
+    assert_int_equal(loom_turn_approve(f.t, "c1", 1, NULL), 0);
+    wait_end(&f);
+    assert_string_equal(loom_run_text(loom_turn_run(f.t)), "Main: done");
+    assert_int_equal(count(f.events, "tool.failed", NULL), 0);
+    json_decref(asked);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_approve_from_sink),
         cmocka_unit_test(test_deny_naming_run),
         cmocka_unit_test(test_parallel_same_call_id),
+        cmocka_unit_test(test_wait_outside_timeout),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
