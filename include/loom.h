@@ -10,6 +10,7 @@
 #ifndef LOOM_H
 #define LOOM_H
 
+#include "loom/accounts.h"
 #include "loom/agent.h"
 #include "loom/buf.h"
 #include "loom/cancel.h"

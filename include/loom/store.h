@@ -61,6 +61,7 @@ typedef struct {
     int64_t created_at; /* Unix milliseconds */
     int64_t updated_at;
     int64_t message_count;
+    char *user_id; /* its owner (loom_turn_record.user_id); NULL: none */
 } loom_conversation_info;
 
 void loom_conversation_info_clear(loom_conversation_info *c);
@@ -77,6 +78,15 @@ int loom_store_conversation_create(loom_store *st, char **id_out);
  * busy timeout, the disk is full); LOOM_ERROR when the id is taken.
  */
 int loom_store_conversation_create_id(loom_store *st, const char *id);
+
+/*
+ * loom_store_conversation_create_id, owned from the start by user_id
+ * (NULL: anonymous; else 1 to LOOM_STORE_USER_ID_MAX bytes), so that an
+ * owner-scoped reader finds it before its first turn is stored.
+ * LOOM_EINVALID for a bad user id.
+ */
+int loom_store_conversation_create_for(loom_store *st, const char *id,
+                                       const char *user_id);
 /* LOOM_ENOTFOUND when absent. */
 int loom_store_conversation_info(loom_store *st, const char *id,
                                  loom_conversation_info *out);
@@ -88,6 +98,14 @@ int loom_store_conversation_info(loom_store *st, const char *id,
  */
 int loom_store_conversation_list(loom_store *st, const char *after,
                                  int limit, json_t **out);
+/*
+ * loom_store_conversation_list for user_id's conversations only (not
+ * NULL). An `after` that is another user's conversation is
+ * LOOM_ENOTFOUND, like an unknown one.
+ */
+int loom_store_conversation_list_owned(loom_store *st, const char *user_id,
+                                       const char *after, int limit,
+                                       json_t **out);
 /*
  * The whole conversation as JSON: the info fields, "summary" (the
  * stored context summary or null) and "summary_covers", plus "messages":

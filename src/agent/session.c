@@ -1750,7 +1750,8 @@ static int op_create(void *arg)
 {
     loom_turn *t = arg;
 
-    return loom_store_conversation_create_id(t->s->o.store, t->conversation_id);
+    return loom_store_conversation_create_for(t->s->o.store, t->conversation_id,
+                                              t->user_id);
 }
 
 typedef struct {

@@ -255,6 +255,57 @@ const char *const loom__sqlite_migrations[] = {
     "  PRIMARY KEY (run_id, position)"
     ") WITHOUT ROWID;"
     "ALTER TABLE usage ADD COLUMN agent TEXT;",
+    /* 11: accounts (loom/accounts.h, docs/accounts.md). Workspaces hold
+     * users; a user holds API keys, of which only the id and an HMAC of
+     * the secret are kept (the pepper is in auth_secrets). The limit
+     * columns of workspaces, users and keys are NULL for none. The audit
+     * log records who created or revoked a key, or changed limits. A
+     * conversation's owner (user_id, from step 8) is now also set when
+     * it is created; conversations_by_owner lists one owner's. Independent
+     * of every other step: it adds only its own tables and index. */
+    "CREATE TABLE workspaces ("
+    "  id TEXT PRIMARY KEY,"
+    "  created_at INTEGER NOT NULL,"
+    "  rpm INTEGER, tpm INTEGER, max_concurrent INTEGER,"
+    "  budget_micros INTEGER, budget_period TEXT"
+    ");"
+    "CREATE TABLE users ("
+    "  workspace TEXT NOT NULL REFERENCES workspaces(id),"
+    "  name TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  rpm INTEGER, tpm INTEGER, max_concurrent INTEGER,"
+    "  budget_micros INTEGER, budget_period TEXT,"
+    "  PRIMARY KEY (workspace, name)"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE api_keys ("
+    "  id TEXT PRIMARY KEY,"
+    "  hash BLOB NOT NULL,"
+    "  workspace TEXT NOT NULL,"
+    "  user_name TEXT NOT NULL,"
+    "  service INTEGER NOT NULL DEFAULT 0,"
+    "  created_at INTEGER NOT NULL,"
+    "  expires_at INTEGER,"
+    "  revoked_at INTEGER,"
+    "  models TEXT, agents TEXT,"
+    "  rpm INTEGER, tpm INTEGER, max_concurrent INTEGER,"
+    "  budget_micros INTEGER, budget_period TEXT,"
+    "  FOREIGN KEY (workspace, user_name) REFERENCES users(workspace, name)"
+    ");"
+    "CREATE INDEX api_keys_by_user ON api_keys (workspace, user_name);"
+    "CREATE TABLE audit_log ("
+    "  id INTEGER PRIMARY KEY,"
+    "  at INTEGER NOT NULL,"
+    "  actor TEXT NOT NULL,"
+    "  action TEXT NOT NULL,"
+    "  key_id TEXT, workspace TEXT, user_name TEXT,"
+    "  detail TEXT"
+    ");"
+    "CREATE TABLE auth_secrets ("
+    "  name TEXT PRIMARY KEY,"
+    "  value BLOB NOT NULL"
+    ") WITHOUT ROWID;"
+    "CREATE INDEX conversations_by_owner"
+    "  ON conversations (user_id, updated_at, id);",
 };
 
 const int loom__sqlite_migrations_len =

@@ -37,7 +37,7 @@
 #define BUSY_TIMEOUT_MS 5000
 
 #define INFO_COLS                                                              \
-    "id, title, agent, model, created_at, updated_at, message_count"
+    "id, title, agent, model, created_at, updated_at, message_count, user_id"
 
 static const char *const sql_text[S_COUNT] = {
     [S_BEGIN] = "BEGIN",
@@ -47,12 +47,23 @@ static const char *const sql_text[S_COUNT] = {
     [S_PING] = "SELECT 1",
     [S_CONV_INSERT] = "INSERT INTO conversations (id, title, created_at, "
                       "updated_at, message_count) VALUES (?1, '', ?2, ?2, 0)",
+    [S_CONV_INSERT_OWNED] = "INSERT INTO conversations (id, title, "
+                            "created_at, updated_at, message_count, user_id) "
+                            "VALUES (?1, '', ?2, ?2, 0, ?3)",
     [S_CONV_INFO] = "SELECT " INFO_COLS " FROM conversations WHERE id = ?1",
     [S_CONV_LIST] = "SELECT " INFO_COLS " FROM conversations "
                     "ORDER BY updated_at DESC, id DESC LIMIT ?1",
     [S_CONV_LIST_AFTER] = "SELECT " INFO_COLS " FROM conversations "
                           "WHERE (updated_at, id) < (?1, ?2) "
                           "ORDER BY updated_at DESC, id DESC LIMIT ?3",
+    /* One owner's (conversations_by_owner). */
+    [S_CONV_LIST_OWNED] = "SELECT " INFO_COLS " FROM conversations "
+                          "WHERE user_id = ?2 "
+                          "ORDER BY updated_at DESC, id DESC LIMIT ?1",
+    [S_CONV_LIST_OWNED_AFTER] = "SELECT " INFO_COLS " FROM conversations "
+                                "WHERE user_id = ?4 AND (updated_at, id) < "
+                                "(?1, ?2) "
+                                "ORDER BY updated_at DESC, id DESC LIMIT ?3",
     [S_CONV_DELETE] = "DELETE FROM conversations WHERE id = ?1",
     [S_CONV_BASE] = "SELECT message_count FROM conversations WHERE id = ?1",
     [S_CONV_UPDATE] =
@@ -636,4 +647,13 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_conversation_match,
     loom__sqlite_run_get,
     loom__sqlite_run_children,
+    loom__sqlite_key_pepper,
+    loom__sqlite_key_insert,
+    loom__sqlite_key_get,
+    loom__sqlite_key_revoke,
+    loom__sqlite_key_set_limits,
+    loom__sqlite_key_list,
+    loom__sqlite_user_list,
+    loom__sqlite_workspace_list,
+    loom__sqlite_audit_list,
 };

@@ -16,19 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A copy of column i, NULL when SQL NULL; *bad set when out of memory. */
-static char *col_dup(sqlite3_stmt *s, int i, int *bad)
-{
-    const char *v = col_text(s, i);
-    char *d;
-
-    if (!v)
-        return NULL;
-    if (!(d = strdup(v)))
-        *bad = 1;
-    return d;
-}
-
 /* Column i as JSON, by its stored type. NULL when out of memory. */
 json_t *loom__sqlite_col_json(sqlite3_stmt *s, int i)
 {
@@ -75,6 +62,7 @@ static int row_info(sqlite3_stmt *s, loom_conversation_info *out)
     out->created_at = sqlite3_column_int64(s, 4);
     out->updated_at = sqlite3_column_int64(s, 5);
     out->message_count = sqlite3_column_int64(s, 6);
+    out->user_id = col_dup(s, 7, &bad);
     if (bad || !out->id || !out->title) {
         loom_conversation_info_clear(out);
         return loom__error_oom();
@@ -96,7 +84,7 @@ static loom_role role_of(const char *name)
 }
 
 int loom__sqlite_conversation_create(loom_store *base, const char *id,
-                                     int64_t now)
+                                     const char *owner, int64_t now)
 {
     loom__sqlite_store *st = (loom__sqlite_store *)base;
     sqlite3_stmt *s = NULL;
@@ -105,10 +93,14 @@ int loom__sqlite_conversation_create(loom_store *base, const char *id,
 
     pthread_mutex_lock(&st->write_lock);
     if ((rc = loom__sqlite_acquire(st, &c)) != 0 ||
-        (rc = loom__sqlite_use(st, c, S_CONV_INSERT, &s)))
+        (rc = loom__sqlite_use(st, c,
+                               owner ? S_CONV_INSERT_OWNED : S_CONV_INSERT,
+                               &s)))
         goto cleanup;
     b_text(s, 1, id, &src);
     b_int(s, 2, now, &src);
+    if (owner)
+        b_text(s, 3, owner, &src);
     if ((src = step_done(s, src)) != SQLITE_OK)
         rc = loom__sqlite_error(st, c->db, src, "creating a conversation");
 cleanup:
@@ -153,8 +145,8 @@ int loom__sqlite_conversation_info(loom_store *base, const char *id,
     return rc;
 }
 
-int loom__sqlite_conversation_list(loom_store *base, const char *after,
-                                   int limit, json_t **out)
+int loom__sqlite_conversation_list(loom_store *base, const char *owner,
+                                   const char *after, int limit, json_t **out)
 {
     loom__sqlite_store *st = (loom__sqlite_store *)base;
     loom_conversation_info info = {0};
@@ -168,17 +160,32 @@ int loom__sqlite_conversation_list(loom_store *base, const char *after,
     if ((rc = loom__sqlite_begin_read(st, c)) != 0)
         goto cleanup;
     if (after) {
-        if ((rc = info_on(st, c, after, &info)) != 0 ||
-            (rc = loom__sqlite_use(st, c, S_CONV_LIST_AFTER, &s)) != 0)
+        if ((rc = info_on(st, c, after, &info)) != 0)
+            goto cleanup;
+        /* Another owner's conversation is not there for this one. */
+        if (owner && (!info.user_id || strcmp(info.user_id, owner))) {
+            rc = loom__sqlite_not_found(after);
+            goto cleanup;
+        }
+        if ((rc = loom__sqlite_use(st, c,
+                                   owner ? S_CONV_LIST_OWNED_AFTER
+                                         : S_CONV_LIST_AFTER,
+                                   &s)) != 0)
             goto cleanup;
         b_int(s, 1, info.updated_at, &src);
         b_text(s, 2, after, &src);
         b_int(s, 3, limit + 1, &src);
+        if (owner)
+            b_text(s, 4, owner, &src);
         loom_conversation_info_clear(&info);
     } else {
-        if ((rc = loom__sqlite_use(st, c, S_CONV_LIST, &s)) != 0)
+        if ((rc = loom__sqlite_use(st, c,
+                                   owner ? S_CONV_LIST_OWNED : S_CONV_LIST,
+                                   &s)) != 0)
             goto cleanup;
         b_int(s, 1, limit + 1, &src);
+        if (owner)
+            b_text(s, 2, owner, &src);
     }
     if (!(data = json_array())) {
         rc = loom__error_oom();

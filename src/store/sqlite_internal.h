@@ -67,9 +67,12 @@ enum {
     S_ROLLBACK,
     S_PING,
     S_CONV_INSERT,
+    S_CONV_INSERT_OWNED,
     S_CONV_INFO,
     S_CONV_LIST,
     S_CONV_LIST_AFTER,
+    S_CONV_LIST_OWNED,
+    S_CONV_LIST_OWNED_AFTER,
     S_CONV_DELETE,
     S_CONV_BASE,
     S_CONV_UPDATE,
@@ -174,11 +177,11 @@ int loom__sqlite_exists(loom__sqlite_store *st, loom__sqlite_conn *c,
 
 /* The vtable entries of sqlite_conversations.c and sqlite_turn.c. */
 int loom__sqlite_conversation_create(loom_store *base, const char *id,
-                                     int64_t now);
+                                     const char *owner, int64_t now);
 int loom__sqlite_conversation_info(loom_store *base, const char *id,
                                    loom_conversation_info *out);
-int loom__sqlite_conversation_list(loom_store *base, const char *after,
-                                   int limit, json_t **out);
+int loom__sqlite_conversation_list(loom_store *base, const char *owner,
+                                   const char *after, int limit, json_t **out);
 int loom__sqlite_conversation_get(loom_store *base, const char *id,
                                   json_t **out);
 int loom__sqlite_conversation_delete(loom_store *base, const char *id);
@@ -285,6 +288,19 @@ static inline const char *col_text(sqlite3_stmt *s, int i)
     return (const char *)sqlite3_column_text(s, i);
 }
 
+/* A copy of column i, NULL when SQL NULL; *bad set when out of memory. */
+static inline char *col_dup(sqlite3_stmt *s, int i, int *bad)
+{
+    const char *v = col_text(s, i);
+    char *d;
+
+    if (!v)
+        return NULL;
+    if (!(d = strdup(v)))
+        *bad = 1;
+    return d;
+}
+
 /* ---- memories (sqlite_memory.c): the vtable entries ------------------ */
 
 int loom__sqlite_memory_add(loom_store *st, const loom__store_memory *m,
@@ -296,5 +312,25 @@ int loom__sqlite_memory_delete(loom_store *st, const char *user_id,
                                const char *id);
 int loom__sqlite_memory_count(loom_store *st, const char *user_id,
                               int64_t *out);
+
+
+/* ---- accounts (sqlite_accounts.c): the vtable entries ---------------- */
+
+int loom__sqlite_key_pepper(loom_store *st, int create,
+                            unsigned char out[LOOM__STORE_PEPPER_SIZE]);
+int loom__sqlite_key_insert(loom_store *st, const loom__store_key *k);
+int loom__sqlite_key_get(loom_store *st, const char *id, loom_key_info *out,
+                         unsigned char hash[LOOM__STORE_KEY_HASH_SIZE]);
+int loom__sqlite_key_revoke(loom_store *st, const char *id,
+                            const loom__store_audit *a, loom_key_info *out);
+int loom__sqlite_key_set_limits(loom_store *st, const char *id,
+                                const loom_limits *l,
+                                const loom__store_audit *a);
+int loom__sqlite_key_list(loom_store *st, const char *workspace,
+                          const char *user, json_t **out);
+int loom__sqlite_user_list(loom_store *st, const char *workspace,
+                           json_t **out);
+int loom__sqlite_workspace_list(loom_store *st, json_t **out);
+int loom__sqlite_audit_list(loom_store *st, int limit, json_t **out);
 
 #endif

@@ -36,6 +36,7 @@ void loom_conversation_info_clear(loom_conversation_info *c)
     free(c->title);
     free(c->agent);
     free(c->model);
+    free(c->user_id);
     memset(c, 0, sizeof(*c));
 }
 
@@ -121,23 +122,12 @@ int loom_store_conversation_create(loom_store *st, char **id_out)
     if (!st)
         return loom__error_set(LOOM_EINVALID, "store: NULL store");
     if ((rc = loom_id_new(id, "conv_")) != 0 ||
-        (rc = st->vt->conversation_create(st, id, loom__unix_ms())) != 0)
+        (rc = st->vt->conversation_create(st, id, NULL, loom__unix_ms())) !=
+            0)
         return rc;
     if (!(*id_out = strdup(id)))
         return loom__error_oom();
     return 0;
-}
-
-int loom_store_conversation_create_id(loom_store *st, const char *id)
-{
-    int rc = check_id(st, id);
-
-    if (rc)
-        return rc;
-    if (!*id || strlen(id) > 128)
-        return loom__error_set(LOOM_EINVALID,
-                               "store: a conversation id has 1 to 128 bytes");
-    return st->vt->conversation_create(st, id, loom__unix_ms());
 }
 
 /* NULL (anonymous) or 1 to LOOM_STORE_USER_ID_MAX bytes. */
@@ -148,6 +138,24 @@ static int check_owner(const char *user_id)
                                "store: a user id has 1 to %d bytes",
                                LOOM_STORE_USER_ID_MAX);
     return 0;
+}
+
+int loom_store_conversation_create_for(loom_store *st, const char *id,
+                                       const char *user_id)
+{
+    int rc = check_id(st, id);
+
+    if (rc || (rc = check_owner(user_id)) != 0)
+        return rc;
+    if (!*id || strlen(id) > 128)
+        return loom__error_set(LOOM_EINVALID,
+                               "store: a conversation id has 1 to 128 bytes");
+    return st->vt->conversation_create(st, id, user_id, loom__unix_ms());
+}
+
+int loom_store_conversation_create_id(loom_store *st, const char *id)
+{
+    return loom_store_conversation_create_for(st, id, NULL);
 }
 
 int loom_store_conversation_match(loom_store *st, const char *user_id,
@@ -187,8 +195,9 @@ int loom_store_conversation_info(loom_store *st, const char *id,
     return st->vt->conversation_info(st, id, out);
 }
 
-int loom_store_conversation_list(loom_store *st, const char *after, int limit,
-                                 json_t **out)
+/* Lists every conversation (owner NULL) or one owner's. */
+static int list(loom_store *st, const char *owner, const char *after,
+                int limit, json_t **out)
 {
     if (!out)
         return loom__error_set(LOOM_EINVALID, "store: no out pointer");
@@ -198,7 +207,28 @@ int loom_store_conversation_list(loom_store *st, const char *after, int limit,
     if (limit < 1 || limit > 100)
         return loom__error_set(
             LOOM_EINVALID, "limit must be between 1 and 100, got %d", limit);
-    return st->vt->conversation_list(st, after, limit, out);
+    return st->vt->conversation_list(st, owner, after, limit, out);
+}
+
+int loom_store_conversation_list(loom_store *st, const char *after, int limit,
+                                 json_t **out)
+{
+    return list(st, NULL, after, limit, out);
+}
+
+int loom_store_conversation_list_owned(loom_store *st, const char *user_id,
+                                       const char *after, int limit,
+                                       json_t **out)
+{
+    int rc;
+
+    if (out)
+        *out = NULL;
+    if (!user_id)
+        return loom__error_set(LOOM_EINVALID, "store: NULL user id");
+    if ((rc = check_owner(user_id)) != 0)
+        return rc;
+    return list(st, user_id, after, limit, out);
 }
 
 int loom_store_conversation_get(loom_store *st, const char *id, json_t **out)

@@ -12,6 +12,7 @@
 #ifndef LOOM_STORE_INTERNAL_H
 #define LOOM_STORE_INTERNAL_H
 
+#include "loom/accounts.h"
 #include "loom/store.h"
 #include "store/transcript.h"
 
@@ -119,6 +120,29 @@ typedef struct {
     int64_t started_at;
 } loom__store_plan;
 
+/* ---- accounts ---------------------------------------------------------- */
+
+#define LOOM__STORE_PEPPER_SIZE 32
+#define LOOM__STORE_KEY_HASH_SIZE 32 /* HMAC-SHA256 */
+
+/* An audit log entry to write. detail: JSON text or NULL. */
+typedef struct {
+    int64_t at; /* Unix ms */
+    const char *actor, *action, *key_id, *workspace, *user, *detail;
+} loom__store_audit;
+
+/* A key to insert, as the front has checked and prepared it. */
+typedef struct {
+    char id[LOOM_KEY_ID_SIZE];
+    unsigned char hash[LOOM__STORE_KEY_HASH_SIZE];
+    const char *user, *workspace;
+    int service;
+    int64_t created_at, expires_at; /* expires_at 0: never */
+    const char *models, *agents;    /* JSON arrays, or NULL: any */
+    loom_limits limits;
+    loom__store_audit audit;        /* "key.created" */
+} loom__store_key;
+
 typedef struct {
     const char *name; /* "sqlite" */
     /* Closes everything; no call may be in flight. */
@@ -126,12 +150,17 @@ typedef struct {
     int (*ping)(loom_store *st);
     int (*schema_version)(loom_store *st);
     /* Inserts an empty conversation with this id. */
-    int (*conversation_create)(loom_store *st, const char *id, int64_t now);
+    /* Inserts an empty conversation with this id, owned by owner (NULL:
+     * anonymous). */
+    int (*conversation_create)(loom_store *st, const char *id,
+                               const char *owner, int64_t now);
     int (*conversation_info)(loom_store *st, const char *id,
                              loom_conversation_info *out);
-    /* limit is already checked (1..100). */
-    int (*conversation_list)(loom_store *st, const char *after, int limit,
-                             json_t **out);
+    /* limit is already checked (1..100). owner NULL: every
+     * conversation; else only owner's (an `after` of another owner is
+     * LOOM_ENOTFOUND). */
+    int (*conversation_list)(loom_store *st, const char *owner,
+                             const char *after, int limit, json_t **out);
     int (*conversation_get)(loom_store *st, const char *id, json_t **out);
     int (*conversation_delete)(loom_store *st, const char *id);
     int (*load_history)(loom_store *st, const char *id, loom_messages *out);
@@ -175,6 +204,33 @@ typedef struct {
     int (*run_get)(loom_store *st, const char *id, const char *user_id,
                    json_t **out);
     int (*run_children)(loom_store *st, const char *id, json_t **out);
+    /*
+     * Accounts (loom/accounts.h). The front checks names, makes ids,
+     * secrets and hashes and writes the audit detail; a backend moves
+     * rows. key_pepper: the pepper of key hashes; with create, made from
+     * fresh (random, LOOM__STORE_PEPPER_SIZE bytes) when there is none
+     * yet, else LOOM_ENOTFOUND when there is none.
+     */
+    int (*key_pepper)(loom_store *st, int create,
+                      unsigned char out[LOOM__STORE_PEPPER_SIZE]);
+    /* Inserts the key (and its user and workspace when new) and the
+     * "key.created" audit entry, in one transaction. */
+    int (*key_insert)(loom_store *st, const loom__store_key *k);
+    /* Key id with its hash; LOOM_ENOTFOUND when absent. */
+    int (*key_get)(loom_store *st, const char *id, loom_key_info *out,
+                   unsigned char hash[LOOM__STORE_KEY_HASH_SIZE]);
+    /* Sets revoked_at (when not set yet) and adds the audit entry a,
+     * in one transaction; *out is the key after. */
+    int (*key_revoke)(loom_store *st, const char *id,
+                      const loom__store_audit *a, loom_key_info *out);
+    /* Replaces the limits and adds the audit entry a. */
+    int (*key_set_limits)(loom_store *st, const char *id,
+                          const loom_limits *l, const loom__store_audit *a);
+    int (*key_list)(loom_store *st, const char *workspace, const char *user,
+                    json_t **out);
+    int (*user_list)(loom_store *st, const char *workspace, json_t **out);
+    int (*workspace_list)(loom_store *st, json_t **out);
+    int (*audit_list)(loom_store *st, int limit, json_t **out);
 } loom__store_vtable;
 
 struct loom_store {

@@ -386,7 +386,8 @@ static void test_migration_from_9(void **state)
                                        "WHERE name = 'runs'"),
                      0);
     st = test_store_open_ok(path);
-    assert_int_equal(loom_store_schema_version(st), 10);
+    assert_int_equal(loom_store_schema_version(st),
+                     loom__sqlite_migrations_len);
     c = test_conversation_get_ok(st, "conv_00000000000000000000000b");
     assert_int_equal(json_array_size(json_object_get(c, "messages")), 1);
     /* Older usage rows have no agent; older runs have no row. */
@@ -405,7 +406,8 @@ static void test_migration_from_9(void **state)
                                        "WHERE name IN ('runs', 'run_messages',"
                                        " 'runs_by_parent')"),
                      3);
-    assert_int_equal(test_db_int(path, "PRAGMA user_version"), 10);
+    assert_int_equal(test_db_int(path, "PRAGMA user_version"),
+                     loom__sqlite_migrations_len);
     test_db_remove(path);
     free(path);
 }
