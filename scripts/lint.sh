@@ -205,7 +205,7 @@ public_layer() {
     buf | cancel | common | config | log | message | sse | tokenizer) echo core ;;
     llm | router) echo llm ;;
     tools | mcp) echo tools ;;
-    store) echo store ;;
+    store | accounts) echo store ;;
     agent | context | memory | recorder | run | session) echo agent ;;
     server) echo server ;;
     *) echo unknown ;;

@@ -397,6 +397,7 @@ typedef struct {
  *     shutdown_grace_ms: 10000    # runs may finish this long on SIGTERM
  *     keep_finished_runs: 1000    # ended runs kept in memory for GET
  *     max_run_events_bytes: 67108864 # one run's event log in memory
+ *     cors_origins: [https://app.example.com]  # browsers' origins allowed
  */
 typedef struct {
     char *listen;              /* "HOST:PORT", default 127.0.0.1:8080 */
@@ -409,7 +410,25 @@ typedef struct {
     long shutdown_grace_ms;    /* default 10000 */
     int keep_finished_runs;    /* default 1000 */
     long max_run_events_bytes; /* default 64 MiB */
+    /* Origins ("https://host[:port]") whose browser pages may call the
+     * server (CORS); none by default. */
+    char **cors_origins;
+    size_t cors_origins_len;
 } loom_server_config;
+
+/*
+ * The `auth:` section (who may call loom serve; docs/accounts.md):
+ *
+ *   auth:
+ *     mode: keys                  # none | keys
+ *     allow_unauthenticated: false # mode none on a non-loopback address
+ *     admin_key: ${LOOM_ADMIN_KEY} # the admin API key (or the variable)
+ */
+typedef struct {
+    char *mode;                /* "none" (default) or "keys" */
+    int allow_unauthenticated; /* serve mode none beyond loopback */
+    char *admin_key;           /* NULL: $LOOM_ADMIN_KEY, else none */
+} loom_auth_config;
 
 /*
  * An HTTP tool declared under `http_tools:` (docs/tools.md): the model's
@@ -528,6 +547,7 @@ typedef struct {
     char *log_level;     /* may be NULL */
     char *log_format;    /* may be NULL */
     loom_server_config server; /* defaults unless the file sets them */
+    loom_auth_config auth;     /* `auth:`; mode none by default */
     loom_routing_policy routing; /* default policy of every model */
     loom_http_tool_config *http_tools; /* `http_tools`, in file order */
     size_t http_tools_len;

@@ -528,6 +528,11 @@ void loom_config_free(loom_config *cfg)
     for (size_t i = 0; i < cfg->research.researcher_tools_len; i++)
         free(cfg->research.researcher_tools[i]);
     free(cfg->research.researcher_tools);
+    for (size_t i = 0; i < cfg->server.cors_origins_len; i++)
+        free(cfg->server.cors_origins[i]);
+    free(cfg->server.cors_origins);
+    free(cfg->auth.mode);
+    free(cfg->auth.admin_key);
     free(cfg->log_level);
     free(cfg->log_format);
     free(cfg);

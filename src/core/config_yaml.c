@@ -1179,6 +1179,36 @@ static int valid_listen(const char *s)
            port >= 0 && port <= 65535;
 }
 
+/* An origin as browsers send it: http(s)://host[:port], nothing after. */
+static int origin_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                     const char *s, int repeat)
+{
+    const char *host = NULL;
+    char tmp[64];
+
+    (void)repeat;
+    if (s && !strncmp(s, "https://", 8))
+        host = s + 8;
+    else if (s && !strncmp(s, "http://", 7))
+        host = s + 7;
+    if (host && *host && strlen(s) < 256 && !strpbrk(host, " \t\r\n/@?#*"))
+        return 0;
+    return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                   "'%s' is not an origin (http://host[:port] or "
+                   "https://host[:port], nothing after)",
+                   s ? loom__config_shown(tmp, sizeof(tmp), s) : "null");
+}
+
+static int read_cors_origins(walk_ctx *w, const field *f, const yaml_node_t *n,
+                             const char *key)
+{
+    loom_server_config *sc = w->obj;
+
+    (void)f;
+    return read_strings(w, n, key, "origins", "an origin", origin_ok,
+                        &sc->cors_origins, &sc->cors_origins_len, NULL);
+}
+
 /* The server section (loom serve). Each limit has a floor that keeps the
  * server usable (a 1 KiB body, one run) and a ceiling against typos. */
 #define S loom_server_config
@@ -1194,9 +1224,21 @@ static const field server_fields[] = {
     {K_LONG("shutdown_grace_ms", S, shutdown_grace_ms, 0, TIMEOUT_MAX)},
     {K_INT("keep_finished_runs", S, keep_finished_runs, 0, 1000000)},
     {K_LONG("max_run_events_bytes", S, max_run_events_bytes, 4096, 1L << 32)},
+    {K_FN("cors_origins", read_cors_origins)},
 };
 #undef S
 static const section server_section = SECTION(server_fields, NULL, NULL);
+
+/* The auth section (docs/accounts.md). */
+static const char *const auth_modes[] = {"none", "keys", NULL};
+static const field auth_fields[] = {
+    {K_STR("mode", loom_auth_config, mode, "none or keys"), .flags = F_LOWER,
+     .choices = auth_modes},
+    {K_BOOL("allow_unauthenticated", loom_auth_config, allow_unauthenticated)},
+    {K_STR("admin_key", loom_auth_config, admin_key, "a string"),
+     .flags = F_EMPTY_NULL},
+};
+static const section auth_section = SECTION(auth_fields, NULL, NULL);
 
 /* ---- providers ---------------------------------------------------------- */
 
@@ -2700,6 +2742,7 @@ static const field top_fields[] = {
     {K_LIST("http_tools", http_tool_list), .pass = 1},
     {K_LIST("mcp_servers", mcp_server_list), .pass = 1},
     {K_SUB("research", research_section), AT(loom_config, research), .pass = 1},
+    {K_SUB("auth", auth_section), AT(loom_config, auth)},
 };
 
 /*

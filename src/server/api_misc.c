@@ -6,7 +6,6 @@
 #include "server/srvpriv.h"
 #include "core/error.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,36 +146,59 @@ static int list_tools(srv_request *r)
 
 static int list_conversations(srv_request *r)
 {
-    const char *ls = srv_query(r, "limit"), *after = srv_query(r, "after");
+    const char *after = srv_query(r, "after");
+    const char *who = NULL;
+    char owner[SRV_OWNER_SIZE];
     long limit = DEFAULT_PAGE;
     json_t *out = NULL;
-    char *end;
     int rc;
 
-    if (ls) {
-        errno = 0;
-        limit = strtol(ls, &end, 10);
-        if (errno || *end || !*ls || limit < 1 || limit > MAX_PAGE)
-            return srv_reply_error(r, 400, NULL, "limit", "invalid_value",
-                                   "limit must be an integer from 1 to %d",
-                                   MAX_PAGE);
-    }
+    if (!srv_query_long(r, "limit", 1, MAX_PAGE, &limit))
+        return 0;
     if (after && !*after)
         after = NULL;
-    rc = loom_store_conversation_list(srv_store(r->srv), after, (int)limit,
-                                      &out);
+    if ((rc = srv_request_owner(r, NULL, owner, &who)) != 1)
+        return rc;
+    rc = srv_isolated(r)
+             ? loom_store_conversation_list_owned(srv_store(r->srv), who, after,
+                                                  (int)limit, &out)
+             : loom_store_conversation_list(srv_store(r->srv), after,
+                                            (int)limit, &out);
     if (rc != 0)
         return srv_reply_loom_error(r, rc, after ? "after" : NULL);
     json_object_set_new(out, "object", json_string("list"));
     return srv_reply_json(r, 200, out);
 }
 
+/*
+ * 0 when the conversation of the path is there for the caller
+ * (srv_owns); LOOM_ENOTFOUND, as for an unknown one, when it is not. A
+ * store read when isolated.
+ */
+static int path_conversation(srv_request *r)
+{
+    loom_conversation_info info;
+    int rc, mine;
+
+    if (!srv_isolated(r))
+        return 0;
+    if ((rc = loom_store_conversation_info(srv_store(r->srv), r->params[0],
+                                           &info)) != 0)
+        return rc;
+    mine = srv_owns(r, info.user_id, NULL);
+    loom_conversation_info_clear(&info);
+    return mine ? 0
+                : loom__error_set(LOOM_ENOTFOUND, "conversation '%s' not found",
+                                  r->params[0]);
+}
+
 static int get_conversation(srv_request *r)
 {
     json_t *out = NULL;
-    int rc = loom_store_conversation_get(srv_store(r->srv), r->params[0],
-                                         &out);
+    int rc = path_conversation(r);
 
+    if (rc == 0)
+        rc = loom_store_conversation_get(srv_store(r->srv), r->params[0], &out);
     if (rc != 0)
         return srv_reply_loom_error(r, rc, "id");
     json_object_set_new(out, "object", json_string("conversation"));
@@ -185,7 +207,10 @@ static int get_conversation(srv_request *r)
 
 static int delete_conversation(srv_request *r)
 {
-    int rc = loom_store_conversation_delete(srv_store(r->srv), r->params[0]);
+    int rc = path_conversation(r);
+
+    if (rc == 0)
+        rc = loom_store_conversation_delete(srv_store(r->srv), r->params[0]);
 
     if (rc != 0)
         return srv_reply_loom_error(r, rc, "id");

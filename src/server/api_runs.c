@@ -373,6 +373,7 @@ static int check_media(srv_request *r, const srv_runs_request *q)
 
 static int start_run(srv_request *r)
 {
+    char owner[SRV_OWNER_SIZE];
     srv_runs_request q;
     loom__chat_error err;
     srv_run *run = NULL;
@@ -386,11 +387,14 @@ static int start_run(srv_request *r)
         loom__chat_error_clear(&err);
         return rc;
     }
-    if ((rc = srv_run_check_params(r, &q.spec)) != 1 ||
+    if ((rc = srv_request_owner(r, q.spec.user_id, owner, &q.spec.user_id)) !=
+            1 ||
+        (rc = srv_run_check_params(r, &q.spec)) != 1 ||
         (rc = check_media(r, &q)) != 1) {
         srv_runs_request_clear(&q);
         return rc;
     }
+    q.spec.who = r->who;
     rc = srv_run_start(&run, r->srv, &q.spec);
     srv_runs_request_clear(&q);
     if (rc != 0)
@@ -408,11 +412,17 @@ static int start_run(srv_request *r)
     return rc;
 }
 
-/* The run named by the path, or a 404 reply (NULL). */
-static srv_run *path_run(srv_request *r)
+/* The run named by the path, or a 404 reply (NULL): also a run the
+ * caller does not own (srv_owns, its end user named by request_user or
+ * the X-Loom-User header). */
+static srv_run *path_run(srv_request *r, const char *request_user)
 {
     srv_run *run = srv_run_find(r->srv, r->params[0]);
 
+    if (run && !srv_owns(r, srv_run_user(run), request_user)) {
+        srv_run_unref(run);
+        run = NULL;
+    }
     if (!run) {
         srv_reply_error(r, 404, NULL, "id", "not_found",
                         "no run with id '%s' (runs are kept in memory for a "
@@ -469,15 +479,17 @@ static int reply_stored_run(srv_request *r, const char *user)
 static int get_run(srv_request *r)
 {
     const char *ev = srv_query(r, "events");
-    const char *user = srv_query(r, "user");
-    srv_run *run = srv_run_find(r->srv, r->params[0]);
-    const char *owner;
+    const char *qu = srv_query(r, "user"), *user = NULL;
+    char buf[SRV_OWNER_SIZE];
+    srv_run *run;
     json_t *o, *kids = NULL;
 
-    if (!run)
+    /* The caller's owner id with a key; else the `user` asked for. */
+    if (srv_request_owner(r, qu, buf, &user) != 1)
+        return 0;
+    if (!(run = srv_run_find(r->srv, r->params[0])))
         return reply_stored_run(r, user);
-    owner = srv_run_user(run);
-    if (user && (!owner || strcmp(owner, user) != 0)) {
+    if (!srv_owns(r, srv_run_user(run), qu)) {
         srv_run_unref(run);
         return reply_no_run(r);
     }
@@ -524,7 +536,7 @@ static int run_events(srv_request *r)
         return srv_reply_error(r, 400, NULL, "Last-Event-ID", "invalid_value",
                                "Last-Event-ID must be an event seq (a "
                                "non-negative integer)");
-    if (!(run = path_run(r)))
+    if (!(run = path_run(r, NULL)))
         return 0;
     so.after_seq = (uint64_t)after;
     /* Following a run does not own it: leaving does not cancel it. */
@@ -536,7 +548,7 @@ static int run_events(srv_request *r)
 
 static int cancel_run(srv_request *r)
 {
-    srv_run *run = path_run(r);
+    srv_run *run = path_run(r, NULL);
     int rc;
 
     if (!run)
@@ -604,17 +616,25 @@ static int input_run(srv_request *r)
     if (in && !json_is_null(in) && !json_string_length(in))
         return srv_reply_error(r, 400, NULL, "run_id", "invalid_value",
                                "`run_id` must be a non-empty string");
-    /* A sub-agent's run is found through the run whose tree holds it. */
-    if ((run = srv_run_find_tree(r->srv, r->params[0])) != NULL)
+    /* A sub-agent's run is found through the run whose tree holds it,
+     * under the same owner check as any run. */
+    run = srv_run_find_tree(r->srv, r->params[0]);
+    if (run && !srv_owns(r, srv_run_user(run), json_string_value(who))) {
+        srv_run_unref(run);
+        run = NULL;
+    }
+    if (run)
         set_run_headers(r, run);
-    else if (!(run = path_run(r)))
+    else if (!(run = path_run(r, json_string_value(who))))
         return 0;
     scope = json_string_value(in);
     if (!scope && strcmp(srv_run_id(run), r->params[0]) != 0)
         scope = r->params[0];
     user = srv_run_user(run);
-    if ((user != NULL) != json_is_string(who) ||
-        (user && strcmp(user, json_string_value(who)) != 0)) {
+    /* Without accounts, the body's `user` must be the run's. */
+    if (!srv_isolated(r) &&
+        ((user != NULL) != json_is_string(who) ||
+         (user && strcmp(user, json_string_value(who)) != 0))) {
         srv_run_unref(run);
         return srv_reply_error(r, 404, NULL, "id", "not_found",
                                "no run with id '%s' (runs are kept in "

@@ -352,13 +352,14 @@ static int continue_header(srv_request *r, loom__chat_request *req)
  * A client that resends its whole history without a conversation id
  * (docs/openai-compat.md#stateless-clients): when the messages up to its
  * last assistant message are exactly, in the client's form, a stored
- * conversation of the same user, that conversation goes on. *found
+ * conversation of the same owner (srv_request_owner), that conversation
+ * goes on. *found
  * (caller frees) is its id and *skip how many of the messages it holds;
  * both are left alone when none matches. A store read, which in WAL mode
  * never waits for writers. 0, or the store's error.
  */
 static int find_continued(srv_request *r, const loom__chat_request *req,
-                          char **found, size_t *skip)
+                          const char *owner, char **found, size_t *skip)
 {
     loom_store *st = srv_store(r->srv);
     size_t at = after_last_assistant(&req->messages);
@@ -369,7 +370,7 @@ static int find_continued(srv_request *r, const loom__chat_request *req,
         return 0;
     prefix.items = req->messages.items;
     prefix.len = prefix.cap = at;
-    rc = loom_store_conversation_match(st, req->user, &prefix, found);
+    rc = loom_store_conversation_match(st, owner, &prefix, found);
     if (rc == 0)
         *skip = at;
     return rc == LOOM_ENOTFOUND ? 0 : rc;
@@ -454,7 +455,7 @@ static int handle(srv_request *r, loom__chat_request *req)
     loom_messages history = {0}, input;
     size_t nnames = 0, skip = 0;
     srv_run *run = NULL;
-    char id[64];
+    char id[64], owner[SRV_OWNER_SIZE];
     int all = 0, rc;
 
     memset(&err, 0, sizeof(err));
@@ -506,7 +507,9 @@ static int handle(srv_request *r, loom__chat_request *req)
     spec.parallel_tool_calls = req->parallel_tool_calls;
     spec.max_tokens = req->max_tokens;
     spec.temperature = req->temperature;
-    spec.user_id = req->user;
+    if ((rc = srv_request_owner(r, req->user, owner, &spec.user_id)) != 1)
+        goto cleanup;
+    spec.who = r->who;
     spec.params = &req->params;
     if ((rc = srv_run_check_params(r, &spec)) != 1)
         goto cleanup;
@@ -529,7 +532,8 @@ static int handle(srv_request *r, loom__chat_request *req)
             goto cleanup;
         }
         spec.conversation_id = conv;
-    } else if ((rc = find_continued(r, req, &found, &skip)) != 0) {
+    } else if ((rc = find_continued(r, req, spec.user_id, &found, &skip)) !=
+               0) {
         rc = srv_reply_loom_error(r, rc, NULL);
         goto cleanup;
     } else if (found) {

@@ -211,6 +211,7 @@ typedef struct srv_conn {
     char allow[MAX_ALLOW]; /* the methods it exists with, for 405 */
     int state;
     int counted; /* in the server's pending requests */
+    srv_identity who; /* the caller, once authenticated */
     int replied;
     unsigned status;
     char run_id[48];
@@ -242,6 +243,7 @@ static void conn_free(srv_conn *c)
         free(c->hdrs[i].value);
     }
     json_decref(c->req.json);
+    srv__identity_clear(&c->who);
     loom_buf_free(&c->body);
     free(c->method);
     free(c->path);
@@ -330,6 +332,7 @@ static srv_conn *conn_new(srv_server *s, struct MHD_Connection *mc,
     c->req.method = c->method;
     c->req.path = c->path;
     c->req.body = "";
+    c->req.who = &c->who;
     c->req.conn_ = c;
     return c;
 }
@@ -338,6 +341,25 @@ const char *srv_query(const srv_request *r, const char *key)
 {
     return MHD_lookup_connection_value(r->conn_->mc, MHD_GET_ARGUMENT_KIND,
                                        key);
+}
+
+int srv_query_long(srv_request *r, const char *key, long lo, long hi, long *out)
+{
+    const char *s = srv_query(r, key);
+    char *end;
+    long v;
+
+    if (!s)
+        return 1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || *end || !*s || v < lo || v > hi) {
+        srv_reply_error(r, 400, NULL, key, "invalid_value",
+                        "%s must be an integer from %ld to %ld", key, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
 }
 
 const char *srv_header(const srv_request *r, const char *name)
@@ -401,6 +423,66 @@ void srv__request_set_stream(srv_request *r, struct srv_sse_stream *st)
     r->conn_->sse = st;
 }
 
+/* ---- CORS ---------------------------------------------------------------- */
+
+/* Headers a page's script may send and read (the SDKs' and loom's). */
+#define CORS_ALLOW_HEADERS                                                     \
+    "Authorization, Content-Type, Last-Event-ID, X-Loom-User, "                \
+    "X-Loom-Conversation-Id, X-Loom-Continue, X-Loom-Server-Calls, "           \
+    "OpenAI-Organization, OpenAI-Project, X-Stainless-Arch, "                  \
+    "X-Stainless-Lang, X-Stainless-OS, X-Stainless-Package-Version, "          \
+    "X-Stainless-Retry-Count, X-Stainless-Runtime, "                           \
+    "X-Stainless-Runtime-Version, X-Stainless-Timeout"
+#define CORS_EXPOSE_HEADERS                                                    \
+    "X-Loom-Run-Id, X-Loom-Conversation-Id, Retry-After, retry-after-ms, "     \
+    "x-ratelimit-limit-requests, x-ratelimit-remaining-requests, "             \
+    "x-ratelimit-reset-requests, x-ratelimit-limit-tokens, "                   \
+    "x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens"
+
+/* The request's Origin when server.cors_origins lists it exactly. */
+static const char *cors_origin(const srv_conn *c)
+{
+    const loom_server_config *sc = c->s->sc;
+    const char *o;
+
+    if (!sc->cors_origins_len ||
+        !(o = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Origin")))
+        return NULL;
+    for (size_t i = 0; i < sc->cors_origins_len; i++)
+        if (!strcmp(sc->cors_origins[i], o))
+            return o;
+    return NULL;
+}
+
+/* Lets an allowed origin's page read the answer. */
+static void cors_headers(const srv_conn *c, struct MHD_Response *resp)
+{
+    const char *o = cors_origin(c);
+
+    if (!o)
+        return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", o);
+    MHD_add_response_header(resp, "Vary", "Origin");
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers",
+                            CORS_EXPOSE_HEADERS);
+}
+
+/* A preflight (OPTIONS with Access-Control-Request-Method) from an
+ * allowed origin: 204 with what it may do. 1 when answered. */
+static int cors_preflight(srv_conn *c)
+{
+    if (strcmp(c->method, "OPTIONS") != 0 || !cors_origin(c) ||
+        !MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND,
+                                     "Access-Control-Request-Method"))
+        return 0;
+    srv_set_header(&c->req, "Access-Control-Allow-Methods",
+                   "GET, HEAD, POST, PUT, PATCH, DELETE");
+    srv_set_header(&c->req, "Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);
+    srv_set_header(&c->req, "Access-Control-Max-Age", "600");
+    srv_reply_text(&c->req, 204, NULL, "", 0);
+    return 1;
+}
+
 /* ---- replies ------------------------------------------------------------- */
 
 int srv__queue(srv_request *r, unsigned status, struct MHD_Response *resp)
@@ -416,6 +498,7 @@ int srv__queue(srv_request *r, unsigned status, struct MHD_Response *resp)
     }
     for (size_t i = 0; i < c->nhdrs; i++)
         MHD_add_response_header(resp, c->hdrs[i].name, c->hdrs[i].value);
+    cors_headers(c, resp);
     ok = MHD_queue_response(c->mc, status, resp);
     MHD_destroy_response(resp);
     if (ok != MHD_YES)
@@ -534,6 +617,12 @@ int srv_reply_loom_error(srv_request *r, int rc, const char *param)
         return srv_reply_error(r, 503, NULL, NULL, "no_provider",
                                "this server has no model provider "
                                "configured");
+    case SRV_EMODEL_NOT_ALLOWED:
+        return srv_reply_error(r, 403, NULL, "model", "model_not_allowed", "%s",
+                               copy);
+    case SRV_EAGENT_NOT_ALLOWED:
+        return srv_reply_error(r, 403, NULL, "agent", "agent_not_allowed", "%s",
+                               copy);
     case SRV_EBUSY:
         srv_set_header(r, "Retry-After", "1");
         return srv_reply_error(r, 503, NULL, NULL, "server_busy", "%s", copy);
@@ -717,10 +806,14 @@ enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
         reply_too_large(c);
         return MHD_YES;
     }
+    if (cors_preflight(c))
+        return c->replied ? MHD_YES : MHD_NO;
     if (!c->route) {
         reply_no_route(c);
         return MHD_YES;
     }
+    if (!srv__auth_request(&c->req, &c->who))
+        return c->replied ? MHD_YES : MHD_NO;
     parse_body(c);
     loom_error_clear();
     rc = c->route->handler(&c->req);

@@ -23,6 +23,7 @@
 #ifndef LOOM_SERVER_INTERNAL_H
 #define LOOM_SERVER_INTERNAL_H
 
+#include "loom/accounts.h"
 #include "loom/buf.h"
 #include "loom/config.h"
 #include "loom/llm.h"
@@ -76,6 +77,23 @@ const char *srv_default_model(srv_server *s, const loom_agent_config *agent);
 /* The server's session (the turns' settings); borrowed. */
 loom_session *srv_session(const srv_server *s);
 
+/* ---- callers (auth.c) ---------------------------------------------------- */
+
+typedef enum {
+    SRV_CALLER_ANONYMOUS = 0, /* mode none: whoever the request says */
+    SRV_CALLER_KEY,           /* an API key (key below) */
+    SRV_CALLER_ADMIN          /* the admin key (/v1/admin/... only) */
+} srv_caller_kind;
+
+/* Who made a request, as authenticated before its handler ran. */
+typedef struct {
+    srv_caller_kind kind;
+    loom_key_info key; /* SRV_CALLER_KEY */
+} srv_identity;
+
+/* Bytes of an owner id and its NUL (loom_account_owner). */
+#define SRV_OWNER_SIZE (LOOM_STORE_USER_ID_MAX + 1)
+
 /* ---- requests and replies ------------------------------------------------ */
 
 #define SRV_MAX_PARAMS 4
@@ -96,12 +114,20 @@ typedef struct srv_request {
     size_t body_len;
     json_t *json;        /* the body parsed as JSON, or NULL (borrowed) */
     const char *json_error; /* why a non-empty body did not parse, or NULL */
+    const srv_identity *who; /* the caller; never NULL in a handler */
     /* ---- private to server.c ---- */
     struct srv_conn *conn_;
 } srv_request;
 
 /* A query-string argument ("?limit=10"), decoded; NULL when absent. */
 const char *srv_query(const srv_request *r, const char *key);
+
+/*
+ * The integer query argument key, lo to hi, into *out (left alone when
+ * absent). 1: go on; 0: a 400 `invalid_value` naming key was answered.
+ */
+int srv_query_long(srv_request *r, const char *key, long lo, long hi,
+                   long *out);
 
 /*
  * Adds to the next reply the rate-limit headers (Retry-After,
@@ -145,6 +171,48 @@ int srv_reply_text(srv_request *r, unsigned status, const char *ctype,
 int srv_reply_error(srv_request *r, unsigned status, const char *type,
                     const char *param, const char *code, const char *fmt,
                     ...) __attribute__((format(printf, 6, 7)));
+
+/*
+ * Isolation (docs/accounts.md#isolation). A request is isolated when an
+ * API key authenticated it (mode keys): it sees only what its owner id
+ * owns. In mode none nothing is isolated and owner ids are the
+ * requests' `user` fields, as before accounts.
+ */
+int srv_isolated(const srv_request *r);
+
+/*
+ * The owner id of what this request makes and reads, into *owner: the
+ * request's user (request_user, NULL: anonymous) when not isolated; the
+ * key's workspace/user for a user key; for a service key its
+ * workspace/user/<end user>, the end user being request_user (a body's
+ * `user`) or else the X-Loom-User header (neither: the service itself).
+ * out holds it when it is made. 1: go on; 0: a 400 for a bad end user
+ * was answered.
+ */
+int srv_request_owner(srv_request *r, const char *request_user,
+                      char out[SRV_OWNER_SIZE], const char **owner);
+
+/*
+ * 1 when the request may see a thing whose owner id is object_owner
+ * (NULL: anonymous), its end user named as in srv_request_owner. When
+ * isolated, only its own; else anything, unless request_user is given
+ * (GET /v1/runs/{id}?user=, an approval's `user`), which must then be
+ * the thing's. Every route that shows, changes or follows a stored or
+ * running thing asks this one function, and answers 404 when it says 0.
+ */
+int srv_owns(srv_request *r, const char *object_owner,
+             const char *request_user);
+
+/* Returned by srv_run_start() for a key not allowed the run's model or
+ * agent: 403 `model_not_allowed` / `agent_not_allowed`. */
+#define SRV_EMODEL_NOT_ALLOWED (-102)
+#define SRV_EAGENT_NOT_ALLOWED (-103)
+
+/* 0 when who may run model with agent (NULL: none), else
+ * SRV_EMODEL_NOT_ALLOWED or SRV_EAGENT_NOT_ALLOWED. Only API keys are
+ * limited; anything else is allowed. */
+int srv_identity_allows(const srv_identity *who, const char *model,
+                        const char *agent);
 
 /* Returned by srv_run_start() when max_concurrent_runs are busy. */
 #define SRV_EBUSY (-100)
@@ -235,8 +303,14 @@ typedef struct {
      * them first with srv_run_check_params. */
     const loom_llm_params *params;
     /* The user the run is for (loom__chat_user_valid), or NULL: anonymous.
-     * Without one the memory tools are not offered. */
+     * Without one the memory tools are not offered. With an identity,
+     * the owner id (srv_request_owner). */
     const char *user_id;
+    /* The caller (NULL: anyone). With an API key, the run's model and
+     * agent must be the key's (SRV_EMODEL_NOT_ALLOWED, ...) and a
+     * conversation it continues must be user_id's (else LOOM_ENOTFOUND,
+     * as for an unknown one). */
+    const srv_identity *who;
 } srv_run_spec;
 
 #define SRV_RUN_SPEC_INIT                                                      \

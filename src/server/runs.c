@@ -482,6 +482,42 @@ static void release_slot(srv_server *s)
     pthread_mutex_unlock(&s->runs->lock);
 }
 
+/* An API key's run continues only its owner's conversations: another's
+ * is as unknown as one that does not exist. A store read. */
+static int check_owner(srv_server *s, const srv_run_spec *sp)
+{
+    loom_conversation_info info;
+    int rc, mine;
+
+    if (!sp->who || sp->who->kind != SRV_CALLER_KEY || !sp->conversation_id)
+        return 0;
+    if ((rc = loom_store_conversation_info(s->store, sp->conversation_id,
+                                           &info)) != 0)
+        return rc;
+    mine = info.user_id && sp->user_id && !strcmp(info.user_id, sp->user_id);
+    loom_conversation_info_clear(&info);
+    return mine ? 0
+                : loom__error_set(LOOM_ENOTFOUND, "conversation '%s' not found",
+                                  sp->conversation_id);
+}
+
+/* An API key limited to some models or agents runs only those: the
+ * turn's own, as it resolved them. */
+static int check_allowed(const srv_run_spec *sp, const loom_turn *t)
+{
+    int rc =
+        srv_identity_allows(sp->who, loom_turn_model(t), loom_turn_agent(t));
+
+    if (rc == SRV_EMODEL_NOT_ALLOWED)
+        return loom__error_set(rc, "this API key may not use the model '%s'",
+                               loom_turn_model(t));
+    if (rc == SRV_EAGENT_NOT_ALLOWED)
+        return loom__error_set(rc, "this API key may not use the agent '%s'",
+                               loom_turn_agent(t) ? loom_turn_agent(t)
+                                                  : "(none)");
+    return 0;
+}
+
 int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
 {
     loom_turn_options to = LOOM_TURN_OPTIONS_INIT;
@@ -538,7 +574,9 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     to.log_max_bytes = s->sc->max_run_events_bytes;
     to.ending = on_ending;
     to.ending_payload = we;
-    if ((rc = loom_turn_new(&r->t, s->session, &to)) != 0)
+    if ((rc = check_owner(s, sp)) != 0 ||
+        (rc = loom_turn_new(&r->t, s->session, &to)) != 0 ||
+        (rc = check_allowed(sp, r->t)) != 0)
         goto fail;
 
     /* References: the caller's, the worker's and the table's. */

@@ -416,6 +416,8 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
         (rc = build_session(s, opts)) != 0 ||
         (rc = srv__runs_new(&s->runs)) != 0 ||
         (rc = srv__router_new(&s->router)) != 0 ||
+        (rc = srv__auth_new(&s->auth, s->cfg)) != 0 ||
+        (rc = srv__api_admin_routes(s->router)) != 0 ||
         (rc = srv__api_runs_routes(s->router)) != 0 ||
         (rc = srv__api_misc_routes(s->router)) != 0)
         goto fail;
@@ -500,7 +502,8 @@ int loom_server_start(loom_server *s)
 
     if (s->d)
         return loom__error_set(LOOM_EINVALID, "server already started");
-    if ((rc = parse_listen(s->listen, &ss, &slen, &v6)) != 0)
+    if ((rc = parse_listen(s->listen, &ss, &slen, &v6)) != 0 ||
+        (rc = srv__auth_check_listen(s, (const struct sockaddr *)&ss)) != 0)
         return rc;
     (void)slen;
     if (v6)
@@ -624,6 +627,7 @@ void loom_server_free(loom_server *s)
         srv__runs_free(s->runs);
     }
     srv__router_free(s->router);
+    srv__auth_free(s->auth);
     for (size_t i = 0; i < s->nproviders; i++) {
         loom_provider_free(s->providers[i].p);
         free(s->providers[i].name);

@@ -86,6 +86,21 @@ typedef loom_store_op_fn srv_store_op;
 int srv__store_retry(srv_server *s, srv_store_op op, void *arg,
                      const char *what);
 
+/* ---- authentication (auth.c) --------------------------------------------- */
+
+typedef struct srv_auth srv_auth;
+/* The config's auth section and admin key ($LOOM_ADMIN_KEY). */
+int srv__auth_new(srv_auth **out, const loom_config *cfg);
+void srv__auth_free(srv_auth *a);
+/* Refuses (LOOM_EINVALID) to serve sa beyond loopback in mode none
+ * unless auth.allow_unauthenticated, which is then warned about. */
+struct sockaddr;
+int srv__auth_check_listen(srv_server *s, const struct sockaddr *sa);
+/* Authenticates r for its route into *who (r->who points at it): 1 go
+ * on, 0 answered (401, 429, 500). */
+int srv__auth_request(srv_request *r, srv_identity *who);
+void srv__identity_clear(srv_identity *who);
+
 /* ---- the server (server.c) ----------------------------------------------- */
 
 typedef struct {
@@ -115,6 +130,7 @@ struct loom_server {
     struct MHD_Daemon *d;
     int port;
     srv_router *router;
+    srv_auth *auth;
     srv_runs *runs;
     srv_metrics *metrics;
     atomic_int draining;  /* stopping: new runs are refused (503) */
@@ -203,5 +219,6 @@ void srv__fault_arm(const char *point, int count);
 
 int srv__api_runs_routes(srv_router *rt);
 int srv__api_misc_routes(srv_router *rt);
+int srv__api_admin_routes(srv_router *rt);
 
 #endif

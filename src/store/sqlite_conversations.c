@@ -93,9 +93,8 @@ int loom__sqlite_conversation_create(loom_store *base, const char *id,
 
     pthread_mutex_lock(&st->write_lock);
     if ((rc = loom__sqlite_acquire(st, &c)) != 0 ||
-        (rc = loom__sqlite_use(st, c,
-                               owner ? S_CONV_INSERT_OWNED : S_CONV_INSERT,
-                               &s)))
+        (rc = loom__sqlite_use(
+             st, c, owner ? S_CONV_INSERT_OWNED : S_CONV_INSERT, &s)))
         goto cleanup;
     b_text(s, 1, id, &src);
     b_int(s, 2, now, &src);
@@ -167,10 +166,9 @@ int loom__sqlite_conversation_list(loom_store *base, const char *owner,
             rc = loom__sqlite_not_found(after);
             goto cleanup;
         }
-        if ((rc = loom__sqlite_use(st, c,
-                                   owner ? S_CONV_LIST_OWNED_AFTER
-                                         : S_CONV_LIST_AFTER,
-                                   &s)) != 0)
+        if ((rc = loom__sqlite_use(
+                 st, c, owner ? S_CONV_LIST_OWNED_AFTER : S_CONV_LIST_AFTER,
+                 &s)) != 0)
             goto cleanup;
         b_int(s, 1, info.updated_at, &src);
         b_text(s, 2, after, &src);
@@ -179,9 +177,8 @@ int loom__sqlite_conversation_list(loom_store *base, const char *owner,
             b_text(s, 4, owner, &src);
         loom_conversation_info_clear(&info);
     } else {
-        if ((rc = loom__sqlite_use(st, c,
-                                   owner ? S_CONV_LIST_OWNED : S_CONV_LIST,
-                                   &s)) != 0)
+        if ((rc = loom__sqlite_use(
+                 st, c, owner ? S_CONV_LIST_OWNED : S_CONV_LIST, &s)) != 0)
             goto cleanup;
         b_int(s, 1, limit + 1, &src);
         if (owner)

@@ -313,7 +313,6 @@ int loom__sqlite_memory_delete(loom_store *st, const char *user_id,
 int loom__sqlite_memory_count(loom_store *st, const char *user_id,
                               int64_t *out);
 
-
 /* ---- accounts (sqlite_accounts.c): the vtable entries ---------------- */
 
 int loom__sqlite_key_pepper(loom_store *st, int create,
@@ -328,8 +327,7 @@ int loom__sqlite_key_set_limits(loom_store *st, const char *id,
                                 const loom__store_audit *a);
 int loom__sqlite_key_list(loom_store *st, const char *workspace,
                           const char *user, json_t **out);
-int loom__sqlite_user_list(loom_store *st, const char *workspace,
-                           json_t **out);
+int loom__sqlite_user_list(loom_store *st, const char *workspace, json_t **out);
 int loom__sqlite_workspace_list(loom_store *st, json_t **out);
 int loom__sqlite_audit_list(loom_store *st, int limit, json_t **out);
 

@@ -122,8 +122,7 @@ int loom_store_conversation_create(loom_store *st, char **id_out)
     if (!st)
         return loom__error_set(LOOM_EINVALID, "store: NULL store");
     if ((rc = loom_id_new(id, "conv_")) != 0 ||
-        (rc = st->vt->conversation_create(st, id, NULL, loom__unix_ms())) !=
-            0)
+        (rc = st->vt->conversation_create(st, id, NULL, loom__unix_ms())) != 0)
         return rc;
     if (!(*id_out = strdup(id)))
         return loom__error_oom();
@@ -196,8 +195,8 @@ int loom_store_conversation_info(loom_store *st, const char *id,
 }
 
 /* Lists every conversation (owner NULL) or one owner's. */
-static int list(loom_store *st, const char *owner, const char *after,
-                int limit, json_t **out)
+static int list(loom_store *st, const char *owner, const char *after, int limit,
+                json_t **out)
 {
     if (!out)
         return loom__error_set(LOOM_EINVALID, "store: no out pointer");

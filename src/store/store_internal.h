@@ -140,7 +140,7 @@ typedef struct {
     int64_t created_at, expires_at; /* expires_at 0: never */
     const char *models, *agents;    /* JSON arrays, or NULL: any */
     loom_limits limits;
-    loom__store_audit audit;        /* "key.created" */
+    loom__store_audit audit; /* "key.created" */
 } loom__store_key;
 
 typedef struct {
@@ -224,8 +224,8 @@ typedef struct {
     int (*key_revoke)(loom_store *st, const char *id,
                       const loom__store_audit *a, loom_key_info *out);
     /* Replaces the limits and adds the audit entry a. */
-    int (*key_set_limits)(loom_store *st, const char *id,
-                          const loom_limits *l, const loom__store_audit *a);
+    int (*key_set_limits)(loom_store *st, const char *id, const loom_limits *l,
+                          const loom__store_audit *a);
     int (*key_list)(loom_store *st, const char *workspace, const char *user,
                     json_t **out);
     int (*user_list)(loom_store *st, const char *workspace, json_t **out);

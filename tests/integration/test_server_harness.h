@@ -79,9 +79,11 @@ typedef struct {
 
 /*
  * Starts the server of h (whose fake and db are set) from the config
- * text yaml, with a fresh store at h->db and sh_tools().
+ * text yaml, with a fresh store at h->db and sh_tools(), or with
+ * own_tools the server's own registry (the config's tools and the memory
+ * tools over the store).
  */
-static inline void sh_start_config(sh *h, const char *yaml)
+static inline void sh_start_config_tools(sh *h, const char *yaml, int own_tools)
 {
     loom_server_options so = LOOM_SERVER_OPTIONS_INIT;
 
@@ -89,7 +91,7 @@ static inline void sh_start_config(sh *h, const char *yaml)
         fail_msg("config: %s", loom_error_last());
     if (loom_store_open(&h->store, h->db) != 0)
         fail_msg("store: %s", loom_error_last());
-    h->tools = sh_tools();
+    h->tools = own_tools ? NULL : sh_tools();
     so.config = h->cfg;
     so.store = h->store;
     so.tools = h->tools;
@@ -97,6 +99,11 @@ static inline void sh_start_config(sh *h, const char *yaml)
         fail_msg("server: %s", loom_error_last());
     snprintf(h->base, sizeof(h->base), "http://127.0.0.1:%d",
              loom_server_port(h->srv));
+}
+
+static inline void sh_start_config(sh *h, const char *yaml)
+{
+    sh_start_config_tools(h, yaml, 0);
 }
 
 /*

@@ -752,7 +752,7 @@ static void test_unknown_keys(void **state)
         "log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
         "t.yaml:2: unknown key 'srever' (known: log, providers, "
         "models, agents, default_agent, tools, server, routing, http_tools, "
-        "mcp_servers, research)",
+        "mcp_servers, research, auth)",
         NULL);
     expect_fail("log: {level: info}\nserver: {port: 80}\n", LOOM_EINVALID,
                 "t.yaml:2: server: unknown key 'port' (known: listen, db, ",

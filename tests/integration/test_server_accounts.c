@@ -1,0 +1,633 @@
+/*
+ * Accounts through the server (docs/accounts.md): a server in mode keys
+ * over the fake upstream, with keys made by loom/accounts.h (as `loom
+ * keys` makes them) and by the admin API.
+ *
+ * Identity: no key, a wrong, malformed, revoked or expired key is 401
+ * invalid_api_key; the admin key cannot run inference and an API key
+ * cannot administer; operations stay open; repeated failures from one
+ * address get 429. Isolation, with two user keys and a service key's two
+ * end users: memories (the reported bug: a request naming "alice" does
+ * not reach alice's memories), conversations (get, list, delete,
+ * continue, by both APIs), runs (get, events, cancel, input) are each
+ * 404 for anyone but their owner. A key limited to some agents or
+ * models gets 403 for others. The admin API makes, lists, limits and
+ * revokes keys, and the audit log says so. CORS answers an allowed
+ * origin's preflight only. A non-loopback listen in mode none is
+ * refused unless allowed. No key ever shows in the server's log, its
+ * answers or the store's audit log.
+ */
+#include "test_server_harness.h"
+
+#include "loom/accounts.h"
+#include "loom/log.h"
+
+#define ADMIN "adm-0123456789abcdef"
+
+/* The memory tool calls the fake answers with (see test_server_memory). */
+#define STORE_CALL                                                             \
+    "{\"tool_calls\":[{\"id\":\"c1\",\"name\":\"memory_store\","               \
+    "\"arguments\":\"{\\\"content\\\":\\\"The PIN is 4321.\\\"}\"}]}"
+#define RETRIEVE_CALL                                                          \
+    "{\"tool_calls\":[{\"id\":\"c2\",\"name\":\"memory_retrieve\","            \
+    "\"arguments\":\"{\\\"query\\\":\\\"PIN\\\"}\"}]}"
+#define TEXT(t) "{\"text\":[\"" t "\"]}"
+
+static FILE *g_log;
+
+/* A server in mode keys over the fake with script, its own tools (so the
+ * memory tools are there) and its log into g_log. */
+static void start(sh *h, const char *script, const char *extra)
+{
+    static int n;
+    char name[64], *yaml = NULL;
+
+    memset(h, 0, sizeof(*h));
+    h->fake = fake_start_script(script);
+    assert_non_null(h->fake);
+    snprintf(name, sizeof(name), "accounts-%d.db", n++);
+    h->db = test_tmp_path(name);
+    unlink(h->db);
+    assert_true(asprintf(&yaml,
+                         "providers:\n"
+                         "  fake:\n"
+                         "    base_url: %s\n"
+                         "    api_key: sk-test\n"
+                         "    retries: {max: 0}\n"
+                         "models:\n"
+                         "  fake/m: {upstream: fake-model}\n"
+                         "  fake/other: {upstream: fake-model}\n"
+                         "agents:\n"
+                         "  a: {model: fake/m}\n"
+                         "  plain: {model: fake/m, tools: [], memory: false}\n"
+                         "default_agent: a\n"
+                         "server:\n"
+                         "  listen: 127.0.0.1:0\n"
+                         "  cors_origins: [https://app.example.com]\n"
+                         "auth:\n"
+                         "  mode: keys\n"
+                         "  admin_key: " ADMIN "\n"
+                         "%s",
+                         fake_base_url(h->fake), extra ? extra : "") > 0);
+    sh_start_config_tools(h, yaml, 1);
+    free(yaml);
+}
+
+static void key_for(sh *h, const char *user, int service, const char *agent,
+                    char key[LOOM_KEY_SIZE])
+{
+    const char *agents[1] = {agent};
+    loom_key_spec spec = {.version = LOOM_KEY_SPEC_VERSION,
+                          .user = user,
+                          .workspace = "acme",
+                          .service = service,
+                          .agents = agents,
+                          .agents_len = agent ? 1 : 0};
+
+    if (loom_store_key_create(h->store, &spec, key, NULL) != 0)
+        fail_msg("key: %s", loom_error_last());
+}
+
+/* One request with "Authorization: Bearer key" (NULL: none) and an
+ * extra header (may be NULL); returns the status, *r filled. */
+static long call(sh *h, const char *key, const char *extra, const char *method,
+                 const char *path, const char *body, sh_resp *r)
+{
+    struct curl_slist *hdrs = NULL;
+    char auth[256];
+    long st;
+
+    if (key) {
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", key);
+        hdrs = curl_slist_append(hdrs, auth);
+    }
+    if (extra)
+        hdrs = curl_slist_append(hdrs, extra);
+    if (body)
+        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    st = sh_req(h, method, path, body, hdrs, r);
+    curl_slist_free_all(hdrs);
+    return st;
+}
+
+/* call() that must answer want; the body as JSON (a new reference). */
+static json_t *call_json(sh *h, const char *key, const char *extra,
+                         const char *method, const char *path, const char *body,
+                         long want)
+{
+    sh_resp r;
+    json_t *j;
+
+    if (call(h, key, extra, method, path, body, &r) != want)
+        fail_msg("%s %s: status %ld, want %ld: %s", method, path, r.status,
+                 want, r.body ? r.body : "");
+    j = json_loads(r.body ? r.body : "null", JSON_DECODE_ANY, NULL);
+    sh_resp_free(&r);
+    assert_non_null(j);
+    return j;
+}
+
+/* call() that must answer want with an error of code. */
+static void call_error(sh *h, const char *key, const char *extra,
+                       const char *method, const char *path, const char *body,
+                       long want, const char *code)
+{
+    sh_resp r;
+
+    if (call(h, key, extra, method, path, body, &r) != want)
+        fail_msg("%s %s: status %ld, want %ld: %s", method, path, r.status,
+                 want, r.body ? r.body : "");
+    sh_check_error(r.body, code);
+    sh_resp_free(&r);
+}
+
+/* The text of the first tool message the fake got in request i. */
+static char *tool_result(const sh *h, size_t i)
+{
+    json_t *reqs = fake_requests(h->fake), *m;
+    json_t *msgs = json_object_get(
+        json_object_get(json_array_get(reqs, i), "body"), "messages");
+    char *out = NULL;
+    size_t k;
+
+    json_array_foreach(msgs, k, m)
+    {
+        if (!out && !strcmp(sh_str(m, "role"), "tool"))
+            out = strdup(sh_str(m, "content"));
+    }
+    json_decref(reqs);
+    if (!out)
+        fail_msg("request %zu has no tool message", i);
+    return out;
+}
+
+/* 1 when the file f holds s. */
+static int file_holds(FILE *f, const char *s)
+{
+    long n;
+    char *buf;
+    int found;
+
+    fflush(f);
+    n = ftell(f);
+    buf = calloc(1, (size_t)n + 1);
+    rewind(f);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fseek(f, 0, SEEK_END);
+    found = strstr(buf, s) != NULL;
+    free(buf);
+    return found;
+}
+
+#define CHAT(user, text)                                                       \
+    "{\"model\":\"agent/a\",\"user\":\"" user "\",\"messages\":[{\"role\":"    \
+    "\"user\",\"content\":\"" text "\"}]}"
+
+/* Who may call what: keys, the admin key, operations, expiry, revoking,
+ * and no key in the log or the answers. */
+static void test_identity(void **state)
+{
+    loom_key_spec spec = {
+        .version = LOOM_KEY_SPEC_VERSION, .user = "eve", .expires_at = 1000};
+    char key[LOOM_KEY_SIZE], bad[LOOM_KEY_SIZE], old[LOOM_KEY_SIZE];
+    char v[256];
+    sh h;
+    sh_resp r;
+    json_t *j;
+
+    (void)state;
+    start(&h, "{\"responses\":[" TEXT("Hello.") "]}", NULL);
+    key_for(&h, "alice", 0, NULL, key);
+    assert_int_equal(loom_store_key_create(h.store, &spec, old, NULL), 0);
+    memcpy(bad, key, sizeof(bad));
+    bad[30] = bad[30] == '0' ? '1' : '0';
+
+    assert_int_equal(call(&h, NULL, NULL, "GET", "/v1/models", NULL, &r), 401);
+    sh_check_error(r.body, "invalid_api_key");
+    assert_non_null(sh_header(&r, "WWW-Authenticate", v, sizeof(v)));
+    sh_resp_free(&r);
+    call_error(&h, bad, NULL, "GET", "/v1/models", NULL, 401,
+               "invalid_api_key");
+    call_error(&h, "sk-not-a-loom-key", NULL, "GET", "/v1/models", NULL, 401,
+               "invalid_api_key");
+    call_error(&h, old, NULL, "GET", "/v1/models", NULL, 401,
+               "invalid_api_key");
+    /* The admin key runs nothing; an API key administers nothing. */
+    call_error(&h, ADMIN, NULL, "GET", "/v1/models", NULL, 401,
+               "invalid_api_key");
+    call_error(&h, key, NULL, "GET", "/v1/admin/keys", NULL, 401,
+               "invalid_api_key");
+    call_error(&h, NULL, NULL, "GET", "/v1/admin/keys", NULL, 401,
+               "invalid_api_key");
+    /* Operations are open. */
+    json_decref(call_json(&h, NULL, NULL, "GET", "/healthz", NULL, 200));
+    json_decref(call_json(&h, NULL, NULL, "GET", "/readyz", NULL, 200));
+
+    j = call_json(&h, key, NULL, "POST", "/v1/chat/completions",
+                  CHAT("anyone", "Hi"), 200);
+    json_decref(j);
+
+    /* Revoked: refused at the next request. */
+    assert_int_equal(loom_store_key_revoke(h.store, key, "test", NULL), 0);
+    call_error(&h, key, NULL, "GET", "/v1/models", NULL, 401,
+               "invalid_api_key");
+
+    assert_false(file_holds(g_log, key + 20));
+    assert_false(file_holds(g_log, bad + 20));
+    assert_false(file_holds(g_log, ADMIN));
+    sh_free(&h);
+}
+
+/* The reported bug: under mode keys, a request naming "alice" does not
+ * read alice's memories; a service key's end users are kept apart. */
+static void test_memory_isolation(void **state)
+{
+    char alice[LOOM_KEY_SIZE], mallory[LOOM_KEY_SIZE], svc[LOOM_KEY_SIZE];
+    char *res;
+    sh h;
+
+    (void)state;
+    start(&h,
+          "{\"responses\":[" STORE_CALL
+          "," TEXT("Noted.") "," RETRIEVE_CALL "," TEXT(
+              "Nothing.") "," RETRIEVE_CALL
+                          "," TEXT("4321.") "," STORE_CALL "," TEXT(
+                              "Noted.") "," RETRIEVE_CALL
+                                        "," TEXT("Nothing.") "," RETRIEVE_CALL
+                                                             "," TEXT(
+                                                                 "4321.") "]}",
+          NULL);
+    key_for(&h, "alice", 0, NULL, alice);
+    key_for(&h, "mallory", 0, NULL, mallory);
+    key_for(&h, "backend", 1, NULL, svc);
+
+    json_decref(call_json(&h, alice, NULL, "POST", "/v1/chat/completions",
+                          CHAT("alice", "My PIN is 4321."), 200));
+    /* Mallory names alice: nothing of hers. */
+    json_decref(call_json(&h, mallory, NULL, "POST", "/v1/chat/completions",
+                          CHAT("alice", "What is my PIN?"), 200));
+    res = tool_result(&h, 3);
+    assert_null(strstr(res, "4321"));
+    free(res);
+    /* Alice, whatever her request calls her, has it. */
+    json_decref(call_json(&h, alice, NULL, "POST", "/v1/chat/completions",
+                          CHAT("someone", "What is my PIN?"), 200));
+    res = tool_result(&h, 5);
+    assert_non_null(strstr(res, "4321"));
+    free(res);
+
+    /* A service key: end user u1 stores, u2 finds nothing, u1 finds it. */
+    json_decref(call_json(&h, svc, NULL, "POST", "/v1/chat/completions",
+                          CHAT("u1", "My PIN is 4321."), 200));
+    json_decref(call_json(&h, svc, NULL, "POST", "/v1/chat/completions",
+                          CHAT("u2", "What is my PIN?"), 200));
+    res = tool_result(&h, 9);
+    assert_null(strstr(res, "4321"));
+    free(res);
+    json_decref(call_json(&h, svc, NULL, "POST", "/v1/chat/completions",
+                          CHAT("u1", "What is my PIN?"), 200));
+    res = tool_result(&h, 11);
+    assert_non_null(strstr(res, "4321"));
+    free(res);
+    sh_free(&h);
+}
+
+/* Every route about a conversation or a run answers 404 to anyone but
+ * its owner: another user key, and a service key's other end user. */
+static void check_hidden(sh *h, const char *key, const char *extra,
+                         const char *run, const char *conv)
+{
+    char path[256], body[512];
+    json_t *j;
+
+    snprintf(path, sizeof(path), "/v1/conversations/%s", conv);
+    call_error(h, key, extra, "GET", path, NULL, 404, "not_found");
+    call_error(h, key, extra, "DELETE", path, NULL, 404, "not_found");
+    snprintf(path, sizeof(path), "/v1/conversations?after=%s", conv);
+    call_error(h, key, extra, "GET", path, NULL, 404, "not_found");
+    j = call_json(h, key, extra, "GET", "/v1/conversations", NULL, 200);
+    {
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(j, "data"), i, c)
+            assert_string_not_equal(sh_str(c, "id"), conv);
+    }
+    json_decref(j);
+    snprintf(path, sizeof(path), "/v1/runs/%s", run);
+    call_error(h, key, extra, "GET", path, NULL, 404, "not_found");
+    snprintf(path, sizeof(path), "/v1/runs/%s/events", run);
+    call_error(h, key, extra, "GET", path, NULL, 404, "not_found");
+    snprintf(path, sizeof(path), "/v1/runs/%s/cancel", run);
+    call_error(h, key, extra, "POST", path, NULL, 404, "not_found");
+    snprintf(path, sizeof(path), "/v1/runs/%s/input", run);
+    call_error(h, key, extra, "POST", path,
+               "{\"call_id\":\"c\",\"approve\":true}", 404, "not_found");
+    snprintf(body, sizeof(body),
+             "{\"input\":\"more\",\"conversation_id\":\"%s\"}", conv);
+    call_error(h, key, extra, "POST", "/v1/runs", body, 404, "not_found");
+    snprintf(body, sizeof(body),
+             "{\"model\":\"agent/a\",\"conversation_id\":\"%s\","
+             "\"messages\":[{\"role\":\"user\",\"content\":\"more\"}]}",
+             conv);
+    call_error(h, key, extra, "POST", "/v1/chat/completions", body, 404,
+               "conversation_not_found");
+}
+
+/* The owner sees it all. */
+static void check_seen(sh *h, const char *key, const char *extra,
+                       const char *run, const char *conv)
+{
+    char path[256];
+    json_t *j;
+
+    snprintf(path, sizeof(path), "/v1/conversations/%s", conv);
+    json_decref(call_json(h, key, extra, "GET", path, NULL, 200));
+    j = call_json(h, key, extra, "GET", "/v1/conversations", NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(j, "data")), 1);
+    json_decref(j);
+    snprintf(path, sizeof(path), "/v1/runs/%s", run);
+    json_decref(call_json(h, key, extra, "GET", path, NULL, 200));
+}
+
+static void test_object_isolation(void **state)
+{
+    char alice[LOOM_KEY_SIZE], bob[LOOM_KEY_SIZE], svc[LOOM_KEY_SIZE];
+    char run[64], conv[64], srun[64], sconv[64];
+    sh h;
+    json_t *j;
+
+    (void)state;
+    start(&h,
+          "{\"responses\":[" TEXT("One.") "," TEXT("Two.") "," TEXT(
+              "Three.") "]}",
+          NULL);
+    key_for(&h, "alice", 0, NULL, alice);
+    key_for(&h, "bob", 0, NULL, bob);
+    key_for(&h, "backend", 1, NULL, svc);
+
+    j = call_json(&h, alice, NULL, "POST", "/v1/runs",
+                  "{\"input\":\"Hi\",\"user\":\"bob\"}", 200);
+    snprintf(run, sizeof(run), "%s", sh_str(j, "id"));
+    snprintf(conv, sizeof(conv), "%s", sh_str(j, "conversation_id"));
+    json_decref(j);
+    check_hidden(&h, bob, NULL, run, conv);
+    check_seen(&h, alice, NULL, run, conv);
+
+    j = call_json(&h, svc, NULL, "POST", "/v1/runs",
+                  "{\"input\":\"Hi\",\"user\":\"u1\"}", 200);
+    snprintf(srun, sizeof(srun), "%s", sh_str(j, "id"));
+    snprintf(sconv, sizeof(sconv), "%s", sh_str(j, "conversation_id"));
+    json_decref(j);
+    check_hidden(&h, svc, "X-Loom-User: u2", srun, sconv);
+    check_hidden(&h, svc, NULL, srun, sconv);
+    check_hidden(&h, alice, "X-Loom-User: u1", srun, sconv);
+    check_seen(&h, svc, "X-Loom-User: u1", srun, sconv);
+    /* A bad end user is a 400 where it names the caller. */
+    call_error(&h, svc, "X-Loom-User: a/b", "GET", "/v1/conversations", NULL,
+               400, "invalid_value");
+
+    /* The owner continues and deletes. */
+    {
+        char body[256], path[128];
+        snprintf(body, sizeof(body),
+                 "{\"input\":\"more\",\"conversation_id\":\"%s\"}", conv);
+        json_decref(call_json(&h, alice, NULL, "POST", "/v1/runs", body, 200));
+        snprintf(path, sizeof(path), "/v1/conversations/%s", conv);
+        json_decref(call_json(&h, alice, NULL, "DELETE", path, NULL, 200));
+    }
+    sh_free(&h);
+}
+
+static void test_allowed_agents_and_models(void **state)
+{
+    const char *models[1] = {"fake/other"};
+    loom_key_spec spec = {.version = LOOM_KEY_SPEC_VERSION,
+                          .user = "m",
+                          .models = models,
+                          .models_len = 1};
+    char plain[LOOM_KEY_SIZE], other[LOOM_KEY_SIZE];
+    sh h;
+
+    (void)state;
+    start(&h, "{\"responses\":[" TEXT("Fine.") "," TEXT("Fine.") "]}", NULL);
+    key_for(&h, "p", 0, "plain", plain);
+    assert_int_equal(loom_store_key_create(h.store, &spec, other, NULL), 0);
+    call_error(&h, plain, NULL, "POST", "/v1/runs", "{\"input\":\"Hi\"}", 403,
+               "agent_not_allowed");
+    call_error(&h, plain, NULL, "POST", "/v1/chat/completions", CHAT("x", "Hi"),
+               403, "agent_not_allowed");
+    json_decref(call_json(&h, plain, NULL, "POST", "/v1/runs",
+                          "{\"input\":\"Hi\",\"agent\":\"plain\"}", 200));
+    call_error(&h, other, NULL, "POST", "/v1/runs", "{\"input\":\"Hi\"}", 403,
+               "model_not_allowed");
+    json_decref(call_json(&h, other, NULL, "POST", "/v1/runs",
+                          "{\"input\":\"Hi\",\"model\":\"fake/other\"}", 200));
+    sh_free(&h);
+}
+
+static void test_admin_api(void **state)
+{
+    char path[128], id[32], *text;
+    const char *key;
+    sh h;
+    json_t *made, *j, *e;
+    size_t i;
+
+    (void)state;
+    start(&h, "{\"responses\":[" TEXT("Hi.") "]}", NULL);
+    made = call_json(&h, ADMIN, NULL, "POST", "/v1/admin/keys",
+                     "{\"user\":\"zoe\",\"workspace\":\"lab\",\"rpm\":30,"
+                     "\"budget_usd\":1.5,\"budget_period\":\"day\","
+                     "\"agents\":[\"a\"]}",
+                     201);
+    key = sh_str(made, "key");
+    assert_non_null(key);
+    snprintf(id, sizeof(id), "%s", sh_str(made, "id"));
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(made, "limits"), "budget_micros")),
+                     1500000);
+    json_decref(call_json(&h, key, NULL, "POST", "/v1/runs",
+                          "{\"input\":\"Hi\"}", 200));
+    call_error(&h, ADMIN, NULL, "POST", "/v1/admin/keys", "{\"rpm\":1}", 400,
+               "invalid_value");
+    call_error(&h, ADMIN, NULL, "POST", "/v1/admin/keys",
+               "{\"user\":\"z\",\"color\":1}", 400, "unknown_parameter");
+
+    j = call_json(&h, ADMIN, NULL, "GET", "/v1/admin/keys?workspace=lab", NULL,
+                  200);
+    assert_int_equal(json_array_size(json_object_get(j, "data")), 1);
+    json_decref(j);
+    snprintf(path, sizeof(path), "/v1/admin/keys/%s", id);
+    json_decref(call_json(&h, ADMIN, NULL, "PATCH", path, "{\"rpm\":60}", 200));
+    j = call_json(&h, ADMIN, NULL, "DELETE", path, NULL, 200);
+    assert_false(json_is_null(json_object_get(j, "revoked_at")));
+    json_decref(j);
+    call_error(&h, key, NULL, "POST", "/v1/runs", "{\"input\":\"Hi\"}", 401,
+               "invalid_api_key");
+    call_error(&h, ADMIN, NULL, "DELETE", "/v1/admin/keys/ffffffffffffffff",
+               NULL, 404, "not_found");
+
+    j = call_json(&h, ADMIN, NULL, "GET", "/v1/admin/users", NULL, 200);
+    assert_string_equal(
+        sh_str(json_array_get(json_object_get(j, "data"), 0), "name"), "zoe");
+    json_decref(j);
+    j = call_json(&h, ADMIN, NULL, "GET", "/v1/admin/workspaces", NULL, 200);
+    assert_string_equal(
+        sh_str(json_array_get(json_object_get(j, "data"), 0), "id"), "lab");
+    json_decref(j);
+    j = call_json(&h, ADMIN, NULL, "GET", "/v1/admin/audit", NULL, 200);
+    {
+        const char *want[] = {"key.revoked", "key.limits_changed",
+                              "key.created"};
+        assert_int_equal(json_array_size(json_object_get(j, "data")), 3);
+        json_array_foreach(json_object_get(j, "data"), i, e)
+        {
+            assert_string_equal(sh_str(e, "action"), want[i]);
+            assert_string_equal(sh_str(e, "actor"), "admin");
+        }
+    }
+    text = json_dumps(j, 0);
+    assert_null(strstr(text, key + 20));
+    free(text);
+    json_decref(j);
+    assert_false(file_holds(g_log, key + 20));
+    json_decref(made);
+    sh_free(&h);
+}
+
+/* Past ten failed checks in a minute, an address gets 429, good key or
+ * not, and the log says so once, without the keys. */
+static void test_failures_slowed(void **state)
+{
+    char key[LOOM_KEY_SIZE], bad[LOOM_KEY_SIZE];
+    sh h;
+    sh_resp r;
+    char v[64];
+
+    (void)state;
+    start(&h, "{\"responses\":[]}", NULL);
+    key_for(&h, "alice", 0, NULL, key);
+    memcpy(bad, key, sizeof(bad));
+    bad[40] = bad[40] == 'a' ? 'b' : 'a';
+    for (int i = 0; i < 10; i++)
+        call_error(&h, bad, NULL, "GET", "/v1/models", NULL, 401,
+                   "invalid_api_key");
+    assert_int_equal(call(&h, key, NULL, "GET", "/v1/models", NULL, &r), 429);
+    sh_check_error(r.body, "rate_limit_exceeded");
+    assert_non_null(sh_header(&r, "Retry-After", v, sizeof(v)));
+    sh_resp_free(&r);
+    assert_true(file_holds(g_log, "failed API key checks from 127.0.0.1"));
+    assert_false(file_holds(g_log, bad + 20));
+    assert_false(file_holds(g_log, key + 20));
+    /* Operations are not slowed. */
+    json_decref(call_json(&h, NULL, NULL, "GET", "/healthz", NULL, 200));
+    sh_free(&h);
+}
+
+static void test_cors(void **state)
+{
+    char key[LOOM_KEY_SIZE], v[512];
+    sh h;
+    sh_resp r;
+
+    (void)state;
+    start(&h, "{\"responses\":[]}", NULL);
+    key_for(&h, "alice", 0, NULL, key);
+    {
+        struct curl_slist *hd = NULL;
+        hd = curl_slist_append(hd, "Origin: https://app.example.com");
+        hd = curl_slist_append(hd, "Access-Control-Request-Method: POST");
+        assert_int_equal(
+            sh_req(&h, "OPTIONS", "/v1/chat/completions", NULL, hd, &r), 204);
+        assert_string_equal(
+            sh_header(&r, "Access-Control-Allow-Origin", v, sizeof(v)),
+            "https://app.example.com");
+        assert_non_null(
+            strstr(sh_header(&r, "Access-Control-Allow-Headers", v, sizeof(v)),
+                   "Authorization"));
+        sh_resp_free(&r);
+        curl_slist_free_all(hd);
+        /* Another origin gets no preflight answer. */
+        hd = curl_slist_append(NULL, "Origin: https://evil.example.com");
+        hd = curl_slist_append(hd, "Access-Control-Request-Method: POST");
+        assert_int_equal(
+            sh_req(&h, "OPTIONS", "/v1/chat/completions", NULL, hd, &r), 405);
+        assert_null(sh_header(&r, "Access-Control-Allow-Origin", v, sizeof(v)));
+        sh_resp_free(&r);
+        curl_slist_free_all(hd);
+    }
+    /* A plain answer to the allowed origin says it may be read. */
+    assert_int_equal(call(&h, key, "Origin: https://app.example.com", "GET",
+                          "/v1/models", NULL, &r),
+                     200);
+    assert_string_equal(
+        sh_header(&r, "Access-Control-Allow-Origin", v, sizeof(v)),
+        "https://app.example.com");
+    sh_resp_free(&r);
+    assert_int_equal(call(&h, key, "Origin: https://evil.example.com", "GET",
+                          "/v1/models", NULL, &r),
+                     200);
+    assert_null(sh_header(&r, "Access-Control-Allow-Origin", v, sizeof(v)));
+    sh_resp_free(&r);
+    sh_free(&h);
+}
+
+/* Mode none beyond loopback: refused, unless allowed (then warned). */
+static void test_listen_guard(void **state)
+{
+    loom_server_options so = LOOM_SERVER_OPTIONS_INIT;
+    loom_config *cfg = NULL;
+    loom_store *st = NULL;
+    loom_server *srv = NULL;
+    char *db = test_tmp_path("accounts-listen.db");
+
+    (void)state;
+    unlink(db);
+    assert_int_equal(loom_store_open(&st, db), 0);
+    assert_int_equal(loom_config_load_string(
+                         &cfg, "server: {listen: \"0.0.0.0:0\"}\n", "l.yaml"),
+                     0);
+    so.config = cfg;
+    so.store = st;
+    assert_int_equal(loom_server_new(&srv, &so), 0);
+    assert_int_equal(loom_server_start(srv), LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "allow_unauthenticated"));
+    loom_server_free(srv);
+    loom_config_free(cfg);
+    assert_int_equal(
+        loom_config_load_string(&cfg,
+                                "server: {listen: \"0.0.0.0:0\"}\n"
+                                "auth: {allow_unauthenticated: true}\n",
+                                "l.yaml"),
+        0);
+    so.config = cfg;
+    assert_int_equal(loom_server_new(&srv, &so), 0);
+    assert_int_equal(loom_server_start(srv), 0);
+    assert_true(file_holds(g_log, "auth.allow_unauthenticated is set"));
+    loom_server_free(srv);
+    loom_config_free(cfg);
+    loom_store_free(st);
+    unlink(db);
+    free(db);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_identity),
+        cmocka_unit_test(test_memory_isolation),
+        cmocka_unit_test(test_object_isolation),
+        cmocka_unit_test(test_allowed_agents_and_models),
+        cmocka_unit_test(test_admin_api),
+        cmocka_unit_test(test_failures_slowed),
+        cmocka_unit_test(test_cors),
+        cmocka_unit_test(test_listen_guard),
+    };
+    int rc;
+
+    g_log = tmpfile();
+    loom_log_set(g_log, LOOM_LOG_DEBUG, LOOM_LOG_TEXT);
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    fclose(g_log);
+    return rc;
+}
