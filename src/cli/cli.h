@@ -22,6 +22,7 @@ int cli_config(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_tokens(int argc, char **argv);
 int cli_mcp(int argc, char **argv);
+int cli_keys(int argc, char **argv);
 
 /*
  * Loads the config: path (may be NULL: $LOOM_CONFIG, else the environment

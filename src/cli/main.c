@@ -22,6 +22,7 @@ static const char usage[] =
     "  config check FILE    validate a config file without running\n"
     "  tokens [FILE|-]      count the tokens of a file as a model does\n"
     "  mcp list|call        list the MCP servers' tools, or call one\n"
+    "  keys create|list|revoke  API keys of a server's store\n"
     "  version              print loom's version\n"
     "\n"
     "Run `loom <command> --help` for a command's options.\n"
@@ -74,6 +75,8 @@ int main(int argc, char **argv)
         return cli_tokens(argc - 1, argv + 1);
     if (!strcmp(cmd, "mcp"))
         return cli_mcp(argc - 1, argv + 1);
+    if (!strcmp(cmd, "keys"))
+        return cli_keys(argc - 1, argv + 1);
     fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd, usage);
     return CLI_USAGE;
 }
