@@ -22,7 +22,7 @@
  * SIGKILLed by an exit handler; the fakes also exit by themselves after
  * --max-seconds.
  */
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -145,7 +145,7 @@ function tempRoot() {
  * the server section. The database path is written as a JSON string,
  * which YAML reads as a double-quoted scalar, so any folder name works
  * (JSON is YAML: the models and agents are written so too). */
-function configYaml(stack, server, agents, models) {
+function configYaml(stack, server, agents, models, auth) {
     const lines = ['log:', '  level: warn', 'providers:'];
     for (const [name, f] of Object.entries(stack.fakes)) {
         const retries = f.retries ?? 0;
@@ -172,6 +172,8 @@ function configYaml(stack, server, agents, models) {
                `  db: ${JSON.stringify(stack.db)}`);
     for (const [k, v] of Object.entries(server ?? {}))
         lines.push(`  ${k}: ${v}`);
+    if (auth)
+        lines.push(`auth: ${JSON.stringify(auth)}`);
     return lines.join('\n') + '\n';
 }
 
@@ -183,13 +185,15 @@ export class Stack {
      * keys of the config's server: section. agents: the config's agents:
      * section as an object ({name: {model, tools, ...}}). models: the
      * config's models: section ({'provider/model': {capabilities, ...}}).
+     * auth: the config's auth: section ({mode: 'keys', ...}).
      */
-    static async start({ fakes, server, agents, models } = {}) {
+    static async start({ fakes, server, agents, models, auth } = {}) {
         const s = new Stack();
         try {
             for (const [name, spec] of Object.entries(fakes ?? {}))
                 await s.startFake(name, spec.script ? spec : { script: spec });
-            fs.writeFileSync(s.configPath, configYaml(s, server, agents, models));
+            fs.writeFileSync(s.configPath,
+                             configYaml(s, server, agents, models, auth));
             await s.startLoom();
         } catch (err) {
             await s.close().catch(() => {});
@@ -236,6 +240,12 @@ export class Stack {
         if (e.signal !== 'SIGKILL')
             throw new Error(`loom exited on its own before the kill: ` +
                             `${JSON.stringify(e)}\n${this.loom.stderr}`);
+    }
+
+    /* `loom keys ARGS --db <the stack's db>`: its stdout. */
+    keys(...args) {
+        return execFileSync(LOOM_BIN, ['keys', ...args, '--db', this.db],
+                            { encoding: 'utf8' });
     }
 
     /* The official SDK, pointed at loom; no retries of its own. */
