@@ -827,6 +827,24 @@ enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
     return c->replied ? MHD_YES : MHD_NO;
 }
 
+/* Masks the secret of any API key in a path (DELETE
+ * /v1/admin/keys/lk_<id>_<secret> names one) so a log line never holds
+ * it: what follows "lk_<id>_" up to the next '/' becomes '*'. */
+static void hide_key_secrets(char *path)
+{
+    for (char *p = strstr(path, "lk_"); p; p = strstr(p + 3, "lk_")) {
+        char *q = p + 3;
+        size_t n = 0;
+        while (n < 16 &&
+               ((q[n] >= '0' && q[n] <= '9') || (q[n] >= 'a' && q[n] <= 'f')))
+            n++;
+        if (n < 16 || q[16] != '_')
+            continue;
+        for (q += 17; *q && *q != '/'; q++)
+            *q = '*';
+    }
+}
+
 void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                        enum MHD_RequestTerminationCode toe)
 {
@@ -854,6 +872,7 @@ void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (loom_log_enabled(LOOM_LOG_INFO)) {
         /* Control bytes shown as '?', cut. */
         loom__text_shown(path, sizeof(path), c->path, MAX_LOG_PATH);
+        hide_key_secrets(path);
         loom_info("%s %s %u %.1fms%s%s%s", c->method, path,
                   c->replied ? c->status : 499, secs * 1000.0,
                   c->run_id[0] ? " run=" : "", c->run_id,
