@@ -60,6 +60,9 @@ static void start(sh *h, const char *script, const char *extra)
                          "agents:\n"
                          "  a: {model: fake/m}\n"
                          "  plain: {model: fake/m, tools: [], memory: false}\n"
+                         "  boss: {model: fake/m, tools: [], "
+                         "sub_agents: [kid]}\n"
+                         "  kid: {model: fake/m, tools: []}\n"
                          "default_agent: a\n"
                          "server:\n"
                          "  listen: 127.0.0.1:0\n"
@@ -398,6 +401,40 @@ static void test_object_isolation(void **state)
     sh_free(&h);
 }
 
+/* A sub-agent's run, read from the store, is its top run's owner's. */
+static void test_stored_child_run(void **state)
+{
+    char alice[LOOM_KEY_SIZE], bob[LOOM_KEY_SIZE], path[128];
+    const char *kid;
+    sh h;
+    json_t *run, *j;
+
+    (void)state;
+    start(&h,
+          "{\"responses\":[{\"tool_calls\":[{\"id\":\"k1\",\"name\":"
+          "\"kid\",\"arguments\":\"{\\\"task\\\":\\\"count\\\"}\"}]}," TEXT(
+              "Three.") "," TEXT("It is three.") "]}",
+          NULL);
+    key_for(&h, "alice", 0, NULL, alice);
+    key_for(&h, "bob", 0, NULL, bob);
+    run = call_json(&h, alice, NULL, "POST", "/v1/runs",
+                    "{\"input\":\"Count.\",\"agent\":\"boss\"}", 200);
+    snprintf(path, sizeof(path), "/v1/runs/%s", sh_str(run, "id"));
+    json_decref(run);
+    run = call_json(&h, alice, NULL, "GET", path, NULL, 200);
+    kid = sh_str(json_array_get(json_object_get(run, "children"), 0), "id");
+    assert_non_null(kid);
+    snprintf(path, sizeof(path), "/v1/runs/%s", kid);
+    j = call_json(&h, alice, NULL, "GET", path, NULL, 200);
+    assert_string_equal(sh_str(j, "agent"), "kid");
+    json_decref(j);
+    call_error(&h, bob, NULL, "GET", path, NULL, 404, "not_found");
+    call_error(&h, bob, NULL, "GET", "/v1/runs/run_nothing", NULL, 404,
+               "not_found");
+    json_decref(run);
+    sh_free(&h);
+}
+
 static void test_allowed_agents_and_models(void **state)
 {
     const char *models[1] = {"fake/other"};
@@ -630,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_identity),
         cmocka_unit_test(test_memory_isolation),
         cmocka_unit_test(test_object_isolation),
+        cmocka_unit_test(test_stored_child_run),
         cmocka_unit_test(test_allowed_agents_and_models),
         cmocka_unit_test(test_admin_api),
         cmocka_unit_test(test_failures_slowed),
