@@ -46,7 +46,8 @@ static int list_one(const loom_mcp_server_config *c, json_t *all)
     rc = loom_mcp_server_tools(s, &tools);
     st = loom_mcp_server_status(s);
     if (all) {
-        json_object_set(st, "tools", tools ? tools : json_array());
+        json_object_set_new(st, "tools",
+                            tools ? json_incref(tools) : json_array());
         json_array_append(all, st);
     } else {
         const char *v =
@@ -105,7 +106,10 @@ static int call(const loom_config *cfg, const char *server, const char *tool,
         fprintf(stderr, "loom mcp: no MCP server '%s' in the config\n", server);
         return CLI_USAGE;
     }
-    if (args_text && !json_is_object(args = json_loads(args_text, 0, &err))) {
+    /* json_is_object is a macro that reads its argument twice. */
+    if (args_text)
+        args = json_loads(args_text, 0, &err);
+    if (args_text && !json_is_object(args)) {
         fprintf(stderr, "loom mcp: the arguments must be a JSON object%s%s\n",
                 args ? "" : ": ", args ? "" : err.text);
         json_decref(args);
