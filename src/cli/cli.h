@@ -8,6 +8,7 @@
 
 #include "loom/config.h"
 #include "loom/run.h"
+#include "loom/session.h"
 
 #include <signal.h>
 
@@ -23,12 +24,32 @@ int cli_serve(int argc, char **argv);
 int cli_tokens(int argc, char **argv);
 int cli_mcp(int argc, char **argv);
 int cli_keys(int argc, char **argv);
+int cli_research(int argc, char **argv);
 
 /*
  * Loads the config: path (may be NULL: $LOOM_CONFIG, else the environment
  * alone). Prints the error and returns CLI_USAGE on failure.
  */
 int cli_load_config(loom_config **out, const char *path);
+
+/*
+ * Opens the session of so (its config set), or prints the config's errors
+ * and returns CLI_USAGE.
+ */
+int cli_session_new(loom_session **out, const loom_session_options *so);
+
+/*
+ * The question of `loom <cmd>`: argv[optind..] joined by spaces, or stdin
+ * when an argument is "-" or none is given and stdin is not a terminal.
+ * *out (caller frees) is the question; CLI_USAGE (message and usage
+ * printed) when there is none or it is too large.
+ */
+int cli_question(char **out, int argc, char **argv, const char *cmd,
+                 const char *usage);
+
+/* Checks --log-level and --log-format of `loom <cmd>` (either may be
+ * NULL): 0, or CLI_USAGE with the message printed. */
+int cli_check_log_args(const char *cmd, const char *level, const char *format);
 
 /* Applies the config's log settings unless the command line set them. */
 void cli_setup_log(const loom_config *cfg, const char *level_arg,
@@ -55,10 +76,22 @@ typedef struct {
     volatile sig_atomic_t wrote_text;
     /* Answers approval.required (docs/agents.md "Approval and progress"):
      * the turn to answer, and --approve-all. */
-    struct loom_turn *turn;
+    loom_turn *turn;
     int approve_all;
 } cli_printer;
 
 int cli_printer_emit(const loom_event *ev, void *payload);
+
+/* A printer for --json (json) and --approve-all (approve_all), its
+ * terminal settings from stderr and $NO_COLOR. */
+void cli_printer_init(cli_printer *p, int json, int approve_all);
+
+/*
+ * Executes turn with Ctrl-C and SIGTERM cancelling it (its whole tree of
+ * runs; a second Ctrl-C exits at once, ending p's answer line). Returns
+ * CLI_OK, CLI_INTERRUPTED (cancelled by a signal) or CLI_FAILED; a
+ * failure or cancellation is said on stderr unless p->json.
+ */
+int cli_turn_execute(loom_turn *turn, cli_printer *p);
 
 #endif

@@ -17,6 +17,7 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  run \"question\"       run an agent once and print its answer\n"
+    "  research \"question\"  research a question: a cited report\n"
     "  serve                serve the HTTP API (OpenAI-compatible and "
     "native)\n"
     "  config check FILE    validate a config file without running\n"
@@ -67,6 +68,8 @@ int main(int argc, char **argv)
         return version(argc - 1, argv + 1);
     if (!strcmp(cmd, "run"))
         return cli_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "research"))
+        return cli_research(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve"))
         return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "config"))

@@ -138,6 +138,19 @@ int cli_load_config(loom_config **out, const char *path)
     return 0;
 }
 
+int cli_check_log_args(const char *cmd, const char *level, const char *format)
+{
+    if (level && loom_log_level_parse(level) < 0) {
+        fprintf(stderr, "loom %s: unknown log level '%s'\n", cmd, level);
+        return CLI_USAGE;
+    }
+    if (format && strcmp(format, "text") && strcmp(format, "json")) {
+        fprintf(stderr, "loom %s: --log-format is text or json\n", cmd);
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
 void cli_setup_log(const loom_config *cfg, const char *level_arg,
                    const char *format_arg)
 {
@@ -205,6 +218,33 @@ static char *read_stdin(void)
     return loom_buf_detach(&b);
 }
 
+int cli_question(char **out, int argc, char **argv, const char *cmd,
+                 const char *usage)
+{
+    loom_buf q = LOOM_BUF_INIT(MAX_QUESTION);
+    int from_stdin = 0;
+
+    for (int i = optind; i < argc; i++) {
+        if (!strcmp(argv[i], "-"))
+            from_stdin = 1;
+        else if (loom_buf_printf(&q, "%s%s", q.len ? " " : "", argv[i]))
+            break;
+    }
+    if (from_stdin || (optind >= argc && !isatty(STDIN_FILENO))) {
+        loom_buf_free(&q);
+        *out = read_stdin();
+        if (!*out)
+            return CLI_USAGE;
+    } else {
+        *out = loom_buf_detach(&q);
+    }
+    if (!*out || !**out) {
+        fprintf(stderr, "loom %s: no question given\n\n%s", cmd, usage);
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
 typedef struct {
     const char *config, *agent, *model, *system, *log_level, *log_format;
     int max_iterations, json, approve_all;
@@ -225,8 +265,7 @@ static int parse_args(run_args *a, int argc, char **argv)
         {"log-format", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    loom_buf q = LOOM_BUF_INIT(MAX_QUESTION);
-    int c, from_stdin = 0;
+    int c;
     char *end;
 
     optind = 1;
@@ -264,34 +303,62 @@ static int parse_args(run_args *a, int argc, char **argv)
             return CLI_USAGE;
         }
     }
-    if (a->log_level && loom_log_level_parse(a->log_level) < 0) {
-        fprintf(stderr, "loom run: unknown log level '%s'\n", a->log_level);
+    if (cli_check_log_args("run", a->log_level, a->log_format) != 0)
         return CLI_USAGE;
+    return cli_question(&a->question, argc, argv, "run", run_usage);
+}
+
+int cli_session_new(loom_session **out, const loom_session_options *so)
+{
+    const loom_config *cfg = so->config;
+
+    if (loom_session_new(out, so) == 0)
+        return 0;
+    print_config_errors(cfg && cfg->path ? cfg->path : "environment",
+                        loom_error_last());
+    return CLI_USAGE;
+}
+
+void cli_printer_init(cli_printer *p, int json, int approve_all)
+{
+    memset(p, 0, sizeof(*p));
+    p->json = json;
+    p->tty = isatty(STDERR_FILENO);
+    p->color = p->tty && !getenv("NO_COLOR");
+    p->ended_nl = 1;
+    p->approve_all = approve_all;
+}
+
+int cli_turn_execute(loom_turn *turn, cli_printer *p)
+{
+    struct sigaction sa;
+    int rc;
+
+    p->turn = turn;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    current_turn = turn;
+    current_printer = p;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    rc = loom_turn_execute(turn);
+    current_turn = NULL;
+    current_printer = NULL;
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+
+    if (rc == 0)
+        return CLI_OK;
+    if (loom_turn_status(turn) == LOOM_RUN_CANCELLED) {
+        if (!p->json)
+            fprintf(stderr, "loom: run cancelled\n");
+        return interrupts ? CLI_INTERRUPTED : CLI_FAILED;
     }
-    if (a->log_format && strcmp(a->log_format, "text") &&
-        strcmp(a->log_format, "json")) {
-        fprintf(stderr, "loom run: --log-format is text or json\n");
-        return CLI_USAGE;
-    }
-    for (int i = optind; i < argc; i++) {
-        if (!strcmp(argv[i], "-"))
-            from_stdin = 1;
-        else if (loom_buf_printf(&q, "%s%s", q.len ? " " : "", argv[i]))
-            break;
-    }
-    if (from_stdin || (optind >= argc && !isatty(STDIN_FILENO))) {
-        loom_buf_free(&q);
-        a->question = read_stdin();
-        if (!a->question)
-            return CLI_USAGE;
-    } else {
-        a->question = loom_buf_detach(&q);
-    }
-    if (!a->question || !*a->question) {
-        fprintf(stderr, "loom run: no question given\n\n%s", run_usage);
-        return CLI_USAGE;
-    }
-    return 0;
+    if (!p->json)
+        fprintf(stderr, "loom: run failed: %s\n",
+                loom_run_error(loom_turn_run(turn)));
+    return CLI_FAILED;
 }
 
 int cli_run(int argc, char **argv)
@@ -306,7 +373,6 @@ int cli_run(int argc, char **argv)
     cli_printer printer;
     int rc, fake_pid = -1;
     const char *agent = NULL;
-    struct sigaction sa;
 
     memset(&a, 0, sizeof(a));
     if ((rc = parse_args(&a, argc, argv)) != 0) {
@@ -337,12 +403,8 @@ int cli_run(int argc, char **argv)
         so.default_model = CLI_OFFLINE_MODEL;
     }
     so.config = cfg;
-    if (loom_session_new(&session, &so) != 0) {
-        print_config_errors(cfg->path ? cfg->path : "environment",
-                            loom_error_last());
-        rc = CLI_USAGE;
+    if ((rc = cli_session_new(&session, &so)) != 0)
         goto done;
-    }
     if (agent && !loom_config_agent(cfg, agent)) {
         fprintf(stderr, "loom run: no agent named '%s' in the config\n", agent);
         rc = CLI_USAGE;
@@ -353,12 +415,7 @@ int cli_run(int argc, char **argv)
         goto done;
     }
 
-    memset(&printer, 0, sizeof(printer));
-    printer.json = a.json;
-    printer.tty = isatty(STDERR_FILENO);
-    printer.color = printer.tty && !getenv("NO_COLOR");
-    printer.ended_nl = 1;
-    printer.approve_all = a.approve_all;
+    cli_printer_init(&printer, a.json, a.approve_all);
 
     to.agent = agent;
     to.model = a.model;
@@ -372,33 +429,7 @@ int cli_run(int argc, char **argv)
         rc = CLI_USAGE;
         goto done;
     }
-    printer.turn = turn;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    current_turn = turn;
-    current_printer = &printer;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    rc = loom_turn_execute(turn);
-    current_turn = NULL;
-    current_printer = NULL;
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-
-    if (rc == 0) {
-        rc = CLI_OK;
-    } else if (loom_turn_status(turn) == LOOM_RUN_CANCELLED) {
-        if (!a.json)
-            fprintf(stderr, "loom: run cancelled\n");
-        rc = interrupts ? CLI_INTERRUPTED : CLI_FAILED;
-    } else {
-        if (!a.json)
-            fprintf(stderr, "loom: run failed: %s\n",
-                    loom_run_error(loom_turn_run(turn)));
-        rc = CLI_FAILED;
-    }
+    rc = cli_turn_execute(turn, &printer);
 done:
     loom_turn_free(turn);
     loom_messages_free(&input);

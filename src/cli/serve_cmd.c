@@ -105,16 +105,8 @@ static int parse_args(serve_args *a, int argc, char **argv)
                 argv[optind], serve_usage);
         return CLI_USAGE;
     }
-    if (a->log_level && loom_log_level_parse(a->log_level) < 0) {
-        fprintf(stderr, "loom serve: unknown log level '%s'\n",
-                a->log_level);
+    if (cli_check_log_args("serve", a->log_level, a->log_format) != 0)
         return CLI_USAGE;
-    }
-    if (a->log_format && strcmp(a->log_format, "text") &&
-        strcmp(a->log_format, "json")) {
-        fprintf(stderr, "loom serve: --log-format is text or json\n");
-        return CLI_USAGE;
-    }
     if ((a->listen && !*a->listen) || (a->db && !*a->db)) {
         fprintf(stderr, "loom serve: --listen and --db need a value\n");
         return CLI_USAGE;
