@@ -10,6 +10,7 @@
  *                               runs under it; a sub-agent's run from
  *                               the store, scoped to ?user=
  *   GET  /v1/runs/{id}/events   replay, then follow (Last-Event-ID)
+ *   GET  /v1/runs/{id}/report   a research run's report, as markdown
  *   POST /v1/runs/{id}/cancel   cancel; answers the run once it ended
  *                               cancelled, 409 when it ended otherwise
  *   POST /v1/runs/{id}/input    approve or deny a call waiting for
@@ -144,7 +145,9 @@ int srv_runs_request_parse(srv_runs_request *q, const json_t *b,
         /* sampling and output, as the chat API takes them */
         "top_p", "seed", "presence_penalty", "frequency_penalty", "stop",
         "response_format", "reasoning_effort", "verbosity", "logit_bias",
-        "metadata", "service_tier", NULL};
+        "metadata", "service_tier",
+        /* a research agent's settings (docs/research.md) */
+        "research", NULL};
     const srv_run_spec init = SRV_RUN_SPEC_INIT;
     const json_t *v;
     const char *key, *msg = NULL;
@@ -236,6 +239,13 @@ int srv_runs_request_parse(srv_runs_request *q, const json_t *b,
         q->spec.tool_names = q->tool_names;
         q->spec.tool_names_len = json_array_size(v);
         q->spec.tool_names_set = 1;
+    }
+    /* Its keys are checked when the run starts (loom_turn_new). */
+    if ((v = json_object_get(b, "research")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad(err, "research",
+                       "`research` must be an object of research settings");
+        q->spec.research = v;
     }
     if (!(v = json_object_get(b, "input")))
         return bad(err, "input", "`input` is required");
@@ -397,6 +407,10 @@ static int start_run(srv_request *r)
     q.spec.who = r->who;
     rc = srv_run_start(&run, r->srv, &q.spec);
     srv_runs_request_clear(&q);
+    /* A bad research setting's message names it: research.<key>. */
+    if (rc == LOOM_EINVALID && q.spec.research &&
+        !strncmp(loom_error_last(), "research", 8))
+        return srv_reply_loom_error(r, rc, "research");
     if (rc != 0)
         return srv_reply_loom_error(r, rc, NULL);
     set_run_headers(r, run);
@@ -505,6 +519,52 @@ static int get_run(srv_request *r)
                   loom_error_last());
     json_object_set_new(o, "children", kids ? kids : json_array());
     return srv_reply_json(r, 200, o);
+}
+
+/*
+ * GET /v1/runs/{id}/report[?user=U]: the report of a research run, as
+ * text/markdown with its notes and Sources list. 404 for an unknown run,
+ * another user's, or one that ended without a report (not a research
+ * run, failed, cancelled, or ended on a clarifying question); 409
+ * report_not_ready while it runs.
+ */
+static int get_report(srv_request *r)
+{
+    const char *user = srv_query(r, "user");
+    srv_run *run = srv_run_find(r->srv, r->params[0]);
+    const srv_event *last;
+    const char *owner, *text;
+    int rc;
+
+    if (!run)
+        return reply_no_run(r);
+    owner = srv_run_user(run);
+    if (user && (!owner || strcmp(owner, user) != 0)) {
+        srv_run_unref(run);
+        return reply_no_run(r);
+    }
+    set_run_headers(r, run);
+    last = srv_run_event(run, srv_run_last_seq(run, NULL));
+    if (!srv_run_ended(run))
+        rc = srv_reply_error(r, 409, NULL, "id", "report_not_ready",
+                             "run %s is still running: its report comes "
+                             "when it completes",
+                             srv_run_id(run));
+    /* The run's last event is its own end; a report was written when it
+     * says why. */
+    else if (!last || last->type != LOOM_EV_RUN_COMPLETED ||
+             !json_object_get(last->json, "report_reason") ||
+             !(text = loom_run_text(srv_run_result(run))))
+        rc = srv_reply_error(r, 404, NULL, "id", "no_report",
+                             "run %s has no report (it is not a research "
+                             "run, or it ended %s without one)",
+                             srv_run_id(run),
+                             loom_run_status_name(srv_run_status(run)));
+    else
+        rc = srv_reply_text(r, 200, "text/markdown; charset=utf-8", text,
+                            strlen(text));
+    srv_run_unref(run);
+    return rc;
 }
 
 /* Last-Event-ID (or ?after=): a seq, 0 when absent; -1 when invalid. */
@@ -674,6 +734,7 @@ int srv__api_runs_routes(srv_router *rt)
     if ((rc = srv_route(rt, "POST", "/v1/runs", start_run)) ||
         (rc = srv_route(rt, "GET", "/v1/runs/{id}", get_run)) ||
         (rc = srv_route(rt, "GET", "/v1/runs/{id}/events", run_events)) ||
+        (rc = srv_route(rt, "GET", "/v1/runs/{id}/report", get_report)) ||
         (rc = srv_route(rt, "POST", "/v1/runs/{id}/cancel", cancel_run)) ||
         (rc = srv_route(rt, "POST", "/v1/runs/{id}/input", input_run)))
         return rc;

@@ -311,6 +311,9 @@ typedef struct {
      * conversation it continues must be user_id's (else LOOM_ENOTFOUND,
      * as for an unknown one). */
     const srv_identity *who;
+    /* A research agent's settings for this run (loom_turn_options
+     * .research), or NULL. */
+    const json_t *research;
 } srv_run_spec;
 
 #define SRV_RUN_SPEC_INIT                                                      \
