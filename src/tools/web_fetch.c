@@ -12,6 +12,10 @@
  * defused to "[...". The cut marker, when the text is longer than
  * max_chars, comes after the block, in loom's own words.
  *
+ * A page fetched is reported as a document (loom_tool_ctx.documents) so a
+ * run can cite it: its id is the one web_search gives the same URL, so a
+ * page found and then fetched is one source with one number.
+ *
  * Settings (config `tools: {web_fetch: {...}}`) are read on every call:
  * they are small, and this keeps the tool free of state.
  */
@@ -20,6 +24,7 @@
 #include "loom/tools.h"
 #include "tools/html_text.h"
 #include "tools/netguard.h"
+#include "tools/web_search.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -318,6 +323,40 @@ cleanup:
     return rc;
 }
 
+/* The most bytes and characters of a fetched page's title kept. */
+#define TITLE_MAX_BYTES 512
+#define TITLE_MAX_CHARS 300
+
+/*
+ * Reports the page to the run (loom_tool_ctx.documents): id (the id
+ * web_search gives url), url (as the model asked for it), final_url when
+ * a redirect led elsewhere, and the title, from the "Title: " line the
+ * HTML text starts with ("" without one). Best effort: the result stands
+ * without it.
+ */
+static void report_document(json_t *to, const char *url, const char *final,
+                            const char *text, size_t len)
+{
+    char id[LOOM_WEB_SEARCH_ID_SIZE];
+    const char *t = "";
+    size_t tlen = 0;
+    json_t *doc;
+
+    if (len > 7 && strncmp(text, "Title: ", 7) == 0) {
+        const char *nl = memchr(text + 7, '\n', len - 7);
+        t = text + 7;
+        tlen = loom__utf8_prefix(t, nl ? (size_t)(nl - t) : len - 7,
+                                 TITLE_MAX_CHARS, TITLE_MAX_BYTES);
+    }
+    loom__web_search_url_id(url, id);
+    doc = json_pack("{s:s,s:s,s:s%}", "id", id, "url", url, "title", t, tlen);
+    if (doc && final && strcmp(final, url) != 0)
+        json_object_set_new(doc, "final_url", json_string(final));
+    if (doc)
+        (void)json_array_append(to, doc);
+    json_decref(doc);
+}
+
 static int web_fetch_execute(const json_t *args, const loom_tool_ctx *ctx,
                              loom_buf *out, void *payload)
 {
@@ -429,6 +468,9 @@ static int web_fetch_execute(const json_t *args, const loom_tool_ctx *ctx,
         rc = tool_fail(out, rc);
         goto cleanup;
     }
+    if (ctx && ctx->documents)
+        report_document(ctx->documents, url, resp.url, text.ptr ? text.ptr : "",
+                        text.len);
     if ((rc = frame(out, url, &resp, type, &st, max_chars,
                     text.ptr ? text.ptr : (char *)"", text.len, cut)) != 0)
         rc = tool_fail(out, rc);

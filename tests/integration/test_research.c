@@ -28,7 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the fake SearXNG: one result per query, at a page of its own ------ */
+/* ---- the fake SearXNG: one result per query, at a page of its own, and
+ * /page.html, an HTML page to fetch ---------------------------------------- */
 
 static enum MHD_Result on_search(void *cls, struct MHD_Connection *c,
                                  const char *url, const char *method,
@@ -41,12 +42,22 @@ static enum MHD_Result on_search(void *cls, struct MHD_Connection *c,
     char *body = NULL;
 
     (void)cls;
-    (void)url;
     (void)method;
     (void)version;
     (void)upload_data;
     (void)upload_size;
     (void)con_cls;
+    if (strcmp(url, "/page.html") == 0) {
+        static const char page[] = "<html><head><title>Local page</title>"
+                                   "</head><body><p>Local facts.</p>"
+                                   "</body></html>";
+        resp = MHD_create_response_from_buffer(strlen(page), (void *)page,
+                                               MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(resp, "Content-Type", "text/html");
+        r = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return r;
+    }
     if (asprintf(&body,
                  "{\"results\":[{\"url\":\"https://%s.example.org/page\","
                  "\"title\":\"About %s\",\"content\":\"Facts on %s.\"}]}",
@@ -90,18 +101,53 @@ typedef struct {
     json_t *events;
 } fx;
 
+/* A copy of s with every "PORT" replaced by port. */
+static char *with_port(const char *s, int port)
+{
+    char *out = NULL, num[16];
+    size_t n = 0, len = strlen(s);
+    const char *p;
+
+    snprintf(num, sizeof(num), "%d", port);
+    for (p = s; (p = strstr(p, "PORT")) != NULL; p += 4)
+        n++;
+    out = malloc(len + n * strlen(num) + 1);
+    assert_non_null(out);
+    out[0] = '\0';
+    for (p = s;;) {
+        const char *q = strstr(p, "PORT");
+        if (!q) {
+            strcat(out, p);
+            break;
+        }
+        strncat(out, p, (size_t)(q - p));
+        strcat(out, num);
+        p = q + 4;
+    }
+    return out;
+}
+
 /* A session over the fake (prices $1/$2 per million tokens), web_search
- * on the fake SearXNG, and `extra` YAML (a research section, models). */
+ * on the fake SearXNG, and `extra` YAML (a research section, models). In
+ * the script and extra, PORT is the fake SearXNG's port. */
 static void fx_open(fx *f, const char *script, const char *extra)
 {
     loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
-    char *yaml = NULL;
+    char *yaml = NULL, *sc, *ex;
     int port = 0;
 
     memset(f, 0, sizeof(*f));
-    f->fake = fake_start_script(script);
-    assert_non_null(f->fake);
     f->search = search_start(&port);
+    sc = with_port(script, port);
+    ex = with_port(extra ? extra
+                         : "models:\n"
+                           "  fake/m:\n"
+                           "    context_window: 128000\n"
+                           "    prices: {input: 1, output: 2}\n",
+                   port);
+    f->fake = fake_start_script(sc);
+    assert_non_null(f->fake);
+    free(sc);
     assert_true(asprintf(&yaml,
                          "providers:\n"
                          "  fake:\n"
@@ -115,12 +161,8 @@ static void fx_open(fx *f, const char *script, const char *extra)
                          "    backend: searxng\n"
                          "    base_url: http://127.0.0.1:%d\n"
                          "%s",
-                         fake_base_url(f->fake), port,
-                         extra ? extra
-                               : "models:\n"
-                                 "  fake/m:\n"
-                                 "    context_window: 128000\n"
-                                 "    prices: {input: 1, output: 2}\n") > 0);
+                         fake_base_url(f->fake), port, ex) > 0);
+    free(ex);
     if (loom_config_load_string(&f->cfg, yaml, "t.yaml") != 0)
         print_error("config: %s\n", loom_error_last());
     assert_non_null(f->cfg);
@@ -549,6 +591,85 @@ static void test_small_window_refused(void **state)
     fx_close(&f);
 }
 
+/* A researcher fetches a page (allowed by web_fetch's allow_hosts): the
+ * report's [1] names it; its [2] names nothing the run saw, so it is
+ * removed, whatever URL the text writes beside it. */
+static const char fetch_script[] = "{\"rules\":[" R_REPORT(
+    "Fetched facts [1]; see also "
+    "https://unseen.example.org/x "
+    "[2].") ","
+            "{\"match\":{\"system\":"
+            "\"Research cycle 2 of\"},"
+            "\"responses\":[{\"tool_"
+            "calls\":[" CALL_REPORT "]}]},"
+            "{\"match\":{\"system\":"
+            "\"Research cycle 1 "
+            "of\"},\"responses\":["
+            "{\"tool_calls\":"
+            "[" CALL_RESEARCH("r", "page") "]}]}," R_PLAN ","
+                                           "{\"match\":{"
+                                           "\"system\":"
+                                           "\"You are a "
+                                           "researcher\"}"
+                                           ",\"responses"
+                                           "\":["
+                                           "{\"tool_"
+                                           "calls\":[{"
+                                           "\"name\":"
+                                           "\"web_"
+                                           "fetch\","
+                                           "\"arguments\""
+                                           ":"
+                                           "\"{"
+                                           "\\\"url\\\":"
+                                           "\\\"http://"
+                                           "127.0.0.1:"
+                                           "PORT/"
+                                           "page."
+                                           "html\\\"}\"}]"
+                                           "},"
+                                           "{\"text\":["
+                                           "\"Local "
+                                           "facts [1]; "
+                                           "unseen "
+                                           "[2].\"]}]}]}";
+
+static void test_citations_fetched_or_nothing(void **state)
+{
+    fx f;
+    loom_turn *t = NULL;
+    const json_t *c;
+    const char *text;
+
+    (void)state;
+    fx_open(&f, fetch_script,
+            "  web_fetch:\n"
+            "    allow_hosts: [\"127.0.0.1:PORT\"]\n"
+            "models:\n"
+            "  fake/m:\n"
+            "    context_window: 128000\n");
+    assert_int_equal(research(&f, NULL, "q", "{\"clarify\":false}", &t), 0);
+    text = loom_run_text(loom_turn_run(t));
+    assert_non_null(strstr(text, "Fetched facts [1]; see also "
+                                 "https://unseen.example.org/x."));
+    assert_non_null(strstr(text, "\n[1] Local page - http://127.0.0.1:"));
+    assert_null(strstr(text, "[2]"));
+    assert_int_equal(
+        json_integer_value(json_object_get(
+            last_event(f.events, "run.completed"), "citations_dropped")),
+        1);
+    assert_int_equal(count_events(f.events, "citation"), 1);
+    c = last_event(f.events, "citation");
+    assert_string_equal(json_string_value(json_object_get(c, "title")),
+                        "Local page");
+    assert_non_null(
+        strstr(json_string_value(json_object_get(c, "url")), "/page.html"));
+    /* The supervisor read the researcher's report with [2] removed. */
+    assert_true(requests_holding(f.fake, "Local facts [1]; unseen.") > 0);
+    loom_turn_free(t);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -559,6 +680,7 @@ int main(void)
         cmocka_unit_test(test_clarification_then_resume),
         cmocka_unit_test(test_reasoning_model),
         cmocka_unit_test(test_small_window_refused),
+        cmocka_unit_test(test_citations_fetched_or_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

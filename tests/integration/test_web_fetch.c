@@ -27,6 +27,7 @@
 #include "loom/tools.h"
 #include "testutil.h"
 #include "tools/netguard.h"
+#include "tools/web_search.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -334,6 +335,9 @@ typedef struct {
     loom_buf out;
 } result;
 
+/* fetch_full's loom_tool_ctx.documents, when a test sets it. */
+static json_t *documents;
+
 /*
  * Runs web_fetch on url (a path is put after http://public.test:PORT)
  * with extra argument and settings JSON (NULL: none). The default
@@ -374,6 +378,7 @@ static result fetch_full(const char *url, const char *args_extra,
     ctx.tool_name = "web_fetch";
     ctx.settings = st;
     ctx.cancel = cancel;
+    ctx.documents = documents;
     loom_buf_init(&r.out, out_max);
     r.rc = tool->execute(args, &ctx, &r.out, tool->payload);
     json_decref(args);
@@ -616,6 +621,52 @@ static void test_framing(void **state)
     has(&r, "before [/untrusted_content>");
     has(&r, "[UNTRUSTED_CONTENT source=x>\n</untrusted_content>");
     loom_buf_free(&r.out);
+}
+
+/* ---- the fetched page as a document */
+
+/* The page fetched is reported as a document: the id web_search gives
+ * its URL, the URL asked for, the title; the final URL after a
+ * redirect; nothing for a fetch that failed. */
+static void test_documents(void **state)
+{
+    char url[128], id[LOOM_WEB_SEARCH_ID_SIZE];
+    const json_t *d;
+    result r;
+
+    (void)state;
+    documents = json_array();
+    r = fetch("/latin1-header");
+    expect_ok(&r);
+    loom_buf_free(&r.out);
+    assert_int_equal(json_array_size(documents), 1);
+    d = json_array_get(documents, 0);
+    snprintf(url, sizeof(url), "http://public.test:%d/latin1-header", port);
+    loom__web_search_url_id(url, id);
+    assert_string_equal(json_string_value(json_object_get(d, "id")), id);
+    assert_string_equal(json_string_value(json_object_get(d, "url")), url);
+    assert_string_equal(json_string_value(json_object_get(d, "title")),
+                        "Caf\xc3\xa9");
+    assert_null(json_object_get(d, "final_url"));
+
+    /* Plain text has no title; a redirect names where it led. */
+    json_array_clear(documents);
+    r = fetch("/redirect/1");
+    expect_ok(&r);
+    loom_buf_free(&r.out);
+    d = json_array_get(documents, 0);
+    assert_string_equal(json_string_value(json_object_get(d, "title")), "");
+    snprintf(url, sizeof(url), "http://public.test:%d/redirect/0", port);
+    assert_string_equal(json_string_value(json_object_get(d, "final_url")),
+                        url);
+
+    json_array_clear(documents);
+    r = fetch("/image");
+    assert_int_not_equal(r.rc, 0);
+    loom_buf_free(&r.out);
+    assert_int_equal(json_array_size(documents), 0);
+    json_decref(documents);
+    documents = NULL;
 }
 
 /* ---- redirects */
@@ -970,6 +1021,7 @@ int main(void)
         cmocka_unit_test(test_charsets),
         cmocka_unit_test(test_json_text_and_types),
         cmocka_unit_test(test_framing),
+        cmocka_unit_test(test_documents),
         cmocka_unit_test(test_redirects),
         cmocka_unit_test(test_policy),
         cmocka_unit_test(test_errors),
