@@ -8,7 +8,9 @@
  * citations renumbered and checked against the sources really found;
  * the cycle limit; a supervisor that calls no tool in cycle 1; the
  * budget; a clarifying question and the resumed research; a reasoning
- * model (4 cycles, no think_tool); a window below min_context_tokens.
+ * model (4 cycles, no think_tool); a window below min_context_tokens;
+ * citations of a fetched page kept and of an unseen one removed; the
+ * time limit reached during a slow researcher.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -591,6 +593,36 @@ static void test_small_window_refused(void **state)
     fx_close(&f);
 }
 
+/* The researcher answers after 1.2 s, past the 1 s time limit: the next
+ * cycle's start writes the report instead. */
+static const char slow_script[] = "{\"rules\":[" R_REPORT(
+    "In time [1].") ","
+                    "{\"match\":{\"system\":\"Research cycle\"},\"loop\":true,"
+                    "\"responses\":[{\"tool_calls\":[" CALL_RESEARCH(
+                        "r", "slow") "]}]}," R_PLAN ","
+                                     "{\"match\":{\"system\":\"You are a "
+                                     "researcher\"},\"loop\":true,"
+                                     "\"responses\":[{\"text\":[\"Slow "
+                                     "facts.\"],\"delay_ms\":1200}]}]}";
+
+static void test_time_limit(void **state)
+{
+    fx f;
+    loom_turn *t = NULL;
+
+    (void)state;
+    fx_open(&f, slow_script, NULL);
+    assert_int_equal(
+        research(&f, NULL, "q", "{\"clarify\":false,\"time_limit_s\":1}", &t),
+        0);
+    assert_string_equal(completed_str(f.events, "report_reason"), "time_limit");
+    assert_int_equal(research_int(f.events, "cycles"), 1);
+    assert_int_equal(research_int(f.events, "researchers"), 1);
+    assert_non_null(strstr(loom_run_text(loom_turn_run(t)), "In time"));
+    loom_turn_free(t);
+    fx_close(&f);
+}
+
 /* A researcher fetches a page (allowed by web_fetch's allow_hosts): the
  * report's [1] names it; its [2] names nothing the run saw, so it is
  * removed, whatever URL the text writes beside it. */
@@ -681,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_reasoning_model),
         cmocka_unit_test(test_small_window_refused),
         cmocka_unit_test(test_citations_fetched_or_nothing),
+        cmocka_unit_test(test_time_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
