@@ -66,6 +66,7 @@ static void doc_clear(loom__citation_doc *d)
     free(d->title);
     free(d->published);
     free(d->tool_call_id);
+    free(d->researcher);
     memset(d, 0, sizeof(*d));
 }
 
@@ -199,6 +200,8 @@ int loom__citations_add(loom__citations *map, const json_t *doc,
     d.tool_call_id = dup_cut(tool_call_id && *tool_call_id ? tool_call_id
                                                            : NULL,
                              LOOM_CITATIONS_CALL_ID_MAX, &oom);
+    d.researcher =
+        dup_cut(member_str(doc, "researcher"), LOOM_CITATIONS_TITLE_MAX, &oom);
     if (oom || (rc = remember(map, "i:", id, d.number)) != 0 ||
         (rc = remember(map, "u:", url, d.number)) != 0) {
         /* Take back the keys of this number so the map is unchanged. */
@@ -740,14 +743,21 @@ static json_t *str_or_null(const char *s)
 json_t *loom__citation_json(const loom__citations *map, size_t n)
 {
     const loom__citation_doc *d = loom__citations_get(map, n);
+    json_t *o;
 
     if (!d)
         return NULL;
-    return json_pack("{s:I, s:o, s:o, s:s, s:o, s:o}", "number",
-                     (json_int_t)d->number, "id", str_or_null(d->id), "url",
-                     str_or_null(d->url), "title", d->title ? d->title : "",
-                     "published", str_or_null(d->published), "tool_call_id",
-                     str_or_null(d->tool_call_id));
+    o = json_pack("{s:I, s:o, s:o, s:s, s:o, s:o}", "number",
+                  (json_int_t)d->number, "id", str_or_null(d->id), "url",
+                  str_or_null(d->url), "title", d->title ? d->title : "",
+                  "published", str_or_null(d->published), "tool_call_id",
+                  str_or_null(d->tool_call_id));
+    if (o && d->researcher &&
+        json_object_set_new(o, "researcher", json_string(d->researcher))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 json_t *loom__citations_used_json(const loom__citations *map,

@@ -56,6 +56,8 @@ typedef struct {
     char *title;         /* "" when the tool gave none */
     char *published;     /* as the tool gave it, or NULL */
     char *tool_call_id;  /* the call whose result first held it, or NULL */
+    char *researcher;    /* a research run's: the task of the researcher
+                          * that found it, or NULL */
 } loom__citation_doc;
 
 typedef struct loom__citations loom__citations;
@@ -79,9 +81,9 @@ const loom__citation_doc *loom__citations_get(const loom__citations *map,
 
 /*
  * Numbers one document, a JSON object with string members id and/or url,
- * and optional title and published (other members and non-string values
- * are ignored). A document whose id or URL the map has seen keeps that
- * number (*number gets it) and its first record; its other key then
+ * and optional title, published and researcher (other members and
+ * non-string values are ignored). A document whose id or URL the map has seen
+ * keeps that number (*number gets it) and its first record; its other key then
  * names the same source. tool_call_id (may be NULL) is kept with a new
  * source. LOOM_EINVALID when doc has neither a non-empty id nor url, or
  * one longer than LOOM_CITATIONS_ID_MAX / LOOM_CITATIONS_URL_MAX;

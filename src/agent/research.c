@@ -396,6 +396,11 @@ static int research_agent(const json_t *args, const loom_tool_ctx *ctx,
     return rc;
 }
 
+int loom__research_tool_is_agent(const loom_tool *tool)
+{
+    return tool && tool->execute == research_agent;
+}
+
 static int think_tool(const json_t *args, const loom_tool_ctx *ctx,
                       loom_buf *out, void *payload)
 {
@@ -803,6 +808,8 @@ static void special_tool(const loom_agent_state *st, const loom_tool_call *call,
         {
             size_t n = (size_t)json_integer_value(json_object_get(c, "number"));
             size_t g = 0;
+            /* Which researcher found it, for the citation events. */
+            (void)json_object_set_new(c, "researcher", json_string(d->task));
             if (n && loom__citations_add(map, c, call->id, &g) == 0)
                 nums[n - 1] = g;
         }

@@ -34,6 +34,10 @@ int loom__research_new(loom__research **out, loom_session *s,
 /* Frees it once the run is freed; NULL is a no-op. */
 void loom__research_free(loom__research *r);
 
+/* Whether tool is a research run's research_agent (a researcher
+ * sub-agent per call: loom__tool_is_agent counts it). */
+int loom__research_tool_is_agent(const loom_tool *tool);
+
 /* Checks per-request overrides (as loom__research_new would) without
  * making anything: 0 or LOOM_EINVALID naming the key. */
 int loom__research_check_overrides(const json_t *overrides);

@@ -18,6 +18,7 @@
  * it the same way.
  */
 #include "agent/subagent.h"
+#include "agent/research.h"
 #include "agent/run_internal.h"
 #include "agent/session_internal.h"
 #include "agent/toolexec.h"
@@ -635,7 +636,8 @@ static int run_child(const json_t *args, const loom_tool_ctx *ctx,
 
 int loom__tool_is_agent(const loom_tool *tool)
 {
-    return tool && tool->execute == run_child;
+    return tool &&
+           (tool->execute == run_child || loom__research_tool_is_agent(tool));
 }
 
 /* {"task": string (required), "context": string}. */

@@ -130,7 +130,8 @@ int loom__agent_tool_add(loom_tool_registry *reg, loom_session *s,
                          int max_iterations, int own_ref);
 
 /*
- * Whether tool runs an agent (made by loom__agent_tool_add): such a call
+ * Whether tool runs an agent (made by loom__agent_tool_add, or a research
+ * run's research_agent, research.h): such a call
  * that overruns its timeout is cancelled and given the tool cancel grace
  * to end with the child's error and partial answer (toolexec.h).
  */

@@ -623,6 +623,66 @@ static void test_time_limit(void **state)
     fx_close(&f);
 }
 
+/* The researcher writes a little, then its model call hangs past the
+ * research_agent call's timeout (the supervisor's tool_timeout_ms). */
+static const char stuck_script[] = "{\"rules\":[" R_REPORT(
+    "Nothing [1].") ","
+                    "{\"match\":{\"system\":\"Research cycle 2 of\"},"
+                    "\"responses\":[{\"tool_calls\":[" CALL_REPORT "]}]},"
+                    "{\"match\":{\"system\":\"Research cycle 1 "
+                    "of\"},\"responses\":["
+                    "{\"tool_calls\":[" CALL_RESEARCH(
+                        "r",
+                        "stuck") "]}]}," R_PLAN ","
+                                 "{\"match\":{\"system\":\"You are a "
+                                 "researcher\"},\"responses\":["
+                                 "{\"text\":[\"half a report\"],\"hang\":true,"
+                                 "\"hang_after_chunks\":2}]}]}";
+
+/* A researcher past its timeout is stopped like any sub-agent, not
+ * abandoned: the failed call carries its partial report, its run ends
+ * in the stream and its request is closed. */
+static void test_researcher_timeout_grace(void **state)
+{
+    fx f;
+    loom_turn *t = NULL;
+    const json_t *failed;
+    json_t *st;
+    const char *err, *out;
+    size_t i, ended = 0;
+    json_t *e;
+
+    (void)state;
+    fx_open(&f, stuck_script,
+            "agents:\n"
+            "  deep_research: {model: fake/m, research: true, "
+            "tool_timeout_ms: 1000}\n"
+            "models:\n"
+            "  fake/m:\n"
+            "    context_window: 128000\n");
+    assert_int_equal(research(&f, NULL, "q", "{\"clarify\":false}", &t), 0);
+    failed = last_event(f.events, "tool.failed");
+    assert_non_null(failed);
+    err = json_string_value(json_object_get(failed, "error"));
+    out = json_string_value(json_object_get(failed, "output"));
+    assert_non_null(strstr(err, "timeout of 1000 ms and was stopped"));
+    assert_non_null(strstr(out, "Partial answer: half a report"));
+    /* The researcher's own end is in the stream. */
+    json_array_foreach(f.events, i, e)
+    {
+        ended += json_object_get(e, "parent_run_id") &&
+                 !strcmp(json_string_value(json_object_get(e, "type")),
+                         "run.failed");
+    }
+    assert_int_equal(ended, 1);
+    assert_int_equal(research_int(f.events, "failed"), 1);
+    st = fake_stats(f.fake);
+    assert_int_equal(json_integer_value(json_object_get(st, "hanging")), 0);
+    json_decref(st);
+    loom_turn_free(t);
+    fx_close(&f);
+}
+
 /* A researcher fetches a page (allowed by web_fetch's allow_hosts): the
  * report's [1] names it; its [2] names nothing the run saw, so it is
  * removed, whatever URL the text writes beside it. */
@@ -694,6 +754,9 @@ static void test_citations_fetched_or_nothing(void **state)
     c = last_event(f.events, "citation");
     assert_string_equal(json_string_value(json_object_get(c, "title")),
                         "Local page");
+    /* Which researcher found it: its task. */
+    assert_string_equal(json_string_value(json_object_get(c, "researcher")),
+                        "page");
     assert_non_null(
         strstr(json_string_value(json_object_get(c, "url")), "/page.html"));
     /* The supervisor read the researcher's report with [2] removed. */
@@ -714,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_small_window_refused),
         cmocka_unit_test(test_citations_fetched_or_nothing),
         cmocka_unit_test(test_time_limit),
+        cmocka_unit_test(test_researcher_timeout_grace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
