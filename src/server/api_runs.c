@@ -524,26 +524,20 @@ static int get_run(srv_request *r)
 /*
  * GET /v1/runs/{id}/report[?user=U]: the report of a research run, as
  * text/markdown with its notes and Sources list. 404 for an unknown run,
- * another user's, or one that ended without a report (not a research
+ * one the caller may not see (srv_owns), or one that ended without a
+ * report (not a research
  * run, failed, cancelled, or ended on a clarifying question); 409
  * report_not_ready while it runs.
  */
 static int get_report(srv_request *r)
 {
-    const char *user = srv_query(r, "user");
-    srv_run *run = srv_run_find(r->srv, r->params[0]);
+    srv_run *run = path_run(r, srv_query(r, "user"));
     const srv_event *last;
-    const char *owner, *text;
+    const char *text;
     int rc;
 
     if (!run)
-        return reply_no_run(r);
-    owner = srv_run_user(run);
-    if (user && (!owner || strcmp(owner, user) != 0)) {
-        srv_run_unref(run);
-        return reply_no_run(r);
-    }
-    set_run_headers(r, run);
+        return 0;
     last = srv_run_event(run, srv_run_last_seq(run, NULL));
     if (!srv_run_ended(run))
         rc = srv_reply_error(r, 409, NULL, "id", "report_not_ready",
