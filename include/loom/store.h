@@ -412,6 +412,36 @@ int loom_store_memory_delete(loom_store *st, const char *user_id,
 int loom_store_memory_count(loom_store *st, const char *user_id,
                             int64_t *count_out);
 
+/*
+ * Secrets at rest: what the store keeps for loom's clients (the OAuth
+ * credentials of MCP servers, loom/mcp.h) is sealed (AES-256-GCM) with a
+ * key derived from a secret: the one given to loom_store_set_secret(),
+ * else the environment's LOOM_SECRET_KEY, else the text of a key file
+ * beside the database (its path with ".key" added), made on first need
+ * with 32 random bytes and mode 0600. The database alone never shows a
+ * secret; a sealed row does not open with another key.
+ */
+#define LOOM_STORE_SECRET_ENV "LOOM_SECRET_KEY"
+
+/*
+ * Sets the secret the key is derived from (copied; NULL or "" unsets
+ * it). Call before the store is shared between threads. LOOM_ENOMEM.
+ */
+int loom_store_set_secret(loom_store *st, const char *secret);
+
+/*
+ * The OAuth credentials of MCP server `server` for user_id (NULL: the
+ * server's own, for every user): *json (caller frees) is the text last
+ * saved. LOOM_ENOTFOUND when none was; LOOM_EPROTO when the row does not
+ * open with the store's key (another key, or damaged: nothing is
+ * given); LOOM_EINVALID when there is no key to use.
+ */
+int loom_store_mcp_credentials_load(loom_store *st, const char *server,
+                                    const char *user_id, char **json);
+/* Seals json and keeps it, replacing what server and user_id had. */
+int loom_store_mcp_credentials_save(loom_store *st, const char *server,
+                                    const char *user_id, const char *json);
+
 #ifdef __cplusplus
 }
 #endif

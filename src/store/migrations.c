@@ -306,6 +306,18 @@ const char *const loom__sqlite_migrations[] = {
     ") WITHOUT ROWID;"
     "CREATE INDEX conversations_by_owner"
     "  ON conversations (user_id, updated_at, id);",
+    /* 12: the OAuth credentials of MCP servers (registered clients and
+     * tokens, per authorization server), one row per server and user
+     * ('' when none), sealed with the store's secret key (secrets.c):
+     * the database alone never shows a token. Independent of every
+     * other step: it adds only its own table. */
+    "CREATE TABLE mcp_credentials ("
+    "  server TEXT NOT NULL,"
+    "  user_id TEXT NOT NULL DEFAULT '',"
+    "  sealed BLOB NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  PRIMARY KEY (server, user_id)"
+    ") WITHOUT ROWID;",
 };
 
 const int loom__sqlite_migrations_len =

@@ -656,4 +656,6 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_user_list,
     loom__sqlite_workspace_list,
     loom__sqlite_audit_list,
+    loom__sqlite_mcp_credentials_get,
+    loom__sqlite_mcp_credentials_put,
 };

@@ -301,6 +301,16 @@ static inline char *col_dup(sqlite3_stmt *s, int i, int *bad)
     return d;
 }
 
+/* ---- sealed secrets (sqlite_secrets.c): the vtable entries ----------- */
+
+int loom__sqlite_mcp_credentials_get(loom_store *st, const char *server,
+                                     const char *user_id, unsigned char **out,
+                                     size_t *len);
+int loom__sqlite_mcp_credentials_put(loom_store *st, const char *server,
+                                     const char *user_id,
+                                     const unsigned char *sealed, size_t len,
+                                     int64_t now);
+
 /* ---- memories (sqlite_memory.c): the vtable entries ------------------ */
 
 int loom__sqlite_memory_add(loom_store *st, const loom__store_memory *m,

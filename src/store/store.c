@@ -66,6 +66,8 @@ static int has_prefix(const char *s, const char *prefix)
 
 int loom_store_open(loom_store **out, const char *location)
 {
+    int rc;
+
     if (!out)
         return loom__error_set(LOOM_EINVALID, "store: no out pointer");
     *out = NULL;
@@ -81,13 +83,22 @@ int loom_store_open(loom_store **out, const char *location)
         location += strlen("sqlite:");
     if (!*location)
         return loom__error_set(LOOM_EINVALID, "store: empty location");
-    return loom__store_sqlite_open(out, location);
+    if ((rc = loom__store_sqlite_open(out, location)) != 0)
+        return rc;
+    if ((rc = loom__store_secrets_init(*out, location)) != 0) {
+        loom_store_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 void loom_store_free(loom_store *st)
 {
-    if (st)
+    if (st) {
+        free(st->key_file);
+        free(st->secret);
         st->vt->free(st);
+    }
 }
 
 int loom_store_ping(loom_store *st)

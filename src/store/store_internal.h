@@ -231,11 +231,29 @@ typedef struct {
     int (*user_list)(loom_store *st, const char *workspace, json_t **out);
     int (*workspace_list)(loom_store *st, json_t **out);
     int (*audit_list)(loom_store *st, int limit, json_t **out);
+    /* The sealed credentials of an MCP server for user_id ("" for none):
+     * *out (caller frees) and *len, LOOM_ENOTFOUND when there are none;
+     * put replaces them. The bytes are opaque to the backend. */
+    int (*mcp_credentials_get)(loom_store *st, const char *server,
+                               const char *user_id, unsigned char **out,
+                               size_t *len);
+    int (*mcp_credentials_put)(loom_store *st, const char *server,
+                               const char *user_id,
+                               const unsigned char *sealed, size_t len,
+                               int64_t now);
 } loom__store_vtable;
 
 struct loom_store {
     const loom__store_vtable *vt;
+    /* The front's (secrets.c): the key file beside the database (NULL
+     * when the location is not known) and the secret set with
+     * loom_store_set_secret() (NULL: none). */
+    char *key_file;
+    char *secret;
 };
+
+/* Sets st's key file from the database's path (secrets.c). LOOM_ENOMEM. */
+int loom__store_secrets_init(loom_store *st, const char *path);
 
 /* The SQLite backend (sqlite.c); path has no "sqlite:" prefix. */
 int loom__store_sqlite_open(loom_store **out, const char *path);

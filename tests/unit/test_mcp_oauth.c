@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "loom/config.h"
+#include "core/seal.h"
 #include "tools/mcp/mcp_internal.h"
 
 #include <stdlib.h>
@@ -222,21 +223,21 @@ static void test_seal_round_trip(void **state)
     (void)state;
     memset(key, 7, sizeof(key));
     memset(other, 8, sizeof(other));
-    assert_int_equal(loom__oauth_seal(key, text, &sealed, &n), 0);
+    assert_int_equal(loom__seal(key, text, &sealed, &n), 0);
     assert_int_equal(n, strlen(text) + 28);
     assert_null(memmem(sealed, n, "secret-token", 12));
-    assert_int_equal(loom__oauth_open(key, sealed, n, &plain), 0);
+    assert_int_equal(loom__unseal(key, sealed, n, &plain), 0);
     assert_string_equal(plain, text);
     free(plain);
     /* a fresh nonce each time */
-    assert_int_equal(loom__oauth_seal(key, text, &sealed2, &n2), 0);
+    assert_int_equal(loom__seal(key, text, &sealed2, &n2), 0);
     assert_memory_not_equal(sealed, sealed2, n);
     /* the wrong key, a changed byte, a cut: refused */
-    assert_int_equal(loom__oauth_open(other, sealed, n, &plain), LOOM_EPROTO);
+    assert_int_equal(loom__unseal(other, sealed, n, &plain), LOOM_EPROTO);
     assert_null(plain);
     sealed[14] ^= 1;
-    assert_int_equal(loom__oauth_open(key, sealed, n, &plain), LOOM_EPROTO);
-    assert_int_equal(loom__oauth_open(key, sealed, 20, &plain), LOOM_EPROTO);
+    assert_int_equal(loom__unseal(key, sealed, n, &plain), LOOM_EPROTO);
+    assert_int_equal(loom__unseal(key, sealed, 20, &plain), LOOM_EPROTO);
     free(sealed);
     free(sealed2);
 }

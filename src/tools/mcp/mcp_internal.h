@@ -223,11 +223,4 @@ int loom__oauth_iss_ok(const json_t *as_meta, const char *issuer,
  * section 3.3, as strings) and has a token endpoint. */
 int loom__oauth_as_metadata_ok(const json_t *meta, const char *issuer);
 
-/* AES-256-GCM: *out (caller frees) is nonce, ciphertext and tag. */
-int loom__oauth_seal(const unsigned char key[32], const char *plain,
-                     unsigned char **out, size_t *out_len);
-/* The reverse; LOOM_EPROTO when the key is wrong or the data damaged. */
-int loom__oauth_open(const unsigned char key[32], const unsigned char *in,
-                     size_t n, char **plain);
-
 #endif

@@ -6,8 +6,7 @@
  * well-known URLs of protected-resource (RFC 9728) and authorization-
  * server metadata (RFC 8414, OpenID Connect Discovery), the checks that
  * guard them (the metadata's issuer, the resource the metadata names, the
- * iss of an authorization response, RFC 9207) and the sealing of stored
- * credentials (AES-256-GCM).
+ * iss of an authorization response, RFC 9207).
  */
 #include "core/error.h"
 #include "tools/mcp/mcp_internal.h"
@@ -322,66 +321,4 @@ int loom__oauth_as_metadata_ok(const json_t *meta, const char *issuer)
 
     return v && strcmp(v, issuer) == 0 &&
            json_is_string(json_object_get(meta, "token_endpoint"));
-}
-
-/* ---- sealing: AES-256-GCM, nonce || ciphertext || tag ---------------- */
-
-#define NONCE 12
-#define TAG 16
-
-int loom__oauth_seal(const unsigned char key[32], const char *plain,
-                     unsigned char **out, size_t *out_len)
-{
-    size_t n = strlen(plain);
-    unsigned char *b = malloc(NONCE + n + TAG);
-    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
-    int len = 0, ok;
-
-    ok = b && x && RAND_bytes(b, NONCE) == 1 &&
-         EVP_EncryptInit_ex(x, EVP_aes_256_gcm(), NULL, key, b) == 1 &&
-         EVP_EncryptUpdate(x, b + NONCE, &len, (const unsigned char *)plain,
-                           (int)n) == 1 &&
-         EVP_EncryptFinal_ex(x, b + NONCE + len, &len) == 1 &&
-         EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_GCM_GET_TAG, TAG, b + NONCE + n) == 1;
-    EVP_CIPHER_CTX_free(x);
-    if (!ok) {
-        free(b);
-        return b ? loom__error_set(LOOM_ERROR, "sealing credentials failed")
-                 : loom__error_oom();
-    }
-    *out = b;
-    *out_len = NONCE + n + TAG;
-    return 0;
-}
-
-int loom__oauth_open(const unsigned char key[32], const unsigned char *in,
-                     size_t n, char **plain)
-{
-    EVP_CIPHER_CTX *x;
-    char *p;
-    int len = 0, ok;
-
-    *plain = NULL;
-    if (n < NONCE + TAG)
-        return loom__error_set(LOOM_EPROTO, "sealed credentials too short");
-    if (!(p = malloc(n - NONCE - TAG + 1)) || !(x = EVP_CIPHER_CTX_new())) {
-        free(p);
-        return loom__error_oom();
-    }
-    ok = EVP_DecryptInit_ex(x, EVP_aes_256_gcm(), NULL, key, in) == 1 &&
-         EVP_DecryptUpdate(x, (unsigned char *)p, &len, in + NONCE,
-                           (int)(n - NONCE - TAG)) == 1 &&
-         EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_GCM_SET_TAG, TAG,
-                             (void *)(in + n - TAG)) == 1 &&
-         EVP_DecryptFinal_ex(x, (unsigned char *)p + len, &len) == 1;
-    EVP_CIPHER_CTX_free(x);
-    if (!ok) {
-        free(p);
-        return loom__error_set(LOOM_EPROTO,
-                               "stored credentials do not open with this "
-                               "key (another key, or damaged)");
-    }
-    p[n - NONCE - TAG] = '\0';
-    *plain = p;
-    return 0;
 }
