@@ -389,6 +389,7 @@ typedef struct {
  *   server:
  *     listen: 127.0.0.1:8080      # HOST:PORT (port 0: any free port)
  *     db: ./data/loom.db          # the store
+ *     secret_key: ${LOOM_SECRET_KEY} # seals the store's secrets (below)
  *     max_body_bytes: 4194304     # request bodies; larger ones get 413
  *     max_concurrent_runs: 64     # more get 503 with Retry-After
  *     max_connections: 1024       # open client connections at once
@@ -402,6 +403,9 @@ typedef struct {
 typedef struct {
     char *listen;              /* "HOST:PORT", default 127.0.0.1:8080 */
     char *db;                  /* store location, default ./data/loom.db */
+    char *secret_key;          /* what the store's secrets are sealed with (MCP
+                                * OAuth tokens); NULL: $LOOM_SECRET_KEY, else a
+                                * key file beside db (loom/store.h) */
     long max_body_bytes;       /* default 4 MiB */
     int max_concurrent_runs;   /* default 64 */
     int max_connections;       /* default 1024 */

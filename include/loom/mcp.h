@@ -196,6 +196,27 @@ void loom_mcp_tool_name(char out[65], const char *server, const char *tool);
  */
 int loom_tools_add_mcp(loom_tool_registry *reg, const loom_config *cfg);
 
+/*
+ * What the servers that loom_tools_add_mcp_with() makes are given before
+ * they start: where their OAuth credentials live and who runs the
+ * authorization-code step (each NULL: none). Both are copied into every
+ * server; what they point to (their arg) must outlive the registry.
+ */
+typedef struct {
+    const loom_mcp_credentials *credentials;
+    const loom_mcp_authorizer *authorizer;
+} loom_mcp_setup;
+
+/* loom_tools_add_mcp() with setup (NULL: none). */
+int loom_tools_add_mcp_with(loom_tool_registry *reg, const loom_config *cfg,
+                            const loom_mcp_setup *setup);
+
+/* loom_tools_new_from_config() whose MCP servers get setup (NULL:
+ * none). */
+int loom_tools_new_from_config_with(loom_tool_registry **out,
+                                    const loom_config *cfg,
+                                    const loom_mcp_setup *setup);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
  * it. Both go through libloom's MCP client (loom/mcp.h), as runs do.
  */
 #include "cli/cli.h"
+#include "cli/mcp_store.h"
 #include "loom/mcp.h"
 
 #include <stdio.h>
@@ -31,7 +32,8 @@ static const loom_mcp_server_config *find_server(const loom_config *cfg,
 }
 
 /* Prints one server (text) or adds it to all (json); 0 when it worked. */
-static int list_one(const loom_mcp_server_config *c, json_t *all)
+static int list_one(const loom_mcp_server_config *c, json_t *all,
+                    const loom_mcp_credentials *creds)
 {
     loom_mcp_server *s = NULL;
     json_t *tools = NULL, *st;
@@ -43,6 +45,7 @@ static int list_one(const loom_mcp_server_config *c, json_t *all)
         fprintf(stderr, "loom mcp: %s\n", loom_error_last());
         return rc;
     }
+    loom_mcp_server_set_credentials(s, creds);
     rc = loom_mcp_server_tools(s, &tools);
     st = loom_mcp_server_status(s);
     if (all) {
@@ -73,7 +76,8 @@ static int list_one(const loom_mcp_server_config *c, json_t *all)
     return rc;
 }
 
-static int list(const loom_config *cfg, int as_json)
+static int list(const loom_config *cfg, int as_json,
+                const loom_mcp_credentials *creds)
 {
     json_t *all = as_json ? json_array() : NULL;
     int failed = 0;
@@ -81,7 +85,7 @@ static int list(const loom_config *cfg, int as_json)
     if (!cfg->mcp_servers_len && !as_json)
         printf("no mcp_servers in the config\n");
     for (size_t i = 0; i < cfg->mcp_servers_len; i++)
-        failed |= list_one(&cfg->mcp_servers[i], all) != 0;
+        failed |= list_one(&cfg->mcp_servers[i], all, creds) != 0;
     if (all) {
         char *text = json_dumps(all, JSON_INDENT(2));
         if (text)
@@ -93,7 +97,7 @@ static int list(const loom_config *cfg, int as_json)
 }
 
 static int call(const loom_config *cfg, const char *server, const char *tool,
-                const char *args_text)
+                const char *args_text, const loom_mcp_credentials *creds)
 {
     const loom_mcp_server_config *c = find_server(cfg, server);
     loom_mcp_server *s = NULL;
@@ -115,8 +119,9 @@ static int call(const loom_config *cfg, const char *server, const char *tool,
         json_decref(args);
         return CLI_USAGE;
     }
-    if (loom_mcp_server_new(&s, c) != 0 ||
-        loom_mcp_server_call(s, tool, args, 0, NULL, &res) != 0) {
+    if (loom_mcp_server_new(&s, c) == 0)
+        loom_mcp_server_set_credentials(s, creds);
+    if (!s || loom_mcp_server_call(s, tool, args, 0, NULL, &res) != 0) {
         fprintf(stderr, "loom mcp: %s\n", loom_error_last());
     } else {
         int is_error = loom_mcp_result_text(res, &out);
@@ -136,6 +141,7 @@ int cli_mcp(int argc, char **argv)
 {
     const char *config = NULL, *pos[4] = {NULL};
     loom_config *cfg = NULL;
+    cli_mcp_store ms;
     int as_json = 0, npos = 0, rc;
 
     for (int i = 1; i < argc; i++) {
@@ -160,8 +166,12 @@ int cli_mcp(int argc, char **argv)
     if ((rc = cli_load_config(&cfg, config)) != 0)
         return rc;
     cli_setup_log(cfg, NULL, NULL);
-    rc = !strcmp(pos[0], "list") ? list(cfg, as_json)
-                                 : call(cfg, pos[1], pos[2], pos[3]);
+    /* OAuth credentials come from, and go to, the store. */
+    cli_mcp_store_init(&ms, cfg, NULL);
+    rc = !strcmp(pos[0], "list")
+             ? list(cfg, as_json, &ms.credentials)
+             : call(cfg, pos[1], pos[2], pos[3], &ms.credentials);
+    cli_mcp_store_free(&ms);
     loom_config_free(cfg);
     return rc;
 }

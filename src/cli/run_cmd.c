@@ -16,6 +16,7 @@
  * command exits 130); a second Ctrl-C exits at once.
  */
 #include "cli/cli.h"
+#include "cli/mcp_store.h"
 #include "loom/log.h"
 #include "loom/session.h"
 
@@ -373,6 +374,9 @@ int cli_run(int argc, char **argv)
     cli_printer printer;
     int rc, fake_pid = -1;
     const char *agent = NULL;
+    loom_tool_registry *tools = NULL;
+    cli_mcp_store ms;
+    int ms_ready = 0;
 
     memset(&a, 0, sizeof(a));
     if ((rc = parse_args(&a, argc, argv)) != 0) {
@@ -403,6 +407,18 @@ int cli_run(int argc, char **argv)
         so.default_model = CLI_OFFLINE_MODEL;
     }
     so.config = cfg;
+    if (cfg->mcp_servers_len) {
+        /* MCP servers keep their OAuth credentials in the store. */
+        cli_mcp_store_init(&ms, cfg, NULL);
+        ms_ready = 1;
+        if (loom_tools_new_from_config_with(&tools, cfg, &ms.setup) != 0) {
+            print_config_errors(cfg->path ? cfg->path : "environment",
+                                loom_error_last());
+            rc = CLI_USAGE;
+            goto done;
+        }
+        so.tools = tools;
+    }
     if ((rc = cli_session_new(&session, &so)) != 0)
         goto done;
     if (agent && !loom_config_agent(cfg, agent)) {
@@ -434,6 +450,9 @@ done:
     loom_turn_free(turn);
     loom_messages_free(&input);
     loom_session_free(session);
+    loom_tool_registry_free(tools);
+    if (ms_ready)
+        cli_mcp_store_free(&ms);
     cli_offline_stop(fake_pid);
     loom_config_free(cfg);
     free(a.question);

@@ -8,6 +8,7 @@
  * stored. A second signal exits at once.
  */
 #include "cli/cli.h"
+#include "cli/mcp_store.h"
 #include "loom/log.h"
 #include "loom/memory.h"
 #include "loom/run.h"
@@ -169,7 +170,8 @@ int cli_serve(int argc, char **argv)
     const char *db, *listen;
     char host[256];
     struct sigaction sa;
-    int rc, fake_pid = -1;
+    cli_mcp_store ms;
+    int rc, fake_pid = -1, ms_ready = 0;
 
     memset(&a, 0, sizeof(a));
     if ((rc = parse_args(&a, argc, argv)) != 0)
@@ -190,7 +192,14 @@ int cli_serve(int argc, char **argv)
         rc = CLI_FAILED;
         goto done;
     }
-    if (loom_tools_new_from_config(&reg, cfg) != 0) {
+    /* MCP servers keep their OAuth credentials in the store. */
+    if (cli_mcp_store_init(&ms, cfg, store) != 0) {
+        fprintf(stderr, "loom serve: %s\n", loom_error_last());
+        rc = CLI_FAILED;
+        goto done;
+    }
+    ms_ready = 1;
+    if (loom_tools_new_from_config_with(&reg, cfg, &ms.setup) != 0) {
         fprintf(stderr, "loom serve: config: %s\n", loom_error_last());
         rc = CLI_USAGE;
         goto done;
@@ -237,6 +246,8 @@ done:
     signal(SIGTERM, SIG_DFL);
     loom_server_free(srv);
     loom_tool_registry_free(reg);
+    if (ms_ready)
+        cli_mcp_store_free(&ms);
     loom_store_free(store);
     cli_offline_stop(fake_pid);
     loom_config_free(cfg);

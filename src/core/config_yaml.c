@@ -1216,6 +1216,7 @@ static const field server_fields[] = {
     {K_STR("listen", S, listen, "HOST:PORT"), .valid = valid_listen,
      .expect = "HOST:PORT (port 0..65535)"},
     {K_STR("db", S, db, "a path"), .flags = F_NONEMPTY},
+    {K_STR("secret_key", S, secret_key, "a string"), .flags = F_NONEMPTY},
     {K_LONG("max_body_bytes", S, max_body_bytes, 1024, 1L << 30)},
     {K_INT("max_concurrent_runs", S, max_concurrent_runs, 1, 100000)},
     {K_INT("max_connections", S, max_connections, 1, 1000000)},

@@ -238,9 +238,8 @@ typedef struct {
                                const char *user_id, unsigned char **out,
                                size_t *len);
     int (*mcp_credentials_put)(loom_store *st, const char *server,
-                               const char *user_id,
-                               const unsigned char *sealed, size_t len,
-                               int64_t now);
+                               const char *user_id, const unsigned char *sealed,
+                               size_t len, int64_t now);
 } loom__store_vtable;
 
 struct loom_store {

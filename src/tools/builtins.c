@@ -4,9 +4,11 @@
  * registers it; this file only calls them in a fixed order, so the order
  * the model sees them in is stable.
  */
-#include "loom/tools.h"
 #include "core/error.h"
 #include "loom/config.h"
+#include "loom/mcp.h"
+#include "loom/tools.h"
+#include "tools/http_tools.h"
 #include "tools/web_search.h"
 
 /* Defined in builtin_time.c and web_fetch.c; tools/ has no private header
@@ -29,6 +31,13 @@ int loom_tools_add_builtins(loom_tool_registry *reg)
 int loom_tools_new_from_config(loom_tool_registry **out,
                                const loom_config *cfg)
 {
+    return loom_tools_new_from_config_with(out, cfg, NULL);
+}
+
+int loom_tools_new_from_config_with(loom_tool_registry **out,
+                                    const loom_config *cfg,
+                                    const loom_mcp_setup *setup)
+{
     loom_tool_registry *reg = NULL;
     int rc;
 
@@ -37,7 +46,8 @@ int loom_tools_new_from_config(loom_tool_registry **out,
     *out = NULL;
     if ((rc = loom_tool_registry_new(&reg)) != 0 ||
         (rc = loom_tools_add_builtins(reg)) != 0 ||
-        (rc = loom_tools_add_from_config(reg, cfg)) != 0) {
+        (rc = loom__tools_add_http_tools(reg, cfg)) != 0 ||
+        (rc = loom_tools_add_mcp_with(reg, cfg, setup)) != 0) {
         loom_tool_registry_free(reg);
         return rc;
     }

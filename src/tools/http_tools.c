@@ -15,6 +15,7 @@
  * Each tool's payload is a copy of its config, built at registration and
  * only read afterwards, so calls may run on many threads at once.
  */
+#include "tools/http_tools.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "loom/config.h"
@@ -343,8 +344,7 @@ cleanup:
     return rc;
 }
 
-int loom_tools_add_from_config(loom_tool_registry *reg,
-                               const loom_config *cfg)
+int loom__tools_add_http_tools(loom_tool_registry *reg, const loom_config *cfg)
 {
     if (!reg || !cfg)
         return loom__error_set(LOOM_EINVALID,
@@ -376,5 +376,12 @@ int loom_tools_add_from_config(loom_tool_registry *reg,
             return rc;
         }
     }
-    return loom_tools_add_mcp(reg, cfg);
+    return 0;
+}
+
+int loom_tools_add_from_config(loom_tool_registry *reg, const loom_config *cfg)
+{
+    int rc = loom__tools_add_http_tools(reg, cfg);
+
+    return rc ? rc : loom_tools_add_mcp(reg, cfg);
 }

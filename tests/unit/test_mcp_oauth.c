@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "loom/config.h"
 #include "core/seal.h"
+#include "loom/config.h"
 #include "tools/mcp/mcp_internal.h"
 
 #include <stdlib.h>

@@ -305,6 +305,12 @@ static void *discover_main(void *arg)
 
 int loom_tools_add_mcp(loom_tool_registry *reg, const loom_config *cfg)
 {
+    return loom_tools_add_mcp_with(reg, cfg, NULL);
+}
+
+int loom_tools_add_mcp_with(loom_tool_registry *reg, const loom_config *cfg,
+                            const loom_mcp_setup *setup)
+{
     discovery *ds;
     int rc = 0;
 
@@ -318,6 +324,10 @@ int loom_tools_add_mcp(loom_tool_registry *reg, const loom_config *cfg)
                       loom_error_last());
             continue;
         }
+        if (setup && setup->credentials)
+            loom_mcp_server_set_credentials(ds[i].server, setup->credentials);
+        if (setup && setup->authorizer)
+            loom_mcp_server_set_authorizer(ds[i].server, setup->authorizer);
         ds[i].started =
             pthread_create(&ds[i].thread, NULL, discover_main, &ds[i]) == 0;
         if (!ds[i].started)
