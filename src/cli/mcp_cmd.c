@@ -3,7 +3,9 @@
  * each server and shows its state, protocol version and tools (a server
  * that fails is shown with its error, and the others still listed);
  * `call` calls one tool and prints its result as the model would read
- * it. Both go through libloom's MCP client (loom/mcp.h), as runs do.
+ * it; `login` runs the browser step of OAuth (mcp_login.c). All go
+ * through libloom's MCP client (loom/mcp.h), as runs do, with OAuth
+ * credentials kept in the store (mcp_store.c).
  */
 #include "cli/cli.h"
 #include "cli/mcp_store.h"
@@ -16,10 +18,14 @@
 static const char mcp_usage[] =
     "usage: loom mcp list [--config FILE] [--json]\n"
     "       loom mcp call [--config FILE] SERVER TOOL ['{json arguments}']\n"
+    "       loom mcp login [--config FILE] [--timeout SECONDS] SERVER\n"
     "\n"
     "list: starts each server of the config's mcp_servers and prints its\n"
     "state, protocol version and tools (as offered: SERVER__TOOL).\n"
     "call: calls one tool (the server's name for it) and prints the result.\n"
+    "login: authorizes loom for an HTTP server through your browser (prints\n"
+    "the URL to open; waits --timeout seconds, default 300) and keeps the\n"
+    "tokens, sealed, in the store (server.db).\n"
     "Exit codes: 0 done, 1 a server or call failed, 2 usage or config.\n";
 
 static const loom_mcp_server_config *find_server(const loom_config *cfg,
@@ -143,6 +149,7 @@ int cli_mcp(int argc, char **argv)
     loom_config *cfg = NULL;
     cli_mcp_store ms;
     int as_json = 0, npos = 0, rc;
+    long timeout_s = 300;
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -152,6 +159,14 @@ int cli_mcp(int argc, char **argv)
             config = argv[++i];
         } else if (!strcmp(argv[i], "--json")) {
             as_json = 1;
+        } else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+            char *end;
+            timeout_s = strtol(argv[++i], &end, 10);
+            if (*end || timeout_s < 1 || timeout_s > 86400) {
+                fprintf(stderr, "loom mcp: --timeout takes 1 to 86400 "
+                                "seconds\n");
+                return CLI_USAGE;
+            }
         } else if (npos < 4) {
             pos[npos++] = argv[i];
         } else {
@@ -159,6 +174,7 @@ int cli_mcp(int argc, char **argv)
         }
     }
     if (!(npos == 1 && !strcmp(pos[0], "list")) &&
+        !(npos == 2 && !strcmp(pos[0], "login")) &&
         !((npos == 3 || npos == 4) && !strcmp(pos[0], "call"))) {
         fputs(mcp_usage, stderr);
         return CLI_USAGE;
@@ -168,8 +184,9 @@ int cli_mcp(int argc, char **argv)
     cli_setup_log(cfg, NULL, NULL);
     /* OAuth credentials come from, and go to, the store. */
     cli_mcp_store_init(&ms, cfg, NULL);
-    rc = !strcmp(pos[0], "list")
-             ? list(cfg, as_json, &ms.credentials)
+    rc = !strcmp(pos[0], "list") ? list(cfg, as_json, &ms.credentials)
+         : !strcmp(pos[0], "login")
+             ? cli_mcp_login(cfg, pos[1], timeout_s, &ms.credentials)
              : call(cfg, pos[1], pos[2], pos[3], &ms.credentials);
     cli_mcp_store_free(&ms);
     loom_config_free(cfg);

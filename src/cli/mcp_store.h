@@ -1,7 +1,7 @@
 /*
  * The loom command's keeper of MCP OAuth credentials (mcp_store.c): the
  * loom_mcp_credentials of every MCP server it makes, sealed in loom's
- * store.
+ * store; and `loom mcp login`, which fills them (mcp_login.c).
  */
 #ifndef LOOM_CLI_MCP_STORE_H
 #define LOOM_CLI_MCP_STORE_H
@@ -32,5 +32,14 @@ int cli_mcp_store_init(cli_mcp_store *m, const loom_config *cfg,
                        loom_store *st);
 /* Closes the store when m opened it. After every server using m ended. */
 void cli_mcp_store_free(cli_mcp_store *m);
+
+/*
+ * `loom mcp login NAME` (mcp_login.c): authorizes loom for the config's
+ * HTTP server NAME through a person's browser, waiting at most timeout_s
+ * for it, with creds keeping the tokens. A CLI_ exit code (message
+ * printed).
+ */
+int cli_mcp_login(const loom_config *cfg, const char *name, long timeout_s,
+                  const loom_mcp_credentials *creds);
 
 #endif

@@ -292,6 +292,13 @@ int64_t loom__mcp_deadline(loom_mcp_server *s, const mcp_pending *p)
     return d;
 }
 
+void loom__mcp_defer(loom_mcp_server *s, mcp_pending *p, int64_t ms)
+{
+    pthread_mutex_lock(&s->mu);
+    p->deadline += ms;
+    pthread_mutex_unlock(&s->mu);
+}
+
 int loom__mcp_answered(loom_mcp_server *s, const mcp_pending *p)
 {
     int done;

@@ -506,8 +506,12 @@ static int authorized(http_conn *c, post_state *st, const json_t *msg,
     int rc;
 
     while (o && (*status == 401 || *status == 403)) {
-        if ((rc = loom__mcp_oauth_challenge(o, *status, st->www, st->bearer,
-                                            st->deadline)) <= 0)
+        int64_t before = st->deadline;
+        rc = loom__mcp_oauth_challenge(o, *status, st->www, st->bearer,
+                                       &st->deadline);
+        if (st->p && st->deadline > before)
+            loom__mcp_defer(c->s, st->p, st->deadline - before);
+        if (rc <= 0)
             return rc;
         loom_sse_parser_free(st->parser);
         st->parser = NULL;

@@ -61,6 +61,8 @@ void loom__mcp_protocol(loom_mcp_server *s, char *out, size_t cap);
 
 /* When request p's time is up now (progress pushes it back). */
 int64_t loom__mcp_deadline(loom_mcp_server *s, const mcp_pending *p);
+/* Pushes p's deadline back by ms (a person's time spent authorizing). */
+void loom__mcp_defer(loom_mcp_server *s, mcp_pending *p, int64_t ms);
 
 /* Whether request p has its answer (a transport may stop reading). */
 int loom__mcp_answered(loom_mcp_server *s, const mcp_pending *p);
@@ -142,10 +144,12 @@ void loom__mcp_oauth_bearer(mcp_oauth *o, int64_t deadline, char *out,
  * again, 0 when the answer is no authorization challenge (a 403 that is
  * not insufficient_scope), or the error (message set) when authorization
  * failed or gave up: after 3 authorizations in a row that did not lead
- * to an accepted request.
+ * to an accepted request. *deadline bounds the authorization and is
+ * pushed back by the time a person took (the authorizer's wait), so the
+ * request sent again still has its own time.
  */
 int loom__mcp_oauth_challenge(mcp_oauth *o, long status, const char *www,
-                              const char *bearer, int64_t deadline);
+                              const char *bearer, int64_t *deadline);
 
 /* A request that carried a token was accepted: the attempts start over. */
 void loom__mcp_oauth_accepted(mcp_oauth *o);

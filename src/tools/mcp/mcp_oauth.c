@@ -186,12 +186,17 @@ static void load_locked(mcp_oauth *o)
 {
     char *text = NULL;
     json_t *j;
+    int rc;
 
     if (o->loaded || !o->cs.load)
         return;
     o->loaded = 1;
-    if (o->cs.load(o->cs.arg, name_of(o), &text) != 0) {
-        if (text == NULL && loom_error_last()[0])
+    if ((rc = o->cs.load(o->cs.arg, name_of(o), &text)) != 0) {
+        if (rc != LOOM_ENOTFOUND)
+            loom_warn("mcp %s: the saved OAuth credentials are not readable "
+                      "(%s); authorizing again",
+                      name_of(o), loom_error_last());
+        else if (text == NULL && loom_error_last()[0])
             loom_debug("mcp %s: no saved OAuth credentials (%s)", name_of(o),
                        loom_error_last());
         free(text);
@@ -891,9 +896,11 @@ static int refresh(mcp_oauth *o, const found *f, json_t *entry,
 }
 
 /* The authorization-code grant: the person (through the authorizer),
- * then the token. */
+ * then the token. *deadline is pushed back by the time the authorizer
+ * took. */
 static int code_grant(mcp_oauth *o, const found *f, json_t *entry,
-                      const char *scope, const char *redirect, int64_t deadline)
+                      const char *scope, const char *redirect,
+                      int64_t *deadline)
 {
     char verifier[LOOM_PKCE_MAX], challenge[LOOM_PKCE_MAX], state[64];
     const char *ep = str(f->meta, "authorization_endpoint");
@@ -938,7 +945,10 @@ static int code_grant(mcp_oauth *o, const found *f, json_t *entry,
         }
         snprintf(full, cap, "%s%c%s", ep, strchr(ep, '?') ? '&' : '?',
                  loom_buf_cstr(&url));
+        /* The person's time does not count against the request's. */
+        int64_t t0 = loom__mono_ms();
         rc = o->az.authorize(o->az.arg, full, &back);
+        *deadline += loom__mono_ms() - t0;
         free(full);
     }
     if (rc != 0)
@@ -974,7 +984,7 @@ static int code_grant(mcp_oauth *o, const found *f, json_t *entry,
                loom__form_add(&form, "resource", f->resource)) {
         rc = loom__error_oom();
     } else {
-        rc = token_request(o, f, entry, &form, scope, deadline);
+        rc = token_request(o, f, entry, &form, scope, *deadline);
     }
 done:
     free(back);
@@ -1064,7 +1074,7 @@ int loom__mcp_oauth_failed(mcp_oauth *o)
 
 /* One authorization, under flow. */
 static int authorize(mcp_oauth *o, long status, const json_t *ch,
-                     int64_t deadline)
+                     int64_t *deadlinep)
 {
     const loom_mcp_oauth_config *c = &o->cfg->oauth;
     int code = !c->grant_type || strcmp(c->grant_type, "client_credentials");
@@ -1074,6 +1084,8 @@ static int authorize(mcp_oauth *o, long status, const json_t *ch,
     json_t *entry;
     found f;
     int rc;
+
+    int64_t deadline = *deadlinep;
 
     memset(&f, 0, sizeof(f));
     loom_buf_init(&scope, 1 << 14);
@@ -1115,7 +1127,7 @@ static int authorize(mcp_oauth *o, long status, const json_t *ch,
         goto done_entry;
     rc = code
              ? code_grant(o, &f, entry, loom_buf_cstr(&scope), redirect,
-                          deadline)
+                          deadlinep)
              : credentials_grant(o, &f, entry, loom_buf_cstr(&scope), deadline);
     if (rc != 0)
         goto done_entry;
@@ -1142,7 +1154,7 @@ done:
 }
 
 int loom__mcp_oauth_challenge(mcp_oauth *o, long status, const char *www,
-                              const char *bearer, int64_t deadline)
+                              const char *bearer, int64_t *deadline)
 {
     json_t *ch = loom__www_authenticate(www ? www : "");
     const char *err = str(ch, "error");
