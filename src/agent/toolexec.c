@@ -464,7 +464,7 @@ int loom__tool_ctx_event(const loom_tool_ctx *ctx, loom_event_type type,
     }
     e->type = type;
     e->data = data;
-    e->bytes = json_dumpb(data, NULL, 0, JSON_COMPACT);
+    e->bytes = loom__json_compact_size(data);
     return post(ctx->events->slot, e);
 }
 

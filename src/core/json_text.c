@@ -2,7 +2,8 @@
  * JSON strings from text that may hold any bytes (stored messages, error
  * messages from outside): jansson takes only UTF-8, so invalid bytes are
  * replaced with U+FFFD instead of failing. And why a JSON text from
- * outside did not parse, said the same way by every API.
+ * outside did not parse, said the same way by every API. And the length
+ * of a value's compact JSON text, counted as jansson would write it.
  */
 #include "core/text.h"
 #include "core/utf8.h"
@@ -95,4 +96,143 @@ const char *loom__json_error_shown(char *dst, size_t cap,
     snprintf(dst, cap, "%s, at byte offset %d (line %d, column %d)", reason,
              je->position, je->line, je->column);
     return dst;
+}
+
+/* Containers deeper than this are sized by jansson itself. */
+#define SIZE_DEPTH_MAX 64
+
+/* The escaped bytes of a string as jansson's dump writes it (no flags):
+ * \\, \" and \b \f \n \r \t take 2 bytes, other control characters 6
+ * (\u00XX), the rest as they are; 0 with *bad set when not UTF-8. */
+static size_t string_size(const char *s, size_t len, int *bad)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = 2, i = 0;
+
+    while (i < len) {
+        unsigned c = p[i];
+        size_t k;
+        if (c >= 0x20 && c < 0x80) {
+            n += c == '"' || c == '\\' ? 2 : 1;
+            i++;
+            continue;
+        }
+        if (c < 0x20) {
+            n += c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t'
+                     ? 2
+                     : 6;
+            i++;
+            continue;
+        }
+        if (!(k = utf8_seq(p + i, len - i))) {
+            *bad = 1;
+            return 0;
+        }
+        n += k;
+        i += k;
+    }
+    return n;
+}
+
+/* The bytes of a real as jansson writes it: "%.17g" into 25 bytes (more
+ * fails the dump), ".0" added when that has neither a point nor an
+ * exponent, an exponent's '+' and leading zeros dropped. */
+static size_t real_size(double v, int *bad)
+{
+    char b[64];
+    int len = snprintf(b, sizeof(b), "%.17g", v);
+    const char *e;
+    size_t n;
+
+    if (len < 0 || len >= 25) {
+        *bad = 1;
+        return 0;
+    }
+    n = (size_t)len;
+    /* The locale's decimal point (jansson turns it into '.') is neither
+     * a digit nor '-'. */
+    if (strspn(b, "-0123456789") == n) {
+        *bad |= n + 3 >= 25;
+        return n + 2;
+    }
+    if ((e = strchr(b, 'e')) != NULL) {
+        e++;
+        if (*e == '+')
+            n--, e++;
+        else if (*e == '-')
+            e++;
+        while (*e == '0')
+            n--, e++;
+    }
+    return n;
+}
+
+static size_t value_size(const json_t *j, int depth, int *bad)
+{
+    size_t n = 0, i;
+    const char *key;
+    json_t *v;
+
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        void *it = json_object_iter((json_t *)j);
+        if (depth >= SIZE_DEPTH_MAX) {
+            n = json_dumpb(j, NULL, 0, JSON_COMPACT);
+            *bad |= n == 0;
+            return n;
+        }
+        n = 2;
+        for (i = 0; it && !*bad; i++) {
+            key = json_object_iter_key(it);
+            n += (i ? 1 : 0) + 1 +
+                 string_size(key, json_object_iter_key_len(it), bad) +
+                 value_size(json_object_iter_value(it), depth + 1, bad);
+            it = json_object_iter_next((json_t *)j, it);
+        }
+        return n;
+    }
+    case JSON_ARRAY:
+        if (depth >= SIZE_DEPTH_MAX) {
+            n = json_dumpb(j, NULL, 0, JSON_COMPACT);
+            *bad |= n == 0;
+            return n;
+        }
+        n = 2;
+        json_array_foreach((json_t *)j, i, v)
+        {
+            n += (i ? 1 : 0) + value_size(v, depth + 1, bad);
+            if (*bad)
+                break;
+        }
+        return n;
+    case JSON_STRING:
+        return string_size(json_string_value(j), json_string_length(j), bad);
+    case JSON_INTEGER: {
+        char b[32];
+        int len = snprintf(b, sizeof(b), "%" JSON_INTEGER_FORMAT,
+                           json_integer_value(j));
+        return len > 0 ? (size_t)len : 0;
+    }
+    case JSON_REAL:
+        return real_size(json_real_value(j), bad);
+    case JSON_TRUE:
+        return 4;
+    case JSON_FALSE:
+        return 5;
+    case JSON_NULL:
+        return 4;
+    }
+    *bad = 1;
+    return 0;
+}
+
+size_t loom__json_compact_size(const json_t *j)
+{
+    int bad = 0;
+    size_t n;
+
+    if (!json_is_object(j) && !json_is_array(j))
+        return 0;
+    n = value_size(j, 0, &bad);
+    return bad ? 0 : n;
 }

@@ -34,6 +34,15 @@ static inline size_t loom__utf8_cut(const char *s, size_t len, size_t max)
 json_t *loom__json_text(const char *s, size_t len);
 
 /*
+ * The bytes of j's compact JSON text: what json_dumpb(j, NULL, 0,
+ * JSON_COMPACT) returns (0 when j is not an object or array, or cannot be
+ * dumped: a string that is not UTF-8), counted without writing the text
+ * (jansson's dump tracks every container it enters, which costs more than
+ * the text). What sizes an event for a bound, where only the count matters.
+ */
+size_t loom__json_compact_size(const json_t *j);
+
+/*
  * Says in dst (cap bytes) why a JSON text did not parse and where: je's
  * reason (control characters shown as '?'; a \u0000 in a string said
  * plainly), then the byte offset, line and column jansson stopped at

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "loom/buf.h"
 #include "loom/llm.h"
 #include "loom/log.h"
@@ -895,6 +896,50 @@ static void test_llm_response_clear(void **state)
     assert_memory_equal(&r, &zero, sizeof(r));
 }
 
+/* loom__json_compact_size counts what json_dumpb writes, byte for byte. */
+static void assert_size_matches(json_t *j)
+{
+    assert_non_null(j);
+    assert_int_equal(loom__json_compact_size(j),
+                     json_dumpb(j, NULL, 0, JSON_COMPACT));
+    json_decref(j);
+}
+
+static void test_json_compact_size(void **state)
+{
+    static const double reals[] = {0.1,     3.0,   -0.0,      1e100,
+                                   1e-5,    1e21,  -2.5e-300, 123456789012.5,
+                                   1.0 / 3, 1e300, 42.0,      -7e-7};
+    json_t *deep = json_array(), *o;
+    char nul[] = "a\0b";
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++)
+        assert_size_matches(json_pack("[f]", reals[i]));
+    assert_size_matches(json_object());
+    assert_size_matches(json_array());
+    assert_size_matches(json_pack(
+        "{s:s,s:s,s:i,s:I,s:I,s:b,s:b,s:n,s:[],s:{},s:[i,s,{s:[f]}]}", "plain",
+        "text", "escaped", "esc\"a\\pe\n\t\r\b\f\x01\x1f\x7f/", "small", -3,
+        "big", (json_int_t)INT64_MIN, "pos", (json_int_t)INT64_MAX, "t", 1, "f",
+        0, "none", "ea", "eo", "mix", 7, "caf\xc3\xa9 \xf0\x9f\x98\x80", "in",
+        "x", 2.5));
+    o = json_object();
+    json_object_set_new(o, "k\"\\\x02 \xc3\xa9", json_stringn(nul, 3));
+    assert_size_matches(o);
+    for (int i = 0; i < 100; i++)
+        deep = json_pack("[o,{s:o}]", deep, "d", json_integer(i));
+    assert_size_matches(deep);
+    /* What jansson cannot dump counts 0, as json_dumpb says. */
+    o = json_object();
+    json_object_set_new(o, "bad", json_stringn_nocheck("\xff\xfe", 2));
+    assert_int_equal(loom__json_compact_size(o), 0);
+    assert_size_matches(o);
+    o = json_string("not a container");
+    assert_int_equal(loom__json_compact_size(o), 0);
+    json_decref(o);
+}
+
 static void test_role_names(void **state)
 {
     (void)state;
@@ -1001,8 +1046,7 @@ int main(void)
         cmocka_unit_test_teardown(test_log_text_format, log_teardown),
         cmocka_unit_test_teardown(test_log_json_format, log_teardown),
         cmocka_unit_test_teardown(test_log_long_message, log_teardown),
-        cmocka_unit_test_teardown(test_log_threads_whole_lines,
-                                  log_teardown),
+        cmocka_unit_test_teardown(test_log_threads_whole_lines, log_teardown),
         cmocka_unit_test(test_log_level_parse),
 
         cmocka_unit_test(test_messages_add_copies),
@@ -1011,6 +1055,7 @@ int main(void)
         cmocka_unit_test(test_messages_append_deep),
         cmocka_unit_test(test_usage_add),
         cmocka_unit_test(test_llm_response_clear),
+        cmocka_unit_test(test_json_compact_size),
         cmocka_unit_test(test_role_names),
         cmocka_unit_test(test_upstream_kind_names),
         cmocka_unit_test(test_provider_new_unknown_kind),
