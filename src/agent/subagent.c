@@ -479,6 +479,50 @@ typedef struct {
     int depth;
 } forwarder;
 
+/* Containers deeper than this are copied by jansson (json_deep_copy). */
+#define SHARE_DEPTH_MAX 32
+
+/*
+ * v as the parent's stream gets it: its objects and arrays copied, since
+ * the child may keep and change its own, and its strings, numbers and
+ * literals shared (json_incref), since nothing changes those once made
+ * (loom never calls json_*_set on them) and their counts are atomic.
+ * NULL when out of memory.
+ */
+static json_t *share_copy(json_t *v, int depth)
+{
+    json_t *c, *x;
+    const char *k;
+    size_t i;
+
+    if (!json_is_object(v) && !json_is_array(v))
+        return json_incref(v);
+    if (depth >= SHARE_DEPTH_MAX)
+        return json_deep_copy(v);
+    if (json_is_array(v)) {
+        if (!(c = json_array()))
+            return NULL;
+        json_array_foreach(v, i, x)
+        {
+            if (json_array_append_new(c, share_copy(x, depth + 1)) != 0) {
+                json_decref(c);
+                return NULL;
+            }
+        }
+        return c;
+    }
+    if (!(c = json_object()))
+        return NULL;
+    json_object_foreach(v, k, x)
+    {
+        if (json_object_set_new_nocheck(c, k, share_copy(x, depth + 1)) != 0) {
+            json_decref(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
 /*
  * Sends an event of the child turn into the parent's stream through the
  * call's events channel (docs/events.md "Nested events"). The child's
@@ -488,16 +532,17 @@ typedef struct {
  * parent's run puts back there) and its index in the parent's timeline:
  * the call's index plus the event's. The child's answer text also
  * streams to the call as tool.delta. Runs on the call's thread; the
- * event is a copy, since the child keeps its own.
+ * event is a copy (share_copy), since the child keeps its own.
  */
 static int forward(const loom_event *ev, void *payload)
 {
     const forwarder *f = payload;
     const loom__tool_host *h = f->ctx->host;
     const json_t *delta = NULL;
-    json_t *d = json_object(), *copy = json_deep_copy(ev->data);
+    json_t *d = json_object(), *x;
+    const char *k;
 
-    if (!d || !copy)
+    if (!d || !json_is_object(ev->data))
         goto done;
     if (loom_event_depth(ev) == 0) {
         json_object_set_new(d, "parent_run_id",
@@ -510,8 +555,12 @@ static int forward(const loom_event *ev, void *payload)
         if (ev->type == LOOM_EV_MESSAGE_DELTA)
             delta = json_object_get(ev->data, "delta");
     }
-    if (json_object_update(d, copy) != 0 ||
-        json_object_set_new(d, "run_id", json_string(ev->run_id)) != 0 ||
+    json_object_foreach(ev->data, k, x)
+    {
+        if (json_object_set_new_nocheck(d, k, share_copy(x, 1)) != 0)
+            goto done;
+    }
+    if (json_object_set_new(d, "run_id", json_string(ev->run_id)) != 0 ||
         json_object_set_new(
             d, "index", json_integer((json_int_t)h->index + ev->index)) != 0)
         goto done;
@@ -522,7 +571,6 @@ static int forward(const loom_event *ev, void *payload)
                         json_string_length(delta));
 done:
     json_decref(d);
-    json_decref(copy);
     return 0;
 }
 
