@@ -101,34 +101,30 @@ const char *loom__json_error_shown(char *dst, size_t cap,
 /* Containers deeper than this are sized by jansson itself. */
 #define SIZE_DEPTH_MAX 64
 
-/* The escaped bytes of a string as jansson's dump writes it (no flags):
- * \\, \" and \b \f \n \r \t take 2 bytes, other control characters 6
- * (\u00XX), the rest as they are; 0 with *bad set when not UTF-8. */
+/* Bytes an ASCII byte takes in a dumped string beyond itself: \\ and \"
+ * and \b \f \n \r \t 1 more, other control characters 5 (\u00XX). */
+static const unsigned char ascii_extra[128] = {
+    5, 5, 5, 5, 5, 5, 5, 5, 1, 1, 1, 5, 1, 1, 5, 5, 5, 5,
+    5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 0, 0, 1, ['\\'] = 1,
+};
+
+/* The escaped bytes of a string as jansson's dump writes it (no flags),
+ * quotes included; 0 with *bad set when not UTF-8. */
 static size_t string_size(const char *s, size_t len, int *bad)
 {
     const unsigned char *p = (const unsigned char *)s;
-    size_t n = 2, i = 0;
+    size_t n = 2 + len, i = 0;
 
     while (i < len) {
-        unsigned c = p[i];
         size_t k;
-        if (c >= 0x20 && c < 0x80) {
-            n += c == '"' || c == '\\' ? 2 : 1;
-            i++;
-            continue;
-        }
-        if (c < 0x20) {
-            n += c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t'
-                     ? 2
-                     : 6;
-            i++;
+        if (p[i] < 0x80) {
+            n += ascii_extra[p[i++]];
             continue;
         }
         if (!(k = utf8_seq(p + i, len - i))) {
             *bad = 1;
             return 0;
         }
-        n += k;
         i += k;
     }
     return n;
@@ -163,6 +159,21 @@ static size_t real_size(double v, int *bad)
             e++;
         while (*e == '0')
             n--, e++;
+    }
+    return n;
+}
+
+/* The bytes of i in decimal, as "%" JSON_INTEGER_FORMAT writes it. */
+static size_t int_size(json_int_t i)
+{
+    /* Counted on the magnitude as unsigned, which holds INT64_MIN's. */
+    unsigned long long u =
+        i < 0 ? 0ULL - (unsigned long long)i : (unsigned long long)i;
+    size_t n = i < 0 ? 2 : 1;
+
+    while (u >= 10) {
+        u /= 10;
+        n++;
     }
     return n;
 }
@@ -207,12 +218,8 @@ static size_t value_size(const json_t *j, int depth, int *bad)
         return n;
     case JSON_STRING:
         return string_size(json_string_value(j), json_string_length(j), bad);
-    case JSON_INTEGER: {
-        char b[32];
-        int len = snprintf(b, sizeof(b), "%" JSON_INTEGER_FORMAT,
-                           json_integer_value(j));
-        return len > 0 ? (size_t)len : 0;
-    }
+    case JSON_INTEGER:
+        return int_size(json_integer_value(j));
     case JSON_REAL:
         return real_size(json_real_value(j), bad);
     case JSON_TRUE:
