@@ -472,12 +472,58 @@ static int refuse(loom_buf *out, int rc, const char *msg)
     return rc;
 }
 
-/* A child turn's sink (forward): the call that runs it and who it is. */
+/* A child turn's sink (forward): the call that runs it, and the nested
+ * fields of its own events, made once and shared by all of them
+ * (immutable, atomic counts). */
 typedef struct {
     const loom_tool_ctx *ctx;
-    const char *agent;
-    int depth;
+    json_t *parent_run_id;
+    json_t *parent_call_id;
+    json_t *agent;
+    json_t *depth;
+    json_t *run_id; /* the child run's id, once seen */
 } forwarder;
+
+static void forwarder_clear(forwarder *f)
+{
+    json_decref(f->parent_run_id);
+    json_decref(f->parent_call_id);
+    json_decref(f->agent);
+    json_decref(f->depth);
+    json_decref(f->run_id);
+    memset(f, 0, sizeof(*f));
+}
+
+static int forwarder_init(forwarder *f, const loom_tool_ctx *ctx,
+                          const char *agent, int depth)
+{
+    const loom__tool_host *h = ctx->host;
+
+    memset(f, 0, sizeof(*f));
+    f->ctx = ctx;
+    if (!(f->parent_run_id = json_string(h->run_id ? h->run_id : "")) ||
+        !(f->parent_call_id = json_string(ctx->call_id ? ctx->call_id : "")) ||
+        !(f->agent = json_string(agent)) || !(f->depth = json_integer(depth))) {
+        forwarder_clear(f);
+        return loom__error_oom();
+    }
+    return 0;
+}
+
+/* ev's run id as a JSON string (NULL: none): the child run's is made
+ * once. */
+static json_t *event_run_id(forwarder *f, const loom_event *ev)
+{
+    const char *id = ev->run_id;
+
+    if (!id)
+        return NULL;
+    if (f->run_id && strcmp(json_string_value(f->run_id), id) == 0)
+        return json_incref(f->run_id);
+    if (!f->run_id && loom_event_depth(ev) == 0)
+        return json_incref(f->run_id = json_string(id));
+    return json_string(id);
+}
 
 /* Containers deeper than this are copied by jansson (json_deep_copy). */
 #define SHARE_DEPTH_MAX 32
@@ -536,7 +582,7 @@ static json_t *share_copy(json_t *v, int depth)
  */
 static int forward(const loom_event *ev, void *payload)
 {
-    const forwarder *f = payload;
+    forwarder *f = payload;
     const loom__tool_host *h = f->ctx->host;
     const json_t *delta = NULL;
     json_t *d = json_object(), *x;
@@ -545,13 +591,10 @@ static int forward(const loom_event *ev, void *payload)
     if (!d || !json_is_object(ev->data))
         goto done;
     if (loom_event_depth(ev) == 0) {
-        json_object_set_new(d, "parent_run_id",
-                            json_string(h->run_id ? h->run_id : ""));
-        json_object_set_new(
-            d, "parent_call_id",
-            json_string(f->ctx->call_id ? f->ctx->call_id : ""));
-        json_object_set_new(d, "agent", json_string(f->agent));
-        json_object_set_new(d, "depth", json_integer(f->depth));
+        json_object_set_nocheck(d, "parent_run_id", f->parent_run_id);
+        json_object_set_nocheck(d, "parent_call_id", f->parent_call_id);
+        json_object_set_nocheck(d, "agent", f->agent);
+        json_object_set_nocheck(d, "depth", f->depth);
         if (ev->type == LOOM_EV_MESSAGE_DELTA)
             delta = json_object_get(ev->data, "delta");
     }
@@ -560,8 +603,8 @@ static int forward(const loom_event *ev, void *payload)
         if (json_object_set_new_nocheck(d, k, share_copy(x, 1)) != 0)
             goto done;
     }
-    if (json_object_set_new(d, "run_id", json_string(ev->run_id)) != 0 ||
-        json_object_set_new(
+    if (json_object_set_new_nocheck(d, "run_id", event_run_id(f, ev)) != 0 ||
+        json_object_set_new_nocheck(
             d, "index", json_integer((json_int_t)h->index + ev->index)) != 0)
         goto done;
     (void)loom__tool_ctx_event(f->ctx, ev->type, d);
@@ -580,7 +623,7 @@ int loom__sub_run(const loom_tool_ctx *ctx, loom_session *s, int any_session,
 {
     loom__tool_host *h = ctx->host;
     loom__turn_child child;
-    forwarder fw;
+    forwarder fw = {0};
     const loom_run *run;
     loom_turn *t = NULL;
     char msg[512];
@@ -610,9 +653,8 @@ int loom__sub_run(const loom_tool_ctx *ctx, loom_session *s, int any_session,
     o->user_id = ctx->user_id;
     o->user_keys = ctx->user_keys;
     if (ctx->events) {
-        fw.ctx = ctx;
-        fw.agent = o->agent;
-        fw.depth = h->depth + 1;
+        if ((rc = forwarder_init(&fw, ctx, o->agent, h->depth + 1)) != 0)
+            return rc;
         o->sink = (loom_sink){forward, &fw};
     }
     memset(&child, 0, sizeof(child));
@@ -621,9 +663,14 @@ int loom__sub_run(const loom_tool_ctx *ctx, loom_session *s, int any_session,
     child.cancel = ctx->cancel;
     child.parent_run_id = h->run_id;
     child.parent_call_id = ctx->call_id;
-    if ((rc = loom__turn_new_child(&t, s, o, &child)) != 0)
+    rc = loom__turn_new_child(&t, s, o, &child);
+    if (rc != 0) {
+        forwarder_clear(&fw);
         return rc;
+    }
     *child_rc = loom_turn_execute(t);
+    /* The child sends no more events. */
+    forwarder_clear(&fw);
     run = loom_turn_run(t);
     json_decref(h->report);
     h->report = run ? loom__run_report(run) : NULL;
