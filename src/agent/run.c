@@ -162,6 +162,7 @@ struct loom_run {
     size_t obs_ndefs;
     size_t obs_tools_raw;
     int obs_cached;
+    loom__token_memo obs_memo; /* the messages' counts, call to call */
 
     /* Images by URL fetched for providers that take only bytes
      * (media_fetch.c); made on the first model call. */
@@ -1324,7 +1325,8 @@ static int c_is_token_counter(const loom_run_context_options *c)
 }
 
 /* What loom_token_counter_request() gives for req, the tools counted
- * once for as long as the request's tool defs stay the same. */
+ * once for as long as the request's tool defs stay the same, and each
+ * message once for as long as it stays the same at its place. */
 static size_t estimate_request(loom_run *run, const loom_token_counter *tc,
                                const loom_llm_request *req)
 {
@@ -1344,8 +1346,9 @@ static size_t estimate_request(loom_run *run, const loom_token_counter *tc,
         run->obs_tools_raw = loom__token_counter_tools_raw(tc, req->tools, n);
         run->obs_cached = 1;
     }
-    return loom__token_counter_request_raw(tc, req->messages, req->messages_len,
-                                           run->obs_tools_raw, n);
+    return loom__token_counter_request_memo(tc, &run->obs_memo, req->messages,
+                                            req->messages_len,
+                                            run->obs_tools_raw, n);
 }
 
 /*
@@ -2978,6 +2981,7 @@ void loom_run_free(loom_run *run)
     free(run->stored);
     free(run->summary);
     free(run->obs_defs);
+    loom__token_memo_free(&run->obs_memo);
     loom__citations_free(run->cites);
     json_decref(run->citations);
     free(run->hook_error);

@@ -464,6 +464,77 @@ static int render_tools(loom_buf *b, const loom_tool_def *tools, size_t n)
     return err ? err : loom_buf_puts(b, "} // namespace functions");
 }
 
+/*
+ * The rendered tools' counts, process-wide: every run of an agent renders
+ * the same tools, and counting their text costs far more than rendering
+ * it. Keyed by the tokenizer and the whole text (compared byte for byte),
+ * so a hit is the count raw_text would give; TOOLS_MEMO_N entries, the
+ * oldest replaced, texts up to TOOLS_MEMO_TEXT_MAX bytes.
+ */
+#define TOOLS_MEMO_N 16
+#define TOOLS_MEMO_TEXT_MAX ((size_t)64 << 10)
+
+typedef struct {
+    const loom_tokenizer *tok;
+    char *text;
+    size_t len;
+    size_t raw;
+} tools_memo_item;
+
+static pthread_mutex_t tools_memo_mu = PTHREAD_MUTEX_INITIALIZER;
+static tools_memo_item tools_memo[TOOLS_MEMO_N];
+static size_t tools_memo_next;
+
+/* The memo's count of text by tok, or (size_t)-1. */
+static size_t tools_memo_get(const loom_tokenizer *tok, const char *text,
+                             size_t len)
+{
+    size_t k = (size_t)-1;
+
+    pthread_mutex_lock(&tools_memo_mu);
+    for (size_t i = 0; i < TOOLS_MEMO_N; i++) {
+        const tools_memo_item *it = &tools_memo[i];
+        if (it->text && it->tok == tok && it->len == len &&
+            memcmp(it->text, text, len) == 0) {
+            k = it->raw;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&tools_memo_mu);
+    return k;
+}
+
+static void tools_memo_put(const loom_tokenizer *tok, const char *text,
+                           size_t len, size_t raw)
+{
+    char *copy;
+    tools_memo_item *it;
+
+    if (len > TOOLS_MEMO_TEXT_MAX || !(copy = malloc(len ? len : 1)))
+        return;
+    memcpy(copy, text, len);
+    pthread_mutex_lock(&tools_memo_mu);
+    it = &tools_memo[tools_memo_next];
+    tools_memo_next = (tools_memo_next + 1) % TOOLS_MEMO_N;
+    free(it->text);
+    it->tok = tok;
+    it->text = copy;
+    it->len = len;
+    it->raw = raw;
+    pthread_mutex_unlock(&tools_memo_mu);
+}
+
+void loom__token_counter_tools_memo_reset(void)
+{
+    pthread_mutex_lock(&tools_memo_mu);
+    for (size_t i = 0; i < TOOLS_MEMO_N; i++) {
+        free(tools_memo[i].text);
+        memset(&tools_memo[i], 0, sizeof(tools_memo[i]));
+    }
+    tools_memo_next = 0;
+    pthread_mutex_unlock(&tools_memo_mu);
+}
+
 static size_t raw_tools(const loom_token_counter *c,
                         const loom_tool_def *tools, size_t n)
 {
@@ -476,8 +547,11 @@ static size_t raw_tools(const loom_token_counter *c,
         /* past the limit: estimate from the length rendered so far */
         k = TOOLS_TEXT_MAX / 4;
         loom_error_clear();
-    } else {
+    } else if (!c->tok || (k = tools_memo_get(c->tok, b.ptr ? b.ptr : "",
+                                              b.len)) == (size_t)-1) {
         k = raw_text(c, b.ptr, b.len);
+        if (c->tok)
+            tools_memo_put(c->tok, b.ptr ? b.ptr : "", b.len, k);
     }
     loom_buf_free(&b);
     return k + TOOLS_OVERHEAD;
@@ -500,26 +574,125 @@ size_t loom__token_counter_tools_raw(const loom_token_counter *c,
     return c && tools ? raw_tools(c, tools, n) : 0;
 }
 
-size_t loom__token_counter_request_raw(const loom_token_counter *c,
-                                       const loom_message *messages,
-                                       size_t nmessages, size_t tools_raw,
-                                       size_t ntools)
+/* The tokens of a request of that many unscaled and media tokens. */
+static size_t request_total(const loom_token_counter *c, size_t raw,
+                            size_t media, int system, size_t tools_raw,
+                            size_t ntools)
 {
-    size_t raw = REPLY_PRIMING, media = 0, i, k;
-    int system = 0;
+    size_t k;
 
-    if (!c)
-        return 0;
-    for (i = 0; messages && i < nmessages; i++) {
-        raw += raw_message(c, &messages[i]);
-        media += media_tokens(c, &messages[i]);
-        system |= messages[i].role == LOOM_ROLE_SYSTEM;
-    }
     raw += tools_raw;
     if (ntools && system)
         raw -= TOOLS_SYSTEM_ADJUST;
     k = scale(c, raw) + media;
     return c->fam == FAM_ANTHROPIC && ntools ? k + ANTHROPIC_TOOLS_PROMPT : k;
+}
+
+/* FNV-1a over s (NULL and "" differ), with its length. */
+static uint64_t hash_str(uint64_t h, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+
+    if (!s)
+        return (h ^ 0xffu) * 0x100000001b3ULL;
+    for (; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    return (h ^ 0xfeu) * 0x100000001b3ULL;
+}
+
+static uint64_t hash_num(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++, v >>= 8)
+        h = (h ^ (v & 0xffu)) * 0x100000001b3ULL;
+    return h;
+}
+
+/* A hash of all raw_message and media_tokens read of m. */
+static uint64_t message_hash(const loom_message *m)
+{
+    uint64_t h = hash_num(0xcbf29ce484222325ULL, (uint64_t)m->role);
+
+    h = hash_str(h, m->content);
+    h = hash_str(h, m->name);
+    h = hash_str(h, m->reasoning);
+    h = hash_num(h, m->tool_calls_len);
+    for (size_t i = 0; i < m->tool_calls_len; i++) {
+        h = hash_str(h, m->tool_calls[i].name);
+        h = hash_str(h, m->tool_calls[i].arguments);
+    }
+    h = hash_num(h, m->parts_len);
+    for (size_t i = 0; i < m->parts_len; i++) {
+        const loom_part *p = &m->parts[i];
+        h = hash_num(h, (uint64_t)p->kind);
+        h = hash_str(h, p->detail);
+        if (p->kind == LOOM_PART_FILE)
+            h = hash_num(h, loom_part_data_size(p));
+    }
+    return h;
+}
+
+size_t loom__token_counter_request_memo(const loom_token_counter *c,
+                                        loom__token_memo *memo,
+                                        const loom_message *messages,
+                                        size_t nmessages, size_t tools_raw,
+                                        size_t ntools)
+{
+    size_t raw = REPLY_PRIMING, media = 0, i;
+    int system = 0;
+
+    if (!c)
+        return 0;
+    if (memo && memo->counter != c) {
+        memo->counter = c;
+        memo->len = 0;
+    }
+    if (memo && nmessages > memo->cap) {
+        loom__token_memo_item *p = realloc(memo->items, nmessages * sizeof(*p));
+        if (p) {
+            memo->items = p;
+            memo->cap = nmessages;
+        }
+    }
+    for (i = 0; messages && i < nmessages; i++) {
+        const loom_message *m = &messages[i];
+        loom__token_memo_item fresh,
+            *it = memo && i < memo->cap ? &memo->items[i] : NULL;
+        uint64_t h = it ? message_hash(m) : 0;
+        if (!it || i >= memo->len || it->hash != h ||
+            it->content != m->content) {
+            fresh.hash = h;
+            fresh.content = m->content;
+            fresh.raw = raw_message(c, m);
+            fresh.media = media_tokens(c, m);
+            fresh.system = m->role == LOOM_ROLE_SYSTEM;
+            if (it)
+                *it = fresh;
+            else
+                it = &fresh;
+        }
+        raw += it->raw;
+        media += it->media;
+        system |= it->system;
+    }
+    /* Kept: the items of this request's messages (at most cap). */
+    if (memo)
+        memo->len = nmessages < memo->cap ? nmessages : memo->cap;
+    return request_total(c, raw, media, system, tools_raw, ntools);
+}
+
+size_t loom__token_counter_request_raw(const loom_token_counter *c,
+                                       const loom_message *messages,
+                                       size_t nmessages, size_t tools_raw,
+                                       size_t ntools)
+{
+    return loom__token_counter_request_memo(c, NULL, messages, nmessages,
+                                            tools_raw, ntools);
+}
+
+void loom__token_memo_free(loom__token_memo *memo)
+{
+    free(memo->items);
+    memset(memo, 0, sizeof(*memo));
 }
 
 size_t loom_token_counter_request(const loom_token_counter *c,

@@ -9,6 +9,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <stdint.h>
 #include <string.h>
 
 #define LOOM__NO_RANK UINT32_MAX
@@ -132,6 +133,11 @@ int loom__tokenizer_vocab_dirs(loom_buf *out);
  * them. Tests only: nothing may be using them. */
 void loom__tokenizer_shared_reset(void);
 
+/* Forgets the counts of rendered tool definitions kept process-wide
+ * (tokenizer_count.c); loom__tokenizer_shared_reset calls it, since they
+ * are kept per tokenizer. */
+void loom__token_counter_tools_memo_reset(void);
+
 /* Forgets every model's correction factor. Tests only. */
 void loom__token_counter_reset(void);
 
@@ -151,5 +157,42 @@ size_t loom__token_counter_request_raw(const loom_token_counter *c,
                                        const loom_message *messages,
                                        size_t nmessages, size_t tools_raw,
                                        size_t ntools);
+
+/*
+ * What loom__token_counter_request_memo keeps of each message it counted:
+ * a fingerprint of what the count reads (its texts' addresses, lengths
+ * and a 64-bit hash of their bytes) and the message's unscaled and media
+ * tokens. Zeroed: empty. One per caller (a run), freed with
+ * loom__token_memo_free.
+ */
+typedef struct {
+    uint64_t hash;
+    const char *content;
+    size_t raw;
+    size_t media;
+    int system;
+} loom__token_memo_item;
+
+typedef struct {
+    const loom_token_counter *counter; /* what the items were counted by */
+    loom__token_memo_item *items;
+    size_t len, cap;
+} loom__token_memo;
+
+/*
+ * loom__token_counter_request_raw, counting again only the messages that
+ * are not in memo at their place with the same fingerprint (a run's
+ * request grows by appending, so each call counts only what is new).
+ * The total is the same; memo keeps the messages' counts for the next
+ * call (when out of memory it keeps fewer, and counts are made anew).
+ * memo NULL: none (loom__token_counter_request_raw).
+ */
+size_t loom__token_counter_request_memo(const loom_token_counter *c,
+                                        loom__token_memo *memo,
+                                        const loom_message *messages,
+                                        size_t nmessages, size_t tools_raw,
+                                        size_t ntools);
+
+void loom__token_memo_free(loom__token_memo *memo);
 
 #endif

@@ -970,6 +970,7 @@ void loom__tokenizer_shared_reset(void)
     size_t i;
 
     pthread_mutex_lock(&shared_mu);
+    loom__token_counter_tools_memo_reset();
     for (i = 0; i < shared_n; i++)
         loom_tokenizer_free(shared[i].t);
     shared_n = 0;

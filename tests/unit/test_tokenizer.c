@@ -1029,6 +1029,59 @@ static void test_message_accounting(void **state)
     loom_token_counter_free(c);
 }
 
+/* The memo's count is the plain count, however the messages change
+ * between calls: appended, changed in place, replaced, fewer, another
+ * counter. */
+static void test_request_memo(void **state)
+{
+    loom_token_counter *c = NULL, *g = NULL;
+    loom__token_memo memo = {0};
+    loom_message m[4];
+    loom_tool_call call = {"call_1", "get_weather", "{\"city\":\"Paris\"}"};
+    char text[] = "Hello world, how are you?";
+
+    (void)state;
+    memset(m, 0, sizeof(m));
+    m[0].role = LOOM_ROLE_SYSTEM;
+    m[0].content = "You are a helpful assistant.";
+    m[1].role = LOOM_ROLE_USER;
+    m[1].content = text;
+    m[2].role = LOOM_ROLE_ASSISTANT;
+    m[2].tool_calls = &call;
+    m[2].tool_calls_len = 1;
+    m[2].reasoning = "thinking hard";
+    m[3].role = LOOM_ROLE_TOOL;
+    m[3].name = "get_weather";
+    m[3].content = "sunny and warm in Paris today";
+    assert_int_equal(loom_token_counter_for_model(&c, "claude-sonnet-4"), 0);
+    assert_int_equal(loom_token_counter_for_model(&g, "openai/gpt-4o"), 0);
+#define SAME(ctr, n)                                                           \
+    assert_int_equal(                                                          \
+        loom__token_counter_request_memo(ctr, &memo, m, n, 40, 1),             \
+        loom__token_counter_request_raw(ctr, m, n, 40, 1))
+    for (size_t n = 1; n <= 4; n++)
+        SAME(c, n);
+    SAME(c, 4); /* all from the memo */
+    memcpy(text, "Goodbye, cruel world now!", sizeof(text)); /* in place */
+    SAME(c, 4);
+    m[3].content = "rain, and much colder than expected"; /* replaced */
+    SAME(c, 4);
+    call.arguments = "{\"city\":\"London, England\"}";
+    SAME(c, 4);
+    m[2].reasoning = NULL;
+    SAME(c, 4);
+    SAME(c, 2); /* fewer */
+    SAME(c, 4);
+    SAME(g, 4);                 /* another counter: counted anew */
+    m[0].role = LOOM_ROLE_USER; /* no system message: no tools adjustment */
+    SAME(g, 4);
+    SAME(c, 4);
+#undef SAME
+    loom__token_memo_free(&memo);
+    loom_token_counter_free(g);
+    loom_token_counter_free(c);
+}
+
 static void test_tool_accounting(void **state)
 {
     json_error_t jerr;
@@ -1089,6 +1142,23 @@ static void test_tool_accounting(void **state)
                          "x", deep);
     tools[1].parameters = deep;
     assert_true(loom_token_counter_tools(c, tools, 2) > count0(rendered));
+    /* counts kept of rendered tools: more sets than are kept, each
+     * counted as its text is, then the first again */
+    for (int i = 0; i < 40; i++) {
+        char name[48], text[160];
+        loom_tool_def one = {name, "Does a thing", NULL};
+        snprintf(name, sizeof(name), "tool_%d%s", i % 20,
+                 i % 3 ? "_with_a_longer_name" : "");
+        snprintf(text, sizeof(text),
+                 "namespace functions {\n\n// Does a thing\ntype %s = () "
+                 "=> any;\n\n} // namespace functions",
+                 name);
+        assert_int_equal(loom_token_counter_tools(c, &one, 1),
+                         count0(text) + 9);
+    }
+    tools[1].parameters = NULL;
+    assert_int_equal(loom_token_counter_tools(c, tools, 2),
+                     count0(rendered) + 9);
     json_decref(deep);
     json_decref(params);
     loom_token_counter_free(a);
@@ -1217,6 +1287,7 @@ int main(void)
         cmocka_unit_test(test_shared),
         cmocka_unit_test(test_model_mapping),
         cmocka_unit_test(test_message_accounting),
+        cmocka_unit_test(test_request_memo),
         cmocka_unit_test(test_tool_accounting),
         cmocka_unit_test(test_correction),
         cmocka_unit_test(test_correction_threads),
