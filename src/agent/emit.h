@@ -86,6 +86,16 @@ static inline void pk_int(pk *p, const char *key, json_int_t v)
     pk_set(p, key, json_integer(v));
 }
 
+/* A usage's five token counts, prompt_tokens to total_tokens. */
+static inline void pk_usage_tokens(pk *p, const loom_usage *u)
+{
+    pk_int(p, "prompt_tokens", (json_int_t)u->prompt_tokens);
+    pk_int(p, "completion_tokens", (json_int_t)u->completion_tokens);
+    pk_int(p, "cached_tokens", (json_int_t)u->cached_tokens);
+    pk_int(p, "reasoning_tokens", (json_int_t)u->reasoning_tokens);
+    pk_int(p, "total_tokens", (json_int_t)u->total_tokens);
+}
+
 /* The object, or NULL when a value was refused (json_pack's failure). */
 static inline json_t *pk_done(pk *p)
 {

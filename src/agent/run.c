@@ -316,11 +316,7 @@ static json_t *usage_json_cost(const loom_usage *u, int cost_known)
 {
     pk p = pk_new();
 
-    pk_int(&p, "prompt_tokens", (json_int_t)u->prompt_tokens);
-    pk_int(&p, "completion_tokens", (json_int_t)u->completion_tokens);
-    pk_int(&p, "cached_tokens", (json_int_t)u->cached_tokens);
-    pk_int(&p, "reasoning_tokens", (json_int_t)u->reasoning_tokens);
-    pk_int(&p, "total_tokens", (json_int_t)u->total_tokens);
+    pk_usage_tokens(&p, u);
     if (u->cache_write_tokens)
         pk_int(&p, "cache_write_tokens", (json_int_t)u->cache_write_tokens);
     if (cost_known)
@@ -3048,22 +3044,26 @@ json_t *loom__run_report(const loom_run *run)
 {
     json_t *by = by_agent_full(run);
     json_t *recs = run->turn ? marked_records(run) : json_array();
-    json_t *r = NULL;
+    pk p;
 
-    if (by && recs)
-        r = json_pack("{s:s,s:s,s:s,s:o,s:O,s:I,s:O}", "run_id", run->id,
-                      "agent", own_agent(run), "status",
-                      loom_run_status_name(run->status), "usage",
-                      loom__usage_full(&run->usage, run->priced_calls,
-                                       run->unpriced_calls),
-                      "by_agent", by, "calls",
-                      (json_int_t)run->iterations +
-                          (json_int_t)run->tool_calls +
-                          (json_int_t)run->sub_counted,
-                      "records", recs);
-    json_decref(by);
-    json_decref(recs);
-    return r;
+    if (!by || !recs) {
+        json_decref(by);
+        json_decref(recs);
+        return NULL;
+    }
+    p = pk_new();
+    pk_str(&p, "run_id", run->id);
+    pk_str(&p, "agent", own_agent(run));
+    pk_str(&p, "status", loom_run_status_name(run->status));
+    pk_set(
+        &p, "usage",
+        loom__usage_full(&run->usage, run->priced_calls, run->unpriced_calls));
+    pk_set(&p, "by_agent", by);
+    pk_int(&p, "calls",
+           (json_int_t)run->iterations + (json_int_t)run->tool_calls +
+               (json_int_t)run->sub_counted);
+    pk_set(&p, "records", recs);
+    return pk_done(&p);
 }
 
 void loom__run_emit(loom_run *run, loom_event_type type, json_t *data)

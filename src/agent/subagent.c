@@ -18,6 +18,7 @@
  * it the same way.
  */
 #include "agent/subagent.h"
+#include "agent/emit.h"
 #include "agent/research.h"
 #include "agent/run_internal.h"
 #include "agent/session_internal.h"
@@ -329,15 +330,14 @@ void loom__tool_host_clear(loom__tool_host *h)
 
 json_t *loom__usage_full(const loom_usage *u, int priced, int unpriced)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:i}", "prompt_tokens",
-                     (json_int_t)u->prompt_tokens, "completion_tokens",
-                     (json_int_t)u->completion_tokens, "cached_tokens",
-                     (json_int_t)u->cached_tokens, "reasoning_tokens",
-                     (json_int_t)u->reasoning_tokens, "total_tokens",
-                     (json_int_t)u->total_tokens, "cache_write_tokens",
-                     (json_int_t)u->cache_write_tokens, "cost_micros",
-                     (json_int_t)u->cost_micros, "priced_calls", priced,
-                     "unpriced_calls", unpriced);
+    pk p = pk_new();
+
+    pk_usage_tokens(&p, u);
+    pk_int(&p, "cache_write_tokens", (json_int_t)u->cache_write_tokens);
+    pk_int(&p, "cost_micros", (json_int_t)u->cost_micros);
+    pk_int(&p, "priced_calls", priced);
+    pk_int(&p, "unpriced_calls", unpriced);
+    return pk_done(&p);
 }
 
 static long get_long(const json_t *j, const char *key)

@@ -658,21 +658,34 @@ static void record(loom__toolturn *t, loom__tool_job *job)
 {
     size_t args_size = 0;
     json_t *args = record_args(job, &args_size), *r, *err = json_null();
+    pk rec;
 
     if (job->failed)
         err = json_pack("{s:s,s:s,s:s}", "code", failure_code(job), "stage",
                         job->stage, "message", job->error ? job->error : "");
-    r = json_pack(
-        "{s:s,s:s,s:i,s:o*,s:I,s:I,s:f,s:s,s:o*,s:I,s:b,s:I,s:O*}", "call_id",
-        job->call->id, "tool",
-        job->tool ? job->tool->name : (job->call->name ? job->call->name : ""),
-        "iteration", t->iteration, "arguments", args, "arguments_size",
-        (json_int_t)args_size, "started_at_ms", (json_int_t)job->started_at_ms,
-        "duration_ms", job->duration_ms, "status", record_status(job), "error",
-        err, "result_size", (json_int_t)(job->output ? strlen(job->output) : 0),
-        "truncated", job->truncated, "cost_micros",
-        (json_int_t)job->cost_micros, "documents", job->documents_added);
-    if (!r)
+    /* As json_pack would make it: a NULL arguments, error or documents
+     * leaves its key out. */
+    rec = pk_new();
+    pk_str(&rec, "call_id", job->call->id);
+    pk_str(&rec, "tool",
+           job->tool ? job->tool->name
+                     : (job->call->name ? job->call->name : ""));
+    pk_int(&rec, "iteration", t->iteration);
+    if (args)
+        pk_set(&rec, "arguments", args);
+    pk_int(&rec, "arguments_size", (json_int_t)args_size);
+    pk_int(&rec, "started_at_ms", (json_int_t)job->started_at_ms);
+    pk_set(&rec, "duration_ms", json_real(job->duration_ms));
+    pk_str(&rec, "status", record_status(job));
+    if (err)
+        pk_set(&rec, "error", err);
+    pk_int(&rec, "result_size",
+           (json_int_t)(job->output ? strlen(job->output) : 0));
+    pk_set(&rec, "truncated", json_boolean(job->truncated));
+    pk_int(&rec, "cost_micros", (json_int_t)job->cost_micros);
+    if (job->documents_added)
+        pk_set(&rec, "documents", json_incref(job->documents_added));
+    if (!(r = pk_done(&rec)))
         return;
     if (!json_object_get(r, "documents"))
         json_object_set_new(r, "documents", json_array());
