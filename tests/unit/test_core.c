@@ -924,6 +924,16 @@ static void test_json_compact_size(void **state)
         "big", (json_int_t)INT64_MIN, "pos", (json_int_t)INT64_MAX, "t", 1, "f",
         0, "none", "ea", "eo", "mix", 7, "caf\xc3\xa9 \xf0\x9f\x98\x80", "in",
         "x", 2.5));
+    /* Long strings, a byte that needs a look at each place of a word. */
+    for (int i = 0; i < 24; i++) {
+        char t[40];
+        memset(t, 'a', sizeof(t) - 1);
+        t[sizeof(t) - 1] = '\0';
+        t[i] = "\"\\\n\x01\x7f/~ "[i % 8];
+        assert_size_matches(json_pack("[s,s]", t, t + i));
+    }
+    assert_size_matches(json_pack("[s]", "0123456\xc3\xa9"
+                                         "890123456789\xe2\x82\xac"));
     o = json_object();
     json_object_set_new(o, "k\"\\\x02 \xc3\xa9", json_stringn(nul, 3));
     assert_size_matches(o);
