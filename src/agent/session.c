@@ -12,11 +12,11 @@
  * and logs the final event. A busy store is retried with a backoff for
  * store_retry_ms.
  *
- * Events flow run -> recorder -> the turn's sink (log, hold the final
- * event) -> the caller's sink. The final event (run.completed or
- * run.failed) is held until the store has answered: a turn that could
- * not be stored ends with a run.failed whose code is "store_failed"
- * instead of run.completed.
+ * Events flow run -> recorder (with a store: it keeps what is stored) ->
+ * the turn's sink (log, hold the final event) -> the caller's sink. The final
+ * event (run.completed or run.failed) is held until the store has answered: a
+ * turn that could not be stored ends with a run.failed whose code is
+ * "store_failed" instead of run.completed.
  *
  * The log keeps every event serialized once, in order, so any number of
  * readers can replay it from any seq and follow it live (a wake callback
@@ -1499,10 +1499,15 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
     if ((rc = loom__run_context_setup(&t->ctxs, &ro, s->cfg, &rto)) != 0 ||
         (rc = loom__run_agent_setup(&t->ctxs, &ro, s->cfg, agent, &rto)) != 0)
         return rc;
-    if ((rc = loom_recorder_new(&t->rec, (loom_sink){on_event, t})) != 0 ||
-        (rc = use_data_policy(t->rec, agent)) != 0)
-        return rc;
-    ro.sink = loom_recorder_sink(t->rec);
+    /* The recorder keeps what the store saves: without a store the run's
+     * events come straight to the turn's sink. */
+    ro.sink = (loom_sink){on_event, t};
+    if (s->o.store) {
+        if ((rc = loom_recorder_new(&t->rec, ro.sink)) != 0 ||
+            (rc = use_data_policy(t->rec, agent)) != 0)
+            return rc;
+        ro.sink = loom_recorder_sink(t->rec);
+    }
     if (agent && agent->research &&
         (rc = loom__research_new(&t->research, s, s->cfg, t->research_opts,
                                  &ro)) != 0)
