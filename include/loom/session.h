@@ -5,10 +5,11 @@
  * store) into turns. A turn is one run of an agent over a conversation:
  * it resolves the agent and its model, maps the agent's config to run
  * options, loads the conversation's history, context summary and plan
- * from the store, runs the loop with a recorder in front of the caller's
- * sink, stores the turn (retrying a busy store) and only then emits the
- * final event, so whoever sees run.completed can read the conversation
- * back. `loom run`, `loom serve` and embedders all start turns here.
+ * from the store, runs the loop with a recorder (what the store keeps)
+ * in front of the caller's sink, stores the turn (retrying a busy store) and
+ * only then emits the final event, so whoever sees run.completed can read the
+ * conversation back. `loom run`, `loom serve` and embedders all start turns
+ * here.
  *
  * Ownership. A session is immutable once made and may be shared by any
  * number of threads; each turn holds a reference on it, so
