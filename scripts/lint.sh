@@ -155,7 +155,6 @@ src/tools/web_fetch.c:1:the frame head: two URLs of at most 8 KiB, escaped
 src/tools/web_search.c:3:URL from settings; highlights and results from a capped response
 src/agent/citations.c:1:annotations of documents already cut to their limits
 src/agent/context.c:1:the summary request, from messages the run holds
-src/agent/plan.c:1:the system prompt with the plan, both bounded by the run options
 src/agent/review.c:3:transcript and notes from the run messages, cut to max after
 src/agent/run.c:2:tool names from the registry; the answer text under the decoder limits
 src/server/chat.c:1:model names from the config

@@ -58,7 +58,6 @@
 struct loom__plan {
     loom_tool tools[LOOM__LOOP_COUNT]; /* their schemas are owned */
     json_t *plan;                      /* the current plan, or NULL */
-    int shown; /* the last system text given shows the current plan */
 };
 
 static const char *const statuses[] = {"pending", "in_progress", "completed",
@@ -258,7 +257,6 @@ int loom__plan_set(loom__plan *p, const json_t *plan)
         return rc;
     json_decref(p->plan);
     p->plan = made;
-    p->shown = 0;
     return 0;
 }
 
@@ -299,26 +297,6 @@ int loom__plan_render(const loom__plan *p, loom_buf *b)
     return rc;
 }
 
-int loom__plan_system_text(loom__plan *p, const char *base, char **text)
-{
-    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
-    int rc = 0;
-
-    *text = NULL;
-    if (p->shown)
-        return 0;
-    if (base && *base)
-        rc = loom_buf_printf(&b, "%s\n\n", base);
-    if (!rc)
-        rc = loom__plan_render(p, &b);
-    if (rc || !(*text = loom_buf_detach(&b))) {
-        loom_buf_free(&b);
-        return rc ? rc : loom__error_oom();
-    }
-    p->shown = 1;
-    return 0;
-}
-
 static void todo_execute(loom__plan *p, loom__tool_job *job,
                          const loom__loop_call *c)
 {
@@ -341,7 +319,6 @@ static void todo_execute(loom__plan *p, loom__tool_job *job,
     }
     json_decref(p->plan);
     p->plan = plan;
-    p->shown = 0;
     if (loom__emit_on(&c->emit))
         loom__emit_send(&c->emit, LOOM_EV_PLAN_UPDATED,
                         json_pack("{s:O, s:s, s:i}", "plan", plan, "call_id",

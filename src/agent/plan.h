@@ -1,12 +1,12 @@
 /*
  * Internal: the loop tools (todo_write, think) and the plan (plan.c).
  *
- * A loom__plan holds the loop tools' definitions, the current plan and
- * whether the system message shows it yet. It knows nothing of the run:
- * run.c decides whether the tools are offered, puts the text that
- * loom__plan_system_text gives into its system message, and hands a loop
- * tool call over with loom__plan_execute, which reports a changed plan
- * through the emit callback it is given.
+ * A loom__plan holds the loop tools' definitions and the current plan.
+ * It knows nothing of the run: run.c decides whether the tools are
+ * offered, the system prompt (prompt.c) shows the plan as
+ * loom__plan_render writes it, and run.c hands a loop tool call over
+ * with loom__plan_execute, which reports a changed plan through the emit
+ * callback it is given.
  */
 #ifndef LOOM_AGENT_PLAN_H
 #define LOOM_AGENT_PLAN_H
@@ -43,14 +43,6 @@ const json_t *loom__plan_get(const loom__plan *p);
 
 /* Appends the <plan> section the system message shows to b. */
 int loom__plan_render(const loom__plan *p, loom_buf *b);
-
-/*
- * The system message's text when the plan changed since it was last
- * given (or at first): base (may be NULL or empty), a blank line, the
- * <plan> section; *text is the caller's. *text is NULL when nothing
- * changed.
- */
-int loom__plan_system_text(loom__plan *p, const char *base, char **text);
 
 /* What a loop tool call needs besides its job. */
 typedef struct {

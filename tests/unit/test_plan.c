@@ -172,27 +172,24 @@ static void test_render(void **state)
     loom__plan_free(p);
 }
 
-/* The system text comes when the plan changed since it was last given,
- * and not otherwise. */
+/* The <plan> section, as the system prompt shows it: "No plan" until
+ * one is set, then its goal and tasks. */
 static void test_system_text(void **state)
 {
     loom__plan *p;
-    char *text = NULL;
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     json_t *in = parse(TWO_TASKS);
 
     (void)state;
     assert_int_equal(loom__plan_new(&p), 0);
-    assert_int_equal(loom__plan_system_text(p, "Be brief.", &text), 0);
-    assert_non_null(text);
-    assert_true(strncmp(text, "Be brief.\n\n<plan>\nNo plan", 25) == 0);
-    free(text);
-    assert_int_equal(loom__plan_system_text(p, "Be brief.", &text), 0);
-    assert_null(text);
+    assert_int_equal(loom__plan_render(p, &b), 0);
+    assert_true(strncmp(loom_buf_cstr(&b), "<plan>\nNo plan", 14) == 0);
+    loom_buf_clear(&b);
     assert_int_equal(loom__plan_set(p, in), 0);
-    assert_int_equal(loom__plan_system_text(p, NULL, &text), 0);
-    assert_non_null(text);
-    assert_true(strncmp(text, "<plan>\nGoal: Compare A and B\n", 29) == 0);
-    free(text);
+    assert_int_equal(loom__plan_render(p, &b), 0);
+    assert_true(
+        strncmp(loom_buf_cstr(&b), "<plan>\nGoal: Compare A and B\n", 29) == 0);
+    loom_buf_free(&b);
     json_decref(in);
     loom__plan_free(p);
 }
@@ -206,12 +203,10 @@ static void test_todo_write(void **state)
     loom_tool_call c;
     sink s = {json_array()};
     json_t *ev;
-    char *text = NULL;
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
 
     (void)state;
     assert_int_equal(loom__plan_new(&p), 0);
-    assert_int_equal(loom__plan_system_text(p, NULL, &text), 0);
-    free(text);
     call(p, &job, &c, "todo_write", TWO_TASKS, &s);
     assert_false(job.failed);
     assert_string_equal(job.output,
@@ -228,10 +223,9 @@ static void test_todo_write(void **state)
                         "c1");
     assert_int_equal(json_integer_value(json_object_get(ev, "iteration")), 4);
     assert_true(json_equal(json_object_get(ev, "plan"), loom__plan_get(p)));
-    assert_int_equal(loom__plan_system_text(p, NULL, &text), 0);
-    assert_non_null(text);
-    assert_non_null(strstr(text, "1. [pending] a: Find A"));
-    free(text);
+    assert_int_equal(loom__plan_render(p, &b), 0);
+    assert_non_null(strstr(loom_buf_cstr(&b), "1. [pending] a: Find A"));
+    loom_buf_free(&b);
     loom__tool_job_clear(&job);
     /* Nobody listening: the same, without the event. */
     call(p, &job, &c, "todo_write", TWO_TASKS, NULL);
