@@ -62,6 +62,7 @@ typedef enum {
     LOOM_EV_RESEARCH_PLAN,
     LOOM_EV_RESEARCH_CYCLE,
     LOOM_EV_RESEARCH_BRANCH,
+    LOOM_EV_CONVERSATION_TITLE,
     LOOM_EV__COUNT
 } loom_event_type;
 
@@ -407,6 +408,18 @@ typedef struct loom_run_options {
         const char *prompt;
     } review;
     /*
+     * A title for the conversation (docs/server.md "Conversation
+     * titles"): once the run has answered, a short model call writes one
+     * and a `conversation.title` event carries it, before run.completed.
+     * provider NULL: the run's; model NULL: the run's upstream model.
+     * Borrowed.
+     */
+    struct {
+        int enabled;
+        loom_provider *provider;
+        const char *model;
+    } title;
+    /*
      * Citations (docs/citations.md): documents that tools report get
      * numbers the model is shown, and the answer's [n] markers are
      * checked, emitted as `citation` events and kept (loom_run_citations).
@@ -622,6 +635,9 @@ const loom_tool_call *loom_run_pending_calls(const loom_run *run, size_t *n);
 /* Finish reason of the last model call ("stop", "tool_calls", ...), or
  * NULL. */
 const char *loom_run_finish_reason(const loom_run *run);
+/* The conversation's title the run wrote (loom_run_options.title), or
+ * NULL. */
+const char *loom_run_title(const loom_run *run);
 /* The model the run used ("provider/model", or the upstream id). */
 const char *loom_run_model(const loom_run *run);
 

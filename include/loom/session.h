@@ -303,6 +303,13 @@ typedef struct {
      */
     const json_t *research;
     /*
+     * Title the conversation (docs/server.md "Conversation titles"):
+     * when the turn starts a new conversation in the store, a short call
+     * of the turn's model writes its title once the answer is there, sent
+     * as a `conversation.title` event and stored. Else ignored.
+     */
+    int title;
+    /*
      * Where events go, after the recorder and the log: every event, the
      * final one only once the turn is stored. A non-zero return cancels
      * the turn. emit may be NULL.

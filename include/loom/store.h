@@ -145,6 +145,24 @@ int loom_store_conversation_match(loom_store *st, const char *user_id,
                                   const loom_messages *messages, char **id_out);
 /* Deletes it with everything it holds. LOOM_ENOTFOUND when absent. */
 int loom_store_conversation_delete(loom_store *st, const char *id);
+/*
+ * loom_store_conversation_list of user_id's conversations (NULL:
+ * everyone's) whose title holds query (case-insensitive for ASCII
+ * letters; NULL or "": every one), at most LOOM_STORE_QUERY_MAX_BYTES.
+ */
+int loom_store_conversation_search(loom_store *st, const char *user_id,
+                                   const char *query, const char *after,
+                                   int limit, json_t **out);
+/*
+ * Gives the conversation a title (a later turn keeps it): on one line
+ * (control characters become spaces, runs of blanks one space),
+ * trimmed, cut to LOOM_STORE_TITLE_MAX characters. LOOM_EINVALID for a
+ * title over LOOM_STORE_TITLE_MAX_BYTES or with nothing visible,
+ * LOOM_ENOTFOUND when absent. Its updated_at stays: a rename does not
+ * move it up a list.
+ */
+int loom_store_conversation_rename(loom_store *st, const char *id,
+                                   const char *title);
 
 /*
  * The context summary stored with the conversation by its latest turn
@@ -276,6 +294,12 @@ typedef struct {
      */
     const json_t *plan;
     /*
+     * A title for the conversation (loom_run_title), used when the
+     * conversation has none yet; NULL: the first words of the turn's
+     * user text. Cut to LOOM_STORE_TITLE_MAX characters.
+     */
+    const char *title;
+    /*
      * The run itself: every saved turn leaves one `runs` row
      * (docs/store.md#runs). parent_run_id NULL: a top-level run, whose
      * messages join the conversation. Else a sub-agent's run (at most
@@ -300,6 +324,12 @@ typedef struct {
 
 /* Limits of a turn's extras; crossing one is an error (LOOM_ETOOLARGE,
  * nothing written) except a tool record's size, which is cut. */
+/* A conversation's title, in characters (UTF-8 code points). */
+#define LOOM_STORE_TITLE_MAX 80
+/* A title given to loom_store_conversation_rename, and a title search,
+ * in bytes. */
+#define LOOM_STORE_TITLE_MAX_BYTES 4096
+#define LOOM_STORE_QUERY_MAX_BYTES 400
 #define LOOM_STORE_SUMMARY_MAX_BYTES (256 * 1024)   /* a summary */
 #define LOOM_STORE_PLAN_MAX_BYTES (256 * 1024)      /* a plan, as JSON */
 #define LOOM_STORE_CITATIONS_MAX 1000               /* citations of a turn */

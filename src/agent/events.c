@@ -29,6 +29,7 @@ static const char *const event_names[LOOM_EV__COUNT] = {
     [LOOM_EV_RESEARCH_PLAN] = "research.plan",
     [LOOM_EV_RESEARCH_CYCLE] = "research.cycle",
     [LOOM_EV_RESEARCH_BRANCH] = "research.branch",
+    [LOOM_EV_CONVERSATION_TITLE] = "conversation.title",
 };
 
 const char *loom_event_type_name(loom_event_type type)

@@ -419,6 +419,7 @@ int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
     }
     turn->summary = loom_run_summary(run, &turn->summary_covers);
     turn->plan = loom_run_plan(run);
+    turn->title = loom_run_title(run);
     if (rec->records_dropped)
         loom_warn("run %s: %zu tool records past the first %d are not "
                   "stored",

@@ -43,6 +43,7 @@
 #include "agent/review.h"
 #include "agent/run_internal.h"
 #include "agent/subagent.h"
+#include "agent/title.h"
 #include "agent/toolrules.h"
 #include "agent/toolturn.h"
 #include "core/error.h"
@@ -98,6 +99,7 @@ struct loom_run {
     loom_tool_call *pending; /* client calls the run ended on */
     size_t npending;
     char *finish_reason;
+    char *title;             /* the conversation's title (title_run), or NULL */
     char *available;         /* offered names, "a, b" */
     loom_tool_choice choice; /* for the next model call */
     char *choice_fn;
@@ -1478,6 +1480,45 @@ static int review_turn(loom_run *run)
     return rc;
 }
 
+/* The first user message's text, or NULL. */
+static const char *first_user_text(const loom_run *run)
+{
+    for (size_t i = 0; i < run->all.len; i++)
+        if (run->all.items[i].role == LOOM_ROLE_USER)
+            return run->all.items[i].content;
+    return NULL;
+}
+
+/*
+ * Titles the conversation once the run has answered: the call's usage
+ * joins the run's and a `conversation.title` event carries the title. A
+ * call that fails leaves a title from the user's words (title.h); only
+ * cancellation and running out of memory are returned.
+ */
+static int title_run(loom_run *run)
+{
+    const loom_run_options *o = &run->opts;
+    loom__title_outcome out;
+    int rc;
+
+    rc = loom__title_run(&out,
+                         o->title.provider ? o->title.provider : o->provider,
+                         o->title.model ? o->title.model : o->upstream_model,
+                         first_user_text(run), run->final_text, &run->cancel);
+    side_usage(run, &out.usage, out.cost_known, "title", NULL, NULL);
+    if (!rc && out.title) {
+        free(run->title);
+        run->title = out.title;
+        out.title = NULL;
+        if (has_sink(run))
+            emit(run, LOOM_EV_CONVERSATION_TITLE,
+                 json_pack("{s:s}", "title", run->title));
+    }
+    loom__title_outcome_clear(&out);
+    /* The answer stands when the title is cancelled. */
+    return rc == LOOM_ECANCELED ? 0 : rc;
+}
+
 /* Keeps the sources a checked answer cites and emits their events. */
 static int emit_citations(loom_run *run, const loom__citations_checked *ck)
 {
@@ -2800,6 +2841,8 @@ int loom_run_execute(loom_run *run)
     free(run->finish_reason);
     run->finish_reason = resp.finish_reason ? strdup(resp.finish_reason)
                                             : NULL;
+    if (rc == 0 && run->opts.title.enabled && run->final_text)
+        rc = title_run(run);
     if (rc == 0) {
         finish_completed(run);
     } else {
@@ -2905,6 +2948,11 @@ const char *loom_run_finish_reason(const loom_run *run)
     return run->finish_reason;
 }
 
+const char *loom_run_title(const loom_run *run)
+{
+    return run->title;
+}
+
 const char *loom_run_model(const loom_run *run)
 {
     return run->opts.model ? run->opts.model : run->opts.upstream_model;
@@ -2961,6 +3009,7 @@ void loom_run_free(loom_run *run)
         loom_tool_call_clear(&run->pending[i]);
     free(run->pending);
     free(run->finish_reason);
+    free(run->title);
     free(run->available);
     free(run->choice_fn);
     loom_buf_free(&run->text);

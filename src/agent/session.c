@@ -1492,6 +1492,8 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
     }
     ro.resolve_model = turn_resolve;
     ro.resolve_model_payload = t;
+    /* A title only for the conversation this turn starts in the store. */
+    ro.title.enabled = o->title && t->create_conversation;
     loom__run_options_use_model(&ro, &t->mreq);
     ro.model = t->model;
     ro.upstream_model = t->upstream;

@@ -28,29 +28,6 @@ static int bad(srv_request *r, const char *param, const char *msg)
     return srv_reply_error(r, 400, NULL, param, "invalid_value", "%s", msg);
 }
 
-/* Refuses a field not in known: 1 when all are known, else the 400. */
-static int only_known(srv_request *r, const char *const *known)
-{
-    const char *key;
-    json_t *v;
-
-    if (r->json_error || !json_is_object(r->json))
-        return srv_reply_error(r, 400, NULL, NULL, "invalid_json",
-                               "the body must be a JSON object"),
-               0;
-    json_object_foreach(r->json, key, v)
-    {
-        size_t i;
-        for (i = 0; known[i] && strcmp(known[i], key); i++)
-            ;
-        if (!known[i])
-            return srv_reply_error(r, 400, NULL, key, "unknown_parameter",
-                                   "unknown parameter '%s'", key),
-                   0;
-    }
-    return 1;
-}
-
 /* A non-negative integer field into *out (absent or null: left alone).
  * 1 when fine, else the 400. */
 static int int_field(srv_request *r, const char *name, long *out)
@@ -129,7 +106,7 @@ static int create_key(srv_request *r)
     json_t *v, *out;
     int rc;
 
-    if (!only_known(r, known))
+    if (!srv_body_only_known(r, known))
         return 0;
     spec.user = json_string_value(json_object_get(r->json, "user"));
     spec.workspace = json_string_value(json_object_get(r->json, "workspace"));
@@ -194,7 +171,7 @@ static int patch_key(srv_request *r)
     loom_limits l = {0};
     int rc;
 
-    if (!only_known(r, known) || !limits_of(r, &l))
+    if (!srv_body_only_known(r, known) || !limits_of(r, &l))
         return 0;
     if ((rc = loom_store_key_set_limits(srv_store(r->srv), r->params[0], &l,
                                         "admin")) != 0)

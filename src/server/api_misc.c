@@ -147,6 +147,7 @@ static int list_tools(srv_request *r)
 static int list_conversations(srv_request *r)
 {
     const char *after = srv_query(r, "after");
+    const char *q = srv_query(r, "q");
     const char *who = NULL;
     char owner[SRV_OWNER_SIZE];
     long limit = DEFAULT_PAGE;
@@ -159,13 +160,12 @@ static int list_conversations(srv_request *r)
         after = NULL;
     if ((rc = srv_request_owner(r, NULL, owner, &who)) != 1)
         return rc;
-    rc = srv_isolated(r)
-             ? loom_store_conversation_list_owned(srv_store(r->srv), who, after,
-                                                  (int)limit, &out)
-             : loom_store_conversation_list(srv_store(r->srv), after,
-                                            (int)limit, &out);
+    rc = loom_store_conversation_search(srv_store(r->srv),
+                                        srv_isolated(r) ? who : NULL, q, after,
+                                        (int)limit, &out);
     if (rc != 0)
-        return srv_reply_loom_error(r, rc, after ? "after" : NULL);
+        return srv_reply_loom_error(r, rc,
+                                    rc == LOOM_ENOTFOUND ? "after" : "q");
     json_object_set_new(out, "object", json_string("list"));
     return srv_reply_json(r, 200, out);
 }
@@ -220,6 +220,44 @@ static int delete_conversation(srv_request *r)
                                     "deleted", 1));
 }
 
+/* The conversation's summary fields, as its list shows them. */
+static int get_info(srv_request *r)
+{
+    loom_conversation_info c;
+    int rc = loom_store_conversation_info(srv_store(r->srv), r->params[0], &c);
+
+    if (rc != 0)
+        return srv_reply_loom_error(r, rc, "id");
+    rc = srv_reply_json(r, 200,
+                        json_pack("{s:s,s:s,s:s,s:I,s:I}", "id", c.id, "object",
+                                  "conversation", "title", c.title,
+                                  "created_at", (json_int_t)c.created_at,
+                                  "updated_at", (json_int_t)c.updated_at));
+    loom_conversation_info_clear(&c);
+    return rc;
+}
+
+/* PATCH /v1/conversations/{id} {"title": "..."}: a rename. */
+static int patch_conversation(srv_request *r)
+{
+    static const char *const known[] = {"title", NULL};
+    const json_t *title;
+    int rc;
+
+    if (!srv_body_only_known(r, known))
+        return 0;
+    title = json_object_get(r->json, "title");
+    if (!json_is_string(title))
+        return srv_reply_error(r, 400, NULL, "title", "invalid_value",
+                               "`title` must be a string");
+    if ((rc = path_conversation(r)) != 0 ||
+        (rc = loom_store_conversation_rename(srv_store(r->srv), r->params[0],
+                                             json_string_value(title))) != 0)
+        return srv_reply_loom_error(r, rc,
+                                    rc == LOOM_ENOTFOUND ? "id" : "title");
+    return get_info(r);
+}
+
 /* ---- operations ---------------------------------------------------------- */
 
 static int healthz(srv_request *r)
@@ -268,6 +306,8 @@ int srv__api_misc_routes(srv_router *rt)
                         get_conversation)) ||
         (rc = srv_route(rt, "DELETE", "/v1/conversations/{id}",
                         delete_conversation)) ||
+        (rc = srv_route(rt, "PATCH", "/v1/conversations/{id}",
+                        patch_conversation)) ||
         (rc = srv_route(rt, "GET", "/healthz", healthz)) ||
         (rc = srv_route(rt, "GET", "/readyz", readyz)) ||
         (rc = srv_route(rt, "GET", "/metrics", metrics)))

@@ -147,7 +147,9 @@ int srv_runs_request_parse(srv_runs_request *q, const json_t *b,
         "response_format", "reasoning_effort", "verbosity", "logit_bias",
         "metadata", "service_tier",
         /* a research agent's settings (docs/research.md) */
-        "research", NULL};
+        "research",
+        /* title a new conversation (docs/server.md) */
+        "title", NULL};
     const srv_run_spec init = SRV_RUN_SPEC_INIT;
     const json_t *v;
     const char *key, *msg = NULL;
@@ -203,6 +205,11 @@ int srv_runs_request_parse(srv_runs_request *q, const json_t *b,
         if (!json_is_boolean(v))
             return bad(err, "background", "`background` must be true or false");
         q->spec.background = json_is_true(v);
+    }
+    if ((v = json_object_get(b, "title")) && !json_is_null(v)) {
+        if (!json_is_boolean(v))
+            return bad(err, "title", "`title` must be true or false");
+        q->spec.title = json_is_true(v);
     }
     if ((v = json_object_get(b, "max_iterations")) && !json_is_null(v)) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 ||

@@ -597,6 +597,28 @@ int srv_reply_error(srv_request *r, unsigned status, const char *type,
     return rc;
 }
 
+int srv_body_only_known(srv_request *r, const char *const *known)
+{
+    const char *key;
+    json_t *v;
+
+    if (r->json_error || !json_is_object(r->json))
+        return srv_reply_error(r, 400, NULL, NULL, "invalid_json",
+                               "the body must be a JSON object"),
+               0;
+    json_object_foreach(r->json, key, v)
+    {
+        size_t i;
+        for (i = 0; known[i] && strcmp(known[i], key); i++)
+            ;
+        if (!known[i])
+            return srv_reply_error(r, 400, NULL, key, "unknown_parameter",
+                                   "unknown parameter '%s'", key),
+                   0;
+    }
+    return 1;
+}
+
 int srv_reply_loom_error(srv_request *r, int rc, const char *param)
 {
     const char *msg = loom_error_last();

@@ -230,6 +230,13 @@ int srv_identity_allows(const srv_identity *who, const char *model,
  */
 int srv_reply_loom_error(srv_request *r, int rc, const char *param);
 
+/*
+ * The request's body is a JSON object with only the fields in known (a
+ * NULL-ended list): 1, else 0 after the 400 (invalid_json or
+ * unknown_parameter naming the field).
+ */
+int srv_body_only_known(srv_request *r, const char *const *known);
+
 /* ---- routes -------------------------------------------------------------- */
 
 /*
@@ -314,6 +321,8 @@ typedef struct {
     /* A research agent's settings for this run (loom_turn_options
      * .research), or NULL. */
     const json_t *research;
+    /* Title a new conversation (loom_turn_options.title). */
+    int title;
 } srv_run_spec;
 
 #define SRV_RUN_SPEC_INIT                                                      \

@@ -554,6 +554,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     to.history = sp->history;
     to.user_id = sp->user_id;
     to.research = sp->research;
+    to.title = sp->title;
     to.system_prompt = sp->system_prompt;
     to.tool_names = sp->tool_names;
     to.tool_names_len = sp->tool_names_len;

@@ -38,6 +38,8 @@
 
 #define INFO_COLS                                                              \
     "id, title, agent, model, created_at, updated_at, message_count, user_id"
+/* A list's title filter (?5), '\\' escaping the pattern's own % and _. */
+#define TITLE_LIKE "(?5 IS NULL OR title LIKE ?5 ESCAPE '\\') "
 
 static const char *const sql_text[S_COUNT] = {
     [S_BEGIN] = "BEGIN",
@@ -51,20 +53,23 @@ static const char *const sql_text[S_COUNT] = {
                             "created_at, updated_at, message_count, user_id) "
                             "VALUES (?1, '', ?2, ?2, 0, ?3)",
     [S_CONV_INFO] = "SELECT " INFO_COLS " FROM conversations WHERE id = ?1",
-    [S_CONV_LIST] = "SELECT " INFO_COLS " FROM conversations "
-                    "ORDER BY updated_at DESC, id DESC LIMIT ?1",
+    /* ?5: NULL, or a LIKE pattern the title must match. */
+    [S_CONV_LIST] =
+        "SELECT " INFO_COLS " FROM conversations "
+        "WHERE " TITLE_LIKE "ORDER BY updated_at DESC, id DESC LIMIT ?1",
     [S_CONV_LIST_AFTER] = "SELECT " INFO_COLS " FROM conversations "
-                          "WHERE (updated_at, id) < (?1, ?2) "
+                          "WHERE (updated_at, id) < (?1, ?2) AND " TITLE_LIKE
                           "ORDER BY updated_at DESC, id DESC LIMIT ?3",
     /* One owner's (conversations_by_owner). */
     [S_CONV_LIST_OWNED] = "SELECT " INFO_COLS " FROM conversations "
-                          "WHERE user_id = ?2 "
+                          "WHERE user_id = ?2 AND " TITLE_LIKE
                           "ORDER BY updated_at DESC, id DESC LIMIT ?1",
-    [S_CONV_LIST_OWNED_AFTER] = "SELECT " INFO_COLS " FROM conversations "
-                                "WHERE user_id = ?4 AND (updated_at, id) < "
-                                "(?1, ?2) "
-                                "ORDER BY updated_at DESC, id DESC LIMIT ?3",
+    [S_CONV_LIST_OWNED_AFTER] =
+        "SELECT " INFO_COLS " FROM conversations "
+        "WHERE user_id = ?4 AND (updated_at, id) < "
+        "(?1, ?2) AND " TITLE_LIKE "ORDER BY updated_at DESC, id DESC LIMIT ?3",
     [S_CONV_DELETE] = "DELETE FROM conversations WHERE id = ?1",
+    [S_CONV_RENAME] = "UPDATE conversations SET title = ?2 WHERE id = ?1",
     [S_CONV_BASE] = "SELECT message_count FROM conversations WHERE id = ?1",
     [S_CONV_UPDATE] =
         "UPDATE conversations SET updated_at = MAX(updated_at, ?2), "
@@ -637,6 +642,7 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_conversation_list,
     loom__sqlite_conversation_get,
     loom__sqlite_conversation_delete,
+    loom__sqlite_conversation_rename,
     loom__sqlite_load_history,
     loom__sqlite_conversation_summary,
     loom__sqlite_save_turn,

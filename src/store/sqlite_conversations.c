@@ -145,7 +145,8 @@ int loom__sqlite_conversation_info(loom_store *base, const char *id,
 }
 
 int loom__sqlite_conversation_list(loom_store *base, const char *owner,
-                                   const char *after, int limit, json_t **out)
+                                   const char *like, const char *after,
+                                   int limit, json_t **out)
 {
     loom__sqlite_store *st = (loom__sqlite_store *)base;
     loom_conversation_info info = {0};
@@ -175,6 +176,7 @@ int loom__sqlite_conversation_list(loom_store *base, const char *owner,
         b_int(s, 3, limit + 1, &src);
         if (owner)
             b_text(s, 4, owner, &src);
+        b_text(s, 5, like, &src);
         loom_conversation_info_clear(&info);
     } else {
         if ((rc = loom__sqlite_use(
@@ -183,6 +185,7 @@ int loom__sqlite_conversation_list(loom_store *base, const char *owner,
         b_int(s, 1, limit + 1, &src);
         if (owner)
             b_text(s, 2, owner, &src);
+        b_text(s, 5, like, &src);
     }
     if (!(data = json_array())) {
         rc = loom__error_oom();
@@ -512,7 +515,12 @@ cleanup:
     return rc;
 }
 
-int loom__sqlite_conversation_delete(loom_store *base, const char *id)
+/*
+ * One statement on one conversation (?1 its id, ?2 text when not NULL)
+ * under the write lock: LOOM_ENOTFOUND when it changed no row.
+ */
+static int change_one(loom_store *base, int stmt, const char *id,
+                      const char *text, const char *what)
 {
     loom__sqlite_store *st = (loom__sqlite_store *)base;
     sqlite3_stmt *s = NULL;
@@ -521,19 +529,34 @@ int loom__sqlite_conversation_delete(loom_store *base, const char *id)
 
     pthread_mutex_lock(&st->write_lock);
     if ((rc = loom__sqlite_acquire(st, &c)) != 0 ||
-        (rc = loom__sqlite_use(st, c, S_CONV_DELETE, &s)))
+        (rc = loom__sqlite_use(st, c, stmt, &s)))
         goto cleanup;
     b_text(s, 1, id, &src);
-    /* One statement: the cascade to messages, calls, outputs, usage and
-     * tool records is part of it, so it is atomic without BEGIN. */
+    if (text)
+        b_text(s, 2, text, &src);
+    /* One statement: a delete's cascade to messages, calls, outputs,
+     * usage and tool records is part of it, so it is atomic without
+     * BEGIN. */
     if ((src = step_done(s, src)) != SQLITE_OK)
-        rc = loom__sqlite_error(st, c->db, src, "deleting a conversation");
+        rc = loom__sqlite_error(st, c->db, src, what);
     else if (sqlite3_changes(c->db) == 0)
         rc = loom__sqlite_not_found(id);
 cleanup:
     loom__sqlite_release(st, c);
     pthread_mutex_unlock(&st->write_lock);
     return rc;
+}
+
+int loom__sqlite_conversation_delete(loom_store *base, const char *id)
+{
+    return change_one(base, S_CONV_DELETE, id, NULL, "deleting a conversation");
+}
+
+int loom__sqlite_conversation_rename(loom_store *base, const char *id,
+                                     const char *title)
+{
+    return change_one(base, S_CONV_RENAME, id, title,
+                      "renaming a conversation");
 }
 
 /* Appends *msg to m (taking its pointers) or leaves both as they were. */

@@ -74,6 +74,7 @@ enum {
     S_CONV_LIST_OWNED,
     S_CONV_LIST_OWNED_AFTER,
     S_CONV_DELETE,
+    S_CONV_RENAME,
     S_CONV_BASE,
     S_CONV_UPDATE,
     S_MSG_INSERT,
@@ -181,10 +182,13 @@ int loom__sqlite_conversation_create(loom_store *base, const char *id,
 int loom__sqlite_conversation_info(loom_store *base, const char *id,
                                    loom_conversation_info *out);
 int loom__sqlite_conversation_list(loom_store *base, const char *owner,
-                                   const char *after, int limit, json_t **out);
+                                   const char *like, const char *after,
+                                   int limit, json_t **out);
 int loom__sqlite_conversation_get(loom_store *base, const char *id,
                                   json_t **out);
 int loom__sqlite_conversation_delete(loom_store *base, const char *id);
+int loom__sqlite_conversation_rename(loom_store *base, const char *id,
+                                     const char *title);
 int loom__sqlite_load_history(loom_store *base, const char *id,
                               loom_messages *out);
 int loom__sqlite_conversation_summary(loom_store *base, const char *id,

@@ -141,6 +141,8 @@ int loom_store_conversation_create(loom_store *st, char **id_out)
 }
 
 /* NULL (anonymous) or 1 to LOOM_STORE_USER_ID_MAX bytes. */
+static int make_title(const char *text, char **out);
+
 static int check_owner(const char *user_id)
 {
     if (user_id && (!*user_id || strlen(user_id) > LOOM_STORE_USER_ID_MAX))
@@ -205,10 +207,40 @@ int loom_store_conversation_info(loom_store *st, const char *id,
     return st->vt->conversation_info(st, id, out);
 }
 
-/* Lists every conversation (owner NULL) or one owner's. */
-static int list(loom_store *st, const char *owner, const char *after, int limit,
-                json_t **out)
+/*
+ * The LIKE pattern of titles holding query: "%query%", its own %, _ and
+ * \\ escaped with \\. *out NULL for no query. 0 or LOOM_ENOMEM.
+ */
+static int title_pattern(const char *query, char **out)
 {
+    size_t n = 0;
+    char *p;
+
+    *out = NULL;
+    if (!query || !*query)
+        return 0;
+    if (!(p = malloc(2 * strlen(query) + 3)))
+        return loom__error_oom();
+    p[n++] = '%';
+    for (const char *q = query; *q; q++) {
+        if (*q == '%' || *q == '_' || *q == '\\')
+            p[n++] = '\\';
+        p[n++] = *q;
+    }
+    p[n++] = '%';
+    p[n] = '\0';
+    *out = p;
+    return 0;
+}
+
+/* Lists every conversation (owner NULL) or one owner's, those whose title
+ * holds query only (NULL: all). */
+static int list(loom_store *st, const char *owner, const char *query,
+                const char *after, int limit, json_t **out)
+{
+    char *like;
+    int rc;
+
     if (!out)
         return loom__error_set(LOOM_EINVALID, "store: no out pointer");
     *out = NULL;
@@ -217,13 +249,21 @@ static int list(loom_store *st, const char *owner, const char *after, int limit,
     if (limit < 1 || limit > 100)
         return loom__error_set(
             LOOM_EINVALID, "limit must be between 1 and 100, got %d", limit);
-    return st->vt->conversation_list(st, owner, after, limit, out);
+    if (query && strlen(query) > LOOM_STORE_QUERY_MAX_BYTES)
+        return loom__error_set(LOOM_EINVALID,
+                               "a title search is at most %d bytes",
+                               LOOM_STORE_QUERY_MAX_BYTES);
+    if ((rc = title_pattern(query, &like)) != 0)
+        return rc;
+    rc = st->vt->conversation_list(st, owner, like, after, limit, out);
+    free(like);
+    return rc;
 }
 
 int loom_store_conversation_list(loom_store *st, const char *after, int limit,
                                  json_t **out)
 {
-    return list(st, NULL, after, limit, out);
+    return list(st, NULL, NULL, after, limit, out);
 }
 
 int loom_store_conversation_list_owned(loom_store *st, const char *user_id,
@@ -238,7 +278,44 @@ int loom_store_conversation_list_owned(loom_store *st, const char *user_id,
         return loom__error_set(LOOM_EINVALID, "store: NULL user id");
     if ((rc = check_owner(user_id)) != 0)
         return rc;
-    return list(st, user_id, after, limit, out);
+    return list(st, user_id, NULL, after, limit, out);
+}
+
+int loom_store_conversation_search(loom_store *st, const char *user_id,
+                                   const char *query, const char *after,
+                                   int limit, json_t **out)
+{
+    int rc;
+
+    if (out)
+        *out = NULL;
+    if (user_id && (rc = check_owner(user_id)) != 0)
+        return rc;
+    return list(st, user_id, query, after, limit, out);
+}
+
+int loom_store_conversation_rename(loom_store *st, const char *id,
+                                   const char *title)
+{
+    char *clean = NULL;
+    int rc;
+
+    if ((rc = check_id(st, id)) != 0)
+        return rc;
+    if (!title)
+        return loom__error_set(LOOM_EINVALID, "store: NULL title");
+    if (strlen(title) > LOOM_STORE_TITLE_MAX_BYTES)
+        return loom__error_set(LOOM_EINVALID, "a title is at most %d bytes",
+                               LOOM_STORE_TITLE_MAX_BYTES);
+    if ((rc = make_title(title, &clean)) != 0)
+        return rc;
+    if (!*clean)
+        rc = loom__error_set(LOOM_EINVALID, "a title needs a visible "
+                                            "character");
+    else
+        rc = st->vt->conversation_rename(st, id, clean);
+    free(clean);
+    return rc;
 }
 
 int loom_store_conversation_get(loom_store *st, const char *id, json_t **out)
@@ -735,6 +812,9 @@ static int plan_turn(const loom_turn_record *t, loom__store_plan *p)
                 m->duration_ms = tt->duration_ms;
             }
         }
+        if (!p->title && t->title && *t->title &&
+            (rc = make_title(t->title, &p->title)) != 0)
+            return rc;
         if (!p->title && m->msg->role == LOOM_ROLE_USER && m->msg->content &&
             *m->msg->content &&
             (rc = make_title(m->msg->content, &p->title)) != 0)

@@ -21,7 +21,7 @@
 #define LOOM__STORE_MAX_TURN_ITEMS 10000
 
 /* Title length, in characters (UTF-8 code points). */
-#define LOOM__STORE_TITLE_MAX 80
+#define LOOM__STORE_TITLE_MAX LOOM_STORE_TITLE_MAX
 
 /* "conv_" or "msg_" + 24 hex digits + NUL fits. */
 #define LOOM__STORE_ID_SIZE LOOM_ID_SIZE
@@ -158,11 +158,16 @@ typedef struct {
                              loom_conversation_info *out);
     /* limit is already checked (1..100). owner NULL: every
      * conversation; else only owner's (an `after` of another owner is
-     * LOOM_ENOTFOUND). */
+     * LOOM_ENOTFOUND). like NULL: any title; else a LIKE pattern
+     * (escaped with '\\') the title matches. */
     int (*conversation_list)(loom_store *st, const char *owner,
-                             const char *after, int limit, json_t **out);
+                             const char *like, const char *after, int limit,
+                             json_t **out);
     int (*conversation_get)(loom_store *st, const char *id, json_t **out);
     int (*conversation_delete)(loom_store *st, const char *id);
+    /* title is checked and cleaned; LOOM_ENOTFOUND when absent. */
+    int (*conversation_rename)(loom_store *st, const char *id,
+                               const char *title);
     int (*load_history)(loom_store *st, const char *id, loom_messages *out);
     /* *summary NULL and *covers 0 when the conversation has none. */
     /* The summary, its coverage and the plan (JSON text); plan may be

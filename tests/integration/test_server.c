@@ -1107,6 +1107,135 @@ static void test_conversations(void **state)
     sh_free(&h);
 }
 
+/* A title is asked for: a short call writes it (markup taken off), a
+ * conversation.title event carries it before run.completed, it is
+ * stored, its usage is counted; the next turn makes none; a rename
+ * stays; a search by title finds it; another conversation keeps the
+ * user's words when the title call fails. */
+static void test_conversation_titles(void **state)
+{
+    static const char script[] =
+        "{\"rules\":["
+        "{\"match\":{\"system\":\"Write a short title\","
+        "\"first_user\":\"plan a trip\"},\"loop\":true,\"responses\":["
+        "{\"text\":[\"**\\\"Trip to\\tParis\\\"**\\nSure, here it is\"],"
+        "\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":4,"
+        "\"total_tokens\":34}}]},"
+        "{\"match\":{\"system\":\"Write a short title\"},\"loop\":true,"
+        "\"responses\":[{\"status\":400,\"error\":"
+        "{\"message\":\"down\"}}]},"
+        "{\"match\":{\"tools_include\":[\"get_time\"]},\"loop\":true,"
+        "\"responses\":[" HELLO "]}]}";
+    sh h;
+    sh_resp r;
+    json_t *run, *events, *e, *conv, *usage, *list, *ren, *again;
+    char path[200], body[300];
+    size_t i, title_at = 0, done_at = 0;
+    long total = 0;
+
+    (void)state;
+    sh_start(&h, script, NULL, NULL);
+    run = sh_json(&h, "POST", "/v1/runs",
+                  "{\"input\":\"plan a trip to Paris\",\"title\":true}", 200);
+    assert_string_equal(sh_str(run, "text"), "Hello world");
+    events = json_object_get(run, "events");
+    json_array_foreach(events, i, e)
+    {
+        if (!strcmp(sh_str(e, "type"), "conversation.title")) {
+            title_at = i;
+            assert_string_equal(sh_str(e, "title"), "Trip to Paris");
+        }
+        if (!strcmp(sh_str(e, "type"), "run.completed"))
+            done_at = i;
+    }
+    assert_true(title_at > 0 && title_at < done_at);
+    /* The title call's tokens are the run's: 12 + 34. */
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(run, "usage"), "total_tokens")),
+                     46);
+    snprintf(path, sizeof(path), "/v1/conversations/%s",
+             sh_str(run, "conversation_id"));
+    conv = sh_json(&h, "GET", path, NULL, 200);
+    assert_string_equal(sh_str(conv, "title"), "Trip to Paris");
+    usage = json_object_get(conv, "usage");
+    json_array_foreach(usage, i, e) total +=
+        (long)json_integer_value(json_object_get(e, "total_tokens"));
+    assert_int_equal(total, 46);
+    json_decref(conv);
+
+    /* A later turn of the conversation asks for no title. */
+    snprintf(body, sizeof(body),
+             "{\"input\":\"plan a trip again\",\"title\":true,"
+             "\"conversation_id\":\"%s\"}",
+             sh_str(run, "conversation_id"));
+    again = sh_json(&h, "POST", "/v1/runs", body, 200);
+    json_array_foreach(json_object_get(again, "events"), i, e)
+        assert_string_not_equal(sh_str(e, "type"), "conversation.title");
+    json_decref(again);
+
+    /* Renamed: cleaned, kept by later turns, not moved up the list. */
+    ren = sh_json(&h, "PATCH", path, "{\"title\":\"  Paris\\n\\tin May  \"}",
+                  200);
+    assert_string_equal(sh_str(ren, "title"), "Paris in May");
+    json_decref(ren);
+    again = sh_json(&h, "POST", "/v1/runs", body, 200);
+    json_decref(again);
+    conv = sh_json(&h, "GET", path, NULL, 200);
+    assert_string_equal(sh_str(conv, "title"), "Paris in May");
+    json_decref(conv);
+
+    /* The title call fails: the answer stands, the user's words title
+     * it, and nothing says conversation.title. */
+    again = sh_json(&h, "POST", "/v1/runs",
+                    "{\"input\":\"what is 100% of _x_?\",\"title\":true}", 200);
+    assert_string_equal(sh_str(again, "status"), "completed");
+    json_array_foreach(json_object_get(again, "events"), i, e)
+        assert_string_not_equal(sh_str(e, "type"), "conversation.title");
+
+    /* Search by title: case-insensitive, % and _ taken as they are. */
+    list = sh_json(&h, "GET", "/v1/conversations?q=PARIS", NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(list, "data")), 1);
+    assert_string_equal(
+        sh_str(json_array_get(json_object_get(list, "data"), 0), "id"),
+        sh_str(run, "conversation_id"));
+    json_decref(list);
+    list = sh_json(&h, "GET", "/v1/conversations?q=100%25", NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(list, "data")), 1);
+    assert_string_equal(
+        sh_str(json_array_get(json_object_get(list, "data"), 0), "title"),
+        "what is 100% of _x_?");
+    json_decref(list);
+    list = sh_json(&h, "GET", "/v1/conversations?q=%25", NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(list, "data")), 1);
+    json_decref(list);
+    list = sh_json(&h, "GET", "/v1/conversations?q=a_x", NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(list, "data")), 0);
+    json_decref(list);
+    json_decref(again);
+
+    /* Bad renames. */
+    assert_int_equal(
+        sh_req(&h, "PATCH", path, "{\"title\":\" \\n \"}", NULL, &r), 400);
+    sh_check_error(r.body, "invalid_value");
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "PATCH", path, "{\"title\":7}", NULL, &r), 400);
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "PATCH", path, "{\"name\":\"x\"}", NULL, &r),
+                     400);
+    sh_check_error(r.body, "unknown_parameter");
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "PATCH", "/v1/conversations/conv_nope",
+                            "{\"title\":\"x\"}", NULL, &r),
+                     404);
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs",
+                            "{\"input\":\"x\",\"title\":1}", NULL, &r),
+                     400);
+    sh_resp_free(&r);
+    json_decref(run);
+    sh_free(&h);
+}
+
 /* ---- metrics ------------------------------------------------------------- */
 
 static void test_metrics(void **state)
@@ -1297,6 +1426,7 @@ int main(void)
         cmocka_unit_test(test_keep_finished_runs),
         cmocka_unit_test(test_event_log_limit),
         cmocka_unit_test(test_conversations),
+        cmocka_unit_test(test_conversation_titles),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_stop_lets_runs_finish),
         cmocka_unit_test(test_stop_cancels_after_grace),

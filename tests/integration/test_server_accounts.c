@@ -306,16 +306,21 @@ static void check_hidden(sh *h, const char *key, const char *extra,
     snprintf(path, sizeof(path), "/v1/conversations/%s", conv);
     call_error(h, key, extra, "GET", path, NULL, 404, "not_found");
     call_error(h, key, extra, "DELETE", path, NULL, 404, "not_found");
+    call_error(h, key, extra, "PATCH", path, "{\"title\":\"mine\"}", 404,
+               "not_found");
     snprintf(path, sizeof(path), "/v1/conversations?after=%s", conv);
     call_error(h, key, extra, "GET", path, NULL, 404, "not_found");
-    j = call_json(h, key, extra, "GET", "/v1/conversations", NULL, 200);
-    {
+    /* Neither the list nor a search by its title shows it. */
+    for (int q = 0; q < 2; q++) {
         size_t i;
         json_t *c;
+        j = call_json(h, key, extra, "GET",
+                      q ? "/v1/conversations?q=Hi" : "/v1/conversations", NULL,
+                      200);
         json_array_foreach(json_object_get(j, "data"), i, c)
             assert_string_not_equal(sh_str(c, "id"), conv);
+        json_decref(j);
     }
-    json_decref(j);
     snprintf(path, sizeof(path), "/v1/runs/%s", run);
     call_error(h, key, extra, "GET", path, NULL, 404, "not_found");
     snprintf(path, sizeof(path), "/v1/runs/%s/events", run);
@@ -346,6 +351,9 @@ static void check_seen(sh *h, const char *key, const char *extra,
     snprintf(path, sizeof(path), "/v1/conversations/%s", conv);
     json_decref(call_json(h, key, extra, "GET", path, NULL, 200));
     j = call_json(h, key, extra, "GET", "/v1/conversations", NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(j, "data")), 1);
+    json_decref(j);
+    j = call_json(h, key, extra, "GET", "/v1/conversations?q=hi", NULL, 200);
     assert_int_equal(json_array_size(json_object_get(j, "data")), 1);
     json_decref(j);
     snprintf(path, sizeof(path), "/v1/runs/%s", run);
