@@ -181,6 +181,17 @@ json_t *loom_mcp_server_status(loom_mcp_server *s);
 int loom_mcp_result_text(const json_t *result, loom_buf *out);
 
 /*
+ * Checks a tools/call result against the tool's outputSchema (its
+ * tools/list entry's, NULL: none): a result that is not an isError one
+ * must carry structuredContent that fits the schema, as the protocol
+ * asks. Returns 0 when it does (or there is nothing to check);
+ * LOOM_EINVALID with *msg (caller frees) saying what is wrong in words a
+ * model can act on; LOOM_ENOMEM.
+ */
+int loom_mcp_result_check(const json_t *output_schema, const json_t *result,
+                          char **msg);
+
+/*
  * The tool name `<server>__<tool>`: characters outside [A-Za-z0-9_-]
  * become '_', and a name longer than 64 bytes is cut and given a hash
  * of the whole name, so it stays unique and the same from run to run.

@@ -4,7 +4,8 @@
  * with cursors that advance, stick or cycle, a call that never answers
  * (timed out, notifications/cancelled sent, the server still used), a
  * server that exits mid-call (the call fails at once, the next one
- * restarts it), an isError result, results mapped to text, tool names,
+ * restarts it), an isError result, results mapped to text, results
+ * checked against the tool's outputSchema, tool names,
  * and the tools offered through a registry.
  */
 #include <setjmp.h>
@@ -301,6 +302,82 @@ static void test_results(void **state)
     loom_mcp_server_free(s);
 }
 
+/* A tool of the fake in "results" mode through a registry: its result
+ * text, or the failure's words; *rc gets execute's return. */
+static char *registry_call(loom_tool_registry *reg, const char *name, int *rc)
+{
+    const loom_tool *t = loom_tool_registry_get(reg, name);
+    loom_buf out = LOOM_BUF_INIT(1 << 16);
+    loom_tool_ctx ctx = {0};
+    json_t *args = json_object();
+
+    assert_non_null(t);
+    *rc = t->execute(args, &ctx, &out, t->payload);
+    json_decref(args);
+    return loom_buf_detach(&out);
+}
+
+static void test_output_schema(void **state)
+{
+    loom_mcp_server_config servers[1] = {fake_config("results")};
+    loom_config cfg = {0};
+    loom_tool_registry *reg = NULL;
+    char *text;
+    int rc;
+
+    (void)state;
+    cfg.mcp_servers = servers;
+    cfg.mcp_servers_len = 1;
+    assert_int_equal(loom_tool_registry_new(&reg), 0);
+    assert_int_equal(loom_tools_add_mcp(reg, &cfg), 0);
+    text = registry_call(reg, "fake__typed", &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(text, "{\"answer\":42}");
+    free(text);
+    /* A result that breaks the schema fails the call, with the reason. */
+    text = registry_call(reg, "fake__mistyped", &rc);
+    assert_int_equal(rc, LOOM_ERROR);
+    assert_non_null(strstr(text, "does not match the tool's outputSchema"));
+    assert_non_null(strstr(text, "`answer` must be an integer"));
+    assert_string_equal(loom_error_last(), text);
+    free(text);
+    text = registry_call(reg, "fake__untyped", &rc);
+    assert_int_equal(rc, LOOM_ERROR);
+    assert_non_null(strstr(text, "has no structuredContent"));
+    free(text);
+    /* An embedded resource: its URI, then its text. */
+    text = registry_call(reg, "fake__resource", &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(text, "[resource: file:///tmp/b.txt]\nhello");
+    free(text);
+    loom_tool_registry_free(reg);
+}
+
+static void test_result_check(void **state)
+{
+    json_t *schema = json_pack("{s:s,s:{s:{s:s}}}", "type", "object",
+                               "properties", "n", "type", "integer");
+    json_t *ok = json_pack("{s:{s:i}}", "structuredContent", "n", 1);
+    json_t *failed = json_pack("{s:b}", "isError", 1);
+    char *msg = NULL;
+
+    (void)state;
+    assert_int_equal(loom_mcp_result_check(schema, ok, &msg), 0);
+    assert_null(msg);
+    /* No schema, or a failed call: nothing to check. */
+    assert_int_equal(loom_mcp_result_check(NULL, failed, &msg), 0);
+    assert_int_equal(loom_mcp_result_check(schema, failed, &msg), 0);
+    assert_null(msg);
+    json_object_set_new(json_object_get(ok, "structuredContent"), "n",
+                        json_string("1"));
+    assert_int_equal(loom_mcp_result_check(schema, ok, &msg), LOOM_EINVALID);
+    assert_non_null(strstr(msg, "`n` must be an integer"));
+    free(msg);
+    json_decref(schema);
+    json_decref(ok);
+    json_decref(failed);
+}
+
 static void test_result_cut(void **state)
 {
     json_t *res = json_pack("{s:[{s:s,s:s}]}", "content", "type", "text",
@@ -455,6 +532,8 @@ int main(void)
         cmocka_unit_test(test_exit_mid_call_restarts),
         cmocka_unit_test(test_results),
         cmocka_unit_test(test_result_cut),
+        cmocka_unit_test(test_output_schema),
+        cmocka_unit_test(test_result_check),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_progress),

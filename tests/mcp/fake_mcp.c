@@ -6,14 +6,21 @@
  *
  * MODE picks tools/list's paging: "pages" (three pages, cursors that
  * advance), "stuck" (the same cursor again and again), "cycle" (a cursor
- * that comes back), anything else one page. It always writes a line that
- * is not JSON to stdout first, and a line to stderr. Its tools:
+ * that comes back), "results" (one page of the tools that check results
+ * against their outputSchema, below), anything else one page. It always
+ * writes a line that is not JSON to stdout first, and a line to stderr.
+ * Its tools:
  *   echo        the arguments back as text
  *   hang        never answers
  *   die         exits at once, mid-call
  *   fail        a result with isError
  *   structured  structuredContent and no content
  *   image       an image and a resource link
+ *   resource    an embedded text resource
+ * and, listed in "results" mode with an outputSchema ({answer: integer}):
+ *   typed       structuredContent that fits it
+ *   mistyped    structuredContent that does not
+ *   untyped     text only, no structuredContent
  * When FAKE_MCP_LOG names a file, it appends "start" when it starts and
  * "cancelled <id>" for each notifications/cancelled, so a test can check
  * what loom sent.
@@ -66,6 +73,18 @@ static json_t *tool(const char *name)
                      "object", "properties", "x", "type", "string");
 }
 
+/* A tool whose outputSchema asks for {answer: integer}. */
+static json_t *typed_tool(const char *name)
+{
+    json_t *t = tool(name);
+
+    json_object_set_new(t, "outputSchema",
+                        json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object",
+                                  "properties", "answer", "type", "integer",
+                                  "required", "answer"));
+    return t;
+}
+
 static json_t *list_page(const char *cursor)
 {
     const char *next = NULL;
@@ -83,6 +102,11 @@ static json_t *list_page(const char *cursor)
     } else if (strcmp(mode, "cycle") == 0) {
         json_array_append_new(tools, tool(cursor ? cursor : "start"));
         next = !cursor || strcmp(cursor, "y") == 0 ? "x" : "y";
+    } else if (strcmp(mode, "results") == 0) {
+        const char *names[] = {"typed", "mistyped", "untyped"};
+        for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
+            json_array_append_new(tools, typed_tool(names[i]));
+        json_array_append_new(tools, tool("resource"));
     } else {
         const char *names[] = {"echo",
                                "hang",
@@ -130,9 +154,19 @@ static void call(const json_t *id, const json_t *params)
         answer(id, text_result(token ? "done" : "no token", 0));
     } else if (strcmp(name, "fail") == 0) {
         answer(id, text_result("the disk is full", 1));
-    } else if (strcmp(name, "structured") == 0) {
+    } else if (strcmp(name, "structured") == 0 || strcmp(name, "typed") == 0) {
         answer(id, json_pack("{s:[],s:{s:i}}", "content", "structuredContent",
                              "answer", 42));
+    } else if (strcmp(name, "mistyped") == 0) {
+        answer(id, json_pack("{s:[{s:s,s:s}],s:{s:s}}", "content", "type",
+                             "text", "text", "forty-two", "structuredContent",
+                             "answer", "forty-two"));
+    } else if (strcmp(name, "untyped") == 0) {
+        answer(id, text_result("42", 0));
+    } else if (strcmp(name, "resource") == 0) {
+        answer(id, json_pack("{s:[{s:s,s:{s:s,s:s,s:s}}]}", "content", "type",
+                             "resource", "resource", "uri", "file:///tmp/b.txt",
+                             "mimeType", "text/plain", "text", "hello"));
     } else if (strcmp(name, "image") == 0) {
         answer(id, json_pack("{s:[{s:s,s:s,s:s},{s:s,s:s,s:s}]}", "content",
                              "type", "image", "mimeType", "image/png", "data",

@@ -5,9 +5,10 @@
  * Each registered tool's payload holds a reference to its server, so the
  * server lives as long as the registry (and any call still running on
  * it). The schema goes to the model as the server wrote it. A call's
- * failure (timeout, dead server, JSON-RPC error) and a result with
- * isError both fail the tool call with the server's words, which the run
- * shows the model as a failed execution.
+ * failure (timeout, dead server, JSON-RPC error), a result with isError
+ * and one that breaks the tool's outputSchema all fail the tool call with
+ * the server's (or the check's) words, which the run shows the model as a
+ * failed execution.
  */
 #include "core/error.h"
 #include "loom/log.h"
@@ -167,11 +168,44 @@ int loom_mcp_result_text(const json_t *result, loom_buf *out)
     return json_is_true(json_object_get(result, "isError")) ? 1 : 0;
 }
 
+int loom_mcp_result_check(const json_t *output_schema, const json_t *result,
+                          char **msg)
+{
+    const json_t *structured = json_object_get(result, "structuredContent");
+    char *why = NULL;
+    int rc;
+
+    *msg = NULL;
+    if (!json_is_object(output_schema) ||
+        json_is_true(json_object_get(result, "isError")))
+        return 0;
+    if (!structured) {
+        if (!(*msg = strdup("the tool declares an outputSchema but its "
+                            "result has no structuredContent")))
+            return loom__error_oom();
+        return LOOM_EINVALID;
+    }
+    rc = loom_schema_validate(output_schema, structured, &why);
+    if (rc == 0 || rc == LOOM_ENOMEM) {
+        free(why);
+        return rc;
+    }
+    rc = asprintf(msg, "the result does not match the tool's outputSchema: %s",
+                  why ? why : "it is invalid");
+    free(why);
+    if (rc < 0) {
+        *msg = NULL;
+        return loom__error_oom();
+    }
+    return LOOM_EINVALID;
+}
+
 /* ---- tools ------------------------------------------------------------- */
 
 typedef struct {
     loom_mcp_server *server; /* a reference */
     char *tool;              /* the server's name for it */
+    json_t *output_schema;   /* its outputSchema (a copy), or NULL */
 } mcp_tool;
 
 static void mcp_tool_free(void *payload)
@@ -182,6 +216,7 @@ static void mcp_tool_free(void *payload)
         return;
     loom_mcp_server_free(t->server);
     free(t->tool);
+    json_decref(t->output_schema);
     free(t);
 }
 
@@ -213,6 +248,7 @@ static int mcp_tool_execute(const json_t *args, const loom_tool_ctx *ctx,
     mcp_tool *t = payload;
     json_t *result = NULL;
     loom_mcp_call_options o = {0};
+    char *bad = NULL;
     int rc;
 
     o.timeout_ms =
@@ -224,6 +260,16 @@ static int mcp_tool_execute(const json_t *args, const loom_tool_ctx *ctx,
     if (rc != 0) {
         loom_buf_clear(out);
         loom_buf_puts(out, loom_error_last());
+        return rc;
+    }
+    if ((rc = loom_mcp_result_check(t->output_schema, result, &bad)) != 0) {
+        json_decref(result);
+        loom_buf_clear(out);
+        if (rc == LOOM_ENOMEM)
+            return rc;
+        loom_buf_puts(out, bad);
+        rc = loom__error_set(LOOM_ERROR, "%s", bad);
+        free(bad);
         return rc;
     }
     rc = loom_mcp_result_text(result, out);
@@ -243,13 +289,18 @@ static int add_tool(loom_tool_registry *reg, loom_mcp_server *s,
     const char *tname = json_string_value(json_object_get(def, "name"));
     const char *desc = json_string_value(json_object_get(def, "description"));
     const json_t *schema = json_object_get(def, "inputSchema");
+    const json_t *output = json_object_get(def, "outputSchema");
     loom_tool tool = LOOM_TOOL_INIT;
     mcp_tool *t = calloc(1, sizeof(*t));
     char name[65], fallback[200];
     json_t *own_schema = NULL;
     int rc;
 
-    if (!t || !(t->tool = strdup(tname))) {
+    if (!t || !(t->tool = strdup(tname)) ||
+        (json_is_object(output) &&
+         !(t->output_schema = json_deep_copy(output)))) {
+        if (t)
+            free(t->tool);
         free(t);
         return loom__error_oom();
     }
@@ -276,6 +327,7 @@ static int add_tool(loom_tool_registry *reg, loom_mcp_server *s,
     if (rc != 0) {
         loom_mcp_server_free(s);
         free(t->tool);
+        json_decref(t->output_schema);
         free(t);
         if (rc == LOOM_ENOMEM)
             return rc;
