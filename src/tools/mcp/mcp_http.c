@@ -13,8 +13,9 @@
  * deletes the session (DELETE, best effort).
  *
  * Each POST is its own libcurl easy handle, so parallel calls do not
- * wait for each other; a progress callback aborts one at its deadline or
- * when its cancel flag is set. Header values (tokens) are never logged.
+ * wait for each other; a check every TICK_MS aborts one at its deadline
+ * or when its cancel flag is set. Header values (tokens) are never
+ * logged.
  */
 #include "core/clock.h"
 #include "core/error.h"
@@ -36,6 +37,8 @@
 #define ERROR_SHOWN 300
 #define CONNECT_MS 10000L
 #define DELETE_MS 2000L
+/* How often a POST in flight checks its cancel flag and deadline. */
+#define TICK_MS 20
 
 typedef struct {
     loom_mcp_server *s;
@@ -204,6 +207,50 @@ static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut,
     }
     st->aborted = 1;
     return 1;
+}
+
+/*
+ * Runs e as curl_easy_perform does, but in a multi handle polled every
+ * TICK_MS, checking what on_progress checks at each tick: curl calls
+ * that only about once a second on a quiet stream, and a cancelled call
+ * must stop (and tell the server) before its run gives up on it.
+ */
+static CURLcode perform(CURL *e, post_state *st)
+{
+    CURLM *m = curl_multi_init();
+    CURLcode res = CURLE_OK;
+    CURLMsg *msg;
+    int running = 1, left;
+
+    if (!m || curl_multi_add_handle(m, e) != CURLM_OK) {
+        if (m)
+            curl_multi_cleanup(m);
+        return curl_easy_perform(e);
+    }
+    for (;;) {
+        if (curl_multi_perform(m, &running) != CURLM_OK) {
+            res = CURLE_RECV_ERROR;
+            break;
+        }
+        while ((msg = curl_multi_info_read(m, &left)) != NULL)
+            if (msg->msg == CURLMSG_DONE) {
+                res = msg->data.result;
+                running = 0;
+            }
+        if (!running)
+            break;
+        if (on_progress(st, 0, 0, 0, 0)) {
+            res = CURLE_ABORTED_BY_CALLBACK;
+            break;
+        }
+        if (curl_multi_poll(m, NULL, 0, TICK_MS, NULL) != CURLM_OK) {
+            res = CURLE_RECV_ERROR;
+            break;
+        }
+    }
+    curl_multi_remove_handle(m, e);
+    curl_multi_cleanup(m);
+    return res;
 }
 
 /* Appends "key: value" of each string of o to h (NULL on OOM). Values
@@ -390,7 +437,7 @@ static int exchange(http_conn *c, post_state *st, const json_t *msg,
     }
     if (text)
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, text);
-    cc = curl_easy_perform(e);
+    cc = perform(e, st);
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
     if (st->aborted && st->rc)
         rc = loom__error_set(st->rc, "MCP server '%s': %s", name,
