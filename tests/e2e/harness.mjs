@@ -145,7 +145,7 @@ function tempRoot() {
  * the server section. The database path is written as a JSON string,
  * which YAML reads as a double-quoted scalar, so any folder name works
  * (JSON is YAML: the models and agents are written so too). */
-function configYaml(stack, server, agents, models, auth) {
+function configYaml(stack, server, agents, models, auth, mcp) {
     const lines = ['log:', '  level: warn', 'providers:'];
     for (const [name, f] of Object.entries(stack.fakes)) {
         const retries = f.retries ?? 0;
@@ -167,6 +167,8 @@ function configYaml(stack, server, agents, models, auth) {
         lines.push(`models: ${JSON.stringify(models)}`);
     if (agents)
         lines.push(`agents: ${JSON.stringify(agents)}`);
+    if (mcp)
+        lines.push(`mcp_servers: ${JSON.stringify(mcp)}`);
     lines.push('server:',
                '  listen: 127.0.0.1:0',
                `  db: ${JSON.stringify(stack.db)}`);
@@ -185,15 +187,16 @@ export class Stack {
      * keys of the config's server: section. agents: the config's agents:
      * section as an object ({name: {model, tools, ...}}). models: the
      * config's models: section ({'provider/model': {capabilities, ...}}).
-     * auth: the config's auth: section ({mode: 'keys', ...}).
+     * auth: the config's auth: section ({mode: 'keys', ...}). mcp: the
+     * config's mcp_servers: section ({name: {command, args, ...}}).
      */
-    static async start({ fakes, server, agents, models, auth } = {}) {
+    static async start({ fakes, server, agents, models, auth, mcp } = {}) {
         const s = new Stack();
         try {
             for (const [name, spec] of Object.entries(fakes ?? {}))
                 await s.startFake(name, spec.script ? spec : { script: spec });
             fs.writeFileSync(s.configPath,
-                             configYaml(s, server, agents, models, auth));
+                             configYaml(s, server, agents, models, auth, mcp));
             await s.startLoom();
         } catch (err) {
             await s.close().catch(() => {});
