@@ -511,7 +511,8 @@ typedef struct {
 
 typedef struct {
     char *name;      /* the key: [a-zA-Z0-9_-]{1,64} */
-    char *transport; /* "stdio" or "http", from command/url if unset */
+    char *transport; /* "stdio", "http" or "sse" (the legacy HTTP+SSE
+                        transport); from command/url if unset */
     char *command;   /* stdio: the program (searched in PATH) */
     char **args;     /* stdio: its arguments */
     size_t args_len;

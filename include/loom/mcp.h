@@ -2,14 +2,15 @@
  * loom/mcp.h: the MCP (Model Context Protocol) client.
  *
  * A server object stands for one server of the config's `mcp_servers`
- * (loom/config.h): a program started with stdio or a Streamable HTTP
- * endpoint. It connects on first use (the handshake of the 2025-11-25
- * protocol, older versions accepted), is shared by every thread that uses
- * it, and reconnects on the next use after the server died (a stdio
- * program that exited, an HTTP session that expired), with a backoff that
- * grows while it keeps failing. Calls in flight when it dies fail at once.
- * A call past its timeout, or whose cancel flag is set, sends
- * notifications/cancelled and fails; nothing waits on a dead server.
+ * (loom/config.h): a program started with stdio, a Streamable HTTP
+ * endpoint, or an HTTP+SSE one (the legacy transport, `transport: sse`). It
+ * connects on first use (the handshake of the 2025-11-25 protocol, older
+ * versions accepted), is shared by every thread that uses it, and reconnects on
+ * the next use after the server died (a stdio program that exited, an HTTP
+ * session that expired), with a backoff that grows while it keeps failing.
+ * Calls in flight when it dies fail at once. A call past its timeout, or whose
+ * cancel flag is set, sends notifications/cancelled and fails; nothing waits on
+ * a dead server.
  *
  * loom_tools_add_mcp() offers each server's tools in a tool registry as
  * `<server>__<tool>` (docs/mcp.md says how names are made).

@@ -2554,7 +2554,7 @@ static int read_mcp_env(walk_ctx *w, const field *f, const yaml_node_t *n,
                     "an environment variable name", 0);
 }
 
-static const char *const mcp_transports[] = {"stdio", "http", NULL};
+static const char *const mcp_transports[] = {"stdio", "http", "sse", NULL};
 static const char *const mcp_versions[] = {
     "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", NULL};
 
@@ -2574,6 +2574,9 @@ static int mcp_server_check(walk_ctx *w)
                        "needs command (a program speaking MCP on stdio) or "
                        "url (a Streamable HTTP endpoint)");
     want = m->command ? "stdio" : "http";
+    /* sse: the legacy HTTP+SSE transport (2024-11-05), also a URL. */
+    if (m->url && m->transport && strcmp(m->transport, "sse") == 0)
+        want = "sse";
     if (m->transport && strcmp(m->transport, want) != 0)
         return fail_at(w->ld, LOOM_EINVALID, line_of(given(w, "transport")),
                        w->key, "transport %s needs %s", m->transport,
@@ -2670,7 +2673,7 @@ static const field mcp_server_fields[] = {
     {K_STR("cwd", S, cwd, "a directory"), .flags = F_NONEMPTY},
     {K_STR("url", S, url, "a URL"), URL_RULE},
     {K_FN("headers", read_headers), AT(S, headers)},
-    {K_STR("transport", S, transport, "stdio or http"), .flags = F_LOWER,
+    {K_STR("transport", S, transport, "stdio, http or sse"), .flags = F_LOWER,
      .choices = mcp_transports},
     {K_FN("tools", read_mcp_tools)},
     {K_LONG("timeout_ms", S, timeout_ms, 100, 86400000L)},

@@ -180,9 +180,13 @@ int loom_mcp_server_new(loom_mcp_server **out,
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->start_mu, NULL);
     s->next_id = 1;
-    s->tr = cfg->command ? &loom__mcp_stdio : &loom__mcp_http;
+    s->tr = cfg->command ? &loom__mcp_stdio
+            : cfg->transport && strcmp(cfg->transport, "sse") == 0
+                ? &loom__mcp_sse
+                : &loom__mcp_http;
     if ((rc = config_copy(&s->cfg, cfg)) != 0 ||
-        (cfg->url && (rc = loom__mcp_oauth_new(&s->oauth, s)) != 0)) {
+        (s->tr == &loom__mcp_http &&
+         (rc = loom__mcp_oauth_new(&s->oauth, s)) != 0)) {
         loom_mcp_server_free(s);
         return rc;
     }
@@ -836,10 +840,11 @@ static int discover(loom_mcp_server *s, int64_t deadline, int *old)
 static int open_era(loom_mcp_server *s, int64_t deadline)
 {
     const char *want = s->cfg.protocol_version;
-    int probe = !want, old = 0, rc;
+    /* The legacy HTTP+SSE transport is of the 2024-11-05 era: no probe. */
+    int probe = !want && s->tr != &loom__mcp_sse, old = 0, rc;
     int64_t probe_end = loom__mono_ms() + PROBE_MS;
 
-    if (probe || strcmp(want, LOOM_MCP_PROTOCOL_STATELESS) == 0) {
+    if (probe || (want && strcmp(want, LOOM_MCP_PROTOCOL_STATELESS) == 0)) {
         pthread_mutex_lock(&s->mu);
         s->stateless = 1;
         snprintf(s->protocol, sizeof(s->protocol), "%s",

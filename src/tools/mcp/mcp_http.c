@@ -253,9 +253,7 @@ static CURLcode perform(CURL *e, post_state *st)
     return res;
 }
 
-/* Appends "key: value" of each string of o to h (NULL on OOM). Values
- * that would break the header (CR, LF) or do not fit are left out. */
-static struct curl_slist *add_headers(struct curl_slist *h, const json_t *o)
+struct curl_slist *loom__mcp_curl_headers(struct curl_slist *h, const json_t *o)
 {
     struct curl_slist *t;
     char line[1024];
@@ -349,12 +347,12 @@ static struct curl_slist *headers_for(http_conn *c, const char *method,
             curl_slist_free_all(h);
             return NULL;
         }
-        h = add_headers(h, extra);
+        h = loom__mcp_curl_headers(h, extra);
         json_decref(extra);
         if (!h)
             return NULL;
     }
-    return add_headers(h, cfg->headers);
+    return loom__mcp_curl_headers(h, cfg->headers);
 }
 
 static CURL *easy_for(http_conn *c, post_state *st, struct curl_slist *h,

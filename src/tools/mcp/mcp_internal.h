@@ -49,6 +49,17 @@ typedef struct {
 
 extern const mcp_transport loom__mcp_stdio;
 extern const mcp_transport loom__mcp_http;
+/* The legacy HTTP+SSE transport (2024-11-05), mcp_sse_legacy.c. */
+extern const mcp_transport loom__mcp_sse;
+
+struct curl_slist;
+/*
+ * Appends "key: value" for each string of o to h (a curl header list);
+ * NULL on OOM (h is then freed). Values that would break the header (CR,
+ * LF) or do not fit are left out. Defined in mcp_http.c.
+ */
+struct curl_slist *loom__mcp_curl_headers(struct curl_slist *h,
+                                          const json_t *o);
 
 /* Takes one more reference to s (loom_mcp_server_free drops it). */
 void loom__mcp_ref(loom_mcp_server *s);

@@ -1,0 +1,402 @@
+/*
+ * The MCP client's HTTP transports against tests/mcp/fake_mcp_http.c: a
+ * session that expires (404) is started again without help, a call that
+ * never answers is cancelled at its timeout (notifications/cancelled,
+ * its stream closed) and the run goes on, a cancelled run cancels its
+ * call, and the legacy HTTP+SSE transport (2024-11-05) lists and calls
+ * tools and is told of cancellations the same way.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "loom/mcp.h"
+#include "loom/run.h"
+#include "mock_provider.h"
+#include "testutil.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A running fake: its process, the pipe that stops it, its port. */
+typedef struct {
+    pid_t pid;
+    int in; /* closing it ends the fake */
+    int port;
+    char log[256];
+    char url[128];
+} fake_http;
+
+/* Starts the fake with args (NULL-ended; "--legacy", ...). */
+static void fake_start(fake_http *f, const char *const *args)
+{
+    int in[2], out[2];
+    char line[32] = {0};
+    const char *argv[8] = {LOOM_FAKE_MCP_HTTP_BIN};
+    size_t n = 1, got = 0;
+    static int started;
+
+    memset(f, 0, sizeof(*f));
+    snprintf(f->log, sizeof(f->log), "%s/fake_mcp_http_%d_%d.log",
+             test_tmp_dir(), (int)getpid(), ++started);
+    unlink(f->log);
+    for (size_t i = 0; args && args[i] && n < 7; i++)
+        argv[n++] = args[i];
+    assert_int_equal(pipe(in), 0);
+    assert_int_equal(pipe(out), 0);
+    f->pid = fork();
+    assert_true(f->pid >= 0);
+    if (f->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        setenv("FAKE_MCP_LOG", f->log, 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    f->in = in[1];
+    while (got < sizeof(line) - 1 && read(out[0], line + got, 1) == 1 &&
+           line[got] != '\n')
+        got++;
+    close(out[0]);
+    f->port = atoi(line);
+    assert_true(f->port > 0);
+    snprintf(f->url, sizeof(f->url), "http://127.0.0.1:%d/%s", f->port,
+             args && args[0] && strcmp(args[0], "--legacy") == 0 ? "sse"
+                                                                 : "mcp");
+}
+
+static void fake_stop(fake_http *f)
+{
+    int status;
+
+    close(f->in);
+    waitpid(f->pid, &status, 0);
+    unlink(f->log);
+}
+
+/* How many lines of the fake's log start with prefix. */
+static int log_count(const fake_http *f, const char *prefix)
+{
+    FILE *fp = fopen(f->log, "r");
+    char line[256];
+    int n = 0;
+
+    if (!fp)
+        return 0;
+    while (fgets(line, sizeof(line), fp))
+        n += strncmp(line, prefix, strlen(prefix)) == 0;
+    fclose(fp);
+    return n;
+}
+
+/* Waits (10 s at most) until the log has n lines starting with prefix:
+ * the fake notes some things (a closed stream) only when it sees them. */
+static int wait_log(const fake_http *f, const char *prefix, int n)
+{
+    struct timespec tick = {0, 20 * 1000000L};
+
+    for (int i = 0; i < 500; i++) {
+        if (log_count(f, prefix) >= n)
+            return 1;
+        nanosleep(&tick, NULL);
+    }
+    return 0;
+}
+
+static loom_mcp_server_config http_config(const fake_http *f)
+{
+    loom_mcp_server_config c = {0};
+
+    c.name = "web";
+    c.url = (char *)f->url;
+    c.timeout_ms = 10000;
+    c.startup_timeout_ms = 10000;
+    return c;
+}
+
+/* Starts the fake with args and gives a server for it: the legacy
+ * transport when args start with --legacy. */
+static loom_mcp_server *fake_server(fake_http *f, const char *const *args)
+{
+    loom_mcp_server_config c;
+    loom_mcp_server *s = NULL;
+
+    fake_start(f, args);
+    c = http_config(f);
+    if (args && args[0] && strcmp(args[0], "--legacy") == 0)
+        c.transport = "sse";
+    assert_int_equal(loom_mcp_server_new(&s, &c), 0);
+    return s;
+}
+
+static const char *const legacy[] = {"--legacy", NULL};
+
+static char *call_text(loom_mcp_server *s, const char *tool, long timeout_ms,
+                       int *rc)
+{
+    json_t *res = NULL, *args = json_pack("{s:s}", "x", "hi");
+    loom_buf out = LOOM_BUF_INIT(1 << 16);
+
+    *rc = loom_mcp_server_call(s, tool, args, timeout_ms, NULL, &res);
+    json_decref(args);
+    if (*rc == 0)
+        loom_mcp_result_text(res, &out);
+    json_decref(res);
+    return loom_buf_detach(&out);
+}
+
+/* A session that expires is started again and the call succeeds. */
+static void test_session_expiry(void **state)
+{
+    static const char *const args[] = {"--expire-after", "1", NULL};
+    fake_http f;
+    loom_mcp_server *s = fake_server(&f, args);
+    char *text;
+    int rc;
+
+    (void)state;
+    text = call_text(s, "echo", 0, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(text, "{\"x\":\"hi\"}");
+    free(text);
+    assert_int_equal(log_count(&f, "expired"), 1);
+    /* The session is gone: a 404, a new initialize, the same call again. */
+    text = call_text(s, "echo", 0, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(text, "{\"x\":\"hi\"}");
+    free(text);
+    assert_int_equal(log_count(&f, "initialize"), 2);
+    loom_mcp_server_free(s);
+    fake_stop(&f);
+}
+
+/* A call that never answers: cancelled at its timeout, its stream
+ * closed, and the server stays in use. */
+static void test_timeout(void **state)
+{
+    fake_http f;
+    loom_mcp_server *s = fake_server(&f, NULL);
+    char *text;
+    int rc;
+
+    (void)state;
+    text = call_text(s, "hang", 300, &rc);
+    free(text);
+    assert_int_equal(rc, LOOM_ETIMEDOUT);
+    assert_int_equal(log_count(&f, "cancelled"), 1);
+    assert_true(wait_log(&f, "closed", 1));
+    text = call_text(s, "echo", 0, &rc);
+    assert_int_equal(rc, 0);
+    free(text);
+    assert_int_equal(log_count(&f, "initialize"), 1);
+    loom_mcp_server_free(s);
+    assert_true(wait_log(&f, "deleted", 1));
+    fake_stop(&f);
+}
+
+/* ---- through a run ------------------------------------------------------ */
+
+/* A registry with the fake's tools (as `web__<tool>`), each call given
+ * timeout_ms. */
+static loom_tool_registry *fake_registry(const fake_http *f, long timeout_ms)
+{
+    loom_mcp_server_config servers[1] = {http_config(f)};
+    loom_config *cfg = NULL;
+    loom_tool_registry *reg = NULL;
+
+    servers[0].timeout_ms = timeout_ms;
+    assert_int_equal(loom_config_load_string(&cfg, "{}", "t"), 0);
+    cfg->mcp_servers = servers;
+    cfg->mcp_servers_len = 1;
+    assert_int_equal(loom_tool_registry_new(&reg), 0);
+    assert_int_equal(loom_tools_add_mcp(reg, cfg), 0);
+    cfg->mcp_servers = NULL;
+    cfg->mcp_servers_len = 0;
+    loom_config_free(cfg);
+    assert_non_null(loom_tool_registry_get(reg, "web__hang"));
+    return reg;
+}
+
+/* A run whose model calls web__hang, then answers "done". */
+typedef struct {
+    fake_http f;
+    loom_tool_registry *reg;
+    mock_provider m;
+    loom_messages hist;
+    loom_run *run;
+} hang_run;
+
+static void hang_run_new(hang_run *r, long timeout_ms)
+{
+    static const mock_answer a[] = {
+        {.calls = {{"c1", "web__hang", "{}"}}, .ncalls = 1}, {.text = "done"}};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+
+    memset(r, 0, sizeof(*r));
+    fake_start(&r->f, NULL);
+    r->reg = fake_registry(&r->f, timeout_ms);
+    mock_init(&r->m, a, 2, 0);
+    ro.provider = &r->m.base;
+    ro.upstream_model = "m";
+    ro.tools = r->reg;
+    assert_int_equal(loom_messages_add(&r->hist, LOOM_ROLE_USER, "go"), 0);
+    assert_int_equal(loom_run_new(&r->run, &ro, &r->hist), 0);
+}
+
+static void hang_run_free(hang_run *r)
+{
+    loom_run_free(r->run);
+    loom_messages_free(&r->hist);
+    mock_clear(&r->m);
+    loom_tool_registry_free(r->reg);
+    fake_stop(&r->f);
+}
+
+/* The run's call times out; the model reads the error and answers. */
+static void test_run_goes_on(void **state)
+{
+    hang_run r;
+
+    (void)state;
+    hang_run_new(&r, 300);
+    assert_int_equal(loom_run_execute(r.run), 0);
+    assert_string_equal(loom_run_text(r.run), "done");
+    assert_non_null(strstr(r.m.seen[1].first_tool, "no answer"));
+    assert_int_equal(log_count(&r.f, "cancelled"), 1);
+    hang_run_free(&r);
+}
+
+/* Cancels the run once the fake has the call. */
+static void *cancel_main(void *arg)
+{
+    hang_run *r = arg;
+
+    if (wait_log(&r->f, "call", 1))
+        loom_run_cancel(r->run);
+    return NULL;
+}
+
+/* A run cancelled during a call tells the server. */
+static void test_run_cancelled(void **state)
+{
+    hang_run r;
+    pthread_t th;
+    int rc;
+
+    (void)state;
+    hang_run_new(&r, 60000);
+    assert_int_equal(pthread_create(&th, NULL, cancel_main, &r), 0);
+    rc = loom_run_execute(r.run);
+    pthread_join(th, NULL);
+    assert_int_equal(rc, LOOM_ECANCELED);
+    assert_true(wait_log(&r.f, "cancelled", 1));
+    assert_true(wait_log(&r.f, "closed", 1));
+    hang_run_free(&r);
+}
+
+/* ---- the legacy HTTP+SSE transport ------------------------------------- */
+
+static void test_legacy_sse(void **state)
+{
+    fake_http f;
+    loom_mcp_server *s = fake_server(&f, legacy);
+    json_t *tools = NULL, *st;
+    char *text;
+    int rc;
+
+    (void)state;
+    assert_int_equal(loom_mcp_server_tools(s, &tools), 0);
+    assert_int_equal(json_array_size(tools), 3);
+    json_decref(tools);
+    st = loom_mcp_server_status(s);
+    assert_string_equal(json_string_value(json_object_get(st, "transport")),
+                        "sse");
+    assert_string_equal(
+        json_string_value(json_object_get(st, "protocol_version")),
+        "2024-11-05");
+    json_decref(st);
+    text = call_text(s, "echo", 0, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(text, "{\"x\":\"hi\"}");
+    free(text);
+    /* No answer in time: the server is told, and stays in use. */
+    text = call_text(s, "hang", 300, &rc);
+    free(text);
+    assert_int_equal(rc, LOOM_ETIMEDOUT);
+    assert_int_equal(log_count(&f, "cancelled"), 1);
+    text = call_text(s, "echo", 0, &rc);
+    assert_int_equal(rc, 0);
+    free(text);
+    assert_int_equal(log_count(&f, "initialize"), 1);
+    loom_mcp_server_free(s);
+    fake_stop(&f);
+}
+
+/* The stream ends (the server went away): calls fail at once, and a
+ * server back at the same place is used again. */
+static void test_legacy_stream_lost(void **state)
+{
+    fake_http f;
+    loom_mcp_server *s = fake_server(&f, legacy);
+    char *text;
+    int rc;
+
+    (void)state;
+    text = call_text(s, "echo", 0, &rc);
+    assert_int_equal(rc, 0);
+    free(text);
+    fake_stop(&f);
+    text = call_text(s, "echo", 0, &rc);
+    free(text);
+    assert_int_equal(rc, LOOM_EUPSTREAM);
+    loom_mcp_server_free(s);
+}
+
+static void test_config(void **state)
+{
+    loom_config *cfg = NULL;
+
+    (void)state;
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  old: {url: 'http://h/sse', "
+                                             "transport: sse}\n",
+                                             "t.yaml"),
+                     0);
+    assert_string_equal(cfg->mcp_servers[0].transport, "sse");
+    loom_config_free(cfg);
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  old: {command: x, "
+                                             "transport: sse}\n",
+                                             "t.yaml"),
+                     LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "transport sse needs url"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_session_expiry),
+        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_run_goes_on),
+        cmocka_unit_test(test_run_cancelled),
+        cmocka_unit_test(test_legacy_sse),
+        cmocka_unit_test(test_legacy_stream_lost),
+        cmocka_unit_test(test_config),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
