@@ -2,7 +2,8 @@
  * The MCP client's HTTP transports against tests/mcp/fake_mcp_http.c: a
  * session that expires (404) is started again without help, a call that
  * never answers is cancelled at its timeout (notifications/cancelled,
- * its stream closed) and the run goes on, a cancelled run cancels its
+ * its stream closed; in the 2026-07-28 era only the stream closed) and
+ * the run goes on, a cancelled run cancels its
  * call, and the legacy HTTP+SSE transport (2024-11-05) lists and calls
  * tools and is told of cancellations the same way.
  */
@@ -206,6 +207,36 @@ static void test_timeout(void **state)
     fake_stop(&f);
 }
 
+/* In the 2026-07-28 era a call past its timeout closes its stream, which
+ * is how the server is told (no notifications/cancelled). */
+static void test_stateless_timeout(void **state)
+{
+    static const char *const args[] = {"--stateless", NULL};
+    fake_http f;
+    loom_mcp_server *s = fake_server(&f, args);
+    json_t *st;
+    char *text;
+    int rc;
+
+    (void)state;
+    text = call_text(s, "hang", 300, &rc);
+    free(text);
+    assert_int_equal(rc, LOOM_ETIMEDOUT);
+    st = loom_mcp_server_status(s);
+    assert_string_equal(
+        json_string_value(json_object_get(st, "protocol_version")),
+        LOOM_MCP_PROTOCOL_STATELESS);
+    json_decref(st);
+    assert_true(wait_log(&f, "closed", 1));
+    assert_int_equal(log_count(&f, "cancelled"), 0);
+    assert_int_equal(log_count(&f, "initialize"), 0);
+    text = call_text(s, "echo", 0, &rc);
+    assert_int_equal(rc, 0);
+    free(text);
+    loom_mcp_server_free(s);
+    fake_stop(&f);
+}
+
 /* ---- through a run ------------------------------------------------------ */
 
 /* A registry with the fake's tools (as `web__<tool>`), each call given
@@ -391,6 +422,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_session_expiry),
         cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_stateless_timeout),
         cmocka_unit_test(test_run_goes_on),
         cmocka_unit_test(test_run_cancelled),
         cmocka_unit_test(test_legacy_sse),

@@ -3,11 +3,14 @@
  * tests: the Streamable HTTP transport of 2025-11-25 (sessions), or with
  * --legacy the HTTP+SSE transport of 2024-11-05.
  *
- *   loom-fake-mcp-http [--legacy] [--expire-after N] [--max-seconds S]
+ *   loom-fake-mcp-http [--legacy | --stateless] [--expire-after N]
+ *                      [--max-seconds S]
  *
  * It listens on 127.0.0.1 at a port the system picks, prints the port on
  * a line of stdout, and exits by itself after S seconds (default 60).
- * server/discover gets "method not found" (an old server). Its tools:
+ * server/discover gets "method not found" (an old server), except with
+ * --stateless, which speaks 2026-07-28 (no handshake, no session). Its
+ * tools:
  *   echo    the arguments back as text
  *   hang    never answers (an event stream that stays open)
  *   change  adds the tool "added" and says so with
@@ -46,6 +49,7 @@
 #define QUEUE_MAX 256
 
 static int legacy;
+static int stateless;
 static long expire_after = -1;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -172,6 +176,11 @@ static json_t *handle(const json_t *msg, int *hang)
     }
     if (strcmp(method, "ping") == 0)
         return result_for(id, json_object());
+    if (stateless && strcmp(method, "server/discover") == 0)
+        return result_for(id, json_pack("{s:[s],s:{s:{}},s:{s:s,s:s}}",
+                                        "supportedVersions", "2026-07-28",
+                                        "capabilities", "tools", "serverInfo",
+                                        "name", "fake-http", "version", "1"));
     return json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id,
                      "error", "code", -32601, "message", "Method not found");
 }
@@ -346,7 +355,7 @@ static enum MHD_Result on_post(struct MHD_Connection *con, json_t *msg)
         snprintf(session, sizeof(session), "s%u", ++sessions);
         calls = 0;
         pthread_mutex_unlock(&mu);
-    } else if (method && strcmp(method, "server/discover") != 0 &&
+    } else if (!stateless && method && strcmp(method, "server/discover") != 0 &&
                !session_ok(con)) {
         json_decref(msg);
         return send_text(con, MHD_HTTP_NOT_FOUND, "text/plain",
@@ -480,6 +489,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--legacy") == 0)
             legacy = 1;
+        else if (strcmp(argv[i], "--stateless") == 0)
+            stateless = 1;
         else if (strcmp(argv[i], "--expire-after") == 0 && i + 1 < argc)
             expire_after = atol(argv[++i]);
         else if (strcmp(argv[i], "--max-seconds") == 0 && i + 1 < argc)
