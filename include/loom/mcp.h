@@ -166,9 +166,12 @@ int loom_mcp_server_request(loom_mcp_server *s, const char *method,
                             loom_cancel *cancel, json_t **out);
 
 /*
- * What the server is now, as a new object: name, transport, state
- * ("idle" before first use, "ready", "down", "failed"), and when known
- * protocol_version, server (its serverInfo) and error (the last one).
+ * What the server is now, as a new object: name, transport ("stdio",
+ * "http", "sse"), state ("idle" before first use, "starting" during the
+ * first start, "ready", "down" after it died, "failed" when the last start
+ * failed, "restarting" during a later start), and when known
+ * protocol_version, tools (how many its last listing offered), server
+ * (its serverInfo) and error (the last one).
  */
 json_t *loom_mcp_server_status(loom_mcp_server *s);
 
@@ -209,14 +212,32 @@ void loom_mcp_tool_name(char out[65], const char *server, const char *tool);
 int loom_tools_add_mcp(loom_tool_registry *reg, const loom_config *cfg);
 
 /*
+ * A set of servers, to report on them (the servers of a config, failed
+ * ones included: loom_mcp_setup.servers). It holds a reference on each.
+ * Fill it before sharing it; loom_mcp_set_status() is then safe from any
+ * thread.
+ */
+typedef struct loom_mcp_set loom_mcp_set;
+int loom_mcp_set_new(loom_mcp_set **out);
+/* Drops the set's references and frees it. NULL is a no-op. */
+void loom_mcp_set_free(loom_mcp_set *set);
+/* Adds s (the set takes a reference). LOOM_ENOMEM. */
+int loom_mcp_set_add(loom_mcp_set *set, loom_mcp_server *s);
+/* A new array of each server's loom_mcp_server_status(), in the order
+ * added (set NULL: empty); NULL on OOM. */
+json_t *loom_mcp_set_status(loom_mcp_set *set);
+
+/*
  * What the servers that loom_tools_add_mcp_with() makes are given before
  * they start: where their OAuth credentials live and who runs the
  * authorization-code step (each NULL: none). Both are copied into every
  * server; what they point to (their arg) must outlive the registry.
+ * servers (NULL: none) gets every server made, whether it started or not.
  */
 typedef struct {
     const loom_mcp_credentials *credentials;
     const loom_mcp_authorizer *authorizer;
+    loom_mcp_set *servers;
 } loom_mcp_setup;
 
 /* loom_tools_add_mcp() with setup (NULL: none). */

@@ -18,6 +18,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "mcp.h"
 #include "store.h"
 #include "tools.h"
 
@@ -40,6 +41,9 @@ typedef struct {
      * `loom serve` starts without any provider): /readyz and /v1/models
      * say so ("offline_demo": true). */
     int offline_demo;
+    /* The MCP servers the tools come from (NULL: none): /readyz reports
+     * each one's state (it never makes loom unready). Borrowed. */
+    loom_mcp_set *mcp_servers;
 } loom_server_options;
 
 #define LOOM_SERVER_OPTIONS_VERSION 1

@@ -171,6 +171,7 @@ int cli_serve(int argc, char **argv)
     char host[256];
     struct sigaction sa;
     cli_mcp_store ms;
+    loom_mcp_set *mcp = NULL;
     int rc, fake_pid = -1, ms_ready = 0;
 
     memset(&a, 0, sizeof(a));
@@ -199,6 +200,13 @@ int cli_serve(int argc, char **argv)
         goto done;
     }
     ms_ready = 1;
+    /* Every MCP server, failed ones too, for /readyz. */
+    if (loom_mcp_set_new(&mcp) != 0) {
+        fprintf(stderr, "loom serve: %s\n", loom_error_last());
+        rc = CLI_FAILED;
+        goto done;
+    }
+    ms.setup.servers = mcp;
     if (loom_tools_new_from_config_with(&reg, cfg, &ms.setup) != 0) {
         fprintf(stderr, "loom serve: config: %s\n", loom_error_last());
         rc = CLI_USAGE;
@@ -215,6 +223,7 @@ int cli_serve(int argc, char **argv)
     so.store = store;
     so.tools = reg;
     so.listen = listen;
+    so.mcp_servers = mcp;
     if (loom_server_new(&srv, &so) != 0) {
         fprintf(stderr, "loom serve: %s\n", loom_error_last());
         rc = CLI_USAGE;
@@ -246,6 +255,7 @@ done:
     signal(SIGTERM, SIG_DFL);
     loom_server_free(srv);
     loom_tool_registry_free(reg);
+    loom_mcp_set_free(mcp);
     if (ms_ready)
         cli_mcp_store_free(&ms);
     loom_store_free(store);

@@ -265,8 +265,16 @@ static int healthz(srv_request *r)
     return srv_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/*
+ * Ready when the store answers. The MCP servers are reported (their state,
+ * protocol version, tool count, the last error) but never make loom
+ * unready: a run goes on without the tools of a server that is down, so
+ * turning traffic away for it would only make things worse.
+ */
 static int readyz(srv_request *r)
 {
+    json_t *o, *mcp;
+
     if (loom_store_ping(srv_store(r->srv)) != 0)
         return srv_reply_error(r, 503, NULL, NULL, "store_unavailable",
                                "the store does not answer: %s",
@@ -274,11 +282,17 @@ static int readyz(srv_request *r)
     if (atomic_load(&r->srv->draining))
         return srv_reply_error(r, 503, NULL, NULL, "shutting_down",
                                "the server is shutting down");
-    return srv_reply_json(
-        r, 200,
-        r->srv->offline_demo
-            ? json_pack("{s:s,s:b}", "status", "ready", "offline_demo", 1)
-            : json_pack("{s:s}", "status", "ready"));
+    o = json_pack("{s:s}", "status", "ready");
+    if (o && r->srv->offline_demo)
+        json_object_set_new(o, "offline_demo", json_true());
+    if (o && r->srv->mcp_servers) {
+        if (!(mcp = loom_mcp_set_status(r->srv->mcp_servers)) ||
+            json_object_set_new(o, "mcp_servers", mcp) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
+    }
+    return o ? srv_reply_json(r, 200, o) : loom__error_oom();
 }
 
 static int metrics(srv_request *r)

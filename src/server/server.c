@@ -403,6 +403,7 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
     s->sc = &opts->config->server;
     s->store = opts->store;
     s->offline_demo = opts->offline_demo != 0;
+    s->mcp_servers = opts->mcp_servers;
     listen = opts->listen ? opts->listen : s->sc->listen;
     if (!listen)
         listen = LOOM_SERVER_DEFAULT_LISTEN;

@@ -127,6 +127,7 @@ struct loom_server {
     loom_router_health *health;
     char *listen;
     int offline_demo; /* loom_server_options.offline_demo */
+    loom_mcp_set *mcp_servers; /* loom_server_options.mcp_servers */
     struct MHD_Daemon *d;
     int port;
     srv_router *router;

@@ -15,9 +15,12 @@
 
 #include "loom/mcp.h"
 #include "loom/run.h"
+#include "loom/server.h"
+#include "loom/store.h"
 #include "mock_provider.h"
 #include "testutil.h"
 
+#include <curl/curl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -395,6 +398,88 @@ static void test_legacy_stream_lost(void **state)
     loom_mcp_server_free(s);
 }
 
+/* ---- /readyz ------------------------------------------------------------ */
+
+static size_t take_body(char *p, size_t size, size_t n, void *arg)
+{
+    return loom_buf_put(arg, p, size * n) == 0 ? size * n : 0;
+}
+
+/* /readyz of a server with a working MCP server and one that cannot
+ * start: ready, and each server's state said. */
+static void test_readyz(void **state)
+{
+    loom_server_options so = LOOM_SERVER_OPTIONS_INIT;
+    loom_mcp_setup setup = {0};
+    loom_config *cfg = NULL;
+    loom_store *store = NULL;
+    loom_tool_registry *reg = NULL;
+    loom_server *srv = NULL;
+    loom_buf body = LOOM_BUF_INIT(1 << 16);
+    char yaml[512], url[64], *db = test_tmp_path("readyz.db");
+    json_t *o, *web, *bad;
+    fake_http f;
+    CURL *e;
+    long status = 0;
+
+    (void)state;
+    fake_start(&f, NULL);
+    snprintf(yaml, sizeof(yaml),
+             "mcp_servers:\n"
+             "  web: {url: '%s'}\n"
+             "  bad: {command: /nonexistent/loom-mcp}\n",
+             f.url);
+    assert_int_equal(loom_config_load_string(&cfg, yaml, "t.yaml"), 0);
+    assert_int_equal(loom_store_open(&store, db), 0);
+    assert_int_equal(loom_mcp_set_new(&setup.servers), 0);
+    assert_int_equal(loom_tools_new_from_config_with(&reg, cfg, &setup), 0);
+    so.config = cfg;
+    so.store = store;
+    so.tools = reg;
+    so.listen = "127.0.0.1:0";
+    so.mcp_servers = setup.servers;
+    assert_int_equal(loom_server_new(&srv, &so), 0);
+    assert_int_equal(loom_server_start(srv), 0);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/readyz",
+             loom_server_port(srv));
+    e = curl_easy_init();
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, take_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
+    assert_int_equal(curl_easy_perform(e), CURLE_OK);
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(e);
+    /* One server failed: loom is ready all the same. */
+    assert_int_equal(status, 200);
+    o = json_loads(loom_buf_cstr(&body), 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(o, "status")),
+                        "ready");
+    web = json_array_get(json_object_get(o, "mcp_servers"), 0);
+    bad = json_array_get(json_object_get(o, "mcp_servers"), 1);
+    assert_string_equal(json_string_value(json_object_get(web, "name")), "web");
+    assert_string_equal(json_string_value(json_object_get(web, "state")),
+                        "ready");
+    assert_string_equal(
+        json_string_value(json_object_get(web, "protocol_version")),
+        "2025-11-25");
+    assert_int_equal(json_integer_value(json_object_get(web, "tools")), 3);
+    assert_string_equal(json_string_value(json_object_get(bad, "state")),
+                        "failed");
+    assert_non_null(strstr(json_string_value(json_object_get(bad, "error")),
+                           "/nonexistent/loom-mcp"));
+    assert_null(json_object_get(bad, "tools"));
+    json_decref(o);
+    loom_buf_free(&body);
+    loom_server_free(srv);
+    loom_tool_registry_free(reg);
+    loom_mcp_set_free(setup.servers);
+    loom_store_free(store);
+    loom_config_free(cfg);
+    unlink(db);
+    free(db);
+    fake_stop(&f);
+}
+
 static void test_config(void **state)
 {
     loom_config *cfg = NULL;
@@ -427,6 +512,7 @@ int main(void)
         cmocka_unit_test(test_run_cancelled),
         cmocka_unit_test(test_legacy_sse),
         cmocka_unit_test(test_legacy_stream_lost),
+        cmocka_unit_test(test_readyz),
         cmocka_unit_test(test_config),
     };
     signal(SIGPIPE, SIG_IGN);

@@ -92,6 +92,8 @@ struct loom_mcp_server {
     char *error;
     int failures;
     int64_t next_start;
+    int starting;     /* a start under way: 1 the first, 2 a restart */
+    long ntools;      /* tools offered at the last listing; -1 before */
     mcp_oauth *oauth; /* http only */
 };
 
@@ -180,6 +182,7 @@ int loom_mcp_server_new(loom_mcp_server **out,
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->start_mu, NULL);
     s->next_id = 1;
+    s->ntools = -1;
     s->tr = cfg->command ? &loom__mcp_stdio
             : cfg->transport && strcmp(cfg->transport, "sse") == 0
                 ? &loom__mcp_sse
@@ -892,6 +895,8 @@ static int ensure_started(loom_mcp_server *s)
     }
     s->protocol[0] = '\0';
     s->stateless = 0;
+    /* 2: a restart (the server ran before, or failed to start). */
+    s->starting = s->gen || s->failures ? 2 : 1;
     pthread_mutex_unlock(&s->mu);
 
     retire_conn(s);
@@ -916,6 +921,9 @@ static int ensure_started(loom_mcp_server *s)
         goto fail;
     loom_info("mcp %s: connected (%s, protocol %s)", s->cfg.name, s->tr->name,
               s->protocol);
+    pthread_mutex_lock(&s->mu);
+    s->starting = 0;
+    pthread_mutex_unlock(&s->mu);
     pthread_mutex_unlock(&s->start_mu);
     return 0;
 
@@ -924,6 +932,7 @@ fail : {
     snprintf(why, sizeof(why), "%s", loom_error_last());
     pthread_mutex_lock(&s->mu);
     s->state = ST_FAILED;
+    s->starting = 0;
     count_failure_locked(s);
     set_error_locked(s, why);
     pthread_mutex_unlock(&s->mu);
@@ -1202,6 +1211,7 @@ int loom_mcp_server_tools(loom_mcp_server *s, json_t **out)
     json_decref(s->headers_of);
     s->headers_of = headers;
     headers = NULL;
+    s->ntools = (long)json_array_size(*out);
     pthread_mutex_unlock(&s->mu);
 
 done:
@@ -1293,11 +1303,17 @@ done:
 
 json_t *loom_mcp_server_status(loom_mcp_server *s)
 {
+    const char *state;
     json_t *o;
 
     pthread_mutex_lock(&s->mu);
+    state = !s->starting       ? state_names[s->state]
+            : s->starting == 2 ? "restarting"
+                               : "starting";
     o = json_pack("{s:s,s:s,s:s}", "name", s->cfg.name, "transport",
-                  s->tr->name, "state", state_names[s->state]);
+                  s->tr->name, "state", state);
+    if (o && s->ntools >= 0)
+        json_object_set_new(o, "tools", json_integer(s->ntools));
     if (o && s->protocol[0])
         json_object_set_new(o, "protocol_version", json_string(s->protocol));
     if (o && s->server_info)

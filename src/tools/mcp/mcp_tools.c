@@ -380,6 +380,9 @@ int loom_tools_add_mcp_with(loom_tool_registry *reg, const loom_config *cfg,
             loom_mcp_server_set_credentials(ds[i].server, setup->credentials);
         if (setup && setup->authorizer)
             loom_mcp_server_set_authorizer(ds[i].server, setup->authorizer);
+        if (setup && setup->servers &&
+            (rc = loom_mcp_set_add(setup->servers, ds[i].server)) != 0)
+            break;
         ds[i].started =
             pthread_create(&ds[i].thread, NULL, discover_main, &ds[i]) == 0;
         if (!ds[i].started)
