@@ -299,6 +299,7 @@ static int sse_send(void *impl, const json_t *msg, int64_t deadline,
     loom_buf body = LOOM_BUF_INIT(4096);
     long left = (long)(deadline - loom__mono_ms()), status = 0;
     abort_when a = {c, cancel};
+    char why[sizeof(c->why)] = "";
     CURL *e = NULL;
     CURLcode cc;
     int rc = 0;
@@ -307,10 +308,12 @@ static int sse_send(void *impl, const json_t *msg, int64_t deadline,
     pthread_mutex_lock(&c->mu);
     if (c->endpoint && !c->ended)
         url = strdup(c->endpoint);
+    else
+        snprintf(why, sizeof(why), "%s", c->why[0] ? c->why : "not open");
     pthread_mutex_unlock(&c->mu);
     if (!url && text && h) {
         rc = loom__error_set(LOOM_EUPSTREAM, "MCP server '%s': %s",
-                             server_name(c), c->why[0] ? c->why : "not open");
+                             server_name(c), why);
         goto done;
     }
     if (!text || !h || !url || !(e = easy_for(url, h, on_body, &body, &a))) {
