@@ -280,8 +280,10 @@ static enum MHD_Result send_stream(struct MHD_Connection *con, long long call,
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    pthread_mutex_lock(&mu);
     if (!legacy && session[0])
         MHD_add_response_header(r, "Mcp-Session-Id", session);
+    pthread_mutex_unlock(&mu);
     ret = MHD_queue_response(con, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;
@@ -391,7 +393,10 @@ static enum MHD_Result on_legacy_post(struct MHD_Connection *con, json_t *msg)
     json_t *answer;
     int hang;
 
-    if (!sid || strcmp(sid, session) != 0) {
+    pthread_mutex_lock(&mu);
+    hang = !sid || strcmp(sid, session) != 0;
+    pthread_mutex_unlock(&mu);
+    if (hang) {
         json_decref(msg);
         return send_text(con, MHD_HTTP_NOT_FOUND, "text/plain",
                          "no such session", 0);
