@@ -322,6 +322,15 @@ typedef struct {
     int count_sub_agent_calls;
     int max_depth;
     int max_sub_runs;
+    /*
+     * The agent's budget per run (docs/agents.md "Budgets"; keys
+     * max_cost_usd, max_tokens, max_seconds), its sub-agents' calls
+     * included: micro-dollars, tokens (prompt and output), seconds. 0:
+     * none.
+     */
+    int64_t budget_cost_micros;
+    long budget_tokens;
+    long budget_seconds;
     loom_agent_retry retry;             /* retry_without_tool_calls */
     loom_agent_model_after model_after; /* model_after_retries */
     /* `non_iterative_tools`: tools whose turns cost no iteration; with

@@ -50,6 +50,30 @@ extern "C" {
 int loom_cost_compute(int64_t *out, const loom_usage *usage,
                       const loom_model_prices *prices);
 
+/*
+ * What bounds one call's cost: the highest prices of any model the call
+ * may reach (input: the highest of input, cached input and cache-write
+ * prices; output: of output and reasoning prices) and the most output
+ * tokens it may write. A budget reserves a call's worst case from it
+ * before the call (loom/run.h loom_call_gate).
+ */
+typedef struct {
+    int priced;          /* every model the call may reach has prices */
+    int64_t input;       /* micro-dollars per million prompt tokens */
+    int64_t output;      /* micro-dollars per million output tokens */
+    long max_output;     /* the call's output limit; 0: none known */
+} loom_call_bound;
+
+/*
+ * Fills *out for req sent to p. A router (loom_router_new) answers for
+ * its model and its fallbacks: max_output is req->max_tokens cut to each
+ * model's max_output_tokens (else that), the largest over them, 0 when
+ * one of them has no limit at all. Any other provider: unpriced, and
+ * max_output is req->max_tokens. LOOM_EINVALID for NULL arguments.
+ */
+int loom_provider_call_bound(loom_provider *p, const loom_llm_request *req,
+                             loom_call_bound *out);
+
 /* ---- health: failures and cooldowns ------------------------------------ */
 
 /*

@@ -308,6 +308,42 @@ typedef struct {
     const char *upstream_model;
 } loom_run_side_model;
 
+/* Asked before every model call of a run, its sub-agents, reviews and
+ * summaries, with the call's worst-case cost; the reservation is held
+ * until settle. reserve returns 0 to let the call go, or nonzero to refuse it
+ * (the run then answers without tools if a smaller call fits, else ends
+ * with what it has: finish_reason "budget"). */
+typedef struct loom_call_gate {
+    int (*reserve)(void *payload, const char *model, int64_t worst_micros,
+                   long worst_tokens, void **ticket);
+    void (*settle)(void *payload, void *ticket, int64_t real_micros,
+                   long real_tokens);
+    void *payload;
+} loom_call_gate;
+
+/*
+ * A run's own budget (docs/accounts.md "Per-run budgets"): what its model
+ * calls, its sub-agents' included, may cost in micro-dollars and in
+ * tokens (prompt and output), and how long it may take. 0: no limit.
+ * Before each model call its worst case (loom_call_gate) is reserved
+ * against it; when the call would pass it, or the time is up, the run
+ * makes one last call without tools if that fits (its output cut to
+ * what is left), else ends with what was said, in both cases with
+ * finish_reason "budget" and status completed. A model without prices
+ * under max_cost_micros is refused.
+ */
+typedef struct {
+    int64_t max_cost_micros;
+    long max_tokens;
+    long max_seconds;
+} loom_run_budget;
+
+/* The output tokens a budget's last call may be cut down to, at least. */
+#define LOOM_RUN_BUDGET_MIN_OUTPUT 16
+/* The output limit a call under a budget or gate carries when neither
+ * the request nor the model gives one (the worst case needs one). */
+#define LOOM_RUN_BUDGET_DEFAULT_OUTPUT 4096
+
 /*
  * A run's options. Zero means the default for every field: start from
  * LOOM_RUN_OPTIONS_INIT (or `= {0}`, which version 0 also accepts).
@@ -562,6 +598,14 @@ typedef struct loom_run_options {
      * its reasoning view before the first thought arrives.
      */
     int reasoning;
+    /*
+     * The account gate, asked around every model call of the run and of
+     * its sub-agents (they inherit it), and the run's own budget (above),
+     * which its sub-agents' calls count toward too. A handoff keeps the
+     * run's budget. Borrowed.
+     */
+    const loom_call_gate *call_gate; /* NULL: none */
+    loom_run_budget budget;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1

@@ -331,6 +331,15 @@ typedef struct {
      */
     void (*ending)(loom_turn *t, void *payload);
     void *ending_payload;
+    /*
+     * The turn's own budget (loom/run.h loom_run_budget; zero: none), put
+     * with the agent's (its max_cost_usd, max_tokens, max_seconds keys):
+     * for each limit the tighter of the two holds. call_gate: the account
+     * gate every model call of the turn and its sub-agents asks first
+     * (NULL: none). Borrowed.
+     */
+    loom_run_budget budget;
+    const loom_call_gate *call_gate;
 } loom_turn_options;
 
 #define LOOM_TURN_OPTIONS_VERSION 1

@@ -5,6 +5,7 @@
  * not to.
  */
 #include "agent/argrepair.h"
+#include "agent/gate.h"
 #include "core/error.h"
 #include "core/utf8.h"
 
@@ -83,7 +84,8 @@ static int fail_why(loom__repair_outcome *out, const char *why,
 
 int loom__args_repair(loom__repair_outcome *out, loom_provider *provider,
                       const char *model, const char *tool, const json_t *schema,
-                      const char *raw, loom_cancel *cancel)
+                      const char *raw, const loom__gate *gate,
+                      loom_cancel *cancel)
 {
     loom_llm_request req = LOOM_LLM_REQUEST_INIT;
     loom_llm_response resp;
@@ -105,8 +107,8 @@ int loom__args_repair(loom__repair_outcome *out, loom_provider *provider,
     req.messages_len = 2;
     req.max_tokens = LOOM__REPAIR_MAX_TOKENS;
     req.stream = 0;
-    rc = loom_provider_complete(provider, &req, on_repair_event, cancel, &resp,
-                                cancel);
+    rc = loom__gated_complete(gate, provider, &req, on_repair_event, cancel,
+                              &resp, cancel);
     free(input);
     out->usage = resp.usage;
     out->cost_known = resp.cost_known;

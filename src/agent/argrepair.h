@@ -45,10 +45,14 @@ void loom__repair_outcome_clear(loom__repair_outcome *o);
  * arguments of a call to tool (its name, and its schema, which may be
  * NULL), into a JSON object. A repair that fails (the call fails, the
  * answer holds no JSON object) is no error: out->args is NULL and
- * out->why says why. Returns 0, LOOM_ECANCELED or LOOM_ENOMEM.
+ * out->why says why. The call goes through gate (gate.h; NULL: none):
+ * a refused call is a failed repair. Returns 0, LOOM_ECANCELED or
+ * LOOM_ENOMEM.
  */
+struct loom__gate;
 int loom__args_repair(loom__repair_outcome *out, loom_provider *provider,
                       const char *model, const char *tool, const json_t *schema,
-                      const char *raw, loom_cancel *cancel);
+                      const char *raw, const struct loom__gate *gate,
+                      loom_cancel *cancel);
 
 #endif

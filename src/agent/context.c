@@ -22,6 +22,7 @@
  *   the summary's boundary fall between units, never inside one.
  */
 #include "loom/context.h"
+#include "agent/gate.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "loom/buf.h"
@@ -96,6 +97,8 @@ struct loom_context {
     char *summary;
     size_t summary_tokens, summary_covers;
     char *summary_error;
+    /* what the summary call asks first (gate.h); NULL: nothing */
+    const loom__gate *gate;
     /* strings replaced since the last fit began, freed at the next */
     char **retired;
     size_t nretired, capretired;
@@ -163,6 +166,11 @@ const char *loom_context_summary(const loom_context *ctx, size_t *covers)
         *covers = ctx && ctx->summary ? ctx->summary_covers : 0;
     return ctx && ctx->summary ? ctx->summary + strlen(SUMMARY_HEADER)
                                : NULL;
+}
+
+void loom__context_set_gate(loom_context *ctx, const loom__gate *gate)
+{
+    ctx->gate = gate;
 }
 
 size_t loom_context_counted(const loom_context *ctx)
@@ -949,8 +957,8 @@ static int summarise(loom_context *ctx, fit *f, loom_cancel *cancel,
     req.messages_len = 2;
     req.max_tokens = (long)reserve;
     req.stream = 0;
-    rc = loom_provider_complete(ctx->o.summary_provider, &req,
-                                on_summary_event, cancel, &resp, cancel);
+    rc = loom__gated_complete(ctx->gate, ctx->o.summary_provider, &req,
+                              on_summary_event, cancel, &resp, cancel);
     *usage = resp.usage;
     *cost_known = resp.cost_known;
     if (rc == LOOM_ECANCELED || (cancel && loom_cancel_is_set(cancel))) {

@@ -57,9 +57,12 @@ typedef struct {
     const char *prompt;      /* NULL: LOOM_REVIEW_PROMPT */
     size_t max_transcript;   /* 0: LOOM_REVIEW_DEFAULT_MAX_TRANSCRIPT */
     size_t max_answer;       /* 0: LOOM_REVIEW_DEFAULT_MAX_ANSWER */
+    /* What the call asks first (gate.h; NULL: nothing): a refused call
+     * is a skipped review. */
+    const struct loom__gate *gate;
 } loom__review_options;
 
-#define LOOM__REVIEW_OPTIONS_INIT { NULL, NULL, 0, NULL, 0, 0 }
+#define LOOM__REVIEW_OPTIONS_INIT { NULL, NULL, 0, NULL, 0, 0, NULL }
 
 typedef enum {
     LOOM__REVIEW_PROCEED = 0,

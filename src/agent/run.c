@@ -35,6 +35,7 @@
 #include "agent/argrepair.h"
 #include "agent/citations.h"
 #include "agent/emit.h"
+#include "agent/gate.h"
 #include "agent/handoff.h"
 #include "agent/loop_rules.h"
 #include "agent/media_fetch.h"
@@ -77,6 +78,12 @@
     "I could not use {tool}: it is not enabled for your account or this "      \
     "request. Enable {tool} in your settings (or ask your administrator to "   \
     "enable it), then ask again."
+
+#define BUDGET_PROMPT                                                          \
+    "This request has reached its budget, so tools are no longer "           \
+    "available. Do not call any tools. Write your final answer to the user " \
+    "now, using the information gathered so far, and say briefly if "        \
+    "anything could not be completed."
 
 #define MANY_RESULTS_PROMPT                                                    \
     "Many tool results came back in the last turn. Keep your summary of "      \
@@ -228,6 +235,14 @@ struct loom_run {
     int use_alt;
     /* Tools that failed in the last turn; those abandoned after it. */
     loom__abandoned abandoned;
+    /* The run's budget and the account gate (gate.h): the spend its
+     * calls reserve against (NULL: none; made when the run executes),
+     * its parent's (a reference, or NULL), what side calls go through,
+     * and what ended the run on its budget (NONE: nothing). */
+    loom__spend *spend;
+    loom__spend *parent_spend;
+    loom__gate gate;
+    loom__refusal budget_why;
 };
 
 /* The model calls that count toward the current agent's limit: not
@@ -697,7 +712,7 @@ static void repair_args(const loom_tool *tool, const char *model,
             up = run->opts.models[i].upstream_model;
         }
     rc = loom__args_repair(&out, p, up, tool->name, tool->parameters, raw,
-                           &run->cancel);
+                           &run->gate, &run->cancel);
     side_usage(run, &out.usage, out.cost_known, "repair_arguments",
                out.model ? out.model : model, tool->name);
     if (out.args) {
@@ -1284,6 +1299,7 @@ static int context_open(loom_run *run)
         return rc;
     loom_context_free(run->ctx);
     run->ctx = ctx;
+    loom__context_set_gate(ctx, &run->gate);
     return 0;
 }
 
@@ -1464,6 +1480,7 @@ static int review_turn(loom_run *run)
     ro.model = o->review.model ? o->review.model : o->upstream_model;
     ro.max_tokens = o->review.max_tokens;
     ro.prompt = o->review.prompt;
+    ro.gate = &run->gate;
     rc = loom__review_run(&out, &ro, run->all.items, run->all.len,
                           &run->cancel);
     if (!rc)
@@ -2731,6 +2748,112 @@ static int stop_early(loom_run *run, loom_llm_response *resp)
     return finish_stop(resp);
 }
 
+/* ---- the budget --------------------------------------------------------- */
+
+/*
+ * The run's spend (gate.h), when it executes: its own when it has a
+ * budget (under its parent's, if any) or is a top run with an account
+ * gate; else its parent's, if any; else none (calls go unasked).
+ */
+static int spend_open(loom_run *run)
+{
+    const loom_run_options *o = &run->opts;
+    int rc;
+
+    if (!run->spend) {
+        if (loom__budget_any(&o->budget) ||
+            (o->call_gate && !run->parent_spend)) {
+            if ((rc = loom__spend_new(&run->spend, &o->budget,
+                                      run->parent_spend ? NULL : o->call_gate,
+                                      run->parent_spend)) != 0)
+                return rc;
+        } else {
+            run->spend = loom__spend_ref(run->parent_spend);
+        }
+    }
+    run->gate.spend = run->spend;
+    run->gate.counter = o->context.token_counter;
+    run->place.spend = run->spend;
+    return 0;
+}
+
+static loom_provider *call_provider(const loom_run *run)
+{
+    return run->use_alt ? run->alt.provider : run->opts.provider;
+}
+
+/* Reserves req's worst case: 0 with *why set when refused. */
+static int gate_reserve(loom_run *run, loom_llm_request *req, int final,
+                        loom__ticket **ticket, loom__refusal *why)
+{
+    loom_token_counter *tc = run->opts.context.token_counter;
+    size_t prompt = 0;
+
+    *ticket = NULL;
+    *why = LOOM__REFUSED_NONE;
+    if (!run->spend)
+        return 0;
+    if (tc && !run->switched)
+        prompt = estimate_request(run, tc, req);
+    if (prompt == (size_t)-1)
+        prompt = 0;
+    return loom__gate_reserve(&run->gate, call_provider(run),
+                              call_model_name(run), req, final, prompt,
+                              ticket, why);
+}
+
+static void gate_settle(loom__ticket *ticket, const loom_llm_response *resp)
+{
+    loom__gate_settle(ticket, resp);
+}
+
+/*
+ * Asks the gate before the next call (req). When it is refused and the
+ * call could use tools, the run turns to its budget's last call: a note
+ * asks for the answer now, and the request is made again without tools
+ * (max_tokens: the prepare_call hook's limit, 0: none) and asked again
+ * as a last call. *ticket: the reservation; *tools_ok is cleared for a
+ * last call; *refused: nothing fits.
+ */
+static int gate_call(loom_run *run, loom_llm_request *req, int *tools_ok,
+                     long max_tokens, loom__ticket **ticket, int *refused)
+{
+    loom__refusal why;
+    int rc;
+
+    *refused = 0;
+    if ((rc = gate_reserve(run, req, !*tools_ok, ticket, &why)) != 0 || !why)
+        return rc;
+    run->budget_why = why;
+    if (*tools_ok) {
+        loom_llm_request again = LOOM_LLM_REQUEST_INIT;
+        *tools_ok = 0;
+        *req = again;
+        if ((rc = add_note(run, BUDGET_PROMPT)) != 0 ||
+            (rc = prepare_request(run, req, 1, 1, 1)) != 0)
+            return rc;
+        if (max_tokens > 0)
+            req->max_tokens = max_tokens;
+        if ((rc = gate_reserve(run, req, 1, ticket, &why)) != 0 || !why)
+            return rc;
+    }
+    *refused = 1;
+    return 0;
+}
+
+/* The run ended on its budget: finish reason "budget", and run.completed
+ * says which limit. */
+static int budget_finish(loom_run *run, loom_llm_response *resp)
+{
+    json_t *b;
+
+    free(resp->finish_reason);
+    if (!(resp->finish_reason = strdup("budget")))
+        return loom__error_oom();
+    b = json_pack("{s:s}", "limit", loom__refusal_name(run->budget_why));
+    return b ? loom__run_complete_with(run, "budget", b) : loom__error_oom();
+}
+
 /*
  * Empty reasoning right after run.started for a model that reasons, so
  * a client opens its reasoning view early (seed 001).
@@ -2755,8 +2878,9 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
     loom_llm_request req = LOOM_LLM_REQUEST_INIT;
     /* Non-iterative turns within their allowance cost no iteration. */
     int last = counted(run) + 1 >= o->max_iterations;
-    int rc, ended = 0, tools_ok, go;
+    int rc, ended = 0, tools_ok, go, refused;
     long max_tokens = 0;
+    loom__ticket *ticket;
 
     *more = 0;
     if (loom_cancel_is_set(&run->cancel))
@@ -2787,9 +2911,18 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
         return rc;
     if (max_tokens > 0)
         req.max_tokens = max_tokens;
+    if ((rc = gate_call(run, &req, &tools_ok, max_tokens, &ticket,
+                        &refused)) != 0)
+        return rc;
+    if (refused)
+        return (rc = stop_early(run, resp)) != 0 ? rc
+                                                 : budget_finish(run, resp);
+    if (run->budget_why)
+        last = 1;
     run->iterations++;
-    rc = loom_provider_complete(run->use_alt ? run->alt.provider : o->provider,
-                                &req, on_llm_event, run, resp, &run->cancel);
+    rc = loom_provider_complete(call_provider(run), &req, on_llm_event, run,
+                                resp, &run->cancel);
+    gate_settle(ticket, resp);
     if (rc == 0)
         observe_tokens(run, &req, resp);
     run->estimated_prompt = 0;
@@ -2806,6 +2939,8 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
                                          resp->tool_calls,
                                          resp->tool_calls_len)) != 0)
         return rc;
+    if (last && run->budget_why)
+        return (rc = answer(run, resp)) != 0 ? rc : budget_finish(run, resp);
     if (last)
         return answer(run, resp);
     if (!run->last_calls) {
@@ -2831,7 +2966,8 @@ int loom_run_execute(loom_run *run)
     int rc = 0, limit_injected = 0, more = 1;
 
     memset(&resp, 0, sizeof(resp));
-    if (!run->cache && (rc = loom_llm_cache_new(&run->cache)) != 0)
+    if ((!run->cache && (rc = loom_llm_cache_new(&run->cache)) != 0) ||
+        (rc = spend_open(run)) != 0)
         return rc;
     emit_started(run);
     emit_reasoning_open(run);
@@ -3001,6 +3137,8 @@ void loom_run_free(loom_run *run)
         return;
     loom_messages_free(&run->all);
     loom_messages_free(&run->added);
+    loom__spend_free(run->spend);
+    loom__spend_free(run->parent_spend);
     free(run->id);
     free(run->conversation_id);
     free(run->defs);
@@ -3051,8 +3189,11 @@ void loom_run_free(loom_run *run)
 }
 
 void loom__run_set_place(loom_run *run, loom__agent_tree *tree, int depth,
-                         int count_sub_calls, const loom_cancel *parent)
+                         int count_sub_calls, const loom_cancel *parent,
+                         loom__spend *spend)
 {
+    loom__spend_free(run->parent_spend);
+    run->parent_spend = loom__spend_ref(spend);
     loom__agent_tree_free(run->tree);
     run->tree = loom__agent_tree_ref(tree);
     run->place.tree = run->tree;

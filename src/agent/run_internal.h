@@ -49,13 +49,16 @@ void loom__run_fail(loom_run *run, int rc, const char *code);
  * Places the run in a tree of agent runs (subagent.h), before it
  * executes: its tool calls see the tree and depth (a reference on tree
  * is taken), count_sub_calls says whether its sub-agents' calls count
- * toward its iterations, and its cancel flag follows parent (NULL: none;
- * it must outlive the run).
+ * toward its iterations, its cancel flag follows parent (NULL: none;
+ * it must outlive the run), and its model calls count toward the budget
+ * of its parent run, spend (gate.h; a reference is taken; NULL: none).
  */
 struct loom__agent_tree;
+struct loom__spend;
 void loom__run_set_place(loom_run *run, struct loom__agent_tree *tree,
                          int depth, int count_sub_calls,
-                         const loom_cancel *parent);
+                         const loom_cancel *parent,
+                         struct loom__spend *spend);
 
 /* Whether the run's call call_id waits for approval now; any thread. */
 int loom__run_approval_waits(const loom_run *run, const char *call_id);

@@ -110,6 +110,7 @@ struct loom_turn {
     loom__agent_tree *tree;
     int depth;
     const loom_cancel *parent_cancel;
+    loom__spend *parent_spend; /* a reference: the parent's budget */
     char *parent_run_id;  /* a child's: its parent's run */
     char *parent_call_id; /* and the call that started it */
     int64_t started_ms;   /* Unix ms, when executing began */
@@ -605,6 +606,7 @@ static void turn_free(loom_turn *t)
     json_decref(t->stored_plan);
     free(t->memories);
     loom__agent_tree_free(t->tree);
+    loom__spend_free(t->parent_spend);
     loom__run_context_free(&t->ctxs);
     loom_provider_free(t->router);
     free(t->handoffs);
@@ -1436,6 +1438,19 @@ static int turn_resolve(loom_resolved_model *out, const char *name,
     return 0;
 }
 
+/* A limit (0: none) becomes the tighter of itself and other. */
+static void tighter(long *limit, long other)
+{
+    if (other > 0 && (*limit <= 0 || other < *limit))
+        *limit = other;
+}
+
+static void tighter64(int64_t *limit, int64_t other)
+{
+    if (other > 0 && (*limit <= 0 || other < *limit))
+        *limit = other;
+}
+
 /*
  * The one mapping of an agent's config and a turn's overrides to run
  * options, for every front end.
@@ -1494,6 +1509,13 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
     ro.resolve_model_payload = t;
     /* A title only for the conversation this turn starts in the store. */
     ro.title.enabled = o->title && t->create_conversation;
+    ro.call_gate = o->call_gate;
+    ro.budget = o->budget;
+    if (agent) {
+        tighter64(&ro.budget.max_cost_micros, agent->budget_cost_micros);
+        tighter(&ro.budget.max_tokens, agent->budget_tokens);
+        tighter(&ro.budget.max_seconds, agent->budget_seconds);
+    }
     loom__run_options_use_model(&ro, &t->mreq);
     ro.model = t->model;
     ro.upstream_model = t->upstream;
@@ -1659,7 +1681,8 @@ static int place_run(loom_turn *t)
                                                  t->conversation_id)) != 0))
         return rc;
     loom__run_set_place(t->lr, t->tree, t->depth,
-                        a ? a->count_sub_agent_calls : 1, t->parent_cancel);
+                        a ? a->count_sub_agent_calls : 1, t->parent_cancel,
+                        t->parent_spend);
     return 0;
 }
 
@@ -1697,6 +1720,7 @@ static int turn_new(loom_turn **out, loom_session *s,
         t->tree = loom__agent_tree_ref(child->tree);
         t->depth = child->depth;
         t->parent_cancel = child->cancel;
+        t->parent_spend = loom__spend_ref(child->spend);
         t->parent_run_id = dup_or_null(child->parent_run_id, &oom);
         t->parent_call_id = dup_or_null(child->parent_call_id, &oom);
         if (oom) {

@@ -28,6 +28,9 @@ typedef struct {
      * the child's run (copied; may be NULL). */
     const char *parent_run_id;
     const char *parent_call_id;
+    /* The parent run's budget, which the child's calls count toward
+     * (gate.h; a reference is taken); NULL: none. */
+    loom__spend *spend;
 } loom__turn_child;
 
 /* loom_turn_new for a child turn (above); same errors. */

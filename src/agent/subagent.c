@@ -314,12 +314,14 @@ int loom__tool_host_init(loom__tool_host *h, const loom__run_place *p)
         return loom__error_oom();
     }
     h->tree = loom__agent_tree_ref(p->tree);
+    h->spend = loom__spend_ref(p->spend);
     return 0;
 }
 
 void loom__tool_host_clear(loom__tool_host *h)
 {
     loom__agent_tree_free(h->tree);
+    loom__spend_free(h->spend);
     free(h->run_id);
     free(h->agent);
     json_decref(h->report);
@@ -663,6 +665,7 @@ int loom__sub_run(const loom_tool_ctx *ctx, loom_session *s, int any_session,
     child.cancel = ctx->cancel;
     child.parent_run_id = h->run_id;
     child.parent_call_id = ctx->call_id;
+    child.spend = h->spend;
     rc = loom__turn_new_child(&t, s, o, &child);
     if (rc != 0) {
         forwarder_clear(&fw);

@@ -20,6 +20,7 @@
 #ifndef LOOM_AGENT_SUBAGENT_H
 #define LOOM_AGENT_SUBAGENT_H
 
+#include "agent/gate.h"
 #include "loom/session.h"
 
 #include <jansson.h>
@@ -95,6 +96,7 @@ typedef struct {
     const char *run_id;
     const char *agent; /* may be NULL */
     uint32_t index;    /* the run's event index when its tools start */
+    loom__spend *spend; /* the run's budget, its children's parent; or NULL */
 } loom__run_place;
 
 /* A tool call's copy of its run's place, owned by the call's thread. */
@@ -104,6 +106,7 @@ struct loom__tool_host {
     char *run_id;
     char *agent;
     uint32_t index;
+    loom__spend *spend; /* a reference, or NULL */
     json_t *report; /* set by a sub-agent tool (loom__run_report) */
 };
 typedef struct loom__tool_host loom__tool_host;

@@ -523,16 +523,15 @@ cleanup:
 }
 
 /* One price, exactly (loom_price_parse); a null keeps *out. */
-static int get_price(loader *ld, const yaml_node_t *n, const char *key,
-                     int64_t *out)
+static int get_dollars(loader *ld, const yaml_node_t *n, const char *key,
+                       const char *expected, int64_t *out)
 {
     char tmp[64], why[256], *s = NULL;
     int rc;
 
     if (!n)
         return 0;
-    if ((rc = get_str(ld, n, key, "a price in dollars per million tokens",
-                      &s)) != 0 ||
+    if ((rc = get_str(ld, n, key, expected, &s)) != 0 ||
         !s)
         return rc;
     if (loom_price_parse(out, s) != 0) {
@@ -542,6 +541,13 @@ static int get_price(loader *ld, const yaml_node_t *n, const char *key,
     }
     free(s);
     return rc;
+}
+
+static int get_price(loader *ld, const yaml_node_t *n, const char *key,
+                     int64_t *out)
+{
+    return get_dollars(ld, n, key, "a price in dollars per million tokens",
+                       out);
 }
 
 /* ---- reading mappings ------------------------------------------------- */
@@ -2130,6 +2136,17 @@ static int read_non_iterative(walk_ctx *w, const field *f, const yaml_node_t *n,
                          &a->non_iterative_tools_len, &a->non_iterative_set);
 }
 
+/* `max_cost_usd`: dollars ("0.50"), exactly into micro-dollars. */
+static int read_budget_cost(walk_ctx *w, const field *f, const yaml_node_t *n,
+                            const char *key)
+{
+    loom_agent_config *a = w->obj;
+
+    (void)f;
+    return get_dollars(w->ld, n, key, "an amount in dollars",
+                       &a->budget_cost_micros);
+}
+
 static int agent_init(loader *ld, const entry *e, const char *key, void *obj)
 {
     loom_agent_config *a = obj;
@@ -2183,6 +2200,9 @@ static const field agent_fields[] = {
     {K_SUB("model_after_retries", model_after_section), AT(A, model_after)},
     {K_FN("non_iterative_tools", read_non_iterative)},
     {K_BOOL("research", A, research)},
+    {K_FN("max_cost_usd", read_budget_cost)},
+    {K_LONG("max_tokens", A, budget_tokens, 1, 1000000000000L)},
+    {K_LONG("max_seconds", A, budget_seconds, 1, 7L * 24 * 3600)},
 };
 static const section agent_section = SECTION(agent_fields, NULL, NULL);
 static const list_spec agent_list = {"agent",

@@ -528,6 +528,54 @@ static const loom_provider_vtable router_vt = {.version =
                                                .complete = router_complete,
                                                .free = router_free};
 
+static int64_t max_price(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+int loom_provider_call_bound(loom_provider *p, const loom_llm_request *req,
+                             loom_call_bound *out)
+{
+    const router *r;
+
+    if (out)
+        memset(out, 0, sizeof(*out));
+    if (!p || !req || !out)
+        return loom__error_set(LOOM_EINVALID, "call bound: NULL argument");
+    out->max_output = req->max_tokens > 0 ? req->max_tokens : 0;
+    if (p->vt != &router_vt)
+        return 0;
+    r = (const router *)p;
+    out->priced = r->ndeps > 0;
+    out->max_output = 0;
+    for (size_t i = 0; i < r->ndeps; i++) {
+        const deployment *d = &r->deps[i];
+        const loom_model_prices *pr = &d->prices;
+        long cap = d->max_output_tokens;
+
+        if (req->max_tokens > 0 && (cap <= 0 || req->max_tokens < cap))
+            cap = req->max_tokens;
+        if (cap <= 0 || out->max_output < 0)
+            out->max_output = -1;
+        else if (cap > out->max_output)
+            out->max_output = cap;
+        if (!pr->set) {
+            out->priced = 0;
+            continue;
+        }
+        out->input = max_price(
+            out->input, max_price(pr->input, max_price(pr->cached_input,
+                                                       pr->cache_write)));
+        out->output =
+            max_price(out->output, max_price(pr->output, pr->reasoning));
+    }
+    if (out->max_output < 0)
+        out->max_output = 0;
+    if (!out->priced)
+        out->input = out->output = 0;
+    return 0;
+}
+
 /* The adapter of provider pc: the caller's, one this router already
  * built, or a new one it owns. */
 static int deployment_provider(router *r, deployment *d,

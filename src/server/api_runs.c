@@ -149,7 +149,9 @@ int srv_runs_request_parse(srv_runs_request *q, const json_t *b,
         /* a research agent's settings (docs/research.md) */
         "research",
         /* title a new conversation (docs/server.md) */
-        "title", NULL};
+        "title",
+        /* the run's own budget (docs/accounts.md) */
+        "budget", NULL};
     const srv_run_spec init = SRV_RUN_SPEC_INIT;
     const json_t *v;
     const char *key, *msg = NULL;
@@ -254,6 +256,10 @@ int srv_runs_request_parse(srv_runs_request *q, const json_t *b,
                        "`research` must be an object of research settings");
         q->spec.research = v;
     }
+    if ((rc = loom__chat_budget_parse(&q->spec.budget,
+                                      json_object_get(b, "budget"), "budget",
+                                      err)) != 0)
+        return rc;
     if (!(v = json_object_get(b, "input")))
         return bad(err, "input", "`input` is required");
     if ((rc = parse_input(v, &q->input, &msg, err)) != 0 ||

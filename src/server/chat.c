@@ -506,6 +506,7 @@ static int handle(srv_request *r, loom__chat_request *req)
     }
     spec.parallel_tool_calls = req->parallel_tool_calls;
     spec.max_tokens = req->max_tokens;
+    spec.budget = req->budget;
     spec.temperature = req->temperature;
     if ((rc = srv_request_owner(r, req->user, owner, &spec.user_id)) != 1)
         goto cleanup;

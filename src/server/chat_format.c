@@ -747,6 +747,10 @@ static int parse_loom_options(loom__chat_request *req, const json_t *body,
                        LOOM__CHAT_CONTINUE_FIELD, err)) != 0)
         return rc;
     req->no_continue = !cont;
+    if ((rc = loom__chat_budget_parse(
+             &req->budget, loom__chat_opt(body, LOOM__CHAT_BUDGET_FIELD),
+             LOOM__CHAT_BUDGET_FIELD, err)) != 0)
+        return rc;
     if ((rc = get_string(&s, body, LOOM__CHAT_SERVER_CALLS_FIELD,
                          LOOM__CHAT_SERVER_CALLS_FIELD, 0, err)) != 0)
         return rc;

@@ -87,6 +87,21 @@ const json_t *loom__chat_opt(const json_t *o, const char *key);
 int loom__chat_params_parse(loom_llm_params *out, const json_t *body,
                             loom__chat_error *err);
 
+/*
+ * A run's budget as a request gives it (docs/accounts.md "Per-run
+ * budgets"): v, the field `param` (`loom_budget` of a chat request,
+ * `budget` of a native run; NULL or null: none), an object of
+ * max_cost_usd (a number of dollars above 0, at most 1,000,000; kept in
+ * micro-dollars, rounded to the nearest), max_tokens and max_seconds
+ * (integers from 1). Any other key, type or value is LOOM_EINVALID with
+ * *err filled, param naming the field ("loom_budget.max_tokens").
+ */
+int loom__chat_budget_parse(loom_run_budget *out, const json_t *v,
+                            const char *param, loom__chat_error *err);
+
+/* The chat request field of a run's budget. */
+#define LOOM__CHAT_BUDGET_FIELD "loom_budget"
+
 /* A parsed request. Every pointer is owned by the struct. */
 typedef struct {
     char *model;
@@ -120,6 +135,8 @@ typedef struct {
     /* loom_continue: false: never continue a stored conversation the
      * messages extend (docs/openai-compat.md#stateless-clients), 1. */
     int no_continue;
+    /* loom_budget: the run's own budget; zero: none. */
+    loom_run_budget budget;
 } loom__chat_request;
 
 /* The request field and header that choose where a stream puts loom's

@@ -414,3 +414,78 @@ fail:
     loom_llm_params_clear(out);
     return rc;
 }
+
+/* ---- a run's budget ------------------------------------------------------ */
+
+/* The most a request's max_cost_usd may be, in dollars. */
+#define MAX_BUDGET_USD 1000000.0
+/* The longest max_seconds: a week. */
+#define MAX_BUDGET_SECONDS (7L * 24 * 3600)
+
+/* An integer member of a budget in [1, hi] into *out. */
+static int budget_int(long *out, const json_t *b, const char *key,
+                      const char *param, long hi, loom__chat_error *err)
+{
+    const json_t *v = loom__chat_opt(b, key);
+    char name[64];
+
+    if (!v)
+        return 0;
+    snprintf(name, sizeof(name), "%s.%s", param, key);
+    if (!json_is_integer(v))
+        return loom__chat_bad_type(err, name, "an integer", v);
+    if (json_integer_value(v) < 1 || json_integer_value(v) > hi)
+        return loom__chat_bad_value(err, name,
+                                    "%lld. Expected an integer from 1 to %ld.",
+                                    (long long)json_integer_value(v), hi);
+    *out = (long)json_integer_value(v);
+    return 0;
+}
+
+int loom__chat_budget_parse(loom_run_budget *out, const json_t *v,
+                            const char *param, loom__chat_error *err)
+{
+    const char *key;
+    const json_t *x;
+    char name[64];
+    double usd;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_object(v))
+        return loom__chat_bad_type(err, param, "an object", v);
+    json_object_foreach((json_t *)v, key, x)
+    {
+        if (strcmp(key, "max_cost_usd") && strcmp(key, "max_tokens") &&
+            strcmp(key, "max_seconds")) {
+            snprintf(name, sizeof(name), "%s.%.32s", param, key);
+            return loom__chat_error_set(
+                err, 400, "invalid_request_error", "unknown_parameter", name,
+                "Unknown parameter: '%s'. A budget has max_cost_usd, "
+                "max_tokens and max_seconds.",
+                name);
+        }
+    }
+    if ((x = loom__chat_opt(v, "max_cost_usd")) != NULL) {
+        snprintf(name, sizeof(name), "%s.max_cost_usd", param);
+        if (!json_is_number(x))
+            return loom__chat_bad_type(err, name, "a number", x);
+        usd = json_number_value(x);
+        if (!(usd > 0 && usd <= MAX_BUDGET_USD) || usd * 1e6 < 0.5)
+            return loom__chat_bad_value(err, name,
+                                        "%g. Expected dollars above 0, at "
+                                        "most %.0f.",
+                                        usd, MAX_BUDGET_USD);
+        out->max_cost_micros = (int64_t)(usd * 1e6 + 0.5);
+    }
+    if ((rc = budget_int(&out->max_tokens, v, "max_tokens", param,
+                         1000000000000L, err)) != 0 ||
+        (rc = budget_int(&out->max_seconds, v, "max_seconds", param,
+                         MAX_BUDGET_SECONDS, err)) != 0) {
+        memset(out, 0, sizeof(*out));
+        return rc;
+    }
+    return 0;
+}

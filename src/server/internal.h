@@ -323,6 +323,8 @@ typedef struct {
     const json_t *research;
     /* Title a new conversation (loom_turn_options.title). */
     int title;
+    /* The run's own budget (loom_turn_options.budget); zero: none. */
+    loom_run_budget budget;
 } srv_run_spec;
 
 #define SRV_RUN_SPEC_INIT                                                      \

@@ -568,6 +568,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     to.temperature = sp->temperature;
     to.temperature_set = sp->temperature >= 0;
     to.max_iterations = sp->max_iterations;
+    to.budget = sp->budget;
     to.params = sp->params;
     to.client_tools = sp->client_tools;
     to.client_tools_len = sp->client_tools_len;

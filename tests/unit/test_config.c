@@ -746,7 +746,8 @@ static void test_unknown_keys(void **state)
         "handoffs, tool_options, tools_disabled_message, sub_agents, "
         "count_sub_agent_calls, max_depth, max_sub_runs, "
         "retry_without_tool_calls, model_after_retries, "
-        "non_iterative_tools, research)",
+        "non_iterative_tools, research, max_cost_usd, max_tokens, "
+        "max_seconds)",
         NULL);
     expect_fail(
         "log: {level: info}\nsrever: {port: 80}\n", LOOM_EINVALID,
@@ -879,6 +880,43 @@ static void test_wrong_types(void **state)
  * forms it would take. */
 /* An agent's data_policy: absent or zero stores everything; each key
  * read, and its wrong types and unknown keys reported at their line. */
+/* An agent's budget keys: dollars read exactly into micro-dollars, the
+ * others as integers; absent keys are no limit; bad values fail at their
+ * line. */
+static void test_agent_budget(void **state)
+{
+    static const char ok[] = "providers: {p: {base_url: 'http://h'}}\n"
+                             "agents:\n"
+                             "  main:\n"
+                             "    model: p/m\n"
+                             "    max_cost_usd: 0.015\n"
+                             "    max_tokens: 5000\n"
+                             "    max_seconds: 30\n"
+                             "  other: {model: p/m}\n";
+    loom_config *cfg;
+    const loom_agent_config *m, *o;
+
+    (void)state;
+    cfg = load_ok(ok);
+    m = loom_config_agent(cfg, "main");
+    o = loom_config_agent(cfg, "other");
+    assert_int_equal(m->budget_cost_micros, 15000);
+    assert_int_equal(m->budget_tokens, 5000);
+    assert_int_equal(m->budget_seconds, 30);
+    assert_int_equal(o->budget_cost_micros, 0);
+    assert_int_equal(o->budget_tokens, 0);
+    assert_int_equal(o->budget_seconds, 0);
+    loom_config_free(cfg);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  main: {model: p/m, max_cost_usd: -1}\n",
+                LOOM_EINVALID, "t.yaml:3: agents.main.max_cost_usd: ", NULL);
+    expect_fail("providers: {p: {base_url: 'http://h'}}\n"
+                "agents:\n"
+                "  main: {model: p/m, max_seconds: 0}\n",
+                LOOM_EINVALID, "t.yaml:3: agents.main.max_seconds: ", NULL);
+}
+
 /* sub_agents name agents of the config, in any order, the agent itself
  * included; the limits have defaults and ranges. */
 static void test_sub_agents(void **state)
@@ -2674,6 +2712,7 @@ int main(void)
         cmocka_unit_test_setup(test_bad_values, reset_env),
         cmocka_unit_test_setup(test_data_policy, reset_env),
         cmocka_unit_test_setup(test_sub_agents, reset_env),
+        cmocka_unit_test_setup(test_agent_budget, reset_env),
         cmocka_unit_test_setup(test_url_forms, reset_env),
         cmocka_unit_test_setup(test_ranges, reset_env),
         cmocka_unit_test_setup(test_server_section, reset_env),
