@@ -45,8 +45,8 @@ struct loom__ticket {
 
 int loom__budget_any(const loom_run_budget *b)
 {
-    return b && (b->max_cost_micros > 0 || b->max_tokens > 0 ||
-                 b->max_seconds > 0);
+    return b &&
+           (b->max_cost_micros > 0 || b->max_tokens > 0 || b->max_seconds > 0);
 }
 
 int loom__spend_new(loom__spend **out, const loom_run_budget *limits,
@@ -141,9 +141,9 @@ static int worst_of(loom__worst *w, const loom_call_bound *b)
 {
     w->tokens = w->prompt_tokens + w->max_output;
     w->micros = -1;
-    return b->priced ? bound_cost(&w->micros, b, w->prompt_tokens,
-                                  w->max_output)
-                     : 0;
+    return b->priced
+               ? bound_cost(&w->micros, b, w->prompt_tokens, w->max_output)
+               : 0;
 }
 
 static int call_bound(loom_call_bound *b, loom__worst *w, loom_provider *p,
@@ -182,8 +182,8 @@ int loom__call_worst(loom__worst *w, loom_provider *p, loom_llm_request *req,
 /* ---- reservations ------------------------------------------------------ */
 
 /* One level: the check and the hold in one step. */
-static loom__refusal level_hold(loom__spend *s, const loom__worst *w,
-                                int final, int64_t now)
+static loom__refusal level_hold(loom__spend *s, const loom__worst *w, int final,
+                                int64_t now)
 {
     loom__refusal why = LOOM__REFUSED_NONE;
     int64_t micros = w->micros > 0 ? w->micros : 0;
@@ -293,10 +293,9 @@ static loom__refusal hold_all(loom__spend *s, const loom__worst *w, int final)
     return why;
 }
 
-int loom__gate_reserve(const loom__gate *g, loom_provider *p,
-                       const char *model, loom_llm_request *req, int final,
-                       size_t prompt_tokens, loom__ticket **ticket,
-                       loom__refusal *why)
+int loom__gate_reserve(const loom__gate *g, loom_provider *p, const char *model,
+                       loom_llm_request *req, int final, size_t prompt_tokens,
+                       loom__ticket **ticket, loom__refusal *why)
 {
     const loom_call_gate *outer;
     loom_call_bound b;
@@ -325,8 +324,8 @@ int loom__gate_reserve(const loom__gate *g, loom_provider *p,
     if (*why)
         return 0;
     if (!(t = calloc(1, sizeof(*t)))) {
-        levels_settle(g->spend, NULL, w.micros > 0 ? w.micros : 0, w.tokens,
-                      0, 0);
+        levels_settle(g->spend, NULL, w.micros > 0 ? w.micros : 0, w.tokens, 0,
+                      0);
         return loom__error_oom();
     }
     t->s = loom__spend_ref(g->spend);
@@ -355,9 +354,9 @@ void loom__gate_settle(loom__ticket *t, const loom_llm_response *resp)
     if (resp) {
         const loom_usage *u = &resp->usage;
         micros = resp->cost_known && u->cost_micros > 0 ? u->cost_micros : 0;
-        tokens = u->total_tokens > 0 ? u->total_tokens
-                                     : (int64_t)u->prompt_tokens +
-                                           u->completion_tokens;
+        tokens = u->total_tokens > 0
+                     ? u->total_tokens
+                     : (int64_t)u->prompt_tokens + u->completion_tokens;
         if (tokens < 0)
             tokens = 0;
     }

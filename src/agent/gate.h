@@ -46,10 +46,10 @@ int loom__budget_any(const loom_run_budget *limits);
 /* Why a call was refused. */
 typedef enum {
     LOOM__REFUSED_NONE = 0,
-    LOOM__REFUSED_COST,    /* a run's max_cost (or an unpriced model) */
-    LOOM__REFUSED_TOKENS,  /* a run's max_tokens */
-    LOOM__REFUSED_TIME,    /* a run's max_seconds */
-    LOOM__REFUSED_GATE     /* the account gate */
+    LOOM__REFUSED_COST,   /* a run's max_cost (or an unpriced model) */
+    LOOM__REFUSED_TOKENS, /* a run's max_tokens */
+    LOOM__REFUSED_TIME,   /* a run's max_seconds */
+    LOOM__REFUSED_GATE    /* the account gate */
 } loom__refusal;
 
 /* The name a refusal is reported by: "max_cost_usd", "max_tokens",
@@ -93,10 +93,9 @@ typedef struct loom__ticket loom__ticket;
  * *why is LOOM__REFUSED_NONE, or the call is refused (*ticket NULL) and
  * *why says by what. Errors: LOOM_ENOMEM, LOOM_ETOOLARGE.
  */
-int loom__gate_reserve(const loom__gate *g, loom_provider *p,
-                       const char *model, loom_llm_request *req, int final,
-                       size_t prompt_tokens, loom__ticket **ticket,
-                       loom__refusal *why);
+int loom__gate_reserve(const loom__gate *g, loom_provider *p, const char *model,
+                       loom_llm_request *req, int final, size_t prompt_tokens,
+                       loom__ticket **ticket, loom__refusal *why);
 
 /* Settles a reservation to what the call cost (resp: its usage, priced
  * or not; a failed call's is what it reported, often nothing) and frees
