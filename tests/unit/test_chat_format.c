@@ -449,6 +449,46 @@ static void test_parse_wrong_types(void **state)
                      "tool_choice.function.name", "invalid_type");
 }
 
+/* loom_budget: each limit read (dollars into micro-dollars), null and
+ * absent are none; a wrong type, value or key is a 400 naming it. */
+static void test_parse_budget(void **state)
+{
+    loom__chat_request req;
+    loom__chat_error err;
+
+    (void)state;
+    assert_int_equal(parse(&req, &err,
+                           "{\"model\":\"m\"," MSGS ",\"loom_budget\":"
+                           "{\"max_cost_usd\":0.05,\"max_tokens\":20000,"
+                           "\"max_seconds\":60}}"),
+                     0);
+    assert_int_equal(req.budget.max_cost_micros, 50000);
+    assert_int_equal(req.budget.max_tokens, 20000);
+    assert_int_equal(req.budget.max_seconds, 60);
+    loom__chat_request_clear(&req);
+    assert_int_equal(parse(&req, &err,
+                           "{\"model\":\"m\"," MSGS ",\"loom_budget\":"
+                           "{\"max_tokens\":null}}"),
+                     0);
+    assert_int_equal(req.budget.max_tokens, 0);
+    assert_int_equal(req.budget.max_cost_micros, 0);
+    loom__chat_request_clear(&req);
+    expect_bad("{\"model\":\"m\"," MSGS ",\"loom_budget\":5}",
+               "loom_budget", "invalid_type");
+    expect_bad("{\"model\":\"m\"," MSGS
+               ",\"loom_budget\":{\"max_cost_usd\":0}}",
+               "loom_budget.max_cost_usd", "invalid_value");
+    expect_bad("{\"model\":\"m\"," MSGS
+               ",\"loom_budget\":{\"max_tokens\":1.5}}",
+               "loom_budget.max_tokens", "invalid_type");
+    expect_bad("{\"model\":\"m\"," MSGS
+               ",\"loom_budget\":{\"max_seconds\":0}}",
+               "loom_budget.max_seconds", "invalid_value");
+    expect_bad("{\"model\":\"m\"," MSGS
+               ",\"loom_budget\":{\"max_dollars\":1}}",
+               "loom_budget.max_dollars", "unknown_parameter");
+}
+
 static void test_parse_text(void **state)
 {
     loom__chat_request req;
@@ -1579,6 +1619,7 @@ int main(void)
         cmocka_unit_test(test_parse_every_field),
         cmocka_unit_test(test_parse_defaults_and_nulls),
         cmocka_unit_test(test_parse_wrong_types),
+        cmocka_unit_test(test_parse_budget),
         cmocka_unit_test(test_parse_text),
         cmocka_unit_test(test_parse_limits),
         cmocka_unit_test(test_server_tools),
