@@ -58,10 +58,10 @@ int loom_cost_compute(int64_t *out, const loom_usage *usage,
  * before the call (loom/run.h loom_call_gate).
  */
 typedef struct {
-    int priced;          /* every model the call may reach has prices */
-    int64_t input;       /* micro-dollars per million prompt tokens */
-    int64_t output;      /* micro-dollars per million output tokens */
-    long max_output;     /* the call's output limit; 0: none known */
+    int priced;      /* every model the call may reach has prices */
+    int64_t input;   /* micro-dollars per million prompt tokens */
+    int64_t output;  /* micro-dollars per million output tokens */
+    long max_output; /* the call's output limit; 0: none known */
 } loom_call_bound;
 
 /*

@@ -478,8 +478,8 @@ int loom__review_run(loom__review_outcome *out,
     req.max_tokens = opts->max_tokens > 0 ? opts->max_tokens
                                           : LOOM_REVIEW_DEFAULT_MAX_TOKENS;
     req.stream = 0;
-    rc = loom__gated_complete(opts->gate, opts->provider, &req,
-                              on_review_event, cancel, &resp, cancel);
+    rc = loom__gated_complete(opts->gate, opts->provider, &req, on_review_event,
+                              cancel, &resp, cancel);
     out->usage = resp.usage;
     out->cost_known = resp.cost_known;
     if (resp.model && !(out->model = strdup(resp.model))) {

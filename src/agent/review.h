@@ -62,7 +62,10 @@ typedef struct {
     const struct loom__gate *gate;
 } loom__review_options;
 
-#define LOOM__REVIEW_OPTIONS_INIT { NULL, NULL, 0, NULL, 0, 0, NULL }
+#define LOOM__REVIEW_OPTIONS_INIT                                              \
+    {                                                                          \
+        NULL, NULL, 0, NULL, 0, 0, NULL                                        \
+    }
 
 typedef enum {
     LOOM__REVIEW_PROCEED = 0,

@@ -80,9 +80,9 @@
     "enable it), then ask again."
 
 #define BUDGET_PROMPT                                                          \
-    "This request has reached its budget, so tools are no longer "           \
-    "available. Do not call any tools. Write your final answer to the user " \
-    "now, using the information gathered so far, and say briefly if "        \
+    "This request has reached its budget, so tools are no longer "             \
+    "available. Do not call any tools. Write your final answer to the user "   \
+    "now, using the information gathered so far, and say briefly if "          \
     "anything could not be completed."
 
 #define MANY_RESULTS_PROMPT                                                    \
@@ -2798,8 +2798,8 @@ static int gate_reserve(loom_run *run, loom_llm_request *req, int final,
     if (prompt == (size_t)-1)
         prompt = 0;
     return loom__gate_reserve(&run->gate, call_provider(run),
-                              call_model_name(run), req, final, prompt,
-                              ticket, why);
+                              call_model_name(run), req, final, prompt, ticket,
+                              why);
 }
 
 static void gate_settle(loom__ticket *ticket, const loom_llm_response *resp)
@@ -2911,8 +2911,8 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
         return rc;
     if (max_tokens > 0)
         req.max_tokens = max_tokens;
-    if ((rc = gate_call(run, &req, &tools_ok, max_tokens, &ticket,
-                        &refused)) != 0)
+    if ((rc = gate_call(run, &req, &tools_ok, max_tokens, &ticket, &refused)) !=
+        0)
         return rc;
     if (refused)
         return (rc = stop_early(run, resp)) != 0 ? rc

@@ -57,8 +57,7 @@ struct loom__agent_tree;
 struct loom__spend;
 void loom__run_set_place(loom_run *run, struct loom__agent_tree *tree,
                          int depth, int count_sub_calls,
-                         const loom_cancel *parent,
-                         struct loom__spend *spend);
+                         const loom_cancel *parent, struct loom__spend *spend);
 
 /* Whether the run's call call_id waits for approval now; any thread. */
 int loom__run_approval_waits(const loom_run *run, const char *call_id);

@@ -531,8 +531,7 @@ static int get_dollars(loader *ld, const yaml_node_t *n, const char *key,
 
     if (!n)
         return 0;
-    if ((rc = get_str(ld, n, key, expected, &s)) != 0 ||
-        !s)
+    if ((rc = get_str(ld, n, key, expected, &s)) != 0 || !s)
         return rc;
     if (loom_price_parse(out, s) != 0) {
         snprintf(why, sizeof(why), "%s", loom_error_last());

@@ -564,8 +564,8 @@ int loom_provider_call_bound(loom_provider *p, const loom_llm_request *req,
             continue;
         }
         out->input = max_price(
-            out->input, max_price(pr->input, max_price(pr->cached_input,
-                                                       pr->cache_write)));
+            out->input,
+            max_price(pr->input, max_price(pr->cached_input, pr->cache_write)));
         out->output =
             max_price(out->output, max_price(pr->output, pr->reasoning));
     }

@@ -473,19 +473,17 @@ static void test_parse_budget(void **state)
     assert_int_equal(req.budget.max_tokens, 0);
     assert_int_equal(req.budget.max_cost_micros, 0);
     loom__chat_request_clear(&req);
-    expect_bad("{\"model\":\"m\"," MSGS ",\"loom_budget\":5}",
-               "loom_budget", "invalid_type");
+    expect_bad("{\"model\":\"m\"," MSGS ",\"loom_budget\":5}", "loom_budget",
+               "invalid_type");
     expect_bad("{\"model\":\"m\"," MSGS
                ",\"loom_budget\":{\"max_cost_usd\":0}}",
                "loom_budget.max_cost_usd", "invalid_value");
     expect_bad("{\"model\":\"m\"," MSGS
                ",\"loom_budget\":{\"max_tokens\":1.5}}",
                "loom_budget.max_tokens", "invalid_type");
-    expect_bad("{\"model\":\"m\"," MSGS
-               ",\"loom_budget\":{\"max_seconds\":0}}",
+    expect_bad("{\"model\":\"m\"," MSGS ",\"loom_budget\":{\"max_seconds\":0}}",
                "loom_budget.max_seconds", "invalid_value");
-    expect_bad("{\"model\":\"m\"," MSGS
-               ",\"loom_budget\":{\"max_dollars\":1}}",
+    expect_bad("{\"model\":\"m\"," MSGS ",\"loom_budget\":{\"max_dollars\":1}}",
                "loom_budget.max_dollars", "unknown_parameter");
 }
 
