@@ -1518,7 +1518,7 @@ static int title_run(loom_run *run)
     loom__title_outcome out;
     int rc;
 
-    rc = loom__title_run(&out,
+    rc = loom__title_run(&out, &run->gate,
                          o->title.provider ? o->title.provider : o->provider,
                          o->title.model ? o->title.model : o->upstream_model,
                          first_user_text(run), run->final_text, &run->cancel);

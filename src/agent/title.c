@@ -24,9 +24,10 @@ void loom__title_outcome_clear(loom__title_outcome *o)
     memset(o, 0, sizeof(*o));
 }
 
+/* A blank or control character; never the terminating NUL. */
 static int is_blank(unsigned char c)
 {
-    return c == ' ' || c == '\t' || c < 0x20 || c == 0x7f;
+    return c == ' ' || (c && c < 0x20) || c == 0x7f;
 }
 
 /* Characters taken off both ends of a title: markup models add. */
@@ -91,9 +92,9 @@ static int put_part(loom_buf *b, const char *label, const char *text)
     return 0;
 }
 
-int loom__title_run(loom__title_outcome *out, loom_provider *provider,
-                    const char *model, const char *user, const char *answer,
-                    loom_cancel *cancel)
+int loom__title_run(loom__title_outcome *out, const loom__gate *gate,
+                    loom_provider *provider, const char *model,
+                    const char *user, const char *answer, loom_cancel *cancel)
 {
     loom_llm_request req = LOOM_LLM_REQUEST_INIT;
     loom_llm_response resp;
@@ -119,8 +120,8 @@ int loom__title_run(loom__title_outcome *out, loom_provider *provider,
     req.max_tokens = LOOM_TITLE_MAX_TOKENS;
     req.stream = 0;
     rc = provider && model
-             ? loom_provider_complete(provider, &req, on_title_event, cancel,
-                                      &resp, cancel)
+             ? loom__gated_complete(gate, provider, &req, on_title_event,
+                                    cancel, &resp, cancel)
              : LOOM_EINVALID;
     out->usage = resp.usage;
     out->cost_known = resp.cost_known;

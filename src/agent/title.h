@@ -14,6 +14,7 @@
 #ifndef LOOM_AGENT_TITLE_H
 #define LOOM_AGENT_TITLE_H
 
+#include "agent/gate.h"
 #include "loom/cancel.h"
 #include "loom/llm.h"
 
@@ -46,11 +47,12 @@ size_t loom__title_clean(char *dst, size_t cap, const char *text);
 
 /*
  * Asks provider (model: the upstream id) for the title of a conversation
- * that began with user and was answered with answer (either may be NULL).
+ * that began with user and was answered with answer (either may be NULL),
+ * through the run's gate (NULL: none; a refused call gives no title).
  * 0, LOOM_ECANCELED or LOOM_ENOMEM.
  */
-int loom__title_run(loom__title_outcome *out, loom_provider *provider,
-                    const char *model, const char *user, const char *answer,
-                    loom_cancel *cancel);
+int loom__title_run(loom__title_outcome *out, const loom__gate *gate,
+                    loom_provider *provider, const char *model,
+                    const char *user, const char *answer, loom_cancel *cancel);
 
 #endif
