@@ -54,6 +54,9 @@ int cli_check_log_args(const char *cmd, const char *level, const char *format);
 /* Applies the config's log settings unless the command line set them. */
 void cli_setup_log(const loom_config *cfg, const char *level_arg,
                    const char *format_arg);
+/* The same, the records going to out instead of stderr. */
+void cli_setup_log_to(FILE *out, const loom_config *cfg, const char *level_arg,
+                      const char *format_arg);
 
 /*
  * The offline demo: starts the fake upstream with a scripted conversation

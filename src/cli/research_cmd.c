@@ -1,9 +1,10 @@
 /*
  * `loom research "question"`: a research run (docs/research.md) from the
- * terminal. Progress goes to stderr as plain lines: the plan, each cycle
- * with the tokens and cost spent so far, each researcher as it starts and
- * ends (its task, status, sources found, elapsed time), and a summary.
- * The report, checked and with its Sources list, goes to stdout (or to
+ * terminal. Progress goes to stderr: the plan, each cycle with the
+ * tokens and cost spent so far, each researcher (its task, status, sources
+ * found, elapsed time), and a summary; on a terminal as a region redrawn in
+ * place, else as plain lines (research_view.c holds both). The report, checked
+ * and with its Sources list, goes to stdout (or to
  * --out) once it is whole: what the stream showed while it was written
  * still had the markers the check removes. --json prints the events
  * instead, as `loom run --json` does.
@@ -13,17 +14,22 @@
  * terminal the command says so and exits 1 (no report was written).
  */
 #include "cli/cli.h"
+#include "cli/research_view.h"
+#include "core/clock.h"
 
 #include <getopt.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
-#define TASK_SHOWN 100
-#define ERROR_SHOWN 200
-#define MAX_RESEARCHERS 4096
 #define ANSWER_MAX 4096
+#define TICK_MS 500      /* the ticker's redraws, for the elapsed times */
+#define REDRAW_MS 100    /* counters and plan text redraw at most this often */
+#define LOG_BUFFER 16384 /* a log record reaches log_write whole */
 
 static const char research_usage[] =
     "usage: loom research [options] \"question\"\n"
@@ -53,223 +59,253 @@ typedef struct {
     char *question;
 } research_args;
 
-/* One research_agent call of the run. */
-typedef struct {
-    char *call_id;
-    long sources; /* documents its researcher's tools added */
-} researcher;
-
+/* The progress of the run: its view, and on a terminal the region of
+ * stderr the view is drawn in, redrawn by the sink and by a ticker thread
+ * (elapsed times move while nothing happens), under lock. */
 typedef struct {
     cli_printer p; /* --json, approvals */
-    researcher *rs;
-    size_t nrs;
-    long tokens;
-    long long cost_micros;
-    int usages, priced; /* model calls so far, those with a price */
-    int plan_started, plan_nl, needs_input, cited;
+    research_view v;
+    int live;         /* stderr is a terminal: redraw in place */
+    int paused;       /* a prompt owns the terminal */
+    size_t drawn;     /* lines of the region now on screen */
+    int64_t drawn_ms; /* when it was drawn */
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* the ticker's, on CLOCK_MONOTONIC */
+    pthread_t ticker;
+    int ticking, stop;
 } progress;
 
-static const char *str(const json_t *data, const char *key)
+/* Whether stderr is a terminal that can redraw: not TERM=dumb. */
+static int can_redraw(void)
 {
-    const char *s = json_string_value(json_object_get(data, key));
-    return s ? s : "";
+    const char *term = getenv("TERM");
+
+    return isatty(STDERR_FILENO) && term && *term && strcmp(term, "dumb");
 }
 
-/* Prints s on one line, at most max bytes, with newlines flattened. */
-static void print_short(const char *s, size_t max)
+/* The terminal's size, 80x24 when it cannot say. */
+static void term_size(int *cols, int *rows)
 {
-    size_t n = 0;
+    struct winsize ws;
 
-    for (; *s && n < max; s++, n++)
-        fputc(*s == '\n' || *s == '\r' ? ' ' : *s, stderr);
-    if (*s)
-        fputs("...", stderr);
+    *cols = 80;
+    *rows = 24;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 &&
+        ws.ws_row > 0) {
+        *cols = ws.ws_col;
+        *rows = ws.ws_row;
+    }
 }
 
-/* Ends the plan's text with a newline before another line. */
-static void end_plan(progress *g)
+/*
+ * Draws the region (under g->lock): up `up` lines first, then each of the
+ * view's lines (for the terminal's size) over what is there, `old` lines
+ * of an earlier frame from there on blanked when the new one is shorter,
+ * the cursor left under the new lines. Lines are cleared one by one:
+ * clearing to the end of the screen from its top left corner would push
+ * the screen into tmux's history on each redraw. One write, so the
+ * terminal shows no half frame.
+ */
+static void draw_at(progress *g, int64_t now, size_t up, size_t old)
 {
-    if (g->plan_started && !g->plan_nl) {
+    int cols, rows;
+    char **lines = NULL, *frame = NULL;
+    size_t n, len = 0;
+    FILE *f;
+
+    term_size(&cols, &rows);
+    n = research_view_render(&g->v, now, cols, rows > 2 ? rows - 1 : 1, &lines);
+    if (!lines || !(f = open_memstream(&frame, &len))) {
+        research_view_lines_free(lines, n);
+        return;
+    }
+    if (up)
+        fprintf(f, "\r\x1b[%zuA", up);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "\x1b[2K%s\n", lines[i]);
+    if (old > n) {
+        for (size_t i = n; i < old; i++)
+            fputs("\x1b[2K\n", f);
+        fprintf(f, "\x1b[%zuA", old - n);
+    }
+    research_view_lines_free(lines, n);
+    if (fclose(f) != 0) {
+        free(frame);
+        return;
+    }
+    fwrite(frame, 1, len, stderr);
+    fflush(stderr);
+    free(frame);
+    g->drawn = n;
+    g->drawn_ms = now;
+}
+
+/* Redraws the region over itself. */
+static void draw(progress *g, int64_t now)
+{
+    draw_at(g, now, g->drawn, g->drawn);
+}
+
+/*
+ * The log's stream while the region is drawn (fopencookie): a record goes
+ * where the region was, cleaned, and the region is drawn again under it,
+ * so log lines scroll up above the live view instead of tearing it.
+ */
+static ssize_t log_write(void *cookie, const char *buf, size_t size)
+{
+    progress *g = cookie;
+    char *raw = strndup(buf, size), *text;
+    size_t rows = 0, chars = 0, old;
+    int cols, trows;
+
+    if (!raw)
+        return (ssize_t)size;
+    text = research_view_clean(raw, RV_KEEP_NL);
+    free(raw);
+    if (!text)
+        return (ssize_t)size;
+    term_size(&cols, &trows);
+    for (const char *p = text;; p++) {
+        if (!*p || *p == '\n') {
+            rows += chars ? (chars + (size_t)cols - 1) / (size_t)cols : 1;
+            chars = 0;
+            if (!*p || !p[1])
+                break;
+        } else if (((unsigned char)*p & 0xC0) != 0x80) {
+            chars++;
+        }
+    }
+    pthread_mutex_lock(&g->lock);
+    if (g->drawn)
+        fprintf(stderr, "\r\x1b[%zuA", g->drawn);
+    fputs("\x1b[2K", stderr);
+    for (const char *p = text; *p; p++) {
+        fputc(*p, stderr);
+        if (*p == '\n' && p[1])
+            fputs("\x1b[2K", stderr);
+    }
+    if (size && buf[size - 1] != '\n')
         fputc('\n', stderr);
-        g->plan_nl = 1;
-    }
+    old = g->drawn > rows ? g->drawn - rows : 0;
+    g->drawn = 0;
+    if (!g->paused && !g->v.ended)
+        draw_at(g, loom__mono_ms(), 0, old);
+    fflush(stderr);
+    pthread_mutex_unlock(&g->lock);
+    free(text);
+    return (ssize_t)size;
 }
 
-/* The spending so far, as the cycle and summary lines show it. */
-static void print_spent(const progress *g)
+/* A stream for the log that writes through log_write, or NULL. */
+static FILE *log_stream(progress *g)
 {
-    fprintf(stderr, "%ld tokens", g->tokens);
-    if (g->usages && g->priced == g->usages)
-        fprintf(stderr, ", $%.4f", (double)g->cost_micros / 1e6);
+    static const cookie_io_functions_t io = {NULL, log_write, NULL, NULL};
+    FILE *f = fopencookie(g, "w", io);
+
+    if (f)
+        setvbuf(f, NULL, _IOFBF, LOG_BUFFER);
+    return f;
 }
 
-/* The researcher of the research_agent call id (1-based number), or 0. */
-static size_t researcher_of(const progress *g, const char *call_id)
+/* Redraws twice a second while the run goes on. */
+static void *tick(void *arg)
 {
-    for (size_t i = 0; i < g->nrs; i++)
-        if (strcmp(g->rs[i].call_id, call_id) == 0)
-            return i + 1;
-    return 0;
+    progress *g = arg;
+    struct timespec at;
+
+    pthread_mutex_lock(&g->lock);
+    while (!g->stop) {
+        clock_gettime(CLOCK_MONOTONIC, &at);
+        at.tv_nsec += TICK_MS * 1000000L;
+        at.tv_sec += at.tv_nsec / 1000000000L;
+        at.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&g->wake, &g->lock, &at);
+        if (!g->stop && !g->paused && !g->v.ended)
+            draw(g, loom__mono_ms());
+    }
+    pthread_mutex_unlock(&g->lock);
+    return NULL;
 }
 
-static void researcher_started(progress *g, const loom_event *ev)
+static void start_ticker(progress *g)
 {
-    const char *task = str(json_object_get(ev->data, "arguments"), "task");
-    researcher *rs;
-    char *id;
+    pthread_condattr_t ca;
 
-    if (g->nrs >= MAX_RESEARCHERS)
-        return;
-    rs = realloc(g->rs, (g->nrs + 1) * sizeof(*rs));
-    if (!rs)
-        return;
-    g->rs = rs;
-    if (!(id = strdup(str(ev->data, "id"))))
-        return;
-    g->rs[g->nrs].call_id = id;
-    g->rs[g->nrs].sources = 0;
-    g->nrs++;
-    fprintf(stderr, "researcher %zu: started: ", g->nrs);
-    print_short(task, TASK_SHOWN);
-    fputc('\n', stderr);
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    g->ticking = pthread_create(&g->ticker, NULL, tick, g) == 0;
 }
 
-static void researcher_ended(progress *g, const loom_event *ev)
+static void stop_ticker(progress *g)
 {
-    size_t k = researcher_of(g, str(ev->data, "id"));
-    double s =
-        json_number_value(json_object_get(ev->data, "duration_ms")) / 1000.0;
-
-    if (!k)
-        return;
-    if (ev->type == LOOM_EV_TOOL_COMPLETED) {
-        fprintf(stderr, "researcher %zu: done in %.1f s, %ld source%s\n", k, s,
-                g->rs[k - 1].sources, g->rs[k - 1].sources == 1 ? "" : "s");
-        return;
-    }
-    fprintf(stderr, "researcher %zu: failed in %.1f s: ", k, s);
-    print_short(str(ev->data, "error"), ERROR_SHOWN);
-    fputc('\n', stderr);
+    pthread_mutex_lock(&g->lock);
+    g->stop = 1;
+    pthread_cond_signal(&g->wake);
+    pthread_mutex_unlock(&g->lock);
+    if (g->ticking)
+        pthread_join(g->ticker, NULL);
+    pthread_cond_destroy(&g->wake);
+    pthread_mutex_destroy(&g->lock);
 }
 
-/* Every model call of the tree reports its usage once, in its own run:
- * their sum is what the research spent. */
-static void add_usage(progress *g, const json_t *u)
+/* An event on a terminal: the region redrawn at once when something
+ * started or ended, at most every REDRAW_MS for counters and plan text;
+ * at the run's end the last frame stays, with the summary under it. */
+static void live(progress *g, const loom_event *ev)
 {
-    const json_t *cost = json_object_get(u, "cost_micros");
+    int64_t now = loom__mono_ms();
+    rv_change c;
 
-    g->tokens += (long)json_integer_value(json_object_get(u, "total_tokens"));
-    g->usages++;
-    if (json_is_integer(cost)) {
-        g->cost_micros += json_integer_value(cost);
-        g->priced++;
+    pthread_mutex_lock(&g->lock);
+    c = research_view_apply(&g->v, ev, now);
+    if (c == RV_COMPLETED || c == RV_FAILED_RUN) {
+        draw(g, now);
+        g->drawn = 0;
+        research_view_plain(&g->v, c, stderr);
+        fflush(stderr);
+    } else if (c != RV_NONE && !g->paused &&
+               ((c != RV_SPENT && c != RV_PLAN) ||
+                now - g->drawn_ms >= REDRAW_MS)) {
+        draw(g, now);
     }
-}
-
-static void summary(progress *g, const loom_event *ev)
-{
-    const json_t *r = json_object_get(ev->data, "research");
-    const char *reason = str(ev->data, "report_reason");
-    long failed = (long)json_integer_value(json_object_get(r, "failed"));
-
-    if (!strcmp(str(ev->data, "status"), "needs_input")) {
-        g->needs_input = 1;
-        return;
-    }
-    fprintf(stderr, "report%s%s%s: %lld cycle%s, %lld researchers",
-            *reason ? " (" : "", reason, *reason ? ")" : "",
-            json_integer_value(json_object_get(r, "cycles")),
-            json_integer_value(json_object_get(r, "cycles")) == 1 ? "" : "s",
-            json_integer_value(json_object_get(r, "researchers")));
-    if (failed)
-        fprintf(stderr, " (%ld failed)", failed);
-    fprintf(stderr, ", %d source%s cited; ", g->cited,
-            g->cited == 1 ? "" : "s");
-    print_spent(g);
-    fputc('\n', stderr);
-}
-
-/* The events of the top run and of its researchers, as progress lines. */
-static void plain(progress *g, const loom_event *ev)
-{
-    int depth = loom_event_depth(ev);
-    const char *name = str(ev->data, "name");
-
-    if (ev->type == LOOM_EV_USAGE) {
-        add_usage(g, ev->data);
-        return;
-    }
-    if (depth == 1 && ev->type == LOOM_EV_TOOL_METRIC) {
-        size_t k = researcher_of(g, str(ev->data, "parent_call_id"));
-        if (k)
-            g->rs[k - 1].sources +=
-                (long)json_array_size(json_object_get(ev->data, "documents"));
-        return;
-    }
-    if (depth != 0)
-        return;
-    switch (ev->type) {
-    case LOOM_EV_RESEARCH_PLAN: {
-        const char *d = str(ev->data, "delta");
-        if (!*d)
-            return;
-        if (!g->plan_started)
-            fputs("plan:\n", stderr);
-        g->plan_started = 1;
-        fputs(d, stderr);
-        g->plan_nl = d[strlen(d) - 1] == '\n';
-        return;
-    }
-    case LOOM_EV_RESEARCH_CYCLE:
-        end_plan(g);
-        fprintf(stderr, "cycle %lld/%lld: ",
-                json_integer_value(json_object_get(ev->data, "cycle")),
-                json_integer_value(json_object_get(ev->data, "max_cycles")));
-        print_spent(g);
-        fputs(" so far\n", stderr);
-        return;
-    case LOOM_EV_RESEARCH_BRANCH:
-        fprintf(stderr, "cycle %lld: %lld researchers in parallel\n",
-                json_integer_value(json_object_get(ev->data, "cycle")),
-                json_integer_value(json_object_get(ev->data, "researchers")));
-        return;
-    case LOOM_EV_TOOL_STARTED:
-        if (!strcmp(name, "research_agent"))
-            researcher_started(g, ev);
-        else if (!strcmp(name, "generate_report"))
-            fputs("writing the report\n", stderr);
-        return;
-    case LOOM_EV_TOOL_COMPLETED:
-    case LOOM_EV_TOOL_FAILED:
-        if (!strcmp(name, "research_agent"))
-            researcher_ended(g, ev);
-        return;
-    case LOOM_EV_CITATION:
-        g->cited++;
-        return;
-    case LOOM_EV_RUN_COMPLETED:
-        end_plan(g);
-        summary(g, ev);
-        return;
-    case LOOM_EV_RUN_FAILED:
-        end_plan(g);
-        return;
-    default:
-        return;
-    }
+    pthread_mutex_unlock(&g->lock);
 }
 
 static int emit(const loom_event *ev, void *payload)
 {
     progress *g = payload;
+    int rc;
 
-    if (ev->type == LOOM_EV_RUN_COMPLETED && loom_event_depth(ev) == 0 &&
-        !strcmp(str(ev->data, "status"), "needs_input"))
-        g->needs_input = 1;
-    if (g->p.json ||
-        (ev->type == LOOM_EV_APPROVAL_REQUIRED && loom_event_depth(ev) == 0))
+    if (ev->type == LOOM_EV_APPROVAL_REQUIRED && loom_event_depth(ev) == 0 &&
+        !g->p.json) {
+        /* The prompt goes under the region, which stays as it is. */
+        if (g->live) {
+            pthread_mutex_lock(&g->lock);
+            g->paused = 1;
+            g->drawn = 0;
+            pthread_mutex_unlock(&g->lock);
+        }
+        rc = cli_printer_emit(ev, &g->p);
+        if (g->live) {
+            pthread_mutex_lock(&g->lock);
+            g->paused = 0;
+            pthread_mutex_unlock(&g->lock);
+        }
+        return rc;
+    }
+    if (g->p.json) {
+        research_view_apply(&g->v, ev, loom__mono_ms());
         return cli_printer_emit(ev, &g->p);
-    plain(g, ev);
+    }
+    if (g->live) {
+        live(g, ev);
+        return 0;
+    }
+    research_view_plain(&g->v, research_view_apply(&g->v, ev, loom__mono_ms()),
+                        stderr);
     fflush(stderr);
     return 0;
 }
@@ -331,10 +367,16 @@ static int parse_args(research_args *a, int argc, char **argv)
     return cli_question(&a->question, argc, argv, "research", research_usage);
 }
 
-/* Writes the report to path, or stdout when path is NULL. */
-static int write_report(const char *path, const char *text)
+/* Writes the report to path, or stdout when path is NULL: cleaned of
+ * control characters and escape sequences when stdout is a terminal (the
+ * report holds model output), else as it is. */
+static int write_report(const char *path, const char *report)
 {
     FILE *f = path ? fopen(path, "w") : stdout;
+    char *clean = !path && isatty(STDOUT_FILENO)
+                      ? research_view_clean(report, RV_KEEP_NL | RV_KEEP_TAB)
+                      : NULL;
+    const char *text = clean ? clean : report;
     size_t n = strlen(text);
     int bad;
 
@@ -344,6 +386,7 @@ static int write_report(const char *path, const char *text)
     }
     bad = fwrite(text, 1, n, f) != n ||
           (n && text[n - 1] != '\n' && fputc('\n', f) == EOF);
+    free(clean);
     if (path)
         bad |= fclose(f) != 0;
     else
@@ -359,25 +402,30 @@ static int write_report(const char *path, const char *text)
 }
 
 /*
- * The clarifying question of the last turn: asked on the terminal, the
+ * The clarifying question of the last turn (shown cleaned of control
+ * characters, as all model text here): asked on the terminal, the
  * answer (caller frees) read from it; NULL when stdin is no terminal or
  * nothing was typed (the question and what to do are then said).
  */
-static char *ask(const char *question)
+static char *ask(const char *text)
 {
-    char line[ANSWER_MAX];
+    char line[ANSWER_MAX], *question = research_view_clean(text, RV_KEEP_NL);
     size_t n;
 
+    if (!question)
+        return NULL;
     if (!isatty(STDIN_FILENO)) {
         fprintf(stderr,
                 "loom research: a clarifying question needs an answer: "
                 "%s\nloom research: ask again with the answer in the "
                 "question, or with --no-clarify\n",
                 question);
+        free(question);
         return NULL;
     }
     fprintf(stderr, "%s\nanswer: ", question);
     fflush(stderr);
+    free(question);
     if (!fgets(line, sizeof(line), stdin))
         return NULL;
     n = strlen(line);
@@ -412,7 +460,7 @@ static int research(loom_session *session, const research_args *a, progress *g,
         goto done;
     }
     rc = cli_turn_execute(turn, &g->p);
-    if (rc == CLI_OK && g->needs_input) {
+    if (rc == CLI_OK && g->v.needs_input) {
         const char *q = loom_run_text(loom_turn_run(turn));
         if (a->json || !(answer = ask(q))) {
             rc = CLI_FAILED;
@@ -431,7 +479,12 @@ static int research(loom_session *session, const research_args *a, progress *g,
             goto done;
         }
         to.history = &history;
-        g->needs_input = 0;
+        if (g->live)
+            pthread_mutex_lock(&g->lock);
+        g->v.needs_input = 0;
+        g->v.ended = 0; /* the ticker draws again */
+        if (g->live)
+            pthread_mutex_unlock(&g->lock);
         if (loom_turn_new(&turn, session, &to) != 0) {
             fprintf(stderr, "loom research: %s\n", loom_error_last());
             rc = CLI_FAILED;
@@ -439,7 +492,7 @@ static int research(loom_session *session, const research_args *a, progress *g,
         }
         rc = cli_turn_execute(turn, &g->p);
     }
-    if (rc == CLI_OK && g->needs_input)
+    if (rc == CLI_OK && g->v.needs_input)
         rc = CLI_FAILED; /* asked twice: no report */
     else if (rc == CLI_OK && (a->out || !a->json))
         rc = write_report(a->out, loom_run_text(loom_turn_run(turn)));
@@ -459,6 +512,7 @@ int cli_research(int argc, char **argv)
     loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
     const loom_agent_config *ag;
     json_t *overrides = NULL;
+    FILE *log = NULL;
     progress g;
     int rc;
 
@@ -497,11 +551,21 @@ int cli_research(int argc, char **argv)
         goto done;
     }
     cli_printer_init(&g.p, a.json, 0);
+    research_view_init(&g.v, loom__mono_ms());
+    if ((g.live = !a.json && can_redraw())) {
+        start_ticker(&g);
+        if ((log = log_stream(&g)))
+            cli_setup_log_to(log, cfg, a.log_level, a.log_format);
+    }
     rc = research(session, &a, &g, overrides);
+    if (log) {
+        cli_setup_log(cfg, a.log_level, a.log_format);
+        fclose(log);
+    }
+    if (g.live)
+        stop_ticker(&g);
 done:
-    for (size_t i = 0; i < g.nrs; i++)
-        free(g.rs[i].call_id);
-    free(g.rs);
+    research_view_free(&g.v);
     json_decref(overrides);
     loom_session_free(session);
     loom_config_free(cfg);

@@ -155,11 +155,17 @@ int cli_check_log_args(const char *cmd, const char *level, const char *format)
 void cli_setup_log(const loom_config *cfg, const char *level_arg,
                    const char *format_arg)
 {
+    cli_setup_log_to(stderr, cfg, level_arg, format_arg);
+}
+
+void cli_setup_log_to(FILE *out, const loom_config *cfg, const char *level_arg,
+                      const char *format_arg)
+{
     const char *lv = level_arg ? level_arg : cfg ? cfg->log_level : NULL;
     const char *fm = format_arg ? format_arg : cfg ? cfg->log_format : NULL;
     int level = lv ? loom_log_level_parse(lv) : LOOM_LOG_WARN;
 
-    loom_log_set(stderr, level < 0 ? LOOM_LOG_WARN : (loom_log_level)level,
+    loom_log_set(out, level < 0 ? LOOM_LOG_WARN : (loom_log_level)level,
                  fm && !strcmp(fm, "json") ? LOOM_LOG_JSON : LOOM_LOG_TEXT);
 }
 

@@ -7,63 +7,7 @@
 # Needs LOOM_BIN and LOOM_FAKE_BIN (set by CTest).
 set -u
 : "${LOOM_BIN:?}" "${LOOM_FAKE_BIN:?}"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom-research-XXXXXX")
-fails=0
-checks=0
-fake_pid=""
-
-cleanup() {
-    [ -n "$fake_pid" ] && kill "$fake_pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-ok() { checks=$((checks + 1)); }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*"; }
-expect_rc() { # expected actual what
-    if [ "$1" -eq "$2" ]; then ok; else bad "$3: exit $2, expected $1"; fi
-}
-expect_grep() { # pattern file what
-    if grep -q -- "$1" "$2"; then ok; else
-        bad "$3: '$1' not in $2:"; sed 's/^/    /' "$2" | head -30; fi
-}
-expect_no_grep() { # pattern file what
-    if grep -q -- "$1" "$2"; then bad "$3: '$1' in $2"; else ok; fi
-}
-
-# Starts the fake upstream with a script; writes the config r.yaml
-# (web_search on the fake's SearXNG answers, prices $1/$2 per million).
-start_fake() {
-    printf '%s' "$1" > "$tmp/script.json"
-    rm -f "$tmp/fake.out" "$tmp/requests.jsonl"
-    "$LOOM_FAKE_BIN" --script "$tmp/script.json" --max-seconds 120 \
-        --record "$tmp/requests.jsonl" > "$tmp/fake.out" 2>&1 &
-    fake_pid=$!
-    i=0
-    while ! grep -q listening "$tmp/fake.out" 2>/dev/null; do
-        i=$((i + 1)); [ $i -gt 200 ] && { bad "fake did not start"; return 1; }
-        sleep 0.05
-    done
-    port=$(sed -n 's/^listening 127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/fake.out")
-    cat > "$tmp/r.yaml" <<EOF
-providers:
-  openai: {base_url: "http://127.0.0.1:$port/v1", api_key: sk-test, retries: {max: 0}}
-routing: {retries: 0}
-models:
-  openai/gpt-4o-mini: {context_window: 128000, prices: {input: 1, output: 2}}
-tools:
-  web_search: {backend: searxng, base_url: "http://127.0.0.1:$port"}
-agents:
-  plain: {model: openai/gpt-4o-mini, tools: []}
-EOF
-}
-stop_fake() {
-    [ -n "$fake_pid" ] && kill "$fake_pid" 2>/dev/null && wait "$fake_pid" 2>/dev/null
-    fake_pid=""
-}
-loom_research() {
-    env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" research -c "$tmp/r.yaml" "$@"
-}
+. "$(dirname "$0")/research_lib.sh"
 
 # The supervisor's phases (later ones first: their requests hold the
 # earlier notes too), a researcher on alpha that searches, one on beta
