@@ -37,8 +37,9 @@
 #include <time.h>
 
 /* Subcommands, each in its own bench/ file. */
-int loom_bench_context_main(int argc, char **argv); /* context_bench.c */
-int loom_bench_fanout_main(int argc, char **argv);  /* fanout_bench.c */
+int loom_bench_context_main(int argc, char **argv);  /* context_bench.c */
+int loom_bench_fanout_main(int argc, char **argv);   /* fanout_bench.c */
+int loom_bench_research_main(int argc, char **argv); /* research_bench.c */
 
 #define DEFAULT_RUNS 1000
 #define DEFAULT_WARMUP 50
@@ -330,6 +331,7 @@ static void usage(FILE *to)
             "       loom-bench --table RESULT.json...\n"
             "       loom-bench context [--help]  (the context engine)\n"
             "       loom-bench fanout [--help]   (a parent and sub-agents)\n"
+            "       loom-bench research [--help] (a research run)\n"
             "  --runs N           measured runs (default %d)\n"
             "  --warmup N         unmeasured runs first (default %d)\n"
             "  --tool-iters N     tool calls per run (default %d); a run\n"
@@ -468,6 +470,8 @@ int main(int argc, char **argv)
         return loom_bench_context_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "fanout") == 0)
         return loom_bench_fanout_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "research") == 0)
+        return loom_bench_research_main(argc - 1, argv + 1);
     if (parse_args(&o, argc, argv) != 0)
         return 2;
     if (o.table_from)

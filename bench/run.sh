@@ -17,6 +17,10 @@
 # child run from loom-bench-mem; its section of RESULTS.md compares it
 # with the single-agent loop measured just before.
 #
+# Then a whole research run (bench/research.sh, `loom-bench research`: 8
+# cycles x 5 researchers x 3 search rounds): loom's CPU time and peak
+# memory, its own section of RESULTS.md.
+#
 # Environment: RUNS (default 1000), PEER_RUNS (default RUNS), WARMUP
 # (default 50), CG_LO / CG_HI (callgrind run counts, default 20 / 120),
 # FAN_RUNS (fan-out timed runs, default 200), FAN_CG_LO / FAN_CG_HI
@@ -409,6 +413,8 @@ fi
     echo "RUNS=200 sh bench/run.sh        # quicker"
     echo "cmake --build build-bench --target loom-bench && \\"
     echo "  build-bench/loom-bench --runs 1000   # loom alone, human-readable"
+    echo "sh bench/research.sh             # the research run's section alone"
     echo '```'
 } >"$RESULTS"
+RESULTS="$RESULTS" LOOM_BENCH_BUILD="$BUILD" sh "$ROOT/bench/research.sh"
 say "done: $RESULTS"
