@@ -575,7 +575,7 @@ static void test_allow_and_head(void **state)
     assert_int_equal(
         sh_req(&h, "PUT", "/v1/conversations/conv_x", "{}", NULL, &r), 405);
     assert_non_null(sh_header(&r, "Allow", v, sizeof(v)));
-    assert_string_equal(v, "GET, HEAD, DELETE");
+    assert_string_equal(v, "GET, HEAD, DELETE, PATCH");
     sh_resp_free(&r);
     assert_int_equal(sh_req(&h, "POST", "/healthz", NULL, NULL, &r), 405);
     assert_non_null(sh_header(&r, "Allow", v, sizeof(v)));
