@@ -14,7 +14,7 @@
  * backend acting for its own end users; see docs/accounts.md). Keys,
  * users and workspaces carry limits (requests and tokens per minute,
  * concurrent runs, a budget per day, month or in total); they are stored
- * and listed here, and enforced by the server (a later version).
+ * and listed here, and counted by loom/limits.h.
  *
  * Every change to a key is written to the audit log in the same
  * transaction: created, revoked, limits changed.
@@ -62,6 +62,9 @@ typedef struct {
     long max_concurrent;   /* runs at once */
     int64_t budget_micros; /* micro-dollars per budget_period */
     loom_budget_period budget_period;
+    /* Under the budget, calls to a model without prices are let through
+     * (and cost it nothing); else they are refused. */
+    int budget_allow_unpriced;
 } loom_limits;
 
 /* What a new key is. Zero is the default for every field. */
@@ -144,10 +147,15 @@ int loom_store_key_set_limits(loom_store *st, const char *id,
  * The key as JSON: {"id", "object": "api_key", "user", "workspace",
  * "service", "created_at", "expires_at", "revoked_at", "models",
  * "agents", "limits": {"rpm", "tpm", "max_concurrent", "budget_micros",
- * "budget_period"}} (times in Unix ms or null; a limit of zero is null).
+ * "budget_period", "budget_allow_unpriced"}} (times in Unix ms or null;
+ * a limit of zero is null).
  * New reference, NULL when out of memory.
  */
 json_t *loom_key_info_json(const loom_key_info *k);
+
+/* Limits as loom_key_info_json shows them ("limits"). New reference,
+ * NULL when out of memory. */
+json_t *loom_limits_json(const loom_limits *l);
 
 /*
  * Lists keys, newest first: {"data": [key...]} as loom_key_info_json.

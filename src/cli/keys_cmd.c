@@ -10,6 +10,7 @@
  */
 #include "cli/cli.h"
 #include "loom/accounts.h"
+#include "loom/limits.h"
 
 #include <errno.h>
 #include <math.h>
@@ -30,23 +31,30 @@ static const char keys_usage[] =
     "                        [--rpm N] [--tpm N] [--max-concurrent N]\n"
     "                        [--budget-usd X] [--budget-period "
     "day|month|total]\n"
+    "                        [--budget-allow-unpriced]\n"
     "                        [--models LIST] [--agents LIST] [--expires "
     "DATE] [--json]\n"
     "       loom keys list --db PATH [--workspace W] [--user NAME] [--json]\n"
     "       loom keys revoke --db PATH ID_OR_KEY\n"
+    "       loom keys limits --db PATH --workspace W [--user NAME] [--rpm N]\n"
+    "                        [--tpm N] [--max-concurrent N] [--budget-usd X]\n"
+    "                        [--budget-period day|month|total]\n"
+    "                        [--budget-allow-unpriced]\n"
     "\n"
     "create: makes an API key and prints it as the last line (the only\n"
     "time it is shown). LIST is comma-separated (provider/model names,\n"
     "agent names); DATE is YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC).\n"
     "Limits are stored with the key; see docs/accounts.md.\n"
     "list: the keys (never their secrets). revoke: by id or whole key.\n"
+    "limits: replaces the limits of a user (--user) or of a workspace\n"
+    "(a limit left out is none).\n"
     "Works on the database of a running server.\n"
     "Exit codes: 0 done, 1 the store failed or no such key, 2 usage.\n";
 
 typedef struct {
     const char *db, *user, *workspace, *models, *agents, *expires, *period;
     const char *rpm, *tpm, *max_concurrent, *budget;
-    int service, json;
+    int service, json, unpriced;
     const char *arg; /* revoke's ID_OR_KEY */
 } keys_args;
 
@@ -94,6 +102,10 @@ static int parse(int argc, char **argv, keys_args *a)
         }
         if (!strcmp(argv[i], "--json")) {
             a->json = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--budget-allow-unpriced")) {
+            a->unpriced = 1;
             continue;
         }
         for (k = 0; k < sizeof(opts) / sizeof(*opts); k++)
@@ -173,23 +185,14 @@ static int64_t date_ms(const char *s)
         usleep(250 * 1000);                                                    \
     }
 
-static int create_key(loom_store *st, const keys_args *a)
+/* The limit options into *l; CLI_OK or CLI_USAGE (printed). */
+static int limits_of(const keys_args *a, loom_limits *l)
 {
-    static char mbuf[8192], abuf[8192];
-    const char *models[MAX_NAMES], *agents[MAX_NAMES];
-    loom_key_spec spec = {.version = LOOM_KEY_SPEC_VERSION, .actor = "cli"};
-    char key[LOOM_KEY_SIZE];
-    loom_key_info info;
-    int nm, na, p = 0, rc;
     double usd = 0;
+    int p = 0;
 
-    if (!a->user)
-        return usage_error("%s is required", "--user NAME");
-    spec.user = a->user;
-    spec.workspace = a->workspace;
-    spec.service = a->service;
-    if (number(a->rpm, &spec.limits.rpm) || number(a->tpm, &spec.limits.tpm) ||
-        number(a->max_concurrent, &spec.limits.max_concurrent))
+    if (number(a->rpm, &l->rpm) || number(a->tpm, &l->tpm) ||
+        number(a->max_concurrent, &l->max_concurrent))
         return usage_error("%s", "--rpm, --tpm and --max-concurrent take a "
                                  "whole number");
     if (a->budget) {
@@ -197,12 +200,59 @@ static int create_key(loom_store *st, const keys_args *a)
         usd = strtod(a->budget, &end);
         if (*end || !*a->budget || !(usd >= 0) || usd > 1e9)
             return usage_error("--budget-usd '%s' is not an amount", a->budget);
-        spec.limits.budget_micros = (int64_t)llround(usd * 1e6);
+        l->budget_micros = (int64_t)llround(usd * 1e6);
     }
     if (a->period && (p = loom_budget_period_parse(a->period)) < 0)
         return usage_error("--budget-period '%s': day, month or total",
                            a->period);
-    spec.limits.budget_period = (loom_budget_period)p;
+    l->budget_period = (loom_budget_period)p;
+    l->budget_allow_unpriced = a->unpriced;
+    return CLI_OK;
+}
+
+/* `limits`: a user's or a workspace's limits. */
+static int set_limits(loom_store *st, const keys_args *a)
+{
+    loom_limits l;
+    int rc;
+
+    memset(&l, 0, sizeof(l));
+    if (!a->workspace)
+        return usage_error("%s is required", "--workspace W");
+    if ((rc = limits_of(a, &l)) != CLI_OK)
+        return rc;
+    RETRY_BUSY(rc, loom_store_account_set_limits(st, a->workspace, a->user, &l,
+                                                 "cli"));
+    if (rc == LOOM_EINVALID)
+        return usage_error("%s", loom_error_last());
+    if (rc) {
+        fprintf(stderr, "loom keys: %s\n", loom_error_last());
+        return CLI_FAILED;
+    }
+    if (a->user)
+        printf("limits of user %s in workspace %s set\n", a->user,
+               a->workspace);
+    else
+        printf("limits of workspace %s set\n", a->workspace);
+    return CLI_OK;
+}
+
+static int create_key(loom_store *st, const keys_args *a)
+{
+    static char mbuf[8192], abuf[8192];
+    const char *models[MAX_NAMES], *agents[MAX_NAMES];
+    loom_key_spec spec = {.version = LOOM_KEY_SPEC_VERSION, .actor = "cli"};
+    char key[LOOM_KEY_SIZE];
+    loom_key_info info;
+    int nm, na, rc;
+
+    if (!a->user)
+        return usage_error("%s is required", "--user NAME");
+    spec.user = a->user;
+    spec.workspace = a->workspace;
+    spec.service = a->service;
+    if ((rc = limits_of(a, &spec.limits)) != CLI_OK)
+        return rc;
     if ((nm = split(a->models, mbuf, sizeof(mbuf), models)) < 0 ||
         (na = split(a->agents, abuf, sizeof(abuf), agents)) < 0)
         return usage_error("%s", "--models and --agents take at most 100 "
@@ -296,7 +346,8 @@ int cli_keys(int argc, char **argv)
         fputs(keys_usage, sub ? stdout : stderr);
         return sub ? CLI_OK : CLI_USAGE;
     }
-    if (strcmp(sub, "create") && strcmp(sub, "list") && strcmp(sub, "revoke"))
+    if (strcmp(sub, "create") && strcmp(sub, "list") && strcmp(sub, "revoke") &&
+        strcmp(sub, "limits"))
         return usage_error("unknown subcommand '%s'", sub);
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -312,9 +363,10 @@ int cli_keys(int argc, char **argv)
         fprintf(stderr, "loom keys: %s\n", loom_error_last());
         return CLI_FAILED;
     }
-    rc = !strcmp(sub, "create") ? create_key(st, &a)
-         : !strcmp(sub, "list") ? list_keys(st, &a)
-                                : revoke_key(st, &a);
+    rc = !strcmp(sub, "create")   ? create_key(st, &a)
+         : !strcmp(sub, "list")   ? list_keys(st, &a)
+         : !strcmp(sub, "limits") ? set_limits(st, &a)
+                                  : revoke_key(st, &a);
     loom_store_free(st);
     return rc;
 }

@@ -8,6 +8,9 @@
  *   GET    /v1/admin/users       users (?workspace=)
  *   GET    /v1/admin/workspaces  workspaces
  *   GET    /v1/admin/audit       the audit log, newest first (?limit=)
+ *   PATCH  /v1/admin/users/{workspace}/{name}  a user's limits
+ *   PATCH  /v1/admin/workspaces/{id}           a workspace's limits
+ *   GET    /v1/admin/spend       what each budget scope spent (?scope=)
  *
  * Everything goes through loom/accounts.h, as `loom keys` does, so the
  * two write the same rows and the same audit entries (actor "admin"
@@ -44,12 +47,19 @@ static int int_field(srv_request *r, const char *name, long *out)
 }
 
 /* The limit fields of the body: rpm, tpm, max_concurrent, budget_usd,
- * budget_period. 1 when fine, else the 400. */
+ * budget_period, budget_allow_unpriced. 1 when fine, else the 400. */
 static int limits_of(srv_request *r, loom_limits *l)
 {
     json_t *usd = json_object_get(r->json, "budget_usd");
     json_t *period = json_object_get(r->json, "budget_period");
+    json_t *unpriced = json_object_get(r->json, "budget_allow_unpriced");
     int p;
+
+    if (unpriced && !json_is_null(unpriced)) {
+        if (!json_is_boolean(unpriced))
+            return bad(r, "budget_allow_unpriced", "must be true or false"), 0;
+        l->budget_allow_unpriced = json_is_true(unpriced);
+    }
 
     if (!int_field(r, "rpm", &l->rpm) || !int_field(r, "tpm", &l->tpm) ||
         !int_field(r, "max_concurrent", &l->max_concurrent))
@@ -96,9 +106,11 @@ static int names_of(srv_request *r, const char *field, const char **names,
 static int create_key(srv_request *r)
 {
     static const char *const known[] = {
-        "user",           "workspace",  "service",       "models",
-        "agents",         "expires_at", "rpm",           "tpm",
-        "max_concurrent", "budget_usd", "budget_period", NULL};
+        "user",       "workspace",     "service",
+        "models",     "agents",        "expires_at",
+        "rpm",        "tpm",           "max_concurrent",
+        "budget_usd", "budget_period", "budget_allow_unpriced",
+        NULL};
     const char *models[LOOM_KEY_ALLOW_MAX], *agents[LOOM_KEY_ALLOW_MAX];
     loom_key_spec spec = {.version = LOOM_KEY_SPEC_VERSION, .actor = "admin"};
     char key[LOOM_KEY_SIZE];
@@ -164,10 +176,15 @@ static int revoke_key(srv_request *r)
     return srv_reply_json(r, 200, out);
 }
 
+/* The body of a PATCH of limits. */
+static const char *const limit_fields[] = {
+    "rpm",        "tpm",           "max_concurrent",
+    "budget_usd", "budget_period", "budget_allow_unpriced",
+    NULL};
+
 static int patch_key(srv_request *r)
 {
-    static const char *const known[] = {
-        "rpm", "tpm", "max_concurrent", "budget_usd", "budget_period", NULL};
+    const char *const *known = limit_fields;
     loom_limits l = {0};
     int rc;
 
@@ -179,6 +196,38 @@ static int patch_key(srv_request *r)
     return srv_reply_json(r, 200,
                           json_pack("{s:s,s:s,s:b}", "id", r->params[0],
                                     "object", "api_key.limits", "updated", 1));
+}
+
+/* PATCH /v1/admin/users/{workspace}/{name} and
+ * /v1/admin/workspaces/{id}: replaces the limits (one left out is none). */
+static int patch_account(srv_request *r)
+{
+    const char *user = r->nparams > 1 ? r->params[1] : NULL;
+    loom_limits l = {0};
+    int rc;
+
+    if (!srv_body_only_known(r, limit_fields) || !limits_of(r, &l))
+        return 0;
+    if ((rc = loom_store_account_set_limits(srv_store(r->srv), r->params[0],
+                                            user, &l, "admin")) != 0)
+        return srv_reply_loom_error(r, rc, user ? "name" : "id");
+    return srv_reply_json(r, 200,
+                          json_pack("{s:s,s:s?,s:s,s:o}", "workspace",
+                                    r->params[0], "user", user, "object",
+                                    user ? "user.limits" : "workspace.limits",
+                                    "limits", loom_limits_json(&l)));
+}
+
+static int list_spend(srv_request *r)
+{
+    json_t *out = NULL;
+    int rc =
+        loom_store_spend_list(srv_store(r->srv), srv_query(r, "scope"), &out);
+
+    if (rc)
+        return srv_reply_loom_error(r, rc, "scope");
+    json_object_set_new(out, "object", json_string("list"));
+    return srv_reply_json(r, 200, out);
 }
 
 static int list_users(srv_request *r)
@@ -228,7 +277,12 @@ int srv__api_admin_routes(srv_router *rt)
         (rc = srv_route(rt, "DELETE", "/v1/admin/keys/{id}", revoke_key)) ||
         (rc = srv_route(rt, "GET", "/v1/admin/users", list_users)) ||
         (rc = srv_route(rt, "GET", "/v1/admin/workspaces", list_workspaces)) ||
-        (rc = srv_route(rt, "GET", "/v1/admin/audit", audit)))
+        (rc = srv_route(rt, "GET", "/v1/admin/audit", audit)) ||
+        (rc = srv_route(rt, "PATCH", "/v1/admin/users/{workspace}/{name}",
+                        patch_account)) ||
+        (rc = srv_route(rt, "PATCH", "/v1/admin/workspaces/{id}",
+                        patch_account)) ||
+        (rc = srv_route(rt, "GET", "/v1/admin/spend", list_spend)))
         return rc;
     return 0;
 }

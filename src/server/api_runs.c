@@ -316,6 +316,8 @@ static int reply_unstored(srv_request *r, srv_run *run)
 static int done_with_events(srv_request *r, srv_run *run, void *payload)
 {
     (void)payload;
+    if (srv_run_quota_refused(run))
+        return srv_reply_quota(r, NULL);
     if (!srv_run_stored(run))
         return reply_unstored(r, run);
     return reply_run(r, run, 1);
@@ -418,6 +420,7 @@ static int start_run(srv_request *r)
         return rc;
     }
     q.spec.who = r->who;
+    q.spec.request = r;
     rc = srv_run_start(&run, r->srv, &q.spec);
     srv_runs_request_clear(&q);
     /* A bad research setting's message names it: research.<key>. */

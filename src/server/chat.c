@@ -227,6 +227,9 @@ static int deferred_done(srv_request *r, srv_run *run, void *payload)
     json_t *body = NULL;
     int rc;
 
+    /* A budget refused the run's first model call: nothing was said. */
+    if (srv_run_quota_refused(run))
+        return srv_reply_quota(r, NULL);
     /* An answer the conversation does not hold is no answer. */
     if (!srv_run_stored(run))
         return srv_reply_error(
@@ -428,9 +431,12 @@ static int held_done(srv_request *r, srv_run *run, void *payload)
     held_stream *h = payload;
     srv_sse_options o = SRV_SSE_OPTIONS_INIT;
 
-    /* A cancelled run ends as a normal stream, output or not. */
-    if (srv_run_ended(run) && srv_run_status(run) != LOOM_RUN_COMPLETED &&
-        srv_run_status(run) != LOOM_RUN_CANCELLED && !output_seen(run))
+    /* A cancelled run ends as a normal stream, output or not; one whose
+     * first model call a budget refused is a 429 (deferred_done). */
+    if (srv_run_ended(run) && !output_seen(run) &&
+        (srv_run_quota_refused(run) ||
+         (srv_run_status(run) != LOOM_RUN_COMPLETED &&
+          srv_run_status(run) != LOOM_RUN_CANCELLED)))
         return deferred_done(r, run, h->f);
     o.format = sse_format;
     o.begin = sse_begin;
@@ -546,6 +552,7 @@ static int handle(srv_request *r, loom__chat_request *req)
     input.len = input.cap = req->messages.len - skip;
     spec.input = &input;
 
+    spec.request = r;
     rc = srv_run_start(&run, r->srv, &spec);
     if (rc == LOOM_ENOTFOUND && spec.conversation_id) {
         rc = srv_reply_error(r, 404, "invalid_request_error",

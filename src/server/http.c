@@ -645,6 +645,16 @@ int srv_reply_loom_error(srv_request *r, int rc, const char *param)
     case SRV_EAGENT_NOT_ALLOWED:
         return srv_reply_error(r, 403, NULL, "agent", "agent_not_allowed", "%s",
                                copy);
+    case SRV_ERATE_REQUESTS:
+    case SRV_ERATE_TOKENS:
+        return srv_reply_error(r, 429,
+                               rc == SRV_ERATE_TOKENS ? "tokens" : "requests",
+                               NULL, "rate_limit_exceeded", "%s", copy);
+    case SRV_EQUOTA:
+        return srv_reply_quota(r, copy);
+    case SRV_EUNPRICED:
+        return srv_reply_error(r, 403, NULL, "model", "model_not_priced", "%s",
+                               copy);
     case SRV_EBUSY:
         srv_set_header(r, "Retry-After", "1");
         return srv_reply_error(r, 503, NULL, NULL, "server_busy", "%s", copy);

@@ -214,6 +214,20 @@ int srv_owns(srv_request *r, const char *object_owner,
 int srv_identity_allows(const srv_identity *who, const char *model,
                         const char *agent);
 
+/* Returned by srv_run_start() past a limit of the caller (loom/limits.h):
+ * 429 `rate_limit_exceeded` of type "requests" (requests per minute,
+ * concurrent runs) or "tokens" (tokens per minute), with Retry-After;
+ * 429 `insufficient_quota` for a budget used up; 403 `model_not_priced`
+ * for a model without prices under a budget that does not allow it. */
+#define SRV_ERATE_REQUESTS (-104)
+#define SRV_ERATE_TOKENS (-105)
+#define SRV_EQUOTA (-106)
+#define SRV_EUNPRICED (-107)
+
+/* Replies 429 insufficient_quota: a budget refused the run's first model
+ * call, before anything was said. */
+int srv_reply_quota(srv_request *r, const char *detail);
+
 /* Returned by srv_run_start() when max_concurrent_runs are busy. */
 #define SRV_EBUSY (-100)
 /* Returned by srv_run_start() when the server has no model provider at
@@ -325,6 +339,9 @@ typedef struct {
     int title;
     /* The run's own budget (loom_turn_options.budget); zero: none. */
     loom_run_budget budget;
+    /* The request that starts the run: the caller's limits set their
+     * x-ratelimit-* headers on its answer. NULL: none. */
+    srv_request *request;
 } srv_run_spec;
 
 #define SRV_RUN_SPEC_INIT                                                      \
@@ -419,6 +436,10 @@ loom_run_status srv_run_status(srv_run *run);
 
 /* 1 when the run ended and its turn is in the store. */
 int srv_run_stored(srv_run *run);
+/* 1 when the run's budget refused its first model call (no call went
+ * upstream); the run then ended with finish reason "budget". */
+int srv_run_quota_refused(srv_run *run);
+
 /* Why an ended run's turn is not in the store; NULL when it is (or the
  * run has not ended). Borrowed from the run. */
 const char *srv_run_store_error(srv_run *run);

@@ -35,6 +35,8 @@ struct srv_run {
     /* the table, guarded by the table's lock */
     struct srv_run *prev, *next;
     int finished;
+    /* The caller's limits and the call gate (limits.c). */
+    srv_admission adm;
 };
 
 struct srv_runs {
@@ -411,6 +413,8 @@ static void on_ending(loom_turn *t, void *payload)
               loom_turn_store_error(t) || !loom_turn_conversation_id(t)
                   ? ", turn not stored"
                   : "");
+    /* Every model call of the run is settled: its slots are free. */
+    srv__admission_release(&r->adm);
     pthread_mutex_lock(&rt->lock);
     r->finished = 1;
     rt->finished++;
@@ -545,6 +549,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     r->created_ms = loom__unix_ms();
     r->start_mono = srv__now_ms();
     we->r = r;
+    srv__admission_init(&r->adm, s);
 
     to.conversation_id = sp->conversation_id;
     to.agent = sp->agent;
@@ -577,9 +582,11 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     to.log_max_bytes = s->sc->max_run_events_bytes;
     to.ending = on_ending;
     to.ending_payload = we;
+    to.call_gate = &r->adm.gate;
     if ((rc = check_owner(s, sp)) != 0 ||
         (rc = loom_turn_new(&r->t, s->session, &to)) != 0 ||
-        (rc = check_allowed(sp, r->t)) != 0)
+        (rc = check_allowed(sp, r->t)) != 0 ||
+        (rc = srv__admit(&r->adm, sp, loom_turn_model(r->t))) != 0)
         goto fail;
 
     /* References: the caller's, the worker's and the table's. */
@@ -612,9 +619,17 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
 fail:
     if (slot)
         release_slot(s);
+    if (r)
+        srv__admission_release(&r->adm);
     free(we);
     srv_run_unref(r);
     return rc;
+}
+
+int srv_run_quota_refused(srv_run *run)
+{
+    return atomic_load(&run->adm.refused) > 0 &&
+           atomic_load(&run->adm.granted) == 0;
 }
 
 /* ---- JSON ---------------------------------------------------------------- */

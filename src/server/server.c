@@ -418,6 +418,7 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
         (rc = srv__runs_new(&s->runs)) != 0 ||
         (rc = srv__router_new(&s->router)) != 0 ||
         (rc = srv__auth_new(&s->auth, s->cfg)) != 0 ||
+        (rc = loom_limiter_new(&s->limiter, s->store)) != 0 ||
         (rc = srv__api_admin_routes(s->router)) != 0 ||
         (rc = srv__api_runs_routes(s->router)) != 0 ||
         (rc = srv__api_misc_routes(s->router)) != 0)
@@ -629,6 +630,7 @@ void loom_server_free(loom_server *s)
     }
     srv__router_free(s->router);
     srv__auth_free(s->auth);
+    loom_limiter_free(s->limiter);
     for (size_t i = 0; i < s->nproviders; i++) {
         loom_provider_free(s->providers[i].p);
         free(s->providers[i].name);

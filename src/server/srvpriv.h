@@ -15,6 +15,7 @@
 #ifndef LOOM_SERVER_SRVPRIV_H
 #define LOOM_SERVER_SRVPRIV_H
 
+#include "loom/limits.h"
 #include "loom/router.h"
 #include "loom/session.h"
 #include "server/internal.h"
@@ -101,6 +102,44 @@ int srv__auth_check_listen(srv_server *s, const struct sockaddr *sa);
 int srv__auth_request(srv_request *r, srv_identity *who);
 void srv__identity_clear(srv_identity *who);
 
+/* ---- limits and budgets (limits.c) --------------------------------------- */
+
+/*
+ * A run's admission (docs/accounts.md "Limits", "Budgets"): the lease of
+ * its request's limits and its call gate. Lives in the run.
+ */
+typedef struct srv_admission {
+    srv_server *s;
+    loom_limit_lease *lease; /* NULL: nothing limits the run */
+    loom_call_gate gate;     /* reserve and settle against lease */
+    /* For the audit log: whose key. Copied. */
+    char key_id[LOOM_KEY_ID_SIZE];
+    char workspace[LOOM_ACCOUNT_NAME_MAX + 1];
+    char user[LOOM_ACCOUNT_NAME_MAX + 1];
+    size_t nscopes;
+    char scopes[LOOM_LIMIT_SCOPES_MAX][LOOM_LIMIT_SCOPE_SIZE];
+    /* Written by the run's thread, read once it ended. */
+    atomic_int granted; /* calls let through */
+    atomic_int refused; /* calls refused by a budget */
+} srv_admission;
+
+/* Sets up a's gate (before the turn is made, whose options point at
+ * it); nothing is admitted yet. */
+void srv__admission_init(srv_admission *a, srv_server *s);
+
+/*
+ * Admits the run of spec (its model: model) for its caller: the limits
+ * of its API key, the key's user and workspace (nothing for a caller
+ * without a key). Sets the x-ratelimit-* headers on spec->request's
+ * answer. 0 and a->lease (may stay NULL); else SRV_ERATE_REQUESTS,
+ * SRV_ERATE_TOKENS (Retry-After set), SRV_EQUOTA, SRV_EUNPRICED, or the
+ * store's error, with a message.
+ */
+int srv__admit(srv_admission *a, const srv_run_spec *spec, const char *model);
+
+/* Ends the admission: its concurrent-run slots are free. */
+void srv__admission_release(srv_admission *a);
+
 /* ---- the server (server.c) ----------------------------------------------- */
 
 typedef struct {
@@ -132,6 +171,7 @@ struct loom_server {
     int port;
     srv_router *router;
     srv_auth *auth;
+    loom_limiter *limiter; /* limits and budgets (limits.c) */
     srv_runs *runs;
     srv_metrics *metrics;
     atomic_int draining;  /* stopping: new runs are refused (503) */

@@ -13,6 +13,7 @@
  */
 #include "core/clock.h"
 #include "core/error.h"
+#include "loom/limits.h"
 #include "store/store_internal.h"
 
 #include <openssl/crypto.h>
@@ -74,13 +75,14 @@ static json_t *or_null(int64_t v)
     return v ? json_integer((json_int_t)v) : json_null();
 }
 
-static json_t *limits_json(const loom_limits *l)
+json_t *loom_limits_json(const loom_limits *l)
 {
     return json_pack(
-        "{s:o,s:o,s:o,s:o,s:s?}", "rpm", or_null(l->rpm), "tpm",
+        "{s:o,s:o,s:o,s:o,s:s?,s:b}", "rpm", or_null(l->rpm), "tpm",
         or_null(l->tpm), "max_concurrent", or_null(l->max_concurrent),
         "budget_micros", or_null(l->budget_micros), "budget_period",
-        l->budget_micros ? loom_budget_period_name(l->budget_period) : NULL);
+        l->budget_micros ? loom_budget_period_name(l->budget_period) : NULL,
+        "budget_allow_unpriced", l->budget_allow_unpriced != 0);
 }
 
 json_t *loom_key_info_json(const loom_key_info *k)
@@ -91,7 +93,7 @@ json_t *loom_key_info_json(const loom_key_info *k)
                      (json_int_t)k->created_at, "expires_at",
                      or_null(k->expires_at), "revoked_at",
                      or_null(k->revoked_at), "models", k->models, "agents",
-                     k->agents, "limits", limits_json(&k->limits));
+                     k->agents, "limits", loom_limits_json(&k->limits));
 }
 
 /* ---- keys as text -------------------------------------------------------- */
@@ -199,9 +201,11 @@ static int check_limits(const loom_limits *l)
         l->budget_micros < 0)
         return loom__error_set(LOOM_EINVALID,
                                "limits must be zero (none) or positive");
-    if ((unsigned)l->budget_period > LOOM_BUDGET_MONTH)
+    if ((unsigned)l->budget_period > LOOM_BUDGET_MONTH ||
+        (unsigned)l->budget_allow_unpriced > 1)
         return loom__error_set(LOOM_EINVALID,
-                               "budget_period must be day, month or total");
+                               "budget_period must be day, month or total, "
+                               "budget_allow_unpriced 0 or 1");
     return 0;
 }
 
@@ -301,7 +305,7 @@ int loom_store_key_create(loom_store *st, const loom_key_spec *spec,
                        "expires_at", or_null(k.expires_at), "models",
                        models ? json_loads(models, 0, NULL) : NULL, "agents",
                        agents ? json_loads(agents, 0, NULL) : NULL, "limits",
-                       limits_json(&k.limits));
+                       loom_limits_json(&k.limits));
     if (!detail || !(detail_text = json_dumps(detail, JSON_COMPACT))) {
         rc = loom__error_oom();
         goto cleanup;
@@ -419,13 +423,29 @@ int loom_store_key_revoke(loom_store *st, const char *id_or_key,
     return rc;
 }
 
+/* The limits to store (in, without a budget: period total) and the
+ * audit detail of the change from old (JSON text, caller frees). */
+static int limits_change(const loom_limits *old, const loom_limits *in,
+                         loom_limits *l, char **text)
+{
+    json_t *detail;
+
+    *l = *in;
+    if (!l->budget_micros)
+        l->budget_period = LOOM_BUDGET_TOTAL;
+    detail = json_pack("{s:o,s:o}", "old", loom_limits_json(old), "new",
+                       loom_limits_json(l));
+    *text = detail ? json_dumps(detail, JSON_COMPACT) : NULL;
+    json_decref(detail);
+    return *text ? 0 : loom__error_oom();
+}
+
 int loom_store_key_set_limits(loom_store *st, const char *id,
                               const loom_limits *limits, const char *actor)
 {
     loom__store_audit a;
     loom_key_info k;
     loom_limits l;
-    json_t *detail = NULL;
     char *text = NULL;
     int rc;
 
@@ -440,19 +460,10 @@ int loom_store_key_set_limits(loom_store *st, const char *id,
                                id ? id : "");
     if ((rc = st->vt->key_get(st, id, &k, NULL)) != 0)
         return rc;
-    l = *limits;
-    if (!l.budget_micros)
-        l.budget_period = LOOM_BUDGET_TOTAL;
-    detail = json_pack("{s:o,s:o}", "old", limits_json(&k.limits), "new",
-                       limits_json(&l));
-    if (!detail || !(text = json_dumps(detail, JSON_COMPACT))) {
-        rc = loom__error_oom();
-        goto cleanup;
+    if ((rc = limits_change(&k.limits, limits, &l, &text)) == 0) {
+        audit_of(&a, &k, actor, "key.limits_changed", text);
+        rc = st->vt->key_set_limits(st, k.id, &l, &a);
     }
-    audit_of(&a, &k, actor, "key.limits_changed", text);
-    rc = st->vt->key_set_limits(st, k.id, &l, &a);
-cleanup:
-    json_decref(detail);
     free(text);
     loom_key_info_clear(&k);
     return rc;
@@ -521,4 +532,139 @@ int loom_store_audit_list(loom_store *st, int limit, json_t **out)
         return loom__error_set(
             LOOM_EINVALID, "limit must be between 1 and 1000, got %d", limit);
     return st->vt->audit_list(st, limit, out);
+}
+
+/* ---- limits of users and workspaces, spend, audit (loom/limits.h) -------- */
+
+int loom_store_account_limits(loom_store *st, const char *workspace,
+                              const char *user, loom_limits *user_out,
+                              loom_limits *workspace_out)
+{
+    loom_limits u, w;
+    int rc;
+
+    if (user_out)
+        memset(user_out, 0, sizeof(*user_out));
+    if (workspace_out)
+        memset(workspace_out, 0, sizeof(*workspace_out));
+    if ((rc = check_store(st)) != 0)
+        return rc;
+    if (!loom_account_name_valid(workspace) ||
+        (user && !loom_account_name_valid(user)))
+        return loom__error_set(LOOM_EINVALID, "limits: not a valid name");
+    if ((rc = st->vt->account_limits(st, workspace, user, &u, &w)) != 0)
+        return rc;
+    if (user_out)
+        *user_out = u;
+    if (workspace_out)
+        *workspace_out = w;
+    return 0;
+}
+
+int loom_store_account_set_limits(loom_store *st, const char *workspace,
+                                  const char *user, const loom_limits *limits,
+                                  const char *actor)
+{
+    loom_limits u, w, l;
+    loom__store_audit a;
+    char *text = NULL;
+    int rc;
+
+    if ((rc = check_store(st)) != 0)
+        return rc;
+    if (!limits)
+        return loom__error_set(LOOM_EINVALID, "limits: none given");
+    if ((rc = check_limits(limits)) != 0)
+        return rc;
+    if (!loom_account_name_valid(workspace) ||
+        (user && !loom_account_name_valid(user)))
+        return loom__error_set(LOOM_EINVALID, "limits: not a valid name");
+    if ((rc = st->vt->account_limits(st, workspace, user, &u, &w)) != 0 ||
+        (rc = limits_change(user ? &u : &w, limits, &l, &text)) != 0)
+        return rc;
+    a = (loom__store_audit){loom__unix_ms(),
+                            actor ? actor : "api",
+                            user ? "user.limits_changed"
+                                 : "workspace.limits_changed",
+                            NULL,
+                            workspace,
+                            user,
+                            text};
+    rc = st->vt->account_set_limits(st, workspace, user, &l, &a);
+    free(text);
+    return rc;
+}
+
+int loom_store_audit_add(loom_store *st, const char *actor, const char *action,
+                         const char *key_id, const char *workspace,
+                         const char *user, const json_t *detail)
+{
+    loom__store_audit a;
+    char *text = NULL;
+    int rc;
+
+    if ((rc = check_store(st)) != 0)
+        return rc;
+    if (!action || !*action)
+        return loom__error_set(LOOM_EINVALID, "audit: no action");
+    if (detail && !(text = json_dumps(detail, JSON_COMPACT)))
+        return loom__error_oom();
+    a = (loom__store_audit){loom__unix_ms(),
+                            actor ? actor : "api",
+                            action,
+                            key_id,
+                            workspace,
+                            user,
+                            text};
+    rc = st->vt->audit_add(st, &a);
+    free(text);
+    return rc;
+}
+
+/* A spend's scope: loom/limits.h's names. */
+static int check_scope(const char *scope)
+{
+    if (!scope || !*scope || strlen(scope) >= LOOM_LIMIT_SCOPE_SIZE)
+        return loom__error_set(LOOM_EINVALID, "spend: bad scope");
+    return 0;
+}
+
+int loom_store_spend_get(loom_store *st, const char *scope,
+                         loom_budget_period period, int64_t period_start,
+                         int64_t *out)
+{
+    int rc;
+
+    *out = 0;
+    if ((rc = check_store(st)) != 0 || (rc = check_scope(scope)) != 0)
+        return rc;
+    return st->vt->spend_get(st, scope, loom_budget_period_name(period),
+                             period_start, out);
+}
+
+int loom_store_spend_add(loom_store *st, const char *scope,
+                         loom_budget_period period, int64_t period_start,
+                         int64_t micros, int64_t now)
+{
+    int rc;
+
+    if ((rc = check_store(st)) != 0 || (rc = check_scope(scope)) != 0)
+        return rc;
+    if (micros < 0)
+        return loom__error_set(LOOM_EINVALID, "spend: negative amount");
+    return st->vt->spend_add(st, scope, loom_budget_period_name(period),
+                             period_start, micros, now);
+}
+
+int loom_store_spend_list(loom_store *st, const char *scope_prefix,
+                          json_t **out)
+{
+    int rc;
+
+    *out = NULL;
+    if ((rc = check_store(st)) != 0)
+        return rc;
+    if (scope_prefix && strlen(scope_prefix) >= LOOM_LIMIT_SCOPE_SIZE)
+        return loom__error_set(LOOM_EINVALID, "spend: bad scope");
+    return st->vt->spend_list(st, scope_prefix, out);
 }

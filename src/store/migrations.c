@@ -318,6 +318,24 @@ const char *const loom__sqlite_migrations[] = {
     "  updated_at INTEGER NOT NULL,"
     "  PRIMARY KEY (server, user_id)"
     ") WITHOUT ROWID;",
+    /* 13: budgets (loom/limits.h): what each scope (a key, a user, a
+     * workspace) spent in each budget period, in micro-dollars, and
+     * whether a budget lets calls to models without prices through.
+     * Independent of every other step: it adds only its own table and
+     * columns. */
+    "CREATE TABLE budget_spend ("
+    "  scope TEXT NOT NULL,"
+    "  period TEXT NOT NULL,"
+    "  period_start INTEGER NOT NULL,"
+    "  spent_micros INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  PRIMARY KEY (scope, period, period_start)"
+    ") WITHOUT ROWID;"
+    "ALTER TABLE api_keys ADD COLUMN budget_unpriced INTEGER NOT NULL"
+    "  DEFAULT 0;"
+    "ALTER TABLE users ADD COLUMN budget_unpriced INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE workspaces ADD COLUMN budget_unpriced INTEGER NOT NULL"
+    "  DEFAULT 0;",
 };
 
 const int loom__sqlite_migrations_len =

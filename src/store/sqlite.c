@@ -662,6 +662,12 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_user_list,
     loom__sqlite_workspace_list,
     loom__sqlite_audit_list,
+    loom__sqlite_account_limits,
+    loom__sqlite_account_set_limits,
+    loom__sqlite_audit_add,
+    loom__sqlite_spend_get,
+    loom__sqlite_spend_add,
+    loom__sqlite_spend_list,
     loom__sqlite_mcp_credentials_get,
     loom__sqlite_mcp_credentials_put,
 };

@@ -22,7 +22,7 @@
 #define KEY_COLS                                                               \
     "id, hash, workspace, user_name, service, created_at, expires_at, "        \
     "revoked_at, models, agents, rpm, tpm, max_concurrent, budget_micros, "    \
-    "budget_period"
+    "budget_period, budget_unpriced"
 
 static const char sql_pepper_get[] =
     "SELECT value FROM auth_secrets WHERE name = 'key_pepper'";
@@ -36,14 +36,15 @@ static const char sql_user_put[] =
     "VALUES (?1, ?2, ?3)";
 static const char sql_key_put[] =
     "INSERT INTO api_keys (" KEY_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
-    "NULL, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+    "NULL, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
 static const char sql_key_get[] =
     "SELECT " KEY_COLS " FROM api_keys WHERE id = ?1";
 static const char sql_key_revoke[] =
     "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL";
 static const char sql_key_limits[] =
     "UPDATE api_keys SET rpm = ?2, tpm = ?3, max_concurrent = ?4, "
-    "budget_micros = ?5, budget_period = ?6 WHERE id = ?1";
+    "budget_micros = ?5, budget_period = ?6, budget_unpriced = ?7 "
+    "WHERE id = ?1";
 static const char sql_audit_put[] =
     "INSERT INTO audit_log (at, actor, action, key_id, workspace, user_name, "
     "detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
@@ -51,14 +52,42 @@ static const char sql_key_list[] =
     "SELECT " KEY_COLS " FROM api_keys "
     "WHERE (?1 IS NULL OR workspace = ?1) AND (?2 IS NULL OR user_name = ?2) "
     "ORDER BY created_at DESC, id DESC";
+#define LIMIT_COLS                                                             \
+    "rpm, tpm, max_concurrent, budget_micros, budget_period, budget_unpriced"
 static const char sql_user_list[] =
     "SELECT u.workspace, u.name, u.created_at, "
     "(SELECT count(*) FROM api_keys k WHERE k.workspace = u.workspace AND "
-    "k.user_name = u.name AND k.revoked_at IS NULL) FROM users u "
+    "k.user_name = u.name AND k.revoked_at IS NULL), " LIMIT_COLS
+    " FROM users u "
     "WHERE ?1 IS NULL OR u.workspace = ?1 ORDER BY u.workspace, u.name";
 static const char sql_workspace_list[] =
     "SELECT w.id, w.created_at, (SELECT count(*) FROM users u "
-    "WHERE u.workspace = w.id) FROM workspaces w ORDER BY w.id";
+    "WHERE u.workspace = w.id), " LIMIT_COLS " FROM workspaces w ORDER BY w.id";
+static const char sql_user_limits[] =
+    "SELECT " LIMIT_COLS " FROM users WHERE workspace = ?1 AND name = ?2";
+static const char sql_workspace_limits[] =
+    "SELECT " LIMIT_COLS " FROM workspaces WHERE id = ?1";
+static const char sql_user_set_limits[] =
+    "UPDATE users SET rpm = ?3, tpm = ?4, max_concurrent = ?5, "
+    "budget_micros = ?6, budget_period = ?7, budget_unpriced = ?8 "
+    "WHERE workspace = ?1 AND name = ?2";
+static const char sql_workspace_set_limits[] =
+    "UPDATE workspaces SET rpm = ?3, tpm = ?4, max_concurrent = ?5, "
+    "budget_micros = ?6, budget_period = ?7, budget_unpriced = ?8 "
+    "WHERE id = ?1 AND ?2 IS NULL";
+static const char sql_spend_get[] =
+    "SELECT spent_micros FROM budget_spend "
+    "WHERE scope = ?1 AND period = ?2 AND period_start = ?3";
+static const char sql_spend_add[] =
+    "INSERT INTO budget_spend (scope, period, period_start, spent_micros, "
+    "updated_at) VALUES (?1, ?2, ?3, ?4, ?5) "
+    "ON CONFLICT (scope, period, period_start) DO UPDATE SET "
+    "spent_micros = spent_micros + excluded.spent_micros, "
+    "updated_at = excluded.updated_at";
+static const char sql_spend_list[] =
+    "SELECT scope, period, period_start, spent_micros, updated_at "
+    "FROM budget_spend WHERE ?1 IS NULL OR substr(scope, 1, length(?1)) = ?1 "
+    "ORDER BY scope, period_start DESC";
 static const char sql_audit_list[] =
     "SELECT id, at, actor, action, key_id, workspace, user_name, detail "
     "FROM audit_log ORDER BY id DESC LIMIT ?1";
@@ -86,6 +115,8 @@ static void b_limits(sqlite3_stmt *s, int first, const loom_limits *l, int *rc)
     b_text(s, first + 4,
            l->budget_micros ? loom_budget_period_name(l->budget_period) : NULL,
            rc);
+    if (*rc == SQLITE_OK)
+        *rc = sqlite3_bind_int(s, first + 5, l->budget_allow_unpriced != 0);
 }
 
 /* Writes the audit entry a on c; an SQLite code. */
@@ -225,6 +256,7 @@ static int row_key(sqlite3_stmt *s, loom_key_info *out,
         period && loom_budget_period_parse(period) > 0
             ? (loom_budget_period)loom_budget_period_parse(period)
             : LOOM_BUDGET_TOTAL;
+    out->limits.budget_allow_unpriced = sqlite3_column_int(s, 15);
     if (bad || !out->workspace || !out->user) {
         loom_key_info_clear(out);
         return loom__error_oom();
@@ -384,20 +416,43 @@ static json_t *text_or_null(sqlite3_stmt *s, int i)
     return v ? json_string(v) : json_null();
 }
 
+/* The LIMIT_COLS of a row, from column first on. */
+static void row_limits(sqlite3_stmt *s, int first, loom_limits *l)
+{
+    const char *period = col_text(s, first + 4);
+    int p = period ? loom_budget_period_parse(period) : -1;
+
+    memset(l, 0, sizeof(*l));
+    l->rpm = (long)sqlite3_column_int64(s, first);
+    l->tpm = (long)sqlite3_column_int64(s, first + 1);
+    l->max_concurrent = (long)sqlite3_column_int64(s, first + 2);
+    l->budget_micros = sqlite3_column_int64(s, first + 3);
+    l->budget_period = p > 0 ? (loom_budget_period)p : LOOM_BUDGET_TOTAL;
+    l->budget_allow_unpriced = sqlite3_column_int(s, first + 5);
+}
+
 static json_t *user_row_json(sqlite3_stmt *s)
 {
-    return json_pack("{s:o,s:o,s:I,s:I}", "workspace", text_or_null(s, 0),
+    loom_limits l;
+
+    row_limits(s, 4, &l);
+    return json_pack("{s:o,s:o,s:I,s:I,s:o}", "workspace", text_or_null(s, 0),
                      "name", text_or_null(s, 1), "created_at",
                      (json_int_t)sqlite3_column_int64(s, 2), "keys",
-                     (json_int_t)sqlite3_column_int64(s, 3));
+                     (json_int_t)sqlite3_column_int64(s, 3), "limits",
+                     loom_limits_json(&l));
 }
 
 static json_t *workspace_row_json(sqlite3_stmt *s)
 {
-    return json_pack("{s:o,s:s,s:I,s:I}", "id", text_or_null(s, 0), "object",
-                     "workspace", "created_at",
+    loom_limits l;
+
+    row_limits(s, 3, &l);
+    return json_pack("{s:o,s:s,s:I,s:I,s:o}", "id", text_or_null(s, 0),
+                     "object", "workspace", "created_at",
                      (json_int_t)sqlite3_column_int64(s, 1), "users",
-                     (json_int_t)sqlite3_column_int64(s, 2));
+                     (json_int_t)sqlite3_column_int64(s, 2), "limits",
+                     loom_limits_json(&l));
 }
 
 static json_t *audit_row_json(sqlite3_stmt *s)
@@ -436,4 +491,169 @@ int loom__sqlite_audit_list(loom_store *st, int limit, json_t **out)
 {
     return list(st, sql_audit_list, NULL, NULL, limit, audit_row_json,
                 "reading the audit log", out);
+}
+
+/* ---- limits of users and workspaces, spend ------------------------------ */
+
+/* The limits of one row of sql (?1 workspace, ?2 user when given) on c;
+ * zero when there is no row. An SQLite code. */
+static int limits_on(loom__sqlite_conn *c, const char *sql,
+                     const char *workspace, const char *user, loom_limits *out,
+                     int *found)
+{
+    sqlite3_stmt *s = NULL;
+    int src = prepare(c, sql, &s);
+
+    memset(out, 0, sizeof(*out));
+    *found = 0;
+    b_text(s, 1, workspace, &src);
+    if (user)
+        b_text(s, 2, user, &src);
+    if (src == SQLITE_OK && (src = sqlite3_step(s)) == SQLITE_ROW) {
+        row_limits(s, 0, out);
+        *found = 1;
+        src = SQLITE_OK;
+    } else if (src == SQLITE_DONE) {
+        src = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    return src;
+}
+
+int loom__sqlite_account_limits(loom_store *st, const char *workspace,
+                                const char *user, loom_limits *user_out,
+                                loom_limits *workspace_out)
+{
+    loom__sqlite_conn *c;
+    int rc, src = SQLITE_OK, found;
+
+    memset(user_out, 0, sizeof(*user_out));
+    if ((rc = loom__sqlite_begin(st, 0, &c)) != 0)
+        return rc;
+    if (user)
+        src = limits_on(c, sql_user_limits, workspace, user, user_out, &found);
+    if (src == SQLITE_OK)
+        src = limits_on(c, sql_workspace_limits, workspace, NULL, workspace_out,
+                        &found);
+    rc = src == SQLITE_OK ? loom__sqlite_commit(st, c, "reading limits")
+                          : loom__sqlite_fail(st, c, src, "reading limits");
+    loom__sqlite_end(st, c, 0);
+    return rc;
+}
+
+int loom__sqlite_account_set_limits(loom_store *st, const char *workspace,
+                                    const char *user, const loom_limits *l,
+                                    const loom__store_audit *a)
+{
+    loom__sqlite_conn *c;
+    sqlite3_stmt *s = NULL;
+    int rc, src;
+
+    if ((rc = loom__sqlite_begin(st, 1, &c)) != 0)
+        return rc;
+    src = prepare(c, user ? sql_user_set_limits : sql_workspace_set_limits, &s);
+    b_text(s, 1, workspace, &src);
+    b_text(s, 2, user, &src);
+    b_limits(s, 3, l, &src);
+    src = step_done(s, src);
+    sqlite3_finalize(s);
+    if (src == SQLITE_OK && sqlite3_changes(loom__sqlite_db(c)) == 0) {
+        /* Nothing changed: end the transaction as it is. */
+        (void)loom__sqlite_commit(st, c, "changing limits");
+        loom__sqlite_end(st, c, 1);
+        return user ? loom__error_set(LOOM_ENOTFOUND,
+                                      "no user '%s' in workspace '%s'", user,
+                                      workspace)
+                    : loom__error_set(LOOM_ENOTFOUND, "no workspace '%s'",
+                                      workspace);
+    }
+    if (src == SQLITE_OK)
+        src = exec_audit(c, a);
+    rc = src == SQLITE_OK ? loom__sqlite_commit(st, c, "changing limits")
+                          : loom__sqlite_fail(st, c, src, "changing limits");
+    loom__sqlite_end(st, c, 1);
+    return rc;
+}
+
+int loom__sqlite_audit_add(loom_store *st, const loom__store_audit *a)
+{
+    loom__sqlite_conn *c;
+    int rc, src;
+
+    if ((rc = loom__sqlite_begin(st, 1, &c)) != 0)
+        return rc;
+    src = exec_audit(c, a);
+    rc = src == SQLITE_OK
+             ? loom__sqlite_commit(st, c, "writing the audit log")
+             : loom__sqlite_fail(st, c, src, "writing the audit log");
+    loom__sqlite_end(st, c, 1);
+    return rc;
+}
+
+int loom__sqlite_spend_get(loom_store *st, const char *scope,
+                           const char *period, int64_t period_start,
+                           int64_t *out)
+{
+    loom__sqlite_conn *c;
+    sqlite3_stmt *s = NULL;
+    int rc, src;
+
+    *out = 0;
+    if ((rc = loom__sqlite_begin(st, 0, &c)) != 0)
+        return rc;
+    src = prepare(c, sql_spend_get, &s);
+    b_text(s, 1, scope, &src);
+    b_text(s, 2, period, &src);
+    b_int(s, 3, period_start, &src);
+    if (src == SQLITE_OK && (src = sqlite3_step(s)) == SQLITE_ROW) {
+        *out = sqlite3_column_int64(s, 0);
+        src = SQLITE_OK;
+    } else if (src == SQLITE_DONE) {
+        src = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    rc = src == SQLITE_OK ? loom__sqlite_commit(st, c, "reading a spend")
+                          : loom__sqlite_fail(st, c, src, "reading a spend");
+    loom__sqlite_end(st, c, 0);
+    return rc;
+}
+
+int loom__sqlite_spend_add(loom_store *st, const char *scope,
+                           const char *period, int64_t period_start,
+                           int64_t micros, int64_t now)
+{
+    loom__sqlite_conn *c;
+    sqlite3_stmt *s = NULL;
+    int rc, src;
+
+    if ((rc = loom__sqlite_begin(st, 1, &c)) != 0)
+        return rc;
+    src = prepare(c, sql_spend_add, &s);
+    b_text(s, 1, scope, &src);
+    b_text(s, 2, period, &src);
+    b_int(s, 3, period_start, &src);
+    b_int(s, 4, micros, &src);
+    b_int(s, 5, now, &src);
+    src = step_done(s, src);
+    sqlite3_finalize(s);
+    rc = src == SQLITE_OK ? loom__sqlite_commit(st, c, "adding a spend")
+                          : loom__sqlite_fail(st, c, src, "adding a spend");
+    loom__sqlite_end(st, c, 1);
+    return rc;
+}
+
+static json_t *spend_row_json(sqlite3_stmt *s)
+{
+    return json_pack("{s:o,s:o,s:I,s:I,s:I}", "scope", text_or_null(s, 0),
+                     "period", text_or_null(s, 1), "period_start",
+                     (json_int_t)sqlite3_column_int64(s, 2), "spent_micros",
+                     (json_int_t)sqlite3_column_int64(s, 3), "updated_at",
+                     (json_int_t)sqlite3_column_int64(s, 4));
+}
+
+int loom__sqlite_spend_list(loom_store *st, const char *scope_prefix,
+                            json_t **out)
+{
+    return list(st, sql_spend_list, scope_prefix, NULL, 0, spend_row_json,
+                "listing spend", out);
 }

@@ -344,5 +344,20 @@ int loom__sqlite_key_list(loom_store *st, const char *workspace,
 int loom__sqlite_user_list(loom_store *st, const char *workspace, json_t **out);
 int loom__sqlite_workspace_list(loom_store *st, json_t **out);
 int loom__sqlite_audit_list(loom_store *st, int limit, json_t **out);
+int loom__sqlite_account_limits(loom_store *st, const char *workspace,
+                                const char *user, loom_limits *user_out,
+                                loom_limits *workspace_out);
+int loom__sqlite_account_set_limits(loom_store *st, const char *workspace,
+                                    const char *user, const loom_limits *l,
+                                    const loom__store_audit *a);
+int loom__sqlite_audit_add(loom_store *st, const loom__store_audit *a);
+int loom__sqlite_spend_get(loom_store *st, const char *scope,
+                           const char *period, int64_t period_start,
+                           int64_t *out);
+int loom__sqlite_spend_add(loom_store *st, const char *scope,
+                           const char *period, int64_t period_start,
+                           int64_t micros, int64_t now);
+int loom__sqlite_spend_list(loom_store *st, const char *scope_prefix,
+                            json_t **out);
 
 #endif

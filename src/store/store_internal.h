@@ -236,6 +236,26 @@ typedef struct {
     int (*user_list)(loom_store *st, const char *workspace, json_t **out);
     int (*workspace_list)(loom_store *st, json_t **out);
     int (*audit_list)(loom_store *st, int limit, json_t **out);
+    /* Limits of a user (user NULL: none asked) and of its workspace,
+     * zero for none or when not stored (loom/limits.h). */
+    int (*account_limits)(loom_store *st, const char *workspace,
+                          const char *user, loom_limits *user_out,
+                          loom_limits *workspace_out);
+    /* Replaces the limits of user (NULL: of the workspace) and adds the
+     * audit entry a, in one transaction; LOOM_ENOTFOUND when absent. */
+    int (*account_set_limits)(loom_store *st, const char *workspace,
+                              const char *user, const loom_limits *l,
+                              const loom__store_audit *a);
+    int (*audit_add)(loom_store *st, const loom__store_audit *a);
+    /* A scope's spend in a budget period ("total", "day", "month" and
+     * its start): get reads it (0 when none), add adds to it in one
+     * statement (concurrent adds all count), list as
+     * loom_store_spend_list. */
+    int (*spend_get)(loom_store *st, const char *scope, const char *period,
+                     int64_t period_start, int64_t *out);
+    int (*spend_add)(loom_store *st, const char *scope, const char *period,
+                     int64_t period_start, int64_t micros, int64_t now);
+    int (*spend_list)(loom_store *st, const char *scope_prefix, json_t **out);
     /* The sealed credentials of an MCP server for user_id ("" for none):
      * *out (caller frees) and *len, LOOM_ENOTFOUND when there are none;
      * put replaces them. The bytes are opaque to the backend. */

@@ -483,7 +483,7 @@ static void test_admin_api(void **state)
     made = call_json(&h, ADMIN, NULL, "POST", "/v1/admin/keys",
                      "{\"user\":\"zoe\",\"workspace\":\"lab\",\"rpm\":30,"
                      "\"budget_usd\":1.5,\"budget_period\":\"day\","
-                     "\"agents\":[\"a\"]}",
+                     "\"budget_allow_unpriced\":true,\"agents\":[\"a\"]}",
                      201);
     key = sh_str(made, "key");
     assert_non_null(key);
