@@ -192,13 +192,12 @@ static void test_budget_reservations(void **state)
     assert_int_equal(loom_limiter_settle(g_l, r2, NOW, 40, 5), 0);
     assert_int_equal(loom_limiter_settle(g_l, r3, NOW, 50, 5), 0);
     loom_limiter_release(g_l, ls);
-    assert_int_equal(loom_store_spend_get(g_st, "user:w/m", LOOM_BUDGET_TOTAL,
-                                          0, &spent),
-                     0);
+    assert_int_equal(
+        loom_store_spend_get(g_st, "user:w/m", LOOM_BUDGET_TOTAL, 0, &spent),
+        0);
     assert_int_equal(spent, 100);
-    assert_int_equal(loom_store_spend_get(g_st, "key:m", LOOM_BUDGET_TOTAL, 0,
-                                          &spent),
-                     0);
+    assert_int_equal(
+        loom_store_spend_get(g_st, "key:m", LOOM_BUDGET_TOTAL, 0, &spent), 0);
     assert_int_equal(spent, 100);
     /* Used up: refused at admission too, and a new limiter on the same
      * store knows it. */
@@ -239,9 +238,9 @@ static void test_unpriced(void **state)
 /* A day's budget starts afresh the next UTC day. */
 static void test_periods(void **state)
 {
-    loom_limit_scope sc = scope(
-        "key:d", (loom_limits){.budget_micros = 10,
-                               .budget_period = LOOM_BUDGET_DAY});
+    loom_limit_scope sc =
+        scope("key:d", (loom_limits){.budget_micros = 10,
+                                     .budget_period = LOOM_BUDGET_DAY});
     loom_limit_reservation *res;
     loom_limit_lease *ls;
     loom_limit_status st;
@@ -313,9 +312,9 @@ static void test_threads_never_overspend(void **state)
         loom_limiter_release(g_l, rs[i].lease);
     }
     assert_int_equal(total, 10);
-    assert_int_equal(loom_store_spend_get(g_st, "key:race", LOOM_BUDGET_TOTAL,
-                                          0, &spent),
-                     0);
+    assert_int_equal(
+        loom_store_spend_get(g_st, "key:race", LOOM_BUDGET_TOTAL, 0, &spent),
+        0);
     assert_int_equal(spent, 1000);
 }
 
