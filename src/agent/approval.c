@@ -15,7 +15,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define POLL_MS 50.0
 
@@ -35,22 +34,16 @@ struct loom__approvals {
 int loom__approvals_new(loom__approvals **out)
 {
     loom__approvals *a = calloc(1, sizeof(*a));
-    pthread_condattr_t ca;
 
     *out = NULL;
-    if (!a || pthread_condattr_init(&ca) != 0) {
-        free(a);
+    if (!a)
         return loom__error_oom();
-    }
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     if (pthread_mutex_init(&a->mu, NULL) != 0 ||
-        pthread_cond_init(&a->cv, &ca) != 0) {
-        pthread_condattr_destroy(&ca);
+        loom__cond_init_mono(&a->cv) != 0) {
         free(a);
         return loom__error_set(LOOM_ERROR, "could not make the approval "
                                            "gate's lock");
     }
-    pthread_condattr_destroy(&ca);
     *out = a;
     return 0;
 }
@@ -159,18 +152,11 @@ void loom__approvals_wait(loom__approvals *a, const loom_cancel *cancel,
     pthread_mutex_lock(&a->mu);
     while (waiting_locked(a) && !loom_cancel_is_set(cancel)) {
         double now = loom__mono_ms_exact(), until = now + POLL_MS;
-        struct timespec ts;
         if (deadline > 0 && now >= deadline)
             break;
         if (deadline > 0 && deadline < until)
             until = deadline;
-        ts.tv_sec = (time_t)(until / 1e3);
-        ts.tv_nsec = (long)((until - (double)ts.tv_sec * 1e3) * 1e6);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        if (pthread_cond_timedwait(&a->cv, &a->mu, &ts) == EINVAL)
+        if (loom__cond_wait_mono(&a->cv, &a->mu, until) == EINVAL)
             break;
     }
     pthread_mutex_unlock(&a->mu);

@@ -7,6 +7,7 @@
 #ifndef LOOM_CORE_CLOCK_H
 #define LOOM_CORE_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 /* Milliseconds on the monotonic clock (since an arbitrary start). */
@@ -18,5 +19,13 @@ double loom__mono_ms_exact(void);
 
 /* Milliseconds since the Unix epoch, on the wall clock. */
 int64_t loom__unix_ms(void);
+
+/* Makes cv a condition whose timed waits run on the monotonic clock: 0,
+ * or the pthread error. */
+int loom__cond_init_mono(pthread_cond_t *cv);
+
+/* Waits on cv (made by loom__cond_init_mono, mu held) until woken or
+ * until the monotonic ms until: pthread_cond_timedwait's answer. */
+int loom__cond_wait_mono(pthread_cond_t *cv, pthread_mutex_t *mu, double until);
 
 #endif
