@@ -62,12 +62,22 @@ int loom_mcp_server_new(loom_mcp_server **out,
                         const loom_mcp_server_config *cfg);
 
 /*
- * Who answers the server's elicitations. Set before first use: the
- * client advertises the elicitation capability only when there is one;
- * without one an elicitation is declined.
+ * Who answers the server's elicitations when the call they come with has
+ * no answerer of its own (loom_mcp_call_options.input). Set before first
+ * use: the client advertises the elicitation capability only when there
+ * is one (or loom_mcp_server_set_elicitation said calls may bring one);
+ * without an answerer an elicitation is declined.
  */
 void loom_mcp_server_set_input(loom_mcp_server *s, loom_mcp_input_fn fn,
                                void *arg);
+
+/*
+ * Whether calls may bring an answerer of their own (on: a process with
+ * someone to ask, as `loom serve`): the elicitation capability is then
+ * declared on every connection, and an elicitation that comes with a
+ * call without an answerer is declined. Set before first use.
+ */
+void loom_mcp_server_set_elicitation(loom_mcp_server *s, int on);
 
 /*
  * How the authorization-code step of OAuth reaches a person (or, in
@@ -150,6 +160,21 @@ typedef struct {
     loom_cancel *cancel;
     void (*on_progress)(const json_t *params, void *arg);
     void *progress_arg;
+    /*
+     * Who answers the elicitations that come with this call (NULL: the
+     * server's answerer, loom_mcp_server_set_input): called on the
+     * calling thread, never on a transport's reader, while the call runs.
+     * The time it takes does not count toward the call's timeout, so it
+     * may wait for a person (and should watch cancel). elicitation: 1
+     * when input answers elicitations (the 2026-07-28 era declares the
+     * capability per request, then); an elicitation given to a call
+     * without one is declined. A stdio server's request is the call's
+     * when it is the only call in flight with an answerer; with several
+     * it cannot be told apart and is declined.
+     */
+    loom_mcp_input_fn input;
+    void *input_arg;
+    int elicitation;
 } loom_mcp_call_options;
 
 /* loom_mcp_server_call() with options (o may be NULL: the defaults). */
@@ -238,6 +263,8 @@ typedef struct {
     const loom_mcp_credentials *credentials;
     const loom_mcp_authorizer *authorizer;
     loom_mcp_set *servers;
+    /* loom_mcp_server_set_elicitation: the process has someone to ask. */
+    int elicitation;
 } loom_mcp_setup;
 
 /* loom_tools_add_mcp() with setup (NULL: none). */

@@ -340,6 +340,14 @@ typedef struct {
      */
     loom_run_budget budget;
     const loom_call_gate *call_gate;
+    /*
+     * Someone follows the turn's events as they come and may answer the
+     * forms its tool calls put (an MCP server's elicitation, as an
+     * `mcp.elicitation` event; loom_turn_answer_elicitation), in this
+     * turn and its sub-agent runs. 0: every such form is declined at once
+     * (a background run, no terminal to ask on).
+     */
+    int elicitation;
 } loom_turn_options;
 
 #define LOOM_TURN_OPTIONS_VERSION 1
@@ -408,6 +416,19 @@ int loom_turn_approve(loom_turn *t, const char *call_id, int approve,
  */
 int loom_turn_approve_in(loom_turn *t, const char *run_id, const char *call_id,
                          int approve, const char *reason);
+
+/*
+ * Answers the form id of an `mcp.elicitation` event of the turn (or of a
+ * sub-agent run below it): action "accept" with content (an object; the
+ * requested schema's defaults are filled in and it must then be valid
+ * for it), "decline" or "cancel" (no content). Safe from any thread, and
+ * from the turn's sink while it handles mcp.elicitation (`loom run` asks
+ * there). LOOM_ENOTFOUND when no form of that id waits (never asked,
+ * answered, timed out, run over); LOOM_EINVALID for a bad action or
+ * content (the message says what).
+ */
+int loom_turn_answer_elicitation(loom_turn *t, const char *id,
+                                 const char *action, const json_t *content);
 
 /* Whether the turn, or a sub-agent run below it, waits for approval now
  * (1) or not (0); safe from any thread. A server keeps such a turn going

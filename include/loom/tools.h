@@ -120,6 +120,29 @@ void loom_tool_progress(const loom_tool_ctx *ctx, const char *label,
 void loom_tool_delta(const loom_tool_ctx *ctx, const char *text, size_t len);
 
 /*
+ * Asks whoever runs the call's turn to fill in a form on behalf of
+ * source (an MCP server's name): message says what for, schema (a flat
+ * JSON Schema object of strings, numbers, booleans and enums, as MCP's
+ * elicitation/create sends) what to fill in. The turn emits an
+ * `mcp.elicitation` event and the answer comes through
+ * loom_turn_answer_elicitation (the HTTP API's POST /v1/runs/{id}/input,
+ * `loom run` asks on the terminal). Blocks the tool's thread until the
+ * answer, the run's cancel (then {action: cancel}) or the run's approval
+ * timeout (then {action: cancel}); the time does not count toward the
+ * call's timeout. *result (caller frees) is {action: accept|decline|
+ * cancel, content} with content valid for schema, its defaults filled
+ * in. LOOM_ENOTFOUND when the turn has nobody who can answer (a
+ * background run, `loom run` without a terminal, a call outside a turn):
+ * the caller declines. Safe from the tool's thread while execute() runs.
+ */
+int loom_tool_elicit(const loom_tool_ctx *ctx, const char *source,
+                     const char *message, const json_t *schema,
+                     json_t **result);
+
+/* Whether loom_tool_elicit may find someone to ask (1) or not (0). */
+int loom_tool_can_elicit(const loom_tool_ctx *ctx);
+
+/*
  * Runs the tool. On success returns 0 and writes the result text (what the
  * model reads) into out. On failure returns a negative code and writes a
  * message into out (or leaves it empty and sets loom_error_last); the

@@ -109,6 +109,7 @@ struct loom_turn {
      * turn (which makes the tree). */
     loom__agent_tree *tree;
     int depth;
+    int elicitation; /* someone answers the tree's forms */
     const loom_cancel *parent_cancel;
     loom__spend *parent_spend; /* a reference: the parent's budget */
     char *parent_run_id;  /* a child's: its parent's run */
@@ -762,6 +763,18 @@ int loom_turn_approve(loom_turn *t, const char *call_id, int approve,
                       const char *reason)
 {
     return loom_turn_approve_in(t, NULL, call_id, approve, reason);
+}
+
+int loom_turn_answer_elicitation(loom_turn *t, const char *id,
+                                 const char *action, const json_t *content)
+{
+    if (!t || !id)
+        return loom__error_set(LOOM_EINVALID, "answer: no turn or id");
+    if (!t->tree)
+        return loom__error_set(
+            LOOM_ENOTFOUND, "elicitation '%s' does not wait for an answer", id);
+    return loom__elicits_answer(loom__agent_tree_elicits(t->tree), id, action,
+                                content);
 }
 
 int loom_turn_awaiting_approval(const loom_turn *t)
@@ -1680,6 +1693,9 @@ static int place_run(loom_turn *t)
          (rc = loom__agent_tree_set_conversation(t->tree,
                                                  t->conversation_id)) != 0))
         return rc;
+    if (t->depth == 0)
+        loom__elicits_set_open(loom__agent_tree_elicits(t->tree),
+                               t->elicitation);
     loom__run_set_place(t->lr, t->tree, t->depth,
                         a ? a->count_sub_agent_calls : 1, t->parent_cancel,
                         t->parent_spend);
@@ -1713,6 +1729,7 @@ static int turn_new(loom_turn **out, loom_session *s,
     t->ending = o->ending;
     t->ending_payload = o->ending_payload;
     t->log = o->log;
+    t->elicitation = o->elicitation != 0;
     t->log_max = (size_t)(o->log_max_bytes > 0 ? o->log_max_bytes
                                                : LOOM_TURN_LOG_DEFAULT_BYTES);
     if (child) {

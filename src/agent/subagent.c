@@ -49,6 +49,7 @@ struct loom__agent_tree {
     int max_sub_runs;
     atomic_int sub_runs;
     char *conversation_id; /* the top turn's, where children are stored */
+    loom__elicits *elicits; /* the forms the tree's calls wait on */
     /* the live sub-agent runs, in the order they started */
     pthread_mutex_t mu;
     live_run *live;
@@ -63,6 +64,10 @@ int loom__agent_tree_new(loom__agent_tree **out, loom_session *s, int max_depth,
     *out = NULL;
     if (!t)
         return loom__error_oom();
+    if (loom__elicits_new(&t->elicits) != 0) {
+        free(t);
+        return LOOM_ENOMEM;
+    }
     atomic_init(&t->refs, 1);
     atomic_init(&t->sub_runs, 0);
     pthread_mutex_init(&t->mu, NULL);
@@ -88,6 +93,7 @@ void loom__agent_tree_free(loom__agent_tree *t)
         return;
     loom_session_free(t->s);
     free(t->conversation_id);
+    loom__elicits_free(t->elicits);
     for (size_t i = 0; i < t->nlive; i++) {
         free(t->live[i].parent_id);
         free(t->live[i].parent_call_id);
@@ -95,6 +101,11 @@ void loom__agent_tree_free(loom__agent_tree *t)
     free(t->live);
     pthread_mutex_destroy(&t->mu);
     free(t);
+}
+
+loom__elicits *loom__agent_tree_elicits(const loom__agent_tree *t)
+{
+    return t ? t->elicits : NULL;
 }
 
 int loom__agent_tree_set_conversation(loom__agent_tree *t, const char *id)
@@ -228,10 +239,13 @@ int loom__agent_tree_call_waits(loom__agent_tree *t, const char *run_id,
 
     if (!t || !run_id || !call_id)
         return 0;
+    if (loom__elicits_call_waits(t->elicits, run_id, call_id))
+        return 1;
     pthread_mutex_lock(&t->mu);
     for (size_t i = 0; i < t->nlive && !waits; i++) {
         const live_run *r = &t->live[i];
-        if (!loom_run_approvals_waiting(r->run))
+        if (!loom_run_approvals_waiting(r->run) &&
+            !loom__elicits_run_waits(t->elicits, loom_run_id(r->run)))
             continue;
         /* Up from the waiting run to the call that started its branch. */
         for (size_t k = 0; r && k <= t->nlive && !waits; k++) {

@@ -20,6 +20,7 @@
 #ifndef LOOM_AGENT_SUBAGENT_H
 #define LOOM_AGENT_SUBAGENT_H
 
+#include "agent/elicit.h"
 #include "agent/gate.h"
 #include "loom/session.h"
 
@@ -50,6 +51,9 @@ int loom__agent_tree_max_runs(const loom__agent_tree *t);
  */
 int loom__agent_tree_set_conversation(loom__agent_tree *t, const char *id);
 const char *loom__agent_tree_conversation(const loom__agent_tree *t);
+/* The forms the tree's calls put to whoever runs the turn (elicit.h).
+ * Borrowed; NULL for a NULL tree. */
+loom__elicits *loom__agent_tree_elicits(const loom__agent_tree *t);
 /* Counts one more sub-agent run: 1 when the tree's limit allows it. Any
  * thread. */
 int loom__agent_tree_take_run(loom__agent_tree *t);
@@ -69,9 +73,10 @@ void loom__agent_tree_leave(loom__agent_tree *t, const loom_run *run);
  * by the run above (an id). */
 int loom__agent_tree_has(loom__agent_tree *t, const char *above,
                          const char *run_id);
-/* Whether a live run started by the call call_id of run run_id, or one
- * below it, waits for approval now: that call's time does not count
- * toward its timeout meanwhile (toolexec.c). */
+/* Whether the call call_id of run run_id waits for a form's answer, or a
+ * live run started by it, or one below it, waits for approval or a
+ * form's answer now: that call's time does not count toward its timeout
+ * meanwhile (toolexec.c). */
 int loom__agent_tree_call_waits(loom__agent_tree *t, const char *run_id,
                                 const char *call_id);
 /* How many calls of the live runs below above wait for approval. */

@@ -85,6 +85,10 @@ typedef struct {
 
 int cli_printer_emit(const loom_event *ev, void *payload);
 
+/* Whether there is a terminal to ask the person on (stdin, else
+ * /dev/tty): approvals and MCP forms are asked there. */
+int cli_has_terminal(void);
+
 /* A printer for --json (json) and --approve-all (approve_all), its
  * terminal settings from stderr and $NO_COLOR. */
 void cli_printer_init(cli_printer *p, int json, int approve_all);

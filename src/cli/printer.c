@@ -5,7 +5,8 @@
  * end when stderr is a terminal, one line per finished tool otherwise.
  * In both, a call that waits for approval, the run's or a sub-agent's, is
  * asked about on the terminal (or approved by --approve-all) from the
- * sink, before the run waits.
+ * sink, before the run waits; so is a form an MCP server asks to fill in
+ * (mcp.elicitation), one prompt per field.
  */
 #include "cli/cli.h"
 #include "loom/session.h"
@@ -150,6 +151,149 @@ static int read_line(FILE *f, char *buf, size_t cap)
     return 1;
 }
 
+/* The terminal to ask on: stdin when it is one, else /dev/tty; NULL
+ * when there is none. Close it unless it is stdin. */
+static FILE *open_terminal(void)
+{
+    return isatty(STDIN_FILENO) ? stdin : fopen("/dev/tty", "r");
+}
+
+int cli_has_terminal(void)
+{
+    FILE *in = open_terminal();
+
+    if (in && in != stdin)
+        fclose(in);
+    return in != NULL;
+}
+
+/* Tries this many times to get a form right before declining it. */
+#define FORM_TRIES 3
+
+/*
+ * Reads the value of one field of a form (schema: its property schema)
+ * from line: a string as it is, a number or integer parsed, a boolean
+ * from y/yes/true or n/no/false. NULL when line does not parse.
+ */
+static json_t *field_value(const json_t *schema, const char *line)
+{
+    const char *type = json_string_value(json_object_get(schema, "type"));
+    char *end = NULL;
+
+    if (type && strcmp(type, "boolean") == 0) {
+        if (!strcmp(line, "y") || !strcmp(line, "yes") || !strcmp(line, "true"))
+            return json_true();
+        if (!strcmp(line, "n") || !strcmp(line, "no") || !strcmp(line, "false"))
+            return json_false();
+        return NULL;
+    }
+    if (type && strcmp(type, "integer") == 0) {
+        long long v = strtoll(line, &end, 10);
+        return end && end != line && !*end ? json_integer(v) : NULL;
+    }
+    if (type && strcmp(type, "number") == 0) {
+        double v = strtod(line, &end);
+        return end && end != line && !*end ? json_real(v) : NULL;
+    }
+    return json_string(line);
+}
+
+/* Asks one field of a form (name, its schema) on in; adds what the
+ * person gives to content (an empty line leaves it out). */
+static void ask_field(FILE *in, const char *name, const json_t *schema,
+                      int required, json_t *content)
+{
+    const char *title = json_string_value(json_object_get(schema, "title"));
+    const char *type = json_string_value(json_object_get(schema, "type"));
+    const json_t *choices = json_object_get(schema, "enum");
+    char *def =
+        json_object_get(schema, "default")
+            ? json_dumps(json_object_get(schema, "default"), JSON_ENCODE_ANY)
+            : NULL;
+    char *opts = choices ? json_dumps(choices, JSON_COMPACT) : NULL;
+    char line[1024];
+
+    for (int i = 0; i < FORM_TRIES; i++) {
+        json_t *v;
+        fprintf(stderr, "  %s (%s%s%s%s%s)%s: ", title ? title : name,
+                type ? type : "string", opts ? ", one of " : "",
+                opts ? opts : "", def ? ", default " : "", def ? def : "",
+                required ? " *" : "");
+        fflush(stderr);
+        if (!read_line(in, line, sizeof(line)) || !line[0])
+            break;
+        if ((v = field_value(schema, line)) != NULL) {
+            json_object_set_new(content, name, v);
+            break;
+        }
+        fprintf(stderr, "  that is not a %s\n", type ? type : "value");
+    }
+    free(def);
+    free(opts);
+}
+
+/*
+ * Answers a form an MCP server asks to fill in (an mcp.elicitation
+ * event, the run's or a sub-agent's): the person at the terminal
+ * accepts it and gives each field, declines it or cancels it. A form
+ * loom refuses (a required field left out, a value out of range) is
+ * asked again, up to FORM_TRIES times, then declined. With no terminal
+ * it is declined.
+ */
+static void ask_form(cli_printer *p, const loom_event *ev)
+{
+    const char *id = str(ev->data, "elicitation_id");
+    const json_t *schema = json_object_get(ev->data, "requestedSchema");
+    const json_t *props = json_object_get(schema, "properties"), *ps;
+    char line[64], buf[96];
+    const char *who = lead(ev, buf, sizeof(buf)), *name;
+    FILE *in = open_terminal();
+    int rc = LOOM_EINVALID;
+
+    end_text_line(p);
+    fprintf(stderr, "%s? %s asks: %s\n", who, str(ev->data, "server"),
+            str(ev->data, "message"));
+    for (int i = 0; in && i < FORM_TRIES && rc == LOOM_EINVALID; i++) {
+        json_t *content;
+        fprintf(stderr, "%sfill in (y), decline (n) or cancel (c)? [y/n/c] ",
+                who);
+        fflush(stderr);
+        if (!read_line(in, line, sizeof(line)) ||
+            (strcmp(line, "y") && strcmp(line, "yes"))) {
+            rc = loom_turn_answer_elicitation(
+                p->turn, id, !strcmp(line, "c") ? "cancel" : "decline", NULL);
+            break;
+        }
+        content = json_object();
+        json_object_foreach((json_t *)props, name, ps)
+        {
+            const json_t *req = json_object_get(schema, "required"), *r;
+            size_t k;
+            int required = 0;
+            json_array_foreach(req, k, r)
+            {
+                required |= !strcmp(
+                    json_string_value(r) ? json_string_value(r) : "", name);
+            }
+            ask_field(in, name, ps, required, content);
+        }
+        rc = loom_turn_answer_elicitation(p->turn, id, "accept", content);
+        json_decref(content);
+        if (rc == LOOM_EINVALID)
+            fprintf(stderr, "%s%s\n", who, loom_error_last());
+    }
+    if (!in || rc == LOOM_EINVALID) {
+        fprintf(stderr, "%s! the form of %s is declined%s\n", who,
+                str(ev->data, "server"), in ? "" : ": no terminal to ask");
+        rc = loom_turn_answer_elicitation(p->turn, id, "decline", NULL);
+    }
+    if (in && in != stdin)
+        fclose(in);
+    if (rc != 0)
+        fprintf(stderr, "loom: could not answer %s: %s\n", id,
+                loom_error_last());
+}
+
 /*
  * Answers a call that waits for approval, the run's or a sub-agent's
  * (its lines indented with its agent's name, its answer given to the run
@@ -164,7 +308,7 @@ static void ask_approval(cli_printer *p, const loom_event *ev)
                             JSON_COMPACT | JSON_ENCODE_ANY);
     char line[1024], reason[1024] = "", buf[96];
     const char *who = lead(ev, buf, sizeof(buf));
-    FILE *in = isatty(STDIN_FILENO) ? stdin : fopen("/dev/tty", "r");
+    FILE *in = open_terminal();
     int yes = 0;
 
     end_text_line(p);
@@ -209,6 +353,12 @@ int cli_printer_emit(const loom_event *ev, void *payload)
         if (p->json)
             print_json(ev);
         ask_approval(p, ev);
+        return 0;
+    }
+    if (ev->type == LOOM_EV_MCP_ELICITATION && p->turn) {
+        if (p->json)
+            print_json(ev);
+        ask_form(p, ev);
         return 0;
     }
 

@@ -417,6 +417,8 @@ int cli_run(int argc, char **argv)
         /* MCP servers keep their OAuth credentials in the store. */
         cli_mcp_store_init(&ms, cfg, NULL);
         ms_ready = 1;
+        /* A form a server asks to fill in needs someone to ask. */
+        ms.setup.elicitation = cli_has_terminal();
         if (loom_tools_new_from_config_with(&tools, cfg, &ms.setup) != 0) {
             print_config_errors(cfg->path ? cfg->path : "environment",
                                 loom_error_last());
@@ -446,6 +448,7 @@ int cli_run(int argc, char **argv)
     to.max_iterations = a.max_iterations;
     to.sink.emit = cli_printer_emit;
     to.sink.payload = &printer;
+    to.elicitation = cli_has_terminal();
     if (loom_turn_new(&turn, session, &to) != 0) {
         fprintf(stderr, "loom run: %s\n", loom_error_last());
         rc = CLI_USAGE;

@@ -421,6 +421,9 @@ static int start_run(srv_request *r)
     }
     q.spec.who = r->who;
     q.spec.request = r;
+    /* Only a client that reads the events as they come sees a form to
+     * fill in: other runs decline them at once (docs/mcp.md). */
+    q.spec.elicitation = q.stream && !q.spec.background;
     rc = srv_run_start(&run, r->srv, &q.spec);
     srv_runs_request_clear(&q);
     /* A bad research setting's message names it: research.<key>. */
@@ -634,9 +637,56 @@ static int cancel_run(srv_request *r)
 }
 
 /*
+ * The answer to a form of an mcp.elicitation event of run (body b:
+ * {"elicitation_id", "action", "content"}): 200, 400 for a bad action or
+ * content that does not fit the requested schema, 409 when the form does
+ * not wait.
+ */
+static int answer_form(srv_request *r, srv_run *run, const json_t *b)
+{
+    const json_t *id = json_object_get(b, "elicitation_id");
+    const json_t *action = json_object_get(b, "action");
+    const json_t *content = json_object_get(b, "content");
+    int rc;
+
+    if (json_object_get(b, "call_id") || json_object_get(b, "approve") ||
+        json_object_get(b, "reason"))
+        return srv_reply_error(r, 400, NULL, "elicitation_id", "invalid_value",
+                               "answer either a call (`call_id`, "
+                               "`approve`) or a form (`elicitation_id`, "
+                               "`action`, `content`)");
+    if (!json_string_length(id))
+        return srv_reply_error(r, 400, NULL, "elicitation_id", "invalid_value",
+                               "`elicitation_id` must be a non-empty string");
+    if (!json_is_string(action))
+        return srv_reply_error(r, 400, NULL, "action", "invalid_value",
+                               "`action` must be accept, decline or cancel");
+    rc = srv_run_answer_elicitation(run, json_string_value(id),
+                                    json_string_value(action), content);
+    if (rc == LOOM_ENOTFOUND)
+        return srv_reply_error(r, 409, NULL, "elicitation_id", "not_waiting",
+                               "elicitation '%s' of run %s does not wait for "
+                               "an answer",
+                               json_string_value(id), srv_run_id(run));
+    if (rc == LOOM_EINVALID)
+        return srv_reply_error(r, 400, NULL,
+                               strncmp(loom_error_last(), "`action`", 8) == 0
+                                   ? "action"
+                                   : "content",
+                               "invalid_value", "%s", loom_error_last());
+    if (rc != 0)
+        return srv_reply_loom_error(r, rc, NULL);
+    return srv_reply_json(r, 200,
+                          json_pack("{s:s,s:s,s:O,s:O}", "id", srv_run_id(run),
+                                    "object", "run.input", "elicitation_id", id,
+                                    "action", action));
+}
+
+/*
  * The answer to a call waiting for approval: {"call_id", "approve",
- * "reason", "user", "run_id"}. The path names the run or one of its
- * sub-agent runs going on; the call is looked for in the run named
+ * "reason", "user", "run_id"}, or to a form (answer_form). The path names the
+ * run or one of its sub-agent runs going on; the call is looked for in the run
+ * named
  * (`run_id`, else a sub-agent run the path names), else in the run and
  * then its sub-agent runs. 400 for a malformed body, 404 for an unknown
  * run or one of another user (the body's `user` must be the run's), 409
@@ -646,7 +696,8 @@ static int cancel_run(srv_request *r)
 static int input_run(srv_request *r)
 {
     static const char *const known[] = {"call_id", "approve", "reason",
-                                        "user",    "run_id",  NULL};
+                                        "user",    "run_id",  "elicitation_id",
+                                        "action",  "content", NULL};
     const json_t *b = r->json, *id, *ok, *why, *who, *in;
     const char *key, *user, *scope;
     json_t *val;
@@ -671,10 +722,13 @@ static int input_run(srv_request *r)
     why = json_object_get(b, "reason");
     who = json_object_get(b, "user");
     in = json_object_get(b, "run_id");
-    if (!json_is_string(id) || !json_string_length(id))
+    if (json_object_get(b, "elicitation_id") || json_object_get(b, "action") ||
+        json_object_get(b, "content"))
+        id = ok = NULL; /* a form's answer: checked by answer_form */
+    else if (!json_is_string(id) || !json_string_length(id))
         return srv_reply_error(r, 400, NULL, "call_id", "invalid_value",
                                "`call_id` must be a non-empty string");
-    if (!json_is_boolean(ok))
+    else if (!json_is_boolean(ok))
         return srv_reply_error(r, 400, NULL, "approve", "invalid_value",
                                "`approve` must be true or false");
     if (why && !json_is_null(why) && !json_is_string(why))
@@ -710,6 +764,11 @@ static int input_run(srv_request *r)
                                "no run with id '%s' (runs are kept in "
                                "memory for a while after they end)",
                                r->params[0]);
+    }
+    if (!id) {
+        rc = answer_form(r, run, b);
+        srv_run_unref(run);
+        return rc;
     }
     rc = srv_run_approve(run, scope, json_string_value(id), json_is_true(ok),
                          json_string_value(why));

@@ -320,6 +320,9 @@ typedef struct {
     double temperature;      /* < 0: unset */
     int max_iterations;      /* 0: the agent's */
     int background;          /* a client going away does not cancel it */
+    /* Its client reads its events as they come and may answer its
+     * mcp.elicitation events (loom_turn_options.elicitation). */
+    int elicitation;
     /* The client's sampling and output parameters; NULL: none. Check
      * them first with srv_run_check_params. */
     const loom_llm_params *params;
@@ -424,6 +427,9 @@ const char *srv_run_user(const srv_run *run);
  * waits in several sub-agent runs. */
 int srv_run_approve(srv_run *run, const char *run_id, const char *call_id,
                     int approve, const char *reason);
+/* loom_turn_answer_elicitation on the run's turn. */
+int srv_run_answer_elicitation(srv_run *run, const char *id, const char *action,
+                               const json_t *content);
 
 /* 1 once the run has ended and its turn has been stored (or failed to). */
 int srv_run_ended(srv_run *run);

@@ -243,6 +243,12 @@ int srv_run_approve(srv_run *run, const char *run_id, const char *call_id,
     return loom_turn_approve_in(run->t, run_id, call_id, approve, reason);
 }
 
+int srv_run_answer_elicitation(srv_run *run, const char *id, const char *action,
+                               const json_t *content)
+{
+    return loom_turn_answer_elicitation(run->t, id, action, content);
+}
+
 int srv_run_ended(srv_run *run)
 {
     return loom_turn_ended(run->t);
@@ -580,6 +586,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     to.sink = (loom_sink){on_event, r};
     to.log = 1;
     to.log_max_bytes = s->sc->max_run_events_bytes;
+    to.elicitation = sp->elicitation;
     to.ending = on_ending;
     to.ending_payload = we;
     to.call_gate = &r->adm.gate;

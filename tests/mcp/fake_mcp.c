@@ -7,9 +7,9 @@
  * MODE picks tools/list's paging: "pages" (three pages, cursors that
  * advance), "stuck" (the same cursor again and again), "cycle" (a cursor
  * that comes back), "results" (one page of the tools that check results
- * against their outputSchema, below), anything else one page. It always
- * writes a line that is not JSON to stdout first, and a line to stderr.
- * Its tools:
+ * against their outputSchema, below), "form" (elicit alone), anything
+ * else one page. It always writes a line that is not JSON to stdout
+ * first, and a line to stderr. Its tools:
  *   echo        the arguments back as text
  *   hang        never answers
  *   die         exits at once, mid-call
@@ -21,6 +21,12 @@
  *   typed       structuredContent that fits it
  *   mistyped    structuredContent that does not
  *   untyped     text only, no structuredContent
+ * and, listed in "form" mode:
+ *   elicit      asks the client to fill in a form
+ *               (elicitation/create: name, a required string; age, an
+ *               integer defaulting to 30) and answers with the client's
+ *               answer as JSON, or "no elicitation capability" when the
+ *               client declared none
  * When FAKE_MCP_LOG names a file, it appends "start" when it starts and
  * "cancelled <id>" for each notifications/cancelled, so a test can check
  * what loom sent.
@@ -31,6 +37,8 @@
 #include <string.h>
 
 static const char *mode = "";
+/* The capabilities the client declared in initialize. */
+static json_t *client_caps;
 
 /* Appends "what" (and " id" when id >= 0) to $FAKE_MCP_LOG. */
 static void note(const char *what, long long id)
@@ -107,6 +115,8 @@ static json_t *list_page(const char *cursor)
         for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++)
             json_array_append_new(tools, typed_tool(names[i]));
         json_array_append_new(tools, tool("resource"));
+    } else if (strcmp(mode, "form") == 0) {
+        json_array_append_new(tools, tool("elicit"));
     } else {
         const char *names[] = {"echo",
                                "hang",
@@ -130,6 +140,48 @@ static json_t *text_result(const char *text, int error)
                      text, "isError", error);
 }
 
+/* Reads stdin until the answer to the request id comes, which it gives
+ * (NULL at the end of input); other messages are dropped. */
+static json_t *await_answer(const char *id)
+{
+    char line[1 << 16];
+
+    while (fgets(line, sizeof(line), stdin)) {
+        json_t *msg = json_loads(line, 0, NULL);
+        const char *got = json_string_value(json_object_get(msg, "id"));
+        if (got && strcmp(got, id) == 0 && !json_object_get(msg, "method"))
+            return msg;
+        json_decref(msg);
+    }
+    return NULL;
+}
+
+/* The elicit tool: a form put to the client, its answer as the result. */
+static void elicit(const json_t *id)
+{
+    json_t *ans;
+    char *text;
+
+    if (!json_object_get(client_caps, "elicitation")) {
+        answer(id, text_result("no elicitation capability", 0));
+        return;
+    }
+    send_msg(
+        json_pack("{s:s,s:s,s:s,s:{s:s,s:{s:s,s:{s:{s:s},s:{s:s,s:i}},s:[s]}}}",
+                  "jsonrpc", "2.0", "id", "e1", "method", "elicitation/create",
+                  "params", "message", "Who are you?", "requestedSchema",
+                  "type", "object", "properties", "name", "type", "string",
+                  "age", "type", "integer", "default", 30, "required", "name"));
+    ans = await_answer("e1");
+    text = json_dumps(json_object_get(ans, "error")
+                          ? json_object_get(ans, "error")
+                          : json_object_get(ans, "result"),
+                      JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    answer(id, text_result(text ? text : "no answer", 0));
+    free(text);
+    json_decref(ans);
+}
+
 static void call(const json_t *id, const json_t *params)
 {
     const char *name = json_string_value(json_object_get(params, "name"));
@@ -139,6 +191,10 @@ static void call(const json_t *id, const json_t *params)
         name = "";
     if (strcmp(name, "hang") == 0)
         return;
+    if (strcmp(name, "elicit") == 0) {
+        elicit(id);
+        return;
+    }
     if (strcmp(name, "die") == 0)
         exit(3);
     if (strcmp(name, "progress") == 0) {
@@ -200,6 +256,10 @@ int main(int argc, char **argv)
         if (!method) {
             json_decref(msg);
             continue;
+        }
+        if (strcmp(method, "initialize") == 0) {
+            json_decref(client_caps);
+            client_caps = json_incref(json_object_get(params, "capabilities"));
         }
         if (strcmp(method, "initialize") == 0)
             answer(id,

@@ -52,18 +52,31 @@ typedef struct {
     long step_ms;
     void (*on_progress)(const json_t *params, void *arg);
     void *arg;
+    loom_mcp_input_fn input; /* the call's answerer (may be NULL) */
+    void *input_arg;
+    int elicit; /* input answers elicitations */
 } call_ctl;
 
 struct mcp_pending {
     json_int_t id;
     unsigned gen;
     int64_t deadline;    /* moves with progress (ctl); under the lock */
+    int64_t held;        /* ms a person took (input, OAuth): the cap
+                          * moves by as much; under the lock */
     const call_ctl *ctl; /* NULL: no progress asked */
     int done;
     json_t *answer; /* the whole response message */
     char *lost;     /* why the connection went away, when it did */
+    json_t *inbox;  /* requests of the server for the caller to answer */
     mcp_pending *next;
 };
+
+/*
+ * The request whose exchange this thread is sending (an HTTP POST reads
+ * its answer stream on the caller's thread): a request of the server
+ * that arrives there is that call's, and is answered on the spot.
+ */
+static _Thread_local mcp_pending *tl_sending;
 
 typedef struct {
     int refs; /* under the server's mu */
@@ -88,6 +101,7 @@ struct loom_mcp_server {
     json_t *headers_of; /* tool -> {param: x-mcp-header}; may be NULL */
     loom_mcp_input_fn input;
     void *input_arg;
+    int may_elicit; /* calls may bring an answerer */
     json_t *server_info;
     char *error;
     int failures;
@@ -272,6 +286,13 @@ void loom_mcp_server_set_input(loom_mcp_server *s, loom_mcp_input_fn fn,
     pthread_mutex_unlock(&s->mu);
 }
 
+void loom_mcp_server_set_elicitation(loom_mcp_server *s, int on)
+{
+    pthread_mutex_lock(&s->mu);
+    s->may_elicit = on != 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
 const char *loom_mcp_server_name(const loom_mcp_server *s)
 {
     return s->cfg.name;
@@ -303,6 +324,7 @@ void loom__mcp_defer(loom_mcp_server *s, mcp_pending *p, int64_t ms)
 {
     pthread_mutex_lock(&s->mu);
     p->deadline += ms;
+    p->held += ms;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -430,12 +452,13 @@ static void on_notification(loom_mcp_server *s, const char *method,
                    json_number_value(json_object_get(params, "progress")));
         pthread_mutex_lock(&s->mu);
         for (mcp_pending *p = s->pending; p; p = p->next) {
-            int64_t until;
+            int64_t until, cap;
             if (!p->ctl || p->done || !json_is_integer(token) ||
                 json_integer_value(token) != p->id)
                 continue;
             until = loom__mono_ms() + p->ctl->step_ms;
-            p->deadline = until < p->ctl->cap ? until : p->ctl->cap;
+            cap = p->ctl->cap + p->held;
+            p->deadline = until < cap ? until : cap;
             if (p->ctl->on_progress)
                 p->ctl->on_progress(params, p->ctl->arg);
             break;
@@ -446,25 +469,36 @@ static void on_notification(loom_mcp_server *s, const char *method,
     }
 }
 
-/* The capabilities loom declares: elicitation when someone answers. */
-static json_t *client_caps(loom_mcp_server *s)
+/*
+ * The capabilities loom declares: elicitation when someone may answer
+ * (for a 2026-07-28 request, ctl: when that call's answerer does).
+ */
+static json_t *client_caps(loom_mcp_server *s, const call_ctl *ctl)
 {
     int elicit;
 
     pthread_mutex_lock(&s->mu);
-    elicit = s->input != NULL;
+    elicit = s->input != NULL || (ctl ? ctl->elicit : s->may_elicit);
     pthread_mutex_unlock(&s->mu);
     return elicit ? json_pack("{s:{}}", "elicitation") : json_object();
 }
 
+/* An elicitation declined: nobody can answer it. */
+static int decline(json_t **result)
+{
+    return (*result = json_pack("{s:s}", "action", "decline")) ? 0 : -32603;
+}
+
 /*
- * The answer to a request of the server (method, params): ping, an
- * elicitation (through the input callback, with the schema's defaults
- * filled in; declined when nobody answers), roots (none). Sets *result,
- * or returns -32601 (not supported) or -32603 (the callback failed).
+ * The answer to a request of the server (method, params) that comes with
+ * the call ctl (NULL: none known): ping, an elicitation (through the
+ * call's answerer, else the server's, with the schema's defaults filled
+ * in; declined when nobody answers), roots (none). Sets *result, or
+ * returns -32601 (not supported) or -32603 (the answerer failed).
  */
-static int answer_input(loom_mcp_server *s, const char *method,
-                        const json_t *params, json_t **result)
+static int answer_input(loom_mcp_server *s, const call_ctl *ctl,
+                        const char *method, const json_t *params,
+                        json_t **result)
 {
     loom_mcp_input_fn fn;
     void *arg;
@@ -481,8 +515,12 @@ static int answer_input(loom_mcp_server *s, const char *method,
     fn = s->input;
     arg = s->input_arg;
     pthread_mutex_unlock(&s->mu);
+    if (ctl && ctl->input && ctl->elicit) {
+        fn = ctl->input;
+        arg = ctl->input_arg;
+    }
     if (!fn)
-        return (*result = json_pack("{s:s}", "action", "decline")) ? 0 : -32603;
+        return decline(result);
     if (fn(s, method, params, arg, result) != 0 || !json_is_object(*result)) {
         json_decref(*result);
         *result = NULL;
@@ -496,6 +534,59 @@ static int answer_input(loom_mcp_server *s, const char *method,
         *result = NULL;
         return -32603;
     }
+    return 0;
+}
+
+/* Answers the request msg of the server with what answer_input says. */
+static void answer_request(loom_mcp_server *s, const call_ctl *ctl,
+                           const json_t *msg)
+{
+    json_t *result = NULL;
+    int code =
+        answer_input(s, ctl, json_string_value(json_object_get(msg, "method")),
+                     json_object_get(msg, "params"), &result);
+
+    if (code == 0)
+        reply(s, json_object_get(msg, "id"), result, 0, NULL);
+    else
+        reply(s, json_object_get(msg, "id"), NULL, code,
+              code == -32601 ? "Method not found" : "Internal error");
+}
+
+/* Whether answering method may wait on whoever answers the call. */
+static int asks_caller(const char *method)
+{
+    return strcmp(method, "elicitation/create") == 0;
+}
+
+/*
+ * Hands a request of the server that a call's answerer should answer to
+ * that call (under s->mu): the only call of connection gen in flight
+ * with an answerer gets it in its inbox, and its thread answers it.
+ * Returns 0 when it did; 1 when there is no such call (or several, which
+ * cannot be told apart: the request is then answered as the server's).
+ */
+static int route_locked(loom_mcp_server *s, unsigned gen, json_t *msg)
+{
+    mcp_pending *to = NULL;
+    int n = 0;
+
+    for (mcp_pending *p = s->pending; p; p = p->next)
+        if (p->gen == gen && !p->done && p->ctl && p->ctl->input) {
+            to = p;
+            n++;
+        }
+    if (n != 1) {
+        if (n > 1)
+            loom_warn("mcp %s: %d calls in flight could have asked for "
+                      "input; not knowing which, none is asked",
+                      s->cfg.name, n);
+        return 1;
+    }
+    if ((!to->inbox && !(to->inbox = json_array())) ||
+        json_array_append(to->inbox, msg) != 0)
+        return 1;
+    pthread_cond_broadcast(&s->cv);
     return 0;
 }
 
@@ -515,14 +606,23 @@ void loom__mcp_dispatch(loom_mcp_server *s, unsigned gen, json_t *msg)
         loom_warn("mcp %s: skipped a message that is not a JSON object",
                   s->cfg.name);
     } else if (json_is_string(method) && id && !json_is_null(id)) {
-        json_t *result = NULL;
-        int code = answer_input(s, json_string_value(method),
-                                json_object_get(msg, "params"), &result);
-        if (code == 0)
-            reply(s, id, result, 0, NULL);
-        else
-            reply(s, id, NULL, code,
-                  code == -32601 ? "Method not found" : "Internal error");
+        mcp_pending *p = tl_sending;
+        int mine;
+        if (!asks_caller(json_string_value(method))) {
+            answer_request(s, NULL, msg);
+        } else if (p) {
+            /* On the stream of the call this thread sends: its own, and
+             * the person's time does not count toward its timeout. */
+            int64_t t0 = loom__mono_ms();
+            answer_request(s, p->ctl, msg);
+            loom__mcp_defer(s, p, loom__mono_ms() - t0);
+        } else {
+            pthread_mutex_lock(&s->mu);
+            mine = route_locked(s, gen, msg);
+            pthread_mutex_unlock(&s->mu);
+            if (mine)
+                answer_request(s, NULL, msg);
+        }
     } else if (json_is_string(method)) {
         on_notification(s, json_string_value(method),
                         json_object_get(msg, "params"));
@@ -638,7 +738,7 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
     pthread_mutex_unlock(&s->mu);
 
     if (stateless) {
-        json_t *caps = client_caps(s);
+        json_t *caps = client_caps(s, ctl);
         if (!params)
             params = json_object();
         if (!caps || !params ||
@@ -674,13 +774,28 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
         goto done;
     }
     params = NULL;
+    tl_sending = pp;
     sent = s->tr->send(c->impl, msg, deadline, cancel, pp);
+    tl_sending = NULL;
 
     pthread_mutex_lock(&s->mu);
     while (!pp->done && sent == 0) {
         int64_t now = loom__mono_ms(), until;
         struct timespec ts;
 
+        if (json_array_size(pp->inbox)) {
+            /* A request of the server routed to this call: answered
+             * here, the person's time not counted. */
+            json_t *in = json_incref(json_array_get(pp->inbox, 0));
+            json_array_remove(pp->inbox, 0);
+            pthread_mutex_unlock(&s->mu);
+            answer_request(s, pp->ctl, in);
+            json_decref(in);
+            pthread_mutex_lock(&s->mu);
+            pp->deadline += loom__mono_ms() - now;
+            pp->held += loom__mono_ms() - now;
+            continue;
+        }
         if (loom_cancel_is_set(cancel) || now >= pp->deadline)
             break;
         until = pp->deadline - now < WAIT_TICK_MS ? pp->deadline - now
@@ -727,6 +842,7 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
 done:
     json_decref(msg);
     json_decref(pp->answer);
+    json_decref(pp->inbox);
     free(pp->lost);
     free(pp);
     conn_put(s, c);
@@ -753,8 +869,8 @@ static int handshake(loom_mcp_server *s, int64_t deadline)
 
     params = json_pack("{s:s,s:o,s:{s:s,s:s}}", "protocolVersion",
                        want ? want : LOOM_MCP_PROTOCOL_VERSION, "capabilities",
-                       client_caps(s), "clientInfo", "name", "loom", "version",
-                       loom_version());
+                       client_caps(s, NULL), "clientInfo", "name", "loom",
+                       "version", loom_version());
     if (!params)
         return loom__error_oom();
     if ((rc = request(s, "initialize", params, deadline, NULL, NULL,
@@ -975,7 +1091,8 @@ static int version_refused(loom_mcp_server *s, const json_t *answer)
  * inputResponses, with the result's requestState echoed as it came (or
  * none when it gave none), for the request to be sent again.
  */
-static int take_inputs(loom_mcp_server *s, const json_t *res, json_t *p)
+static int take_inputs(loom_mcp_server *s, const call_ctl *ctl,
+                       const json_t *res, json_t *p)
 {
     const json_t *reqs = json_object_get(res, "inputRequests"), *r;
     const json_t *state = json_object_get(res, "requestState");
@@ -988,7 +1105,8 @@ static int take_inputs(loom_mcp_server *s, const json_t *res, json_t *p)
     {
         const char *m = json_string_value(json_object_get(r, "method"));
         json_t *one = NULL;
-        if (!m || answer_input(s, m, json_object_get(r, "params"), &one) != 0) {
+        if (!m ||
+            answer_input(s, ctl, m, json_object_get(r, "params"), &one) != 0) {
             json_decref(responses);
             return loom__error_set(LOOM_EUPSTREAM,
                                    "MCP server '%s' asks for input loom "
@@ -1015,7 +1133,7 @@ static int take_inputs(loom_mcp_server *s, const json_t *res, json_t *p)
  * request sent again (with a new id), up to MAX_INPUT_ROUNDS times.
  */
 static int call(loom_mcp_server *s, const char *method, const json_t *params,
-                long timeout_ms, loom_cancel *cancel, const call_ctl *ctl,
+                long timeout_ms, loom_cancel *cancel, call_ctl *ctl,
                 json_t **result)
 {
     int64_t deadline = loom__mono_ms() + timeout_ms;
@@ -1066,10 +1184,17 @@ static int call(loom_mcp_server *s, const char *method, const json_t *params,
                                  s->cfg.name, method, MAX_INPUT_ROUNDS);
             break;
         }
-        if (!p && !(p = json_object()))
+        if (!p && !(p = json_object())) {
             rc = loom__error_oom();
-        else
-            rc = take_inputs(s, res, p);
+        } else {
+            /* A person's time to answer does not count. */
+            int64_t t0 = loom__mono_ms(), spent;
+            rc = take_inputs(s, ctl, res, p);
+            spent = loom__mono_ms() - t0;
+            deadline += spent;
+            if (ctl)
+                ctl->cap += spent;
+        }
         json_decref(res);
         if (rc != 0)
             break;
@@ -1245,6 +1370,9 @@ int loom_mcp_server_call_opts(loom_mcp_server *s, const char *tool,
     if (o) {
         ctl.on_progress = o->on_progress;
         ctl.arg = o->progress_arg;
+        ctl.input = o->input;
+        ctl.input_arg = o->input_arg;
+        ctl.elicit = o->input && o->elicitation;
     }
     loom__mcp_ref(s);
     rc =

@@ -242,6 +242,28 @@ static void on_progress(const json_t *params, void *arg)
     loom_tool_progress(ctx, label, NULL, "running");
 }
 
+/*
+ * An elicitation of the server during a call, put to whoever runs the
+ * turn (loom_tool_elicit): a form they fill in, decline or cancel.
+ * Nobody to ask (a background run, no terminal) declines it.
+ */
+static int on_input(loom_mcp_server *s, const char *method,
+                    const json_t *params, void *arg, json_t **result)
+{
+    const loom_tool_ctx *ctx = arg;
+    int rc;
+
+    (void)method;
+    rc = loom_tool_elicit(ctx, loom_mcp_server_name(s),
+                          json_string_value(json_object_get(params, "message")),
+                          json_object_get(params, "requestedSchema"), result);
+    if (rc == LOOM_ENOTFOUND)
+        return (*result = json_pack("{s:s}", "action", "decline"))
+                   ? 0
+                   : LOOM_ENOMEM;
+    return rc;
+}
+
 static int mcp_tool_execute(const json_t *args, const loom_tool_ctx *ctx,
                             loom_buf *out, void *payload)
 {
@@ -256,6 +278,9 @@ static int mcp_tool_execute(const json_t *args, const loom_tool_ctx *ctx,
     o.cancel = ctx->cancel;
     o.on_progress = on_progress;
     o.progress_arg = (void *)ctx;
+    o.input = on_input;
+    o.input_arg = (void *)ctx;
+    o.elicitation = loom_tool_can_elicit(ctx);
     rc = loom_mcp_server_call_opts(t->server, t->tool, args, &o, &result);
     if (rc != 0) {
         loom_buf_clear(out);
@@ -383,6 +408,8 @@ int loom_tools_add_mcp_with(loom_tool_registry *reg, const loom_config *cfg,
         if (setup && setup->servers &&
             (rc = loom_mcp_set_add(setup->servers, ds[i].server)) != 0)
             break;
+        if (setup)
+            loom_mcp_server_set_elicitation(ds[i].server, setup->elicitation);
         ds[i].started =
             pthread_create(&ds[i].thread, NULL, discover_main, &ds[i]) == 0;
         if (!ds[i].started)
