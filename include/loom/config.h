@@ -540,6 +540,14 @@ typedef struct {
      */
     char *protocol_version;
     loom_mcp_oauth_config oauth; /* http: how to authorize */
+    /*
+     * `roots:` the directories the server may work in, given to it on
+     * roots/list (and the roots capability declared): file:// URIs, or
+     * paths (relative ones from loom's working directory), as written.
+     * NULL: none, and no capability.
+     */
+    char **roots;
+    size_t roots_len;
 } loom_mcp_server_config;
 
 #define LOOM_SERVER_DEFAULT_LISTEN "127.0.0.1:8080"

@@ -2560,6 +2560,32 @@ static int read_mcp_tools(walk_ctx *w, const field *f, const yaml_node_t *n,
                         &m->tools, &m->tools_len, NULL);
 }
 
+/* A root: a path or a file:// URI, not empty, not twice. */
+static int mcp_root_ok(walk_ctx *w, const yaml_node_t *item, const char *key,
+                       const char *s, int repeat)
+{
+    const char *scheme = s ? strstr(s, "://") : NULL;
+
+    if (!s || !*s || (scheme && strncmp(s, "file://", 7) != 0))
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "must be a path or a file:// URI, got '%s'", s ? s : "");
+    if (repeat)
+        return fail_at(w->ld, LOOM_EINVALID, line_of(item), key,
+                       "root '%s' is listed twice", s);
+    return 0;
+}
+
+/* `roots:` of a server: paths or file:// URIs. */
+static int read_mcp_roots(walk_ctx *w, const field *f, const yaml_node_t *n,
+                          const char *key)
+{
+    loom_mcp_server_config *m = w->obj;
+
+    (void)f;
+    return read_strings(w, n, key, "roots", "a path or file:// URI",
+                        mcp_root_ok, &m->roots, &m->roots_len, NULL);
+}
+
 static int valid_env_name(const char *s)
 {
     return *s && !strchr(s, '=');
@@ -2700,6 +2726,7 @@ static const field mcp_server_fields[] = {
     {K_STR("protocol_version", S, protocol_version, "an MCP protocol version"),
      .choices = mcp_versions},
     {K_SUB("oauth", mcp_oauth_section), AT(S, oauth)},
+    {K_FN("roots", read_mcp_roots)},
 };
 static const section mcp_server_section =
     SECTION(mcp_server_fields, NULL, mcp_server_check);

@@ -173,6 +173,53 @@ static void test_progress(void **state)
     loom_mcp_server_free(s);
 }
 
+/* Roots from config are declared and given on roots/list as file://
+ * URIs (a path made one, a relative one from the working directory);
+ * without roots the capability is not declared. */
+static void test_roots(void **state)
+{
+    loom_mcp_server_config c = fake_config(NULL);
+    char *roots[] = {"/srv/my docs", "file:///tmp/x/", "rel"};
+    loom_mcp_server *s = NULL;
+    json_t *got, *r;
+    char *text, cwd[1024], want[1200];
+    int err;
+
+    (void)state;
+    s = fake_server(NULL);
+    text = call_text(s, "roots", "{}", &err);
+    assert_string_equal(text, "no roots capability");
+    free(text);
+    loom_mcp_server_free(s);
+
+    c.roots = roots;
+    c.roots_len = 3;
+    assert_int_equal(loom_mcp_server_new(&s, &c), 0);
+    text = call_text(s, "roots", "{}", &err);
+    got = json_loads(text, 0, NULL);
+    assert_non_null(got);
+    r = json_object_get(got, "roots");
+    assert_int_equal(json_array_size(r), 3);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(r, 0), "uri")),
+        "file:///srv/my%20docs");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(r, 0), "name")),
+        "my%20docs");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(r, 1), "uri")),
+        "file:///tmp/x/");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(r, 1), "name")), "x");
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    snprintf(want, sizeof(want), "file://%s/rel", cwd);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(r, 2), "uri")), want);
+    json_decref(got);
+    free(text);
+    loom_mcp_server_free(s);
+}
+
 static void test_paging(void **state)
 {
     static const struct {
@@ -519,6 +566,23 @@ static void test_config_errors(void **state)
                                              "t.yaml"),
                      LOOM_EINVALID);
     assert_non_null(strstr(loom_error_last(), "needs command"));
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  x: {command: a, roots: "
+                                             "[/srv, \"https://h/d\"]}\n",
+                                             "t.yaml"),
+                     LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "mcp_servers.x.roots[1]: must "
+                                              "be a path or a file:// URI"));
+    assert_int_equal(loom_config_load_string(&cfg,
+                                             "mcp_servers:\n"
+                                             "  x: {command: a, roots: "
+                                             "[/srv, \"file:///d\"]}\n",
+                                             "t.yaml"),
+                     0);
+    assert_int_equal(cfg->mcp_servers[0].roots_len, 2);
+    assert_string_equal(cfg->mcp_servers[0].roots[1], "file:///d");
+    loom_config_free(cfg);
 }
 
 int main(void)
@@ -537,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_progress),
+        cmocka_unit_test(test_roots),
         cmocka_unit_test(test_agent_tool_names),
         cmocka_unit_test(test_config_errors),
     };

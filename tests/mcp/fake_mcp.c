@@ -27,6 +27,8 @@
  *               integer defaulting to 30) and answers with the client's
  *               answer as JSON, or "no elicitation capability" when the
  *               client declared none
+ *   roots       (not listed) asks the client for roots/list and answers
+ *               with its answer as JSON, or "no roots capability"
  * When FAKE_MCP_LOG names a file, it appends "start" when it starts and
  * "cancelled <id>" for each notifications/cancelled, so a test can check
  * what loom sent.
@@ -156,23 +158,23 @@ static json_t *await_answer(const char *id)
     return NULL;
 }
 
-/* The elicit tool: a form put to the client, its answer as the result. */
-static void elicit(const json_t *id)
+/* Asks the client method (id rid, params) when it declared cap, and
+ * answers the call id with the client's answer as JSON. */
+static void ask_client(const json_t *id, const char *cap, const char *rid,
+                       const char *method, json_t *params)
 {
     json_t *ans;
-    char *text;
+    char *text, none[64];
 
-    if (!json_object_get(client_caps, "elicitation")) {
-        answer(id, text_result("no elicitation capability", 0));
+    if (!json_object_get(client_caps, cap)) {
+        snprintf(none, sizeof(none), "no %s capability", cap);
+        answer(id, text_result(none, 0));
+        json_decref(params);
         return;
     }
-    send_msg(
-        json_pack("{s:s,s:s,s:s,s:{s:s,s:{s:s,s:{s:{s:s},s:{s:s,s:i}},s:[s]}}}",
-                  "jsonrpc", "2.0", "id", "e1", "method", "elicitation/create",
-                  "params", "message", "Who are you?", "requestedSchema",
-                  "type", "object", "properties", "name", "type", "string",
-                  "age", "type", "integer", "default", 30, "required", "name"));
-    ans = await_answer("e1");
+    send_msg(json_pack("{s:s,s:s,s:s,s:o}", "jsonrpc", "2.0", "id", rid,
+                       "method", method, "params", params));
+    ans = await_answer(rid);
     text = json_dumps(json_object_get(ans, "error")
                           ? json_object_get(ans, "error")
                           : json_object_get(ans, "result"),
@@ -192,7 +194,16 @@ static void call(const json_t *id, const json_t *params)
     if (strcmp(name, "hang") == 0)
         return;
     if (strcmp(name, "elicit") == 0) {
-        elicit(id);
+        ask_client(id, "elicitation", "e1", "elicitation/create",
+                   json_pack("{s:s,s:{s:s,s:{s:{s:s},s:{s:s,s:i}},s:[s]}}",
+                             "message", "Who are you?", "requestedSchema",
+                             "type", "object", "properties", "name", "type",
+                             "string", "age", "type", "integer", "default", 30,
+                             "required", "name"));
+        return;
+    }
+    if (strcmp(name, "roots") == 0) {
+        ask_client(id, "roots", "r1", "roots/list", json_object());
         return;
     }
     if (strcmp(name, "die") == 0)

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define WAIT_TICK_MS 50
 #define MAX_PAGES 100
@@ -139,6 +140,39 @@ static char **dup_list(char *const *v, size_t n, int *oom)
     return d;
 }
 
+/*
+ * A root as a file:// URI: a URI as it is; a path made absolute (from
+ * loom's working directory) with every byte outside the unreserved
+ * characters and '/' percent-encoded. NULL on OOM.
+ */
+static char *root_uri(const char *root)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char cwd[4096] = "";
+    loom_buf b = LOOM_BUF_INIT(65536);
+
+    if (strncmp(root, "file://", 7) == 0)
+        return strdup(root);
+    if (root[0] != '/' && !getcwd(cwd, sizeof(cwd)))
+        cwd[0] = '\0';
+    loom_buf_puts(&b, "file://");
+    for (int k = 0; k < 2; k++) {
+        const char *p = k ? root : cwd;
+        if (k && cwd[0] && cwd[strlen(cwd) - 1] != '/')
+            loom_buf_puts(&b, "/");
+        for (; *p; p++) {
+            unsigned char ch = (unsigned char)*p;
+            char esc[3] = {'%', hex[ch >> 4], hex[ch & 15]};
+            if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                (ch >= '0' && ch <= '9') || strchr("-._~/", ch))
+                loom_buf_put(&b, p, 1);
+            else
+                loom_buf_put(&b, esc, 3);
+        }
+    }
+    return loom_buf_detach(&b);
+}
+
 static int config_copy(loom_mcp_server_config *d,
                        const loom_mcp_server_config *c)
 {
@@ -171,6 +205,13 @@ static int config_copy(loom_mcp_server_config *d,
     d->oauth.private_key = dup_opt(c->oauth.private_key, &oom);
     d->oauth.signing_alg = dup_opt(c->oauth.signing_alg, &oom);
     d->oauth.disabled = c->oauth.disabled;
+    if (c->roots_len && !(d->roots = calloc(c->roots_len, sizeof(char *))))
+        oom = 1;
+    for (size_t i = 0; d->roots && i < c->roots_len; i++)
+        if ((d->roots[i] = root_uri(c->roots[i])) != NULL)
+            d->roots_len++;
+        else
+            oom = 1;
     if (oom || !d->env || !d->headers)
         return loom__error_oom();
     return 0;
@@ -475,12 +516,43 @@ static void on_notification(loom_mcp_server *s, const char *method,
  */
 static json_t *client_caps(loom_mcp_server *s, const call_ctl *ctl)
 {
+    json_t *caps = json_object();
     int elicit;
 
     pthread_mutex_lock(&s->mu);
     elicit = s->input != NULL || (ctl ? ctl->elicit : s->may_elicit);
     pthread_mutex_unlock(&s->mu);
-    return elicit ? json_pack("{s:{}}", "elicitation") : json_object();
+    if (caps && ((elicit && json_object_set_new(caps, "elicitation",
+                                                json_object()) != 0) ||
+                 (s->cfg.roots_len &&
+                  json_object_set_new(caps, "roots", json_object()) != 0))) {
+        json_decref(caps);
+        caps = NULL;
+    }
+    return caps;
+}
+
+/* The answer to roots/list: the config's roots, each named by its last
+ * path segment. */
+static json_t *roots_result(const loom_mcp_server *s)
+{
+    json_t *list = json_array();
+
+    for (size_t i = 0; list && i < s->cfg.roots_len; i++) {
+        const char *uri = s->cfg.roots[i], *slash;
+        size_t n = strlen(uri);
+        while (n > 8 && uri[n - 1] == '/')
+            n--;
+        for (slash = uri + n; slash > uri && slash[-1] != '/'; slash--)
+            ;
+        if (json_array_append_new(
+                list, json_pack("{s:s,s:s%}", "uri", uri, "name", slash,
+                                (size_t)(uri + n - slash))) != 0) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    return list ? json_pack("{s:o}", "roots", list) : NULL;
 }
 
 /* An elicitation declined: nobody can answer it. */
@@ -508,7 +580,7 @@ static int answer_input(loom_mcp_server *s, const call_ctl *ctl,
     if (strcmp(method, "ping") == 0)
         return (*result = json_object()) ? 0 : -32603;
     if (strcmp(method, "roots/list") == 0)
-        return (*result = json_pack("{s:[]}", "roots")) ? 0 : -32603;
+        return (*result = roots_result(s)) ? 0 : -32603;
     if (strcmp(method, "elicitation/create") != 0)
         return -32601;
     pthread_mutex_lock(&s->mu);
