@@ -435,6 +435,10 @@ int loom_turn_answer_elicitation(loom_turn *t, const char *id,
  * when its client leaves. */
 int loom_turn_awaiting_approval(const loom_turn *t);
 
+/* loom_turn_awaiting_approval, or a form of an mcp.elicitation event of
+ * the turn or a sub-agent run below it waits for its answer. */
+int loom_turn_awaiting_input(const loom_turn *t);
+
 /* Whether run_id is the turn's run or one of its sub-agent runs going on
  * now (at any depth); safe from any thread. */
 int loom_turn_has_run(const loom_turn *t, const char *run_id);

@@ -783,6 +783,12 @@ int loom_turn_awaiting_approval(const loom_turn *t)
                  loom__agent_tree_waiting(t->tree, t->id) > 0);
 }
 
+int loom_turn_awaiting_input(const loom_turn *t)
+{
+    return loom_turn_awaiting_approval(t) ||
+           (t && loom__elicits_waiting(loom__agent_tree_elicits(t->tree)) > 0);
+}
+
 int loom_turn_has_run(const loom_turn *t, const char *run_id)
 {
     return t && run_id &&

@@ -228,7 +228,7 @@ int srv_run_cancel(srv_run *run)
 
 void srv_run_leave(srv_run *run)
 {
-    if (run && !run->background && !loom_turn_awaiting_approval(run->t))
+    if (run && !run->background && !loom_turn_awaiting_input(run->t))
         (void)loom_turn_cancel(run->t);
 }
 

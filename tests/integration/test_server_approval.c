@@ -112,25 +112,6 @@ static void until_asked(sh *h, const char *path, const char *body, char *run_id,
     sh_resp_free(&a.r);
 }
 
-/* Waits until the server has closed every stream (its client left). */
-static void streams_closed(const sh *h)
-{
-    long long end = test_now_ms() + 20000;
-    sh_resp r;
-
-    for (;;) {
-        assert_int_equal(sh_req(h, "GET", "/metrics", NULL, NULL, &r), 200);
-        if (strstr(r.body, "\nloom_streams_active 0\n")) {
-            sh_resp_free(&r);
-            return;
-        }
-        sh_resp_free(&r);
-        if (test_now_ms() > end)
-            fail_msg("a stream is still open after 20 s");
-        usleep(20 * 1000);
-    }
-}
-
 static void expect(const sh *h, const char *path, const char *body, long status,
                    const char *code)
 {
@@ -168,7 +149,7 @@ static void test_approve_after_disconnect(void **state)
     expect(&h, path, "{\"call_id\":\"c9\",\"approve\":true}", 409,
            "not_waiting");
     /* Still waiting once the server has seen its client leave. */
-    streams_closed(&h);
+    sh_streams_closed(&h);
     snprintf(path, sizeof(path), "/v1/runs/%s", run_id);
     run = sh_json(&h, "GET", path, NULL, 200);
     assert_string_equal(sh_str(run, "status"), "running");
@@ -273,7 +254,7 @@ static void test_child_approve_after_disconnect(void **state)
     until_asked(&h, "/v1/runs", "{\"input\":\"time?\",\"stream\":true}", run_id,
                 child);
     assert_string_not_equal(child, run_id);
-    streams_closed(&h);
+    sh_streams_closed(&h);
     snprintf(path, sizeof(path), "/v1/runs/%s", run_id);
     run = sh_json(&h, "GET", path, NULL, 200);
     assert_string_equal(sh_str(run, "status"), "running");

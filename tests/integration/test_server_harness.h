@@ -470,6 +470,25 @@ static inline json_t *sh_wait_run(const sh *h, const char *id,
     }
 }
 
+/* Waits until the server has closed every stream (its client left). */
+static inline void sh_streams_closed(const sh *h)
+{
+    long long end = test_now_ms() + 20000;
+    sh_resp r;
+
+    for (;;) {
+        assert_int_equal(sh_req(h, "GET", "/metrics", NULL, NULL, &r), 200);
+        if (strstr(r.body, "\nloom_streams_active 0\n")) {
+            sh_resp_free(&r);
+            return;
+        }
+        sh_resp_free(&r);
+        if (test_now_ms() > end)
+            fail_msg("a stream is still open after 20 s");
+        usleep(20 * 1000);
+    }
+}
+
 /* The last message of a stored conversation (borrowed from conv). */
 static inline json_t *sh_last_message(json_t *conv)
 {
