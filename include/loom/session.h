@@ -348,6 +348,20 @@ typedef struct {
      * (a background run, no terminal to ask on).
      */
     int elicitation;
+    /*
+     * Resumable research (docs/research.md "Resuming after a stop"). For
+     * a research turn with a store and a log (other turns ignore it),
+     * resumable keeps the turn in the store as it goes: its request, each
+     * step, each researcher and every event before it is logged.
+     * loom_turn_interrupt then leaves it to resume. resume: this turn
+     * resumes the stored research run run_id (in conversation_id, with
+     * the input, agent, model and research settings it was started
+     * with): its events continue the stored ones and what had finished
+     * is not done again. resume on a turn that cannot be resumable:
+     * LOOM_EINVALID.
+     */
+    int resumable;
+    int resume;
 } loom_turn_options;
 
 #define LOOM_TURN_OPTIONS_VERSION 1
@@ -429,6 +443,26 @@ int loom_turn_approve_in(loom_turn *t, const char *run_id, const char *call_id,
  */
 int loom_turn_answer_elicitation(loom_turn *t, const char *id,
                                  const char *action, const json_t *content);
+
+/*
+ * Stops the turn for a server's stop: a resumable turn (see
+ * loom_turn_options.resumable) is cut short without storing the turn
+ * or logging anything more, and stays in the store to resume; any other
+ * turn is cancelled (loom_turn_cancel). Returns 1 when the turn will
+ * resume, 0 otherwise. Any thread.
+ */
+int loom_turn_interrupt(loom_turn *t);
+
+/*
+ * A research turn's progress as JSON (caller's reference): {"phase"
+ * (clarify, plan, research, report, done), "cycle", "max_cycles",
+ * "researchers": [{call_id, task, status, sources, elapsed_ms}],
+ * "resumed"}; NULL for another turn (or out of memory). Any thread.
+ */
+json_t *loom_turn_research_status(loom_turn *t);
+
+/* Whether the turn runs a research agent (loom/config.h research). */
+int loom_turn_is_research(const loom_turn *t);
 
 /* Whether the turn, or a sub-agent run below it, waits for approval now
  * (1) or not (0); safe from any thread. A server keeps such a turn going

@@ -383,6 +383,70 @@ int loom_store_run_get(loom_store *st, const char *id, const char *user_id,
 int loom_store_run_children(loom_store *st, const char *id, json_t **out);
 
 /*
+ * Research runs (docs/store.md#research-runs): what a research run keeps
+ * as it goes, so that one interrupted by a stop resumes from it.
+ *
+ * One write, in one transaction (all or nothing); every member but
+ * run_id may be left zero:
+ *   - begin: conversation_id and spec (JSON text: the request) make the
+ *     run's row, status running, owned by user_id (NULL: anonymous);
+ *   - a step: phase (with cycle and max_cycles), state (JSON text), plan
+ *     replace what the row holds; messages (JSON texts) are appended at
+ *     positions first_position, first_position + 1, ...;
+ *   - a researcher: researcher (JSON text of an object with "call_id",
+ *     "task", "status": running, completed or failed, and what else its
+ *     caller keeps) is inserted or replaced;
+ *   - an event: event_seq > 0 with event (its JSON text);
+ *   - the end: end marks the run ended, with its report and citations
+ *     (JSON text) when given.
+ * LOOM_ENOTFOUND when the run (or, for begin, the conversation) does not
+ * exist, LOOM_EEXISTS for a begin or an event seq written before,
+ * LOOM_EINVALID for a missing run_id or malformed JSON, LOOM_EIO when
+ * the write fails (nothing is written then).
+ */
+typedef struct {
+    const char *run_id;
+    const char *conversation_id;
+    const char *user_id;
+    const char *spec;
+    const char *phase;
+    int cycle, max_cycles;
+    const char *state;
+    const char *plan;
+    const char *const *messages;
+    size_t nmessages;
+    int64_t first_position;
+    const char *researcher;
+    uint64_t event_seq;
+    const char *event;
+    int end;
+    const char *report;
+    const char *citations;
+} loom_store_research_write;
+
+int loom_store_research_put(loom_store *st, const loom_store_research_write *w);
+
+/*
+ * A research run as stored, for user_id (any_user: whoever's it is;
+ * else another user's run, or an anonymous one for a user and the other
+ * way round, is LOOM_ENOTFOUND as an unknown id). *out: {"run_id",
+ * "conversation_id", "user_id", "spec", "status" ("running", "ended"),
+ * "phase", "cycle", "max_cycles", "state", "plan", "report",
+ * "citations", "created_at", "updated_at", "messages": [...] in order,
+ * "researchers": [...] in the order they started, "last_seq"} (spec,
+ * state, citations, messages and researchers parsed; null when unset)
+ * and, with events, "events": [the JSON text of each, by seq]. A read
+ * only.
+ */
+int loom_store_research_get(loom_store *st, const char *run_id,
+                            const char *user_id, int any_user, int events,
+                            json_t **out);
+
+/* The ids of research runs still running (oldest first): what a server
+ * resumes when it starts. *out: an array of strings. A read only. */
+int loom_store_research_running(loom_store *st, json_t **out);
+
+/*
  * Memories: short texts a user's runs keep across conversations (the
  * memory_store and memory_retrieve tools, loom/memory.h; docs/memory.md).
  * Every call is scoped to one user: a user id never reaches another

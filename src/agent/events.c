@@ -31,6 +31,7 @@ static const char *const event_names[LOOM_EV__COUNT] = {
     [LOOM_EV_RESEARCH_BRANCH] = "research.branch",
     [LOOM_EV_CONVERSATION_TITLE] = "conversation.title",
     [LOOM_EV_MCP_ELICITATION] = "mcp.elicitation",
+    [LOOM_EV_RESEARCH_RESUMED] = "research.resumed",
 };
 
 const char *loom_event_type_name(loom_event_type type)

@@ -28,6 +28,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "loom/buf.h"
+#include "loom/log.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -124,6 +125,25 @@ struct loom__research {
     /* research_agent outcomes (any thread) */
     pthread_mutex_t mu;
     done_call *done;
+    /* Under mu: each researcher started, for the run's status
+     * ({call_id, task, status, sources, started_ms, elapsed_ms}), and
+     * whether the report is written. */
+    json_t *rs;
+    int finished;
+    /* Kept in the store as it goes (loom__research_keep; store NULL:
+     * not kept): the run's id, the run's messages stored so far (up to
+     * run->all's index upto, kept_msgs of them), whether the plan is;
+     * when resumed, the researchers that had ended (call_id -> their
+     * row), whose calls answer from it, and the time run before. */
+    loom_store *store;
+    char *run_id;
+    size_t upto;
+    int64_t kept_msgs;
+    int plan_kept;
+    char *plan_text;
+    json_t *replay;
+    int64_t elapsed_before;
+    int resumed;
 };
 
 /* ---- settings ------------------------------------------------------------ */
@@ -300,6 +320,202 @@ static int settings(loom__research *r, const loom_research_config *c,
     return researcher_tools(r, c, o);
 }
 
+/* ---- kept in the store -------------------------------------------------- */
+
+static const char *phase_name(const loom__research *r)
+{
+    static const char *const names[] = {"clarify", "plan", "research",
+                                        "report"};
+
+    return r->finished ? "done" : names[r->ph];
+}
+
+typedef struct {
+    loom_store *st;
+    loom_store_research_write *w;
+} put_arg;
+
+static int op_put(void *arg)
+{
+    put_arg *a = arg;
+
+    return loom_store_research_put(a->st, a->w);
+}
+
+/* Writes w for the run (retrying a busy store); 0, or the error, which
+ * is logged: the run goes on, and would resume from the step before. */
+static int put(loom__research *r, loom_store_research_write *w)
+{
+    put_arg a = {r->store, w};
+    int rc;
+
+    w->run_id = r->run_id;
+    if ((rc = loom_session_store_retry(r->s, op_put, &a, "save_research")))
+        loom_warn("research run %s: cannot store its progress: %s", r->run_id,
+                  loom_error_last());
+    return rc;
+}
+
+/* The researcher entry of call_id in r->rs (mu held), or NULL. */
+static json_t *entry(loom__research *r, const char *call_id)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(r->rs, i, e)
+    {
+        const char *id = json_string_value(json_object_get(e, "call_id"));
+        if (id && call_id && strcmp(id, call_id) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* Writes a researcher's row: e (its entry) with what more holds. */
+static void put_researcher(loom__research *r, const json_t *e, json_t *more)
+{
+    loom_store_research_write w;
+    json_t *row = json_deep_copy(e);
+    char *text;
+
+    memset(&w, 0, sizeof(w));
+    if (row)
+        json_object_del(row, "started_ms");
+    if (row && more)
+        json_object_update(row, more);
+    json_decref(more);
+    if (!row || !(text = json_dumps(row, JSON_COMPACT))) {
+        json_decref(row);
+        return;
+    }
+    w.researcher = text;
+    (void)put(r, &w);
+    free(text);
+    json_decref(row);
+}
+
+/* A research_agent call accepted (the run's thread): its researcher is
+ * running. */
+static void track_start(loom__research *r, const loom_tool_call *call)
+{
+    json_t *a = json_loads(call->arguments ? call->arguments : "{}", 0, NULL);
+    const char *task = json_string_value(json_object_get(a, "task"));
+    json_t *e, *copy = NULL;
+
+    pthread_mutex_lock(&r->mu);
+    if (!(e = entry(r, call->id))) {
+        e = json_pack("{s:s,s:s,s:s,s:i,s:I,s:I}", "call_id",
+                      call->id ? call->id : "", "task", task ? task : "",
+                      "status", "running", "sources", 0, "started_ms",
+                      (json_int_t)loom__mono_ms(), "elapsed_ms",
+                      (json_int_t)0);
+        if (e && json_array_append_new(r->rs, e) != 0)
+            e = NULL;
+    } else {
+        (void)json_object_set_new(e, "status", json_string("running"));
+        (void)json_object_set_new(e, "started_ms",
+                                  json_integer(loom__mono_ms()));
+    }
+    if (e && r->store && !json_object_get(r->replay, call->id ? call->id : ""))
+        copy = json_deep_copy(e);
+    pthread_mutex_unlock(&r->mu);
+    json_decref(a);
+    if (copy)
+        put_researcher(r, copy, NULL);
+    json_decref(copy);
+}
+
+/* A researcher ended (its call's thread): its entry says how, and its
+ * row keeps its result, citations, documents and report (usage). */
+static void track_end(loom__research *r, const loom_tool_ctx *ctx,
+                      const char *task, const loom_run *run, int ok,
+                      const char *result)
+{
+    const json_t *docs = run ? loom_run_documents(run) : NULL;
+    const json_t *cites = run ? loom_run_citations(run) : NULL;
+    const json_t *report = ctx->host ? ctx->host->report : NULL;
+    json_t *e, *copy = NULL;
+
+    pthread_mutex_lock(&r->mu);
+    if ((e = entry(r, ctx->call_id))) {
+        (void)json_object_set_new(e, "status", json_string(ok ? "completed"
+                                                              : "failed"));
+        (void)json_object_set_new(
+            e, "sources", json_integer((json_int_t)json_array_size(docs)));
+        (void)json_object_set_new(
+            e, "elapsed_ms",
+            json_integer(loom__mono_ms() -
+                         json_integer_value(json_object_get(e, "started_ms"))));
+        if (r->store)
+            copy = json_deep_copy(e);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!copy)
+        return;
+    put_researcher(r, copy,
+                   json_pack("{s:s,s:s,s:O?,s:O?,s:O?}", "task", task, "result",
+                             result ? result : "", "citations", cites,
+                             "documents", docs, "report", report));
+    json_decref(copy);
+}
+
+static void keep_done_text(loom__research *r, const char *call_id,
+                           const char *task, const char *text,
+                           const json_t *citations);
+
+/*
+ * A resumed run's call whose researcher had ended before the stop: it
+ * answers from the researcher's row (no model call), as the researcher
+ * did: its result, report (usage) and documents. 1 when so (*rc: the
+ * call's answer), 0 when the call must run.
+ */
+static int replay(loom__research *r, const char *task, const loom_tool_ctx *ctx,
+                  loom_buf *out, int *rc)
+{
+    const json_t *row = json_object_get(r->replay, ctx->call_id ? ctx->call_id
+                                                                : "");
+    const json_t *docs, *d, *report;
+    const char *result;
+    int ok;
+    json_t *e;
+    size_t i;
+
+    if (!row)
+        return 0;
+    ok = !strcmp(json_string_value(json_object_get(row, "status")),
+                 "completed");
+    result = json_string_value(json_object_get(row, "result"));
+    loom_buf_clear(out);
+    *rc = loom_buf_printf(out, "%s", result ? result : "");
+    report = json_object_get(row, "report");
+    if (ctx->host && json_is_object(report)) {
+        json_decref(ctx->host->report);
+        ctx->host->report = json_deep_copy(report);
+    }
+    docs = json_object_get(row, "documents");
+    json_array_foreach(docs, i, d)
+    {
+        if (!ctx->documents ||
+            json_array_size(ctx->documents) >= LOOM_TOOL_DOCUMENTS_MAX)
+            break;
+        json_array_append(ctx->documents, (json_t *)d);
+    }
+    keep_done_text(r, ctx->call_id, task, ok ? result : NULL,
+                   json_object_get(row, "citations"));
+    pthread_mutex_lock(&r->mu);
+    if ((e = entry(r, ctx->call_id))) {
+        (void)json_object_set_new(e, "status", json_string(ok ? "completed"
+                                                              : "failed"));
+        (void)json_object_set(e, "sources", json_object_get(row, "sources"));
+        (void)json_object_set(e, "elapsed_ms",
+                              json_object_get(row, "elapsed_ms"));
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!*rc && !ok)
+        *rc = LOOM_ERROR;
+    return 1;
+}
+
 /* ---- the tools ----------------------------------------------------------- */
 
 static void done_free(done_call *d)
@@ -314,24 +530,31 @@ static void done_free(done_call *d)
 }
 
 /* Hands a call's outcome to special_tool (best effort: without it the
- * result stays as the researcher wrote it). */
-static void keep_done(loom__research *r, const char *call_id, const char *task,
-                      const loom_run *run, int ok)
+ * result stays as the researcher wrote it): text NULL, failed. */
+static void keep_done_text(loom__research *r, const char *call_id,
+                           const char *task, const char *text,
+                           const json_t *citations)
 {
     done_call *d = calloc(1, sizeof(*d));
 
     if (!d || !(d->call_id = strdup(call_id ? call_id : "")) ||
-        !(d->task = strdup(task)) ||
-        (ok && !(d->text = strdup(loom_run_text(run))))) {
+        !(d->task = strdup(task)) || (text && !(d->text = strdup(text)))) {
         done_free(d);
         return;
     }
-    if (ok && loom_run_citations(run))
-        d->citations = json_deep_copy(loom_run_citations(run));
+    if (text && citations)
+        d->citations = json_deep_copy(citations);
     pthread_mutex_lock(&r->mu);
     d->next = r->done;
     r->done = d;
     pthread_mutex_unlock(&r->mu);
+}
+
+static void keep_done(loom__research *r, const char *call_id, const char *task,
+                      const loom_run *run, int ok)
+{
+    keep_done_text(r, call_id, task, ok ? loom_run_text(run) : NULL,
+                   ok ? loom_run_citations(run) : NULL);
 }
 
 static done_call *take_done(loom__research *r, const char *call_id)
@@ -367,6 +590,8 @@ static int research_agent(const json_t *args, const loom_tool_ctx *ctx,
                                    "of at most 64 KiB)");
         return LOOM_EINVALID;
     }
+    if (replay(r, task, ctx, out, &rc))
+        return rc;
     if ((rc = loom_messages_add(&in, LOOM_ROLE_USER, task)) != 0)
         return rc;
     o.agent = LOOM_RESEARCHER_AGENT;
@@ -392,6 +617,10 @@ static int research_agent(const json_t *args, const loom_tool_ctx *ctx,
         keep_done(r, ctx->call_id, task, run, 0);
         rc = loom__sub_failure(out, LOOM_RESEARCHER_AGENT, t, crc);
     }
+    /* A researcher stopped by the run's own stop is not over: it runs
+     * again when the run resumes. */
+    if (crc != LOOM_ECANCELED && !loom_cancel_is_set(ctx->cancel))
+        track_end(r, ctx, task, run, rc == 0, loom_buf_cstr(out));
     loom_turn_free(t);
     return rc;
 }
@@ -629,6 +858,8 @@ static int on_no_tool_calls(const loom_agent_state *st,
             run, "research", json_pack("{s:s}", "phase", "clarification"));
         return 0;
     case PH_PLAN:
+        free(r->plan_text);
+        r->plan_text = strdup(text);
         r->ph = PH_CYCLE;
         return 1;
     case PH_CYCLE:
@@ -646,6 +877,9 @@ static int on_no_tool_calls(const loom_agent_state *st,
         force_report(r, "no_tool_calls");
         return 1;
     case PH_REPORT:
+        pthread_mutex_lock(&r->mu);
+        r->finished = 1;
+        pthread_mutex_unlock(&r->mu);
         complete(r, run);
         if (r->notes.len)
             (void)loom_buf_printf(message, "\n\n## Notes\n%s",
@@ -733,6 +967,7 @@ static loom_args_action preprocess(const loom_agent_state *st,
     r->turn_started++;
     r->turn_ran++;
     r->researchers++;
+    track_start(r, call);
     return LOOM_ARGS_DEFAULT;
 }
 
@@ -848,6 +1083,10 @@ int loom__research_new(loom__research **out, loom_session *s,
         return loom__error_oom();
     pthread_mutex_init(&r->mu, NULL);
     loom_buf_init(&r->notes, NOTE_MAX);
+    if (!(r->rs = json_array())) {
+        loom__research_free(r);
+        return loom__error_oom();
+    }
     r->s = s;
     r->reasoning = ro->reasoning || ro->thinking_budget > 0 ||
                    (ro->reasoning_effort && *ro->reasoning_effort);
@@ -905,6 +1144,10 @@ void loom__research_free(loom__research *r)
     }
     pthread_mutex_destroy(&r->mu);
     loom_buf_free(&r->notes);
+    json_decref(r->rs);
+    json_decref(r->replay);
+    free(r->run_id);
+    free(r->plan_text);
     for (size_t i = 0; i < r->nrtools; i++)
         free(r->rtools[i]);
     free(r->rtools);
@@ -913,4 +1156,322 @@ void loom__research_free(loom__research *r)
     free(r->instructions);
     free(r->prompt);
     free(r);
+}
+
+/* ---- resuming ------------------------------------------------------------ */
+
+/* A message of the run as JSON (own: the run's, not a note). */
+static json_t *message_json(const loom_message *m, int own)
+{
+    json_t *o = json_pack("{s:s,s:s?,s:s?,s:s?,s:s?,s:s?,s:b}", "role",
+                          loom_role_name(m->role), "content", m->content,
+                          "reasoning", m->reasoning, "provider_state",
+                          m->provider_state, "tool_call_id", m->tool_call_id,
+                          "name", m->name, "own", own);
+    json_t *calls = m->tool_calls_len ? json_array() : NULL;
+
+    for (size_t i = 0; calls && i < m->tool_calls_len; i++) {
+        const loom_tool_call *c = &m->tool_calls[i];
+        if (json_array_append_new(
+                calls, json_pack("{s:s?,s:s?,s:s?}", "id", c->id, "name",
+                                 c->name, "arguments", c->arguments)) != 0) {
+            json_decref(calls);
+            json_decref(o);
+            return NULL;
+        }
+    }
+    if (o && calls && json_object_set_new(o, "tool_calls", calls) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int role_of(const char *name, loom_role *out)
+{
+    static const loom_role roles[] = {LOOM_ROLE_SYSTEM, LOOM_ROLE_USER,
+                                      LOOM_ROLE_ASSISTANT, LOOM_ROLE_TOOL};
+
+    for (size_t i = 0; name && i < 4; i++)
+        if (strcmp(loom_role_name(roles[i]), name) == 0) {
+            *out = roles[i];
+            return 0;
+        }
+    return loom__error_set(LOOM_EPROTO, "research: a stored message has no "
+                                        "role");
+}
+
+static int set_str(char **dst, const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+
+    free(*dst);
+    *dst = v ? strdup(v) : NULL;
+    return v && !*dst ? loom__error_oom() : 0;
+}
+
+/* Appends the message j (message_json's) to out. */
+static int message_add(loom_messages *out, const json_t *j)
+{
+    const json_t *calls = json_object_get(j, "tool_calls"), *c;
+    loom_tool_call *tc = NULL;
+    loom_message *m;
+    loom_role role = LOOM_ROLE_USER;
+    size_t i, n = json_array_size(calls);
+    int rc;
+
+    if ((rc = role_of(json_string_value(json_object_get(j, "role")), &role)))
+        return rc;
+    if (n && !(tc = calloc(n, sizeof(*tc))))
+        return loom__error_oom();
+    json_array_foreach(calls, i, c)
+    {
+        tc[i].id = (char *)json_string_value(json_object_get(c, "id"));
+        tc[i].name = (char *)json_string_value(json_object_get(c, "name"));
+        tc[i].arguments =
+            (char *)json_string_value(json_object_get(c, "arguments"));
+    }
+    rc = n ? loom_messages_add_assistant(
+                 out, json_string_value(json_object_get(j, "content")), NULL,
+                 tc, n)
+           : loom_messages_add(out, role,
+                               json_string_value(json_object_get(j, "content")));
+    free(tc);
+    if (rc)
+        return rc;
+    m = &out->items[out->len - 1];
+    if ((rc = set_str(&m->reasoning, j, "reasoning")) != 0 ||
+        (rc = set_str(&m->provider_state, j, "provider_state")) != 0 ||
+        (rc = set_str(&m->tool_call_id, j, "tool_call_id")) != 0 ||
+        (rc = set_str(&m->name, j, "name")) != 0)
+        return rc;
+    return 0;
+}
+
+/* What the research knows, for the step's state (the run thread). */
+static json_t *state_json(loom__research *r, loom_run *run)
+{
+    json_t *rs, *o;
+
+    pthread_mutex_lock(&r->mu);
+    rs = json_deep_copy(r->rs);
+    pthread_mutex_unlock(&r->mu);
+    o = json_pack("{s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:s?,s:s?,s:s,s:I,s:o,s:o}",
+                  "ph", (int)r->ph, "cycle", r->cycle, "retried", r->retried,
+                  "researchers", r->researchers, "failed", r->failed,
+                  "biggest_researcher", (json_int_t)r->biggest_researcher,
+                  "biggest_call", (json_int_t)r->biggest_call, "reason",
+                  r->reason, "instructions", r->instructions, "notes",
+                  loom_buf_cstr(&r->notes), "elapsed_ms",
+                  (json_int_t)(loom__mono_ms() - r->started_ms), "rs", rs,
+                  "run", loom__run_snapshot(run));
+    return o;
+}
+
+/* The step callback (loom__run_set_step): the messages the step added,
+ * where the research is and the state to resume from, in one write. */
+static void on_step(loom_run *run, const char *what, void *payload)
+{
+    loom__research *r = payload;
+    size_t n = loom__run_all_len(run), k = 0;
+    loom_store_research_write w;
+    char **texts = NULL, *state = NULL;
+    json_t *st = NULL;
+
+    (void)what;
+    memset(&w, 0, sizeof(w));
+    if (n > r->upto && !(texts = calloc(n - r->upto, sizeof(*texts))))
+        goto done;
+    for (size_t i = r->upto; i < n; i++) {
+        int own = 0;
+        const loom_message *m = loom__run_all_at(run, i, &own);
+        json_t *j = message_json(m, own);
+        texts[k] = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (!texts[k++])
+            goto done;
+    }
+    if (!(st = state_json(r, run)) ||
+        !(state = json_dumps(st, JSON_COMPACT)))
+        goto done;
+    w.messages = (const char *const *)texts;
+    w.nmessages = k;
+    w.first_position = r->kept_msgs;
+    w.state = state;
+    w.phase = phase_name(r);
+    w.cycle = r->cycle;
+    w.max_cycles = r->max_cycles;
+    if (r->plan_text && !r->plan_kept)
+        w.plan = r->plan_text;
+    if (put(r, &w) == 0) {
+        r->upto = n;
+        r->kept_msgs += (int64_t)k;
+        r->plan_kept = r->plan_kept || w.plan;
+    }
+done:
+    for (size_t i = 0; i < k; i++)
+        free(texts[i]);
+    free(texts);
+    free(state);
+    json_decref(st);
+}
+
+int loom__research_keep(loom__research *r, loom_run *run, loom_store *st,
+                        const char *run_id)
+{
+    if (!(r->run_id = strdup(run_id)))
+        return loom__error_oom();
+    r->store = st;
+    r->upto = loom__run_base_len(run);
+    loom__run_set_step(run, on_step, r);
+    return 0;
+}
+
+/* The state's fields back into r. */
+static void state_read(loom__research *r, const json_t *s)
+{
+    const char *v;
+    int ph = (int)json_integer_value(json_object_get(s, "ph"));
+
+    r->ph = ph >= PH_CLARIFY && ph <= PH_REPORT ? (phase)ph : PH_PLAN;
+    r->cycle = (int)json_integer_value(json_object_get(s, "cycle"));
+    r->retried = (int)json_integer_value(json_object_get(s, "retried"));
+    r->researchers = (int)json_integer_value(json_object_get(s, "researchers"));
+    r->failed = (int)json_integer_value(json_object_get(s, "failed"));
+    r->biggest_researcher =
+        (long)json_integer_value(json_object_get(s, "biggest_researcher"));
+    r->biggest_call =
+        (long)json_integer_value(json_object_get(s, "biggest_call"));
+    /* reason is static text: the one of the names it can be. */
+    v = json_string_value(json_object_get(s, "reason"));
+    r->reason = NULL;
+    for (const char *const *k =
+             (const char *const[]){"requested", "time_limit", "cycle_limit",
+                                   "budget", "no_tool_calls", NULL};
+         v && *k; k++)
+        if (strcmp(*k, v) == 0)
+            r->reason = *k;
+    (void)set_str(&r->instructions, s, "instructions");
+    loom_buf_clear(&r->notes);
+    if ((v = json_string_value(json_object_get(s, "notes"))) && *v)
+        (void)loom_buf_printf(&r->notes, "%s", v);
+    r->elapsed_before =
+        (int64_t)json_integer_value(json_object_get(s, "elapsed_ms"));
+    r->started_ms = loom__mono_ms() - r->elapsed_before;
+    if (json_is_array(json_object_get(s, "rs"))) {
+        json_decref(r->rs);
+        r->rs = json_deep_copy(json_object_get(s, "rs"));
+    }
+}
+
+int loom__research_resume(loom__research *r, loom_run *run,
+                          const json_t *stored)
+{
+    const json_t *state = json_object_get(stored, "state");
+    const json_t *msgs = json_object_get(stored, "messages"), *m, *row;
+    json_t *empty = json_object(), *e;
+    loom_messages list = {0};
+    unsigned char *own = NULL;
+    size_t i, kept = 0;
+    int rc = 0;
+
+    if (!empty || !(r->replay = json_object()) ||
+        (json_array_size(msgs) &&
+         !(own = calloc(json_array_size(msgs), 1)))) {
+        rc = loom__error_oom();
+        goto done;
+    }
+    json_array_foreach(msgs, i, m)
+    {
+        own[i] = json_is_true(json_object_get(m, "own"));
+        if ((rc = message_add(&list, m)) != 0)
+            goto done;
+    }
+    if ((rc = loom__run_restore(
+             run,
+             json_is_object(json_object_get(state, "run"))
+                 ? json_object_get(state, "run")
+                 : empty,
+             &list, own,
+             (uint64_t)json_integer_value(json_object_get(stored, "last_seq")))) !=
+        0)
+        goto done;
+    if (json_is_object(state))
+        state_read(r, state);
+    /* The researchers that ended answer their calls from their rows;
+     * those that ran are running no more. */
+    json_array_foreach(json_object_get(stored, "researchers"), i, row)
+    {
+        const char *id = json_string_value(json_object_get(row, "call_id"));
+        const char *status = json_string_value(json_object_get(row, "status"));
+        if (!id || !status || !strcmp(status, "running"))
+            continue;
+        if (json_object_set(r->replay, id, (json_t *)row) != 0) {
+            rc = loom__error_oom();
+            goto done;
+        }
+        kept++;
+    }
+    json_array_foreach(r->rs, i, e)
+    {
+        const json_t *done = json_object_get(
+            r->replay, json_string_value(json_object_get(e, "call_id")));
+        if (done) {
+            (void)json_object_set(e, "status", json_object_get(done, "status"));
+            (void)json_object_set(e, "sources", json_object_get(done, "sources"));
+            (void)json_object_set(e, "elapsed_ms",
+                                  json_object_get(done, "elapsed_ms"));
+        } else if (!strcmp(json_string_value(json_object_get(e, "status"))
+                               ? json_string_value(json_object_get(e, "status"))
+                               : "",
+                           "running")) {
+            (void)json_object_set_new(e, "status", json_string("interrupted"));
+        }
+    }
+    r->upto = loom__run_all_len(run);
+    r->kept_msgs = (int64_t)list.len;
+    r->plan_kept = !json_is_null(json_object_get(stored, "plan")) &&
+                   json_object_get(stored, "plan");
+    r->resumed = 1;
+    loom__run_emit(run, LOOM_EV_RESEARCH_RESUMED,
+                   json_pack("{s:s,s:i,s:i,s:I}", "phase", phase_name(r),
+                             "cycle", r->cycle, "max_cycles", r->max_cycles,
+                             "researchers_kept", (json_int_t)kept));
+done:
+    json_decref(empty);
+    loom_messages_free(&list);
+    free(own);
+    return rc;
+}
+
+json_t *loom__research_status(loom__research *r)
+{
+    json_t *list = json_array(), *e, *o;
+    int64_t now = loom__mono_ms();
+    size_t i;
+
+    pthread_mutex_lock(&r->mu);
+    json_array_foreach(r->rs, i, e)
+    {
+        const char *status = json_string_value(json_object_get(e, "status"));
+        json_int_t ms = json_integer_value(json_object_get(e, "elapsed_ms"));
+        if (status && !strcmp(status, "running"))
+            ms = now - json_integer_value(json_object_get(e, "started_ms"));
+        if (list &&
+            json_array_append_new(
+                list, json_pack("{s:O,s:O,s:O,s:O,s:I}", "call_id",
+                                json_object_get(e, "call_id"), "task",
+                                json_object_get(e, "task"), "status",
+                                json_object_get(e, "status"), "sources",
+                                json_object_get(e, "sources"), "elapsed_ms",
+                                ms)) != 0) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    o = json_pack("{s:s,s:i,s:i,s:o*,s:b}", "phase", phase_name(r), "cycle",
+                  r->cycle, "max_cycles", r->max_cycles, "researchers", list,
+                  "resumed", r->resumed);
+    pthread_mutex_unlock(&r->mu);
+    return o;
 }

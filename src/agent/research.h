@@ -42,4 +42,31 @@ int loom__research_tool_is_agent(const loom_tool *tool);
  * making anything: 0 or LOOM_EINVALID naming the key. */
 int loom__research_check_overrides(const json_t *overrides);
 
+/*
+ * Keeping a research run in the store (docs/store.md#research-runs), so
+ * that it resumes after a stop. loom__research_keep, once the run has
+ * its history (loom__run_begin): after each step the run's new
+ * messages, the research's state and the run's counters are written in
+ * one transaction, and each researcher's row as it starts and ends (its
+ * result, citations, documents and usage), in the research_runs row
+ * run_id that st holds (begun by the caller). 0 or LOOM_ENOMEM.
+ *
+ * loom__research_resume, after loom__research_keep, from what
+ * loom_store_research_get gave (with the researchers): the run gets its
+ * messages and counters back and its events continue after the last
+ * stored seq; a research_agent call whose researcher had ended answers
+ * from its row without running it. Sends research.resumed. 0,
+ * LOOM_EPROTO for a stored message it cannot read, LOOM_ENOMEM.
+ *
+ * loom__research_status: {"phase" (clarify, plan, research, report,
+ * done), "cycle", "max_cycles", "researchers": [{call_id, task, status
+ * (running, completed, failed, interrupted), sources, elapsed_ms}],
+ * "resumed"}; any thread. NULL when out of memory.
+ */
+int loom__research_keep(loom__research *r, loom_run *run, loom_store *st,
+                        const char *run_id);
+int loom__research_resume(loom__research *r, loom_run *run,
+                          const json_t *stored);
+json_t *loom__research_status(loom__research *r);
+
 #endif

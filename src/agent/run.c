@@ -243,6 +243,15 @@ struct loom_run {
     loom__spend *parent_spend;
     loom__gate gate;
     loom__refusal budget_why;
+    /* Resuming (loom__run_restore): told after each step; where the
+     * run's own messages start in run->all; a restored run sends no
+     * run.started and first runs the calls of its last message when
+     * they have no results yet. */
+    loom__run_step_fn step_fn;
+    void *step_payload;
+    size_t base_len;
+    int resumed;
+    int resume_tools;
 };
 
 /* The model calls that count toward the current agent's limit: not
@@ -1016,6 +1025,7 @@ int loom__run_begin(loom_run *run, const loom_messages *history,
         return rc;
     if (run->opts.context.window > 0 && (rc = context_open(run)) != 0)
         return rc;
+    run->base_len = run->all.len;
     return 0;
 }
 
@@ -2293,13 +2303,21 @@ static int switch_agent(loom_run *run)
  * caller's to run); otherwise the turn may be reviewed and the loop goes
  * on.
  */
+/* Tells the step callback (loom__run_set_step) that a step is done,
+ * unless the run is being cancelled: what a cancel cut short is no
+ * step. */
+static void step(loom_run *run, const char *what)
+{
+    if (run->step_fn && !loom_cancel_is_set(&run->cancel))
+        run->step_fn(run, what, run->step_payload);
+}
+
+static int turn_tools(loom_run *run, loom_llm_response *resp, int *ended);
+
 static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
 {
-    const loom_run_options *o = &run->opts;
     loom_message m = {0};
-    size_t nclient = 0;
-    char *disabled = NULL;
-    int think_only = 0, rc;
+    int rc;
 
     *ended = 0;
     if ((rc = ensure_call_ids(resp->tool_calls, resp->tool_calls_len,
@@ -2315,6 +2333,20 @@ static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
         return rc;
     /* The turn's text now lives in the stored message. */
     loom_buf_clear(&run->text);
+    step(run, "calls");
+    return turn_tools(run, resp, ended);
+}
+
+/* The tool half of a turn: runs the calls of the last message (resp's)
+ * and appends their results. */
+static int turn_tools(loom_run *run, loom_llm_response *resp, int *ended)
+{
+    const loom_run_options *o = &run->opts;
+    size_t nclient = 0;
+    char *disabled = NULL;
+    int think_only = 0, rc;
+
+    *ended = 0;
     rc = run_tools(run, &nclient, &think_only, &disabled);
     if (rc != 0 || disabled) {
         if (!rc)
@@ -2343,6 +2375,7 @@ static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
     if ((rc = add_many_results_note(run, resp->tool_calls_len)) != 0)
         return rc;
     run->index++;
+    step(run, "results");
     return 0;
 }
 
@@ -2949,6 +2982,7 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
             !*more)
             return rc ? rc : answer(run, resp);
         run->index++;
+        step(run, "continue");
         return 0;
     }
     if (hook_process_calls(run, resp))
@@ -2960,6 +2994,30 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
     return 0;
 }
 
+/* A restored run whose last message's calls have no results: runs
+ * them as the turn that asked for them would have. */
+static int resume_tools(loom_run *run, int *more)
+{
+    const loom_message *a = &run->all.items[run->all.len - 1];
+    loom_llm_response resp;
+    int rc, ended = 0;
+
+    memset(&resp, 0, sizeof(resp));
+    run->resume_tools = 0;
+    run->last_calls = a->tool_calls_len;
+    resp.text = a->content;
+    resp.tool_calls = a->tool_calls;
+    resp.tool_calls_len = a->tool_calls_len;
+    rc = turn_tools(run, &resp, &ended);
+    /* Borrowed from the message. */
+    resp.text = NULL;
+    resp.tool_calls = NULL;
+    resp.tool_calls_len = 0;
+    loom_llm_response_clear(&resp);
+    *more = !ended;
+    return rc;
+}
+
 int loom_run_execute(loom_run *run)
 {
     loom_llm_response resp;
@@ -2969,9 +3027,15 @@ int loom_run_execute(loom_run *run)
     if ((!run->cache && (rc = loom_llm_cache_new(&run->cache)) != 0) ||
         (rc = spend_open(run)) != 0)
         return rc;
-    emit_started(run);
-    emit_reasoning_open(run);
+    if (run->resumed) {
+        run->status = LOOM_RUN_RUNNING;
+    } else {
+        emit_started(run);
+        emit_reasoning_open(run);
+    }
     hooks_init(run);
+    if (run->resume_tools)
+        rc = resume_tools(run, &more);
     while (more && rc == 0)
         rc = iterate(run, &resp, &limit_injected, &more);
     free(run->finish_reason);
@@ -3287,4 +3351,125 @@ void loom__run_hook_fail(loom_run *run, const char *message)
 const char *loom__run_turn_text(const loom_run *run)
 {
     return run->text.ptr ? run->text.ptr : "";
+}
+
+/* ---- resuming ------------------------------------------------------------ */
+
+void loom__run_set_step(loom_run *run, loom__run_step_fn fn, void *payload)
+{
+    run->step_fn = fn;
+    run->step_payload = payload;
+}
+
+size_t loom__run_base_len(const loom_run *run)
+{
+    return run->base_len;
+}
+
+const loom_message *loom__run_all_at(const loom_run *run, size_t i, int *own)
+{
+    if (i >= run->all.len)
+        return NULL;
+    *own = i < run->nstored && run->stored[i];
+    return &run->all.items[i];
+}
+
+size_t loom__run_all_len(const loom_run *run)
+{
+    return run->all.len;
+}
+
+uint64_t loom__run_seq(const loom_run *run)
+{
+    return run->seq;
+}
+
+json_t *loom__run_snapshot(const loom_run *run)
+{
+    json_t *docs = json_array(), *o;
+    size_t n = run->cites ? loom__citations_count(run->cites) : 0;
+
+    for (size_t i = 1; docs && i <= n; i++) {
+        const loom__citation_doc *d = loom__citations_get(run->cites, i);
+        if (!d || json_array_append_new(
+                      docs, json_pack("{s:s?,s:s?,s:s?,s:s?,s:s?,s:s?}", "id",
+                                      d->id, "url", d->url, "title", d->title,
+                                      "published", d->published,
+                                      "tool_call_id", d->tool_call_id,
+                                      "researcher", d->researcher)) != 0) {
+            json_decref(docs);
+            return NULL;
+        }
+    }
+    o = json_pack(
+        "{s:i,s:i,s:i,s:I,s:I,s:o,s:o,s:O?,s:i,s:i,s:o}", "iterations",
+        run->iterations, "think_turns", run->think_turns, "retries",
+        run->retries, "index", (json_int_t)run->index, "tool_calls",
+        (json_int_t)run->tool_calls, "usage",
+        loom__usage_full(&run->usage, run->priced_calls, run->unpriced_calls),
+        "kids_usage",
+        loom__usage_full(&run->kids_usage, run->kids_priced,
+                         run->kids_unpriced),
+        "kids_by_agent", run->kids_by_agent, "sub_runs", run->sub_runs,
+        "sub_counted", run->sub_counted, "citations", docs);
+    return o;
+}
+
+int loom__run_restore(loom_run *run, const json_t *snap,
+                      const loom_messages *msgs, const unsigned char *own,
+                      uint64_t seq)
+{
+    const json_t *docs = json_object_get(snap, "citations"), *d;
+    size_t i;
+    int rc = 0;
+
+    for (i = 0; i < msgs->len && !rc; i++) {
+        const loom_messages one = {(loom_message *)&msgs->items[i], 1, 1};
+        if (own[i])
+            rc = add_message(run, &one);
+        else if ((rc = loom_messages_append(&run->all, &one)) == 0)
+            rc = track(run, 0);
+    }
+    if (rc)
+        return rc;
+    run->iterations =
+        (int)json_integer_value(json_object_get(snap, "iterations"));
+    run->think_turns =
+        (int)json_integer_value(json_object_get(snap, "think_turns"));
+    run->retries = (int)json_integer_value(json_object_get(snap, "retries"));
+    run->index = (uint32_t)json_integer_value(json_object_get(snap, "index"));
+    run->tool_calls =
+        (size_t)json_integer_value(json_object_get(snap, "tool_calls"));
+    loom__usage_from_full(json_object_get(snap, "usage"), &run->usage,
+                          &run->priced_calls, &run->unpriced_calls);
+    loom__usage_from_full(json_object_get(snap, "kids_usage"),
+                          &run->kids_usage, &run->kids_priced,
+                          &run->kids_unpriced);
+    if (json_is_object(json_object_get(snap, "kids_by_agent"))) {
+        json_decref(run->kids_by_agent);
+        run->kids_by_agent =
+            json_deep_copy(json_object_get(snap, "kids_by_agent"));
+    }
+    run->sub_runs = (int)json_integer_value(json_object_get(snap, "sub_runs"));
+    run->sub_counted =
+        (int)json_integer_value(json_object_get(snap, "sub_counted"));
+    json_array_foreach(docs, i, d)
+    {
+        size_t num = 0;
+        const char *call =
+            json_string_value(json_object_get(d, "tool_call_id"));
+        if (run->cites &&
+            (rc = loom__citations_add(run->cites, d, call, &num)) != 0 &&
+            rc != LOOM_EINVALID)
+            return rc;
+        rc = 0;
+    }
+    run->seq = seq;
+    run->resumed = 1;
+    if (run->all.len > run->base_len) {
+        const loom_message *last = &run->all.items[run->all.len - 1];
+        run->resume_tools =
+            last->role == LOOM_ROLE_ASSISTANT && last->tool_calls_len > 0;
+    }
+    return 0;
 }

@@ -93,4 +93,37 @@ void loom__run_hook_fail(loom_run *run, const char *message);
 /* The text the current model call has streamed so far. Borrowed. */
 const char *loom__run_turn_text(const loom_run *run);
 
+/*
+ * Resuming a run from what a step left (research runs, research.h),
+ * from the run's own thread.
+ *
+ * loom__run_set_step: fn(run, what, payload) is called after each step
+ * of the loop, unless the run is being cancelled: "calls" once a model
+ * call's message with tool calls is in (before they run), "results"
+ * once their results are, "continue" once a call without tool calls was
+ * answered by going on. Set it before the run executes.
+ * loom__run_base_len: where the run's own messages start in the
+ * messages it sends (after the system prompt, history and input);
+ * loom__run_all_len and loom__run_all_at read those messages (*own: the
+ * message is the run's, not a note loom added for one call).
+ * loom__run_snapshot: the run's counters, usage and numbered sources as
+ * JSON (NULL when out of memory), for loom__run_restore.
+ * loom__run_restore, after loom__run_begin and before loom_run_execute:
+ * appends msgs (own[i]: the run's message, else a note) after the
+ * history, sets what snap says and the last event seq; the run then
+ * sends no run.started, and first runs the calls of the last message
+ * when it is a message with tool calls. 0 or LOOM_ENOMEM.
+ */
+typedef void (*loom__run_step_fn)(loom_run *run, const char *what,
+                                  void *payload);
+void loom__run_set_step(loom_run *run, loom__run_step_fn fn, void *payload);
+size_t loom__run_base_len(const loom_run *run);
+size_t loom__run_all_len(const loom_run *run);
+const loom_message *loom__run_all_at(const loom_run *run, size_t i, int *own);
+uint64_t loom__run_seq(const loom_run *run);
+json_t *loom__run_snapshot(const loom_run *run);
+int loom__run_restore(loom_run *run, const json_t *snap,
+                      const loom_messages *msgs, const unsigned char *own,
+                      uint64_t seq);
+
 #endif

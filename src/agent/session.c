@@ -179,6 +179,14 @@ struct loom_turn {
     int ended; /* ended: set after `ending` */
     watcher *watchers;
     size_t nwatch, capwatch;
+    /* Resumable research (loom_turn_options.resumable): kept in the
+     * store as it goes; resuming a stored run; cut short by
+     * loom_turn_interrupt (nothing more is logged or stored); the request
+     * as stored (spec). */
+    int durable;
+    int resuming;
+    atomic_int interrupted;
+    json_t *spec;
 };
 
 static char *dup_or_null(const char *s, int *oom)
@@ -603,6 +611,7 @@ static void turn_free(loom_turn *t)
     loom_run_free(t->lr);
     loom__research_free(t->research);
     json_decref(t->research_opts);
+    json_decref(t->spec);
     free(t->stored_summary);
     json_decref(t->stored_plan);
     free(t->memories);
@@ -775,6 +784,29 @@ int loom_turn_answer_elicitation(loom_turn *t, const char *id,
             LOOM_ENOTFOUND, "elicitation '%s' does not wait for an answer", id);
     return loom__elicits_answer(loom__agent_tree_elicits(t->tree), id, action,
                                 content);
+}
+
+int loom_turn_interrupt(loom_turn *t)
+{
+    if (!t)
+        return 0;
+    if (!t->durable) {
+        (void)loom_turn_cancel(t);
+        return 0;
+    }
+    atomic_store(&t->interrupted, 1);
+    loom_run_cancel(t->lr);
+    return 1;
+}
+
+json_t *loom_turn_research_status(loom_turn *t)
+{
+    return t && t->research ? loom__research_status(t->research) : NULL;
+}
+
+int loom_turn_is_research(const loom_turn *t)
+{
+    return t && t->research;
 }
 
 int loom_turn_awaiting_approval(const loom_turn *t)
@@ -956,6 +988,35 @@ static int log_append(loom_turn *t, loom_turn_event *e)
     return 0;
 }
 
+typedef struct {
+    loom_store *st;
+    loom_store_research_write w;
+} keep_arg;
+
+static int op_keep(void *arg)
+{
+    keep_arg *a = arg;
+
+    return loom_store_research_put(a->st, &a->w);
+}
+
+/* A durable turn's event goes to the store before the log: whatever a
+ * reader saw is there when the turn resumes. A failure is logged; the
+ * turn goes on. */
+static void keep_event(loom_turn *t, const loom_turn_event *e)
+{
+    keep_arg a;
+
+    memset(&a, 0, sizeof(a));
+    a.st = t->s->o.store;
+    a.w.run_id = t->id;
+    a.w.event_seq = e->seq;
+    a.w.event = e->text;
+    if (loom_session_store_retry(t->s, op_keep, &a, "save_research_event"))
+        loom_warn("run %s: cannot store event %llu: %s", t->id,
+                  (unsigned long long)e->seq, loom_error_last());
+}
+
 /* Logs ev (when the turn keeps a log); 1 when the turn must stop. */
 static int log_event(loom_turn *t, const loom_event *ev, int force)
 {
@@ -964,8 +1025,13 @@ static int log_event(loom_turn *t, const loom_event *ev, int force)
 
     if (!t->log)
         return 0;
+    /* An interrupted turn resumes later: its events stop here. */
+    if (t->durable && atomic_load(&t->interrupted))
+        return 1;
     if (!(e = event_new(loom_event_to_json(ev), ev->seq, ev->type)))
         return 1;
+    if (t->durable)
+        keep_event(t, e);
     pthread_mutex_lock(&t->lock);
     if (!force && (t->overflow || t->bytes + e->text_len > t->log_max)) {
         if (!t->overflow)
@@ -1708,6 +1774,51 @@ static int place_run(loom_turn *t)
     return 0;
 }
 
+/* The request of a durable turn as stored: what resuming it needs. */
+static json_t *spec_json(const loom_turn *t, const loom_turn_options *o)
+{
+    json_t *in = json_array(), *spec;
+
+    for (size_t i = 0; in && i < t->input.len; i++) {
+        const loom_message *m = &t->input.items[i];
+        if (json_array_append_new(
+                in, json_pack("{s:s,s:s}", "role", loom_role_name(m->role),
+                              "content", m->content ? m->content : "")) != 0) {
+            json_decref(in);
+            in = NULL;
+        }
+    }
+    spec = json_pack("{s:s?,s:s?,s:o*,s:O?,s:s?}", "agent", t->agent, "model",
+                     t->model, "input", in, "research", o->research, "user_id",
+                     t->user_id);
+    return spec;
+}
+
+/* A research turn with a store and a log is kept in the store when it
+ * is asked to be resumable (or resumes). */
+static int make_durable(loom_turn *t, const loom_turn_options *o,
+                        const loom__turn_child *child)
+{
+    if (!o->resumable && !o->resume)
+        return 0;
+    if (child || !t->research || !t->s->o.store || !t->log ||
+        !t->conversation_id) {
+        if (o->resume)
+            return loom__error_set(LOOM_EINVALID,
+                                   "only a research run with a store and an "
+                                   "event log resumes");
+        return 0;
+    }
+    if (o->resume && (!o->run_id || !o->conversation_id))
+        return loom__error_set(LOOM_EINVALID, "resuming a research run needs "
+                                              "its run and conversation ids");
+    t->durable = 1;
+    t->resuming = o->resume;
+    if (!t->resuming && !(t->spec = spec_json(t, o)))
+        return loom__error_oom();
+    return 0;
+}
+
 static int turn_new(loom_turn **out, loom_session *s,
                     const loom_turn_options *o, const loom__turn_child *child)
 {
@@ -1729,6 +1840,7 @@ static int turn_new(loom_turn **out, loom_session *s,
     pthread_cond_init(&t->cv, NULL);
     atomic_init(&t->refs, 1);
     atomic_init(&t->phase, PH_PREPARED);
+    atomic_init(&t->interrupted, 0);
     loom__session_ref(s);
     t->s = s;
     t->sink = o->sink;
@@ -1772,7 +1884,7 @@ static int turn_new(loom_turn **out, loom_session *s,
         (!child && (rc = pick_conversation(t, o)) != 0) ||
         (rc = turn_run_options(t, o)) != 0 ||
         (rc = loom__run_create(&t->lr, &t->ro)) != 0 ||
-        (rc = place_run(t)) != 0)
+        (rc = place_run(t)) != 0 || (rc = make_durable(t, o, child)) != 0)
         goto fail;
     free(model);
     *out = t;
@@ -1931,6 +2043,95 @@ static void save_child(loom_turn *t)
         store_failed(t, "save_child_run", rc, 1);
 }
 
+static int op_begin(void *arg)
+{
+    loom_turn *t = arg;
+    loom_store_research_write w;
+    char *spec = json_dumps(t->spec, JSON_COMPACT);
+    int rc;
+
+    if (!spec)
+        return loom__error_oom();
+    memset(&w, 0, sizeof(w));
+    w.run_id = t->id;
+    w.conversation_id = t->conversation_id;
+    w.user_id = t->user_id;
+    w.spec = spec;
+    rc = loom_store_research_put(t->s->o.store, &w);
+    free(spec);
+    return rc;
+}
+
+typedef struct {
+    loom_turn *t;
+    json_t *stored;
+} resume_arg;
+
+static int op_read(void *arg)
+{
+    resume_arg *a = arg;
+
+    json_decref(a->stored);
+    a->stored = NULL;
+    return loom_store_research_get(a->t->s->o.store, a->t->id, NULL, 1, 1,
+                                   &a->stored);
+}
+
+/* The stored events of a resumed turn, back in its log as they were. */
+static int preload(loom_turn *t, const json_t *events)
+{
+    const json_t *text;
+    size_t i;
+
+    json_array_foreach(events, i, text)
+    {
+        json_t *j = json_loads(json_string_value(text), 0, NULL);
+        const char *type = json_string_value(json_object_get(j, "type"));
+        loom_event_type k = LOOM_EV_RUN_STARTED;
+        loom_turn_event *e;
+        int rc;
+        while (type && k < LOOM_EV__COUNT &&
+               strcmp(loom_event_type_name(k), type) != 0)
+            k++;
+        if (!j || k == LOOM_EV__COUNT) {
+            json_decref(j);
+            continue;
+        }
+        if (!(e = event_new(
+                  j, (uint64_t)json_integer_value(json_object_get(j, "seq")),
+                  k)))
+            return loom__error_oom();
+        pthread_mutex_lock(&t->lock);
+        rc = log_append(t, e);
+        pthread_mutex_unlock(&t->lock);
+        if (rc) {
+            event_free(e);
+            return loom__error_oom();
+        }
+    }
+    return 0;
+}
+
+/* A durable turn: its row begins (or, resuming, what was stored comes
+ * back into the run and the log), then each step is kept. */
+static int keep_research(loom_turn *t)
+{
+    resume_arg a = {t, NULL};
+    int rc;
+
+    if (!t->resuming)
+        rc = loom_session_store_retry(t->s, op_begin, t, "begin_research");
+    else
+        rc = loom_session_store_retry(t->s, op_read, &a, "resume_research");
+    if (rc == 0)
+        rc = loom__research_keep(t->research, t->lr, t->s->o.store, t->id);
+    if (rc == 0 && t->resuming &&
+        (rc = preload(t, json_object_get(a.stored, "events"))) == 0)
+        rc = loom__research_resume(t->research, t->lr, a.stored);
+    json_decref(a.stored);
+    return rc;
+}
+
 /*
  * The store work before the model call, then the run's history: the
  * caller's, or the conversation's from the store (with its summary and
@@ -1970,6 +2171,10 @@ static int prepare(loom_turn *t, const char **op)
             rc = loom__run_begin(t->lr, &hist, &carried);
     }
     loom_messages_free(&hist);
+    if (rc == 0 && t->durable) {
+        *op = t->resuming ? "resume_research" : "begin_research";
+        rc = keep_research(t);
+    }
     return rc;
 }
 
@@ -2023,6 +2228,37 @@ static void emit_final(loom_turn *t)
         (void)t->sink.emit(&ev, t->sink.payload);
 }
 
+static int op_end(void *arg)
+{
+    keep_arg *a = arg;
+
+    return loom_store_research_put(a->st, &a->w);
+}
+
+/* A durable turn's row ends once the turn is stored, with its report
+ * and citations. (Should it not, the run is found stored when the
+ * server starts and ended then.) */
+static void end_research(loom_turn *t)
+{
+    const json_t *cites = loom_run_citations(t->lr);
+    char *ctext = cites ? json_dumps(cites, JSON_COMPACT) : NULL;
+    keep_arg a;
+
+    if (!t->durable)
+        return;
+    memset(&a, 0, sizeof(a));
+    a.st = t->s->o.store;
+    a.w.run_id = t->id;
+    a.w.end = 1;
+    if (loom_run_status_get(t->lr) == LOOM_RUN_COMPLETED)
+        a.w.report = loom_run_text(t->lr);
+    a.w.citations = ctext;
+    if (loom_session_store_retry(t->s, op_end, &a, "end_research"))
+        loom_warn("run %s: cannot mark its research ended: %s", t->id,
+                  loom_error_last());
+    free(ctext);
+}
+
 int loom_turn_execute(loom_turn *t)
 {
     const char *op = NULL;
@@ -2047,11 +2283,17 @@ int loom_turn_execute(loom_turn *t)
             /* A sub-agent's turn reports to its parent and ends as its
              * run did, stored or not. */
             save_child(t);
+        } else if (t->durable && atomic_load(&t->interrupted)) {
+            /* It resumes when loom starts again: nothing is stored. */
+            free(t->store_error);
+            t->store_error = strdup("interrupted: the research run resumes "
+                                    "when the server starts again");
         } else if (!t->s->o.store) {
             /* Nothing to store: the turn ends as its run did. */
         } else if ((prep = loom_session_store_retry(t->s, op_save, t,
                                                     "save_turn")) == 0) {
             t->stored = 1;
+            end_research(t);
         } else {
             store_failed(t, "save_turn", prep, 1);
             if (loom_run_status_get(t->lr) == LOOM_RUN_COMPLETED) {

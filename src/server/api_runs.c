@@ -207,6 +207,7 @@ int srv_runs_request_parse(srv_runs_request *q, const json_t *b,
         if (!json_is_boolean(v))
             return bad(err, "background", "`background` must be true or false");
         q->spec.background = json_is_true(v);
+        q->background_set = 1;
     }
     if ((v = json_object_get(b, "title")) && !json_is_null(v)) {
         if (!json_is_boolean(v))
@@ -433,6 +434,11 @@ static int start_run(srv_request *r)
     if (rc != 0)
         return srv_reply_loom_error(r, rc, NULL);
     set_run_headers(r, run);
+    /* A research run goes on in the background unless asked not to. */
+    if (!q.stream && !q.background_set && srv_run_research(run)) {
+        q.spec.background = 1;
+        srv_run_set_background(run);
+    }
     if (q.stream)
         rc = srv_defer_until(r, run, started, done_stream, NULL, NULL);
     else if (q.spec.background)

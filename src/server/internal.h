@@ -345,6 +345,10 @@ typedef struct {
     /* The request that starts the run: the caller's limits set their
      * x-ratelimit-* headers on its answer. NULL: none. */
     srv_request *request;
+    /* Resuming the stored research run run_id (srv__runs_resume);
+     * conversation_id is its conversation. NULL, 0: a new run. */
+    const char *run_id;
+    int resume;
 } srv_run_spec;
 
 #define SRV_RUN_SPEC_INIT                                                      \
@@ -397,6 +401,9 @@ const char *srv_run_conversation_id(const srv_run *run);
 const char *srv_run_model_name(const srv_run *run); /* "provider/model" */
 const char *srv_run_agent_name(const srv_run *run); /* may be NULL */
 int srv_run_background(const srv_run *run);
+/* Whether the run is a research run; makes it a background run. */
+int srv_run_research(const srv_run *run);
+void srv_run_set_background(srv_run *run);
 int64_t srv_run_created_ms(const srv_run *run); /* Unix milliseconds */
 
 /*

@@ -29,7 +29,7 @@ struct srv_run {
     atomic_int refs;
     srv_server *s;
     loom_turn *t;
-    int background;
+    atomic_int background;
     int64_t created_ms, ended_ms;
     long long start_mono;
     /* the table, guarded by the table's lock */
@@ -133,10 +133,11 @@ void srv__runs_cancel_all(srv_server *s)
 {
     srv_runs *rt = s->runs;
 
+    /* The server stops: a research run is left to resume. */
     pthread_mutex_lock(&rt->lock);
     for (srv_run *r = rt->head; r; r = r->next)
         if (!r->finished)
-            (void)srv_run_cancel(r);
+            (void)loom_turn_interrupt(r->t);
     pthread_mutex_unlock(&rt->lock);
 }
 
@@ -212,7 +213,17 @@ const char *srv_run_agent_name(const srv_run *run)
 
 int srv_run_background(const srv_run *run)
 {
-    return run->background;
+    return atomic_load(&run->background);
+}
+
+int srv_run_research(const srv_run *run)
+{
+    return loom_turn_is_research(run->t);
+}
+
+void srv_run_set_background(srv_run *run)
+{
+    atomic_store(&run->background, 1);
 }
 
 int64_t srv_run_created_ms(const srv_run *run)
@@ -228,7 +239,7 @@ int srv_run_cancel(srv_run *run)
 
 void srv_run_leave(srv_run *run)
 {
-    if (run && !run->background && !loom_turn_awaiting_input(run->t))
+    if (run && !srv_run_background(run) && !loom_turn_awaiting_input(run->t))
         (void)loom_turn_cancel(run->t);
 }
 
@@ -551,7 +562,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     }
     atomic_init(&r->refs, 1);
     r->s = s;
-    r->background = sp->background;
+    atomic_init(&r->background, sp->background);
     r->created_ms = loom__unix_ms();
     r->start_mono = srv__now_ms();
     we->r = r;
@@ -583,6 +594,9 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     to.params = sp->params;
     to.client_tools = sp->client_tools;
     to.client_tools_len = sp->client_tools_len;
+    to.resumable = 1;
+    to.resume = sp->resume;
+    to.run_id = sp->run_id;
     to.sink = (loom_sink){on_event, r};
     to.log = 1;
     to.log_max_bytes = s->sc->max_run_events_bytes;
@@ -702,7 +716,7 @@ json_t *srv_run_to_json(srv_run *run, int with_events)
                   ended ? loom_run_status_name(srv_run_status(run)) : "running",
                   "conversation_id", srv_run_conversation_id(run), "agent",
                   srv_run_agent_name(run), "model", srv_run_model_name(run),
-                  "background", run->background, "created_at",
+                  "background", srv_run_background(run), "created_at",
                   (json_int_t)run->created_ms);
     if (!o) {
         json_decref(events);
@@ -740,6 +754,11 @@ json_t *srv_run_to_json(srv_run *run, int with_events)
         json_object_set_new(o, "stored", json_false());
         json_object_set_new(o, "store_error", json_null());
     }
+    if (loom_turn_is_research(run->t)) {
+        json_t *rs = loom_turn_research_status(run->t);
+        if (rs)
+            json_object_set_new(o, "research", rs);
+    }
     if (events)
         json_object_set_new(o, "events", events);
     return o;
@@ -758,4 +777,107 @@ int srv_run_check_params(srv_request *r, const srv_run_spec *spec)
                                "unsupported_parameter", "%s",
                                loom_error_last());
     return srv_reply_loom_error(r, rc, NULL);
+}
+
+/* ---- resuming ------------------------------------------------------------ */
+
+/* The stored request's input messages into *out. */
+static int spec_input(const json_t *spec, loom_messages *out)
+{
+    const json_t *m;
+    size_t i;
+    int rc;
+
+    json_array_foreach(json_object_get(spec, "input"), i, m)
+    {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        loom_role r = !role                        ? LOOM_ROLE_USER
+                      : !strcmp(role, "system")    ? LOOM_ROLE_SYSTEM
+                      : !strcmp(role, "assistant") ? LOOM_ROLE_ASSISTANT
+                                                   : LOOM_ROLE_USER;
+        if ((rc = loom_messages_add(
+                 out, r, json_string_value(json_object_get(m, "content")))))
+            return rc;
+    }
+    return out->len ? 0
+                    : loom__error_set(LOOM_EPROTO, "the stored request has "
+                                                   "no input");
+}
+
+/* Marks a stored research run ended (its turn is stored already). */
+static void end_stored(srv_server *s, const char *id)
+{
+    loom_store_research_write w;
+
+    memset(&w, 0, sizeof(w));
+    w.run_id = id;
+    w.end = 1;
+    if (loom_store_research_put(s->store, &w) != 0)
+        loom_warn("run %s: cannot mark its research ended: %s", id,
+                  loom_error_last());
+}
+
+static void resume_one(srv_server *s, const char *id)
+{
+    srv_run_spec sp = SRV_RUN_SPEC_INIT;
+    loom_messages input = {0};
+    json_t *row = NULL, *done = NULL;
+    const json_t *spec;
+    srv_run *r = NULL;
+    int rc;
+
+    if ((rc = loom_store_research_get(s->store, id, NULL, 1, 0, &row)) != 0)
+        goto fail;
+    spec = json_object_get(row, "spec");
+    sp.user_id = json_string_value(json_object_get(spec, "user_id"));
+    /* Its turn was stored but the end not marked: it is over. */
+    if (loom_store_run_get(s->store, id, sp.user_id, &done) == 0) {
+        end_stored(s, id);
+        goto out;
+    }
+    if ((rc = spec_input(spec, &input)) != 0)
+        goto fail;
+    sp.agent = json_string_value(json_object_get(spec, "agent"));
+    sp.model = json_string_value(json_object_get(spec, "model"));
+    sp.research = json_is_object(json_object_get(spec, "research"))
+                      ? json_object_get(spec, "research")
+                      : NULL;
+    sp.input = &input;
+    sp.conversation_id =
+        json_string_value(json_object_get(row, "conversation_id"));
+    sp.background = 1;
+    sp.run_id = id;
+    sp.resume = 1;
+    if ((rc = srv_run_start(&r, s, &sp)) != 0)
+        goto fail;
+    loom_info("run %s: research resumed (conversation %s)", id,
+              sp.conversation_id);
+    srv_run_unref(r);
+    goto out;
+fail:
+    loom_warn("run %s: cannot resume its research: %s", id,
+              loom_error_last());
+out:
+    loom_messages_free(&input);
+    json_decref(done);
+    json_decref(row);
+}
+
+void srv__runs_resume(srv_server *s)
+{
+    json_t *ids = NULL, *id;
+    size_t i;
+
+    if (!s->store || s->nproviders == 0)
+        return;
+    if (loom_store_research_running(s->store, &ids) != 0) {
+        loom_warn("cannot list the research runs to resume: %s",
+                  loom_error_last());
+        return;
+    }
+    json_array_foreach(ids, i, id)
+    {
+        resume_one(s, json_string_value(id));
+    }
+    json_decref(ids);
 }

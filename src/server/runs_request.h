@@ -23,6 +23,7 @@ typedef struct {
     srv_run_spec spec;      /* spec.input, spec.params: the two here */
     loom_llm_params params; /* owned: sampling and output parameters */
     int stream;
+    int background_set; /* the request said "background" */
 } srv_runs_request;
 
 /*

@@ -533,6 +533,7 @@ int loom_server_start(loom_server *s)
     }
     s->ticker_started = 1;
     loom_info("listening on http://%s (port %d)", s->listen, s->port);
+    srv__runs_resume(s);
     return 0;
 }
 

@@ -76,8 +76,15 @@ int srv__runs_active(srv_server *s);
 /* Waits until no run is active or deadline_ms (monotonic; < 0: forever)
  * passes. 1 when none is active. */
 int srv__runs_wait_idle(srv_server *s, long long deadline_ms);
-/* Cancels every active run. */
+/* Cancels every active run (the server stops): a research run is
+ * interrupted, to resume when the server starts again
+ * (loom_turn_interrupt). */
 void srv__runs_cancel_all(srv_server *s);
+/* Starts again, in the background, every research run the store says
+ * was running when the server last stopped (docs/research.md "Resuming
+ * after a stop"). What cannot resume is logged and left for the next
+ * start. */
+void srv__runs_resume(srv_server *s);
 
 /*
  * loom_session_store_retry with the server's session: retries counted in

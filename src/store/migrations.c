@@ -336,6 +336,60 @@ const char *const loom__sqlite_migrations[] = {
     "ALTER TABLE users ADD COLUMN budget_unpriced INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE workspaces ADD COLUMN budget_unpriced INTEGER NOT NULL"
     "  DEFAULT 0;",
+    /* 14: research runs (docs/store.md#research-runs), kept as they go
+     * so that one interrupted by a stop resumes when loom starts again:
+     * the request that started it (spec), where it is (phase, cycle) and
+     * the state to resume from, its plan, report and citations; the
+     * supervisor's messages, appended after each step; one row per
+     * researcher, written when it starts and when it ends (its result,
+     * citations, documents and usage); every event of its stream, by
+     * seq. Owned by the run's user; deleting the conversation deletes
+     * them. Independent of every other step: it adds only its own
+     * tables. */
+    "CREATE TABLE research_runs ("
+    "  run_id TEXT PRIMARY KEY,"
+    "  conversation_id TEXT NOT NULL"
+    "    REFERENCES conversations(id) ON DELETE CASCADE,"
+    "  user_id TEXT,"
+    "  spec TEXT NOT NULL,"
+    "  status TEXT NOT NULL CHECK (status IN ('running', 'ended')),"
+    "  phase TEXT,"
+    "  cycle INTEGER NOT NULL DEFAULT 0,"
+    "  max_cycles INTEGER NOT NULL DEFAULT 0,"
+    "  state TEXT,"
+    "  plan TEXT,"
+    "  report TEXT,"
+    "  citations TEXT,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX research_runs_by_status ON research_runs (status);"
+    "CREATE TABLE research_messages ("
+    "  run_id TEXT NOT NULL"
+    "    REFERENCES research_runs(run_id) ON DELETE CASCADE,"
+    "  position INTEGER NOT NULL,"
+    "  message TEXT NOT NULL,"
+    "  PRIMARY KEY (run_id, position)"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE research_researchers ("
+    "  run_id TEXT NOT NULL"
+    "    REFERENCES research_runs(run_id) ON DELETE CASCADE,"
+    "  call_id TEXT NOT NULL,"
+    "  task TEXT,"
+    "  status TEXT NOT NULL"
+    "    CHECK (status IN ('running', 'completed', 'failed')),"
+    "  data TEXT,"
+    "  started_at INTEGER NOT NULL,"
+    "  ended_at INTEGER,"
+    "  PRIMARY KEY (run_id, call_id)"
+    ") WITHOUT ROWID;"
+    "CREATE TABLE research_events ("
+    "  run_id TEXT NOT NULL"
+    "    REFERENCES research_runs(run_id) ON DELETE CASCADE,"
+    "  seq INTEGER NOT NULL,"
+    "  event TEXT NOT NULL,"
+    "  PRIMARY KEY (run_id, seq)"
+    ") WITHOUT ROWID;",
 };
 
 const int loom__sqlite_migrations_len =

@@ -360,4 +360,13 @@ int loom__sqlite_spend_add(loom_store *st, const char *scope,
 int loom__sqlite_spend_list(loom_store *st, const char *scope_prefix,
                             json_t **out);
 
+/* Research runs (sqlite_research.c): the vtable's research_put,
+ * research_get and research_running. */
+int loom__sqlite_research_put(loom_store *base,
+                              const loom_store_research_write *w, int64_t now);
+int loom__sqlite_research_get(loom_store *base, const char *run_id,
+                              const char *user_id, int any_user, int events,
+                              json_t **out);
+int loom__sqlite_research_running(loom_store *base, json_t **out);
+
 #endif

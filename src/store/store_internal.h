@@ -209,6 +209,14 @@ typedef struct {
     int (*run_get)(loom_store *st, const char *id, const char *user_id,
                    json_t **out);
     int (*run_children)(loom_store *st, const char *id, json_t **out);
+    /* Research runs (docs/store.md#research-runs), as
+     * loom_store_research_put, _get and _running; arguments checked. */
+    int (*research_put)(loom_store *st, const loom_store_research_write *w,
+                        int64_t now);
+    int (*research_get)(loom_store *st, const char *run_id,
+                        const char *user_id, int any_user, int events,
+                        json_t **out);
+    int (*research_running)(loom_store *st, json_t **out);
     /*
      * Accounts (loom/accounts.h). The front checks names, makes ids,
      * secrets and hashes and writes the audit detail; a backend moves

@@ -113,7 +113,8 @@ static void test_research_run_and_report(void **state)
     start(&h, script);
     run = sh_json(&h, "POST", "/v1/runs",
                   "{\"agent\":\"deep_research\",\"input\":\"Tell me of alpha\","
-                  "\"user\":\"ann\",\"research\":{\"max_cycles\":3}}",
+                  "\"user\":\"ann\",\"background\":false,"
+                  "\"research\":{\"max_cycles\":3}}",
                   200);
     assert_string_equal(sh_str(run, "status"), "completed");
     done = top_completed(run);
