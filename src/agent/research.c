@@ -407,8 +407,7 @@ static void track_start(loom__research *r, const loom_tool_call *call)
         e = json_pack("{s:s,s:s,s:s,s:i,s:I,s:I}", "call_id",
                       call->id ? call->id : "", "task", task ? task : "",
                       "status", "running", "sources", 0, "started_ms",
-                      (json_int_t)loom__mono_ms(), "elapsed_ms",
-                      (json_int_t)0);
+                      (json_int_t)loom__mono_ms(), "elapsed_ms", (json_int_t)0);
         if (e && json_array_append_new(r->rs, e) != 0)
             e = NULL;
     } else {
@@ -438,8 +437,8 @@ static void track_end(loom__research *r, const loom_tool_ctx *ctx,
 
     pthread_mutex_lock(&r->mu);
     if ((e = entry(r, ctx->call_id))) {
-        (void)json_object_set_new(e, "status", json_string(ok ? "completed"
-                                                              : "failed"));
+        (void)json_object_set_new(e, "status",
+                                  json_string(ok ? "completed" : "failed"));
         (void)json_object_set_new(
             e, "sources", json_integer((json_int_t)json_array_size(docs)));
         (void)json_object_set_new(
@@ -472,8 +471,8 @@ static void keep_done_text(loom__research *r, const char *call_id,
 static int replay(loom__research *r, const char *task, const loom_tool_ctx *ctx,
                   loom_buf *out, int *rc)
 {
-    const json_t *row = json_object_get(r->replay, ctx->call_id ? ctx->call_id
-                                                                : "");
+    const json_t *row =
+        json_object_get(r->replay, ctx->call_id ? ctx->call_id : "");
     const json_t *docs, *d, *report;
     const char *result;
     int ok;
@@ -482,8 +481,8 @@ static int replay(loom__research *r, const char *task, const loom_tool_ctx *ctx,
 
     if (!row)
         return 0;
-    ok = !strcmp(json_string_value(json_object_get(row, "status")),
-                 "completed");
+    ok =
+        !strcmp(json_string_value(json_object_get(row, "status")), "completed");
     result = json_string_value(json_object_get(row, "result"));
     loom_buf_clear(out);
     *rc = loom_buf_printf(out, "%s", result ? result : "");
@@ -504,8 +503,8 @@ static int replay(loom__research *r, const char *task, const loom_tool_ctx *ctx,
                    json_object_get(row, "citations"));
     pthread_mutex_lock(&r->mu);
     if ((e = entry(r, ctx->call_id))) {
-        (void)json_object_set_new(e, "status", json_string(ok ? "completed"
-                                                              : "failed"));
+        (void)json_object_set_new(e, "status",
+                                  json_string(ok ? "completed" : "failed"));
         (void)json_object_set(e, "sources", json_object_get(row, "sources"));
         (void)json_object_set(e, "elapsed_ms",
                               json_object_get(row, "elapsed_ms"));
@@ -1163,11 +1162,11 @@ void loom__research_free(loom__research *r)
 /* A message of the run as JSON (own: the run's, not a note). */
 static json_t *message_json(const loom_message *m, int own)
 {
-    json_t *o = json_pack("{s:s,s:s?,s:s?,s:s?,s:s?,s:s?,s:b}", "role",
-                          loom_role_name(m->role), "content", m->content,
-                          "reasoning", m->reasoning, "provider_state",
-                          m->provider_state, "tool_call_id", m->tool_call_id,
-                          "name", m->name, "own", own);
+    json_t *o =
+        json_pack("{s:s,s:s?,s:s?,s:s?,s:s?,s:s?,s:b}", "role",
+                  loom_role_name(m->role), "content", m->content, "reasoning",
+                  m->reasoning, "provider_state", m->provider_state,
+                  "tool_call_id", m->tool_call_id, "name", m->name, "own", own);
     json_t *calls = m->tool_calls_len ? json_array() : NULL;
 
     for (size_t i = 0; calls && i < m->tool_calls_len; i++) {
@@ -1234,8 +1233,8 @@ static int message_add(loom_messages *out, const json_t *j)
     rc = n ? loom_messages_add_assistant(
                  out, json_string_value(json_object_get(j, "content")), NULL,
                  tc, n)
-           : loom_messages_add(out, role,
-                               json_string_value(json_object_get(j, "content")));
+           : loom_messages_add(
+                 out, role, json_string_value(json_object_get(j, "content")));
     free(tc);
     if (rc)
         return rc;
@@ -1291,8 +1290,7 @@ static void on_step(loom_run *run, const char *what, void *payload)
         if (!texts[k++])
             goto done;
     }
-    if (!(st = state_json(r, run)) ||
-        !(state = json_dumps(st, JSON_COMPACT)))
+    if (!(st = state_json(r, run)) || !(state = json_dumps(st, JSON_COMPACT)))
         goto done;
     w.messages = (const char *const *)texts;
     w.nmessages = k;
@@ -1376,8 +1374,7 @@ int loom__research_resume(loom__research *r, loom_run *run,
     int rc = 0;
 
     if (!empty || !(r->replay = json_object()) ||
-        (json_array_size(msgs) &&
-         !(own = calloc(json_array_size(msgs), 1)))) {
+        (json_array_size(msgs) && !(own = calloc(json_array_size(msgs), 1)))) {
         rc = loom__error_oom();
         goto done;
     }
@@ -1387,14 +1384,13 @@ int loom__research_resume(loom__research *r, loom_run *run,
         if ((rc = message_add(&list, m)) != 0)
             goto done;
     }
-    if ((rc = loom__run_restore(
-             run,
-             json_is_object(json_object_get(state, "run"))
-                 ? json_object_get(state, "run")
-                 : empty,
-             &list, own,
-             (uint64_t)json_integer_value(json_object_get(stored, "last_seq")))) !=
-        0)
+    if ((rc = loom__run_restore(run,
+                                json_is_object(json_object_get(state, "run"))
+                                    ? json_object_get(state, "run")
+                                    : empty,
+                                &list, own,
+                                (uint64_t)json_integer_value(
+                                    json_object_get(stored, "last_seq")))) != 0)
         goto done;
     if (json_is_object(state))
         state_read(r, state);
@@ -1418,7 +1414,8 @@ int loom__research_resume(loom__research *r, loom_run *run,
             r->replay, json_string_value(json_object_get(e, "call_id")));
         if (done) {
             (void)json_object_set(e, "status", json_object_get(done, "status"));
-            (void)json_object_set(e, "sources", json_object_get(done, "sources"));
+            (void)json_object_set(e, "sources",
+                                  json_object_get(done, "sources"));
             (void)json_object_set(e, "elapsed_ms",
                                   json_object_get(done, "elapsed_ms"));
         } else if (!strcmp(json_string_value(json_object_get(e, "status"))
@@ -1457,14 +1454,13 @@ json_t *loom__research_status(loom__research *r)
         json_int_t ms = json_integer_value(json_object_get(e, "elapsed_ms"));
         if (status && !strcmp(status, "running"))
             ms = now - json_integer_value(json_object_get(e, "started_ms"));
-        if (list &&
-            json_array_append_new(
-                list, json_pack("{s:O,s:O,s:O,s:O,s:I}", "call_id",
-                                json_object_get(e, "call_id"), "task",
-                                json_object_get(e, "task"), "status",
-                                json_object_get(e, "status"), "sources",
-                                json_object_get(e, "sources"), "elapsed_ms",
-                                ms)) != 0) {
+        if (list && json_array_append_new(
+                        list, json_pack("{s:O,s:O,s:O,s:O,s:I}", "call_id",
+                                        json_object_get(e, "call_id"), "task",
+                                        json_object_get(e, "task"), "status",
+                                        json_object_get(e, "status"), "sources",
+                                        json_object_get(e, "sources"),
+                                        "elapsed_ms", ms)) != 0) {
             json_decref(list);
             list = NULL;
         }

@@ -3391,12 +3391,12 @@ json_t *loom__run_snapshot(const loom_run *run)
 
     for (size_t i = 1; docs && i <= n; i++) {
         const loom__citation_doc *d = loom__citations_get(run->cites, i);
-        if (!d || json_array_append_new(
-                      docs, json_pack("{s:s?,s:s?,s:s?,s:s?,s:s?,s:s?}", "id",
-                                      d->id, "url", d->url, "title", d->title,
-                                      "published", d->published,
-                                      "tool_call_id", d->tool_call_id,
-                                      "researcher", d->researcher)) != 0) {
+        if (!d ||
+            json_array_append_new(
+                docs, json_pack("{s:s?,s:s?,s:s?,s:s?,s:s?,s:s?}", "id", d->id,
+                                "url", d->url, "title", d->title, "published",
+                                d->published, "tool_call_id", d->tool_call_id,
+                                "researcher", d->researcher)) != 0) {
             json_decref(docs);
             return NULL;
         }
@@ -3442,9 +3442,8 @@ int loom__run_restore(loom_run *run, const json_t *snap,
         (size_t)json_integer_value(json_object_get(snap, "tool_calls"));
     loom__usage_from_full(json_object_get(snap, "usage"), &run->usage,
                           &run->priced_calls, &run->unpriced_calls);
-    loom__usage_from_full(json_object_get(snap, "kids_usage"),
-                          &run->kids_usage, &run->kids_priced,
-                          &run->kids_unpriced);
+    loom__usage_from_full(json_object_get(snap, "kids_usage"), &run->kids_usage,
+                          &run->kids_priced, &run->kids_unpriced);
     if (json_is_object(json_object_get(snap, "kids_by_agent"))) {
         json_decref(run->kids_by_agent);
         run->kids_by_agent =

@@ -855,8 +855,7 @@ static void resume_one(srv_server *s, const char *id)
     srv_run_unref(r);
     goto out;
 fail:
-    loom_warn("run %s: cannot resume its research: %s", id,
-              loom_error_last());
+    loom_warn("run %s: cannot resume its research: %s", id, loom_error_last());
 out:
     loom_messages_free(&input);
     json_decref(done);

@@ -1,5 +1,5 @@
 /*
- * Research runs in the SQLite backend (migration 16, docs/store.md
+ * Research runs in the SQLite backend (migration 14, docs/store.md
  * #research-runs): the rows a research run writes as it goes (its row,
  * the supervisor's messages, one row per researcher, its events) and
  * the reads that resume it or show it. Each write is one transaction.
@@ -70,8 +70,8 @@ static int exec1(loom__sqlite_conn *c, const char *sql, binder bind,
 typedef struct {
     const loom_store_research_write *w;
     int64_t now;
-    size_t i;         /* the message */
-    json_t *r;        /* the researcher, parsed */
+    size_t i;  /* the message */
+    json_t *r; /* the researcher, parsed */
 } put_args;
 
 static void bind_begin(sqlite3_stmt *s, const void *arg, int *src)
@@ -146,8 +146,7 @@ static int put_rows(loom_store *base, loom__sqlite_conn *c, put_args *a)
                                w->run_id);
     for (a->i = 0; a->i < w->nmessages; a->i++)
         if ((src = exec1(c, sql_message, bind_message, a, NULL)) != 0)
-            return loom__sqlite_fail(base, c, src,
-                                     "saving a research message");
+            return loom__sqlite_fail(base, c, src, "saving a research message");
     if (a->r && (src = exec1(c, sql_researcher, bind_researcher, a, NULL)))
         return loom__sqlite_fail(base, c, src, "saving a researcher");
     if (w->event_seq && (src = exec1(c, sql_event, bind_event, a, NULL)))
@@ -162,8 +161,7 @@ int loom__sqlite_research_put(loom_store *base,
     loom__sqlite_conn *c = NULL;
     int rc;
 
-    if (w->researcher &&
-        !(a.r = json_loads(w->researcher, 0, NULL)))
+    if (w->researcher && !(a.r = json_loads(w->researcher, 0, NULL)))
         return loom__error_set(LOOM_EINVALID,
                                "store: a researcher is not JSON");
     if ((rc = loom__sqlite_begin(base, 1, &c)) == 0) {
@@ -187,8 +185,8 @@ static int rows_into(loom_store *base, loom__sqlite_conn *c, const char *sql,
     if (id)
         b_text(s, 1, id, &src);
     while (src == SQLITE_OK && (src = sqlite3_step(s)) == SQLITE_ROW) {
-        json_t *v = parse ? loom__sqlite_col_parsed(s, 0)
-                          : loom__sqlite_col_json(s, 0);
+        json_t *v =
+            parse ? loom__sqlite_col_parsed(s, 0) : loom__sqlite_col_json(s, 0);
         src = SQLITE_OK;
         if (!v || json_array_append_new(arr, v) != 0) {
             rc = loom__error_oom();
@@ -202,8 +200,8 @@ static int rows_into(loom_store *base, loom__sqlite_conn *c, const char *sql,
 }
 
 static const char *const get_keys[] = {
-    "run_id", "conversation_id", "user_id", "spec",   "status",
-    "phase",  "cycle",           "max_cycles", "state", "plan",
+    "run_id", "conversation_id", "user_id",    "spec",       "status",
+    "phase",  "cycle",           "max_cycles", "state",      "plan",
     "report", "citations",       "created_at", "updated_at", "last_seq"};
 
 /* Which columns of sql_get hold JSON text. */
@@ -236,10 +234,10 @@ static int run_row(loom_store *base, loom__sqlite_conn *c, const char *run_id,
     if (src == SQLITE_ROW && owned(s, user_id, any_user)) {
         for (int i = 0; !rc && i < (int)(sizeof(get_keys) / sizeof(*get_keys));
              i++) {
-            json_t *v = parsed_col(i) &&
-                                sqlite3_column_type(s, i) != SQLITE_NULL
-                            ? loom__sqlite_col_parsed(s, i)
-                            : loom__sqlite_col_json(s, i);
+            json_t *v =
+                parsed_col(i) && sqlite3_column_type(s, i) != SQLITE_NULL
+                    ? loom__sqlite_col_parsed(s, i)
+                    : loom__sqlite_col_json(s, i);
             if (i == 14 && sqlite3_column_type(s, i) == SQLITE_NULL) {
                 json_decref(v);
                 v = json_integer(0);
@@ -276,8 +274,7 @@ static int researchers_into(loom_store *base, loom__sqlite_conn *c,
         }
         if (!v ||
             json_object_set_new(v, "status", loom__sqlite_col_json(s, 1)) ||
-            json_object_set_new(v, "started_at",
-                                loom__sqlite_col_json(s, 2)) ||
+            json_object_set_new(v, "started_at", loom__sqlite_col_json(s, 2)) ||
             json_object_set_new(v, "ended_at", loom__sqlite_col_json(s, 3)) ||
             json_array_append_new(arr, v) != 0) {
             rc = loom__error_oom();
@@ -309,8 +306,8 @@ int loom__sqlite_research_get(loom_store *base, const char *run_id,
     if ((rc = run_row(base, c, run_id, user_id, any_user, o)) == 0 &&
         (rc = rows_into(base, c, sql_get_messages, run_id, 1, msgs)) == 0 &&
         (rc = researchers_into(base, c, run_id, rs)) == 0 &&
-        (!evs || (rc = rows_into(base, c, sql_get_events, run_id, 0, evs)) ==
-                     0))
+        (!evs ||
+         (rc = rows_into(base, c, sql_get_events, run_id, 0, evs)) == 0))
         rc = loom__sqlite_commit(base, c, "reading a research run");
     loom__sqlite_end(base, c, 0);
     if (!rc && (json_object_set(o, "messages", msgs) ||

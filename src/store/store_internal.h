@@ -213,9 +213,8 @@ typedef struct {
      * loom_store_research_put, _get and _running; arguments checked. */
     int (*research_put)(loom_store *st, const loom_store_research_write *w,
                         int64_t now);
-    int (*research_get)(loom_store *st, const char *run_id,
-                        const char *user_id, int any_user, int events,
-                        json_t **out);
+    int (*research_get)(loom_store *st, const char *run_id, const char *user_id,
+                        int any_user, int events, json_t **out);
     int (*research_running)(loom_store *st, json_t **out);
     /*
      * Accounts (loom/accounts.h). The front checks names, makes ids,

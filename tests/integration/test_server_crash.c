@@ -7,70 +7,9 @@
  */
 #include "test_server_harness.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <sqlite3.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 
 #define NRUNS 50
-
-typedef struct {
-    pid_t pid;
-    int out; /* the child's stdout */
-} child;
-
-/* Starts `loom serve -c cfg`, waits for its "listening" line and fills
- * h->base. */
-static void serve(child *ch, sh *h, const char *cfg)
-{
-    const char *bin = getenv("LOOM_BIN") ? getenv("LOOM_BIN") : LOOM_BIN;
-    int p[2];
-    char line[256];
-    size_t len = 0;
-    long long end = test_now_ms() + 60000;
-    unsigned port = 0;
-
-    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-    ch->pid = fork();
-    assert_true(ch->pid >= 0);
-    if (ch->pid == 0) {
-        /* Never outlive the test. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(p[1], STDOUT_FILENO);
-        execl(bin, bin, "serve", "-c", cfg, "--log-level", "warn",
-              (char *)NULL);
-        _exit(127);
-    }
-    close(p[1]);
-    ch->out = p[0];
-    while (len < sizeof(line) - 1 && !memchr(line, '\n', len)) {
-        struct pollfd pf = {ch->out, POLLIN, 0};
-        ssize_t n;
-        if (test_now_ms() > end)
-            fail_msg("loom serve did not say it was listening");
-        if (poll(&pf, 1, 100) <= 0)
-            continue;
-        n = read(ch->out, line + len, sizeof(line) - 1 - len);
-        if (n <= 0)
-            fail_msg("loom serve exited before listening");
-        len += (size_t)n;
-        line[len] = '\0';
-    }
-    line[len] = '\0';
-    assert_int_equal(sscanf(line, "listening 127.0.0.1:%u", &port), 1);
-    snprintf(h->base, sizeof(h->base), "http://127.0.0.1:%u", port);
-}
-
-static int reap(child *ch, long timeout_ms)
-{
-    int st = test_wait_pid(ch->pid, timeout_ms);
-
-    close(ch->out);
-    return st;
-}
 
 /* How many of the runs' conversations hold a stored answer (a turn that
  * reached the store whole). */
@@ -102,9 +41,9 @@ static void test_kill9_and_restart(void **state)
     loom_buf script = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     char *cfg_path = test_tmp_path("crash.yaml");
     char *db = test_tmp_path("crash.db");
-    char *yaml = NULL, wal[600];
+    char *yaml = NULL;
     int completed[NRUNS] = {0}, ncompleted = 0, st;
-    child ch;
+    sh_child ch;
     sh h;
     sqlite3 *sq = NULL;
     sqlite3_stmt *stmt = NULL;
@@ -140,7 +79,7 @@ static void test_kill9_and_restart(void **state)
     assert_int_equal(test_write_file(cfg_path, yaml, strlen(yaml)), 0);
     free(yaml);
 
-    serve(&ch, &h, cfg_path);
+    sh_serve(&ch, &h, cfg_path);
     for (int i = 0; i < NRUNS; i++) {
         char body[96];
         json_t *r;
@@ -172,7 +111,7 @@ static void test_kill9_and_restart(void **state)
     }
     assert_true(ncompleted >= 10);
     kill(ch.pid, SIGKILL);
-    st = reap(&ch, 20000);
+    st = sh_reap(&ch, 20000);
     assert_int_equal(st, 128 + SIGKILL);
     /* Every model call the server made (one per started run, no retries),
      * answered or not: the fake records a request before it answers. */
@@ -195,7 +134,7 @@ static void test_kill9_and_restart(void **state)
     loom_store_free(store);
 
     /* The restarted server has every completed run, whole. */
-    serve(&ch, &h, cfg_path);
+    sh_serve(&ch, &h, cfg_path);
     json_decref(sh_json(&h, "GET", "/readyz", NULL, 200));
     /* The kill came while a run was in flight: a run had called the model
      * and was not stored, so more runs started than were stored. */
@@ -227,19 +166,7 @@ static void test_kill9_and_restart(void **state)
         assert_string_equal(sh_str(r, "status"), "completed");
         json_decref(r);
     }
-    /* SIGTERM: a clean exit (under ASan, also no leaks). */
-    kill(ch.pid, SIGTERM);
-    assert_int_equal(reap(&ch, 30000), 0);
-
-    fake_stop(fake);
-    unlink(cfg_path);
-    unlink(db);
-    snprintf(wal, sizeof(wal), "%s-wal", db);
-    unlink(wal);
-    snprintf(wal, sizeof(wal), "%s-shm", db);
-    unlink(wal);
-    free(cfg_path);
-    free(db);
+    sh_serve_end(&ch, fake, cfg_path, db);
 }
 
 int main(void)

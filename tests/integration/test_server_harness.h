@@ -20,11 +20,16 @@
 #include "loom/tools.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define SH_MAX_BODY ((size_t)64 << 20)
@@ -496,6 +501,85 @@ static inline json_t *sh_last_message(json_t *conv)
     size_t n = json_array_size(msgs);
 
     return n ? json_array_get(msgs, n - 1) : NULL;
+}
+
+/* ---- loom serve as a child process ------------------------------------- */
+
+typedef struct {
+    pid_t pid;
+    int out; /* the child's stdout */
+} sh_child;
+
+/* Starts `loom serve -c cfg`, waits for its "listening" line and fills
+ * h->base. */
+static inline void sh_serve(sh_child *ch, sh *h, const char *cfg)
+{
+    const char *bin = getenv("LOOM_BIN") ? getenv("LOOM_BIN") : LOOM_BIN;
+    int p[2];
+    char line[256];
+    size_t len = 0;
+    long long end = test_now_ms() + 60000;
+    unsigned port = 0;
+
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    ch->pid = fork();
+    assert_true(ch->pid >= 0);
+    if (ch->pid == 0) {
+        /* Never outlive the test. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(p[1], STDOUT_FILENO);
+        execl(bin, bin, "serve", "-c", cfg, "--log-level", "warn",
+              (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    ch->out = p[0];
+    while (len < sizeof(line) - 1 && !memchr(line, '\n', len)) {
+        struct pollfd pf = {ch->out, POLLIN, 0};
+        ssize_t n;
+        if (test_now_ms() > end)
+            fail_msg("loom serve did not say it was listening");
+        if (poll(&pf, 1, 100) <= 0)
+            continue;
+        n = read(ch->out, line + len, sizeof(line) - 1 - len);
+        if (n <= 0)
+            fail_msg("loom serve exited before listening");
+        len += (size_t)n;
+        line[len] = '\0';
+    }
+    line[len] = '\0';
+    assert_int_equal(sscanf(line, "listening 127.0.0.1:%u", &port), 1);
+    snprintf(h->base, sizeof(h->base), "http://127.0.0.1:%u", port);
+}
+
+/* Waits for the child to exit (timeout_ms); its status (test_wait_pid). */
+static inline int sh_reap(sh_child *ch, long timeout_ms)
+{
+    int st = test_wait_pid(ch->pid, timeout_ms);
+
+    close(ch->out);
+    return st;
+}
+
+/* SIGTERM: the child exits cleanly (under ASan, also without leaks);
+ * then the fake stops and the config, the database and its WAL files
+ * go (cfg and db are freed). */
+static inline void sh_serve_end(sh_child *ch, loom_fake *fake, char *cfg,
+                                char *db)
+{
+    char wal[600];
+
+    kill(ch->pid, SIGTERM);
+    assert_int_equal(sh_reap(ch, 30000), 0);
+    fake_stop(fake);
+    unlink(cfg);
+    unlink(db);
+    snprintf(wal, sizeof(wal), "%s-wal", db);
+    unlink(wal);
+    snprintf(wal, sizeof(wal), "%s-shm", db);
+    unlink(wal);
+    free(cfg);
+    free(db);
 }
 
 #endif
