@@ -467,10 +467,14 @@ size_t research_view_render(const research_view *v, int64_t now_ms, int cols,
               ? NULL
               : malloc((n ? n : 1) * sizeof(*all));
     if (all) {
-        memcpy(all, head.line, head.n * sizeof(*all));
-        memcpy(all + head.n, plan.line, plan.n * sizeof(*all));
-        memcpy(all + head.n + plan.n, body.line + skip,
-               (body.n - skip) * sizeof(*all));
+        /* A list with no lines has no array: memcpy takes no NULL. */
+        if (head.n)
+            memcpy(all, head.line, head.n * sizeof(*all));
+        if (plan.n)
+            memcpy(all + head.n, plan.line, plan.n * sizeof(*all));
+        if (body.n > skip)
+            memcpy(all + head.n + plan.n, body.line + skip,
+                   (body.n - skip) * sizeof(*all));
         for (size_t i = 0; i < skip; i++)
             free(body.line[i]);
         free(head.line);

@@ -753,7 +753,9 @@ int loom__sqlite_load_history(loom_store *base, const char *id,
         (rc = loom__sqlite_commit(&st->base, c, "reading history")) != 0 ||
         (rc = push(out, NULL, got.len)) != 0)
         goto cleanup;
-    memcpy(out->items + out->len, got.items, got.len * sizeof(*got.items));
+    /* An empty history has no array to copy (memcpy takes no NULL). */
+    if (got.len)
+        memcpy(out->items + out->len, got.items, got.len * sizeof(*got.items));
     out->len += got.len;
     free(got.items);
     got.items = NULL;

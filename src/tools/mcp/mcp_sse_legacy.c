@@ -62,7 +62,7 @@ static const char *server_name(const sse_conn *c)
 static char *resolve_endpoint(const char *base, const char *ref)
 {
     CURLU *b = curl_url(), *r = curl_url();
-    char *url = NULL, *part[2][3] = {{NULL}};
+    char *url = NULL, *whole = NULL, *part[2][3] = {{NULL}};
     static const CURLUPart parts[3] = {CURLUPART_SCHEME, CURLUPART_HOST,
                                        CURLUPART_PORT};
     int same = 1;
@@ -77,10 +77,9 @@ static char *resolve_endpoint(const char *base, const char *ref)
         same = same && part[0][i] && part[1][i] &&
                strcmp(part[0][i], part[1][i]) == 0;
     }
-    if (same && curl_url_get(r, CURLUPART_URL, &part[1][0], 0) == CURLUE_OK) {
-        url = strdup(part[1][0]);
-        curl_free(part[1][0]);
-        part[1][0] = NULL;
+    if (same && curl_url_get(r, CURLUPART_URL, &whole, 0) == CURLUE_OK) {
+        url = strdup(whole);
+        curl_free(whole);
     }
     for (int i = 0; i < 3; i++) {
         curl_free(part[0][i]);
