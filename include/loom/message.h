@@ -86,6 +86,12 @@ typedef struct {
      * parts joined by newlines, so that whatever reads only text (logs,
      * the store's previews, the context engine's text counts) keeps
      * working; adapters send the parts instead of content.
+     *
+     * A tool message differs: its parts are only the images the tool
+     * gave with its result (loom_tool_ctx.images, for a model that
+     * sees), and content stays its whole text, which adapters send
+     * beside them (the context engine may cut or reduce that text; a
+     * reduced result is sent without its images).
      */
     loom_part *parts;
     size_t parts_len;

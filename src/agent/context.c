@@ -536,8 +536,9 @@ static int ensure_cut(loom_context *ctx, size_t i, const loom_message *m,
 
 /*
  * The reduced form of a tool result: the
- * tool's summary, or the head of the result, with a note. Left NULL when
- * it would not be smaller than the result as shown.
+ * tool's summary, or the head of the result, with a note, and none of
+ * the result's images. Left NULL when it would not be smaller than the
+ * result as shown.
  */
 static int ensure_reduced(loom_context *ctx, size_t i, const loom_message *m)
 {
@@ -558,6 +559,8 @@ static int ensure_reduced(loom_context *ctx, size_t i, const loom_message *m)
                  src ? src : "", keep < len ? "..." : "") < 0)
         return loom__error_oom();
     tmp.content = t;
+    tmp.parts = NULL;
+    tmp.parts_len = 0;
     e->reduced_tokens = count_msg(ctx, &tmp);
     e->reduced_done = 1;
     if (e->reduced_tokens >= e->tokens) {
@@ -1037,6 +1040,8 @@ static void build(loom_context *ctx, const fit *f, loom_context_result *r)
             r->cut_total++;
         } else if (ctx->show[i] == SHOW_REDUCED) {
             o->content = ctx->e[i].reduced;
+            o->parts = NULL;
+            o->parts_len = 0;
         }
     }
     if (f->sys_end == f->n && f->have_summary) {

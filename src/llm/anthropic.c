@@ -224,13 +224,35 @@ static int add_part_blocks(json_t *turns, const loom_message *m)
     return rc;
 }
 
+/* The content of a tool result with images: its text as a text block
+ * (none when empty), then the images as image blocks. */
+static json_t *tool_result_media(const loom_message *m)
+{
+    json_t *arr = loom__parts_anthropic(m);
+
+    if (arr && m->content && *m->content &&
+        json_array_insert_new(arr, 0,
+                              json_pack("{s:s,s:o}", "type", "text", "text",
+                                        loom__llm_json_string(m->content)))) {
+        json_decref(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 static json_t *tool_result_block(const loom_message *m)
 {
     json_t *b = json_pack("{s:s,s:o}", "type", "tool_result", "tool_use_id",
                           tool_id(m->tool_call_id));
 
-    if (b && m->content && *m->content &&
-        json_object_set_new(b, "content", loom__llm_json_string(m->content))) {
+    if (b && loom_message_has_media(m)) {
+        if (json_object_set_new(b, "content", tool_result_media(m))) {
+            json_decref(b);
+            return NULL;
+        }
+    } else if (b && m->content && *m->content &&
+               json_object_set_new(b, "content",
+                                   loom__llm_json_string(m->content))) {
         json_decref(b);
         return NULL;
     }

@@ -739,6 +739,9 @@ static int add_contents(json_t *body, const loom_llm_request *req,
             }
             if (json_array_append_new(results, part))
                 rc = loom__error_oom();
+            /* A result's images go beside its functionResponse. */
+            else if (loom_message_has_media(m))
+                rc = media_parts(results, m, req);
             continue;
         }
         results = NULL;

@@ -89,6 +89,60 @@ static json_t *message_json(const loom_message *m)
     return o;
 }
 
+/*
+ * Tool messages cannot hold images in this API, so the images of a run
+ * of tool messages (the results of one turn) go in one user message
+ * right after its last one: a line naming the call, then its images, for
+ * each result that has any. Returns 1 when messages[i] ends such a run
+ * and some result of it has images, with *from its first message.
+ */
+static int images_after(const loom_llm_request *req, size_t i, size_t *from)
+{
+    const loom_message *m = req->messages;
+    int any = 0;
+    size_t k = i + 1;
+
+    if (m[i].role != LOOM_ROLE_TOOL ||
+        (i + 1 < req->messages_len && m[i + 1].role == LOOM_ROLE_TOOL))
+        return 0;
+    while (k > 0 && m[k - 1].role == LOOM_ROLE_TOOL)
+        any |= loom_message_has_media(&m[--k]);
+    *from = k;
+    return any;
+}
+
+/* The user message of the images of messages[from..to] (images_after). */
+static json_t *images_message(const loom_llm_request *req, size_t from,
+                              size_t to)
+{
+    json_t *content = json_array(), *parts;
+    char line[256];
+    int bad = !content;
+
+    for (size_t k = from; !bad && k <= to; k++) {
+        const loom_message *m = &req->messages[k];
+        if (!loom_message_has_media(m))
+            continue;
+        snprintf(line, sizeof(line),
+                 "The images that tool call %.100s (%.64s) "
+                 "gave with its result:",
+                 m->tool_call_id ? m->tool_call_id : "?",
+                 m->name ? m->name : "a tool");
+        parts = loom__parts_openai(m);
+        bad = !parts ||
+              json_array_append_new(
+                  content, json_pack("{s:s,s:o}", "type", "text", "text",
+                                     loom__llm_json_string(line))) ||
+              json_array_extend(content, parts);
+        json_decref(parts);
+    }
+    if (bad) {
+        json_decref(content);
+        return NULL;
+    }
+    return json_pack("{s:s,s:o}", "role", "user", "content", content);
+}
+
 static json_t *tool_json(const loom_tool_def *t)
 {
     json_t *fn = json_object(), *params;
@@ -165,8 +219,12 @@ int loom__openai_build_body(json_t **out, const loom_llm_request *req)
         return loom__error_oom();
     bad |= loom__llm_put(body, "model", loom__llm_json_string(req->model));
     bad |= loom__llm_put(body, "messages", arr = json_array());
-    for (size_t i = 0; !bad && i < req->messages_len; i++)
+    for (size_t i = 0; !bad && i < req->messages_len; i++) {
+        size_t from;
         bad |= json_array_append_new(arr, message_json(&req->messages[i]));
+        if (!bad && images_after(req, i, &from))
+            bad |= json_array_append_new(arr, images_message(req, from, i));
+    }
     if (!bad && req->tools_len)
         bad |= loom__openai_put_tools(body, req, tool_json, tool_choice_json);
     if (req->max_tokens > 0)
@@ -344,6 +402,24 @@ static int put_message(loom_buf *b, const loom_message *m)
     return rc ? rc : loom_buf_putc(b, '}');
 }
 
+/* The text of messages[i] and, when it ends a run of tool results with
+ * images, of the user message of those images (images_after). */
+static int put_entry(loom_buf *b, const loom_llm_request *req, size_t i)
+{
+    json_t *extra;
+    size_t from;
+    int rc = put_message(b, &req->messages[i]);
+
+    if (rc || !images_after(req, i, &from))
+        return rc;
+    if (!(extra = images_message(req, from, i)))
+        return loom__error_oom();
+    if (!(rc = loom_buf_putc(b, ',')))
+        rc = loom__llm_put_json_text(b, extra);
+    json_decref(extra);
+    return rc;
+}
+
 /* The text of the "tools" array (tool_json of each), parameters dumped
  * from the borrowed objects: no copy. */
 static int put_tools(loom_buf *b, const loom_tool_def *tools, size_t n)
@@ -399,7 +475,8 @@ typedef struct {
     const loom_tool_call *tool_calls;
     size_t tool_calls_len;
     const loom_part *parts;
-    size_t end; /* msgs.len just after this message's text */
+    int ends_images; /* it ended a run of results with images */
+    size_t end;      /* msgs.len just after this message's text */
 } cached_msg;
 
 /*
@@ -458,12 +535,19 @@ void loom_llm_cache_free(loom_llm_cache *c)
     free(c);
 }
 
-static int same_msg(const cached_msg *k, const loom_message *m)
+/* Whether the text cached for k still stands for messages[i] of req:
+ * the same message, still ending (or not) a run of results with images,
+ * whose earlier messages are checked before it. */
+static int same_msg(const cached_msg *k, const loom_llm_request *req, size_t i)
 {
+    const loom_message *m = &req->messages[i];
+    size_t from;
+
     return k->role == m->role && k->content == m->content &&
            k->tool_call_id == m->tool_call_id &&
            k->tool_calls == m->tool_calls &&
-           k->tool_calls_len == m->tool_calls_len && k->parts == m->parts;
+           k->tool_calls_len == m->tool_calls_len && k->parts == m->parts &&
+           k->ends_images == images_after(req, i, &from);
 }
 
 /* Brings the cached message text up to req's messages: keeps the longest
@@ -474,7 +558,7 @@ static int cache_messages(loom_llm_cache *c, const loom_llm_request *req)
     int rc;
 
     while (k < c->len && k < req->messages_len &&
-           same_msg(&c->items[k], &req->messages[k]))
+           same_msg(&c->items[k], req, k))
         k++;
     if (k < c->len) {
         c->msgs.len = k ? c->items[k - 1].end : 0;
@@ -495,8 +579,9 @@ static int cache_messages(loom_llm_cache *c, const loom_llm_request *req)
     for (; c->len < req->messages_len; c->len++) {
         const loom_message *m = &req->messages[c->len];
         cached_msg *it = &c->items[c->len];
+        size_t from;
         if ((c->len && (rc = loom_buf_putc(&c->msgs, ','))) ||
-            (rc = put_message(&c->msgs, m))) {
+            (rc = put_entry(&c->msgs, req, c->len))) {
             /* Forget the message half written. */
             c->msgs.len = c->len ? c->items[c->len - 1].end : 0;
             if (c->msgs.ptr)
@@ -509,6 +594,7 @@ static int cache_messages(loom_llm_cache *c, const loom_llm_request *req)
         it->tool_calls = m->tool_calls;
         it->tool_calls_len = m->tool_calls_len;
         it->parts = m->parts;
+        it->ends_images = images_after(req, c->len, &from);
         it->end = c->msgs.len;
     }
     return 0;
@@ -590,7 +676,7 @@ int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
     } else {
         for (size_t i = 0; i < req->messages_len; i++)
             if ((i && (rc = loom_buf_putc(out, ','))) ||
-                (rc = put_message(out, &req->messages[i])))
+                (rc = put_entry(out, req, i)))
                 goto cleanup;
     }
     if ((rc = loom_buf_putc(out, ']')))

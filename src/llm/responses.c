@@ -216,6 +216,23 @@ static int assistant_items(json_t *input, const loom_message *m)
     return bad;
 }
 
+/* The output of a tool result with images: its text as input_text (none
+ * when empty), then the images as input_image items. */
+static json_t *tool_output_media(const loom_message *m)
+{
+    json_t *arr = loom__parts_responses(m);
+
+    if (arr && m->content && *m->content &&
+        json_array_insert_new(arr, 0,
+                              json_pack("{s:s,s:o}", "type", "input_text",
+                                        "text",
+                                        loom__llm_json_string(m->content)))) {
+        json_decref(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 static int message_items(json_t *input, const loom_message *m)
 {
     json_t *o;
@@ -225,10 +242,12 @@ static int message_items(json_t *input, const loom_message *m)
         return assistant_items(input, m);
     case LOOM_ROLE_TOOL:
         o = json_pack("{s:s}", "type", "function_call_output");
-        if (o &&
-            (loom__llm_put(o, "call_id",
-                           loom__llm_json_string(m->tool_call_id)) ||
-             loom__llm_put(o, "output", loom__llm_json_string(m->content)))) {
+        if (o && (loom__llm_put(o, "call_id",
+                                loom__llm_json_string(m->tool_call_id)) ||
+                  loom__llm_put(o, "output",
+                                loom_message_has_media(m)
+                                    ? tool_output_media(m)
+                                    : loom__llm_json_string(m->content)))) {
             json_decref(o);
             o = NULL;
         }

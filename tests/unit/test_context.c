@@ -628,6 +628,50 @@ static void test_older_results_reduced_newest_whole(void **state)
     loom_messages_free(&all);
 }
 
+/* Gives m one image part (a tool's image, loom_tool_ctx.images). */
+static void give_image(loom_message *m)
+{
+    loom_part img = {
+        .kind = LOOM_PART_IMAGE, .data = "iVBORw0KGgo=", .mime = "image/png"};
+
+    assert_non_null(m->parts = calloc(1, sizeof(*m->parts)));
+    assert_int_equal(loom_part_copy(&m->parts[0], &img), 0);
+    m->parts_len = 1;
+}
+
+/* A reduced result is shown without its images; a whole one keeps them. */
+static void test_reduced_result_drops_images(void **state)
+{
+    loom_context_options co = LOOM_CONTEXT_OPTIONS_INIT;
+    loom_context *ctx;
+    loom_context_result r;
+    loom_messages all = {0};
+    size_t sizes[1] = {6000};
+    (void)state;
+
+    co.context_window = 8000;
+    co.max_output_tokens = 1000;
+    co.reduced_result_bytes = 100;
+    assert_int_equal(loom_context_new(&ctx, &co), 0);
+    add_text(&all, LOOM_ROLE_SYSTEM, 40, 's');
+    add_text(&all, LOOM_ROLE_USER, 40, 'u');
+    for (int i = 0; i < 8; i++)
+        add_round(&all, 1, sizes, 0);
+    give_image(&all.items[3]);
+    give_image(&all.items[all.len - 1]);
+    assert_int_equal(
+        loom_context_fit(ctx, &r, all.items, all.len, NULL, 0, NULL), 0);
+    assert_int_equal(r.layout, LOOM_CONTEXT_REDUCED);
+    assert_non_null(strstr(r.messages[3].content, "[Earlier result of "));
+    assert_null(r.messages[3].parts);
+    assert_int_equal(r.messages[3].parts_len, 0);
+    assert_ptr_equal(r.messages[all.len - 1].parts,
+                     all.items[all.len - 1].parts);
+    assert_int_equal(r.messages[all.len - 1].parts_len, 1);
+    loom_context_free(ctx);
+    loom_messages_free(&all);
+}
+
 static void test_old_turns_dropped_oldest_first(void **state)
 {
     loom_context_options co = LOOM_CONTEXT_OPTIONS_INIT;
@@ -1509,6 +1553,7 @@ int main(void)
         cmocka_unit_test(test_tool_result_cut_marker),
         cmocka_unit_test(test_share_boundary),
         cmocka_unit_test(test_older_results_reduced_newest_whole),
+        cmocka_unit_test(test_reduced_result_drops_images),
         cmocka_unit_test(test_old_turns_dropped_oldest_first),
         cmocka_unit_test(test_user_message_too_large),
         cmocka_unit_test(test_nothing_fits_names_sizes),
