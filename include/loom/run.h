@@ -601,6 +601,13 @@ typedef struct loom_run_options {
      */
     int reasoning;
     /*
+     * The model sees images (its capabilities.vision): tools may give
+     * images with their results (loom_tool_ctx.images), which the run
+     * sends to the model with the result. 0: tools get no place for
+     * them and describe them in their text only.
+     */
+    int vision;
+    /*
      * The account gate, asked around every model call of the run and of
      * its sub-agents (they inherit it), and the run's own budget (above),
      * which its sub-agents' calls count toward too. A handoff keeps the

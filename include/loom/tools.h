@@ -84,6 +84,21 @@ typedef struct {
      * other tools ignore it.
      */
     struct loom__tool_host *host;
+    /*
+     * Where a tool whose result holds images (an MCP tool's image
+     * content) puts them for a model that can see (its
+     * capabilities.vision): an empty JSON array to append objects to,
+     * each {"data": base64 without a "data:" prefix, "mime": "image/png"
+     * (or image/jpeg, image/gif, image/webp: what every provider
+     * takes)}. The run sends them to the model with the call's
+     * result, in order; it takes at most LOOM_TOOL_IMAGES_MAX of them, of
+     * at most LOOM_TOOL_IMAGE_MAX_BYTES decoded bytes each, and only from
+     * a call that succeeded (an image that breaks these rules is left
+     * out). The result text should still say that an image is there (a
+     * short description), for what reads only text. NULL when the model
+     * cannot see images or the caller takes none.
+     */
+    json_t *images;
 } loom_tool_ctx;
 
 /* The most bytes a tool's summary may take. */
@@ -91,6 +106,9 @@ typedef struct {
 /* The most documents one call reports, and the longest id. */
 #define LOOM_TOOL_DOCUMENTS_MAX 100
 #define LOOM_TOOL_DOCUMENT_ID_MAX 128
+/* The most images one call gives the model, and the most bytes of one. */
+#define LOOM_TOOL_IMAGES_MAX 4
+#define LOOM_TOOL_IMAGE_MAX_BYTES (5 * 1024 * 1024)
 
 /* The most bytes of a progress step's label, icon or status (longer ones
  * are cut on a character boundary). */
@@ -169,11 +187,11 @@ typedef struct {
     void (*free_payload)(void *payload); /* called on removal, may be NULL */
     /*
      * Whether the tool is enabled for this call's user and request
-     * (ctx->user_id, user_keys, settings; summary, documents and
-     * cost_micros are NULL): 0 means not, and the call ends failed with
-     * code TOOL_NOT_ENABLED without running (docs/tools.md). Called on
-     * the run's thread before the arguments are read; it must not block
-     * for long. NULL: always enabled.
+     * (ctx->user_id, user_keys, settings; summary, documents,
+     * cost_micros and images are NULL): 0 means not, and the call ends failed
+     * with code TOOL_NOT_ENABLED without running (docs/tools.md). Called on the
+     * run's thread before the arguments are read; it must not block for long.
+     * NULL: always enabled.
      */
     int (*should_use)(const loom_tool_ctx *ctx, void *payload);
 } loom_tool;

@@ -28,6 +28,7 @@ void loom__run_options_use_model(loom_run_options *o,
     o->thinking_budget = m->thinking_budget;
     o->reasoning_effort = m->reasoning_effort;
     o->reasoning = m->capabilities.reasoning;
+    o->vision = m->capabilities.vision;
     o->prompt_cache = m->prompt_cache;
     o->chain_responses = m->chain_responses;
 }

@@ -13,7 +13,8 @@
 /*
  * Applies m to o: the model's names, its request options (reasoning
  * controls, prompt caching, response chaining), and its capabilities
- * (reasoning: the run opens the reasoning view early; no
+ * (reasoning: the run opens the reasoning view early; vision: tools may
+ * give images with their results; no
  * tools and no tool_choice for a model without function calling; no
  * parallel_tool_calls flag where it is unsupported). max_output_tokens is
  * the model's only when o has none yet (a request's own value wins).

@@ -45,6 +45,7 @@
 #include "agent/run_internal.h"
 #include "agent/subagent.h"
 #include "agent/title.h"
+#include "agent/tool_images.h"
 #include "agent/toolrules.h"
 #include "agent/toolturn.h"
 #include "core/error.h"
@@ -757,6 +758,7 @@ static int turn_open(loom_run *run)
     to.concurrency = o->tool_concurrency;
     to.user_id = o->user_id;
     to.user_keys = o->user_keys;
+    to.vision = o->vision;
     to.emit = run_emitter(run);
     /* Always: a handoff may bring hooks that want them. */
     to.on_progress = on_tool_progress;
@@ -1742,7 +1744,8 @@ static void emit_calls(loom_run *run, const loom_message *assistant)
 
 /* Appends the results of a turn's server calls, in call order, each
  * matched to its call id; with citations, the model reads the numbers of
- * the documents a result brought. */
+ * the documents a result brought. The images a successful call gave (a
+ * model that sees: loom_run_options.vision) are the message's parts. */
 static int add_results(loom_run *run, const loom__tool_job *jobs, size_t n)
 {
     int rc = 0;
@@ -1750,6 +1753,7 @@ static int add_results(loom_run *run, const loom__tool_job *jobs, size_t n)
     for (size_t i = 0; i < n; i++) {
         loom_message m = {0};
         char *note = NULL, *shown = NULL;
+        size_t dropped = 0;
         int rc2 = 0;
         m.role = LOOM_ROLE_TOOL;
         m.tool_call_id = jobs[i].call->id;
@@ -1766,6 +1770,14 @@ static int add_results(loom_run *run, const loom__tool_job *jobs, size_t n)
             }
             m.content = shown;
         }
+        if (!rc2 && !jobs[i].failed && jobs[i].images &&
+            (rc2 = loom__tool_images_parts(jobs[i].images, &m.parts,
+                                           &m.parts_len, &dropped)) == 0 &&
+            dropped)
+            loom_info("tool '%s': %zu images not shown to the model (more "
+                      "than %d, over %d bytes, or not base64 image data)",
+                      m.name, dropped, LOOM_TOOL_IMAGES_MAX,
+                      LOOM_TOOL_IMAGE_MAX_BYTES);
         if (!rc2)
             rc2 = add_message(run, &(loom_messages){&m, 1, 1});
         if (!rc2 && jobs[i].tool &&
@@ -1776,6 +1788,9 @@ static int add_results(loom_run *run, const loom__tool_job *jobs, size_t n)
         }
         free(note);
         free(shown);
+        for (size_t k = 0; k < m.parts_len; k++)
+            loom_part_clear(&m.parts[k]);
+        free(m.parts);
         if (rc2 && !rc)
             rc = rc2;
     }

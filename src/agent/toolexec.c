@@ -265,6 +265,7 @@ static void run_job(slot *s)
     loom_buf_init(&summary, LOOM_TOOL_SUMMARY_MAX);
     ctx.summary = &summary;
     ctx.documents = job->documents;
+    ctx.images = job->images;
     ctx.cost_micros = &job->cost_micros;
     ctx.events = s->listen ? &s->chan : NULL;
     ctx.host = &s->host;
@@ -588,6 +589,7 @@ static void start(hub *h, loom__tool_job *job, size_t i,
     if (!(s->call.id = strdup(c->id ? c->id : "")) ||
         !(s->call.name = strdup(job->tool->name)) ||
         !(s->work.documents = json_array()) ||
+        (opts->vision && !(s->work.images = json_array())) ||
         (job->args && !(s->work.args = json_deep_copy(job->args))) ||
         (set && !(s->settings = json_deep_copy(set))) ||
         (opts->user_id && !(s->user_id = strdup(opts->user_id))) ||
@@ -679,8 +681,12 @@ static void take(loom__tool_job *job, slot *s)
     job->documents = json_array_size(w->documents) ? w->documents : NULL;
     if (!job->documents)
         json_decref(w->documents);
+    json_decref(job->images);
+    job->images = json_array_size(w->images) ? w->images : NULL;
+    if (!job->images)
+        json_decref(w->images);
     w->error = w->output = w->summary = NULL;
-    w->documents = NULL;
+    w->documents = w->images = NULL;
     slot_free(s);
 }
 
@@ -924,6 +930,7 @@ void loom__tool_job_clear(loom__tool_job *job)
     free(job->output);
     free(job->summary);
     json_decref(job->documents);
+    json_decref(job->images);
     free(job->key);
     json_decref(job->model_args);
     json_decref(job->documents_added);

@@ -77,6 +77,8 @@ typedef struct {
     double duration_ms;
     int64_t started_at_ms; /* wall clock (Unix ms) when it was started */
     json_t *documents; /* documents the tool reported (array), or NULL */
+    json_t *images;    /* images the tool gave (loom_tool_ctx.images:
+                        * array, not yet checked), or NULL */
     int64_t cost_micros; /* what the tool said the call cost */
     int abandoned;     /* timed out or cancelled; its thread may still run */
     json_t *report;    /* a sub-agent's report of its child (subagent.h),
@@ -125,6 +127,10 @@ typedef struct {
      * call gets copies of its own. May be NULL. */
     const char *user_id;
     const json_t *user_keys;
+    /* The model sees images: each started call gets an empty array of
+     * its own as loom_tool_ctx.images, which comes back as the job's
+     * images. 0: ctx.images is NULL. */
+    int vision;
     /* Takes the events running jobs send, with loom__tools_execute's
      * payload; NULL: jobs get no events channel (loom_tool_ctx.events is
      * NULL) and what they send is dropped. */

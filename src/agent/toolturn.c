@@ -1095,6 +1095,7 @@ int loom__toolturn_run(loom__toolturn *t, const loom_message *assistant,
     xo.max_error = t->o.max_error;
     xo.user_id = t->o.user_id;
     xo.user_keys = t->o.user_keys;
+    xo.vision = t->o.vision;
     xo.on_event = on_tool_event;
     xo.place = t->o.place;
     for (size_t i = 0; i < n; i++) {

@@ -57,6 +57,7 @@ typedef struct {
     int concurrency;        /* calls running at once, at least 1 */
     const char *user_id;    /* the run's user, may be NULL */
     const json_t *user_keys;
+    int vision;      /* tools get loom_tool_ctx.images (toolexec.h) */
     loom__emit emit; /* tool.started/completed/failed/metric, plan */
     /*
      * Called with each tool.progress event's data (call_id, tool, label,

@@ -6,7 +6,8 @@
  * on a temporary folder. A scripted model (the fake upstream, its rules
  * choosing each answer by the prompt) calls their tools through `loom
  * run --json` and through `loom serve`'s run API: `loom mcp list` shows
- * every server ready with its tools, an image result, structured content
+ * every server ready with its tools, an image result (described to a
+ * model without vision, sent as an image to one with), structured content
  * checked against the tool's outputSchema, resource links and an
  * embedded resource, progress notifications as tool.progress events, a
  * long-running call cancelled (the server gets notifications/cancelled
@@ -70,6 +71,9 @@ function script(filesDir) {
                            { resourceType: 'Text', resourceId: 1 })]));
         }
     }
+    rules.push(rule('image eye.',
+                    [call('img_eye', 'everything__get-tiny-image', {})],
+                    'I see the MCP logo.'));
     for (const c of CLIENTS)
         rules.push(rule(`files ${c}.`,
                         [call(`ls_${c}`, 'files__list_directory',
@@ -119,12 +123,13 @@ async function startHttpEverything(spyLog) {
     return { port, stop: async () => { child.stdin.end(); await exited; } };
 }
 
-/* `loom run --json` of the agent `mcp`: its events and exit code. With
- * cancelOn, the first event it matches gets the run a SIGINT (Ctrl-C). */
-function loomRun(stack, prompt, cancelOn) {
+/* `loom run --json` of an agent (default `mcp`): its events and exit
+ * code. With cancelOn, the first event it matches gets the run a SIGINT
+ * (Ctrl-C). */
+function loomRun(stack, prompt, cancelOn, agent = 'mcp') {
     return new Promise((resolve) => {
         const child = spawn(LOOM_BIN, ['run', '--config', stack.configPath,
-                                       '--agent', 'mcp', '--json', prompt],
+                                       '--agent', agent, '--json', prompt],
                             { stdio: ['ignore', 'pipe', 'pipe'] });
         const events = [];
         let out = '', err = '', sent = false;
@@ -230,9 +235,12 @@ describe('MCP servers from npm', () => {
         http = await startHttpEverything(spyLogs.everything_http);
         stack = await Stack.start({
             fakes: { mcp: script(filesDir) },
+            models: { 'mcp/eye-model': { capabilities: { vision: true } } },
             agents: { mcp: { model: 'mcp/fake-model',
                              tools: ['everything__*', 'everything_http__*',
-                                     'files__*'] } },
+                                     'files__*'] },
+                      mcp_eye: { model: 'mcp/eye-model',
+                                 tools: ['everything__*'] } },
             mcp: {
                 everything: { command: NODE,
                               args: ['--import', SPY, EVERYTHING, 'stdio'],
@@ -292,6 +300,30 @@ describe('MCP servers from npm', () => {
         assert.match(text, /^everything_http \(http\): ready, protocol 2025-11-25$/m);
         assert.match(text, /^ {2}everything__get-tiny-image {2}Returns a tiny MCP logo image\.$/m);
         assert.match(text, /^ {2}files__read_file {2}/m);
+    });
+
+    test('a model with vision gets the image itself', TIMEOUT, async () => {
+        const { events } = await loomRun(stack, 'image eye.', null, 'mcp_eye');
+        assert.equal(last(events).type, 'run.completed',
+                     JSON.stringify(last(events)));
+        const done = completedCall(events, 'img_eye');
+        assert.ok(done, JSON.stringify(events));
+        /* The text still describes it; the image follows the results as
+         * a user message (Chat Completions' tool messages hold text). */
+        assert.match(done.output, /\[image: image\/png, about \d+ bytes\]/);
+        const req = stack.fakeRequests('mcp').find((r) =>
+            (r.body?.messages ?? []).some((m) => m.tool_call_id === 'img_eye'));
+        assert.ok(req, 'no request with the result');
+        const msgs = req.body.messages;
+        const at = msgs.findIndex((m) => m.tool_call_id === 'img_eye');
+        assert.equal(msgs[at].content, done.output);
+        const after = msgs[at + 1];
+        assert.equal(after.role, 'user');
+        assert.equal(after.content[0].text,
+                     'The images that tool call img_eye ' +
+                     '(everything__get-tiny-image) gave with its result:');
+        assert.match(after.content[1].image_url.url,
+                     /^data:image\/png;base64,[A-Za-z0-9+/]+=*$/);
     });
 
     for (const via of VIAS) {

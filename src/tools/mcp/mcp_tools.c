@@ -8,7 +8,8 @@
  * failure (timeout, dead server, JSON-RPC error), a result with isError
  * and one that breaks the tool's outputSchema all fail the tool call with
  * the server's (or the check's) words, which the run shows the model as a
- * failed execution.
+ * failed execution. Image content is described in the text, and for a
+ * model that sees (loom_tool_ctx.images) also given as images.
  */
 #include "core/error.h"
 #include "loom/log.h"
@@ -200,6 +201,35 @@ int loom_mcp_result_check(const json_t *output_schema, const json_t *result,
     return LOOM_EINVALID;
 }
 
+/*
+ * The image content of result into images (loom_tool_ctx.images): its
+ * base64 data and image/ media type, in order, at most
+ * LOOM_TOOL_IMAGES_MAX of them; one past LOOM_TOOL_IMAGE_MAX_BYTES is
+ * left out (the text still describes it).
+ */
+static int give_images(const json_t *result, json_t *images)
+{
+    const json_t *c;
+    size_t i;
+
+    json_array_foreach(json_object_get(result, "content"), i, c)
+    {
+        const char *type = json_string_value(json_object_get(c, "type"));
+        const char *mime = json_string_value(json_object_get(c, "mimeType"));
+        const json_t *data = json_object_get(c, "data");
+        if (json_array_size(images) >= LOOM_TOOL_IMAGES_MAX)
+            break;
+        if (!type || strcmp(type, "image") != 0 || !json_is_string(data) ||
+            !mime || strncmp(mime, "image/", 6) != 0 ||
+            json_string_length(data) / 4 * 3 > LOOM_TOOL_IMAGE_MAX_BYTES)
+            continue;
+        if (json_array_append_new(
+                images, json_pack("{s:O,s:s}", "data", data, "mime", mime)))
+            return loom__error_oom();
+    }
+    return 0;
+}
+
 /* ---- tools ------------------------------------------------------------- */
 
 typedef struct {
@@ -298,6 +328,8 @@ static int mcp_tool_execute(const json_t *args, const loom_tool_ctx *ctx,
         return rc;
     }
     rc = loom_mcp_result_text(result, out);
+    if (rc == 0 && ctx->images)
+        rc = give_images(result, ctx->images);
     json_decref(result);
     if (rc == 1) {
         if (!out->len)
