@@ -11,7 +11,10 @@
  * A registry maps names to tools. It is built at start and then only read
  * (registries are immutable once built); add/remove/clear are not safe
  * while a run is using it, nor while a tool call it started may still be
- * running.
+ * running. Tools whose list changes while loom runs (those of MCP servers
+ * started in the background, loom/mcp.h) are not in it: a snapshot of the
+ * registry has them (loom_tool_registry_snapshot), and a run takes a new
+ * one before a model call when they changed.
  *
  * Ownership: a registry is reference counted. Its creator holds one
  * reference, and each tool call a run starts holds one more until the
@@ -231,6 +234,23 @@ const loom_tool *loom_tool_registry_at(const loom_tool_registry *reg,
 void loom_tool_registry_clear(loom_tool_registry *reg);
 /* Names in order, joined with ", " ("a, b"); caller frees. */
 char *loom_tool_registry_names(const loom_tool_registry *reg);
+
+/*
+ * A registry of reg's tools now (the caller holds its one reference): its
+ * own tools, and those of the MCP servers started in the background
+ * (loom_mcp_setup.background), waiting for a server's first listing (or
+ * one due after its list changed) within its startup_timeout_ms; a server
+ * that fails adds no tools. For a registry without such servers it is reg
+ * itself, with one more reference. *out is NULL when reg is. LOOM_ENOMEM.
+ */
+int loom_tool_registry_snapshot(loom_tool_registry **out,
+                                const loom_tool_registry *reg);
+
+/*
+ * Whether name (or a pattern `prefix*`) stands for tools of an MCP server
+ * that reg gets in snapshots (`<server>__...`), present or not.
+ */
+int loom_tool_registry_claims(const loom_tool_registry *reg, const char *name);
 
 /*
  * Validates value against a JSON Schema subset: type (string, number,

@@ -17,6 +17,15 @@
  * every tool call a run starts holds another until its thread ends (a
  * call abandoned at its timeout may outlive the run and the caller's
  * reference). loom_tool_registry_free drops one; the last frees it.
+ *
+ * Tools whose list changes while loom runs (an MCP server's, which starts
+ * in the background and may say its list changed) come from sources
+ * (tools/registry.h). A registry with sources is never read by a run as
+ * it is: a snapshot of it is, a registry of its own that shares the
+ * fixed tools (each tool is reference counted, so a tool may sit in many
+ * registries) and adds each source's current tools. A snapshot records
+ * the sources' generation it was built at, so a run can tell when to
+ * take another. A registry without sources is its own snapshot.
  */
 #include "tools/registry.h"
 #include "core/error.h"
@@ -27,13 +36,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A tool as the registries hold it: shared by every registry it is in. */
+typedef struct {
+    loom_tool tool;     /* first: items point here */
+    atomic_size_t refs; /* one per registry holding it */
+} entry;
+
+/* A source, shared by the registries it was carried into. */
+typedef struct {
+    loom__tool_source src;
+    char *prefix;
+    atomic_size_t refs;
+} source;
+
 struct loom_tool_registry {
-    loom_tool **items; /* owned tools, in insertion order */
+    loom_tool **items; /* tools (entries) held, in insertion order */
     size_t len;
     size_t cap;
     size_t *slots;     /* index + 1 into items, 0 for an empty slot */
     size_t nslots;     /* a power of two, >= 2 * len, or 0 */
     atomic_size_t refs; /* the creator's, plus one per running call */
+    source **sources;   /* held references, in the order added */
+    size_t nsources;
+    uint64_t built_at; /* a snapshot's: the sources' generation then */
 };
 
 int loom_tool_registry_new(loom_tool_registry **out)
@@ -102,10 +127,13 @@ static int rebuild_index(loom_tool_registry *reg, size_t want)
     return 0;
 }
 
-/* Frees the registry's copy of a tool, payload included. */
+/* Drops a registry's hold on a tool; the last frees it, payload
+ * included. */
 static void tool_free(loom_tool *t)
 {
-    if (!t)
+    entry *e = (entry *)t;
+
+    if (!t || atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1)
         return;
     free((char *)t->name);
     free((char *)t->description);
@@ -115,8 +143,33 @@ static void tool_free(loom_tool *t)
     free(t);
 }
 
+/* Makes room for one more tool: after it, adding cannot fail. */
+static int reserve_one(loom_tool_registry *reg)
+{
+    if (reg->len == reg->cap) {
+        size_t cap = reg->cap ? reg->cap * 2 : 8;
+        loom_tool **items = realloc(reg->items, cap * sizeof(*items));
+
+        if (!items)
+            return loom__error_oom();
+        reg->items = items;
+        reg->cap = cap;
+    }
+    if ((reg->len + 1) * 2 > reg->nslots)
+        return rebuild_index(reg, reg->len + 1);
+    return 0;
+}
+
+/* Puts a tool (an entry the registry now holds) last. Room is made. */
+static void put(loom_tool_registry *reg, loom_tool *t)
+{
+    reg->items[reg->len++] = t;
+    reg->slots[find_slot(reg, t->name)] = reg->len;
+}
+
 int loom_tool_registry_add(loom_tool_registry *reg, const loom_tool *tool)
 {
+    entry *e = NULL;
     loom_tool *copy = NULL;
     int rc = 0;
 
@@ -146,22 +199,13 @@ int loom_tool_registry_add(loom_tool_registry *reg, const loom_tool *tool)
                                "tool '%s' is already registered", tool->name);
 
     /* Make room first so that nothing can fail after the copy exists. */
-    if (reg->len == reg->cap) {
-        size_t cap = reg->cap ? reg->cap * 2 : 8;
-        loom_tool **items = realloc(reg->items, cap * sizeof(*items));
-
-        if (!items)
-            return loom__error_oom();
-        reg->items = items;
-        reg->cap = cap;
-    }
-    if ((reg->len + 1) * 2 > reg->nslots &&
-        (rc = rebuild_index(reg, reg->len + 1)) != 0)
+    if ((rc = reserve_one(reg)) != 0)
         return rc;
 
-    copy = calloc(1, sizeof(*copy));
-    if (!copy)
+    if (!(e = calloc(1, sizeof(*e))))
         return loom__error_oom();
+    atomic_init(&e->refs, 1);
+    copy = &e->tool;
     copy->name = strdup(tool->name);
     copy->description = strdup(tool->description ? tool->description : "");
     if (!copy->name || !copy->description) {
@@ -176,17 +220,31 @@ int loom_tool_registry_add(loom_tool_registry *reg, const loom_tool *tool)
     copy->free_payload = tool->free_payload;
     copy->should_use = tool->should_use;
 
-    reg->items[reg->len++] = copy;
-    reg->slots[find_slot(reg, copy->name)] = reg->len;
+    put(reg, copy);
     copy = NULL;
 
 cleanup:
     if (copy) {
         free((char *)copy->name);
         free((char *)copy->description);
-        free(copy);
+        free(e);
     }
     return rc;
+}
+
+int loom__tool_registry_share(loom_tool_registry *reg, const loom_tool *tool)
+{
+    entry *e = (entry *)tool;
+    int rc;
+
+    if (loom_tool_registry_get(reg, tool->name))
+        return loom__error_set(LOOM_EEXISTS, "tool '%s' is already registered",
+                               tool->name);
+    if ((rc = reserve_one(reg)) != 0)
+        return rc;
+    atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+    put(reg, (loom_tool *)tool);
+    return 0;
 }
 
 const loom_tool *loom_tool_registry_get(const loom_tool_registry *reg,
@@ -275,6 +333,16 @@ char *loom_tool_registry_names(const loom_tool_registry *reg)
     return s;
 }
 
+static void source_free(source *s)
+{
+    if (!s || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (s->src.free)
+        s->src.free(s->src.arg);
+    free(s->prefix);
+    free(s);
+}
+
 void loom_tool_registry_free(loom_tool_registry *reg)
 {
     /* Acquire-release: whoever frees sees every other holder's writes. */
@@ -282,7 +350,155 @@ void loom_tool_registry_free(loom_tool_registry *reg)
         atomic_fetch_sub_explicit(&reg->refs, 1, memory_order_acq_rel) != 1)
         return;
     loom_tool_registry_clear(reg);
+    for (size_t i = 0; i < reg->nsources; i++)
+        source_free(reg->sources[i]);
+    free(reg->sources);
     free(reg->items);
     free(reg->slots);
     free(reg);
+}
+
+/* ---- sources and snapshots ---------------------------------------------- */
+
+/* Holds one more reference on s in reg. */
+static int hold_source(loom_tool_registry *reg, source *s)
+{
+    source **more = realloc(reg->sources, (reg->nsources + 1) * sizeof(*more));
+
+    if (!more)
+        return loom__error_oom();
+    reg->sources = more;
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+    reg->sources[reg->nsources++] = s;
+    return 0;
+}
+
+int loom__tool_registry_add_source(loom_tool_registry *reg,
+                                   const loom__tool_source *src)
+{
+    source *s;
+    int rc;
+
+    if (!reg || !src || !src->add || !src->generation || !src->prefix ||
+        !*src->prefix)
+        return loom__error_set(LOOM_EINVALID,
+                               "a tool source needs add, generation and a "
+                               "prefix");
+    if (!(s = calloc(1, sizeof(*s))) || !(s->prefix = strdup(src->prefix))) {
+        free(s);
+        return loom__error_oom();
+    }
+    s->src = *src;
+    s->src.prefix = s->prefix;
+    atomic_init(&s->refs, 0);
+    if ((rc = hold_source(reg, s)) != 0) {
+        free(s->prefix);
+        free(s);
+    }
+    return rc;
+}
+
+int loom__tool_registry_carry_sources(loom_tool_registry *dst,
+                                      const loom_tool_registry *src)
+{
+    int rc;
+
+    for (size_t i = 0; src && i < src->nsources; i++)
+        if ((rc = hold_source(dst, src->sources[i])) != 0)
+            return rc;
+    return 0;
+}
+
+size_t loom__tool_registry_source_count(const loom_tool_registry *reg)
+{
+    return reg ? reg->nsources : 0;
+}
+
+const char *loom__tool_registry_source_prefix(const loom_tool_registry *reg,
+                                              size_t i)
+{
+    return reg && i < reg->nsources ? reg->sources[i]->prefix : NULL;
+}
+
+/* Whether name (or a pattern `p*`) may stand for tools of prefix. */
+static int claims(const char *prefix, const char *name)
+{
+    size_t n = strlen(name), p = strlen(prefix);
+
+    if (n > 1 && name[n - 1] == '*')
+        return strncmp(name, prefix, (n - 1 < p ? n - 1 : p)) == 0;
+    return n > p && strncmp(name, prefix, p) == 0;
+}
+
+int loom_tool_registry_claims(const loom_tool_registry *reg, const char *name)
+{
+    for (size_t i = 0; reg && name && i < reg->nsources; i++)
+        if (claims(reg->sources[i]->prefix, name))
+            return 1;
+    return 0;
+}
+
+uint64_t loom__tool_registry_generation(const loom_tool_registry *reg)
+{
+    uint64_t g = 0;
+
+    for (size_t i = 0; reg && i < reg->nsources; i++)
+        g += reg->sources[i]->src.generation(reg->sources[i]->src.arg);
+    return g;
+}
+
+uint64_t loom__tool_registry_built_at(const loom_tool_registry *snap)
+{
+    return snap ? snap->built_at : 0;
+}
+
+/* Whether the tools named (names, n; NULL: all) need source s. */
+static int needed(const source *s, const char *const *names, size_t n)
+{
+    if (!names)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        if (claims(s->prefix, names[i]))
+            return 1;
+    return 0;
+}
+
+int loom__tool_registry_snapshot(loom_tool_registry **out,
+                                 const loom_tool_registry *reg,
+                                 const char *const *names, size_t n)
+{
+    loom_tool_registry *snap = NULL;
+    int rc;
+
+    *out = NULL;
+    if (!reg)
+        return 0;
+    if (!reg->nsources) {
+        *out = loom__tool_registry_ref(reg);
+        return 0;
+    }
+    if ((rc = loom_tool_registry_new(&snap)) != 0)
+        return rc;
+    /* Read first: a change while the sources list is seen next time. */
+    snap->built_at = loom__tool_registry_generation(reg);
+    for (size_t i = 0; i < reg->len && rc == 0; i++)
+        rc = loom__tool_registry_share(snap, reg->items[i]);
+    for (size_t i = 0; i < reg->nsources && rc == 0; i++) {
+        const loom__tool_source *s = &reg->sources[i]->src;
+        rc = s->add(s->arg, snap, needed(reg->sources[i], names, n));
+    }
+    if (rc != 0) {
+        loom_tool_registry_free(snap);
+        return rc;
+    }
+    *out = snap;
+    return 0;
+}
+
+int loom_tool_registry_snapshot(loom_tool_registry **out,
+                                const loom_tool_registry *reg)
+{
+    if (!out)
+        return loom__error_set(LOOM_EINVALID, "out must not be NULL");
+    return loom__tool_registry_snapshot(out, reg, NULL, 0);
 }

@@ -2,7 +2,8 @@
  * Unit tests for the tool registry and the get_time built-in.
  *
  * Registry: order, lookup, removal, ownership (names copied, parameters
- * referenced, payload freed exactly once), name rules and duplicates.
+ * referenced, payload freed exactly once), name rules and duplicates;
+ * sources (tools that change) and the snapshots that take them.
  *
  * get_time: offsets are checked against glibc. glibc can only answer for
  * the zone in TZ, so these tests set TZ from the (single) test thread, and
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include "loom/tools.h"
+#include "tools/registry.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -306,6 +308,123 @@ static void test_registry_many_tools(void **state)
         }
     }
     loom_tool_registry_free(reg);
+}
+
+/* ---- registry sources */
+
+/* A source whose tools a test sets: tools of a registry of its own. */
+typedef struct {
+    loom_tool_registry *tools;
+    uint64_t gen;
+    int adds, waits, freed;
+} fake_source;
+
+static int fake_add(void *arg, loom_tool_registry *reg, int wait)
+{
+    fake_source *f = arg;
+
+    f->adds++;
+    f->waits += wait;
+    for (size_t i = 0; i < loom_tool_registry_count(f->tools); i++)
+        assert_int_equal(
+            loom__tool_registry_share(reg, loom_tool_registry_at(f->tools, i)),
+            0);
+    return 0;
+}
+
+static uint64_t fake_generation(void *arg)
+{
+    return ((fake_source *)arg)->gen;
+}
+
+static void fake_free(void *arg)
+{
+    ((fake_source *)arg)->freed++;
+}
+
+static void test_registry_sources(void **state)
+{
+    loom_tool_registry *reg = NULL, *snap = NULL, *snap2 = NULL, *copy = NULL;
+    fake_source f = {0};
+    loom__tool_source src = {0};
+    const char *names[] = {"fixed", "srv__*"};
+    const char *others[] = {"fixed"};
+    loom_tool t;
+
+    (void)state;
+    freed_count = 0;
+    assert_int_equal(loom_tool_registry_new(&reg), 0);
+    add_ok(reg, "fixed");
+    /* Without sources a registry is its own snapshot. */
+    assert_int_equal(loom_tool_registry_snapshot(&snap, reg), 0);
+    assert_ptr_equal(snap, reg);
+    loom_tool_registry_free(snap);
+
+    assert_int_equal(loom_tool_registry_new(&f.tools), 0);
+    t = make_tool("srv__a");
+    t.payload = malloc(4);
+    t.free_payload = count_free;
+    assert_int_equal(loom_tool_registry_add(f.tools, &t), 0);
+    src.add = fake_add;
+    src.generation = fake_generation;
+    src.free = fake_free;
+    src.arg = &f;
+    src.prefix = "srv__";
+    assert_int_equal(loom__tool_registry_add_source(reg, &src), 0);
+    /* Its names stand whether it offers them or not; others do not. */
+    assert_true(loom_tool_registry_claims(reg, "srv__a"));
+    assert_true(loom_tool_registry_claims(reg, "srv__b"));
+    assert_true(loom_tool_registry_claims(reg, "srv__*"));
+    assert_true(loom_tool_registry_claims(reg, "s*"));
+    assert_false(loom_tool_registry_claims(reg, "srv__"));
+    assert_false(loom_tool_registry_claims(reg, "srvx"));
+    assert_false(loom_tool_registry_claims(reg, "fixed"));
+    assert_null(loom_tool_registry_get(reg, "srv__a"));
+
+    f.gen = 3;
+    assert_int_equal(loom_tool_registry_snapshot(&snap, reg), 0);
+    assert_ptr_not_equal(snap, reg);
+    assert_int_equal(loom_tool_registry_count(snap), 2);
+    assert_string_equal(loom_tool_registry_at(snap, 0)->name, "fixed");
+    assert_ptr_equal(loom_tool_registry_get(snap, "fixed"),
+                     loom_tool_registry_get(reg, "fixed"));
+    assert_non_null(loom_tool_registry_get(snap, "srv__a"));
+    assert_int_equal(f.waits, 1);
+    assert_int_equal(loom__tool_registry_built_at(snap), 3);
+    assert_int_equal(loom__tool_registry_generation(reg), 3);
+
+    /* A run that names the source's tools waits for it; one that does
+     * not takes what there is. */
+    assert_int_equal(loom__tool_registry_snapshot(&snap2, reg, names, 2), 0);
+    assert_int_equal(f.waits, 2);
+    loom_tool_registry_free(snap2);
+    assert_int_equal(loom__tool_registry_snapshot(&snap2, reg, others, 1), 0);
+    assert_int_equal(f.waits, 2);
+    assert_int_equal(f.adds, 3);
+    loom_tool_registry_free(snap2);
+
+    /* The tools change: the old snapshot is out of date and keeps its
+     * tools until it goes. */
+    f.gen = 4;
+    assert_int_not_equal(loom__tool_registry_generation(reg),
+                         loom__tool_registry_built_at(snap));
+    loom_tool_registry_clear(f.tools);
+    assert_int_equal(freed_count, 0);
+    assert_non_null(loom_tool_registry_get(snap, "srv__a")->payload);
+    loom_tool_registry_free(snap);
+    assert_int_equal(freed_count, 1);
+
+    /* A copy carries the source; the last registry holding it frees it. */
+    assert_int_equal(loom_tool_registry_new(&copy), 0);
+    assert_int_equal(loom__tool_registry_carry_sources(copy, reg), 0);
+    assert_int_equal(loom__tool_registry_source_count(copy), 1);
+    assert_string_equal(loom__tool_registry_source_prefix(copy, 0), "srv__");
+    loom_tool_registry_free(reg);
+    assert_int_equal(f.freed, 0);
+    assert_true(loom_tool_registry_claims(copy, "srv__z"));
+    loom_tool_registry_free(copy);
+    assert_int_equal(f.freed, 1);
+    loom_tool_registry_free(f.tools);
 }
 
 static void test_registry_payload_freed_once(void **state)
@@ -1268,6 +1387,7 @@ int main(void)
         cmocka_unit_test(test_registry_clear),
         cmocka_unit_test(test_registry_many_tools),
         cmocka_unit_test(test_registry_payload_freed_once),
+        cmocka_unit_test(test_registry_sources),
         cmocka_unit_test(test_registry_parameters_refcount),
         cmocka_unit_test(test_get_time_registered),
         cmocka_unit_test(test_get_time_utc),
