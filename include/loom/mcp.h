@@ -255,9 +255,10 @@ json_t *loom_mcp_set_status(loom_mcp_set *set);
 /*
  * What the servers that loom_tools_add_mcp_with() makes are given before
  * they start: where their OAuth credentials live and who runs the
- * authorization-code step (each NULL: none). Both are copied into every
- * server; what they point to (their arg) must outlive the registry.
- * servers (NULL: none) gets every server made, whether it started or not.
+ * authorization-code step (each NULL: none), and when they start. Both are
+ * copied into every server; what they point to (their arg) must outlive the
+ * registry. servers (NULL: none) gets every server made, whether it started or
+ * not.
  */
 typedef struct {
     const loom_mcp_credentials *credentials;
@@ -265,6 +266,18 @@ typedef struct {
     loom_mcp_set *servers;
     /* loom_mcp_server_set_elicitation: the process has someone to ask. */
     int elicitation;
+    /*
+     * Non-zero: the servers start in the background and the call returns
+     * at once. Their tools are then not in the registry itself but in
+     * its snapshots (loom_tool_registry_snapshot, which a run takes): a
+     * snapshot waits for a server's first listing when its run names the
+     * server's tools (or offers every tool), lists them again after the
+     * server sent notifications/tools/list_changed, and tries a server
+     * that failed again (with the client's backoff). What loom serve and
+     * loom run do. 0: each server is started and listed before the call
+     * returns, and its tools are registered.
+     */
+    int background;
 } loom_mcp_setup;
 
 /* loom_tools_add_mcp() with setup (NULL: none). */

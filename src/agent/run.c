@@ -54,6 +54,7 @@
 #include "loom/buf.h"
 #include "loom/log.h"
 #include "loom/tokenizer.h"
+#include "tools/registry.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +102,9 @@ struct loom_run {
     loom_messages added; /* this run's messages only */
     loom_tool_def *defs; /* offered: server tools, then client tools */
     const loom_tool **offered; /* the server tools, defs[0..nserver) */
+    /* A snapshot of opts.tools (tools/registry.h): where the offered
+     * server tools come from, taken anew when its tools changed. */
+    loom_tool_registry *reg;
     size_t ndefs;
     size_t nserver;
     loom__toolset set;       /* a view of defs and offered for the tool turn */
@@ -452,11 +456,23 @@ static json_t *delta_json(const char *text, size_t len)
     return pk_done(&p);
 }
 
+/* Whether name is a pattern (`prefix*`). */
+static int is_pattern(const char *name)
+{
+    size_t n = strlen(name);
+
+    return n > 1 && name[n - 1] == '*';
+}
+
+/* Whether the agent's tool names take name, as itself or by a pattern. */
 static int find_tool_name(const loom_run_options *o, const char *name)
 {
-    for (size_t i = 0; i < o->tool_names_len; i++)
-        if (strcmp(o->tool_names[i], name) == 0)
+    for (size_t i = 0; i < o->tool_names_len; i++) {
+        const char *t = o->tool_names[i];
+        if (strcmp(t, name) == 0 ||
+            (is_pattern(t) && strncmp(t, name, strlen(t) - 1) == 0))
             return 1;
+    }
     return 0;
 }
 
@@ -513,16 +529,24 @@ static int offer_handoffs(loom_run *run)
 static int build_tools(loom_run *run)
 {
     const loom_run_options *o = &run->opts;
-    size_t n = o->tools ? loom_tool_registry_count(o->tools) : 0;
     loom_buf names = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    size_t n;
     int rc = 0;
 
+    loom_tool_registry_free(run->reg);
+    if ((rc = loom__tool_registry_snapshot(&run->reg, o->tools, o->tool_names,
+                                           o->tool_names_len)) != 0)
+        return rc;
+    n = run->reg ? loom_tool_registry_count(run->reg) : 0;
     run->loop_on[LOOM__LOOP_TODO] = o->planning != 0;
     run->loop_on[LOOM__LOOP_THINK] = o->think != 0;
-    /* Every name the agent lists must exist: a typo is a config error. */
+    /* Every name the agent lists must exist: a typo is a config error.
+     * A name (or pattern) of an MCP server started in the background
+     * stands even while the server offers no such tool. */
     for (size_t i = 0; o->tool_names && i < o->tool_names_len; i++) {
         int k;
-        if (o->tools && loom_tool_registry_get(o->tools, o->tool_names[i]))
+        if ((run->reg && loom_tool_registry_get(run->reg, o->tool_names[i])) ||
+            loom_tool_registry_claims(o->tools, o->tool_names[i]))
             continue;
         if ((k = loom__plan_tool_index(run->plan, o->tool_names[i])) >= 0) {
             run->loop_on[k] = 1;
@@ -545,7 +569,7 @@ static int build_tools(loom_run *run)
         return loom__error_oom();
     n -= loom__handoffs_count(run->handoffs);
     for (size_t i = 0; i < n; i++) {
-        const loom_tool *t = loom_tool_registry_at(o->tools, i);
+        const loom_tool *t = loom_tool_registry_at(run->reg, i);
         if (o->tool_names && !find_tool_name(o, t->name))
             continue;
         offer(run, t);
@@ -749,7 +773,7 @@ static int turn_open(loom_run *run)
     to.plan = run->plan;
     to.hooks = o->hooks;
     to.hooks_len = o->hooks_len;
-    to.registry = o->tools;
+    to.registry = run->reg;
     to.settings = o->tool_settings;
     to.cancel = &run->cancel;
     to.max_result = o->max_tool_result;
@@ -2251,6 +2275,47 @@ static void handoff_drop(loom_run *run)
 }
 
 /*
+ * Builds the offered tools again, from a new snapshot of the registry,
+ * for the run's options as they are now (a handoff's agent, or the same
+ * agent whose MCP tools changed). The tool turn's counts of failures in
+ * a row start over.
+ */
+static int rebuild_tools(loom_run *run)
+{
+    int rc;
+
+    free(run->defs);
+    free(run->offered);
+    free(run->available);
+    loom__handoffs_free(run->handoffs);
+    run->defs = NULL;
+    run->offered = NULL;
+    run->available = NULL;
+    run->handoffs = NULL;
+    run->ndefs = run->nserver = 0;
+    if ((rc = build_tools(run)) != 0)
+        return rc;
+    loom__toolturn_set_registry(run->turn, run->reg);
+    return loom__toolturn_retool(run->turn, run->opts.tool_concurrency,
+                                 run->opts.tool_timeout_ms);
+}
+
+/*
+ * Before a model call: when the tools of an MCP server started in the
+ * background changed (it said so, or it became available), the tools
+ * offered are built again.
+ */
+static int refresh_tools(loom_run *run)
+{
+    if (!loom__tool_registry_source_count(run->opts.tools) ||
+        loom__tool_registry_generation(run->opts.tools) ==
+            loom__tool_registry_built_at(run->reg))
+        return 0;
+    loom_debug("run %s: the MCP tools changed; offering them anew", run->id);
+    return rebuild_tools(run);
+}
+
+/*
  * The turn's results are in and a call of it handed over: the run
  * becomes run->next's agent (see loom_run_options.handoffs). What is
  * the run's own (id, conversation, sink, plan, citations, the stored
@@ -2274,23 +2339,11 @@ static int switch_agent(loom_run *run)
     }
     options_defaults(&n);
     run->opts = n;
-    free(run->defs);
-    free(run->offered);
-    free(run->available);
-    loom__handoffs_free(run->handoffs);
-    run->defs = NULL;
-    run->offered = NULL;
-    run->available = NULL;
-    run->handoffs = NULL;
-    run->ndefs = run->nserver = 0;
     run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
     run->choice.function = NULL;
     run->switched = 0;
     loom__toolturn_set_settings(run->turn, n.tool_settings);
-    if ((rc = build_tools(run)) != 0 ||
-        (rc = loom__toolturn_retool(run->turn, n.tool_concurrency,
-                                    n.tool_timeout_ms)) != 0 ||
-        (rc = handoff_system(run)) != 0)
+    if ((rc = rebuild_tools(run)) != 0 || (rc = handoff_system(run)) != 0)
         return rc;
     if (n.context.window > 0) {
         if ((rc = context_open(run)) != 0)
@@ -2936,6 +2989,8 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
     if (run->iterations > 0 &&
         !hook_yes(run, run->hooks ? run->hooks->should_continue : NULL))
         return stop_early(run, resp);
+    if ((rc = refresh_tools(run)) != 0)
+        return rc;
     if (last && run->iterations > 0 && run->ndefs && !*limit_injected) {
         *limit_injected = 1;
         if ((rc = no_calls(run, LOOM_NO_CALLS_LIMIT_REACHED, NULL, 0, NULL,
@@ -3222,6 +3277,7 @@ void loom_run_free(loom_run *run)
     free(run->conversation_id);
     free(run->defs);
     free(run->offered);
+    loom_tool_registry_free(run->reg);
     for (size_t i = 0; i < run->npending; i++)
         loom_tool_call_clear(&run->pending[i]);
     free(run->pending);

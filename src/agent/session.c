@@ -248,12 +248,14 @@ static int mcp_name(const loom_config *c, const loom_tool_registry *reg,
 }
 
 /* Whether an agent's tools entry names something: a registered tool, a
- * pattern matching one, or a name of a configured MCP server. */
+ * pattern matching one, or a name of a configured MCP server (one
+ * started in the background claims its names). */
 static int tool_entry_known(const loom_session *s, const char *name)
 {
     size_t n = loom_tool_registry_count(s->tools);
 
     if (loom_tool_registry_get(s->tools, name) ||
+        loom_tool_registry_claims(s->tools, name) ||
         mcp_name(s->cfg, s->tools, name))
         return 1;
     for (size_t i = 0; i < n; i++)
@@ -343,6 +345,9 @@ static int forward_tools(loom_session *s)
             return rc;
         }
     }
+    /* The MCP servers started in the background come along. */
+    if ((rc = loom__tool_registry_carry_sources(s->own_tools, s->tools)) != 0)
+        return rc;
     s->tools = s->own_tools;
     return 0;
 }
@@ -1121,6 +1126,7 @@ static int keep_memory_choice(const loom_turn *t,
 {
     const loom_tool_registry *reg = t->s->tools;
     size_t n = reg ? loom_tool_registry_count(reg) : 0, k = 0;
+    size_t nsrc = loom__tool_registry_source_count(reg);
     int hidden = 0;
 
     if (*names) {
@@ -1137,7 +1143,7 @@ static int keep_memory_choice(const loom_turn *t,
         hidden += !offered(t, agent, loom_tool_registry_at(reg, i)->name);
     if (!hidden)
         return 0;
-    if (!(*names = calloc(n + 1, sizeof(**names))))
+    if (!(*names = calloc(n + nsrc + 1, sizeof(**names))))
         return loom__error_oom();
     for (size_t i = 0; i < n; i++) {
         const char *name = loom_tool_registry_at(reg, i)->name;
@@ -1145,6 +1151,16 @@ static int keep_memory_choice(const loom_turn *t,
             continue;
         if (!((*names)[*len] = strdup(name)))
             return loom__error_oom();
+        (*len)++;
+    }
+    /* The tools of the MCP servers started in the background, by
+     * pattern: the run's snapshot has them. */
+    for (size_t i = 0; i < nsrc; i++) {
+        if (asprintf(&(*names)[*len], "%s*",
+                     loom__tool_registry_source_prefix(reg, i)) < 0) {
+            (*names)[*len] = NULL;
+            return loom__error_oom();
+        }
         (*len)++;
     }
     return 0;
@@ -1240,21 +1256,44 @@ static int add_tool_name(char **out, size_t *len, const char *name)
 }
 
 /*
+ * The part of pattern (`p*`) that falls to the source of prefix, as a
+ * pattern of its own that starts with prefix (`files__*` for `fi*`, or
+ * the pattern itself when it is narrower), into out (cap bytes); "" when
+ * it does not claim it.
+ */
+static void source_pattern(char *out, size_t cap, const char *pattern,
+                           const char *prefix)
+{
+    size_t n = strlen(pattern) - 1, p = strlen(prefix);
+
+    out[0] = '\0';
+    if (strncmp(pattern, prefix, n < p ? n : p) != 0)
+        return;
+    snprintf(out, cap, "%s", n < p ? prefix : pattern);
+    if (n < p)
+        snprintf(out + p, cap - p, "*");
+}
+
+/*
  * A turn's tool names (*out, *len_out; the caller frees them) from an agent's
  * list: a pattern (`files__*`) becomes the registered tools it matches,
  * and the name of an MCP server's tool that is not registered (its
  * server was not available at start) is left out, so the run goes on
- * without it.
+ * without it. For the MCP servers started in the background the names
+ * and patterns that are theirs stay as written (narrowed to the server's
+ * tools): the run matches them against its snapshot.
  */
 static int tool_names(const loom_session *s, char ***out, size_t *len_out,
                       const char *const *names, size_t n)
 {
     const loom_tool_registry *reg = s->tools;
     size_t nreg = reg ? loom_tool_registry_count(reg) : 0;
+    size_t nsrc = loom__tool_registry_source_count(reg);
+    char narrow[256];
     int rc = 0;
 
     /* One extra slot so an empty list is still a list. */
-    if (!(*out = calloc(n + nreg + 1, sizeof(**out))))
+    if (!(*out = calloc(n * (nsrc + 1) + nreg + 1, sizeof(**out))))
         return loom__error_oom();
     for (size_t i = 0; rc == 0 && i < n; i++) {
         size_t len = strlen(names[i]);
@@ -1264,7 +1303,14 @@ static int tool_names(const loom_session *s, char ***out, size_t *len_out,
                 if (pattern_match(names[i], tool))
                     rc = add_tool_name(*out, len_out, tool);
             }
+            for (size_t j = 0; rc == 0 && j < nsrc; j++) {
+                source_pattern(narrow, sizeof(narrow), names[i],
+                               loom__tool_registry_source_prefix(reg, j));
+                if (narrow[0])
+                    rc = add_tool_name(*out, len_out, narrow);
+            }
         } else if ((reg && loom_tool_registry_get(reg, names[i])) ||
+                   loom_tool_registry_claims(reg, names[i]) ||
                    !mcp_name(s->cfg, reg, names[i])) {
             rc = add_tool_name(*out, len_out, names[i]);
         }

@@ -335,6 +335,12 @@ void loom__toolturn_set_settings(loom__toolturn *t, const json_t *settings)
     t->o.settings = settings;
 }
 
+void loom__toolturn_set_registry(loom__toolturn *t,
+                                 const loom_tool_registry *registry)
+{
+    t->o.registry = registry;
+}
+
 int loom__toolturn_retool(loom__toolturn *t, int concurrency, long timeout_ms)
 {
     size_t nserver = t->o.tools->nserver;

@@ -151,6 +151,11 @@ int loom__toolturn_retool(loom__toolturn *t, int concurrency, long timeout_ms);
  * settings: a handoff's agent has its own tool_options. */
 void loom__toolturn_set_settings(loom__toolturn *t, const json_t *settings);
 
+/* Later calls take their tools from registry (borrowed): the tools were
+ * built again from a new snapshot (retool follows). */
+void loom__toolturn_set_registry(loom__toolturn *t,
+                                 const loom_tool_registry *registry);
+
 /* The calls' records and the documents seen; borrowed from t. */
 const json_t *loom__toolturn_records(const loom__toolturn *t);
 const json_t *loom__toolturn_documents(const loom__toolturn *t);

@@ -419,6 +419,8 @@ int cli_run(int argc, char **argv)
         ms_ready = 1;
         /* A form a server asks to fill in needs someone to ask. */
         ms.setup.elicitation = cli_has_terminal();
+        /* The run waits only for the servers its agent uses. */
+        ms.setup.background = 1;
         if (loom_tools_new_from_config_with(&tools, cfg, &ms.setup) != 0) {
             print_config_errors(cfg->path ? cfg->path : "environment",
                                 loom_error_last());

@@ -209,6 +209,9 @@ int cli_serve(int argc, char **argv)
     ms.setup.servers = mcp;
     /* Streamed runs forward MCP forms to their clients. */
     ms.setup.elicitation = 1;
+    /* loom starts at once: servers start beside it, runs wait for the
+     * ones they need. */
+    ms.setup.background = 1;
     if (loom_tools_new_from_config_with(&reg, cfg, &ms.setup) != 0) {
         fprintf(stderr, "loom serve: config: %s\n", loom_error_last());
         rc = CLI_USAGE;

@@ -119,14 +119,20 @@ static int get_model(srv_request *r)
     return srv_reply_json(r, 200, o);
 }
 
-/* GET /v1/tools: name, description and schema of every server tool. */
+/* GET /v1/tools: name, description and schema of every server tool (the
+ * MCP servers' as they are now: it waits for one still starting). */
 static int list_tools(srv_request *r)
 {
-    const loom_tool_registry *reg = srv_tools(r->srv);
+    loom_tool_registry *reg = NULL;
     json_t *data = json_array();
+    int rc;
 
     if (!data)
         return loom__error_oom();
+    if ((rc = loom_tool_registry_snapshot(&reg, srv_tools(r->srv))) != 0) {
+        json_decref(data);
+        return rc;
+    }
     for (size_t i = 0; i < loom_tool_registry_count(reg); i++) {
         const loom_tool *t = loom_tool_registry_at(reg, i);
         json_t *params = t->parameters
@@ -138,6 +144,7 @@ static int list_tools(srv_request *r)
                             t->name, "description", t->description,
                             "parameters", params));
     }
+    loom_tool_registry_free(reg);
     return srv_reply_json(r, 200, json_pack("{s:s,s:o}", "object", "list",
                                             "data", data));
 }

@@ -859,12 +859,20 @@ static int has_name(const char **names, size_t n, const char *name)
     return 0;
 }
 
+/* Whether reg has name, or an MCP server that reg gets in snapshots
+ * claims it (the run offers it when the server does). */
+static int known(const loom_tool_registry *reg, const char *name)
+{
+    return reg && (loom_tool_registry_get(reg, name) != NULL ||
+                   loom_tool_registry_claims(reg, name));
+}
+
 /* Whether loom offers its own tool called name (list when not all). */
 static int offered(const char *name, int all, const loom_tool_registry *reg,
                    const char **list, size_t n)
 {
     if (all)
-        return reg && loom_tool_registry_get(reg, name) != NULL;
+        return known(reg, name);
     return has_name(list, n, name);
 }
 
@@ -885,7 +893,7 @@ int loom__chat_server_tools(const char ***names, size_t *len, int *all,
     *all = agent_all;
     memset(err, 0, sizeof(*err));
     for (size_t i = 0; i < req->tool_names_len; i++) {
-        if (reg && loom_tool_registry_get(reg, req->tool_names[i]))
+        if (known(reg, req->tool_names[i]))
             continue;
         char *avail = reg ? loom_tool_registry_names(reg) : NULL;
         snprintf(param, sizeof(param), "tools[%zu]", req->tool_name_pos[i]);

@@ -110,6 +110,7 @@ struct loom_mcp_server {
     int starting;     /* a start under way: 1 the first, 2 a restart */
     long ntools;      /* tools offered at the last listing; -1 before */
     mcp_oauth *oauth; /* http only */
+    atomic_uint lists_changed; /* notifications/tools/list_changed seen */
 };
 
 /* ---- config copy ------------------------------------------------------- */
@@ -233,6 +234,7 @@ int loom_mcp_server_new(loom_mcp_server **out,
     if (!(s = calloc(1, sizeof(*s))))
         return loom__error_oom();
     atomic_init(&s->refs, 1);
+    atomic_init(&s->lists_changed, 0);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->start_mu, NULL);
@@ -413,7 +415,9 @@ void loom__mcp_lost(loom_mcp_server *s, unsigned gen, const char *why)
     pthread_mutex_lock(&s->mu);
     if (gen == s->gen && s->state == ST_READY) {
         s->state = ST_DOWN;
-        count_failure_locked(s);
+        /* A start under way counts its failure itself: once. */
+        if (!s->starting)
+            count_failure_locked(s);
         set_error_locked(s, why);
         loom_warn("mcp %s: %s", s->cfg.name, why);
     }
@@ -505,9 +509,17 @@ static void on_notification(loom_mcp_server *s, const char *method,
             break;
         }
         pthread_mutex_unlock(&s->mu);
+    } else if (strcmp(method, "notifications/tools/list_changed") == 0) {
+        loom_debug("mcp %s: its tools changed", s->cfg.name);
+        atomic_fetch_add(&s->lists_changed, 1);
     } else {
         loom_debug("mcp %s: notification %.100s", s->cfg.name, method);
     }
+}
+
+unsigned loom__mcp_lists_changed(loom_mcp_server *s)
+{
+    return atomic_load(&s->lists_changed);
 }
 
 /*

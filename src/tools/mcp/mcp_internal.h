@@ -64,6 +64,10 @@ struct curl_slist *loom__mcp_curl_headers(struct curl_slist *h,
 /* Takes one more reference to s (loom_mcp_server_free drops it). */
 void loom__mcp_ref(loom_mcp_server *s);
 
+/* How many notifications/tools/list_changed the server sent (any
+ * thread): a change means its tools should be listed again. */
+unsigned loom__mcp_lists_changed(loom_mcp_server *s);
+
 /* The server's config and name, for the transports. Borrowed. */
 const loom_mcp_server_config *loom__mcp_config(const loom_mcp_server *s);
 

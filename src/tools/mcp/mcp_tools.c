@@ -4,18 +4,26 @@
  *
  * Each registered tool's payload holds a reference to its server, so the
  * server lives as long as the registry (and any call still running on
- * it). The schema goes to the model as the server wrote it. A call's
- * failure (timeout, dead server, JSON-RPC error), a result with isError
- * and one that breaks the tool's outputSchema all fail the tool call with
- * the server's (or the check's) words, which the run shows the model as a
- * failed execution. Image content is described in the text, and for a
- * model that sees (loom_tool_ctx.images) also given as images.
+ * it). Servers are started and listed either before the registry is
+ * used (their tools are then in it), or, for loom serve and loom run, in
+ * the background: each server is then a source of the registry
+ * (tools/registry.h) whose tools a snapshot takes, waiting for the
+ * listing when its run needs them, listing again after the server said
+ * its list changed, and trying again after a failure. The schema goes to
+ * the model as the server wrote it. A call's failure (timeout, dead
+ * server, JSON-RPC error), a result with isError and one that breaks the
+ * tool's outputSchema all fail the tool call with the server's (or the
+ * check's) words, which the run shows the model as a failed execution.
+ * Image content is described in the text, and for a model that sees
+ * (loom_tool_ctx.images) also given as images.
  */
 #include "core/error.h"
 #include "loom/log.h"
 #include "tools/mcp/mcp_internal.h"
+#include "tools/registry.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -395,6 +403,194 @@ static int add_tool(loom_tool_registry *reg, loom_mcp_server *s,
     return 1;
 }
 
+/* ---- servers started in the background ---------------------------------- */
+
+/*
+ * One server as a source of a registry. Its tools are those of the last
+ * listing that succeeded, kept as a registry of their own whose tools
+ * snapshots share. A listing is due before the first success and after
+ * the server said its list changed; one at a time is made, by the
+ * background start or by a snapshot that needs the tools, and the
+ * others that need them wait for it. The registries holding the source
+ * own it: the last one out waits for the background start to end (it
+ * uses the setup's credentials and authorizer, which must outlive the
+ * registry) and frees it.
+ */
+typedef struct {
+    loom_mcp_server *server; /* a reference */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    loom_tool_registry *tools; /* the last listing's; NULL before one */
+    unsigned listed_at;        /* lists_changed when it began */
+    int listing;               /* a listing is under way */
+    unsigned attempts;         /* listings ended, succeeded or not */
+    atomic_uint appeared;      /* times tools came where there were none */
+    char prefix[NAME_MAX_LEN + 1];
+    pthread_t thread; /* the background start */
+    int started;      /* it runs, to be joined */
+} lazy;
+
+static void lazy_free(void *arg)
+{
+    lazy *l = arg;
+
+    if (!l)
+        return;
+    if (l->started)
+        pthread_join(l->thread, NULL);
+    loom_tool_registry_free(l->tools);
+    loom_mcp_server_free(l->server);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
+}
+
+/* Whether a listing is due. Under l->mu. */
+static int due(lazy *l)
+{
+    return !l->tools || loom__mcp_lists_changed(l->server) != l->listed_at;
+}
+
+/* Lists the server's tools into a registry of their own. Without l->mu. */
+static int list_tools(lazy *l, loom_tool_registry **out)
+{
+    json_t *defs = NULL;
+    const json_t *def;
+    size_t i, added = 0;
+    int rc;
+
+    *out = NULL;
+    if (loom_mcp_server_tools(l->server, &defs) != 0) {
+        loom_warn("mcp %s: not available, its tools are not offered: %s",
+                  loom_mcp_server_name(l->server), loom_error_last());
+        return 0;
+    }
+    if ((rc = loom_tool_registry_new(out)) != 0) {
+        json_decref(defs);
+        return rc;
+    }
+    json_array_foreach(defs, i, def)
+    {
+        int r = add_tool(*out, l->server, def);
+        if (r < 0) {
+            json_decref(defs);
+            loom_tool_registry_free(*out);
+            *out = NULL;
+            return r;
+        }
+        added += r > 0;
+    }
+    json_decref(defs);
+    loom_info("mcp %s: %zu tools offered", loom_mcp_server_name(l->server),
+              added);
+    return 0;
+}
+
+/*
+ * Makes the listing that is due, or waits for the one under way; one
+ * attempt at most, whatever its outcome (the next use tries again, and
+ * the client's backoff makes that quick while the server is down).
+ * Under l->mu, which it lets go meanwhile. LOOM_ENOMEM.
+ */
+static int refresh_locked(lazy *l)
+{
+    unsigned seen = l->attempts, changes;
+    loom_tool_registry *fresh = NULL;
+    int rc;
+
+    while (l->listing)
+        pthread_cond_wait(&l->cv, &l->mu);
+    if (l->attempts != seen || !due(l))
+        return 0;
+    l->listing = 1;
+    changes = loom__mcp_lists_changed(l->server);
+    pthread_mutex_unlock(&l->mu);
+    rc = list_tools(l, &fresh);
+    pthread_mutex_lock(&l->mu);
+    l->listing = 0;
+    l->attempts++;
+    if (fresh) {
+        if (!l->tools)
+            atomic_fetch_add(&l->appeared, 1);
+        loom_tool_registry_free(l->tools);
+        l->tools = fresh;
+        l->listed_at = changes;
+    }
+    pthread_cond_broadcast(&l->cv);
+    return rc;
+}
+
+static int lazy_add(void *arg, loom_tool_registry *reg, int wait)
+{
+    lazy *l = arg;
+    int rc = 0;
+
+    pthread_mutex_lock(&l->mu);
+    if (wait && due(l))
+        rc = refresh_locked(l);
+    for (size_t i = 0; rc == 0 && i < loom_tool_registry_count(l->tools); i++) {
+        rc = loom__tool_registry_share(reg, loom_tool_registry_at(l->tools, i));
+        /* A name a fixed tool has: that one is offered (as when the tools
+         * were listed at start, where a warning said so). */
+        if (rc == LOOM_EEXISTS)
+            rc = 0;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+static uint64_t lazy_generation(void *arg)
+{
+    lazy *l = arg;
+
+    return (uint64_t)loom__mcp_lists_changed(l->server) +
+           atomic_load(&l->appeared);
+}
+
+/* The background start: the first listing. */
+static void *lazy_main(void *arg)
+{
+    lazy *l = arg;
+
+    pthread_mutex_lock(&l->mu);
+    if (refresh_locked(l) != 0)
+        loom_warn("mcp %s: %s", loom_mcp_server_name(l->server),
+                  loom_error_last());
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* Makes s a source of reg and starts it in the background (takes a
+ * reference on s). LOOM_ENOMEM. */
+static int add_lazy(loom_tool_registry *reg, loom_mcp_server *s)
+{
+    lazy *l = calloc(1, sizeof(*l));
+    loom__tool_source src = {0};
+    int rc;
+
+    if (!l)
+        return loom__error_oom();
+    atomic_init(&l->appeared, 0);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    loom__mcp_ref(s);
+    l->server = s;
+    loom_mcp_tool_name(l->prefix, loom_mcp_server_name(s), "");
+    src.add = lazy_add;
+    src.generation = lazy_generation;
+    src.free = lazy_free;
+    src.arg = l;
+    src.prefix = l->prefix;
+    /* Without a thread it starts on first use instead. The source's
+     * last registry joins it (or lazy_free does, below). */
+    l->started = pthread_create(&l->thread, NULL, lazy_main, l) == 0;
+    if ((rc = loom__tool_registry_add_source(reg, &src)) != 0)
+        lazy_free(l);
+    return rc;
+}
+
+/* ---- servers started before use ----------------------------------------- */
+
 typedef struct {
     loom_mcp_server *server;
     json_t *tools;
@@ -442,6 +638,11 @@ int loom_tools_add_mcp_with(loom_tool_registry *reg, const loom_config *cfg,
             break;
         if (setup)
             loom_mcp_server_set_elicitation(ds[i].server, setup->elicitation);
+        if (setup && setup->background) {
+            if ((rc = add_lazy(reg, ds[i].server)) != 0)
+                break;
+            continue;
+        }
         ds[i].started =
             pthread_create(&ds[i].thread, NULL, discover_main, &ds[i]) == 0;
         if (!ds[i].started)
@@ -455,6 +656,10 @@ int loom_tools_add_mcp_with(loom_tool_registry *reg, const loom_config *cfg,
             pthread_join(ds[i].thread, NULL);
         if (!ds[i].server)
             continue;
+        if (setup && setup->background) {
+            loom_mcp_server_free(ds[i].server);
+            continue;
+        }
         if (!ds[i].tools)
             loom_warn("mcp %s: not available, its tools are not offered: %s",
                       cfg->mcp_servers[i].name, ds[i].error);
