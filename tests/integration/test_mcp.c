@@ -6,7 +6,9 @@
  * server that exits mid-call (the call fails at once, the next one
  * restarts it), an isError result, results mapped to text, results
  * checked against the tool's outputSchema, tool names,
- * and the tools offered through a registry.
+ * the tools offered through a registry, and servers started in the
+ * background (loom starts at once, a run waits for the servers it
+ * needs, a server that failed is tried again on its next use).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,10 +22,14 @@
 #include "loom/session.h"
 #include "loom/tools.h"
 #include "testutil.h"
+#include "tools/registry.h"
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* A stdio server config for the fake in mode (NULL: default). */
@@ -539,6 +545,206 @@ static void test_agent_tool_names(void **state)
     assert_int_equal(session_for("[other__*]"), LOOM_EINVALID);
 }
 
+/* ---- servers started in the background ---------------------------------- */
+
+/*
+ * A gate a gated server waits at before each start: start k of the
+ * server reads one word from the FIFO <path>.<k> (k counted in the file
+ * <path>.n); "go" starts the fake, anything else makes it exit 1. open()
+ * waits for the reader, so the k-th word goes to the k-th start.
+ */
+typedef struct {
+    char path[256];
+    char script[1200];
+    char *args[2];
+    char fifo[280];
+    const char *word;
+    int said;
+    pthread_t th;
+} gate;
+
+static void gate_init(gate *g, const char *name)
+{
+    char file[64], *path, p[300];
+    FILE *f;
+
+    memset(g, 0, sizeof(*g));
+    snprintf(file, sizeof(file), "mcp_gate_%s", name);
+    path = test_tmp_path(file);
+    assert_non_null(path);
+    snprintf(g->path, sizeof(g->path), "%s", path);
+    free(path);
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof(p), "%s.%d", g->path, k);
+        unlink(p);
+        assert_int_equal(mkfifo(p, 0600), 0);
+    }
+    snprintf(p, sizeof(p), "%s.n", g->path);
+    assert_non_null(f = fopen(p, "w"));
+    fputs("0\n", f);
+    fclose(f);
+    snprintf(g->script, sizeof(g->script),
+             "read n < '%s.n'; echo $((n + 1)) > '%s.n'; "
+             "read x < '%s.'$n && [ \"$x\" = go ] && exec '%s'",
+             g->path, g->path, g->path, LOOM_FAKE_MCP_BIN);
+    g->args[0] = "-c";
+    g->args[1] = g->script;
+}
+
+static void gate_free(gate *g)
+{
+    char p[300];
+
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof(p), "%s.%d", g->path, k);
+        unlink(p);
+    }
+    snprintf(p, sizeof(p), "%s.n", g->path);
+    unlink(p);
+}
+
+static void *gate_main(void *arg)
+{
+    gate *g = arg;
+    int fd = open(g->fifo, O_WRONLY);
+
+    if (fd >= 0) {
+        if (write(fd, g->word, strlen(g->word)) < 0 || write(fd, "\n", 1) < 0)
+            fprintf(stderr, "gate %s: write failed\n", g->fifo);
+        close(fd);
+    }
+    return NULL;
+}
+
+/* Says word to the next start of the gated server (on a thread). */
+static void gate_say(gate *g, const char *word)
+{
+    g->word = word;
+    snprintf(g->fifo, sizeof(g->fifo), "%s.%d", g->path, g->said++);
+    assert_int_equal(pthread_create(&g->th, NULL, gate_main, g), 0);
+}
+
+static void gate_said(gate *g)
+{
+    pthread_join(g->th, NULL);
+}
+
+static loom_mcp_server_config gated_config(gate *g, const char *name)
+{
+    loom_mcp_server_config c = {0};
+
+    gate_init(g, name);
+    c.name = (char *)name;
+    c.command = "/bin/sh";
+    c.args = g->args;
+    c.args_len = 2;
+    c.timeout_ms = 10000;
+    c.startup_timeout_ms = 10000;
+    return c;
+}
+
+/* Whether a snapshot of reg for names has tool. */
+static int snapshot_has(const loom_tool_registry *reg, const char *name,
+                        const char *tool)
+{
+    loom_tool_registry *snap = NULL;
+    const char *names[1] = {name};
+    int has;
+
+    assert_int_equal(loom__tool_registry_snapshot(&snap, reg, names, 1), 0);
+    has = loom_tool_registry_get(snap, tool) != NULL;
+    loom_tool_registry_free(snap);
+    return has;
+}
+
+/* The state of the server named name in set's status. */
+static char *state_of(loom_mcp_set *set, const char *name)
+{
+    json_t *all = loom_mcp_set_status(set), *v;
+    size_t i;
+    char *state = NULL;
+
+    json_array_foreach(all, i, v)
+    {
+        if (strcmp(json_string_value(json_object_get(v, "name")), name) == 0)
+            state = strdup(json_string_value(json_object_get(v, "state")));
+    }
+    json_decref(all);
+    return state;
+}
+
+static void test_background(void **state)
+{
+    gate slow, flaky;
+    loom_mcp_server_config servers[3];
+    loom_config cfg = {0};
+    loom_tool_registry *reg = NULL, *all = NULL;
+    loom_mcp_setup setup = {0};
+    char *st;
+    int has = 0;
+
+    (void)state;
+    servers[0] = gated_config(&slow, "slow");
+    servers[1] = gated_config(&flaky, "flaky");
+    servers[2] = fake_config(NULL);
+    servers[2].name = "broken";
+    servers[2].command = "/nonexistent/loom-mcp-server";
+    cfg.mcp_servers = servers;
+    cfg.mcp_servers_len = 3;
+    assert_int_equal(loom_mcp_set_new(&setup.servers), 0);
+    setup.background = 1;
+    /* Returns while both gated servers wait at their gates. */
+    assert_int_equal(loom_tools_new_from_config_with(&reg, &cfg, &setup), 0);
+    assert_null(loom_tool_registry_get(reg, "slow__echo"));
+    assert_true(loom_tool_registry_claims(reg, "slow__echo"));
+    assert_true(loom_tool_registry_claims(reg, "broken__read"));
+
+    /* A run that needs the slow server waits for it. */
+    gate_say(&slow, "go");
+    assert_true(snapshot_has(reg, "slow__*", "slow__echo"));
+    gate_said(&slow);
+
+    /* The flaky one fails its first start, and is tried again on its
+     * next use: the first snapshot may still find the failed start. */
+    gate_say(&flaky, "no");
+    gate_said(&flaky);
+    gate_say(&flaky, "go");
+    for (int i = 0; i < 2 && !has; i++)
+        has = snapshot_has(reg, "flaky__echo", "flaky__echo");
+    assert_true(has);
+    gate_said(&flaky);
+
+    /* A broken one adds nothing and fails nothing. */
+    assert_false(snapshot_has(reg, "broken__read", "broken__read"));
+    st = state_of(setup.servers, "broken");
+    assert_string_equal(st, "failed");
+    free(st);
+    st = state_of(setup.servers, "flaky");
+    assert_string_equal(st, "ready");
+    free(st);
+
+    assert_int_equal(loom_tool_registry_snapshot(&all, reg), 0);
+    assert_non_null(loom_tool_registry_get(all, "slow__echo"));
+    assert_non_null(loom_tool_registry_get(all, "flaky__echo"));
+    assert_non_null(loom_tool_registry_get(all, "get_time"));
+    /* The registry goes first; the snapshot's tools still work. */
+    loom_tool_registry_free(reg);
+    {
+        const loom_tool *t = loom_tool_registry_get(all, "slow__echo");
+        loom_buf out = LOOM_BUF_INIT(4096);
+        loom_tool_ctx ctx = {0};
+        json_t *args = json_pack("{s:s}", "x", "y");
+        assert_int_equal(t->execute(args, &ctx, &out, t->payload), 0);
+        assert_string_equal(loom_buf_cstr(&out), "{\"x\":\"y\"}");
+        json_decref(args);
+        loom_buf_free(&out);
+    }
+    loom_tool_registry_free(all);
+    loom_mcp_set_free(setup.servers);
+    gate_free(&slow);
+    gate_free(&flaky);
+}
+
 static void test_config_errors(void **state)
 {
     loom_config *cfg = NULL;
@@ -603,6 +809,7 @@ int main(void)
         cmocka_unit_test(test_progress),
         cmocka_unit_test(test_roots),
         cmocka_unit_test(test_agent_tool_names),
+        cmocka_unit_test(test_background),
         cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,8 +4,9 @@
  * never answers is cancelled at its timeout (notifications/cancelled,
  * its stream closed; in the 2026-07-28 era only the stream closed) and
  * the run goes on, a cancelled run cancels its
- * call, and the legacy HTTP+SSE transport (2024-11-05) lists and calls
- * tools and is told of cancellations the same way.
+ * call, the legacy HTTP+SSE transport (2024-11-05) lists and calls
+ * tools and is told of cancellations the same way, and a server started
+ * in the background whose list changes gives a run its new tools.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -480,6 +481,63 @@ static void test_readyz(void **state)
     fake_stop(&f);
 }
 
+/*
+ * A server started in the background: a run that offers its tools by
+ * pattern gets them, and after its `change` call (the server says its
+ * list changed, then answers) the next model call offers the new tool.
+ */
+static void test_list_changed(void **state)
+{
+    static const mock_answer a[] = {
+        {.calls = {{"c1", "web__change", "{}"}}, .ncalls = 1},
+        {.text = "done"}};
+    static const char *const names[] = {"web__*"};
+    loom_mcp_server_config servers[1];
+    loom_config *cfg = NULL;
+    loom_tool_registry *reg = NULL;
+    loom_mcp_setup setup = {0};
+    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
+    loom_messages hist = {0};
+    loom_run *run = NULL;
+    mock_provider m;
+    fake_http f;
+
+    (void)state;
+    fake_start(&f, NULL);
+    servers[0] = http_config(&f);
+    assert_int_equal(loom_config_load_string(&cfg, "{}", "t"), 0);
+    cfg->mcp_servers = servers;
+    cfg->mcp_servers_len = 1;
+    setup.background = 1;
+    assert_int_equal(loom_tools_new_from_config_with(&reg, cfg, &setup), 0);
+    cfg->mcp_servers = NULL;
+    cfg->mcp_servers_len = 0;
+    /* Its tools come in snapshots; its names stand meanwhile. */
+    assert_null(loom_tool_registry_get(reg, "web__echo"));
+    assert_true(loom_tool_registry_claims(reg, "web__echo"));
+    assert_true(loom_tool_registry_claims(reg, "web__*"));
+    assert_false(loom_tool_registry_claims(reg, "get_time"));
+    mock_init(&m, a, 2, 0);
+    ro.provider = &m.base;
+    ro.upstream_model = "m";
+    ro.tools = reg;
+    ro.tool_names = names;
+    ro.tool_names_len = 1;
+    assert_int_equal(loom_messages_add(&hist, LOOM_ROLE_USER, "go"), 0);
+    assert_int_equal(loom_run_new(&run, &ro, &hist), 0);
+    assert_int_equal(loom_run_execute(run), 0);
+    assert_string_equal(loom_run_text(run), "done");
+    assert_string_equal(m.seen[0].tools, "web__echo,web__hang,web__change");
+    assert_string_equal(m.seen[1].tools,
+                        "web__echo,web__hang,web__change,web__added");
+    loom_run_free(run);
+    loom_messages_free(&hist);
+    mock_clear(&m);
+    loom_tool_registry_free(reg);
+    loom_config_free(cfg);
+    fake_stop(&f);
+}
+
 static void test_config(void **state)
 {
     loom_config *cfg = NULL;
@@ -513,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_legacy_sse),
         cmocka_unit_test(test_legacy_stream_lost),
         cmocka_unit_test(test_readyz),
+        cmocka_unit_test(test_list_changed),
         cmocka_unit_test(test_config),
     };
     signal(SIGPIPE, SIG_IGN);

@@ -14,13 +14,14 @@
  *   echo    the arguments back as text
  *   hang    never answers (an event stream that stays open)
  *   change  adds the tool "added" and says so with
- *           notifications/tools/list_changed
+ *           notifications/tools/list_changed, sent before its answer on
+ *           the answer's own event stream (the legacy stream in --legacy
+ *           mode), so a client has it when the call returns
  *
  * Streamable HTTP (POST /mcp): initialize gives a session id; a request
  * with any other id gets 404. --expire-after N forgets the session after
  * N tools/call answers, so the next request gets 404. GET /mcp is the
- * listening stream (list_changed goes there); DELETE /mcp ends the
- * session.
+ * listening stream; DELETE /mcp ends the session.
  *
  * Legacy (--legacy): GET /sse opens the event stream, whose first event
  * is `endpoint` naming /messages?sessionId=...; each POST there is
@@ -122,10 +123,11 @@ static json_t *text_result(const char *text)
 }
 
 /*
- * The answer to request msg (NULL: none, or never: *hang set). Updates
- * the fake's state.
+ * The answer to request msg (NULL: none, or never: *hang set), and in
+ * *before a notification to send ahead of it (NULL: none). Updates the
+ * fake's state.
  */
-static json_t *handle(const json_t *msg, int *hang)
+static json_t *handle(const json_t *msg, int *hang, json_t **before)
 {
     const char *method = json_string_value(json_object_get(msg, "method"));
     const json_t *id = json_object_get(msg, "id");
@@ -134,6 +136,7 @@ static json_t *handle(const json_t *msg, int *hang)
     json_t *tools;
 
     *hang = 0;
+    *before = NULL;
     if (!method || !id)
         return NULL;
     if (strcmp(method, "initialize") == 0) {
@@ -170,8 +173,8 @@ static json_t *handle(const json_t *msg, int *hang)
             changed = 1;
         pthread_mutex_unlock(&mu);
         if (name && strcmp(name, "change") == 0)
-            push_msg(json_pack("{s:s,s:s}", "jsonrpc", "2.0", "method",
-                               "notifications/tools/list_changed"));
+            *before = json_pack("{s:s,s:s}", "jsonrpc", "2.0", "method",
+                                "notifications/tools/list_changed");
         return r;
     }
     if (strcmp(method, "ping") == 0)
@@ -325,6 +328,30 @@ static enum MHD_Result send_json(struct MHD_Connection *con, json_t *msg)
     return ret;
 }
 
+/* An answer as an event stream that ends: note (a notification), then
+ * msg. Takes both. */
+static enum MHD_Result send_events(struct MHD_Connection *con, json_t *note_msg,
+                                   json_t *msg)
+{
+    char *a = json_dumps(note_msg, JSON_COMPACT);
+    char *b = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    char *body = NULL;
+    enum MHD_Result ret = MHD_NO;
+
+    json_decref(note_msg);
+    json_decref(msg);
+    if (a && b &&
+        asprintf(&body,
+                 "event: message\ndata: %s\n\nevent: message\ndata: "
+                 "%s\n\n",
+                 a, b) >= 0)
+        ret = send_text(con, MHD_HTTP_OK, "text/event-stream", body, 1);
+    free(a);
+    free(b);
+    free(body);
+    return ret;
+}
+
 /* ---- requests ------------------------------------------------------------ */
 
 typedef struct {
@@ -349,7 +376,7 @@ static int session_ok(struct MHD_Connection *con)
 static enum MHD_Result on_post(struct MHD_Connection *con, json_t *msg)
 {
     const char *method = json_string_value(json_object_get(msg, "method"));
-    json_t *answer;
+    json_t *answer, *before;
     int hang;
 
     if (method && strcmp(method, "initialize") == 0) {
@@ -368,7 +395,9 @@ static enum MHD_Result on_post(struct MHD_Connection *con, json_t *msg)
         json_decref(msg);
         return send_text(con, MHD_HTTP_ACCEPTED, NULL, "", 1);
     }
-    answer = handle(msg, &hang);
+    answer = handle(msg, &hang, &before);
+    if (before)
+        return send_events(con, before, answer);
     if (hang) {
         long long id = json_integer_value(json_object_get(msg, "id"));
         json_decref(msg);
@@ -390,7 +419,7 @@ static enum MHD_Result on_legacy_post(struct MHD_Connection *con, json_t *msg)
 {
     const char *sid =
         MHD_lookup_connection_value(con, MHD_GET_ARGUMENT_KIND, "sessionId");
-    json_t *answer;
+    json_t *answer, *before;
     int hang;
 
     pthread_mutex_lock(&mu);
@@ -403,8 +432,11 @@ static enum MHD_Result on_legacy_post(struct MHD_Connection *con, json_t *msg)
     }
     if (!json_object_get(msg, "id"))
         on_note(msg);
-    else if ((answer = handle(msg, &hang)) != NULL)
+    else if ((answer = handle(msg, &hang, &before)) != NULL) {
+        if (before)
+            push_msg(before);
         push_msg(answer);
+    }
     json_decref(msg);
     return send_text(con, MHD_HTTP_ACCEPTED, "text/plain", "Accepted", 0);
 }
