@@ -14,6 +14,7 @@
  * terminal the command says so and exits 1 (no report was written).
  */
 #include "cli/cli.h"
+#include "cli/clean.h"
 #include "cli/research_view.h"
 #include "core/clock.h"
 
@@ -160,7 +161,7 @@ static ssize_t log_write(void *cookie, const char *buf, size_t size)
 
     if (!raw)
         return (ssize_t)size;
-    text = research_view_clean(raw, RV_KEEP_NL);
+    text = cli_clean(raw, CLI_KEEP_NL);
     free(raw);
     if (!text)
         return (ssize_t)size;
@@ -374,7 +375,7 @@ static int write_report(const char *path, const char *report)
 {
     FILE *f = path ? fopen(path, "w") : stdout;
     char *clean = !path && isatty(STDOUT_FILENO)
-                      ? research_view_clean(report, RV_KEEP_NL | RV_KEEP_TAB)
+                      ? cli_clean(report, CLI_KEEP_NL | CLI_KEEP_TAB)
                       : NULL;
     const char *text = clean ? clean : report;
     size_t n = strlen(text);
@@ -409,7 +410,7 @@ static int write_report(const char *path, const char *report)
  */
 static char *ask(const char *text)
 {
-    char line[ANSWER_MAX], *question = research_view_clean(text, RV_KEEP_NL);
+    char line[ANSWER_MAX], *question = cli_clean(text, CLI_KEEP_NL);
     size_t n;
 
     if (!question)

@@ -3,10 +3,11 @@
  * renderings: a redrawable screen region for a terminal and plain
  * progress lines otherwise (research_view.h). Text from outside (the
  * plan, tasks, errors) is cleaned once, when it enters the state, so
- * both renderings only ever print what research_view_clean() let
+ * both renderings only ever print what cli_clean() let
  * through.
  */
 #include "cli/research_view.h"
+#include "cli/clean.h"
 
 #include "core/utf8.h"
 
@@ -44,56 +45,6 @@ void research_view_free(research_view *v)
     memset(v, 0, sizeof(*v));
 }
 
-/* The length of the escape sequence at s[0] == ESC (at least 1): CSI up
- * to its final byte, OSC, DCS, SOS, PM and APC up to BEL or ST, any other
- * ESC with the byte after it. A sequence cut off by the end is whole. */
-static size_t escape_len(const unsigned char *s)
-{
-    size_t i = 1;
-
-    if (s[1] == '[') {
-        for (i = 2; s[i] && (s[i] < 0x40 || s[i] > 0x7e); i++)
-            ;
-        return s[i] ? i + 1 : i;
-    }
-    if (s[1] == ']' || s[1] == 'P' || s[1] == 'X' || s[1] == '^' ||
-        s[1] == '_') {
-        for (i = 2; s[i] && s[i] != 0x07; i++)
-            if (s[i] == 0x1b && s[i + 1] == '\\')
-                return i + 2;
-        return s[i] ? i + 1 : i;
-    }
-    return s[1] ? 2 : 1;
-}
-
-char *research_view_clean(const char *s, int flags)
-{
-    const unsigned char *p = (const unsigned char *)(s ? s : "");
-    char *out = malloc(strlen((const char *)p) + 1);
-    size_t n = 0;
-
-    if (!out)
-        return NULL;
-    while (*p) {
-        int kept = (*p == '\n' && (flags & RV_KEEP_NL)) ||
-                   (*p == '\t' && (flags & RV_KEEP_TAB));
-        if (*p == 0x1b) {
-            p += escape_len(p);
-        } else if (!kept && (*p == '\t' || *p == '\n')) {
-            out[n++] = ' ';
-            p++;
-        } else if (!kept && (*p < 0x20 || *p == 0x7f)) {
-            p++;
-        } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
-            p += 2; /* a C1 control, U+0080..U+009F */
-        } else {
-            out[n++] = (char)*p++;
-        }
-    }
-    out[n] = '\0';
-    return out;
-}
-
 /* The researcher of the research_agent call id (1-based), or 0. */
 static size_t researcher_of(const research_view *v, const char *call_id)
 {
@@ -118,7 +69,7 @@ static rv_change researcher_started(research_view *v, const loom_event *ev,
     r = &rs[v->nrs];
     memset(r, 0, sizeof(*r));
     r->call_id = strdup(str(ev->data, "id"));
-    r->task = research_view_clean(task, 0);
+    r->task = cli_clean(task, 0);
     if (!r->call_id || !r->task) {
         free(r->call_id);
         free(r->task);
@@ -146,7 +97,7 @@ static rv_change researcher_ended(research_view *v, const loom_event *ev)
     } else {
         r->status = RV_FAILED;
         free(r->error);
-        r->error = research_view_clean(str(ev->data, "error"), 0);
+        r->error = cli_clean(str(ev->data, "error"), 0);
     }
     v->last = k;
     return RV_ENDED;
@@ -169,7 +120,7 @@ static rv_change add_usage(research_view *v, const json_t *u)
 
 static rv_change add_plan(research_view *v, const char *delta)
 {
-    char *d = research_view_clean(delta, RV_KEEP_NL), *plan;
+    char *d = cli_clean(delta, CLI_KEEP_NL), *plan;
     size_t n = d ? strlen(d) : 0;
 
     if (!n || !(plan = realloc(v->plan, v->plan_len + n + 1))) {
@@ -198,7 +149,7 @@ static rv_change ended(research_view *v, const loom_event *ev)
         return RV_COMPLETED;
     }
     free(v->reason);
-    v->reason = research_view_clean(str(ev->data, "report_reason"), 0);
+    v->reason = cli_clean(str(ev->data, "report_reason"), 0);
     v->cycles_done = (long)json_integer_value(json_object_get(r, "cycles"));
     v->researchers =
         (long)json_integer_value(json_object_get(r, "researchers"));

@@ -8,7 +8,7 @@
  * research_view_plain() prints one plain line per change, as it happens.
  *
  * Everything that came from outside (the plan, tasks, errors: model
- * output) is stored cleaned by research_view_clean(): no control
+ * output) is stored cleaned by cli_clean() (clean.h): no control
  * character or escape sequence of it reaches the terminal.
  *
  * Not thread-safe: the caller serialises research_view_apply() and the
@@ -86,16 +86,6 @@ void research_view_free(research_view *v);
  */
 rv_change research_view_apply(research_view *v, const loom_event *ev,
                               int64_t now_ms);
-
-/*
- * s with every control character and escape sequence removed (CSI, OSC
- * and the other string sequences whole, C1 controls too); a newline and
- * a tab become a space unless flags keep them (RV_KEEP_NL, RV_KEEP_TAB).
- * A new string (caller frees); NULL when out of memory.
- */
-#define RV_KEEP_NL 1
-#define RV_KEEP_TAB 2
-char *research_view_clean(const char *s, int flags);
 
 /*
  * The view as lines for a terminal cols wide and at most rows lines: a

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "cli/clean.h"
 #include "cli/research_view.h"
 
 #include <stdlib.h>
@@ -85,17 +86,17 @@ static void test_clean(void **state)
     char *s;
 
     (void)state;
-    s = research_view_clean("a\x1b[2Jb\x1b]0;title\x07"
+    s = cli_clean("a\x1b[2Jb\x1b]0;title\x07"
                             "c\x1b]8;;http://x\x1b\\d\x1b"
                             "7e\r\x7f\x01\tf\ng\xc2\x9b"
                             "h\xc3\xa9",
                             0);
     assert_string_equal(s, "abcde f gh\xc3\xa9");
     free(s);
-    s = research_view_clean("1.\tA\n2. B\x1b[", RV_KEEP_NL | RV_KEEP_TAB);
+    s = cli_clean("1.\tA\n2. B\x1b[", CLI_KEEP_NL | CLI_KEEP_TAB);
     assert_string_equal(s, "1.\tA\n2. B");
     free(s);
-    s = research_view_clean("x\x1b", 0); /* cut off by the end */
+    s = cli_clean("x\x1b", 0); /* cut off by the end */
     assert_string_equal(s, "x");
     free(s);
 }
