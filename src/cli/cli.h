@@ -25,6 +25,8 @@ int cli_tokens(int argc, char **argv);
 int cli_mcp(int argc, char **argv);
 int cli_keys(int argc, char **argv);
 int cli_research(int argc, char **argv);
+int cli_chat(int argc, char **argv);
+int cli_conversations(int argc, char **argv);
 
 /*
  * Loads the config: path (may be NULL: $LOOM_CONFIG, else the environment
@@ -81,6 +83,18 @@ typedef struct {
      * the turn to answer, and --approve-all. */
     loom_turn *turn;
     int approve_all;
+    /* stdout is a terminal: the answer is cleaned of control characters
+     * and escape sequences (clean.h) before it is written. */
+    int clean;
+    /*
+     * `loom chat` on a terminal: reasoning shown dimmed, the plan and the
+     * answer's sources shown; spin (may be NULL): tools that run are
+     * shown on its line instead of a line each as they start.
+     */
+    int chat;
+    struct cli_spinner *spin;
+    int reasoning; /* the last text written was reasoning */
+    int cited;     /* sources shown so far */
 } cli_printer;
 
 int cli_printer_emit(const loom_event *ev, void *payload);
@@ -90,7 +104,7 @@ int cli_printer_emit(const loom_event *ev, void *payload);
 int cli_has_terminal(void);
 
 /* A printer for --json (json) and --approve-all (approve_all), its
- * terminal settings from stderr and $NO_COLOR. */
+ * terminal settings from stderr, stdout and $NO_COLOR. */
 void cli_printer_init(cli_printer *p, int json, int approve_all);
 
 /*
@@ -100,5 +114,25 @@ void cli_printer_init(cli_printer *p, int json, int approve_all);
  * failure or cancellation is said on stderr unless p->json.
  */
 int cli_turn_execute(loom_turn *turn, cli_printer *p);
+
+/*
+ * Opens the store at db, else cfg's server.db (what `loom serve` uses),
+ * or says why not ("loom <cmd>: ...") and returns CLI_FAILED.
+ */
+int cli_open_store(loom_store **out, const loom_config *cfg, const char *db,
+                   const char *cmd);
+
+/*
+ * A research turn (to: its options, agent a research agent; its sink
+ * and research settings are set here, no clarifying question) with the
+ * progress of `loom research` on stderr (redrawn in place on a terminal,
+ * the log written above it with log_level and log_format) and the report
+ * on stdout (cleaned on a terminal). Ctrl-C cancels it as
+ * cli_turn_execute does. *out (caller frees) is the turn once made.
+ * Returns a CLI_* code.
+ */
+int cli_research_turn(loom_session *session, loom_turn_options *to,
+                      const char *log_level, const char *log_format,
+                      loom_turn **out);
 
 #endif

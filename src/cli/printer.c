@@ -8,7 +8,10 @@
  * sink, before the run waits; so is a form an MCP server asks to fill in
  * (mcp.elicitation), one prompt per field.
  */
+#include "cli/clean.h"
 #include "cli/cli.h"
+#include "cli/spinner.h"
+#include "core/utf8.h"
 #include "loom/session.h"
 
 #include <stdio.h>
@@ -19,15 +22,18 @@
 #define ARGS_SHOWN 120
 #define OUTPUT_SHOWN 160
 
-/* Prints s on one line, at most max bytes, with newlines flattened. */
+/* Prints s on one line, at most max bytes (no half character), with
+ * newlines flattened and no control character or escape sequence. */
 static void print_short(FILE *f, const char *s, size_t max)
 {
-    size_t n = 0;
+    char *c = cli_clean(s, 0);
+    size_t n = c ? strlen(c) : 0, cut = loom__utf8_cut(c, n, max);
 
-    for (; s && *s && n < max; s++, n++)
-        fputc(*s == '\n' || *s == '\r' ? ' ' : *s, f);
-    if (s && *s)
+    if (c)
+        fwrite(c, 1, cut, f);
+    if (cut < n)
         fputs("...", f);
+    free(c);
 }
 
 static const char *str(const json_t *data, const char *key)
@@ -62,6 +68,34 @@ static const char *lead(const loom_event *ev, char *buf, size_t size)
     return buf;
 }
 
+/*
+ * A tool of the run (or of a sub-agent, in: its lead) starts or ends on
+ * the spinner: it shows "name args" while the call runs.
+ */
+static void spin_tool(cli_printer *p, const loom_event *ev, const char *in)
+{
+    char key[2 * LOOM_ID_MAX + 2], *label = NULL, *args;
+    size_t len = 0;
+    FILE *f;
+
+    snprintf(key, sizeof(key), "%s/%s", ev->run_id ? ev->run_id : "",
+             str(ev->data, "id"));
+    if (ev->type != LOOM_EV_TOOL_STARTED) {
+        cli_spinner_remove(p->spin, key);
+        return;
+    }
+    args = json_dumps(json_object_get(ev->data, "arguments"),
+                      JSON_COMPACT | JSON_ENCODE_ANY);
+    if ((f = open_memstream(&label, &len)) != NULL) {
+        fprintf(f, "%s%s ", in, str(ev->data, "name"));
+        print_short(f, args, ARGS_SHOWN);
+        if (fclose(f) == 0)
+            cli_spinner_add(p->spin, key, label);
+    }
+    free(label);
+    free(args);
+}
+
 static void tool_line(cli_printer *p, const loom_event *ev)
 {
     const char *name = str(ev->data, "name");
@@ -71,6 +105,11 @@ static void tool_line(cli_printer *p, const loom_event *ev)
     char buf[96];
     const char *in = lead(ev, buf, sizeof(buf));
 
+    if (p->spin) {
+        spin_tool(p, ev, in);
+        if (ev->type == LOOM_EV_TOOL_STARTED)
+            return;
+    }
     end_text_line(p);
     switch (ev->type) {
     case LOOM_EV_TOOL_STARTED: {
@@ -345,10 +384,115 @@ static void ask_approval(cli_printer *p, const loom_event *ev)
                 loom_error_last());
 }
 
+/* Writes an answer's (or, dimmed, reasoning's) text to stdout: cleaned
+ * on a terminal. */
+static void put_text(cli_printer *p, const char *text, size_t n, int dim)
+{
+    char *c = p->clean ? cli_clean(text, CLI_KEEP_NL | CLI_KEEP_TAB) : NULL;
+
+    if (p->clean && !c)
+        return;
+    if (c) {
+        text = c;
+        n = strlen(c);
+    }
+    if (n) {
+        if (dim && p->color)
+            fputs("\033[2m", stdout);
+        fwrite(text, 1, n, stdout);
+        if (dim && p->color)
+            fputs("\033[0m", stdout);
+        fflush(stdout);
+        p->wrote_text = 1;
+        p->ended_nl = text[n - 1] == '\n';
+    }
+    free(c);
+}
+
+/* The plan the model saved (plan.updated), on stderr: its goal, then a
+ * line per task with a mark for its status. */
+static void plan_lines(cli_printer *p, const loom_event *ev)
+{
+    const json_t *plan = json_object_get(ev->data, "plan"), *t;
+    const char *on = p->color ? "\033[2m" : "",
+               *off = p->color ? "\033[0m" : "";
+    size_t i;
+
+    end_text_line(p);
+    fprintf(stderr, "%splan: ", on);
+    print_short(stderr, str(plan, "goal"), OUTPUT_SHOWN);
+    fprintf(stderr, "%s\n", off);
+    json_array_foreach(json_object_get(plan, "tasks"), i, t)
+    {
+        const char *st = str(t, "status");
+        fprintf(stderr, "%s  [%s] ", on,
+                !strcmp(st, "completed")     ? "x"
+                : !strcmp(st, "in_progress") ? ">"
+                : !strcmp(st, "failed")      ? "!"
+                : !strcmp(st, "blocked")     ? "-"
+                                             : " ");
+        print_short(stderr, str(t, "description"), OUTPUT_SHOWN);
+        fprintf(stderr, "%s\n", off);
+    }
+    fflush(stderr);
+}
+
+/* A source the answer cites (citation), under the answer on stdout. */
+static void citation_line(cli_printer *p, const loom_event *ev)
+{
+    const char *title = str(ev->data, "title"), *url = str(ev->data, "url");
+
+    end_text_line(p);
+    if (!p->cited++)
+        fputs("sources:\n", stdout);
+    printf("  [%lld] ",
+           (long long)json_integer_value(json_object_get(ev->data, "number")));
+    print_short(stdout, *title ? title : url, OUTPUT_SHOWN);
+    if (*title && *url) {
+        fputs(" - ", stdout);
+        print_short(stdout, url, OUTPUT_SHOWN);
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+/* Whether ev shows nothing with p (the spinner's line then stays). */
+static int silent(const cli_printer *p, const loom_event *ev)
+{
+    switch (ev->type) {
+    case LOOM_EV_MESSAGE_DELTA:
+    case LOOM_EV_REASONING_DELTA:
+    case LOOM_EV_PLAN_UPDATED:
+    case LOOM_EV_CITATION:
+        return p->json ? 0 : loom_event_depth(ev) > 0;
+    case LOOM_EV_USAGE:
+    case LOOM_EV_TOOL_METRIC:
+    case LOOM_EV_CONTEXT:
+    case LOOM_EV_TOOL_PROGRESS:
+    case LOOM_EV_TOOL_DELTA:
+        return !p->json;
+    default:
+        return 0;
+    }
+}
+
+static int emit(const loom_event *ev, cli_printer *p);
+
 int cli_printer_emit(const loom_event *ev, void *payload)
 {
     cli_printer *p = payload;
+    int rc;
 
+    if (!p->spin || silent(p, ev))
+        return emit(ev, p);
+    cli_spinner_hold(p->spin);
+    rc = emit(ev, p);
+    cli_spinner_release(p->spin);
+    return rc;
+}
+
+static int emit(const loom_event *ev, cli_printer *p)
+{
     if (ev->type == LOOM_EV_APPROVAL_REQUIRED && p->turn) {
         if (p->json)
             print_json(ev);
@@ -379,17 +523,27 @@ int cli_printer_emit(const loom_event *ev, void *payload)
         return 0;
     }
     switch (ev->type) {
-    case LOOM_EV_MESSAGE_DELTA: {
+    case LOOM_EV_MESSAGE_DELTA:
+    case LOOM_EV_REASONING_DELTA: {
         json_t *d = json_object_get(ev->data, "delta");
-        size_t n = json_string_length(d);
-        if (n) {
-            fwrite(json_string_value(d), 1, n, stdout);
-            fflush(stdout);
-            p->wrote_text = 1;
-            p->ended_nl = json_string_value(d)[n - 1] == '\n';
-        }
+        int reasoning = ev->type == LOOM_EV_REASONING_DELTA;
+        if (!json_string_length(d) || (reasoning && !p->chat))
+            break;
+        /* The answer starts on a line of its own under the reasoning. */
+        if (p->reasoning != reasoning)
+            end_text_line(p);
+        p->reasoning = reasoning;
+        put_text(p, json_string_value(d), json_string_length(d), reasoning);
         break;
     }
+    case LOOM_EV_PLAN_UPDATED:
+        if (p->chat)
+            plan_lines(p, ev);
+        break;
+    case LOOM_EV_CITATION:
+        if (p->chat)
+            citation_line(p, ev);
+        break;
     case LOOM_EV_TOOL_STARTED:
         if (p->tty)
             tool_line(p, ev);

@@ -334,6 +334,7 @@ void cli_printer_init(cli_printer *p, int json, int approve_all)
     p->color = p->tty && !getenv("NO_COLOR");
     p->ended_nl = 1;
     p->approve_all = approve_all;
+    p->clean = isatty(STDOUT_FILENO);
 }
 
 int cli_turn_execute(loom_turn *turn, cli_printer *p)
@@ -342,6 +343,7 @@ int cli_turn_execute(loom_turn *turn, cli_printer *p)
     int rc;
 
     p->turn = turn;
+    interrupts = 0;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
@@ -359,7 +361,7 @@ int cli_turn_execute(loom_turn *turn, cli_printer *p)
         return CLI_OK;
     if (loom_turn_status(turn) == LOOM_RUN_CANCELLED) {
         if (!p->json)
-            fprintf(stderr, "loom: run cancelled\n");
+            fputs(p->chat ? "[stopped]\n" : "loom: run cancelled\n", stderr);
         return interrupts ? CLI_INTERRUPTED : CLI_FAILED;
     }
     if (!p->json)
