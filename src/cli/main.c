@@ -18,6 +18,8 @@ static const char usage[] =
     "commands:\n"
     "  run \"question\"       run an agent once and print its answer\n"
     "  research \"question\"  research a question: a cited report\n"
+    "  chat                 chat on the terminal; conversations are kept\n"
+    "  conversations        list the stored conversations\n"
     "  serve                serve the HTTP API (OpenAI-compatible and "
     "native)\n"
     "  config check FILE    validate a config file without running\n"
@@ -70,6 +72,10 @@ int main(int argc, char **argv)
         return cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "research"))
         return cli_research(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat"))
+        return cli_chat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "conversations"))
+        return cli_conversations(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve"))
         return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "config"))

@@ -573,3 +573,50 @@ done:
     free(a.question);
     return rc;
 }
+
+int cli_research_turn(loom_session *session, loom_turn_options *to,
+                      const char *log_level, const char *log_format,
+                      loom_turn **out)
+{
+    const loom_config *cfg = loom_session_config(session);
+    json_t *overrides = json_pack("{s:b}", "clarify", 0);
+    FILE *log = NULL;
+    progress g;
+    int rc;
+
+    *out = NULL;
+    memset(&g, 0, sizeof(g));
+    if (!overrides)
+        return CLI_FAILED;
+    cli_printer_init(&g.p, 0, 0);
+    research_view_init(&g.v, loom__mono_ms());
+    to->research = overrides;
+    to->sink.emit = emit;
+    to->sink.payload = &g;
+    if (loom_turn_new(out, session, to) != 0) {
+        fprintf(stderr, "loom: research: %s\n", loom_error_last());
+        rc = CLI_FAILED;
+        goto done;
+    }
+    if ((g.live = can_redraw())) {
+        start_ticker(&g);
+        if ((log = log_stream(&g)))
+            cli_setup_log_to(log, cfg, log_level, log_format);
+    }
+    rc = cli_turn_execute(*out, &g.p);
+    if (log) {
+        cli_setup_log(cfg, log_level, log_format);
+        fclose(log);
+    }
+    if (g.live)
+        stop_ticker(&g);
+    if (rc == CLI_OK)
+        rc = write_report(NULL, loom_run_text(loom_turn_run(*out)));
+done:
+    to->research = NULL;
+    to->sink.emit = NULL;
+    to->sink.payload = NULL;
+    research_view_free(&g.v);
+    json_decref(overrides);
+    return rc;
+}
