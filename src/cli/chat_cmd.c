@@ -471,7 +471,7 @@ static void banner(const chat *c)
         fputs("loom chat: new conversation", stderr);
     }
     loom_conversation_info_clear(&info);
-    fprintf(stderr, ", agent %s, model %s; /help for commands, Ctrl-D to "
+    fprintf(stderr, ", agent %s, model %s\n/help for commands, Ctrl-D to "
                     "leave\n",
             c->agent ? c->agent : "(default)", current_model(c));
 }

@@ -106,6 +106,8 @@ static void tool_line(cli_printer *p, const loom_event *ev)
     const char *in = lead(ev, buf, sizeof(buf));
 
     if (p->spin) {
+        /* The spinner's line goes under the text, not over it. */
+        end_text_line(p);
         spin_tool(p, ev, in);
         if (ev->type == LOOM_EV_TOOL_STARTED)
             return;

@@ -16,7 +16,7 @@ CHAT_SCRIPT='{"rules":[
  {"match":{"last_message":"beta question","any_message":"Alpha answer."},"loop":true,"responses":[
    {"text":["Beta answer, ","after alpha."],"usage":{"prompt_tokens":200,"completion_tokens":7,"total_tokens":207}}]},
  {"match":{"last_message":"slow question"},"loop":true,"responses":[
-   {"text":["Slow start"],"hang":true,"hang_after_chunks":1}]},
+   {"text":["Slow start"],"hang":true,"hang_after_chunks":2}]},
  {"match":{"last_message":"gamma question"},"loop":true,"responses":[
    {"text":["Gamma answer."],"usage":{"prompt_tokens":300,"completion_tokens":3,"total_tokens":303}}]},
  {"match":{"last_message":"delta question","any_message":"Gamma answer."},"loop":true,"responses":[
