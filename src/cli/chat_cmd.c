@@ -21,8 +21,8 @@
 #include "cli/cli.h"
 #include "cli/mcp_store.h"
 #include "cli/spinner.h"
-#include "loom/session.h"
 #include "loom/memory.h"
+#include "loom/session.h"
 #include "loom/store.h"
 #include "loom/tools.h"
 
@@ -129,16 +129,36 @@ static int parse_args(chat_args *a, int argc, char **argv)
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":c:a:m:d:C:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': a->config = optarg; break;
-        case 'a': a->agent = optarg; break;
-        case 'm': a->model = optarg; break;
-        case 'd': a->db = optarg; break;
-        case 'C': a->conversation = optarg; break;
-        case 'R': a->cont = 1; break;
-        case 'U': a->user = optarg; break;
-        case 'A': a->approve_all = 1; break;
-        case 'L': a->log_level = optarg; break;
-        case 'F': a->log_format = optarg; break;
+        case 'c':
+            a->config = optarg;
+            break;
+        case 'a':
+            a->agent = optarg;
+            break;
+        case 'm':
+            a->model = optarg;
+            break;
+        case 'd':
+            a->db = optarg;
+            break;
+        case 'C':
+            a->conversation = optarg;
+            break;
+        case 'R':
+            a->cont = 1;
+            break;
+        case 'U':
+            a->user = optarg;
+            break;
+        case 'A':
+            a->approve_all = 1;
+            break;
+        case 'L':
+            a->log_level = optarg;
+            break;
+        case 'F':
+            a->log_format = optarg;
+            break;
         case 'h':
             fputs(chat_usage, stdout);
             return -1;
@@ -263,8 +283,8 @@ static int research(chat *c, const char *text, size_t len)
     to.agent = LOOM_RESEARCH_AGENT;
     to.input = &input;
     to.user_id = c->a->user;
-    rc = cli_research_turn(c->session, &to, c->a->log_level,
-                           c->a->log_format, &turn);
+    rc = cli_research_turn(c->session, &to, c->a->log_level, c->a->log_format,
+                           &turn);
     if (turn)
         adopt(c, turn);
     loom_turn_free(turn);
@@ -313,7 +333,6 @@ static void agent_cmd(chat *c, const chat_command *cmd)
     }
     printf("agent: %s, model %s\n", c->agent, current_model(c));
 }
-
 
 /*
  * Uses the model name from now on: a model, or agent/NAME (that agent
@@ -418,8 +437,9 @@ static int piped(chat *c)
 
     while ((n = getline(&line, &cap, stdin)) >= 0) {
         if (n > LINE_MAX_BYTES) {
-            fprintf(stderr, "loom chat: a line of %zd bytes is over the "
-                            "limit of %d: skipped\n",
+            fprintf(stderr,
+                    "loom chat: a line of %zd bytes is over the "
+                    "limit of %d: skipped\n",
                     n, LINE_MAX_BYTES);
             c->failed = 1;
             continue;
@@ -462,7 +482,8 @@ static void banner(const chat *c)
     char *title;
 
     memset(&info, 0, sizeof(info));
-    if (c->conv && loom_store_conversation_info(c->store, c->conv, &info) == 0) {
+    if (c->conv &&
+        loom_store_conversation_info(c->store, c->conv, &info) == 0) {
         title = cli_clean(info.title, 0);
         fprintf(stderr, "loom chat: conversation %s \"%s\" (%lld messages)",
                 c->conv, title ? title : "", (long long)info.message_count);
@@ -471,8 +492,9 @@ static void banner(const chat *c)
         fputs("loom chat: new conversation", stderr);
     }
     loom_conversation_info_clear(&info);
-    fprintf(stderr, ", agent %s, model %s\n/help for commands, Ctrl-D to "
-                    "leave\n",
+    fprintf(stderr,
+            ", agent %s, model %s\n/help for commands, Ctrl-D to "
+            "leave\n",
             c->agent ? c->agent : "(default)", current_model(c));
 }
 
@@ -582,8 +604,8 @@ static int pick_conversation(chat *c)
         fprintf(stderr, "loom chat: %s\n", loom_error_last());
         return CLI_FAILED;
     }
-    id = json_string_value(
-        json_object_get(json_array_get(json_object_get(list, "data"), 0), "id"));
+    id = json_string_value(json_object_get(
+        json_array_get(json_object_get(list, "data"), 0), "id"));
     if (id)
         set_str(&c->conv, id, strlen(id));
     else

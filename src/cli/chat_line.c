@@ -130,8 +130,7 @@ void chat_cost_format(const chat_cost *c, char *buf, size_t cap)
         return;
     buf[0] = '\0';
     PUT("%lld model call%s, %lld tokens (%lld prompt, %lld completion",
-        c->calls, c->calls == 1 ? "" : "s", c->total, c->prompt,
-        c->completion);
+        c->calls, c->calls == 1 ? "" : "s", c->total, c->prompt, c->completion);
     if (c->cached)
         PUT(", %lld cached", c->cached);
     if (c->reasoning)
@@ -140,8 +139,7 @@ void chat_cost_format(const chat_cost *c, char *buf, size_t cap)
         PUT("), $%lld.%06lld", c->cost_micros / 1000000,
             c->cost_micros % 1000000);
     else
-        PUT("), cost unknown (%lld of %lld calls priced)", c->priced,
-            c->calls);
+        PUT("), cost unknown (%lld of %lld calls priced)", c->priced, c->calls);
 #undef PUT
 }
 

@@ -64,16 +64,27 @@ static int parse_args(list_args *a, int argc, char **argv)
     a->limit = LIST_DEFAULT;
     while ((c = getopt_long(argc, argv, ":c:d:s:n:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': a->config = optarg; break;
-        case 'd': a->db = optarg; break;
-        case 's': a->search = optarg; break;
-        case 'U': a->user = optarg; break;
-        case 'j': a->json = 1; break;
+        case 'c':
+            a->config = optarg;
+            break;
+        case 'd':
+            a->db = optarg;
+            break;
+        case 's':
+            a->search = optarg;
+            break;
+        case 'U':
+            a->user = optarg;
+            break;
+        case 'j':
+            a->json = 1;
+            break;
         case 'n':
             a->limit = (int)strtol(optarg, &end, 10);
             if (*end || a->limit < 1 || a->limit > LIST_MAX) {
-                fprintf(stderr, "loom conversations: --limit must be a "
-                                "number from 1 to %d, got '%s'\n",
+                fprintf(stderr,
+                        "loom conversations: --limit must be a "
+                        "number from 1 to %d, got '%s'\n",
                         LIST_MAX, optarg);
                 return CLI_USAGE;
             }
@@ -82,8 +93,9 @@ static int parse_args(list_args *a, int argc, char **argv)
             fputs(conversations_usage, stdout);
             return -1;
         case ':':
-            fprintf(stderr, "loom conversations: option '%s' needs a "
-                            "value\n\n%s",
+            fprintf(stderr,
+                    "loom conversations: option '%s' needs a "
+                    "value\n\n%s",
                     argv[optind - 1], conversations_usage);
             return CLI_USAGE;
         default:

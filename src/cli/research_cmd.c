@@ -13,8 +13,8 @@
  * the answer resumes the research in the same conversation; without a
  * terminal the command says so and exits 1 (no report was written).
  */
-#include "cli/cli.h"
 #include "cli/clean.h"
+#include "cli/cli.h"
 #include "cli/research_view.h"
 #include "core/clock.h"
 
@@ -311,6 +311,39 @@ static int emit(const loom_event *ev, void *payload)
     return 0;
 }
 
+/*
+ * Starts showing the progress in g (--json: json): on a terminal the
+ * region and its ticker, the log (log_level, log_format over cfg's)
+ * written above the region. Returns the log's stream for
+ * progress_end(), or NULL.
+ */
+static FILE *progress_begin(progress *g, const loom_config *cfg, int json,
+                            const char *log_level, const char *log_format)
+{
+    FILE *log = NULL;
+
+    cli_printer_init(&g->p, json, 0);
+    research_view_init(&g->v, loom__mono_ms());
+    if ((g->live = !json && can_redraw())) {
+        start_ticker(g);
+        if ((log = log_stream(g)))
+            cli_setup_log_to(log, cfg, log_level, log_format);
+    }
+    return log;
+}
+
+/* Stops the ticker and puts the log back on stderr; the view stays. */
+static void progress_end(progress *g, const loom_config *cfg, FILE *log,
+                         const char *log_level, const char *log_format)
+{
+    if (log) {
+        cli_setup_log(cfg, log_level, log_format);
+        fclose(log);
+    }
+    if (g->live)
+        stop_ticker(g);
+}
+
 static int parse_args(research_args *a, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -551,20 +584,9 @@ int cli_research(int argc, char **argv)
         rc = CLI_FAILED;
         goto done;
     }
-    cli_printer_init(&g.p, a.json, 0);
-    research_view_init(&g.v, loom__mono_ms());
-    if ((g.live = !a.json && can_redraw())) {
-        start_ticker(&g);
-        if ((log = log_stream(&g)))
-            cli_setup_log_to(log, cfg, a.log_level, a.log_format);
-    }
+    log = progress_begin(&g, cfg, a.json, a.log_level, a.log_format);
     rc = research(session, &a, &g, overrides);
-    if (log) {
-        cli_setup_log(cfg, a.log_level, a.log_format);
-        fclose(log);
-    }
-    if (g.live)
-        stop_ticker(&g);
+    progress_end(&g, cfg, log, a.log_level, a.log_format);
 done:
     research_view_free(&g.v);
     json_decref(overrides);
@@ -580,16 +602,14 @@ int cli_research_turn(loom_session *session, loom_turn_options *to,
 {
     const loom_config *cfg = loom_session_config(session);
     json_t *overrides = json_pack("{s:b}", "clarify", 0);
-    FILE *log = NULL;
+    FILE *log;
     progress g;
     int rc;
 
     *out = NULL;
-    memset(&g, 0, sizeof(g));
+    memset(&g, 0, sizeof(g)); /* research_view_free: a no-op on zeros */
     if (!overrides)
         return CLI_FAILED;
-    cli_printer_init(&g.p, 0, 0);
-    research_view_init(&g.v, loom__mono_ms());
     to->research = overrides;
     to->sink.emit = emit;
     to->sink.payload = &g;
@@ -598,18 +618,9 @@ int cli_research_turn(loom_session *session, loom_turn_options *to,
         rc = CLI_FAILED;
         goto done;
     }
-    if ((g.live = can_redraw())) {
-        start_ticker(&g);
-        if ((log = log_stream(&g)))
-            cli_setup_log_to(log, cfg, log_level, log_format);
-    }
+    log = progress_begin(&g, cfg, 0, log_level, log_format);
     rc = cli_turn_execute(*out, &g.p);
-    if (log) {
-        cli_setup_log(cfg, log_level, log_format);
-        fclose(log);
-    }
-    if (g.live)
-        stop_ticker(&g);
+    progress_end(&g, cfg, log, log_level, log_format);
     if (rc == CLI_OK)
         rc = write_report(NULL, loom_run_text(loom_turn_run(*out)));
 done:

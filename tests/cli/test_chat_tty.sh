@@ -9,7 +9,8 @@
 # Ctrl-C in the middle of an answer stops it (stored as cancelled) and a
 # new question is answered; /cost says the stored usage; Ctrl-D leaves,
 # and --continue goes on with the same conversation; Ctrl-C at an empty
-# prompt leaves; the history file keeps the lines typed.
+# prompt leaves; the history file keeps the lines typed. /research shows
+# the research view, redrawn in place, then the report.
 # Needs LOOM_BIN and LOOM_FAKE_BIN (set by CTest), and sqlite3.
 set -u
 : "${LOOM_BIN:?}" "${LOOM_FAKE_BIN:?}"
@@ -122,6 +123,28 @@ T send-keys -t main:two C-c
 wait_for two "exit 0" "Ctrl-C at an empty prompt leaves"
 if [ "$(count two "Delta sees gamma.")" -eq 1 ]; then ok; else
     bad "the answer shown more than once"; fi
+stop_fake
+
+# --- /research: the research view, then the report ---
+start_fake '{"rules":[
+ {"match":{"system":"Write the final report now"},"loop":true,"responses":[{"text":["Alpha holds [1]."]}]},
+ {"match":{"system":"Research cycle 2 of"},"loop":true,"responses":[{"tool_calls":[{"name":"generate_report","arguments":"{}"}]}]},
+ {"match":{"system":"Research cycle 1 of"},"loop":true,"responses":[{"tool_calls":[
+   {"id":"ra","name":"research_agent","arguments":"{\"task\":\"alpha\"}"}]}]},
+ {"match":{"system":"Write the research plan"},"loop":true,"responses":[{"text":["1. Alpha"],
+   "usage":{"prompt_tokens":1000,"completion_tokens":234,"total_tokens":1234}}]},
+ {"match":{"system":"Write a short title"},"loop":true,"responses":[{"text":["Alpha research"]}]},
+ {"match":{"first_user":"alpha"},"loop":true,"responses":[{"text":["Alpha is so."]}]}]}'
+start_pane three
+wait_for three "Ctrl-D to leave" "the banner"
+T send-keys -t main:three "/research Compare alpha" Enter
+wait_for three "Alpha holds [1]." "/research: the report"
+expect_grep "^research: done, 1 researcher (1 done), 1234 tokens" \
+    "$tmp/three.screen" "/research: the view's status line"
+if [ "$(grep -c '^research: ' "$tmp/three.screen")" -eq 1 ]; then ok; else
+    bad "/research: the view is not redrawn in place"; fi
+T send-keys -t main:three "/exit" Enter
+wait_for three "exit 0" "/exit leaves"
 stop_fake
 
 echo "chat tty: $checks checks, $fails failed"

@@ -84,10 +84,9 @@ static void test_cost(void **state)
                              "completion, 20 cached), $0.000172");
 
     /* A row without a price: the cost is not known. */
-    json_array_append_new(
-        rows, json_pack("{s:i,s:i,s:i,s:n}", "prompt_tokens", 7,
-                        "completion_tokens", 3, "total_tokens", 10,
-                        "cost_micros"));
+    json_array_append_new(rows, json_pack("{s:i,s:i,s:i,s:n}", "prompt_tokens",
+                                          7, "completion_tokens", 3,
+                                          "total_tokens", 10, "cost_micros"));
     memset(&c, 0, sizeof(c));
     chat_cost_add(&c, rows);
     chat_cost_format(&c, buf, sizeof(buf));

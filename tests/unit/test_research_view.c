@@ -87,10 +87,10 @@ static void test_clean(void **state)
 
     (void)state;
     s = cli_clean("a\x1b[2Jb\x1b]0;title\x07"
-                            "c\x1b]8;;http://x\x1b\\d\x1b"
-                            "7e\r\x7f\x01\tf\ng\xc2\x9b"
-                            "h\xc3\xa9",
-                            0);
+                  "c\x1b]8;;http://x\x1b\\d\x1b"
+                  "7e\r\x7f\x01\tf\ng\xc2\x9b"
+                  "h\xc3\xa9",
+                  0);
     assert_string_equal(s, "abcde f gh\xc3\xa9");
     free(s);
     s = cli_clean("1.\tA\n2. B\x1b[", CLI_KEEP_NL | CLI_KEEP_TAB);
