@@ -66,7 +66,14 @@ struct loom_session {
     atomic_long store_retry_ms;
     /* The agents some agent offers as tools (sub_agents): name -> true. */
     json_t *agent_tools;
+    /* Without a lookup of the options': one adapter per configured
+     * provider, shared by every turn's routers (session_adapters). */
+    pthread_mutex_t adapters_mu;
+    int adapters_state;       /* ADAPTERS_*, under adapters_mu */
+    loom_provider **adapters; /* cfg->providers_len, once READY */
 };
+
+enum { ADAPTERS_UNTRIED = 0, ADAPTERS_READY, ADAPTERS_OFF };
 
 typedef struct {
     loom_turn_wake_fn wake;
@@ -407,6 +414,7 @@ int loom_session_new(loom_session **out, const loom_session_options *opts)
     if (!(s = calloc(1, sizeof(*s))))
         return loom__error_oom();
     atomic_init(&s->refs, 1);
+    pthread_mutex_init(&s->adapters_mu, NULL);
     s->o = *opts;
     atomic_init(&s->store_retry_ms, opts->store_retry_ms
                                         ? opts->store_retry_ms
@@ -456,6 +464,10 @@ void loom_session_free(loom_session *s)
         return;
     loom_tool_registry_free(s->own_tools);
     json_decref(s->agent_tools);
+    for (size_t i = 0; s->adapters && i < s->cfg->providers_len; i++)
+        loom_provider_free(s->adapters[i]);
+    free(s->adapters);
+    pthread_mutex_destroy(&s->adapters_mu);
     loom_config_free(s->own_cfg);
     free(s->default_model);
     free(s);
@@ -1395,15 +1407,82 @@ static const loom_agent_hooks *agent_hooks(const loom_session *s,
     return NULL;
 }
 
+/* The session's adapter of the configured provider named name (the
+ * routers' lookup once session_adapters said yes). */
+static loom_provider *session_adapter(const char *name, void *payload)
+{
+    const loom_session *s = payload;
+
+    for (size_t i = 0; i < s->cfg->providers_len; i++)
+        if (strcmp(s->cfg->providers[i].name, name) == 0)
+            return s->adapters[i];
+    return NULL;
+}
+
+/*
+ * Whether the turns' routers share the session's adapters: one per
+ * configured provider, built at the first turn, so a session's turns
+ * (a parent and its sub-agents, one turn after another) reuse the
+ * adapters' connections and HTTP handles as `loom serve` does with its
+ * own lookup. Only transport is shared: each router keeps its own
+ * failure record (or the options' health). When any provider cannot be
+ * built, nothing is shared and each router builds its own as before, so
+ * it fails with that provider's own error.
+ */
+static int session_adapters(loom_session *s)
+{
+    const size_t n = s->cfg->providers_len;
+    int ready;
+
+    if (s->o.lookup || s->o.provider || n == 0)
+        return 0;
+    pthread_mutex_lock(&s->adapters_mu);
+    if (s->adapters_state == ADAPTERS_UNTRIED) {
+        size_t i = 0;
+        s->adapters_state = ADAPTERS_OFF;
+        if ((s->adapters = calloc(n, sizeof(*s->adapters))) != NULL)
+            for (; i < n; i++)
+                if (loom_provider_new(&s->adapters[i], &s->cfg->providers[i]) !=
+                    0)
+                    break;
+        if (s->adapters && i == n) {
+            s->adapters_state = ADAPTERS_READY;
+        } else {
+            for (size_t k = 0; s->adapters && k < i; k++)
+                loom_provider_free(s->adapters[k]);
+            free(s->adapters);
+            s->adapters = NULL;
+            loom_error_clear();
+        }
+    }
+    ready = s->adapters_state == ADAPTERS_READY;
+    pthread_mutex_unlock(&s->adapters_mu);
+    return ready;
+}
+
+static loom_router_options router_options(loom_session *s)
+{
+    loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
+
+    rto.health = s->o.health;
+    rto.lookup = s->o.lookup;
+    rto.lookup_payload = s->o.lookup_payload;
+    if (session_adapters(s)) {
+        rto.lookup = session_adapter;
+        rto.lookup_payload = s;
+    }
+    return rto;
+}
+
 /* The router of a turn's model: model (resolved), else agent's, else
  * the session's default; with the session's own provider, the name is
  * the id sent to it. */
-static int resolve_router(const loom_session *s, const char *model,
+static int resolve_router(loom_session *s, const char *model,
                           const loom_agent_config *agent,
                           loom_provider **router,
                           loom_model_request_options *mreq)
 {
-    loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
+    loom_router_options rto;
     const char *name = model ? model : loom_session_default_model(s, agent);
 
     if (s->o.provider) {
@@ -1417,9 +1496,7 @@ static int resolve_router(const loom_session *s, const char *model,
     if (!name)
         return loom__error_set(LOOM_EINVALID,
                                "no model provider is configured");
-    rto.health = s->o.health;
-    rto.lookup = s->o.lookup;
-    rto.lookup_payload = s->o.lookup_payload;
+    rto = router_options(s);
     return loom_router_new(router, s->cfg, name, &rto, mreq);
 }
 
@@ -1495,16 +1572,6 @@ static int handoff_agent(const char *name, loom_run_options *o, void *payload)
 }
 
 /* Routers of a session share its health record and adapters. */
-static loom_router_options router_options(const loom_session *s)
-{
-    loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
-
-    rto.health = s->o.health;
-    rto.lookup = s->o.lookup;
-    rto.lookup_payload = s->o.lookup_payload;
-    return rto;
-}
-
 static void fill_resolved(loom_resolved_model *out, const loom_turn *t,
                           const turn_model *m)
 {
