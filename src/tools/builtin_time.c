@@ -570,6 +570,16 @@ static int tool_fail(loom_buf *out, int code)
     return code;
 }
 
+/* Whether zone is printable ASCII that JSON writes as it is (no quote,
+ * backslash or control character; jansson leaves '/' alone). */
+static int plain_zone(const char *zone)
+{
+    for (const unsigned char *p = (const unsigned char *)zone; *p; p++)
+        if (*p < 0x20 || *p >= 0x7f || *p == '"' || *p == '\\')
+            return 0;
+    return 1;
+}
+
 static int get_time_execute(const json_t *args, const loom_tool_ctx *ctx,
                             loom_buf *out, void *payload)
 {
@@ -610,6 +620,15 @@ static int get_time_execute(const json_t *args, const loom_tool_ctx *ctx,
              tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
              tm.tm_min, tm.tm_sec, offset);
 
+    /* The usual zone needs no escaping: written as json_dumps would,
+     * without building the object. */
+    if (plain_zone(zone))
+        return loom_buf_printf(out,
+                               "{\"timezone\":\"%s\",\"iso\":\"%s\","
+                               "\"unix\":%lld,\"utc_offset\":\"%s\","
+                               "\"weekday\":\"%s\"}",
+                               zone, iso, (long long)now, offset,
+                               weekdays[tm.tm_wday % 7]);
     result = json_pack("{s:s, s:s, s:I, s:s, s:s}", "timezone", zone, "iso",
                        iso, "unix", (json_int_t)now, "utc_offset", offset,
                        "weekday", weekdays[tm.tm_wday % 7]);
