@@ -344,10 +344,21 @@ fi
             "$(awk -v a="$FAN_IR_CALL" -v b="$IR_CALL" \
                 'BEGIN { printf "%.2fx", a / b }') | $FAN_CPU |"
         echo
-        echo "Target: the fan-out within 1.5x of the single-agent loop per"
-        echo "model call: **$(awk -v a="$FAN_IR_CALL" -v b="$IR_CALL" \
-            'BEGIN { print (a / b <= 1.5 ? "met" : "not met") }')** on"
-        echo "instructions. The fan-out's instructions: total Ir of"
+        echo "Target (issue 12): loom's own time per model call in the"
+        echo "fan-out within 1.5x of the single-agent loop's. Own time is"
+        echo "what the CPU column measures (the fake is another process):"
+        echo "$FAN_CPU / $LOOP_CPU = $(awk -v a="$FAN_CPU" -v b="$LOOP_CPU" \
+            'BEGIN { printf "%.2fx", a / b }'), **$(awk -v a="$FAN_CPU" \
+            -v b="$LOOP_CPU" 'BEGIN { print (a / b <= 1.5 ? "met" : \
+            "not met") }')**. Instructions, beside it:"
+        echo "$(awk -v a="$FAN_IR_CALL" -v b="$IR_CALL" \
+            'BEGIN { printf "%.2fx", a / b }'), **$(awk -v a="$FAN_IR_CALL" \
+            -v b="$IR_CALL" 'BEGIN { print (a / b <= 1.5 ? "within" : \
+            "not within") }') 1.5x**. The machine is shared and loaded, so"
+        echo "the CPU figures move from run to run; the instruction counts"
+        echo "are the stable measure."
+        echo
+        echo "The fan-out's instructions: total Ir of"
         echo "\`--iterations-only --runs $FAN_CG_HI\` minus \`--runs"
         echo "$FAN_CG_LO\`, divided by $((FAN_CG_HI - FAN_CG_LO)) runs x"
         echo "$FAN_CALLS model calls (the worker alone: x $SINGLE_CALLS)."
