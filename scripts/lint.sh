@@ -204,7 +204,7 @@ public_layer() {
     buf | cancel | common | config | log | message | sse | tokenizer) echo core ;;
     llm | router) echo llm ;;
     tools | mcp) echo tools ;;
-    store | accounts | limits) echo store ;;
+    store | accounts | limits | jwt) echo store ;;
     agent | context | memory | recorder | run | session) echo agent ;;
     server) echo server ;;
     *) echo unknown ;;

@@ -168,6 +168,16 @@ int loom_store_key_list(loom_store *st, const char *workspace, const char *user,
  * (of workspace, or all with NULL), by workspace and name. */
 int loom_store_user_list(loom_store *st, const char *workspace, json_t **out);
 
+/*
+ * Makes user in workspace (and the workspace) when they do not exist yet,
+ * writing "user.created" by actor (NULL: "api") to the audit log in the
+ * same transaction; *created (may be NULL) says whether it made the user.
+ * How an identity provider's users come to exist (auth.mode jwt).
+ * LOOM_EINVALID for a bad name, LOOM_EIO when the write fails.
+ */
+int loom_store_user_ensure(loom_store *st, const char *workspace,
+                           const char *user, const char *actor, int *created);
+
 /* {"data": [{"id", "created_at", "users"}]}: the workspaces, by id. */
 int loom_store_workspace_list(loom_store *st, json_t **out);
 

@@ -430,17 +430,35 @@ typedef struct {
 } loom_server_config;
 
 /*
+ * `auth.jwt` (mode jwt; docs/accounts.md#jwt): tokens signed by an
+ * identity provider. HS256 with secret, RS256 and ES256 with the keys of
+ * jwks_file; at least one of the two. audience and issuer, when set, must
+ * be the token's; workspace_claim names the claim holding the caller's
+ * workspace (NULL: every user is in the default workspace).
+ */
+typedef struct {
+    char *secret;          /* HS256 key; NULL: HS256 refused */
+    char *jwks_file;       /* RS256/ES256 keys; NULL: refused */
+    char *audience;        /* NULL: aud not checked */
+    char *issuer;          /* NULL: iss not checked */
+    char *workspace_claim; /* NULL: the default workspace */
+    int leeway_seconds;    /* clock skew allowed on exp/nbf; default 60 */
+} loom_jwt_config;
+
+/*
  * The `auth:` section (who may call loom serve; docs/accounts.md):
  *
  *   auth:
- *     mode: keys                  # none | keys
+ *     mode: keys                  # none | keys | jwt
  *     allow_unauthenticated: false # mode none on a non-loopback address
  *     admin_key: ${LOOM_ADMIN_KEY} # the admin API key (or the variable)
+ *     jwt: {...}                   # mode jwt (loom_jwt_config)
  */
 typedef struct {
-    char *mode;                /* "none" (default) or "keys" */
+    char *mode;                /* "none" (default), "keys" or "jwt" */
     int allow_unauthenticated; /* serve mode none beyond loopback */
     char *admin_key;           /* NULL: $LOOM_ADMIN_KEY, else none */
+    loom_jwt_config jwt;       /* mode jwt */
 } loom_auth_config;
 
 /*

@@ -535,6 +535,11 @@ void loom_config_free(loom_config *cfg)
     free(cfg->server.cors_origins);
     free(cfg->auth.mode);
     free(cfg->auth.admin_key);
+    free(cfg->auth.jwt.secret);
+    free(cfg->auth.jwt.jwks_file);
+    free(cfg->auth.jwt.audience);
+    free(cfg->auth.jwt.issuer);
+    free(cfg->auth.jwt.workspace_claim);
     free(cfg->log_level);
     free(cfg->log_format);
     free(cfg);
@@ -625,6 +630,7 @@ static loom_config *config_new(void)
     cfg->server.max_concurrent_runs = 64;
     cfg->server.max_connections = 1024;
     cfg->server.keepalive_ms = 15000;
+    cfg->auth.jwt.leeway_seconds = 60;
     cfg->server.read_timeout_ms = 30000;
     cfg->server.shutdown_grace_ms = 10000;
     cfg->server.keep_finished_runs = 1000;

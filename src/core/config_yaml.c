@@ -1236,15 +1236,43 @@ static const field server_fields[] = {
 static const section server_section = SECTION(server_fields, NULL, NULL);
 
 /* The auth section (docs/accounts.md). */
-static const char *const auth_modes[] = {"none", "keys", NULL};
+#define J loom_jwt_config
+static const field jwt_fields[] = {
+    {K_STR("secret", J, secret, "a string"), .flags = F_EMPTY_NULL},
+    {K_STR("jwks_file", J, jwks_file, "a path"), .flags = F_EMPTY_NULL},
+    {K_STR("audience", J, audience, "a string"), .flags = F_EMPTY_NULL},
+    {K_STR("issuer", J, issuer, "a string"), .flags = F_EMPTY_NULL},
+    {K_STR("workspace_claim", J, workspace_claim, "a claim name"),
+     .flags = F_EMPTY_NULL},
+    {K_INT("leeway_seconds", J, leeway_seconds, 0, 600)},
+};
+#undef J
+static const section jwt_section = SECTION(jwt_fields, NULL, NULL);
+
+/* Mode jwt needs a key to check tokens with. */
+static int auth_check(walk_ctx *w)
+{
+    const loom_auth_config *a = w->obj;
+    const yaml_node_t *mode = given(w, "mode");
+
+    if (!a->mode || strcmp(a->mode, "jwt") != 0 || a->jwt.secret ||
+        a->jwt.jwks_file)
+        return 0;
+    return fail_at(w->ld, LOOM_EINVALID, mode ? line_of(mode) : w->line, w->key,
+                   "mode jwt needs jwt.secret (HS256) or jwt.jwks_file "
+                   "(RS256, ES256)");
+}
+
+static const char *const auth_modes[] = {"none", "keys", "jwt", NULL};
 static const field auth_fields[] = {
-    {K_STR("mode", loom_auth_config, mode, "none or keys"), .flags = F_LOWER,
-     .choices = auth_modes},
+    {K_STR("mode", loom_auth_config, mode, "none, keys or jwt"),
+     .flags = F_LOWER, .choices = auth_modes},
     {K_BOOL("allow_unauthenticated", loom_auth_config, allow_unauthenticated)},
     {K_STR("admin_key", loom_auth_config, admin_key, "a string"),
      .flags = F_EMPTY_NULL},
+    {K_SUB("jwt", jwt_section), AT(loom_auth_config, jwt)},
 };
-static const section auth_section = SECTION(auth_fields, NULL, NULL);
+static const section auth_section = SECTION(auth_fields, NULL, auth_check);
 
 /* ---- providers ---------------------------------------------------------- */
 

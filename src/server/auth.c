@@ -5,9 +5,11 @@
  * three kinds: operations (/healthz, /readyz, /metrics), open to all; the
  * admin API (/v1/admin/...), which takes only the admin key; and
  * everything else, the inference API, which in mode `keys` takes only a
- * stored API key (loom/accounts.h) and never the admin key. In mode
- * `none` the inference API is open, as before accounts existed, and a
- * request's `user` is whoever it says.
+ * stored API key (loom/accounts.h) and never the admin key, and in mode
+ * `jwt` only a token the identity provider signed (loom/jwt.h), whose
+ * user (and workspace) is made in the store the first time it is seen.
+ * In mode `none` the inference API is open, as before accounts existed,
+ * and a request's `user` is whoever it says.
  *
  * A caller's things are kept under its owner id (loom_account_owner:
  * workspace/user, or workspace/user/end-user for a service key's end
@@ -26,6 +28,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "loom/accounts.h"
+#include "loom/jwt.h"
 #include "loom/log.h"
 #include "server/chat_format.h"
 #include "server/srvpriv.h"
@@ -40,6 +43,9 @@
 #define FAIL_WINDOW_MS 60000 /* failures are counted per minute */
 #define FAIL_MAX 10          /* past this many, the address waits */
 #define ADDR_MAX 64
+/* Token users known to be in the store (mode jwt), remembered at once. */
+#define SEEN_SLOTS 256
+#define SEEN_SIZE (2 * LOOM_ACCOUNT_NAME_MAX + 2)
 
 typedef struct {
     char addr[ADDR_MAX];
@@ -49,15 +55,35 @@ typedef struct {
 } fail_slot;
 
 struct srv_auth {
-    int keys;        /* mode keys */
-    char *admin_key; /* NULL: no admin API */
+    int keys;               /* mode keys */
+    loom_jwt_verifier *jwt; /* mode jwt */
+    char *admin_key;        /* NULL: no admin API */
     fail_slot slots[FAIL_SLOTS];
+    /* "workspace/user" of token users made or found in the store; the
+     * oldest is forgotten first (it is then ensured again). */
+    char seen[SEEN_SLOTS][SEEN_SIZE];
+    size_t seen_next;
 };
+
+/* The verifier of mode jwt, from the auth.jwt section. */
+static int jwt_new(loom_jwt_verifier **out, const loom_jwt_config *c)
+{
+    loom_jwt_options o = LOOM_JWT_OPTIONS_INIT;
+
+    o.secret = c->secret;
+    o.jwks_file = c->jwks_file;
+    o.audience = c->audience;
+    o.issuer = c->issuer;
+    o.workspace_claim = c->workspace_claim;
+    o.leeway_seconds = c->leeway_seconds;
+    return loom_jwt_verifier_new(out, &o);
+}
 
 int srv__auth_new(srv_auth **out, const loom_config *cfg)
 {
     const char *admin = cfg->auth.admin_key;
     srv_auth *a;
+    int rc;
 
     *out = NULL;
     if (!admin || !*admin)
@@ -65,8 +91,13 @@ int srv__auth_new(srv_auth **out, const loom_config *cfg)
     if (!(a = calloc(1, sizeof(*a))))
         return loom__error_oom();
     a->keys = cfg->auth.mode && !strcmp(cfg->auth.mode, "keys");
-    if (admin && *admin && !(a->admin_key = strdup(admin))) {
+    if (cfg->auth.mode && !strcmp(cfg->auth.mode, "jwt") &&
+        (rc = jwt_new(&a->jwt, &cfg->auth.jwt)) != 0) {
         free(a);
+        return rc;
+    }
+    if (admin && *admin && !(a->admin_key = strdup(admin))) {
+        srv__auth_free(a);
         return loom__error_oom();
     }
     *out = a;
@@ -80,6 +111,7 @@ void srv__auth_free(srv_auth *a)
     if (a->admin_key)
         memset(a->admin_key, 0, strlen(a->admin_key));
     free(a->admin_key);
+    loom_jwt_verifier_free(a->jwt);
     free(a);
 }
 
@@ -96,13 +128,13 @@ static int is_loopback(const struct sockaddr *sa)
 
 int srv__auth_check_listen(srv_server *s, const struct sockaddr *sa)
 {
-    if (s->auth->keys || is_loopback(sa))
+    if (s->auth->keys || s->auth->jwt || is_loopback(sa))
         return 0;
     if (!s->cfg->auth.allow_unauthenticated)
         return loom__error_set(
             LOOM_EINVALID,
             "refusing to serve %s without authentication: set auth.mode: "
-            "keys (docs/accounts.md), listen on 127.0.0.1, or set "
+            "keys or jwt (docs/accounts.md), listen on 127.0.0.1, or set "
             "auth.allow_unauthenticated: true to serve anyone who can "
             "reach it",
             s->listen);
@@ -220,6 +252,57 @@ static int unauthorized(srv_request *r, const char *msg)
     return 0;
 }
 
+/* Makes the token's user in the store the first time it is seen (a
+ * failure is logged and tried again at the next request). */
+static void ensure_user(srv_request *r, const loom_jwt_identity *id)
+{
+    srv_auth *a = r->srv->auth;
+    char name[SEEN_SIZE];
+    int created = 0;
+
+    snprintf(name, sizeof(name), "%s/%s", id->workspace, id->user);
+    for (size_t i = 0; i < SEEN_SLOTS; i++)
+        if (!strcmp(a->seen[i], name))
+            return;
+    if (loom_store_user_ensure(srv_store(r->srv), id->workspace, id->user,
+                               "jwt", &created) != 0) {
+        loom_warn("auth: could not record token user %s: %s", name,
+                  loom_error_last());
+        return;
+    }
+    if (created)
+        loom_info("auth: new user %s (first token)", name);
+    memcpy(a->seen[a->seen_next], name, sizeof(name));
+    a->seen_next = (a->seen_next + 1) % SEEN_SLOTS;
+}
+
+/* Mode jwt: the token checked into *who. 1 go on, 0 answered. */
+static int token_check(srv_request *r, srv_identity *who, const char *token,
+                       const char *addr)
+{
+    loom_jwt_identity id;
+    int rc = loom_jwt_verify(r->srv->auth->jwt, token, loom__unix_ms(), &id);
+
+    if (rc == LOOM_EINVALID) {
+        count_failure(r, addr);
+        loom_debug("auth: %s from %s", loom_error_last(), addr);
+        srv_set_header(r, "WWW-Authenticate", "Bearer error=\"invalid_token\"");
+        srv_reply_error(r, 401, "invalid_request_error", NULL,
+                        "invalid_api_key", "Invalid token: %s",
+                        loom_error_last());
+        return 0;
+    }
+    if (rc != 0)
+        return srv_reply_loom_error(r, rc, NULL), 0;
+    if (!(who->key.user = strdup(id.user)) ||
+        !(who->key.workspace = strdup(id.workspace)))
+        return srv_reply_loom_error(r, loom__error_oom(), NULL), 0;
+    who->key.expires_at = id.expires_at;
+    who->kind = SRV_CALLER_JWT;
+    ensure_user(r, &id);
+    return 1;
+}
+
 int srv__auth_request(srv_request *r, srv_identity *who)
 {
     srv_auth *a = r->srv->auth;
@@ -251,7 +334,7 @@ int srv__auth_request(srv_request *r, srv_identity *who)
         who->kind = SRV_CALLER_ADMIN;
         return 1;
     }
-    if (!a->keys)
+    if (!a->keys && !a->jwt)
         return 1;
     client_addr(r, addr);
     if (throttled(r, addr))
@@ -261,12 +344,16 @@ int srv__auth_request(srv_request *r, srv_identity *who)
                0;
     if (!token) {
         count_failure(r, addr);
-        return unauthorized(r, "You didn't provide an API key. Send it as "
-                               "Authorization: Bearer <key>.");
+        return unauthorized(r, a->jwt ? "You didn't provide a token. Send it "
+                                        "as Authorization: Bearer <token>."
+                                      : "You didn't provide an API key. Send "
+                                        "it as Authorization: Bearer <key>.");
     }
     if (a->admin_key && loom_secret_equal(token, a->admin_key))
         return unauthorized(r, "the admin key cannot run inference; use an "
                                "API key (loom keys create)");
+    if (a->jwt)
+        return token_check(r, who, token, addr);
     rc = loom_store_key_verify(srv_store(r->srv), token, loom__unix_ms(),
                                &who->key);
     if (rc == LOOM_ENOTFOUND) {
@@ -291,9 +378,14 @@ void srv__identity_clear(srv_identity *who)
 
 /* ---- what handlers ask --------------------------------------------------- */
 
+int srv_identity_isolated(const srv_identity *who)
+{
+    return who && (who->kind == SRV_CALLER_KEY || who->kind == SRV_CALLER_JWT);
+}
+
 int srv_isolated(const srv_request *r)
 {
-    return r->who && r->who->kind == SRV_CALLER_KEY;
+    return srv_identity_isolated(r->who);
 }
 
 /* The caller's owner id into out (*owner; request_user itself when not

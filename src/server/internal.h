@@ -82,13 +82,17 @@ loom_session *srv_session(const srv_server *s);
 typedef enum {
     SRV_CALLER_ANONYMOUS = 0, /* mode none: whoever the request says */
     SRV_CALLER_KEY,           /* an API key (key below) */
-    SRV_CALLER_ADMIN          /* the admin key (/v1/admin/... only) */
+    SRV_CALLER_ADMIN,         /* the admin key (/v1/admin/... only) */
+    SRV_CALLER_JWT            /* a token of the identity provider */
 } srv_caller_kind;
 
 /* Who made a request, as authenticated before its handler ran. */
 typedef struct {
     srv_caller_kind kind;
-    loom_key_info key; /* SRV_CALLER_KEY */
+    /* SRV_CALLER_KEY: the key. SRV_CALLER_JWT: user, workspace and
+     * expires_at from the token (id empty, service 0, no models or
+     * agents: a token limits neither). */
+    loom_key_info key;
 } srv_identity;
 
 /* Bytes of an owner id and its NUL (loom_account_owner). */
@@ -174,11 +178,13 @@ int srv_reply_error(srv_request *r, unsigned status, const char *type,
 
 /*
  * Isolation (docs/accounts.md#isolation). A request is isolated when an
- * API key authenticated it (mode keys): it sees only what its owner id
- * owns. In mode none nothing is isolated and owner ids are the
- * requests' `user` fields, as before accounts.
+ * API key or a token authenticated it (modes keys and jwt): it sees only
+ * what its owner id owns. In mode none nothing is isolated and owner ids are
+ * the requests' `user` fields, as before accounts.
  */
 int srv_isolated(const srv_request *r);
+/* The same for an identity (NULL: not isolated). */
+int srv_identity_isolated(const srv_identity *who);
 
 /*
  * The owner id of what this request makes and reads, into *owner: the

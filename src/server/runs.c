@@ -503,14 +503,14 @@ static void release_slot(srv_server *s)
     pthread_mutex_unlock(&s->runs->lock);
 }
 
-/* An API key's run continues only its owner's conversations: another's
- * is as unknown as one that does not exist. A store read. */
+/* An isolated caller's run continues only its owner's conversations:
+ * another's is as unknown as one that does not exist. A store read. */
 static int check_owner(srv_server *s, const srv_run_spec *sp)
 {
     loom_conversation_info info;
     int rc, mine;
 
-    if (!sp->who || sp->who->kind != SRV_CALLER_KEY || !sp->conversation_id)
+    if (!srv_identity_isolated(sp->who) || !sp->conversation_id)
         return 0;
     if ((rc = loom_store_conversation_info(s->store, sp->conversation_id,
                                            &info)) != 0)

@@ -507,6 +507,33 @@ int loom_store_user_list(loom_store *st, const char *workspace, json_t **out)
     return st->vt->user_list(st, workspace, out);
 }
 
+int loom_store_user_ensure(loom_store *st, const char *workspace,
+                           const char *user, const char *actor, int *created)
+{
+    loom__store_audit a = {0};
+    int made = 0, rc;
+
+    if (created)
+        *created = 0;
+    if ((rc = check_store(st)) != 0)
+        return rc;
+    if (!loom_account_name_valid(workspace) || !loom_account_name_valid(user))
+        return loom__error_set(LOOM_EINVALID,
+                               "users: a user and a workspace are names of "
+                               "1 to %d characters of A-Z a-z 0-9 "
+                               "_ - . @ : + =",
+                               LOOM_ACCOUNT_NAME_MAX);
+    a.at = loom__unix_ms();
+    a.actor = actor ? actor : "api";
+    a.action = "user.created";
+    a.workspace = workspace;
+    a.user = user;
+    rc = st->vt->user_ensure(st, &a, &made);
+    if (rc == 0 && created)
+        *created = made;
+    return rc;
+}
+
 int loom_store_workspace_list(loom_store *st, json_t **out)
 {
     int rc;

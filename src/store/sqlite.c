@@ -661,6 +661,7 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_key_get,
     loom__sqlite_key_revoke,
     loom__sqlite_key_set_limits,
+    loom__sqlite_user_ensure,
     loom__sqlite_key_list,
     loom__sqlite_user_list,
     loom__sqlite_workspace_list,

@@ -174,6 +174,31 @@ int loom__sqlite_key_pepper(loom_store *st, int create,
     return rc;
 }
 
+/* Inserts workspace and user on c when new; *created (may be NULL) says
+ * whether the user was. An SQLite code. */
+static int put_user(loom__sqlite_conn *c, const char *workspace,
+                    const char *user, int64_t at, int *created)
+{
+    sqlite3_stmt *s = NULL;
+    int src = prepare(c, sql_workspace_put, &s);
+
+    b_text(s, 1, workspace, &src);
+    b_int(s, 2, at, &src);
+    src = step_done(s, src);
+    sqlite3_finalize(s);
+    s = NULL;
+    if (src == SQLITE_OK && (src = prepare(c, sql_user_put, &s)) == SQLITE_OK) {
+        b_text(s, 1, workspace, &src);
+        b_text(s, 2, user, &src);
+        b_int(s, 3, at, &src);
+        src = step_done(s, src);
+        sqlite3_finalize(s);
+    }
+    if (src == SQLITE_OK && created)
+        *created = sqlite3_changes(loom__sqlite_db(c)) > 0;
+    return src;
+}
+
 int loom__sqlite_key_insert(loom_store *st, const loom__store_key *k)
 {
     loom__sqlite_conn *c;
@@ -182,20 +207,7 @@ int loom__sqlite_key_insert(loom_store *st, const loom__store_key *k)
 
     if ((rc = loom__sqlite_begin(st, 1, &c)) != 0)
         return rc;
-    src = prepare(c, sql_workspace_put, &s);
-    b_text(s, 1, k->workspace, &src);
-    b_int(s, 2, k->created_at, &src);
-    src = step_done(s, src);
-    sqlite3_finalize(s);
-    s = NULL;
-    if (src == SQLITE_OK && (src = prepare(c, sql_user_put, &s)) == SQLITE_OK) {
-        b_text(s, 1, k->workspace, &src);
-        b_text(s, 2, k->user, &src);
-        b_int(s, 3, k->created_at, &src);
-        src = step_done(s, src);
-        sqlite3_finalize(s);
-        s = NULL;
-    }
+    src = put_user(c, k->workspace, k->user, k->created_at, NULL);
     if (src == SQLITE_OK && (src = prepare(c, sql_key_put, &s)) == SQLITE_OK) {
         b_text(s, 1, k->id, &src);
         b_blob(s, 2, k->hash, sizeof(k->hash), &src);
@@ -215,6 +227,26 @@ int loom__sqlite_key_insert(loom_store *st, const loom__store_key *k)
     rc = src == SQLITE_OK ? loom__sqlite_commit(st, c, "storing a key")
                           : loom__sqlite_fail(st, c, src, "storing a key");
     loom__sqlite_end(st, c, 1);
+    return rc;
+}
+
+int loom__sqlite_user_ensure(loom_store *st, const loom__store_audit *a,
+                             int *created)
+{
+    loom__sqlite_conn *c;
+    int rc, src;
+
+    *created = 0;
+    if ((rc = loom__sqlite_begin(st, 1, &c)) != 0)
+        return rc;
+    src = put_user(c, a->workspace, a->user, a->at, created);
+    if (src == SQLITE_OK && *created)
+        src = exec_audit(c, a);
+    rc = src == SQLITE_OK ? loom__sqlite_commit(st, c, "storing a user")
+                          : loom__sqlite_fail(st, c, src, "storing a user");
+    loom__sqlite_end(st, c, 1);
+    if (rc != 0)
+        *created = 0;
     return rc;
 }
 

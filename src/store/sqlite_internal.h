@@ -339,6 +339,8 @@ int loom__sqlite_key_revoke(loom_store *st, const char *id,
 int loom__sqlite_key_set_limits(loom_store *st, const char *id,
                                 const loom_limits *l,
                                 const loom__store_audit *a);
+int loom__sqlite_user_ensure(loom_store *st, const loom__store_audit *a,
+                             int *created);
 int loom__sqlite_key_list(loom_store *st, const char *workspace,
                           const char *user, json_t **out);
 int loom__sqlite_user_list(loom_store *st, const char *workspace, json_t **out);

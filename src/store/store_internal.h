@@ -238,6 +238,11 @@ typedef struct {
     /* Replaces the limits and adds the audit entry a. */
     int (*key_set_limits)(loom_store *st, const char *id, const loom_limits *l,
                           const loom__store_audit *a);
+    /* Inserts a's workspace and user when new and then writes a (its
+     * "user.created" entry), in one transaction; *created says whether
+     * it did. */
+    int (*user_ensure)(loom_store *st, const loom__store_audit *a,
+                       int *created);
     int (*key_list)(loom_store *st, const char *workspace, const char *user,
                     json_t **out);
     int (*user_list)(loom_store *st, const char *workspace, json_t **out);
