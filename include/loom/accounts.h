@@ -200,6 +200,60 @@ int loom_store_audit_list(loom_store *st, int limit, json_t **out);
 int loom_account_owner(char *out, const char *workspace, const char *user,
                        const char *end_user);
 
+/* ---- per-user settings (docs/accounts.md "Per-user settings") ------- */
+
+/* Bytes of the personal instructions at most. */
+#define LOOM_SETTINGS_INSTRUCTIONS_MAX 4000
+/* Bytes of one web-search key at most (printable ASCII, no spaces). */
+#define LOOM_SETTINGS_KEY_MAX 512
+/* Named secrets at most, bytes of a name (A-Z a-z 0-9 _) and of a value
+ * (no control characters). */
+#define LOOM_SETTINGS_SECRETS_MAX 32
+#define LOOM_SETTINGS_SECRET_NAME_MAX 64
+#define LOOM_SETTINGS_SECRET_MAX 4096
+/* Bytes of the name of a field a change got wrong, with its NUL. */
+#define LOOM_SETTINGS_FIELD_SIZE 96
+
+/*
+ * A user's settings are a JSON object of these members, each optional:
+ * "web_search_keys": {"tavily" | "brave" | "exa": key} (the user's own
+ * web_search keys, used for that user's runs before the deployment's),
+ * "memory": false (no memory tools, no memories in the prompt),
+ * "instructions": text added to the system prompt, "default_agent": the
+ * agent of a run that names none, and "secrets": {name: value} (what an
+ * MCP server's headers may name as ${user.NAME}). They are kept sealed
+ * (loom_store_user_settings_save) under the user's owner id.
+ */
+
+/* *out (new reference) is user_id's settings as kept, keys whole: {}
+ * when there are none. Errors as loom_store_user_settings_load, but for
+ * LOOM_ENOTFOUND. */
+int loom_user_settings_get(loom_store *st, const char *user_id, json_t **out);
+
+/*
+ * Applies change (an object of the members above) to user_id's settings
+ * and keeps them: a member given replaces the one kept, null removes it;
+ * inside web_search_keys and secrets, each name given is set (null:
+ * removed) and the others are kept. Checked first, all or nothing:
+ * LOOM_EINVALID with a message for an unknown member, a wrong type, an
+ * unknown web-search backend, a bad secret name, or a value past its
+ * limit, and bad_field (may be NULL) the member's name ("instructions",
+ * "secrets.token"). *out (may be NULL; new reference) is the settings
+ * after. The agent is not checked against any configuration.
+ */
+int loom_user_settings_update(loom_store *st, const char *user_id,
+                              const json_t *change, json_t **out,
+                              char bad_field[LOOM_SETTINGS_FIELD_SIZE]);
+
+/*
+ * The settings as shown to their user: every key and secret masked (the
+ * text before its first '-' or '_' when short, an ellipsis and its last
+ * four characters; all of it hidden when shorter than 12), the rest as
+ * kept, and "memory" always there (true unless turned off). New
+ * reference; NULL when out of memory.
+ */
+json_t *loom_user_settings_view(const json_t *settings);
+
 /*
  * 1 when the two secrets are equal, compared in time that does not
  * depend on where they differ (both are hashed first). NULL equals

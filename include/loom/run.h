@@ -475,6 +475,12 @@ typedef struct loom_run_options {
     const char *user_id;
     const json_t *user_keys;
     /*
+     * The user's own instructions (their settings), added to the system
+     * prompt after the tools' usage rules (docs/agents.md "System
+     * prompt"); NULL or empty: none. Borrowed.
+     */
+    const char *user_instructions;
+    /*
      * The system note added before the last permitted model call (once
      * tools were offered), taken as it is; NULL or empty: the built-in
      * one, which names the limit. Borrowed.

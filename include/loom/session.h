@@ -275,6 +275,15 @@ typedef struct {
     const char *user_id;
     const json_t *user_keys;
     /*
+     * The user's own settings (docs/accounts.md "Per-user settings"), an
+     * object: "memory": false leaves the memory tools out (and the
+     * memories out of the system prompt), for this turn and the
+     * sub-agents it runs; "instructions" (a string) is added to this
+     * turn's system prompt (not its sub-agents'). Other members are
+     * ignored. Copied; NULL: none.
+     */
+    const json_t *user_settings;
+    /*
      * Per-turn overrides; zero keeps the agent's. tool_names with
      * tool_names_set: the server tools offered (an empty list: none).
      */

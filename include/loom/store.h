@@ -536,6 +536,20 @@ int loom_store_mcp_credentials_load(loom_store *st, const char *server,
 int loom_store_mcp_credentials_save(loom_store *st, const char *server,
                                     const char *user_id, const char *json);
 
+/*
+ * The settings of user_id (an owner id; NULL or "": the anonymous user),
+ * sealed as the credentials above (they hold the user's own keys):
+ * *json (caller frees) is the text last saved. LOOM_ENOTFOUND when none
+ * was; LOOM_EPROTO when it does not open with the store's key;
+ * LOOM_EINVALID when there is no key to use. What the text means is
+ * loom/accounts.h's (loom_user_settings_*).
+ */
+int loom_store_user_settings_load(loom_store *st, const char *user_id,
+                                  char **json);
+/* Seals json and keeps it as user_id's settings, replacing any. */
+int loom_store_user_settings_save(loom_store *st, const char *user_id,
+                                  const char *json);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,8 @@
 /*
  * The system prompt a run sends, assembled in the order seed 000 builds
  * it: the agent's prompt (or a request's override), the usage rule of
- * each tool offered, the user's memories, the plan. The conversation
+ * each tool offered, the user's own instructions (their settings), the
+ * user's memories, the plan. The conversation
  * summary is not part of it: the context engine shows it as a message of
  * its own right after the system message (context.c), and example
  * exchanges (few_shot) come after both, as messages (run.c).
@@ -27,6 +28,10 @@
     "<memories>\nWhat you know about the user from earlier conversations "     \
     "(saved with memory_store, most recent first; each quoted as it was "      \
     "saved):\n"
+
+#define USER_HEAD                                                              \
+    "<user_instructions>\nThe user's own instructions, from their settings "   \
+    "(follow them where they do not conflict with the rules above):\n"
 
 const loom_agent_tool_doc *loom__prompt_doc(const loom_agent_tool_doc *docs,
                                             size_t ndocs, const char *name)
@@ -84,6 +89,10 @@ int loom__prompt_system_text(char **text, const loom__prompt_parts *p)
         rc = loom_buf_puts(&b, p->base);
     if (!rc)
         rc = tool_rules(&b, p);
+    if (!rc && p->user_instructions && *p->user_instructions &&
+        (rc = section(&b)) == 0)
+        rc = loom_buf_printf(&b, USER_HEAD "%s\n</user_instructions>",
+                             p->user_instructions);
     if (!rc && p->memories && *p->memories && (rc = section(&b)) == 0)
         rc = loom_buf_puts(&b, p->memories);
     if (!rc && p->plan && (rc = section(&b)) == 0)

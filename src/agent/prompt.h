@@ -36,6 +36,9 @@ typedef struct {
     const json_t *tool_settings;
     const loom_agent_tool_doc *docs;
     size_t ndocs;
+    /* The user's own instructions (their settings); NULL or empty:
+     * none. */
+    const char *user_instructions;
     /* The memories section (loom__prompt_memories), NULL: none. */
     const char *memories;
     /* The plan, shown when planning is on; NULL: off. */
@@ -45,7 +48,8 @@ typedef struct {
 /*
  * The system text, its sections apart by a blank line, in this order:
  * base; <tool_usage> with one "- name: rule" line per offered tool that
- * has a rule; the memories section; the <plan> section. *text (the
+ * has a rule; <user_instructions> with the user's own instructions; the
+ * memories section; the <plan> section. *text (the
  * caller's) is "" when there is nothing. LOOM_ETOOLARGE past
  * LOOM__PROMPT_SYSTEM_MAX, LOOM_ENOMEM.
  */

@@ -878,6 +878,7 @@ static int system_text(const loom_run *run, char **text)
         .tool_settings = run->opts.tool_settings,
         .docs = run->opts.tool_docs,
         .ndocs = run->opts.tool_docs_len,
+        .user_instructions = run->opts.user_instructions,
         .memories = run->opts.memories,
         .plan = run->loop_on[LOOM__LOOP_TODO] ? run->plan : NULL,
     };

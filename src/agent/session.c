@@ -126,6 +126,7 @@ struct loom_turn {
     char *system_prompt;
     char *user_id;
     json_t *user_keys;
+    json_t *user_settings; /* a top turn's copy, a child's tree's */
     char **tool_names;
     size_t ntool_names;
     char *choice_fn;
@@ -659,6 +660,7 @@ static void turn_free(loom_turn *t)
     json_decref(t->client_json);
     loom_llm_params_clear(&t->params);
     json_decref(t->user_keys);
+    json_decref(t->user_settings);
     free(t->system_prompt);
     free(t->user_id);
     free(t->parent_run_id);
@@ -1120,7 +1122,7 @@ static int offered(const loom_turn *t, const loom_agent_config *agent,
     if (loom_memory_is_tool(name) && !loom_tool_registry_get(t->s->tools, name))
         on = 0;
     else
-        on = loom_memory_tool_offered(name, t->user_id, as, NULL,
+        on = loom_memory_tool_offered(name, t->user_id, as, t->user_settings,
                                       t->s->cfg->tools);
     json_decref(as);
     return on == 1;
@@ -1357,6 +1359,13 @@ static int keep_spec(loom_turn *t, const loom_turn_options *o)
         t->choice_fn = dup_or_null(o->tool_choice.function, &oom);
     t->user_id = dup_or_null(o->user_id, &oom);
     if (o->user_keys && !(t->user_keys = json_deep_copy(o->user_keys)))
+        oom = 1;
+    /* A child follows its top turn's settings (set on the tree). */
+    if (t->tree)
+        t->user_settings =
+            json_incref((json_t *)loom__agent_tree_user_settings(t->tree));
+    else if (o->user_settings &&
+             !(t->user_settings = json_deep_copy(o->user_settings)))
         oom = 1;
     if (!oom && loom_messages_append(&t->input, o->input) != 0)
         oom = 1;
@@ -1696,6 +1705,11 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
         ro.params = &t->params;
     ro.user_id = t->user_id;
     ro.user_keys = t->user_keys;
+    /* The user's instructions are for the answer they read: the top
+     * turn's, not its sub-agents'. */
+    if (t->depth == 0)
+        ro.user_instructions = json_string_value(
+            json_object_get(t->user_settings, "instructions"));
     ro.agent_hooks = agent_hooks(s, t->agent);
     if (agent) {
         ro.handoffs = t->handoffs;
@@ -1878,9 +1892,11 @@ static int place_run(loom_turn *t)
          (rc = loom__agent_tree_set_conversation(t->tree,
                                                  t->conversation_id)) != 0))
         return rc;
-    if (t->depth == 0)
+    if (t->depth == 0) {
         loom__elicits_set_open(loom__agent_tree_elicits(t->tree),
                                t->elicitation);
+        loom__agent_tree_set_user_settings(t->tree, t->user_settings);
+    }
     loom__run_set_place(t->lr, t->tree, t->depth,
                         a ? a->count_sub_agent_calls : 1, t->parent_cancel,
                         t->parent_spend);
@@ -2070,7 +2086,7 @@ static int shows_memories(const loom_turn *t)
     json_t *as = t->agent_cfg ? json_boolean(t->agent_cfg->memory) : NULL;
     int on = t->s->o.store &&
              loom_memory_tool_offered(LOOM_MEMORY_TOOL_RETRIEVE, t->user_id, as,
-                                      NULL, NULL) == 1;
+                                      t->user_settings, NULL) == 1;
 
     json_decref(as);
     return on;

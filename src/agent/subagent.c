@@ -50,6 +50,7 @@ struct loom__agent_tree {
     atomic_int sub_runs;
     char *conversation_id; /* the top turn's, where children are stored */
     loom__elicits *elicits; /* the forms the tree's calls wait on */
+    json_t *user_settings; /* the top turn's, or NULL */
     /* the live sub-agent runs, in the order they started */
     pthread_mutex_t mu;
     live_run *live;
@@ -94,6 +95,7 @@ void loom__agent_tree_free(loom__agent_tree *t)
     loom_session_free(t->s);
     free(t->conversation_id);
     loom__elicits_free(t->elicits);
+    json_decref(t->user_settings);
     for (size_t i = 0; i < t->nlive; i++) {
         free(t->live[i].parent_id);
         free(t->live[i].parent_call_id);
@@ -120,6 +122,17 @@ int loom__agent_tree_set_conversation(loom__agent_tree *t, const char *id)
 const char *loom__agent_tree_conversation(const loom__agent_tree *t)
 {
     return t ? t->conversation_id : NULL;
+}
+
+void loom__agent_tree_set_user_settings(loom__agent_tree *t, json_t *settings)
+{
+    json_decref(t->user_settings);
+    t->user_settings = json_incref(settings);
+}
+
+const json_t *loom__agent_tree_user_settings(const loom__agent_tree *t)
+{
+    return t ? t->user_settings : NULL;
 }
 
 loom_session *loom__agent_tree_session(const loom__agent_tree *t)

@@ -54,6 +54,14 @@ const char *loom__agent_tree_conversation(const loom__agent_tree *t);
 /* The forms the tree's calls put to whoever runs the turn (elicit.h).
  * Borrowed; NULL for a NULL tree. */
 loom__elicits *loom__agent_tree_elicits(const loom__agent_tree *t);
+/*
+ * The top turn's user settings (loom_turn_options.user_settings), which
+ * its children follow too (memory off holds for the whole tree). Set by
+ * the top turn before it runs (a reference is taken; NULL: none); read by
+ * any thread after.
+ */
+void loom__agent_tree_set_user_settings(loom__agent_tree *t, json_t *settings);
+const json_t *loom__agent_tree_user_settings(const loom__agent_tree *t);
 /* Counts one more sub-agent run: 1 when the tree's limit allows it. Any
  * thread. */
 int loom__agent_tree_take_run(loom__agent_tree *t);

@@ -400,6 +400,7 @@ static int check_media(srv_request *r, const srv_runs_request *q)
 static int start_run(srv_request *r)
 {
     char owner[SRV_OWNER_SIZE];
+    json_t *settings;
     srv_runs_request q;
     loom__chat_error err;
     srv_run *run = NULL;
@@ -414,10 +415,18 @@ static int start_run(srv_request *r)
         return rc;
     }
     if ((rc = srv_request_owner(r, q.spec.user_id, owner, &q.spec.user_id)) !=
-            1 ||
-        (rc = srv_run_check_params(r, &q.spec)) != 1 ||
+        1) {
+        srv_runs_request_clear(&q);
+        return rc;
+    }
+    /* The caller's default agent counts for the media check too. */
+    settings = srv_user_settings(r->srv, q.spec.user_id);
+    q.spec.user_settings = settings;
+    q.spec.agent = srv_settings_agent(settings, &q.spec);
+    if ((rc = srv_run_check_params(r, &q.spec)) != 1 ||
         (rc = check_media(r, &q)) != 1) {
         srv_runs_request_clear(&q);
+        json_decref(settings);
         return rc;
     }
     q.spec.who = r->who;
@@ -427,6 +436,7 @@ static int start_run(srv_request *r)
     q.spec.elicitation = q.stream && !q.spec.background;
     rc = srv_run_start(&run, r->srv, &q.spec);
     srv_runs_request_clear(&q);
+    json_decref(settings);
     /* A bad research setting's message names it: research.<key>. */
     if (rc == LOOM_EINVALID && q.spec.research &&
         !strncmp(loom_error_last(), "research", 8))

@@ -355,12 +355,27 @@ typedef struct {
      * conversation_id is its conversation. NULL, 0: a new run. */
     const char *run_id;
     int resume;
+    /* The caller's own settings (srv_user_settings), or NULL: read by
+     * srv_run_start for user_id. */
+    const json_t *user_settings;
 } srv_run_spec;
 
 #define SRV_RUN_SPEC_INIT                                                      \
     {                                                                          \
         .parallel_tool_calls = -1, .temperature = -1.0                         \
     }
+
+/*
+ * The settings of owner (a run's user_id; NULL: the anonymous user) as
+ * kept, or NULL when there are none, there is no store, or they cannot be
+ * read (logged; the run goes on without them). New reference.
+ */
+json_t *srv_user_settings(srv_server *s, const char *owner);
+
+/* The agent sp runs with settings: sp's own, else (when sp names no
+ * agent, allows one and names no "agent/..." model) the settings'
+ * default_agent, else NULL (the config's default). Borrowed. */
+const char *srv_settings_agent(const json_t *settings, const srv_run_spec *sp);
 
 /*
  * Starts a run on a worker thread of its own and returns a reference to

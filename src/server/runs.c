@@ -542,6 +542,7 @@ static int check_allowed(const srv_run_spec *sp, const loom_turn *t)
 int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
 {
     loom_turn_options to = LOOM_TURN_OPTIONS_INIT;
+    json_t *settings = NULL;
     worker_end *we = NULL;
     srv_run *r = NULL;
     pthread_attr_t attr;
@@ -568,8 +569,12 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     we->r = r;
     srv__admission_init(&r->adm, s);
 
+    settings = sp->user_settings ? json_incref((json_t *)sp->user_settings)
+                                 : srv_user_settings(s, sp->user_id);
     to.conversation_id = sp->conversation_id;
-    to.agent = sp->agent;
+    to.agent = srv_settings_agent(settings, sp);
+    to.user_settings = settings;
+    to.user_keys = json_object_get(settings, "web_search_keys");
     to.no_agent = sp->no_agent;
     to.model = sp->model;
     to.input = sp->input;
@@ -609,6 +614,8 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
         (rc = check_allowed(sp, r->t)) != 0 ||
         (rc = srv__admit(&r->adm, sp, loom_turn_model(r->t))) != 0)
         goto fail;
+    json_decref(settings);
+    settings = NULL;
 
     /* References: the caller's, the worker's and the table's. */
     atomic_store(&r->refs, 3);
@@ -638,6 +645,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     return 0;
 
 fail:
+    json_decref(settings);
     if (slot)
         release_slot(s);
     if (r)

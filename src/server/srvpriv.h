@@ -268,5 +268,6 @@ void srv__fault_arm(const char *point, int count);
 int srv__api_runs_routes(srv_router *rt);
 int srv__api_misc_routes(srv_router *rt);
 int srv__api_admin_routes(srv_router *rt);
+int srv__api_settings_routes(srv_router *rt);
 
 #endif

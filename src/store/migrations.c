@@ -390,6 +390,16 @@ const char *const loom__sqlite_migrations[] = {
     "  event TEXT NOT NULL,"
     "  PRIMARY KEY (run_id, seq)"
     ") WITHOUT ROWID;",
+    /* 15: users' own settings (docs/accounts.md "Per-user settings"),
+     * one row per owner id ('' for the anonymous user of mode none),
+     * sealed whole with the store's secret key (secrets.c), since they
+     * hold the users' keys. Independent of every other step: it adds
+     * only its own table. */
+    "CREATE TABLE user_settings ("
+    "  user_id TEXT PRIMARY KEY,"
+    "  sealed BLOB NOT NULL,"
+    "  updated_at INTEGER NOT NULL"
+    ") WITHOUT ROWID;",
 };
 
 const int loom__sqlite_migrations_len =

@@ -6,7 +6,8 @@
  * first need, race-free between processes: written whole to a private
  * temporary file (mode 0600), then linked to its name, so a reader sees
  * either no file or a complete one and a second writer loses to the
- * first. Secrets are never logged.
+ * first. Secrets are never logged. Each use (MCP credentials, users'
+ * settings) seals with a key of its own, derived for its purpose.
  */
 #include "core/clock.h"
 #include "core/error.h"
@@ -25,6 +26,8 @@
 
 /* The purpose the MCP credentials' key is derived for. */
 #define MCP_PURPOSE "loom mcp credentials v1"
+/* The purpose the users' settings' key is derived for. */
+#define SETTINGS_PURPOSE "loom user settings v1"
 /* Characters of a key file's text: at least, and read at most. */
 #define KEY_TEXT_MIN 32
 #define KEY_TEXT_MAX 512
@@ -161,10 +164,43 @@ static int check_server(loom_store *st, const char *server)
     return 0;
 }
 
+/* Opens sealed (n bytes) with the key for purpose into *plain; what
+ * names it when it does not open. */
+static int open_sealed(loom_store *st, const char *purpose,
+                       const unsigned char *sealed, size_t n, char **plain,
+                       const char *what)
+{
+    unsigned char key[LOOM_SEAL_KEY_SIZE];
+    int rc;
+
+    if ((rc = store_key(st, purpose, key)) == 0 &&
+        (rc = loom__unseal(key, sealed, n, plain)) != 0)
+        rc = loom__error_set(rc,
+                             "store: %s do not open with this store's key "
+                             "(another key, or damaged)",
+                             what);
+    explicit_bzero(key, sizeof(key));
+    return rc;
+}
+
+/* Seals plain with the key for purpose into *sealed (caller frees). */
+static int make_sealed(loom_store *st, const char *purpose, const char *plain,
+                       unsigned char **sealed, size_t *n)
+{
+    unsigned char key[LOOM_SEAL_KEY_SIZE];
+    int rc;
+
+    if ((rc = store_key(st, purpose, key)) == 0)
+        rc = loom__seal(key, plain, sealed, n);
+    explicit_bzero(key, sizeof(key));
+    return rc;
+}
+
 int loom_store_mcp_credentials_load(loom_store *st, const char *server,
                                     const char *user_id, char **json)
 {
-    unsigned char key[LOOM_SEAL_KEY_SIZE], *sealed = NULL;
+    unsigned char *sealed = NULL;
+    char what[160];
     size_t n = 0;
     int rc;
 
@@ -176,14 +212,9 @@ int loom_store_mcp_credentials_load(loom_store *st, const char *server,
         (rc = st->vt->mcp_credentials_get(st, server, user_id ? user_id : "",
                                           &sealed, &n)) != 0)
         return rc;
-    if ((rc = store_key(st, MCP_PURPOSE, key)) == 0 &&
-        (rc = loom__unseal(key, sealed, n, json)) != 0)
-        rc = loom__error_set(rc,
-                             "store: the credentials of MCP server '%s' do "
-                             "not open with this store's key (another key, "
-                             "or damaged)",
-                             server);
-    explicit_bzero(key, sizeof(key));
+    snprintf(what, sizeof(what), "the credentials of MCP server '%.80s'",
+             server);
+    rc = open_sealed(st, MCP_PURPOSE, sealed, n, json, what);
     free(sealed);
     return rc;
 }
@@ -191,7 +222,7 @@ int loom_store_mcp_credentials_load(loom_store *st, const char *server,
 int loom_store_mcp_credentials_save(loom_store *st, const char *server,
                                     const char *user_id, const char *json)
 {
-    unsigned char key[LOOM_SEAL_KEY_SIZE], *sealed = NULL;
+    unsigned char *sealed = NULL;
     size_t n = 0;
     int rc;
 
@@ -199,11 +230,45 @@ int loom_store_mcp_credentials_save(loom_store *st, const char *server,
         return rc;
     if (!json)
         return loom__error_set(LOOM_EINVALID, "store: NULL credentials");
-    if ((rc = store_key(st, MCP_PURPOSE, key)) == 0 &&
-        (rc = loom__seal(key, json, &sealed, &n)) == 0)
+    if ((rc = make_sealed(st, MCP_PURPOSE, json, &sealed, &n)) == 0)
         rc = st->vt->mcp_credentials_put(st, server, user_id ? user_id : "",
                                          sealed, n, loom__unix_ms());
-    explicit_bzero(key, sizeof(key));
+    free(sealed);
+    return rc;
+}
+
+int loom_store_user_settings_load(loom_store *st, const char *user_id,
+                                  char **json)
+{
+    unsigned char *sealed = NULL;
+    size_t n = 0;
+    int rc;
+
+    if (json)
+        *json = NULL;
+    if (!st || !json)
+        return loom__error_set(LOOM_EINVALID, "store: NULL argument");
+    if ((rc = st->vt->user_settings_get(st, user_id ? user_id : "", &sealed,
+                                        &n)) != 0)
+        return rc;
+    rc = open_sealed(st, SETTINGS_PURPOSE, sealed, n, json,
+                     "the user's settings");
+    free(sealed);
+    return rc;
+}
+
+int loom_store_user_settings_save(loom_store *st, const char *user_id,
+                                  const char *json)
+{
+    unsigned char *sealed = NULL;
+    size_t n = 0;
+    int rc;
+
+    if (!st || !json)
+        return loom__error_set(LOOM_EINVALID, "store: NULL argument");
+    if ((rc = make_sealed(st, SETTINGS_PURPOSE, json, &sealed, &n)) == 0)
+        rc = st->vt->user_settings_put(st, user_id ? user_id : "", sealed, n,
+                                       loom__unix_ms());
     free(sealed);
     return rc;
 }

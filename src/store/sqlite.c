@@ -674,4 +674,6 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_spend_list,
     loom__sqlite_mcp_credentials_get,
     loom__sqlite_mcp_credentials_put,
+    loom__sqlite_user_settings_get,
+    loom__sqlite_user_settings_put,
 };

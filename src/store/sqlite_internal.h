@@ -310,6 +310,11 @@ static inline char *col_dup(sqlite3_stmt *s, int i, int *bad)
 int loom__sqlite_mcp_credentials_get(loom_store *st, const char *server,
                                      const char *user_id, unsigned char **out,
                                      size_t *len);
+int loom__sqlite_user_settings_get(loom_store *st, const char *user_id,
+                                   unsigned char **out, size_t *len);
+int loom__sqlite_user_settings_put(loom_store *st, const char *user_id,
+                                   const unsigned char *sealed, size_t len,
+                                   int64_t now);
 int loom__sqlite_mcp_credentials_put(loom_store *st, const char *server,
                                      const char *user_id,
                                      const unsigned char *sealed, size_t len,

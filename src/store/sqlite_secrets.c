@@ -1,11 +1,15 @@
 /*
  * Sealed secrets in the SQLite backend: the rows of `mcp_credentials`
- * (migration 12), one per MCP server and user, each holding bytes the
- * front sealed (secrets.c). The backend never sees a key or a plain text.
+ * (migration 12), one per MCP server and user, and of `user_settings`
+ * (migration 13), one per user, each holding bytes the front sealed
+ * (secrets.c). The backend never sees a key or a plain text. Both tables
+ * are read and written the same way: one row by its key (one or two
+ * texts), its `sealed` blob replaced whole.
  */
 #include "core/error.h"
 #include "store/sqlite_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,10 +19,18 @@ static const char sql_put[] =
     "INSERT INTO mcp_credentials (server, user_id, sealed, updated_at) "
     "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (server, user_id) DO UPDATE "
     "SET sealed = excluded.sealed, updated_at = excluded.updated_at";
+static const char sql_settings_get[] =
+    "SELECT sealed FROM user_settings WHERE user_id = ?1";
+static const char sql_settings_put[] =
+    "INSERT INTO user_settings (user_id, sealed, updated_at) "
+    "VALUES (?1, ?3, ?4) ON CONFLICT (user_id) DO UPDATE "
+    "SET sealed = excluded.sealed, updated_at = excluded.updated_at";
 
-int loom__sqlite_mcp_credentials_get(loom_store *st, const char *server,
-                                     const char *user_id, unsigned char **out,
-                                     size_t *len)
+/* The row sql selects by k1 (and k2 unless NULL): *out, *len; what names
+ * it in messages; none is LOOM_ENOTFOUND with missing. */
+static int sealed_get(loom_store *st, const char *sql, const char *k1,
+                      const char *k2, unsigned char **out, size_t *len,
+                      const char *what, const char *missing)
 {
     loom__sqlite_conn *c = NULL;
     sqlite3_stmt *s = NULL;
@@ -28,9 +40,10 @@ int loom__sqlite_mcp_credentials_get(loom_store *st, const char *server,
     *len = 0;
     if ((rc = loom__sqlite_begin(st, 0, &c)) != 0)
         return rc;
-    src = sqlite3_prepare_v2(loom__sqlite_db(c), sql_get, -1, &s, NULL);
-    b_text(s, 1, server, &src);
-    b_text(s, 2, user_id, &src);
+    src = sqlite3_prepare_v2(loom__sqlite_db(c), sql, -1, &s, NULL);
+    b_text(s, 1, k1, &src);
+    if (k2)
+        b_text(s, 2, k2, &src);
     if (src == SQLITE_OK)
         src = sqlite3_step(s);
     if (src == SQLITE_ROW) {
@@ -41,26 +54,26 @@ int loom__sqlite_mcp_credentials_get(loom_store *st, const char *server,
             memcpy(*out, v, (size_t)n);
             *len = (size_t)n;
         } else {
-            rc = n > 0 ? loom__error_oom()
-                       : loom__error_set(LOOM_EPROTO, "store: empty sealed "
-                                                      "credentials");
+            rc = n > 0
+                     ? loom__error_oom()
+                     : loom__error_set(LOOM_EPROTO,
+                                       "store: an empty sealed row (%s)", what);
         }
     } else if (src == SQLITE_DONE) {
-        rc = loom__error_set(LOOM_ENOTFOUND,
-                             "store: no credentials for MCP server '%s'",
-                             server);
+        rc = loom__error_set(LOOM_ENOTFOUND, "store: %s", missing);
     } else {
-        rc = loom__sqlite_fail(st, c, src, "reading MCP credentials");
+        rc = loom__sqlite_fail(st, c, src, what);
     }
     sqlite3_finalize(s);
     loom__sqlite_end(st, c, 0);
     return rc;
 }
 
-int loom__sqlite_mcp_credentials_put(loom_store *st, const char *server,
-                                     const char *user_id,
-                                     const unsigned char *sealed, size_t len,
-                                     int64_t now)
+/* Replaces the row sql writes: keys ?1 (and ?2 unless k2 is NULL), the
+ * blob ?3, the time ?4. */
+static int sealed_put(loom_store *st, const char *sql, const char *k1,
+                      const char *k2, const unsigned char *sealed, size_t len,
+                      int64_t now, const char *what)
 {
     loom__sqlite_conn *c = NULL;
     sqlite3_stmt *s = NULL;
@@ -68,16 +81,53 @@ int loom__sqlite_mcp_credentials_put(loom_store *st, const char *server,
 
     if ((rc = loom__sqlite_begin(st, 1, &c)) != 0)
         return rc;
-    src = sqlite3_prepare_v2(loom__sqlite_db(c), sql_put, -1, &s, NULL);
-    b_text(s, 1, server, &src);
-    b_text(s, 2, user_id, &src);
+    src = sqlite3_prepare_v2(loom__sqlite_db(c), sql, -1, &s, NULL);
+    b_text(s, 1, k1, &src);
+    if (k2)
+        b_text(s, 2, k2, &src);
     b_blob(s, 3, sealed, len, &src);
     b_int(s, 4, now, &src);
     if ((src = step_done(s, src)) != SQLITE_OK)
-        rc = loom__sqlite_fail(st, c, src, "storing MCP credentials");
+        rc = loom__sqlite_fail(st, c, src, what);
     sqlite3_finalize(s);
     if (rc == 0)
-        rc = loom__sqlite_commit(st, c, "storing MCP credentials");
+        rc = loom__sqlite_commit(st, c, what);
     loom__sqlite_end(st, c, 1);
     return rc;
+}
+
+int loom__sqlite_mcp_credentials_get(loom_store *st, const char *server,
+                                     const char *user_id, unsigned char **out,
+                                     size_t *len)
+{
+    char missing[160];
+
+    snprintf(missing, sizeof(missing), "no credentials for MCP server '%.80s'",
+             server);
+    return sealed_get(st, sql_get, server, user_id, out, len,
+                      "reading MCP credentials", missing);
+}
+
+int loom__sqlite_mcp_credentials_put(loom_store *st, const char *server,
+                                     const char *user_id,
+                                     const unsigned char *sealed, size_t len,
+                                     int64_t now)
+{
+    return sealed_put(st, sql_put, server, user_id, sealed, len, now,
+                      "storing MCP credentials");
+}
+
+int loom__sqlite_user_settings_get(loom_store *st, const char *user_id,
+                                   unsigned char **out, size_t *len)
+{
+    return sealed_get(st, sql_settings_get, user_id, NULL, out, len,
+                      "reading user settings", "no settings for this user");
+}
+
+int loom__sqlite_user_settings_put(loom_store *st, const char *user_id,
+                                   const unsigned char *sealed, size_t len,
+                                   int64_t now)
+{
+    return sealed_put(st, sql_settings_put, user_id, NULL, sealed, len, now,
+                      "storing user settings");
 }

@@ -277,6 +277,13 @@ typedef struct {
     int (*mcp_credentials_put)(loom_store *st, const char *server,
                                const char *user_id, const unsigned char *sealed,
                                size_t len, int64_t now);
+    /* The sealed settings of user_id ("" for the anonymous user), as
+     * the credentials above. */
+    int (*user_settings_get)(loom_store *st, const char *user_id,
+                             unsigned char **out, size_t *len);
+    int (*user_settings_put)(loom_store *st, const char *user_id,
+                             const unsigned char *sealed, size_t len,
+                             int64_t now);
 } loom__store_vtable;
 
 struct loom_store {

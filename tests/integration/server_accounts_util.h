@@ -23,8 +23,8 @@
 /* A server over the fake with script, its own tools (so the memory tools
  * are there), models fake/m and fake/other, agents a (the default),
  * plain (no tools, no memory), boss (sub-agent kid) and kid, CORS for
- * https://app.example.com, and auth (the lines of the `auth:` section,
- * indented). */
+ * https://app.example.com, web_search on Tavily at the fake, and auth
+ * (the lines of the `auth:` section, indented). */
 static inline void accounts_start(sh *h, const char *script, const char *auth)
 {
     static int n;
@@ -55,9 +55,12 @@ static inline void accounts_start(sh *h, const char *script, const char *auth)
                          "server:\n"
                          "  listen: 127.0.0.1:0\n"
                          "  cors_origins: [https://app.example.com]\n"
+                         "tools:\n"
+                         "  web_search: {backend: tavily, base_url: %s}\n"
                          "auth:\n"
                          "%s",
-                         fake_base_url(h->fake), auth) > 0);
+                         fake_base_url(h->fake), fake_base_url(h->fake),
+                         auth) > 0);
     sh_start_config_tools(h, yaml, 1);
     free(yaml);
 }
