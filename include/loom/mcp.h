@@ -153,6 +153,10 @@ int loom_mcp_server_call(loom_mcp_server *s, const char *tool,
  * on_progress (may be NULL) gets each notifications/progress params
  * (progress, total, message) on the thread that read it, only while the
  * call runs. A call always asks for progress (a progressToken).
+ * headers (may be NULL): HTTP headers of this call only (name -> value),
+ * sent with the config's by the Streamable HTTP transport: the values of
+ * config headers that name a user's secret (${user.NAME}), resolved for
+ * the caller (loom_mcp_user_headers). Borrowed for the call.
  */
 typedef struct {
     long timeout_ms;
@@ -175,7 +179,22 @@ typedef struct {
     loom_mcp_input_fn input;
     void *input_arg;
     int elicitation;
+    const json_t *headers;
 } loom_mcp_call_options;
+
+/*
+ * Per-user header values (docs/mcp.md "Per-user headers"): a config
+ * header whose value holds ${user.NAME} is never sent as written; each
+ * call sends it with every ${user.NAME} replaced by the caller's secret
+ * NAME, taken from secrets (an object, name -> string; NULL: none).
+ * *out (new reference) is an object of those headers, resolved, or NULL
+ * when the server has none. LOOM_ENOTFOUND when secrets lack a name (the
+ * message says which and where to add it), LOOM_EINVALID for a value
+ * that cannot go in a header (a line break, or longer than 8 KiB),
+ * LOOM_ENOMEM.
+ */
+int loom_mcp_user_headers(const loom_mcp_server *s, const json_t *secrets,
+                          json_t **out);
 
 /* loom_mcp_server_call() with options (o may be NULL: the defaults). */
 int loom_mcp_server_call_opts(loom_mcp_server *s, const char *tool,

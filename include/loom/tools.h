@@ -47,7 +47,9 @@ typedef struct {
     loom_cancel *cancel;     /* set when the run is cancelled; poll it */
     const json_t *settings;  /* this tool's config settings, or NULL */
     const json_t *user_keys; /* the requesting user's own keys: object,
-                                name -> key (e.g. "tavily"); NULL when
+                                name -> key (e.g. "tavily"), and
+                                "secrets": name -> value (what MCP
+                                headers' ${user.NAME} take); NULL when
                                 none */
     const char *user_id;     /* the user the run is for; NULL: anonymous */
     /*

@@ -325,10 +325,10 @@ static int is_var_char(char c, int first)
 
 /*
  * Expands ${VAR} and ${VAR:-default} in a scalar's text into *out; "$${"
- * is a literal "${" and any other '$' is kept. The default (up to the
- * first '}') is used when VAR is unset or empty. Written by hand because
- * neither libyaml nor libc offers it (wordexp(3) would also run commands
- * and split words).
+ * is a literal "${" and any other '$' is kept, and so is ${user.NAME}. The
+ * default (up to the first '}') is used when VAR is unset or empty. Written by
+ * hand because neither libyaml nor libc offers it (wordexp(3) would also run
+ * commands and split words).
  */
 static int interpolate(loader *ld, const yaml_node_t *n, const char *key,
                        char **out)
@@ -376,6 +376,14 @@ static int interpolate(loader *ld, const yaml_node_t *n, const char *key,
             goto cleanup;
         }
         end = (size_t)(close - s);
+        /* ${user.NAME} names a user's secret, resolved at each call (an
+         * MCP server's headers, docs/mcp.md): kept as written. */
+        if (end - start > 5 && strncmp(s + start, "user.", 5) == 0) {
+            if ((rc = loom_buf_put(&b, s + i, end + 1 - i)) != 0)
+                goto cleanup;
+            i = end + 1;
+            continue;
+        }
         name_end = start;
         while (name_end < end && is_var_char(s[name_end], name_end == start))
             name_end++;

@@ -539,10 +539,26 @@ static int check_allowed(const srv_run_spec *sp, const loom_turn *t)
     return 0;
 }
 
+/* The keys a run's tools get (loom_tool_ctx.user_keys) from the user's
+ * settings: web_search's by backend name, and "secrets" for MCP headers.
+ * NULL when out of memory. */
+static json_t *user_keys(const json_t *settings)
+{
+    const json_t *ws = json_object_get(settings, "web_search_keys");
+    const json_t *secrets = json_object_get(settings, "secrets");
+    json_t *k = ws ? json_deep_copy(ws) : json_object();
+
+    if (k && secrets && json_object_set(k, "secrets", (json_t *)secrets)) {
+        json_decref(k);
+        return NULL;
+    }
+    return k;
+}
+
 int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
 {
     loom_turn_options to = LOOM_TURN_OPTIONS_INIT;
-    json_t *settings = NULL;
+    json_t *settings = NULL, *keys = NULL;
     worker_end *we = NULL;
     srv_run *r = NULL;
     pthread_attr_t attr;
@@ -571,10 +587,14 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
 
     settings = sp->user_settings ? json_incref((json_t *)sp->user_settings)
                                  : srv_user_settings(s, sp->user_id);
+    if (settings && !(keys = user_keys(settings))) {
+        rc = loom__error_oom();
+        goto fail;
+    }
     to.conversation_id = sp->conversation_id;
     to.agent = srv_settings_agent(settings, sp);
     to.user_settings = settings;
-    to.user_keys = json_object_get(settings, "web_search_keys");
+    to.user_keys = keys;
     to.no_agent = sp->no_agent;
     to.model = sp->model;
     to.input = sp->input;
@@ -615,7 +635,8 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
         (rc = srv__admit(&r->adm, sp, loom_turn_model(r->t))) != 0)
         goto fail;
     json_decref(settings);
-    settings = NULL;
+    json_decref(keys);
+    settings = keys = NULL;
 
     /* References: the caller's, the worker's and the table's. */
     atomic_store(&r->refs, 3);
@@ -646,6 +667,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
 
 fail:
     json_decref(settings);
+    json_decref(keys);
     if (slot)
         release_slot(s);
     if (r)

@@ -243,15 +243,13 @@ static void test_stateless_timeout(void **state)
 
 /* ---- through a run ------------------------------------------------------ */
 
-/* A registry with the fake's tools (as `web__<tool>`), each call given
- * timeout_ms. */
-static loom_tool_registry *fake_registry(const fake_http *f, long timeout_ms)
+/* A registry with the tools of the server c (as `web__<tool>`). */
+static loom_tool_registry *registry_of(const loom_mcp_server_config *c)
 {
-    loom_mcp_server_config servers[1] = {http_config(f)};
+    loom_mcp_server_config servers[1] = {*c};
     loom_config *cfg = NULL;
     loom_tool_registry *reg = NULL;
 
-    servers[0].timeout_ms = timeout_ms;
     assert_int_equal(loom_config_load_string(&cfg, "{}", "t"), 0);
     cfg->mcp_servers = servers;
     cfg->mcp_servers_len = 1;
@@ -262,6 +260,16 @@ static loom_tool_registry *fake_registry(const fake_http *f, long timeout_ms)
     loom_config_free(cfg);
     assert_non_null(loom_tool_registry_get(reg, "web__hang"));
     return reg;
+}
+
+/* A registry with the fake's tools (as `web__<tool>`), each call given
+ * timeout_ms. */
+static loom_tool_registry *fake_registry(const fake_http *f, long timeout_ms)
+{
+    loom_mcp_server_config c = http_config(f);
+
+    c.timeout_ms = timeout_ms;
+    return registry_of(&c);
 }
 
 /* A run whose model calls web__hang, then answers "done". */
@@ -560,6 +568,85 @@ static void test_config(void **state)
     assert_non_null(strstr(loom_error_last(), "transport sse needs url"));
 }
 
+/* Calls web__echo of reg as a user whose secrets are secrets (a JSON
+ * text, NULL: none); the call's code, its text into out. */
+static int call_as(loom_tool_registry *reg, const char *secrets, loom_buf *out)
+{
+    const loom_tool *t = loom_tool_registry_get(reg, "web__echo");
+    json_t *args = json_pack("{s:s}", "x", "hi");
+    json_t *keys =
+        secrets ? json_pack("{s:o}", "secrets", json_loads(secrets, 0, NULL))
+                : NULL;
+    loom_tool_ctx ctx;
+    int rc;
+
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.user_keys = keys;
+    loom_buf_clear(out);
+    rc = t->execute(args, &ctx, out, t->payload);
+    json_decref(args);
+    json_decref(keys);
+    return rc;
+}
+
+/* A header naming a user's secret: never sent as written (not when the
+ * tools are listed at start either), sent with each caller's own value,
+ * and a caller without it gets an error saying where to add it. */
+static void test_user_headers(void **state)
+{
+    loom_mcp_server_config c;
+    loom_tool_registry *reg;
+    loom_buf out = LOOM_BUF_INIT(1 << 16);
+    fake_http f;
+
+    (void)state;
+    fake_start(&f, NULL);
+    c = http_config(&f);
+    c.headers = json_pack("{s:s, s:s}", "Authorization", "Bearer ${user.token}",
+                          "X-Team", "${user.team}-team");
+    reg = registry_of(&c);
+    assert_true(wait_log(&f, "auth tools/list -", 1));
+    /* The YAML keeps ${user.NAME} as written (no variable of that name). */
+    {
+        loom_config *c2 = NULL;
+        assert_int_equal(loom_config_load_string(
+                             &c2,
+                             "mcp_servers:\n"
+                             "  t: {url: 'http://h/mcp', headers: "
+                             "{Authorization: 'Bearer ${user.token}'}}\n",
+                             "t.yaml"),
+                         0);
+        assert_string_equal(json_string_value(json_object_get(
+                                c2->mcp_servers[0].headers, "Authorization")),
+                            "Bearer ${user.token}");
+        loom_config_free(c2);
+    }
+
+    assert_int_equal(
+        call_as(reg, "{\"token\": \"alice-1\", \"team\": \"red\"}", &out), 0);
+    assert_int_equal(log_count(&f, "auth tools/call Bearer alice-1"), 1);
+    assert_int_equal(
+        call_as(reg, "{\"token\": \"bob-2\", \"team\": \"blue\"}", &out), 0);
+    assert_int_equal(log_count(&f, "auth tools/call Bearer bob-2"), 1);
+    /* No secret, or not this one: a tool error, nothing sent. */
+    assert_int_not_equal(call_as(reg, NULL, &out), 0);
+    assert_non_null(
+        strstr(loom_buf_cstr(&out), "needs your own secret 'token'"));
+    assert_non_null(strstr(loom_buf_cstr(&out),
+                           "add it to your user settings (secrets.token"));
+    assert_int_not_equal(call_as(reg, "{\"token\": \"carol-3\"}", &out), 0);
+    assert_non_null(strstr(loom_buf_cstr(&out), "secret 'team'"));
+    assert_int_not_equal(
+        call_as(reg, "{\"token\": \"a\\nb\", \"team\": \"x\"}", &out), 0);
+    assert_int_equal(log_count(&f, "auth tools/call"), 2);
+    assert_int_equal(log_count(&f, "auth tools/call Bearer ${"), 0);
+
+    loom_buf_free(&out);
+    loom_tool_registry_free(reg);
+    json_decref(c.headers);
+    fake_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -573,6 +660,7 @@ int main(void)
         cmocka_unit_test(test_readyz),
         cmocka_unit_test(test_list_changed),
         cmocka_unit_test(test_config),
+        cmocka_unit_test(test_user_headers),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -31,7 +31,8 @@
  * checks: "initialize", "expired", "call <id>" (a hang call arrived),
  * "cancelled <id>" (a
  * notifications/cancelled), "closed <id>" (the stream of call <id> was
- * closed by the client), "deleted".
+ * closed by the client), "deleted", "auth <method> <Authorization>" (a
+ * tools/list or tools/call, "-" without the header).
  */
 #include <jansson.h>
 #include <microhttpd.h>
@@ -74,6 +75,18 @@ static void note(const char *what, long long id)
     else
         fprintf(f, "%s\n", what);
     fclose(f);
+}
+
+/* Notes the Authorization header a request of method came with:
+ * "auth <method> <value>" ("-" for none). */
+static void note_auth(struct MHD_Connection *con, const char *method)
+{
+    const char *a =
+        MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
+    char line[512];
+
+    snprintf(line, sizeof(line), "auth %s %s", method, a ? a : "-");
+    note(line, -1);
 }
 
 /* Queues an SSE event (event name, data) for the open stream. */
@@ -395,6 +408,9 @@ static enum MHD_Result on_post(struct MHD_Connection *con, json_t *msg)
         json_decref(msg);
         return send_text(con, MHD_HTTP_ACCEPTED, NULL, "", 1);
     }
+    if (method &&
+        (!strcmp(method, "tools/call") || !strcmp(method, "tools/list")))
+        note_auth(con, method);
     answer = handle(msg, &hang, &before);
     if (before)
         return send_events(con, before, answer);

@@ -56,6 +56,7 @@ typedef struct {
     loom_mcp_input_fn input; /* the call's answerer (may be NULL) */
     void *input_arg;
     int elicit; /* input answers elicitations */
+    const json_t *headers; /* the call's own HTTP headers, or NULL */
 } call_ctl;
 
 struct mcp_pending {
@@ -369,6 +370,11 @@ void loom__mcp_defer(loom_mcp_server *s, mcp_pending *p, int64_t ms)
     p->deadline += ms;
     p->held += ms;
     pthread_mutex_unlock(&s->mu);
+}
+
+const json_t *loom__mcp_call_headers(const mcp_pending *p)
+{
+    return p && p->ctl ? p->ctl->headers : NULL;
 }
 
 int loom__mcp_answered(loom_mcp_server *s, const mcp_pending *p)
@@ -1457,6 +1463,7 @@ int loom_mcp_server_call_opts(loom_mcp_server *s, const char *tool,
         ctl.input = o->input;
         ctl.input_arg = o->input_arg;
         ctl.elicit = o->input && o->elicitation;
+        ctl.headers = o->headers;
     }
     loom__mcp_ref(s);
     rc =

@@ -256,13 +256,14 @@ static CURLcode perform(CURL *e, post_state *st)
 struct curl_slist *loom__mcp_curl_headers(struct curl_slist *h, const json_t *o)
 {
     struct curl_slist *t;
-    char line[1024];
+    char line[8300];
     const char *key;
     const json_t *v;
 
     json_object_foreach((json_t *)o, key, v)
     {
-        if (!json_is_string(v) || strpbrk(json_string_value(v), "\r\n"))
+        if (!json_is_string(v) || strpbrk(json_string_value(v), "\r\n") ||
+            strstr(json_string_value(v), "${user."))
             continue;
         /* curl drops "Name: " with nothing after it; "Name;" sends it. */
         if ((*json_string_value(v) ? snprintf(line, sizeof(line), "%s: %s", key,
@@ -298,11 +299,12 @@ static int has_header(const json_t *headers, const char *name)
  * ...; msg NULL for none), then the config's. last_id: for a GET that
  * resumes a stream, its Last-Event-ID ("" for none). bearer: the
  * OAuth Authorization value ("" or NULL for none), left out when the
- * config gives an Authorization header of its own.
+ * config gives an Authorization header of its own. own: the call's own
+ * headers (a user's, resolved: loom_mcp_call_options.headers), or NULL.
  */
 static struct curl_slist *headers_for(http_conn *c, const char *method,
                                       const json_t *msg, const char *last_id,
-                                      const char *bearer)
+                                      const char *bearer, const json_t *own)
 {
     const loom_mcp_server_config *cfg = loom__mcp_config(c->s);
     struct curl_slist *h = NULL, *t;
@@ -332,7 +334,8 @@ static struct curl_slist *headers_for(http_conn *c, const char *method,
     pthread_mutex_unlock(&c->mu);
     if (strlen(line) > strlen("Mcp-Session-Id: "))
         ADD(line);
-    if (bearer && *bearer && !has_header(cfg->headers, "Authorization")) {
+    if (bearer && *bearer && !has_header(cfg->headers, "Authorization") &&
+        !has_header(own, "Authorization")) {
         snprintf(line, sizeof(line), "Authorization: %s", bearer);
         ADD(line);
     }
@@ -352,6 +355,8 @@ static struct curl_slist *headers_for(http_conn *c, const char *method,
         if (!h)
             return NULL;
     }
+    if (own && !(h = loom__mcp_curl_headers(h, own)))
+        return NULL;
     return loom__mcp_curl_headers(h, cfg->headers);
 }
 
@@ -428,7 +433,8 @@ static int exchange(http_conn *c, post_state *st, const json_t *msg,
         loom__mcp_oauth_bearer(loom__mcp_oauth(c->s), st->deadline, st->bearer,
                                sizeof(st->bearer));
     if (!(h = headers_for(c, text ? "POST" : "GET", msg,
-                          text ? NULL : st->last_id, st->bearer)) ||
+                          text ? NULL : st->last_id, st->bearer,
+                          loom__mcp_call_headers(st->p))) ||
         !(e = easy_for(c, st, h, st->deadline))) {
         curl_slist_free_all(h);
         return loom__error_oom();
@@ -683,7 +689,7 @@ static void http_stop(void *impl)
     if (loom__mcp_oauth(c->s))
         loom__mcp_oauth_bearer(loom__mcp_oauth(c->s), st.deadline, st.bearer,
                                sizeof(st.bearer));
-    if ((h = headers_for(c, "DELETE", NULL, NULL, st.bearer)) != NULL &&
+    if ((h = headers_for(c, "DELETE", NULL, NULL, st.bearer, NULL)) != NULL &&
         (e = easy_for(c, &st, h, st.deadline)) != NULL) {
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
         curl_easy_perform(e);

@@ -56,7 +56,9 @@ struct curl_slist;
 /*
  * Appends "key: value" for each string of o to h (a curl header list);
  * NULL on OOM (h is then freed). Values that would break the header (CR,
- * LF) or do not fit are left out. Defined in mcp_http.c.
+ * LF) or do not fit are left out, and so are values naming a user's
+ * secret (${user.NAME}: a call sends those resolved). Defined in
+ * mcp_http.c.
  */
 struct curl_slist *loom__mcp_curl_headers(struct curl_slist *h,
                                           const json_t *o);
@@ -78,6 +80,10 @@ void loom__mcp_protocol(loom_mcp_server *s, char *out, size_t cap);
 int64_t loom__mcp_deadline(loom_mcp_server *s, const mcp_pending *p);
 /* Pushes p's deadline back by ms (a person's time spent authorizing). */
 void loom__mcp_defer(loom_mcp_server *s, mcp_pending *p, int64_t ms);
+
+/* The headers of the call p belongs to (loom_mcp_call_options.headers);
+ * NULL: none. Borrowed for as long as p waits. */
+const json_t *loom__mcp_call_headers(const mcp_pending *p);
 
 /* Whether request p has its answer (a transport may stop reading). */
 int loom__mcp_answered(loom_mcp_server *s, const mcp_pending *p);

@@ -302,11 +302,94 @@ static int on_input(loom_mcp_server *s, const char *method,
     return rc;
 }
 
+/* ---- per-user headers ---------------------------------------------------- */
+
+#define USER_REF "${user."
+/* Bytes of a resolved header value at most (a curl header line fits). */
+#define USER_VALUE_MAX 8192
+
+/* value with each ${user.NAME} replaced from secrets into *out. */
+static int resolve(const loom_mcp_server *s, const char *header,
+                   const char *value, const json_t *secrets, json_t **out)
+{
+    loom_buf b = LOOM_BUF_INIT(USER_VALUE_MAX);
+    const char *p = value, *ref, *end;
+    int rc = 0;
+
+    *out = NULL;
+    while (!rc && (ref = strstr(p, USER_REF)) != NULL) {
+        char name[80];
+        const char *v;
+
+        if ((rc = loom_buf_put(&b, p, (size_t)(ref - p))) != 0)
+            break;
+        ref += strlen(USER_REF);
+        if (!(end = strchr(ref, '}')) || end == ref ||
+            (size_t)(end - ref) >= sizeof(name)) {
+            rc = loom__error_set(LOOM_EINVALID,
+                                 "MCP server '%s': header %s has a bad "
+                                 "${user.NAME} reference",
+                                 loom_mcp_server_name(s), header);
+            break;
+        }
+        snprintf(name, sizeof(name), "%.*s", (int)(end - ref), ref);
+        if (!(v = json_string_value(json_object_get(secrets, name)))) {
+            rc = loom__error_set(
+                LOOM_ENOTFOUND,
+                "MCP server '%s' needs your own secret '%s' (for its %s "
+                "header), and you have none. Tell the user: add it to "
+                "your user settings (secrets.%s, PUT /v1/me/settings)",
+                loom_mcp_server_name(s), name, header, name);
+            break;
+        }
+        rc = loom_buf_puts(&b, v);
+        p = end + 1;
+    }
+    if (!rc)
+        rc = loom_buf_puts(&b, p);
+    if (rc == LOOM_ETOOLARGE || (!rc && strpbrk(loom_buf_cstr(&b), "\r\n")))
+        rc = loom__error_set(LOOM_EINVALID,
+                             "MCP server '%s': your secret does not fit its "
+                             "%s header (a line break, or longer than 8 KiB)",
+                             loom_mcp_server_name(s), header);
+    if (!rc && !(*out = json_string(loom_buf_cstr(&b))))
+        rc = loom__error_oom();
+    loom_buf_free(&b);
+    return rc;
+}
+
+int loom_mcp_user_headers(const loom_mcp_server *s, const json_t *secrets,
+                          json_t **out)
+{
+    const json_t *headers = loom__mcp_config(s)->headers, *v;
+    const char *name;
+    json_t *own = NULL, *value;
+    int rc = 0;
+
+    *out = NULL;
+    json_object_foreach((json_t *)headers, name, v)
+    {
+        const char *text = json_string_value(v);
+        if (!text || !strstr(text, USER_REF))
+            continue;
+        if (!own && !(own = json_object()))
+            return loom__error_oom();
+        if ((rc = resolve(s, name, text, secrets, &value)) != 0 ||
+            (rc = json_object_set_new(own, name, value) ? loom__error_oom()
+                                                        : 0) != 0) {
+            json_decref(own);
+            return rc;
+        }
+    }
+    *out = own;
+    return 0;
+}
+
 static int mcp_tool_execute(const json_t *args, const loom_tool_ctx *ctx,
                             loom_buf *out, void *payload)
 {
     mcp_tool *t = payload;
-    json_t *result = NULL;
+    json_t *result = NULL, *own = NULL;
     loom_mcp_call_options o = {0};
     char *bad = NULL;
     int rc;
@@ -319,7 +402,14 @@ static int mcp_tool_execute(const json_t *args, const loom_tool_ctx *ctx,
     o.input = on_input;
     o.input_arg = (void *)ctx;
     o.elicitation = loom_tool_can_elicit(ctx);
-    rc = loom_mcp_server_call_opts(t->server, t->tool, args, &o, &result);
+    /* A header naming a user's secret takes the caller's (their
+     * settings' secrets, which the server puts in user_keys). */
+    rc = loom_mcp_user_headers(
+        t->server, json_object_get(ctx->user_keys, "secrets"), &own);
+    o.headers = own;
+    if (rc == 0)
+        rc = loom_mcp_server_call_opts(t->server, t->tool, args, &o, &result);
+    json_decref(own);
     if (rc != 0) {
         loom_buf_clear(out);
         loom_buf_puts(out, loom_error_last());
