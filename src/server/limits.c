@@ -122,8 +122,9 @@ static void note_exhausted(srv_admission *a, const loom_limit_status *st,
         return;
     detail = json_pack("{s:s,s:I,s:s?}", "scope", scope, "budget_micros",
                        (json_int_t)st->budget_micros, "model", model);
-    if (loom_store_audit_add(store, "server", "budget.exhausted", a->key_id,
-                             a->workspace, a->user, detail) != 0)
+    if (loom_store_audit_add(store, "server", "budget.exhausted",
+                             a->key_id[0] ? a->key_id : NULL, a->workspace,
+                             a->user, detail) != 0)
         loom_warn("budget: cannot write the audit log: %s", loom_error_last());
     json_decref(detail);
 }
@@ -269,7 +270,9 @@ int srv__admit(srv_admission *a, const srv_run_spec *sp, const char *model)
     size_t n = 0;
     int rc;
 
-    if (!who || who->kind != SRV_CALLER_KEY)
+    /* A token (mode jwt) has no key: its user's and workspace's limits
+     * hold all the same. */
+    if (!srv_identity_isolated(who))
         return 0;
     snprintf(a->key_id, sizeof(a->key_id), "%s", who->key.id);
     snprintf(a->workspace, sizeof(a->workspace), "%s", who->key.workspace);
@@ -279,8 +282,10 @@ int srv__admit(srv_admission *a, const srv_run_spec *sp, const char *model)
     if (store && (rc = loom_store_account_limits(store, a->workspace, a->user,
                                                  &ul, &wl)) != 0)
         return rc;
-    snprintf(a->scopes[n], LOOM_LIMIT_SCOPE_SIZE, "key:%s", a->key_id);
-    sc[n++].limits = who->key.limits;
+    if (who->kind == SRV_CALLER_KEY) {
+        snprintf(a->scopes[n], LOOM_LIMIT_SCOPE_SIZE, "key:%s", a->key_id);
+        sc[n++].limits = who->key.limits;
+    }
     snprintf(a->scopes[n], LOOM_LIMIT_SCOPE_SIZE, "user:%s/%s", a->workspace,
              a->user);
     sc[n++].limits = ul;

@@ -268,12 +268,32 @@ static void test_isolation(void **state)
     free(alice2);
 }
 
+/* A token's user is held to the limits set on it (there is no key). */
+static void test_user_limits(void **state)
+{
+    char *alice = token("HS256", "alice", "acme", 0, NULL);
+    sh h;
+
+    (void)state;
+    start(&h, "{\"responses\":[" TEXT("One.") "]}");
+    json_decref(call_json(&h, alice, NULL, "GET", "/v1/models", NULL, 200));
+    json_decref(call_json(&h, ADMIN, NULL, "PATCH",
+                          "/v1/admin/users/acme/alice", "{\"rpm\": 1}", 200));
+    json_decref(call_json(&h, alice, NULL, "POST", "/v1/chat/completions",
+                          CHAT("x", "Hi"), 200));
+    call_error(&h, alice, NULL, "POST", "/v1/chat/completions", CHAT("x", "Hi"),
+               429, "rate_limit_exceeded");
+    sh_free(&h);
+    free(alice);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_isolation),
+        cmocka_unit_test(test_user_limits),
     };
     int rc;
 
