@@ -1,7 +1,7 @@
 /*
  * Sealed secrets in the SQLite backend: the rows of `mcp_credentials`
  * (migration 12), one per MCP server and user, and of `user_settings`
- * (migration 13), one per user, each holding bytes the front sealed
+ * (migration 15), one per user, each holding bytes the front sealed
  * (secrets.c). The backend never sees a key or a plain text. Both tables
  * are read and written the same way: one row by its key (one or two
  * texts), its `sealed` blob replaced whole.
