@@ -17,6 +17,7 @@
 #include "loom/common.h"
 #include "loom/config.h"
 #include "loom/context.h"
+#include "loom/jwt.h"
 #include "loom/limits.h"
 #include "loom/llm.h"
 #include "loom/log.h"
