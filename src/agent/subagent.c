@@ -50,7 +50,7 @@ struct loom__agent_tree {
     atomic_int sub_runs;
     char *conversation_id; /* the top turn's, where children are stored */
     loom__elicits *elicits; /* the forms the tree's calls wait on */
-    json_t *user_settings; /* the top turn's, or NULL */
+    json_t *user_settings;  /* the top turn's, or NULL */
     /* the live sub-agent runs, in the order they started */
     pthread_mutex_t mu;
     live_run *live;
