@@ -408,6 +408,7 @@ typedef struct {
  *     keep_finished_runs: 1000    # ended runs kept in memory for GET
  *     max_run_events_bytes: 67108864 # one run's event log in memory
  *     cors_origins: [https://app.example.com]  # browsers' origins allowed
+ *     ui: true                    # the web UI at / (docs/ui.md)
  */
 typedef struct {
     char *listen;              /* "HOST:PORT", default 127.0.0.1:8080 */
@@ -427,6 +428,7 @@ typedef struct {
      * server (CORS); none by default. */
     char **cors_origins;
     size_t cors_origins_len;
+    int ui; /* serve the web UI at / and /assets/ (default 1) */
 } loom_server_config;
 
 /*

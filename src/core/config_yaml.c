@@ -1239,6 +1239,7 @@ static const field server_fields[] = {
     {K_INT("keep_finished_runs", S, keep_finished_runs, 0, 1000000)},
     {K_LONG("max_run_events_bytes", S, max_run_events_bytes, 4096, 1L << 32)},
     {K_FN("cors_origins", read_cors_origins)},
+    {K_BOOL("ui", S, ui)},
 };
 #undef S
 static const section server_section = SECTION(server_fields, NULL, NULL);

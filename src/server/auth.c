@@ -2,7 +2,8 @@
  * Who is calling: the server's side of accounts (docs/accounts.md).
  *
  * Every request is judged here before its handler runs. Routes fall in
- * three kinds: operations (/healthz, /readyz, /metrics), open to all; the
+ * three kinds: operations (/healthz, /readyz, /metrics) and the web UI's
+ * pages (/, /assets/...), open to all; the
  * admin API (/v1/admin/...), which takes only the admin key; and
  * everything else, the inference API, which in mode `keys` takes only a
  * stored API key (loom/accounts.h) and never the admin key, and in mode
@@ -313,7 +314,7 @@ int srv__auth_request(srv_request *r, srv_identity *who)
     memset(who, 0, sizeof(*who));
     r->who = who;
     if (!strcmp(path, "/healthz") || !strcmp(path, "/readyz") ||
-        !strcmp(path, "/metrics"))
+        !strcmp(path, "/metrics") || srv__ui_public(path))
         return 1;
     token = bearer(r);
     if (is_prefix(path, "/v1/admin")) {

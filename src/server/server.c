@@ -422,7 +422,8 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
         (rc = srv__api_admin_routes(s->router)) != 0 ||
         (rc = srv__api_settings_routes(s->router)) != 0 ||
         (rc = srv__api_runs_routes(s->router)) != 0 ||
-        (rc = srv__api_misc_routes(s->router)) != 0)
+        (rc = srv__api_misc_routes(s->router)) != 0 ||
+        (rc = srv__ui_routes(s->router, s->sc)) != 0)
         goto fail;
     srv_chat_routes(s->router);
     if (pipe2(s->stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {

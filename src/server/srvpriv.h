@@ -269,5 +269,9 @@ int srv__api_runs_routes(srv_router *rt);
 int srv__api_misc_routes(srv_router *rt);
 int srv__api_admin_routes(srv_router *rt);
 int srv__api_settings_routes(srv_router *rt);
+/* The web UI's routes (ui.c), unless sc->ui is 0 or the build has none. */
+int srv__ui_routes(srv_router *rt, const loom_server_config *sc);
+/* 1 for a path of the web UI, which needs no key (ui.c). */
+int srv__ui_public(const char *path);
 
 #endif

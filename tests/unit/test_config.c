@@ -1301,6 +1301,10 @@ static void test_server_section(void **state)
     assert_int_equal(cfg->server.shutdown_grace_ms, 10000);
     assert_int_equal(cfg->server.keep_finished_runs, 1000);
     assert_int_equal(cfg->server.max_run_events_bytes, 64L << 20);
+    assert_int_equal(cfg->server.ui, 1);
+    loom_config_free(cfg);
+    cfg = load_ok("server: {ui: false}\n");
+    assert_int_equal(cfg->server.ui, 0);
     loom_config_free(cfg);
 
     setenv("LOOM_TEST_PORT", "9090", 1);

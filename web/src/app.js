@@ -1,0 +1,554 @@
+/*
+ * app.js: the web UI's page (docs/ui.md): the sign-in screen, the
+ * conversations sidebar, the agent/model picker and the chat itself.
+ *
+ * Runs start with POST /v1/runs {stream, background, title}: the answer
+ * streams into a TurnView, and as a background run it goes on when the
+ * page goes away. Which run a conversation is waiting for is kept in
+ * localStorage ("loom.pending": conversation id -> run id and question)
+ * until it ends, so a reload, or the conversation opened again, replays
+ * the run's events (GET /v1/runs/{id}/events) and follows it to its end;
+ * a stream cut while the page stays resumes after the last event seen
+ * (Last-Event-ID). Stop is POST /v1/runs/{id}/cancel: the server aborts
+ * the model call and stores the partial answer as cancelled.
+ */
+import * as api from './api.js';
+import { TurnView, Usage, el } from './turn.js';
+import { renderMarkdown } from './markdown.js';
+
+const $ = (id) => document.getElementById(id);
+const PENDING = 'loom.pending';
+const RETRIES = 5;
+
+const state = {
+    conversationId: null,
+    lastUserText: null,
+    turns: [],      /* TurnViews of the open conversation */
+    active: null,   /* {runId, conversationId, view, controller} */
+    openSeq: 0,     /* bumps on each conversation switch */
+    models: [],
+    next: null,     /* the sidebar's next page cursor */
+};
+
+/* ---- pending runs --------------------------------------------------------- */
+
+function pendingAll() {
+    try {
+        return JSON.parse(localStorage.getItem(PENDING) || '{}') || {};
+    } catch {
+        return {};
+    }
+}
+
+function pendingSet(convId, rec) {
+    const all = pendingAll();
+    if (rec)
+        all[convId] = rec;
+    else
+        delete all[convId];
+    localStorage.setItem(PENDING, JSON.stringify(all));
+}
+
+/* ---- screens -------------------------------------------------------------- */
+
+function showSignIn(message) {
+    $('app').hidden = true;
+    $('signin').hidden = false;
+    $('signin-error').textContent = message || '';
+    $('signin-key').focus();
+}
+
+function showApp() {
+    $('signin').hidden = true;
+    $('app').hidden = false;
+    $('sign-out').hidden = !api.apiKey();
+}
+
+function showError(err) {
+    $('error').textContent = err ? (err.message || String(err)) : '';
+}
+
+/* ---- models --------------------------------------------------------------- */
+
+async function loadModels() {
+    const list = await api.call('GET', '/v1/models');
+    state.models = (list.data || []).map((m) => m.id);
+    const sel = $('picker');
+    const keep = sel.value;
+    sel.replaceChildren(el('option', null, 'Default'));
+    sel.firstChild.value = '';
+    for (const id of state.models) {
+        const o = el('option', null, id.startsWith('agent/')
+            ? `Agent: ${id.slice(6)}` : id);
+        o.value = id;
+        sel.append(o);
+    }
+    sel.value = state.models.includes(keep) ? keep : '';
+    $('research-label').hidden = !state.models.includes('agent/deep_research');
+}
+
+/* The run request's agent or model, from the picker and the toggle. */
+function runTarget() {
+    if ($('research').checked && !$('research-label').hidden)
+        return { agent: 'deep_research' };
+    const v = $('picker').value;
+    if (!v)
+        return {};
+    return v.startsWith('agent/') ? { agent: v.slice(6) } : { model: v };
+}
+
+/* ---- sidebar -------------------------------------------------------------- */
+
+function conversationItem(c) {
+    const li = el('li', 'conv');
+    li.dataset.id = c.id;
+    if (c.id === state.conversationId)
+        li.setAttribute('aria-current', 'page');
+    const title = c.title || 'Untitled';
+    const link = el('a', 'conv-title', title);
+    link.href = `#c=${encodeURIComponent(c.id)}`;
+    const rename = el('button', 'icon', 'Rename');
+    rename.type = 'button';
+    rename.setAttribute('aria-label', `Rename ${title}`);
+    const del = el('button', 'icon', 'Delete');
+    del.type = 'button';
+    del.setAttribute('aria-label', `Delete ${title}`);
+    rename.addEventListener('click', () => startRename(li, c));
+    del.addEventListener('click', () => deleteConversation(c));
+    li.append(link, rename, del);
+    return li;
+}
+
+async function loadConversations(append = false) {
+    const q = $('search').value.trim();
+    const params = new URLSearchParams({ limit: '50' });
+    if (q)
+        params.set('q', q);
+    if (append && state.next)
+        params.set('after', state.next);
+    const list = await api.call('GET', `/v1/conversations?${params}`);
+    const ul = $('conversations');
+    if (!append)
+        ul.replaceChildren();
+    for (const c of list.data || [])
+        ul.append(conversationItem(c));
+    state.next = list.has_more ? list.next : null;
+    $('more').hidden = !state.next;
+}
+
+function setTitle(convId, title) {
+    if (convId === state.conversationId)
+        $('chat-title').textContent = title;
+    const li = document.querySelector(
+        `#conversations li[data-id="${CSS.escape(convId)}"]`);
+    if (li) {
+        li.querySelector('.conv-title').textContent = title;
+        li.querySelector('button:nth-of-type(1)')
+            .setAttribute('aria-label', `Rename ${title}`);
+        li.querySelector('button:nth-of-type(2)')
+            .setAttribute('aria-label', `Delete ${title}`);
+    }
+}
+
+function startRename(li, c) {
+    const input = el('input', 'rename');
+    input.type = 'text';
+    input.value = c.title || '';
+    input.setAttribute('aria-label', 'New title');
+    const save = el('button', 'icon', 'Save');
+    save.type = 'button';
+    const cancel = el('button', 'icon', 'Cancel');
+    cancel.type = 'button';
+    li.replaceChildren(input, save, cancel);
+    input.focus();
+    input.select();
+    const done = async (keep) => {
+        if (keep && input.value.trim()) {
+            try {
+                const r = await api.call('PATCH',
+                    `/v1/conversations/${encodeURIComponent(c.id)}`,
+                    { title: input.value });
+                c.title = r.title;
+            } catch (err) {
+                showError(err);
+            }
+        }
+        li.replaceWith(conversationItem(c));
+        if (c.id === state.conversationId)
+            $('chat-title').textContent = c.title || 'Untitled';
+    };
+    save.addEventListener('click', () => done(true));
+    cancel.addEventListener('click', () => done(false));
+    input.addEventListener('keydown', (e) => {
+        if (e.key === 'Enter') {
+            e.preventDefault();
+            done(true);
+        } else if (e.key === 'Escape') {
+            done(false);
+        }
+    });
+}
+
+async function deleteConversation(c) {
+    if (!confirm(`Delete "${c.title || 'Untitled'}"?`))
+        return;
+    try {
+        await api.call('DELETE', `/v1/conversations/${encodeURIComponent(c.id)}`);
+        pendingSet(c.id, null);
+        if (c.id === state.conversationId)
+            newChat();
+        await loadConversations();
+    } catch (err) {
+        showError(err);
+    }
+}
+
+/* ---- the chat ------------------------------------------------------------- */
+
+function updateTotals() {
+    const total = new Usage();
+    for (const t of state.turns)
+        total.addUsage(t.usage);
+    const p = $('totals');
+    if (!total.any) {
+        p.textContent = '';
+        delete p.dataset.costMicros;
+        return;
+    }
+    p.textContent = `This conversation: ${total.describe()}`;
+    if (total.costKnown)
+        p.dataset.costMicros = String(total.cost);
+}
+
+function setRunning(running) {
+    $('send').disabled = running;
+    $('stop').disabled = !running;
+    $('regenerate').disabled = running || !state.lastUserText;
+}
+
+function userMessage(text) {
+    const a = el('article', 'msg user');
+    a.setAttribute('aria-label', 'Your message');
+    const body = el('div', 'text markdown');
+    renderMarkdown(body, text);
+    a.append(body);
+    $('log').append(a);
+}
+
+function newTurn(convId) {
+    const view = new TurnView($('log'), {
+        onApprove: (ev, approve, reason) => {
+            const body = { call_id: ev.call_id, approve };
+            if (reason)
+                body.reason = reason;
+            if (ev.parent_run_id)
+                body.run_id = ev.run_id;
+            return api.call('POST', `/v1/runs/${
+                encodeURIComponent(view.topRunId || state.active.runId)}/input`,
+            body);
+        },
+        onTitle: (title) => setTitle(convId(), title),
+        onUsage: updateTotals,
+    });
+    state.turns.push(view);
+    return view;
+}
+
+function scrollDown() {
+    const log = $('log');
+    log.scrollTop = log.scrollHeight;
+}
+
+/*
+ * Follows the run of state.active to its end: replays from after `seq`
+ * and resumes after the last event seen when the stream is cut.
+ */
+async function follow(active, seq) {
+    let last = seq, tries = 0;
+    while (!active.view.ended && tries <= RETRIES) {
+        try {
+            await api.followRun(active.runId, last, (ev) => {
+                last = ev.seq || last;
+                active.view.apply(ev);
+                scrollDown();
+            }, active.controller.signal);
+            tries = 0;
+            if (!active.view.ended)
+                tries++;
+        } catch (err) {
+            if (active.controller.signal.aborted)
+                return;
+            if (err.status === 404) {
+                active.view.end({ type: 'run.failed', status: 'failed',
+                                  error: { message: 'the run is gone' } });
+                break;
+            }
+            tries++;
+            await new Promise((r) => setTimeout(r, 250 * tries));
+        }
+    }
+}
+
+function runEnded(active) {
+    if (state.active !== active)
+        return;
+    state.active = null;
+    pendingSet(active.conversationId, null);
+    setRunning(false);
+    loadConversations().catch(() => {});
+}
+
+async function send(text) {
+    if (state.active || !text.trim())
+        return;
+    showError(null);
+    const openSeq = state.openSeq;
+    state.lastUserText = text;
+    userMessage(text);
+    let convId = state.conversationId;
+    const view = newTurn(() => convId);
+    const active = { runId: null, conversationId: convId, view,
+                     controller: new AbortController() };
+    state.active = active;
+    setRunning(true);
+    scrollDown();
+    const body = { input: text, background: true, ...runTarget() };
+    if (convId)
+        body.conversation_id = convId;
+    else
+        body.title = true;
+    let last = 0;
+    try {
+        await api.startRun(body, ({ runId, conversationId }) => {
+            active.runId = runId;
+            active.conversationId = convId = conversationId;
+            pendingSet(conversationId, { run: runId, input: text });
+            if (state.openSeq === openSeq && !state.conversationId) {
+                state.conversationId = conversationId;
+                history.replaceState(null, '',
+                    `#c=${encodeURIComponent(conversationId)}`);
+                loadConversations().catch(() => {});
+            }
+        }, (ev) => {
+            last = ev.seq || last;
+            view.apply(ev);
+            scrollDown();
+        }, active.controller.signal);
+        if (!view.ended && active.runId && !active.controller.signal.aborted)
+            await follow(active, last);
+    } catch (err) {
+        if (active.runId && !active.controller.signal.aborted &&
+            err.status === undefined) {
+            await follow(active, last);
+        } else if (!active.controller.signal.aborted) {
+            view.end({ type: 'run.failed', status: 'failed',
+                       error: { message: err.message } });
+            showError(err);
+        }
+    }
+    runEnded(active);
+}
+
+async function stop() {
+    const active = state.active;
+    if (!active || !active.runId)
+        return;
+    $('stop').disabled = true;
+    try {
+        await api.call('POST', `/v1/runs/${encodeURIComponent(active.runId)}/cancel`);
+    } catch (err) {
+        if (err.status !== 409)
+            showError(err);
+    }
+}
+
+function clearChat() {
+    if (state.active) {
+        state.active.controller.abort();
+        state.active = null;
+    }
+    state.openSeq++;
+    state.turns = [];
+    state.lastUserText = null;
+    $('log').replaceChildren();
+    updateTotals();
+    showError(null);
+    setRunning(false);
+}
+
+function newChat() {
+    clearChat();
+    state.conversationId = null;
+    $('chat-title').textContent = 'New chat';
+    history.replaceState(null, '', location.pathname);
+    for (const li of document.querySelectorAll('#conversations li'))
+        li.removeAttribute('aria-current');
+    $('message').focus();
+}
+
+/* Draws a stored conversation: one user message and one answer a turn. */
+function drawStored(conv) {
+    const byRun = new Map();
+    for (const u of conv.usage || []) {
+        if (!byRun.has(u.run_id))
+            byRun.set(u.run_id, []);
+        byRun.get(u.run_id).push(u);
+    }
+    let answer = [];
+    const flush = () => {
+        if (!answer.length)
+            return;
+        const view = newTurn(() => conv.id);
+        const runId = answer.find((m) => m.run_id)?.run_id;
+        view.fromStored(answer, byRun.get(runId) || []);
+        answer = [];
+    };
+    for (const m of conv.messages || []) {
+        if (m.role === 'user') {
+            flush();
+            const text = typeof m.content === 'string' ? m.content
+                : (m.content || []).map((p) => p.text || '').join('');
+            userMessage(text);
+            state.lastUserText = text;
+        } else if (m.role === 'assistant' || m.role === 'tool') {
+            answer.push(m);
+        }
+    }
+    flush();
+    updateTotals();
+}
+
+async function openConversation(id) {
+    clearChat();
+    const openSeq = state.openSeq;
+    state.conversationId = id;
+    for (const li of document.querySelectorAll('#conversations li')) {
+        if (li.dataset.id === id)
+            li.setAttribute('aria-current', 'page');
+        else
+            li.removeAttribute('aria-current');
+    }
+    let conv;
+    try {
+        conv = await api.call('GET', `/v1/conversations/${encodeURIComponent(id)}`);
+    } catch (err) {
+        if (openSeq !== state.openSeq)
+            return;
+        if (err.status !== 404 || !pendingAll()[id]) {
+            showError(err);
+            return;
+        }
+        conv = { id, title: 'New chat', messages: [] }; /* not stored yet */
+    }
+    if (openSeq !== state.openSeq)
+        return;
+    $('chat-title').textContent = conv.title || 'Untitled';
+    drawStored(conv);
+    setRunning(false);
+    await reattach(id, openSeq);
+}
+
+/* Follows the run the conversation waits for, if it still runs. */
+async function reattach(convId, openSeq) {
+    const rec = pendingAll()[convId];
+    if (!rec)
+        return;
+    let run;
+    try {
+        run = await api.call('GET', `/v1/runs/${encodeURIComponent(rec.run)}`);
+    } catch {
+        run = null;
+    }
+    if (openSeq !== state.openSeq)
+        return;
+    if (!run || run.status !== 'running') {
+        pendingSet(convId, null);
+        if (run)
+            await openConversation(convId); /* its turn is stored now */
+        return;
+    }
+    state.lastUserText = rec.input;
+    userMessage(rec.input);
+    const view = newTurn(() => convId);
+    const active = { runId: rec.run, conversationId: convId, view,
+                     controller: new AbortController() };
+    state.active = active;
+    setRunning(true);
+    await follow(active, 0);
+    runEnded(active);
+}
+
+function route() {
+    const m = /^#c=(.+)$/.exec(location.hash);
+    if (m)
+        openConversation(decodeURIComponent(m[1]));
+    else
+        newChat();
+}
+
+/* ---- wiring --------------------------------------------------------------- */
+
+function wire() {
+    $('composer').addEventListener('submit', (e) => {
+        e.preventDefault();
+        const text = $('message').value;
+        if (!text.trim() || state.active)
+            return;
+        $('message').value = '';
+        send(text);
+    });
+    $('message').addEventListener('keydown', (e) => {
+        if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+            e.preventDefault();
+            $('composer').requestSubmit();
+        }
+    });
+    $('stop').addEventListener('click', stop);
+    $('regenerate').addEventListener('click', () => {
+        if (state.lastUserText)
+            send(state.lastUserText);
+    });
+    $('new-chat').addEventListener('click', newChat);
+    let searchTimer = 0;
+    $('search').addEventListener('input', () => {
+        clearTimeout(searchTimer);
+        searchTimer = setTimeout(() => loadConversations().catch(showError),
+                                 200);
+    });
+    $('more').addEventListener('click', () =>
+        loadConversations(true).catch(showError));
+    window.addEventListener('hashchange', route);
+    $('sign-out').addEventListener('click', () => {
+        api.setApiKey('');
+        location.hash = '';
+        location.reload();
+    });
+    $('signin-form').addEventListener('submit', async (e) => {
+        e.preventDefault();
+        api.setApiKey($('signin-key').value.trim());
+        $('signin-key').value = '';
+        await start();
+    });
+}
+
+async function start() {
+    try {
+        await loadModels();
+    } catch (err) {
+        if (err.status === 401) {
+            showSignIn(api.apiKey() ? 'That key was not accepted.' : '');
+            return;
+        }
+        showApp();
+        showError(err);
+        return;
+    }
+    /* The chat shows once it is in place: route() clears the log. */
+    await loadConversations().catch(showError);
+    route();
+    showApp();
+}
+
+api.setUnauthorizedHandler(() => showSignIn('Please sign in again.'));
+wire();
+start();
