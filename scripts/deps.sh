@@ -7,14 +7,15 @@ set -eu
 PKGS="build-essential cmake pkg-config git ca-certificates tzdata
 libcurl4-openssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev
 libcmocka-dev libsqlite3-dev libpcre2-dev libssl-dev valgrind libjsmn-dev
-libxml2-dev libedit-dev libjwt-dev clang-format clang-tidy cppcheck tmux"
+libxml2-dev libedit-dev libjwt-dev clang-format clang-tidy cppcheck tmux chromium"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
         missing="$missing $p"
     fi
 done
-# Node.js and npm run the end-to-end tests (the official openai SDK).
+# Node.js and npm build the web UI and run the end-to-end tests (the
+# official openai SDK); chromium (above) runs the web UI's browser tests.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
     missing="$missing nodejs npm"
 if [ -n "$missing" ]; then

@@ -1,0 +1,445 @@
+/*
+ * The web UI in a real browser (docs/ui.md): Chromium driven by
+ * playwright-core against `loom serve` and the fake upstream. Sending and
+ * streaming, Stop (the upstream request really aborted, the answer stored
+ * as cancelled), a reload mid-answer, a tool card through approval, cost
+ * equal to the run's usage, untrusted text that must run nothing, the
+ * pages' security headers, axe-core, and `server.ui: false`. Screenshots
+ * of the main views are saved as artefacts (browser.mjs).
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { Stack, textResponse } from '../e2e/harness.mjs';
+import { conversationId, launch, openPage, sendMessage, shot,
+         until } from './browser.mjs';
+
+const require = (await import('node:module')).createRequire(import.meta.url);
+const AXE = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
+
+const TITLE = 'Write a short title';
+const XSS_IMG = '<img src=x onerror=alert(1)>';
+const XSS_TOOL = '<img src=x onerror=alert(3)><script>alert(4)</script>';
+const slow = Array.from({ length: 20 }, (_, i) => `w${i + 1} `);
+
+const script = {
+    rules: [
+        { match: { system: TITLE, any_message: 'xss please' }, loop: true,
+          responses: [{ text: [`${XSS_IMG} title`] }] },
+        { match: { system: TITLE }, loop: true,
+          responses: [textResponse(['Friendly greeting'])] },
+        { match: { first_user: 'stream please' }, loop: true,
+          responses: [textResponse(['Hello ', '**world**', '!'])] },
+        { match: { first_user: 'hang please' },
+          responses: [{ text: ['partial answer'], hang: true,
+                        hang_after_chunks: 2 }] },
+        { match: { first_user: 'slow please' },
+          responses: [textResponse(slow, { chunk_delay_ms: 150 })] },
+        { match: { first_user: 'tool please' },
+          responses: [
+              { tool_calls: [{ id: 'call_t1', name: 'get_time',
+                               arguments: '{"timezone":"UTC"}' }] },
+              textResponse(['The time is known.'])] },
+        { match: { first_user: 'xss please' }, loop: true,
+          responses: [{ text: [
+              `${XSS_IMG} and <script>alert(2)</script> `,
+              '[a link](https://example.com/) end'] }] },
+        { match: { first_user: 'hostile tool output' },
+          responses: [
+              { tool_calls: [{ id: 'call_x', name: 'get_time',
+                               arguments: JSON.stringify(
+                                   { timezone: XSS_TOOL }) }] },
+              { text: ['tool said no'] }] },
+    ],
+};
+
+const models = { 'fake/m': { prices: { input: 1, output: 2 } } };
+const agents = {
+    careful: { model: 'fake/m', tools: ['get_time'],
+               tool_options: { get_time: { approval: 'required' } } },
+};
+
+async function fakeStats(stack) {
+    const res = await fetch(
+        `http://127.0.0.1:${stack.fakes.fake.port}/_fake/stats`);
+    return res.json();
+}
+
+/* A suite's hooks: env.stack (Stack.start(opts)) and env.browser before
+ * its tests, both closed after them. */
+function useStack(env, opts) {
+    before(async () => {
+        env.stack = await Stack.start(opts);
+        env.browser = await launch();
+    });
+    after(async () => {
+        if (env.browser)
+            await env.browser.close();
+        if (env.stack)
+            await env.stack.close();
+    });
+}
+
+function answer(page) {
+    return page.locator('article.assistant').last();
+}
+
+/* The messages of the answer's conversation, as stored. */
+async function stored(stack, cid) {
+    const r = await stack.get(`/v1/conversations/${cid}`);
+    assert.equal(r.status, 200);
+    return r.body;
+}
+
+describe('web UI in Chromium', () => {
+    const env = {};
+    useStack(env, { fakes: { fake: script }, models, agents });
+    let stack;
+    let browser;
+    before(() => ({ stack, browser } = env));
+
+    test('pages carry a strict CSP, nosniff, no referrer, and ETags', async () => {
+        const res = await fetch(`${stack.baseURL}/`);
+        assert.equal(res.status, 200);
+        assert.match(res.headers.get('content-type'), /^text\/html/);
+        const csp = res.headers.get('content-security-policy');
+        assert.match(csp, /default-src 'self'/);
+        assert.match(csp, /script-src 'self';/);
+        assert.match(csp, /connect-src 'self'/);
+        assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
+        assert.equal(res.headers.get('x-content-type-options'), 'nosniff');
+        assert.equal(res.headers.get('referrer-policy'), 'no-referrer');
+        assert.match(await res.text(), /<textarea id="message"/);
+
+        const js = await fetch(`${stack.baseURL}/assets/app.js`);
+        assert.equal(js.status, 200);
+        assert.match(js.headers.get('content-type'), /^text\/javascript/);
+        const etag = js.headers.get('etag');
+        assert.match(etag, /^"[0-9a-f]+"$/);
+        const again = await fetch(`${stack.baseURL}/assets/app.js`,
+                                  { headers: { 'If-None-Match': etag } });
+        assert.equal(again.status, 304);
+        assert.equal(again.headers.get('etag'), etag);
+        assert.ok(again.headers.get('content-security-policy'));
+
+        for (const p of ['/assets/vendor/marked.esm.js',
+                         '/assets/vendor/purify.es.mjs', '/assets/style.css'])
+            assert.equal((await fetch(`${stack.baseURL}${p}`)).status, 200, p);
+        assert.equal((await fetch(`${stack.baseURL}/assets/nope.js`)).status,
+                     404);
+    });
+
+    test('Enter sends, the answer streams as Markdown, the title arrives',
+         async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        await page.getByRole('navigation', { name: 'Conversations' }).waitFor();
+        for (const name of ['Send', 'Stop', 'Regenerate', 'New chat'])
+            await page.getByRole('button', { name, exact: true }).waitFor();
+        const box = page.getByRole('textbox', { name: 'Message' });
+
+        /* Shift+Enter is a new line, not a send. */
+        await box.fill('line one');
+        await box.press('Shift+Enter');
+        await box.pressSequentially('line two');
+        assert.equal(await box.inputValue(), 'line one\nline two');
+        assert.equal(await page.locator('article.user').count(), 0);
+
+        await box.fill('stream please');
+        await box.press('Enter');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        assert.equal(await box.inputValue(), '');
+        assert.equal(await page.locator('article.user').innerText(),
+                     'stream please');
+        assert.equal(await answer(page).locator('.flow strong').innerText(),
+                     'world');
+        assert.match(await answer(page).locator('.flow').innerText(),
+                     /Hello world!/);
+        const cid = await conversationId(page);
+        const item = page.locator(`#conversations li[data-id="${cid}"]`);
+        await item.getByText('Friendly greeting').waitFor();
+        assert.equal(await page.locator('#chat-title').innerText(),
+                     'Friendly greeting');
+        assert.ok(await page.getByRole('button', { name: 'Regenerate' })
+            .isEnabled());
+        await shot(page, 'chat');
+
+        /* Regenerate asks again in the same conversation. */
+        await page.getByRole('button', { name: 'Regenerate' }).click();
+        await until(async () => (await page.locator(
+            'article.assistant[data-status="completed"]').count()) === 2,
+                    'the second answer');
+        assert.equal((await stored(stack, cid)).messages
+            .filter((m) => m.role === 'user').length, 2);
+        assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
+        await context.close();
+    });
+
+    test('the cost shown is the run\'s usage', async () => {
+        const { page, context } = await openPage(browser, stack);
+        await sendMessage(page, 'stream please');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const cid = await conversationId(page);
+        const conv = await stored(stack, cid);
+        const runId = conv.messages.find((m) => m.role === 'assistant').run_id;
+        const run = (await stack.get(`/v1/runs/${runId}`)).body;
+        const micros = run.usage.cost_micros;
+        assert.ok(Number.isInteger(micros) && micros > 0, JSON.stringify(run));
+        assert.equal(await answer(page).getAttribute('data-cost-micros'),
+                     String(micros));
+        const meta = await answer(page).locator('.meta-text').innerText();
+        assert.ok(meta.includes(`$${(micros / 1e6).toFixed(6)}`), meta);
+        assert.ok(meta.includes(`${run.usage.prompt_tokens} in`), meta);
+        assert.ok(meta.includes(`${run.usage.completion_tokens} out`), meta);
+        assert.ok(meta.includes('fake/m'), meta);
+        assert.equal(await page.locator('#totals').getAttribute(
+            'data-cost-micros'), String(micros));
+
+        /* The same numbers once the conversation is opened again. */
+        await page.reload();
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        assert.equal(await answer(page).getAttribute('data-cost-micros'),
+                     String(micros));
+        await context.close();
+    });
+
+    test('Stop cancels the run upstream and keeps the partial answer',
+         async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        await sendMessage(page, 'hang please');
+        await answer(page).getByText('partial answer').waitFor();
+        const stop = page.getByRole('button', { name: 'Stop' });
+        assert.ok(await stop.isEnabled());
+        assert.equal((await fakeStats(stack)).hanging, 1);
+        await stop.click();
+        await answer(page).and(page.locator('[data-status="cancelled"]'))
+            .waitFor();
+        assert.equal(await answer(page).locator('.status').innerText(),
+                     'Stopped');
+        assert.match(await answer(page).locator('.flow').innerText(),
+                     /partial answer/);
+        /* The upstream request was aborted: the fake saw its client go. */
+        await until(async () => (await fakeStats(stack)).hanging === 0,
+                    'the fake to see the connection closed');
+        const cid = await conversationId(page);
+        const a = (await stored(stack, cid)).messages
+            .find((m) => m.role === 'assistant');
+        assert.equal(a.status, 'cancelled');
+        assert.match(a.content, /partial answer/);
+        assert.ok(await page.getByRole('button', { name: 'Send' }).isEnabled());
+        await shot(page, 'stopped');
+
+        /* Opened again, it still says so. */
+        await page.reload();
+        await answer(page).and(page.locator('[data-status="cancelled"]'))
+            .waitFor();
+        assert.deepEqual(seen.dialogs, []);
+        await context.close();
+    });
+
+    test('a reload mid-answer reattaches and the answer finishes', async () => {
+        const { page, context } = await openPage(browser, stack);
+        await sendMessage(page, 'slow please');
+        await answer(page).getByText('w1', { exact: false }).waitFor();
+        const cid = await conversationId(page);
+        await page.reload();
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const text = await answer(page).locator('.flow').innerText();
+        assert.equal(text.trim(), slow.join('').trim());
+        assert.equal(await page.locator('article.user').count(), 1);
+        assert.equal(await page.locator('article.user').innerText(),
+                     'slow please');
+        /* One model call: the page followed the run, it did not rerun. */
+        const calls = stack.fakeRequests('fake').filter((r) =>
+            JSON.stringify(r.body.messages).includes('slow please') &&
+            !JSON.stringify(r.body.messages).includes(TITLE));
+        assert.equal(calls.length, 1);
+        assert.equal(await page.evaluate(() => localStorage.getItem(
+            'loom.pending')), '{}');
+        assert.equal((await stored(stack, cid)).messages.length, 2);
+        await context.close();
+    });
+
+    test('a tool card waits for approval, then runs and is done', async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        await page.getByLabel('Agent or model').selectOption('agent/careful');
+        await sendMessage(page, 'tool please');
+        const card = page.locator('details.tool[data-tool="get_time"]');
+        await card.and(page.locator('[data-status="waiting"]')).waitFor();
+        const form = page.getByRole('form', { name: 'Approve get_time' });
+        await form.waitFor();
+        await shot(page, 'approval');
+        await form.getByRole('button', { name: 'Approve' }).click();
+        await card.and(page.locator('[data-status="done"]')).waitFor();
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        assert.match(await answer(page).locator('.flow').innerText(),
+                     /The time is known\./);
+        await card.locator('summary').click();
+        assert.match(await card.locator('.args').innerText(), /"UTC"/);
+        assert.ok((await card.locator('.output').innerText()).length > 0);
+        assert.match(await card.locator('.duration').innerText(), /\d+ ms/);
+        assert.match(await answer(page).locator('.meta-text').innerText(),
+                     /agent careful/);
+        await shot(page, 'tool');
+        assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
+
+        /* axe-core on a page with a conversation, a tool card, a form. */
+        await page.evaluate(AXE);
+        const result = await page.evaluate(() => window.axe.run());
+        const critical = result.violations.filter((v) => v.impact ===
+                                                          'critical');
+        assert.deepEqual(critical.map((v) => `${v.id}: ${v.help}`), []);
+        await context.close();
+    });
+
+    test('model output, tool output and titles run no script', async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        await sendMessage(page, 'xss please');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const flow = await answer(page).locator('.flow').innerText();
+        assert.ok(flow.includes(XSS_IMG), flow);
+        assert.ok(flow.includes('<script>alert(2)</script>'), flow);
+        const link = answer(page).getByRole('link', { name: 'a link' });
+        assert.equal(await link.getAttribute('rel'), 'noopener noreferrer');
+        assert.equal(await link.getAttribute('target'), '_blank');
+        const cid = await conversationId(page);
+        const item = page.locator(`#conversations li[data-id="${cid}"]`);
+        await item.getByText(`${XSS_IMG} title`).waitFor();
+        assert.ok((await page.locator('#chat-title').innerText())
+            .includes(XSS_IMG));
+
+        await page.getByRole('button', { name: 'New chat' }).click();
+        await sendMessage(page, 'hostile tool output');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const card = answer(page).locator('details.tool');
+        await card.locator('summary').click();
+        assert.ok((await card.locator('.args').innerText()).includes(XSS_TOOL));
+        assert.ok((await card.locator('.output').innerText())
+            .includes('<img src=x onerror=alert(3)>'));
+        await shot(page, 'xss');
+
+        assert.equal(await page.locator('#log img, #log script, ' +
+                                        '#conversations img').count(), 0);
+        assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
+        await context.close();
+    });
+
+    test('the sidebar renames, searches and deletes conversations', async () => {
+        const { page, context } = await openPage(browser, stack);
+        await sendMessage(page, 'stream please');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const cid = await conversationId(page);
+        const item = page.locator(`#conversations li[data-id="${cid}"]`);
+        await item.getByText('Friendly greeting').waitFor();
+        await item.getByRole('button', { name: /^Rename/ }).click();
+        const input = item.getByRole('textbox', { name: 'New title' });
+        await input.fill('Zebra facts');
+        await input.press('Enter');
+        await item.getByText('Zebra facts').waitFor();
+        assert.equal((await stored(stack, cid)).title, 'Zebra facts');
+
+        await page.getByRole('searchbox', { name: 'Search conversations' })
+            .fill('zebra');
+        await until(async () => (await page.locator('#conversations li')
+            .count()) === 1, 'the search to keep one conversation');
+        await shot(page, 'sidebar');
+
+        page.acceptConfirm = true;
+        await item.getByRole('button', { name: 'Delete Zebra facts' }).click();
+        await until(async () => (await page.locator('#conversations li')
+            .count()) === 0, 'the conversation to go');
+        assert.equal((await stack.get(`/v1/conversations/${cid}`)).status, 404);
+        assert.equal(await page.locator('#chat-title').innerText(), 'New chat');
+        await context.close();
+    });
+});
+
+describe('web UI with accounts on', () => {
+    const env = {};
+    useStack(env, { fakes: { fake: script }, models, auth: { mode: 'keys' } });
+    let stack;
+    let browser;
+    let alice;
+    let bob;
+
+    const newKey = (...args) => {
+        const out = stack.keys('create', ...args).trim().split('\n');
+        return out[out.length - 1];
+    };
+
+    before(() => {
+        ({ stack, browser } = env);
+        alice = newKey('--user', 'alice', '--workspace', 'acme');
+        bob = newKey('--user', 'bob', '--workspace', 'acme');
+    });
+
+    test('sign in with a key; each user sees only their own', async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        const key = page.getByLabel('API key');
+        await key.waitFor();
+        assert.ok(await page.locator('#app').isHidden());
+        await page.evaluate(AXE);
+        const res = await page.evaluate(() => window.axe.run());
+        assert.deepEqual(res.violations.filter((v) => v.impact === 'critical')
+            .map((v) => v.id), []);
+        await shot(page, 'signin');
+
+        await key.fill('lk_0000000000000000_nope');
+        await page.getByRole('button', { name: 'Sign in' }).click();
+        await page.getByText('That key was not accepted.').waitFor();
+
+        await key.fill(alice);
+        await page.getByRole('button', { name: 'Sign in' }).click();
+        await page.getByRole('textbox', { name: 'Message' }).waitFor();
+        await sendMessage(page, 'stream please');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const cid = await conversationId(page);
+        await page.locator(`#conversations li[data-id="${cid}"]`).waitFor();
+
+        /* Bob, in another browser profile, sees nothing of Alice's. */
+        const b = await openPage(browser, stack, { key: bob });
+        await b.page.getByRole('textbox', { name: 'Message' }).waitFor();
+        await b.page.getByRole('navigation', { name: 'Conversations' })
+            .waitFor();
+        await until(async () => (await b.page.evaluate(() =>
+            document.querySelector('#app').hidden)) === false, 'the app');
+        assert.equal(await b.page.locator('#conversations li').count(), 0);
+        await b.page.goto(`${stack.baseURL}/#c=${cid}`);
+        await b.page.getByRole('alert').filter({ hasText: /not found/ })
+            .waitFor();
+        assert.equal(await b.page.locator('article').count(), 0);
+        await b.context.close();
+
+        /* Signing out forgets the key. */
+        await page.getByRole('button', { name: 'Sign out' }).click();
+        await page.getByLabel('API key').waitFor();
+        assert.equal(await page.evaluate(() => localStorage.getItem(
+            'loom.key')), null);
+        assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
+        await context.close();
+    });
+});
+
+describe('web UI turned off', () => {
+    test('server.ui: false answers 404 at / and keeps the API', async () => {
+        const stack = await Stack.start({ fakes: { fake: script },
+                                          server: { ui: 'false' } });
+        try {
+            assert.equal((await fetch(`${stack.baseURL}/`)).status, 404);
+            assert.equal((await fetch(`${stack.baseURL}/assets/app.js`))
+                .status, 404);
+            assert.equal((await stack.get('/v1/models')).status, 200);
+        } finally {
+            await stack.close();
+        }
+    });
+});
+
