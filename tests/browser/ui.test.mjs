@@ -22,6 +22,10 @@ const XSS_IMG = '<img src=x onerror=alert(1)>';
 const XSS_TOOL = '<img src=x onerror=alert(3)><script>alert(4)</script>';
 const slow = Array.from({ length: 20 }, (_, i) => `w${i + 1} `);
 
+const plan = { goal: 'Answer', tasks: [
+    { id: '1', description: 'Ask the helper', status: 'in_progress',
+      tools: ['helper'] }] };
+
 const script = {
     rules: [
         { match: { system: TITLE, any_message: 'xss please' }, loop: true,
@@ -40,6 +44,19 @@ const script = {
               { tool_calls: [{ id: 'call_t1', name: 'get_time',
                                arguments: '{"timezone":"UTC"}' }] },
               textResponse(['The time is known.'])] },
+        { match: { first_user: 'find the time' },
+          responses: [
+              { tool_calls: [{ id: 'h1', name: 'get_time',
+                               arguments: '{"timezone":"UTC"}' }] },
+              textResponse(['helper says noon'])] },
+        { match: { first_user: 'structure please' },
+          responses: [
+              { reasoning: ['Let me plan.'],
+                tool_calls: [{ id: 'p1', name: 'todo_write',
+                               arguments: JSON.stringify(plan) }] },
+              { tool_calls: [{ id: 's1', name: 'helper',
+                               arguments: '{"task":"find the time"}' }] },
+              textResponse(['All done.'])] },
         { match: { first_user: 'xss please' }, loop: true,
           responses: [{ text: [
               `${XSS_IMG} and <script>alert(2)</script> `,
@@ -57,6 +74,9 @@ const models = { 'fake/m': { prices: { input: 1, output: 2 } } };
 const agents = {
     careful: { model: 'fake/m', tools: ['get_time'],
                tool_options: { get_time: { approval: 'required' } } },
+    boss: { model: 'fake/m', planning: true, sub_agents: ['helper'],
+            tools: [] },
+    helper: { model: 'fake/m', tools: ['get_time'] },
 };
 
 async function fakeStats(stack) {
@@ -293,6 +313,36 @@ describe('web UI in Chromium', () => {
         const critical = result.violations.filter((v) => v.impact ===
                                                           'critical');
         assert.deepEqual(critical.map((v) => `${v.id}: ${v.help}`), []);
+        await context.close();
+    });
+
+    test('reasoning, the plan and a sub-agent nested in its call', async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        await page.getByLabel('Agent or model').selectOption('agent/boss');
+        await sendMessage(page, 'structure please');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const a = answer(page);
+        const reasoning = a.locator('details.reasoning');
+        assert.equal(await reasoning.getAttribute('open'), null);
+        await reasoning.locator('summary').click();
+        assert.equal(await reasoning.locator('.body').innerText(),
+                     'Let me plan.');
+        const task = a.getByRole('region', { name: 'Plan' }).locator('li');
+        assert.match(await task.innerText(), /in_progress\s*Ask the helper/);
+        const call = a.locator('details.tool[data-tool="helper"]');
+        assert.equal(await call.getAttribute('data-status'), 'done');
+        await call.locator('summary').first().click();
+        const sub = call.getByRole('region', { name: 'Sub-agent helper' });
+        assert.equal(await sub.locator('.sub-head .badge').innerText(), 'done');
+        const inner = sub.locator('details.tool[data-tool="get_time"]');
+        assert.equal(await inner.getAttribute('data-status'), 'done');
+        assert.match(await sub.locator('.text').innerText(),
+                     /helper says noon/);
+        assert.match(await a.locator('.flow > .text').last().innerText(),
+                     /All done\./);
+        await shot(page, 'structure');
+        assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
         await context.close();
     });
 
