@@ -7,8 +7,9 @@
  *
  * DIR is the node_modules folder `npm ci` filled from web/package-lock.json.
  * src/index.html is served at "/", every other file of src/ at
- * "/assets/<name>", and the ES module builds of marked and DOMPurify at
- * "/assets/vendor/<name>" (with their licences), unchanged: the browser
+ * "/assets/<name>", and the ES module builds of marked, DOMPurify and
+ * highlight.js (with two of its themes) at "/assets/vendor/<name>" (with
+ * their licences), unchanged: the browser
  * loads them as modules, so no bundler is needed. The output only changes
  * when an input does (the ETag is a hash of the bytes).
  */
@@ -55,6 +56,10 @@ const vendor = [
     ['marked.LICENSE.txt', 'marked/LICENSE'],
     ['purify.es.mjs', 'dompurify/dist/purify.es.mjs'],
     ['purify.LICENSE.txt', 'dompurify/LICENSE'],
+    ['highlight.min.js', '@highlightjs/cdn-assets/es/highlight.min.js'],
+    ['highlight.LICENSE.txt', '@highlightjs/cdn-assets/LICENSE'],
+    ['hljs-light.css', '@highlightjs/cdn-assets/styles/github.min.css'],
+    ['hljs-dark.css', '@highlightjs/cdn-assets/styles/github-dark.min.css'],
 ];
 for (const [name, rel] of vendor)
     files.push({ path: `/assets/vendor/${name}`,

@@ -57,6 +57,13 @@ const script = {
               { tool_calls: [{ id: 's1', name: 'helper',
                                arguments: '{"task":"find the time"}' }] },
               textResponse(['All done.'])] },
+        { match: { first_user: 'deny please' },
+          responses: [
+              { tool_calls: [{ id: 'call_d1', name: 'get_time',
+                               arguments: '{"timezone":"UTC"}' }] },
+              textResponse(['Understood.'])] },
+        { match: { first_user: 'code please' },
+          responses: [textResponse(['```js\nconst x = 1;\n```\n'])] },
         { match: { first_user: 'xss please' }, loop: true,
           responses: [{ text: [
               `${XSS_IMG} and <script>alert(2)</script> `,
@@ -313,6 +320,53 @@ describe('web UI in Chromium', () => {
         const critical = result.violations.filter((v) => v.impact ===
                                                           'critical');
         assert.deepEqual(critical.map((v) => `${v.id}: ${v.help}`), []);
+        await context.close();
+    });
+
+    test('a denied call fails with the reason; the run goes on', async () => {
+        const { page, context } = await openPage(browser, stack);
+        await page.getByLabel('Agent or model').selectOption('agent/careful');
+        await sendMessage(page, 'deny please');
+        const form = page.getByRole('form', { name: 'Approve get_time' });
+        await form.getByRole('textbox', { name: 'Reason' })
+            .fill('not today');
+        await form.getByRole('button', { name: 'Deny' }).click();
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const card = page.locator('details.tool[data-tool="get_time"]');
+        assert.equal(await card.getAttribute('data-status'), 'failed');
+        await card.locator('summary').click();
+        assert.match(await card.locator('.output').innerText(), /not today/);
+        assert.equal(await form.getByRole('status').innerText(), 'Denied');
+        assert.match(await answer(page).locator('.flow').innerText(),
+                     /Understood\./);
+        await context.close();
+    });
+
+    test('the keyboard alone reaches every control and sends', async () => {
+        const { page, context } = await openPage(browser, stack);
+        await page.getByRole('textbox', { name: 'Message' }).waitFor();
+        const names = new Set();
+        for (let i = 0; i < 200 && !names.has('Message'); i++) {
+            await page.keyboard.press('Tab');
+            names.add(await page.evaluate(() => {
+                const e = document.activeElement;
+                return e.getAttribute('aria-label') ||
+                    (e.labels && e.labels[0] && e.labels[0].textContent.trim()) ||
+                    e.textContent.trim();
+            }));
+        }
+        for (const n of ['New chat', 'Search conversations', 'Agent or model',
+                         'Message'])
+            assert.ok(names.has(n), `${n} not reached: ${[...names]}`);
+        await page.keyboard.type('code please');
+        await page.keyboard.press('Enter');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        /* The code block came highlighted (a known language). */
+        const code = answer(page).locator('pre code.hljs.language-js');
+        assert.equal(await code.locator('.hljs-keyword').first().innerText(),
+                     'const');
         await context.close();
     });
 

@@ -1,5 +1,6 @@
 /*
- * markdown.js: model text to safe HTML. marked renders the Markdown and
+ * markdown.js: model text to safe HTML. marked renders the Markdown
+ * (code blocks highlighted by highlight.js) and
  * DOMPurify sanitises the result (the model's text is untrusted: it may
  * hold HTML, script or event handlers); links then open in a new tab
  * with rel="noopener noreferrer". Raw HTML in the text is shown as text.
@@ -8,6 +9,7 @@
  */
 import { Marked } from './vendor/marked.esm.js';
 import DOMPurify from './vendor/purify.es.mjs';
+import hljs from './vendor/highlight.min.js';
 
 /* Raw HTML in the model's Markdown is shown as the text it is, never
  * rendered: an answer quoting <script> reads as such. */
@@ -23,6 +25,18 @@ const marked = new Marked({
     renderer: {
         html(token) {
             return escapeHtml(token.text);
+        },
+        /* Code blocks highlighted when their language is named and known
+         * (no guessing); highlight.js escapes the code itself. */
+        code(token) {
+            const lang = (token.lang || '').split(/\s/)[0];
+            const known = lang && hljs.getLanguage(lang);
+            const body = known
+                ? hljs.highlight(token.text, { language: lang,
+                                               ignoreIllegals: true }).value
+                : escapeHtml(token.text);
+            const cls = known ? ` language-${escapeHtml(lang)}` : '';
+            return `<pre><code class="hljs${cls}">${body}</code></pre>\n`;
         },
     },
 });
