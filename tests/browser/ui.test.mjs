@@ -64,6 +64,31 @@ const script = {
               textResponse(['Understood.'])] },
         { match: { first_user: 'code please' },
           responses: [textResponse(['```js\nconst x = 1;\n```\n'])] },
+        /* A deep research run: the supervisor's phases told apart by the
+         * system prompts each adds; researcher beta's model call fails. */
+        { match: { first_user: 'alpha topic' }, loop: true,
+          responses: [textResponse(['Alpha findings.'])] },
+        { match: { first_user: 'beta topic' }, loop: true,
+          responses: [{ status: 500, error: { message: 'beta broke' } }] },
+        { match: { first_user: 'research please',
+                   system: 'Write the final report' },
+          responses: [textResponse(['Alpha is **true**.'])] },
+        { match: { first_user: 'research please', system: 'Research cycle',
+                   tools_include: ['research_agent'] },
+          responses: [
+              { tool_calls: [
+                  { id: 'ra', name: 'research_agent',
+                    arguments: '{"task":"alpha topic"}' },
+                  { id: 'rb', name: 'research_agent',
+                    arguments: '{"task":"beta topic"}' }] },
+              { tool_calls: [{ id: 'rg', name: 'generate_report',
+                               arguments: '{}' }] }] },
+        { match: { first_user: 'research please',
+                   system: 'Write the research plan' },
+          responses: [textResponse(['1. alpha\n', '2. beta'])] },
+        { match: { first_user: 'research please',
+                   system: 'Before any research starts' },
+          responses: [textResponse(['NO_CLARIFICATION_NEEDED'])] },
         { match: { first_user: 'xss please' }, loop: true,
           responses: [{ text: [
               `${XSS_IMG} and <script>alert(2)</script> `,
@@ -396,6 +421,49 @@ describe('web UI in Chromium', () => {
         assert.match(await a.locator('.flow > .text').last().innerText(),
                      /All done\./);
         await shot(page, 'structure');
+        assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
+        await context.close();
+    });
+
+    test('deep research: plan, cycles, researchers, a failed one, report',
+         async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        await page.getByRole('checkbox', { name: 'Deep research' }).check();
+        await sendMessage(page, 'research please');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const a = answer(page);
+        const plan = a.locator('details.plan-text');
+        await plan.locator('summary').click();
+        assert.equal(await plan.locator('.body').innerText(),
+                     '1. alpha\n2. beta');
+        assert.match(await a.locator('.research-cycle').first().innerText(),
+                     /Research cycle 1 of 8/);
+        const ok = a.locator('details.researcher', { hasText: 'alpha topic' });
+        const bad = a.locator('details.researcher', { hasText: 'beta topic' });
+        assert.equal(await ok.getAttribute('data-status'), 'done');
+        assert.equal(await bad.getAttribute('data-status'), 'failed');
+        await bad.locator('summary').first().click();
+        assert.match(await bad.locator('.output').innerText(), /beta broke/);
+        assert.equal(await a.locator('.flow > .text strong').innerText(),
+                     'true');
+        const summary = a.getByRole('region', { name: 'Research',
+                                                 exact: true });
+        assert.match(await summary.innerText(), /2 researchers, 1 failed/);
+        await shot(page, 'research');
+
+        const [download] = await Promise.all([
+            page.waitForEvent('download'),
+            summary.getByRole('button', { name: 'Download report' }).click(),
+        ]);
+        const saved = fs.readFileSync(await download.path(), 'utf8');
+        const cid = await conversationId(page);
+        const runId = (await stored(stack, cid)).messages
+            .find((m) => m.role === 'assistant').run_id;
+        const report = await fetch(`${stack.baseURL}/v1/runs/${runId}/report`);
+        assert.equal(report.status, 200);
+        assert.equal(saved, await report.text());
+        assert.match(saved, /Alpha is \*\*true\*\*/);
         assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
         await context.close();
     });

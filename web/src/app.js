@@ -84,12 +84,11 @@ async function loadModels() {
         sel.append(o);
     }
     sel.value = state.models.includes(keep) ? keep : '';
-    $('research-label').hidden = !state.models.includes('agent/deep_research');
 }
 
 /* The run request's agent or model, from the picker and the toggle. */
 function runTarget() {
-    if ($('research').checked && !$('research-label').hidden)
+    if ($('research').checked)
         return { agent: 'deep_research' };
     const v = $('picker').value;
     if (!v)
@@ -248,10 +247,26 @@ function newTurn(convId) {
             body);
         },
         onTitle: (title) => setTitle(convId(), title),
+        onReport: downloadReport,
         onUsage: updateTotals,
     });
     state.turns.push(view);
     return view;
+}
+
+/* Saves a research run's report (GET /v1/runs/{id}/report) as a file. */
+async function downloadReport(runId) {
+    const text = await api.getText(
+        `/v1/runs/${encodeURIComponent(runId)}/report`);
+    const url = URL.createObjectURL(new Blob([text],
+                                             { type: 'text/markdown' }));
+    const a = el('a');
+    a.href = url;
+    a.download = `report-${runId}.md`;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
 }
 
 function scrollDown() {

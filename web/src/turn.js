@@ -123,10 +123,12 @@ class Flow {
         this.turn.schedule(() => renderMarkdown(b.el, b.text));
     }
 
-    appendReasoning(delta) {
-        const b = this.block('reasoning', () => {
-            const d = el('details', 'reasoning');
-            d.append(el('summary', null, 'Reasoning'), el('div', 'body'));
+    /* A collapsed block of reasoning (or of the research plan). */
+    appendReasoning(delta, title = 'Reasoning') {
+        const b = this.block(title, () => {
+            const d = el('details', title === 'Reasoning' ? 'reasoning'
+                                                          : 'reasoning plan-text');
+            d.append(el('summary', null, title), el('div', 'body'));
             return d;
         });
         b.text += delta;
@@ -230,6 +232,18 @@ export class TurnView {
         const badge = el('span', 'badge running', 'running');
         const dur = el('span', 'duration');
         sum.append(el('span', 'tool-name', name), badge, dur);
+        if (name === 'research_agent') {
+            /* A deep research run's researcher: named by its task. */
+            let task = args;
+            try {
+                task = (typeof args === 'string' ? JSON.parse(args) : args).task;
+            } catch {
+                /* arguments still partial: keep them */
+            }
+            sum.firstChild.textContent = 'Researcher';
+            sum.insertBefore(el('span', 'task', task), badge);
+            d.classList.add('researcher');
+        }
         const argsPre = el('pre', 'args', pretty(args));
         const out = el('pre', 'output');
         out.hidden = true;
@@ -281,8 +295,10 @@ export class TurnView {
             flow.appendText(ev.delta || '');
             break;
         case 'reasoning.delta':
-        case 'research.plan':
             flow.appendReasoning(ev.delta || '');
+            break;
+        case 'research.plan':
+            flow.appendReasoning(ev.delta || '', 'Research plan');
             break;
         case 'tool_calls':
             for (const call of ev.calls || [])
@@ -385,6 +401,8 @@ export class TurnView {
         if (ev.model)
             this.model = ev.model;
         this.finalText = typeof ev.text === 'string' ? ev.text : this.top.text;
+        if (ev.research && ev.research.researchers !== undefined)
+            this.researchSummary(ev);
         if (ev.type === 'run.completed') {
             this.setStatus('');
             this.article.dataset.status = 'completed';
@@ -402,6 +420,25 @@ export class TurnView {
                 this.setCardStatus(c, 'stopped', 'stopped');
         }
         this.renderMeta();
+    }
+
+    /* A research run's outcome and its report as a Markdown file. */
+    researchSummary(ev) {
+        const r = ev.research;
+        const box = el('section', 'research-summary');
+        box.setAttribute('aria-label', 'Research');
+        box.append(el('p', null,
+                      `Research: ${r.cycles} of at most ${r.max_cycles} ` +
+                      `cycles, ${r.researchers} researchers, ${r.failed} ` +
+                      'failed'));
+        if (ev.type === 'run.completed' && this.opts.onReport) {
+            const b = el('button', null, 'Download report');
+            b.type = 'button';
+            b.addEventListener('click', () => this.opts.onReport(this.topRunId)
+                .catch((err) => { b.textContent = `Failed: ${err.message}`; }));
+            box.append(b);
+        }
+        this.top.put(box);
     }
 
     setStatus(text) {
