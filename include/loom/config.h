@@ -568,7 +568,20 @@ typedef struct {
      */
     char **roots;
     size_t roots_len;
+    /*
+     * `sampling:` "allow" lets the server ask for model completions
+     * (sampling/createMessage) during a run's call: they are made with the
+     * run's model and counted in its usage (docs/mcp.md#sampling). NULL or
+     * "deny" (the default): the capability is not declared and the
+     * request is refused.
+     */
+    char *sampling;
+    /* `sampling_max_tokens:` the most output tokens one sampling request
+     * gets, whatever its maxTokens says; default 4096. */
+    long sampling_max_tokens;
 } loom_mcp_server_config;
+
+#define LOOM_MCP_SAMPLING_MAX_TOKENS 4096
 
 #define LOOM_SERVER_DEFAULT_LISTEN "127.0.0.1:8080"
 #define LOOM_SERVER_DEFAULT_DB "./data/loom.db"

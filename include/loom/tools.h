@@ -166,6 +166,30 @@ int loom_tool_elicit(const loom_tool_ctx *ctx, const char *source,
 int loom_tool_can_elicit(const loom_tool_ctx *ctx);
 
 /*
+ * Answers a sampling request of an MCP server (params as its
+ * sampling/createMessage has them) made during the running call, with
+ * one completion of the call's run's model: the model of the run's call
+ * that asked for the tool, resolved anew. messages are user and
+ * assistant turns whose content is text or images (a block or a list of
+ * them); systemPrompt, temperature and stopSequences (at most 4) are
+ * passed on; maxTokens is honoured up to max_tokens (<= 0: 4096);
+ * modelPreferences and includeContext are not followed. The run's
+ * budget holds for the call (a call it refuses is not made:
+ * LOOM_ETOOLARGE), and its usage joins the run's as a side call: a
+ * `usage` event of purpose "mcp_sampling" naming the tool, stored with
+ * the turn's usage. *result (caller frees) is {role: "assistant",
+ * content: {type: "text", text}, model (that answered), stopReason
+ * ("endTurn", "maxTokens", or the provider's finish reason)}. Blocks the
+ * tool's thread; the run's cancel stops it (LOOM_ECANCELED). Errors:
+ * LOOM_EINVALID for params it cannot send (audio, tools; the message
+ * says what), LOOM_ENOTFOUND when the call has no run to call for
+ * (outside a turn, a bare run without a session), the provider's. Safe
+ * from the tool's thread while execute() runs.
+ */
+int loom_tool_sample(const loom_tool_ctx *ctx, const json_t *params,
+                     long max_tokens, json_t **result);
+
+/*
  * Runs the tool. On success returns 0 and writes the result text (what the
  * model reads) into out. On failure returns a negative code and writes a
  * message into out (or leaves it empty and sets loom_error_last); the

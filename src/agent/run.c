@@ -761,6 +761,22 @@ static void repair_args(const loom_tool *tool, const char *model,
     loom__repair_outcome_clear(&out);
 }
 
+/*
+ * A side call a tool call made (loom_tool_sample: an MCP server's
+ * sampling request) joins the run's usage, reported as side calls are.
+ */
+static void tool_side_usage(const json_t *data, const char *tool, void *payload)
+{
+    const char *purpose = json_string_value(json_object_get(data, "purpose"));
+    loom_usage u;
+    int priced, unpriced;
+
+    loom__usage_from_full(json_object_get(data, "usage"), &u, &priced,
+                          &unpriced);
+    side_usage(payload, &u, priced > 0 && !unpriced, purpose ? purpose : "tool",
+               json_string_value(json_object_get(data, "model")), tool);
+}
+
 /* The tool turn of the run, over the tools build_tools offers. */
 static int turn_open(loom_run *run)
 {
@@ -798,6 +814,8 @@ static int turn_open(loom_run *run)
     to.repair = repair_args;
     to.rules_payload = run;
     to.place = &run->place;
+    to.on_usage = tool_side_usage;
+    to.usage_payload = run;
     return loom__toolturn_new(&run->turn, &to);
 }
 
@@ -2091,6 +2109,7 @@ static int run_tools(loom_run *run, size_t *nclient, int *think_only,
         emit_calls(run, assistant);
     run->place.index = run->index;
     run->place.agent = run->opts.agent; /* a handoff may have changed it */
+    run->place.model = run->use_alt ? run->alt.model : loom_run_model(run);
     rc = loom__toolturn_run(run->turn, assistant, run->iterations, &jobs, &nj);
     if (!jobs)
         return rc;

@@ -1752,6 +1752,20 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o)
     return 0;
 }
 
+int loom__session_model(loom_session *s, const char *model,
+                        loom_provider **owned, loom_provider **use,
+                        loom_model_request_options *mreq)
+{
+    int rc;
+
+    *owned = NULL;
+    *use = NULL;
+    if ((rc = resolve_router(s, model, NULL, owned, mreq)) != 0)
+        return rc;
+    *use = s->o.provider ? s->o.provider : *owned;
+    return 0;
+}
+
 /* The model: the session's own provider, else a router from the config. */
 int loom_session_resolve_model(const loom_session *s, const char *name,
                                const loom_agent_config **agent_out,

@@ -19,6 +19,17 @@
 
 void loom__session_ref(loom_session *s);
 
+/*
+ * The provider for one side call to model (a run's model: "provider/
+ * model", or with the session's own provider the id sent to it), from
+ * any thread: *use is what to call; *owned the router made for it (the
+ * caller frees it; NULL with the session's own provider); *mreq its
+ * request options, borrowed from *owned. Errors of loom_router_new.
+ */
+int loom__session_model(loom_session *s, const char *model,
+                        loom_provider **owned, loom_provider **use,
+                        loom_model_request_options *mreq);
+
 typedef struct {
     loom__agent_tree *tree;    /* the parent's tree; a reference is taken */
     int depth;                 /* the child's: its parent's + 1 */

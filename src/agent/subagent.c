@@ -336,7 +336,8 @@ int loom__tool_host_init(loom__tool_host *h, const loom__run_place *p)
     h->depth = p->depth;
     h->index = p->index;
     if ((p->run_id && !(h->run_id = strdup(p->run_id))) ||
-        (p->agent && !(h->agent = strdup(p->agent)))) {
+        (p->agent && !(h->agent = strdup(p->agent))) ||
+        (p->model && !(h->model = strdup(p->model)))) {
         loom__tool_host_clear(h);
         return loom__error_oom();
     }
@@ -351,6 +352,7 @@ void loom__tool_host_clear(loom__tool_host *h)
     loom__spend_free(h->spend);
     free(h->run_id);
     free(h->agent);
+    free(h->model);
     json_decref(h->report);
     memset(h, 0, sizeof(*h));
 }

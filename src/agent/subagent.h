@@ -110,6 +110,10 @@ typedef struct {
     const char *agent; /* may be NULL */
     uint32_t index;    /* the run's event index when its tools start */
     loom__spend *spend; /* the run's budget, its children's parent; or NULL */
+    /* The model of the run's call that asked for its tools ("provider/
+     * model"), which their side calls use (loom_tool_sample); NULL:
+     * none. */
+    const char *model;
 } loom__run_place;
 
 /* A tool call's copy of its run's place, owned by the call's thread. */
@@ -120,6 +124,7 @@ struct loom__tool_host {
     char *agent;
     uint32_t index;
     loom__spend *spend; /* a reference, or NULL */
+    char *model;        /* the run's model (loom__run_place) */
     json_t *report; /* set by a sub-agent tool (loom__run_report) */
 };
 typedef struct loom__tool_host loom__tool_host;

@@ -761,7 +761,9 @@ static void keep_step(loom__tool_job *job, const json_t *ev)
  * and tool first (unless it names its own), the progress hook sees a
  * progress step, and it goes out, before the call's tool.completed. A
  * sub-agent's event (it carries parent_run_id and parent_call_id) goes
- * out as it came: it is the child's, not a step of the call.
+ * out as it came: it is the child's, not a step of the call. A usage
+ * event of the call's own with a purpose is a side call it made, which
+ * the run counts (on_usage) and reports itself.
  */
 static void on_tool_event(loom__tool_job *job, loom_event_type type,
                           json_t *data, void *payload)
@@ -771,6 +773,13 @@ static void on_tool_event(loom__tool_job *job, loom_event_type type,
 
     if (json_is_string(json_object_get(data, "parent_run_id"))) {
         loom__emit_send(&t->o.emit, type, data);
+        return;
+    }
+    if (type == LOOM_EV_USAGE && t->o.on_usage &&
+        json_is_string(json_object_get(data, "purpose"))) {
+        /* A side call of the tool's: the run counts it and says so. */
+        t->o.on_usage(data, job->tool->name, t->o.usage_payload);
+        json_decref(data);
         return;
     }
     ev = json_object();

@@ -66,6 +66,15 @@ typedef struct {
      */
     void (*on_progress)(const json_t *progress, void *payload);
     /*
+     * Takes a side call's usage that a running call sent
+     * (loom_tool_sample: a usage event's data, with purpose, model and
+     * `usage` in the full shape, subagent.h) on the run's thread, in
+     * place of emitting it (one that has a `purpose`); tool is the
+     * call's tool. NULL: such events go out as they came.
+     */
+    void (*on_usage)(const json_t *usage, const char *tool, void *payload);
+    void *usage_payload;
+    /*
      * Tools the caller answers itself on the loop's thread, as the loop
      * tools are (the run's handoffs): own(tool) says whether tool is one
      * of them; answer(job) gets each such call once it is prepared and
