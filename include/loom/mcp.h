@@ -42,13 +42,18 @@ typedef struct loom_mcp_server loom_mcp_server;
 
 /*
  * Answers a request the server makes of the client: method is
- * "elicitation/create" (params: message, requestedSchema), and params as
- * the server sent them. Sets *result to a new result object (for an
- * elicitation {action: accept|decline|cancel, content}) and returns 0, or
- * returns a negative code to refuse. The defaults of requestedSchema are
- * filled into an accepted content by the client. Called on the thread
- * that read the request, or on the caller's for a 2026-07-28
- * input_required result.
+ * "elicitation/create" (params: message, requestedSchema) or, for a
+ * server whose config says `sampling: allow`, "sampling/createMessage"
+ * (params: messages, maxTokens, systemPrompt, ...), and params as the
+ * server sent them. Sets *result to a new result object (for an
+ * elicitation {action: accept|decline|cancel, content}; for sampling
+ * {role, content, model, stopReason}) and returns 0, or returns a
+ * negative code to refuse (for sampling the server is told the message:
+ * LOOM_ENOTFOUND as the spec's "user rejected" -1, LOOM_EINVALID as
+ * -32602, others -32603). The defaults of requestedSchema are filled
+ * into an accepted content by the client. Called on the thread that read
+ * the request, or on the caller's for a 2026-07-28 input_required
+ * result.
  */
 typedef int (*loom_mcp_input_fn)(loom_mcp_server *s, const char *method,
                                  const json_t *params, void *arg,
@@ -165,7 +170,8 @@ typedef struct {
     void (*on_progress)(const json_t *params, void *arg);
     void *progress_arg;
     /*
-     * Who answers the elicitations that come with this call (NULL: the
+     * Who answers the elicitations (and, when the server may sample,
+     * the sampling requests) that come with this call (NULL: the
      * server's answerer, loom_mcp_server_set_input): called on the
      * calling thread, never on a transport's reader, while the call runs.
      * The time it takes does not count toward the call's timeout, so it

@@ -445,6 +445,7 @@ void loom__config_mcp_server_clear(loom_mcp_server_config *m)
     free(m->oauth.private_key);
     free(m->oauth.signing_alg);
     free_strings(m->roots, m->roots_len);
+    free(m->sampling);
     memset(m, 0, sizeof(*m));
 }
 

@@ -2689,6 +2689,7 @@ static int mcp_server_init(loader *ld, const entry *e, const char *key,
     (void)key;
     m->timeout_ms = 60000;
     m->startup_timeout_ms = 30000;
+    m->sampling_max_tokens = LOOM_MCP_SAMPLING_MAX_TOKENS;
     if (!(m->name = strdup(e->name)) || !(m->env = json_object()) ||
         !(m->headers = json_object()))
         return loom__error_oom();
@@ -2747,6 +2748,8 @@ static const field mcp_oauth_fields[] = {
 static const section mcp_oauth_section = SECTION(mcp_oauth_fields, NULL, NULL);
 #undef O
 
+static const char *const mcp_sampling[] = {"allow", "deny", NULL};
+
 #define S loom_mcp_server_config
 static const field mcp_server_fields[] = {
     {K_STR("command", S, command, "a program"), .flags = F_NONEMPTY},
@@ -2764,6 +2767,9 @@ static const field mcp_server_fields[] = {
      .choices = mcp_versions},
     {K_SUB("oauth", mcp_oauth_section), AT(S, oauth)},
     {K_FN("roots", read_mcp_roots)},
+    {K_STR("sampling", S, sampling, "allow or deny"), .flags = F_LOWER,
+     .choices = mcp_sampling},
+    {K_LONG("sampling_max_tokens", S, sampling_max_tokens, 1, TOKENS_MAX)},
 };
 static const section mcp_server_section =
     SECTION(mcp_server_fields, NULL, mcp_server_check);

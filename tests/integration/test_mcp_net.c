@@ -241,6 +241,71 @@ static void test_stateless_timeout(void **state)
     fake_stop(&f);
 }
 
+/* A call's sampling answerer: a fixed completion, for sampling only. */
+static int sample_answer(loom_mcp_server *s, const char *method,
+                         const json_t *params, void *arg, json_t **result)
+{
+    (void)s;
+    (void)arg;
+    assert_string_equal(method, "sampling/createMessage");
+    assert_int_equal(json_integer_value(json_object_get(params, "maxTokens")),
+                     10);
+    *result = json_pack("{s:s,s:{s:s,s:s},s:s,s:s}", "role", "assistant",
+                        "content", "type", "text", "text", "hi", "model", "p/m",
+                        "stopReason", "endTurn");
+    return 0;
+}
+
+/*
+ * 2026-07-28 sampling (docs/mcp.md "Sampling"): a server allowed to
+ * sample sees the capability in the request's _meta, and its
+ * input_required round trip gets the call's answerer's completion, the
+ * requestState echoed; with no answerer (outside a run) the call fails
+ * saying why; a server not allowed sees no capability.
+ */
+static void test_stateless_sampling(void **state)
+{
+    static const char *const args[] = {"--stateless", NULL};
+    loom_mcp_call_options o = {0};
+    loom_mcp_server_config c;
+    loom_mcp_server *s = NULL;
+    loom_buf out = LOOM_BUF_INIT(1 << 16);
+    json_t *res = NULL;
+    fake_http f;
+    char *text;
+    int rc;
+
+    (void)state;
+    fake_start(&f, args);
+    c = http_config(&f);
+    c.sampling = "allow";
+    assert_int_equal(loom_mcp_server_new(&s, &c), 0);
+    o.input = sample_answer;
+    assert_int_equal(loom_mcp_server_call_opts(s, "sample", NULL, &o, &res), 0);
+    assert_int_equal(loom_mcp_result_text(res, &out), 0);
+    assert_string_equal(loom_buf_cstr(&out),
+                        "{\"s1\":{\"content\":{\"text\":\"hi\",\"type\":"
+                        "\"text\"},\"model\":\"p/m\",\"role\":"
+                        "\"assistant\",\"stopReason\":\"endTurn\"},"
+                        "\"state\":\"st1\"}");
+    json_decref(res);
+    loom_buf_free(&out);
+    text = call_text(s, "sample", 0, &rc);
+    assert_int_equal(rc, LOOM_EUPSTREAM);
+    assert_non_null(strstr(loom_error_last(), "sampling is answered only "
+                                              "during a run"));
+    free(text);
+    loom_mcp_server_free(s);
+    c.sampling = NULL;
+    assert_int_equal(loom_mcp_server_new(&s, &c), 0);
+    text = call_text(s, "sample", 0, &rc);
+    assert_int_equal(rc, 0);
+    assert_string_equal(text, "no sampling capability");
+    free(text);
+    loom_mcp_server_free(s);
+    fake_stop(&f);
+}
+
 /* ---- through a run ------------------------------------------------------ */
 
 /* A registry with the tools of the server c (as `web__<tool>`). */
@@ -653,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_session_expiry),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_stateless_timeout),
+        cmocka_unit_test(test_stateless_sampling),
         cmocka_unit_test(test_run_goes_on),
         cmocka_unit_test(test_run_cancelled),
         cmocka_unit_test(test_legacy_sse),

@@ -7,7 +7,8 @@
  * MODE picks tools/list's paging: "pages" (three pages, cursors that
  * advance), "stuck" (the same cursor again and again), "cycle" (a cursor
  * that comes back), "results" (one page of the tools that check results
- * against their outputSchema, below), "form" (elicit alone), anything
+ * against their outputSchema, below), "form" (elicit alone), "sample"
+ * (sample alone), anything
  * else one page. It always writes a line that is not JSON to stdout
  * first, and a line to stderr. Its tools:
  *   echo        the arguments back as text
@@ -29,6 +30,13 @@
  *               client declared none
  *   roots       (not listed) asks the client for roots/list and answers
  *               with its answer as JSON, or "no roots capability"
+ * and, listed in "sample" mode:
+ *   sample      asks the client to sample (sampling/createMessage: a
+ *               system prompt "You are sampled.", the user message x,
+ *               maxTokens max_tokens (default 100), stop sequence "END")
+ *               and answers with the client's answer (or error) as JSON,
+ *               or "no sampling capability" when the client declared none
+ *               (unless force is true: it asks all the same)
  * When FAKE_MCP_LOG names a file, it appends "start" when it starts and
  * "cancelled <id>" for each notifications/cancelled, so a test can check
  * what loom sent.
@@ -119,6 +127,8 @@ static json_t *list_page(const char *cursor)
         json_array_append_new(tools, tool("resource"));
     } else if (strcmp(mode, "form") == 0) {
         json_array_append_new(tools, tool("elicit"));
+    } else if (strcmp(mode, "sample") == 0) {
+        json_array_append_new(tools, tool("sample"));
     } else {
         const char *names[] = {"echo",
                                "hang",
@@ -158,15 +168,16 @@ static json_t *await_answer(const char *id)
     return NULL;
 }
 
-/* Asks the client method (id rid, params) when it declared cap, and
- * answers the call id with the client's answer as JSON. */
+/* Asks the client method (id rid, params) when it declared cap (or
+ * cap is NULL), and answers the call id with the client's answer as
+ * JSON. */
 static void ask_client(const json_t *id, const char *cap, const char *rid,
                        const char *method, json_t *params)
 {
     json_t *ans;
     char *text, none[64];
 
-    if (!json_object_get(client_caps, cap)) {
+    if (cap && !json_object_get(client_caps, cap)) {
         snprintf(none, sizeof(none), "no %s capability", cap);
         answer(id, text_result(none, 0));
         json_decref(params);
@@ -200,6 +211,22 @@ static void call(const json_t *id, const json_t *params)
                              "type", "object", "properties", "name", "type",
                              "string", "age", "type", "integer", "default", 30,
                              "required", "name"));
+        return;
+    }
+    if (strcmp(name, "sample") == 0) {
+        const json_t *a = json_object_get(params, "arguments");
+        const json_t *max = json_object_get(a, "max_tokens");
+        const char *x = json_string_value(json_object_get(a, "x"));
+        int force = json_is_true(json_object_get(a, "force"));
+        ask_client(id, force ? NULL : "sampling", "s1",
+                   "sampling/createMessage",
+                   json_pack("{s:[{s:s,s:{s:s,s:s}}],s:s,s:I,s:[s]}",
+                             "messages", "role", "user", "content", "type",
+                             "text", "text", x ? x : "Say something.",
+                             "systemPrompt", "You are sampled.", "maxTokens",
+                             json_is_integer(max) ? json_integer_value(max)
+                                                  : (json_int_t)100,
+                             "stopSequences", "END"));
         return;
     }
     if (strcmp(name, "roots") == 0) {

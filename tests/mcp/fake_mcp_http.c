@@ -17,6 +17,11 @@
  *           notifications/tools/list_changed, sent before its answer on
  *           the answer's own event stream (the legacy stream in --legacy
  *           mode), so a client has it when the call returns
+ *   sample  (not listed; --stateless) without inputResponses, an
+ *           input_required result asking for sampling/createMessage
+ *           (key s1, requestState "st1"), or "no sampling capability"
+ *           when the request's _meta does not declare it; with them, a
+ *           text of {"s1": the client's answer, "state": requestState}
  *
  * Streamable HTTP (POST /mcp): initialize gives a session id; a request
  * with any other id gets 404. --expire-after N forgets the session after
@@ -135,6 +140,34 @@ static json_t *text_result(const char *text)
                      text);
 }
 
+/* The 2026-07-28 sample tool (see the top): an MRTR round trip. */
+static json_t *sample(const json_t *params)
+{
+    const json_t *in = json_object_get(params, "inputResponses");
+    const json_t *caps =
+        json_object_get(json_object_get(params, "_meta"),
+                        "io.modelcontextprotocol/clientCapabilities");
+    json_t *r, *got;
+    char *text;
+
+    if (!in && !json_object_get(caps, "sampling"))
+        return text_result("no sampling capability");
+    if (!in)
+        return json_pack("{s:s,s:{s:{s:s,s:{s:[{s:s,s:{s:s,s:s}}],s:i}}},s:s}",
+                         "resultType", "input_required", "inputRequests", "s1",
+                         "method", "sampling/createMessage", "params",
+                         "messages", "role", "user", "content", "type", "text",
+                         "text", "Say hi", "maxTokens", 10, "requestState",
+                         "st1");
+    got = json_pack("{s:O*,s:O*}", "s1", json_object_get(in, "s1"), "state",
+                    json_object_get(params, "requestState"));
+    text = got ? json_dumps(got, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    r = text_result(text ? text : "?");
+    free(text);
+    json_decref(got);
+    return r;
+}
+
 /*
  * The answer to request msg (NULL: none, or never: *hang set), and in
  * *before a notification to send ahead of it (NULL: none). Updates the
@@ -175,6 +208,9 @@ static json_t *handle(const json_t *msg, int *hang, json_t **before)
         *hang = 1;
         return NULL;
     }
+    if (stateless && strcmp(method, "tools/call") == 0 && name &&
+        strcmp(name, "sample") == 0)
+        return result_for(id, sample(params));
     if (strcmp(method, "tools/call") == 0) {
         char *args = json_dumps(json_object_get(params, "arguments"),
                                 JSON_COMPACT | JSON_SORT_KEYS);

@@ -207,6 +207,10 @@ static int config_copy(loom_mcp_server_config *d,
     d->oauth.private_key = dup_opt(c->oauth.private_key, &oom);
     d->oauth.signing_alg = dup_opt(c->oauth.signing_alg, &oom);
     d->oauth.disabled = c->oauth.disabled;
+    d->sampling = dup_opt(c->sampling, &oom);
+    d->sampling_max_tokens = c->sampling_max_tokens > 0
+                                 ? c->sampling_max_tokens
+                                 : LOOM_MCP_SAMPLING_MAX_TOKENS;
     if (c->roots_len && !(d->roots = calloc(c->roots_len, sizeof(char *))))
         oom = 1;
     for (size_t i = 0; d->roots && i < c->roots_len; i++)
@@ -528,9 +532,16 @@ unsigned loom__mcp_lists_changed(loom_mcp_server *s)
     return atomic_load(&s->lists_changed);
 }
 
+/* Whether the config lets the server sample (`sampling: allow`). */
+static int sampling_on(const loom_mcp_server *s)
+{
+    return s->cfg.sampling && strcmp(s->cfg.sampling, "allow") == 0;
+}
+
 /*
  * The capabilities loom declares: elicitation when someone may answer
- * (for a 2026-07-28 request, ctl: when that call's answerer does).
+ * (for a 2026-07-28 request, ctl: when that call's answerer does),
+ * sampling and roots when the config gives them.
  */
 static json_t *client_caps(loom_mcp_server *s, const call_ctl *ctl)
 {
@@ -542,6 +553,8 @@ static json_t *client_caps(loom_mcp_server *s, const call_ctl *ctl)
     pthread_mutex_unlock(&s->mu);
     if (caps && ((elicit && json_object_set_new(caps, "elicitation",
                                                 json_object()) != 0) ||
+                 (sampling_on(s) &&
+                  json_object_set_new(caps, "sampling", json_object()) != 0) ||
                  (s->cfg.roots_len &&
                   json_object_set_new(caps, "roots", json_object()) != 0))) {
         json_decref(caps);
@@ -579,37 +592,96 @@ static int decline(json_t **result)
     return (*result = json_pack("{s:s}", "action", "decline")) ? 0 : -32603;
 }
 
+/* The JSON-RPC error a sampling answerer's failure rc is told by: a
+ * refusal (nobody to sample for: the spec's "user rejected"), bad
+ * params, or anything else. */
+static int sampling_error(int rc)
+{
+    return rc == LOOM_ENOTFOUND ? -1 : rc == LOOM_EINVALID ? -32602 : -32603;
+}
+
+/* Who answers a request of the server: the call's answerer when it has
+ * one (and, for an elicitation, answers those: mine), else the
+ * server's; NULL: nobody. */
+static loom_mcp_input_fn answerer(loom_mcp_server *s, const call_ctl *ctl,
+                                  int mine, void **arg)
+{
+    loom_mcp_input_fn fn;
+
+    if (ctl && ctl->input && mine) {
+        *arg = ctl->input_arg;
+        return ctl->input;
+    }
+    pthread_mutex_lock(&s->mu);
+    fn = s->input;
+    *arg = s->input_arg;
+    pthread_mutex_unlock(&s->mu);
+    return fn;
+}
+
+/*
+ * A sampling/createMessage of the server: refused as unknown unless the
+ * config allows it (the capability is then not declared either), else
+ * given to the call's answerer (or the server's), which makes it with
+ * its run's model; refused with -1 when there is none (a call outside a
+ * run). msg (cap bytes) gets why it failed.
+ */
+static int answer_sampling(loom_mcp_server *s, const call_ctl *ctl,
+                           const json_t *params, json_t **result, char *msg,
+                           size_t cap)
+{
+    loom_mcp_input_fn fn;
+    void *arg;
+    int rc;
+
+    if (!sampling_on(s)) {
+        snprintf(msg, cap, "sampling is not allowed for this server");
+        return -32601;
+    }
+    if (!(fn = answerer(s, ctl, 1, &arg))) {
+        snprintf(msg, cap, "sampling is answered only during a run");
+        return -1;
+    }
+    if ((rc = fn(s, "sampling/createMessage", params, arg, result)) != 0 ||
+        !json_is_object(*result)) {
+        snprintf(msg, cap, "%s",
+                 rc ? loom_error_last() : "the answer is not an object");
+        json_decref(*result);
+        *result = NULL;
+        return sampling_error(rc);
+    }
+    return 0;
+}
+
 /*
  * The answer to a request of the server (method, params) that comes with
  * the call ctl (NULL: none known): ping, an elicitation (through the
  * call's answerer, else the server's, with the schema's defaults filled
- * in; declined when nobody answers), roots (none). Sets *result, or
- * returns -32601 (not supported) or -32603 (the answerer failed).
+ * in; declined when nobody answers), sampling (answer_sampling), roots.
+ * Sets *result, or returns a JSON-RPC error code (-32601 not supported,
+ * -32603 the answerer failed, ...) with msg (cap bytes) saying why.
  */
 static int answer_input(loom_mcp_server *s, const call_ctl *ctl,
                         const char *method, const json_t *params,
-                        json_t **result)
+                        json_t **result, char *msg, size_t cap)
 {
     loom_mcp_input_fn fn;
     void *arg;
     json_t *content;
 
     *result = NULL;
+    snprintf(msg, cap, "Internal error");
     if (strcmp(method, "ping") == 0)
         return (*result = json_object()) ? 0 : -32603;
     if (strcmp(method, "roots/list") == 0)
         return (*result = roots_result(s)) ? 0 : -32603;
-    if (strcmp(method, "elicitation/create") != 0)
+    if (strcmp(method, "sampling/createMessage") == 0)
+        return answer_sampling(s, ctl, params, result, msg, cap);
+    if (strcmp(method, "elicitation/create") != 0) {
+        snprintf(msg, cap, "Method not found");
         return -32601;
-    pthread_mutex_lock(&s->mu);
-    fn = s->input;
-    arg = s->input_arg;
-    pthread_mutex_unlock(&s->mu);
-    if (ctl && ctl->input && ctl->elicit) {
-        fn = ctl->input;
-        arg = ctl->input_arg;
     }
-    if (!fn)
+    if (!(fn = answerer(s, ctl, ctl && ctl->elicit, &arg)))
         return decline(result);
     if (fn(s, method, params, arg, result) != 0 || !json_is_object(*result)) {
         json_decref(*result);
@@ -632,21 +704,23 @@ static void answer_request(loom_mcp_server *s, const call_ctl *ctl,
                            const json_t *msg)
 {
     json_t *result = NULL;
+    char why[512];
     int code =
         answer_input(s, ctl, json_string_value(json_object_get(msg, "method")),
-                     json_object_get(msg, "params"), &result);
+                     json_object_get(msg, "params"), &result, why, sizeof(why));
 
     if (code == 0)
         reply(s, json_object_get(msg, "id"), result, 0, NULL);
     else
-        reply(s, json_object_get(msg, "id"), NULL, code,
-              code == -32601 ? "Method not found" : "Internal error");
+        reply(s, json_object_get(msg, "id"), NULL, code, why);
 }
 
-/* Whether answering method may wait on whoever answers the call. */
+/* Whether answering method may wait on whoever answers the call (a
+ * person, or a model call of the caller's run). */
 static int asks_caller(const char *method)
 {
-    return strcmp(method, "elicitation/create") == 0;
+    return strcmp(method, "elicitation/create") == 0 ||
+           strcmp(method, "sampling/createMessage") == 0;
 }
 
 /*
@@ -1195,13 +1269,14 @@ static int take_inputs(loom_mcp_server *s, const call_ctl *ctl,
     {
         const char *m = json_string_value(json_object_get(r, "method"));
         json_t *one = NULL;
-        if (!m ||
-            answer_input(s, ctl, m, json_object_get(r, "params"), &one) != 0) {
+        char why[512] = "no method";
+        if (!m || answer_input(s, ctl, m, json_object_get(r, "params"), &one,
+                               why, sizeof(why)) != 0) {
             json_decref(responses);
             return loom__error_set(LOOM_EUPSTREAM,
                                    "MCP server '%s' asks for input loom "
-                                   "cannot give (%.60s)",
-                                   s->cfg.name, m ? m : "no method");
+                                   "cannot give (%.60s: %s)",
+                                   s->cfg.name, m ? m : "?", why);
         }
         if (json_object_set_new(responses, key, one) != 0) {
             json_decref(responses);

@@ -281,9 +281,11 @@ static void on_progress(const json_t *params, void *arg)
 }
 
 /*
- * An elicitation of the server during a call, put to whoever runs the
- * turn (loom_tool_elicit): a form they fill in, decline or cancel.
- * Nobody to ask (a background run, no terminal) declines it.
+ * A request of the server during a call that asks the caller: an
+ * elicitation, put to whoever runs the turn (loom_tool_elicit): a form
+ * they fill in, decline or cancel; nobody to ask (a background run, no
+ * terminal) declines it. Or a sampling request, which the run's model
+ * answers (loom_tool_sample).
  */
 static int on_input(loom_mcp_server *s, const char *method,
                     const json_t *params, void *arg, json_t **result)
@@ -291,7 +293,9 @@ static int on_input(loom_mcp_server *s, const char *method,
     const loom_tool_ctx *ctx = arg;
     int rc;
 
-    (void)method;
+    if (strcmp(method, "sampling/createMessage") == 0)
+        return loom_tool_sample(
+            ctx, params, loom__mcp_config(s)->sampling_max_tokens, result);
     rc = loom_tool_elicit(ctx, loom_mcp_server_name(s),
                           json_string_value(json_object_get(params, "message")),
                           json_object_get(params, "requestedSchema"), result);
