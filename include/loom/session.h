@@ -371,6 +371,14 @@ typedef struct {
      */
     int resumable;
     int resume;
+    /*
+     * Whom the turn's model calls are counted to (loom/store.h
+     * loom_usage_account: the API key, its workspace and user, a service
+     * key's end user), kept on the usage rows of the turn and of every
+     * sub-agent's turn below it (docs/accounts.md#usage). Ignored for a
+     * sub-agent's turn, which takes its top turn's. Copied.
+     */
+    loom_usage_account account;
 } loom_turn_options;
 
 #define LOOM_TURN_OPTIONS_VERSION 1

@@ -230,6 +230,19 @@ typedef struct {
 } loom_turn_usage;
 
 /*
+ * Whom a turn's model calls are counted to (docs/accounts.md#usage),
+ * beside its owner (loom_turn_record.user_id): kept on each of its usage
+ * rows for loom_store_usage(). Every field may be NULL (none); each has
+ * at most LOOM_STORE_USER_ID_MAX bytes. Borrowed.
+ */
+typedef struct {
+    const char *key_id;    /* the API key the turn came with */
+    const char *workspace; /* the key's workspace */
+    const char *user;      /* the account's user (a service key's service) */
+    const char *end_user;  /* the end user a service key acts for */
+} loom_usage_account;
+
+/*
  * One turn: the new input messages (usually one user message) and what
  * the run added. Everything is borrowed for the call.
  */
@@ -320,6 +333,9 @@ typedef struct {
     const loom_usage *run_usage;
     int run_cost_known;
     int64_t started_at; /* Unix ms; 0: when saved */
+    /* Whom its usage rows are counted to (a sub-agent's run: its top
+     * run's); zero: no one beyond user_id. */
+    loom_usage_account account;
 } loom_turn_record;
 
 /* Limits of a turn's extras; crossing one is an error (LOOM_ETOOLARGE,
@@ -445,6 +461,65 @@ int loom_store_research_get(loom_store *st, const char *run_id,
 /* The ids of research runs still running (oldest first): what a server
  * resumes when it starts. *out: an array of strings. A read only. */
 int loom_store_research_running(loom_store *st, json_t **out);
+
+/*
+ * Usage: sums of the stored usage rows (one per model call, of top runs
+ * and sub-agents' runs alike), over a time range, narrowed to some
+ * owners and grouped (docs/accounts.md#usage).
+ */
+
+/* What loom_store_usage() groups by; each at most once. */
+typedef enum {
+    LOOM_USAGE_BY_KEY = 1,   /* "key_id" */
+    LOOM_USAGE_BY_USER,      /* "user_id" (the owner), "workspace", "user",
+                                "end_user" */
+    LOOM_USAGE_BY_WORKSPACE, /* "workspace" */
+    LOOM_USAGE_BY_MODEL,     /* "model" */
+    LOOM_USAGE_BY_AGENT      /* "agent" */
+} loom_usage_group;
+
+#define LOOM_USAGE_GROUP_KINDS 5
+/* Rows one query sums at most, and groups it answers at most. */
+#define LOOM_STORE_USAGE_ROWS_MAX 200000
+#define LOOM_STORE_USAGE_GROUPS_MAX 10000
+
+/* A usage query. Zero is the default for every field. */
+typedef struct {
+    unsigned version;
+    /* Rows made in [from_ms, to_ms), Unix ms; to_ms 0: no end. */
+    int64_t from_ms, to_ms;
+    /* Filters, all of which a row must pass (NULL: any): its owner id
+     * (loom_turn_record.user_id), and its account's key id, workspace
+     * and user (loom_usage_account). */
+    const char *user_id;
+    const char *key_id;
+    const char *workspace;
+    const char *user;
+    loom_usage_group group_by[LOOM_USAGE_GROUP_KINDS];
+    size_t group_by_len; /* 0: one group, the total */
+    /* Limits (0: LOOM_STORE_USAGE_ROWS_MAX, LOOM_STORE_USAGE_GROUPS_MAX;
+     * larger values are cut to those). */
+    long max_rows;
+    long max_groups;
+} loom_usage_query;
+
+#define LOOM_USAGE_QUERY_VERSION 1
+
+/*
+ * Sums the usage rows q selects, exactly (integers): *out is {"data":
+ * [group...], "total": {sums}}, each group the fields of its group_by
+ * (loom_usage_group: null for rows without one) and the sums "calls"
+ * (rows), "unpriced_calls" (rows whose cost is unknown), "prompt_tokens",
+ * "completion_tokens", "cached_tokens", "reasoning_tokens",
+ * "cache_write_tokens", "total_tokens" and "cost_micros" (the priced
+ * rows' cost: an unpriced row adds nothing to it, and is counted in
+ * unpriced_calls). Groups are ordered by their fields, nulls first.
+ * LOOM_EINVALID for a bad query (to_ms before from_ms, a group twice);
+ * LOOM_ETOOLARGE when the range holds more than max_rows rows or more
+ * than max_groups groups (the message says which). A read only: one
+ * snapshot.
+ */
+int loom_store_usage(loom_store *st, const loom_usage_query *q, json_t **out);
 
 /*
  * Memories: short texts a user's runs keep across conversations (the

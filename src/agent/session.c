@@ -1931,9 +1931,12 @@ static json_t *spec_json(const loom_turn *t, const loom_turn_options *o)
             in = NULL;
         }
     }
-    spec = json_pack("{s:s?,s:s?,s:o*,s:O?,s:s?}", "agent", t->agent, "model",
-                     t->model, "input", in, "research", o->research, "user_id",
-                     t->user_id);
+    spec =
+        json_pack("{s:s?,s:s?,s:o*,s:O?,s:s?,s:{s:s?,s:s?,s:s?,s:s?}}", "agent",
+                  t->agent, "model", t->model, "input", in, "research",
+                  o->research, "user_id", t->user_id, "account", "key_id",
+                  o->account.key_id, "workspace", o->account.workspace, "user",
+                  o->account.user, "end_user", o->account.end_user);
     return spec;
 }
 
@@ -2027,7 +2030,9 @@ static int turn_new(loom_turn **out, loom_session *s,
         (!child && (rc = pick_conversation(t, o)) != 0) ||
         (rc = turn_run_options(t, o)) != 0 ||
         (rc = loom__run_create(&t->lr, &t->ro)) != 0 ||
-        (rc = place_run(t)) != 0 || (rc = make_durable(t, o, child)) != 0)
+        (rc = place_run(t)) != 0 || (rc = make_durable(t, o, child)) != 0 ||
+        (!child &&
+         (rc = loom__agent_tree_set_account(t->tree, &o->account)) != 0))
         goto fail;
     free(model);
     *out = t;
@@ -2145,6 +2150,8 @@ static int op_save(void *arg)
     rec.parent_call_id = t->parent_call_id;
     rec.depth = t->depth;
     rec.started_at = t->started_ms;
+    /* A sub-agent's calls are counted to its top turn's account. */
+    rec.account = *loom__agent_tree_account(t->tree);
     return loom_store_save_turn(t->s->o.store, &rec);
 }
 

@@ -51,6 +51,7 @@ struct loom__agent_tree {
     char *conversation_id; /* the top turn's, where children are stored */
     loom__elicits *elicits; /* the forms the tree's calls wait on */
     json_t *user_settings;  /* the top turn's, or NULL */
+    loom_usage_account account; /* the top turn's; strings owned */
     /* the live sub-agent runs, in the order they started */
     pthread_mutex_t mu;
     live_run *live;
@@ -81,6 +82,16 @@ int loom__agent_tree_new(loom__agent_tree **out, loom_session *s, int max_depth,
     return 0;
 }
 
+/* Frees the strings of an account the tree owns. */
+static void account_clear(loom_usage_account *a)
+{
+    free((char *)a->key_id);
+    free((char *)a->workspace);
+    free((char *)a->user);
+    free((char *)a->end_user);
+    memset(a, 0, sizeof(*a));
+}
+
 loom__agent_tree *loom__agent_tree_ref(loom__agent_tree *t)
 {
     if (t)
@@ -96,6 +107,7 @@ void loom__agent_tree_free(loom__agent_tree *t)
     free(t->conversation_id);
     loom__elicits_free(t->elicits);
     json_decref(t->user_settings);
+    account_clear(&t->account);
     for (size_t i = 0; i < t->nlive; i++) {
         free(t->live[i].parent_id);
         free(t->live[i].parent_call_id);
@@ -133,6 +145,33 @@ void loom__agent_tree_set_user_settings(loom__agent_tree *t, json_t *settings)
 const json_t *loom__agent_tree_user_settings(const loom__agent_tree *t)
 {
     return t ? t->user_settings : NULL;
+}
+
+/* A copy of s into *out (NULL stays NULL); 1 when out of memory. */
+static int dup_into(const char **out, const char *s)
+{
+    *out = s ? strdup(s) : NULL;
+    return s && !*out;
+}
+
+int loom__agent_tree_set_account(loom__agent_tree *t,
+                                 const loom_usage_account *a)
+{
+    loom_usage_account c = {0};
+
+    if (dup_into(&c.key_id, a->key_id) | dup_into(&c.workspace, a->workspace) |
+        dup_into(&c.user, a->user) | dup_into(&c.end_user, a->end_user)) {
+        account_clear(&c);
+        return loom__error_oom();
+    }
+    account_clear(&t->account);
+    t->account = c;
+    return 0;
+}
+
+const loom_usage_account *loom__agent_tree_account(const loom__agent_tree *t)
+{
+    return &t->account;
 }
 
 loom_session *loom__agent_tree_session(const loom__agent_tree *t)

@@ -62,6 +62,15 @@ loom__elicits *loom__agent_tree_elicits(const loom__agent_tree *t);
  */
 void loom__agent_tree_set_user_settings(loom__agent_tree *t, json_t *settings);
 const json_t *loom__agent_tree_user_settings(const loom__agent_tree *t);
+/*
+ * Whom the tree's model calls are counted to (loom_turn_options.account
+ * of its top turn), kept on every usage row of the tree. Set by the top
+ * turn before it runs (the strings are copied; 0 or LOOM_ENOMEM); read
+ * by any thread after (borrowed from the tree).
+ */
+int loom__agent_tree_set_account(loom__agent_tree *t,
+                                 const loom_usage_account *a);
+const loom_usage_account *loom__agent_tree_account(const loom__agent_tree *t);
 /* Counts one more sub-agent run: 1 when the tree's limit allows it. Any
  * thread. */
 int loom__agent_tree_take_run(loom__agent_tree *t);

@@ -9,6 +9,7 @@
  * --json, the key's JSON with a "key" field): the only time it is shown.
  */
 #include "cli/cli.h"
+#include "core/clock.h"
 #include "loom/accounts.h"
 #include "loom/limits.h"
 
@@ -163,20 +164,6 @@ static int split(const char *list, char *buf, size_t cap, const char **names)
     return n;
 }
 
-/* YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ (UTC) into Unix ms; -1 when bad. */
-static int64_t date_ms(const char *s)
-{
-    struct tm tm;
-    const char *end;
-
-    memset(&tm, 0, sizeof(tm));
-    if (!(end = strptime(s, "%Y-%m-%d", &tm)))
-        return -1;
-    if (*end && (!(end = strptime(end, "T%H:%M:%SZ", &tm)) || *end))
-        return -1;
-    return (int64_t)timegm(&tm) * 1000;
-}
-
 /* Runs op until it is not a busy store (LOOM_EIO), a few seconds. */
 #define RETRY_BUSY(rc, call)                                                   \
     for (int try_ = 0; try_ < BUSY_TRIES; try_++) {                            \
@@ -261,7 +248,7 @@ static int create_key(loom_store *st, const keys_args *a)
     spec.models_len = (size_t)nm;
     spec.agents = agents;
     spec.agents_len = (size_t)na;
-    if (a->expires && (spec.expires_at = date_ms(a->expires)) <= 0)
+    if (a->expires && (spec.expires_at = loom__date_ms(a->expires)) <= 0)
         return usage_error("--expires '%s' is not YYYY-MM-DD or "
                            "YYYY-MM-DDTHH:MM:SSZ",
                            a->expires);

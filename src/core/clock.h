@@ -28,4 +28,11 @@ int loom__cond_init_mono(pthread_cond_t *cv);
  * until the monotonic ms until: pthread_cond_timedwait's answer. */
 int loom__cond_wait_mono(pthread_cond_t *cv, pthread_mutex_t *mu, double until);
 
+/*
+ * A UTC date, "YYYY-MM-DD" (its midnight) or "YYYY-MM-DDTHH:MM:SSZ", as
+ * Unix milliseconds; -1 when s is anything else, a day the month does
+ * not have included (years 1970 to 9999).
+ */
+int64_t loom__date_ms(const char *s);
+
 #endif

@@ -414,6 +414,7 @@ static int start_run(srv_request *r)
         loom__chat_error_clear(&err);
         return rc;
     }
+    srv_request_account(r, q.spec.user_id, &q.spec.account);
     if ((rc = srv_request_owner(r, q.spec.user_id, owner, &q.spec.user_id)) !=
         1) {
         srv_runs_request_clear(&q);

@@ -437,6 +437,25 @@ int srv_owns(srv_request *r, const char *object_owner, const char *request_user)
            !strcmp(object_owner, mine);
 }
 
+void srv_request_account(srv_request *r, const char *request_user,
+                         loom_usage_account *out)
+{
+    const srv_identity *who = r->who;
+
+    memset(out, 0, sizeof(*out));
+    if (!srv_isolated(r)) {
+        out->user = request_user;
+        return;
+    }
+    /* A token (mode jwt) has no key id. */
+    out->key_id = who->key.id[0] ? who->key.id : NULL;
+    out->workspace = who->key.workspace;
+    out->user = who->key.user;
+    if (who->key.service)
+        out->end_user =
+            request_user ? request_user : srv_header(r, "X-Loom-User");
+}
+
 /* 1 when name is in list (a JSON array of strings), or list is NULL. */
 static int listed(const json_t *list, const char *name)
 {

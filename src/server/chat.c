@@ -516,6 +516,7 @@ static int handle(srv_request *r, loom__chat_request *req)
     spec.temperature = req->temperature;
     if ((rc = srv_request_owner(r, req->user, owner, &spec.user_id)) != 1)
         goto cleanup;
+    srv_request_account(r, req->user, &spec.account);
     spec.who = r->who;
     spec.params = &req->params;
     if ((rc = srv_run_check_params(r, &spec)) != 1)

@@ -209,6 +209,16 @@ int srv_request_owner(srv_request *r, const char *request_user,
 int srv_owns(srv_request *r, const char *object_owner,
              const char *request_user);
 
+/*
+ * Whom the request's model calls are counted to (loom_usage_account,
+ * docs/accounts.md#usage), its end user named as in srv_request_owner
+ * (which has checked it): with an API key, the key, its workspace and
+ * user and a service key's end user; else request_user as the user.
+ * The strings are borrowed from r and request_user.
+ */
+void srv_request_account(srv_request *r, const char *request_user,
+                         loom_usage_account *out);
+
 /* Returned by srv_run_start() for a key not allowed the run's model or
  * agent: 403 `model_not_allowed` / `agent_not_allowed`. */
 #define SRV_EMODEL_NOT_ALLOWED (-102)
@@ -358,6 +368,8 @@ typedef struct {
     /* The caller's own settings (srv_user_settings), or NULL: read by
      * srv_run_start for user_id. */
     const json_t *user_settings;
+    /* Whom its model calls are counted to (srv_request_account). */
+    loom_usage_account account;
 } srv_run_spec;
 
 #define SRV_RUN_SPEC_INIT                                                      \

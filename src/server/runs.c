@@ -616,6 +616,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     to.temperature_set = sp->temperature >= 0;
     to.max_iterations = sp->max_iterations;
     to.budget = sp->budget;
+    to.account = sp->account;
     to.params = sp->params;
     to.client_tools = sp->client_tools;
     to.client_tools_len = sp->client_tools_len;
@@ -852,7 +853,7 @@ static void resume_one(srv_server *s, const char *id)
     srv_run_spec sp = SRV_RUN_SPEC_INIT;
     loom_messages input = {0};
     json_t *row = NULL, *done = NULL;
-    const json_t *spec;
+    const json_t *spec, *account;
     srv_run *r = NULL;
     int rc;
 
@@ -860,6 +861,13 @@ static void resume_one(srv_server *s, const char *id)
         goto fail;
     spec = json_object_get(row, "spec");
     sp.user_id = json_string_value(json_object_get(spec, "user_id"));
+    account = json_object_get(spec, "account");
+    sp.account.key_id = json_string_value(json_object_get(account, "key_id"));
+    sp.account.workspace =
+        json_string_value(json_object_get(account, "workspace"));
+    sp.account.user = json_string_value(json_object_get(account, "user"));
+    sp.account.end_user =
+        json_string_value(json_object_get(account, "end_user"));
     /* Its turn was stored but the end not marked: it is over. */
     if (loom_store_run_get(s->store, id, sp.user_id, &done) == 0) {
         end_stored(s, id);

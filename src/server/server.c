@@ -421,6 +421,7 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
         (rc = loom_limiter_new(&s->limiter, s->store)) != 0 ||
         (rc = srv__api_admin_routes(s->router)) != 0 ||
         (rc = srv__api_settings_routes(s->router)) != 0 ||
+        (rc = srv__api_usage_routes(s->router)) != 0 ||
         (rc = srv__api_runs_routes(s->router)) != 0 ||
         (rc = srv__api_misc_routes(s->router)) != 0 ||
         (rc = srv__ui_routes(s->router, s->sc)) != 0)

@@ -273,5 +273,6 @@ int srv__api_settings_routes(srv_router *rt);
 int srv__ui_routes(srv_router *rt, const loom_server_config *sc);
 /* 1 for a path of the web UI, which needs no key (ui.c). */
 int srv__ui_public(const char *path);
+int srv__api_usage_routes(srv_router *rt);
 
 #endif

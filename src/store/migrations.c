@@ -400,6 +400,38 @@ const char *const loom__sqlite_migrations[] = {
     "  sealed BLOB NOT NULL,"
     "  updated_at INTEGER NOT NULL"
     ") WITHOUT ROWID;",
+    /* 16: whom each usage row is counted to, for GET /v1/usage: its
+     * owner (user_id, as the conversation's and the run's) and its
+     * account (loom_usage_account: the API key, its workspace and user,
+     * a service key's end user; NULL for none). Rows from before get the
+     * owner of their conversation (a sub-agent run's rows are in its top
+     * run's) and, when that owner reads workspace/user[/end_user], its
+     * parts; a plain owner (no '/', made without a key) is its own user;
+     * their key is not known. An index for each way rows are selected
+     * (by time, owner, account, user, key), so that a query reads the
+     * rows it sums and no others. Independent of every other step: it
+     * adds only its own columns and indexes. */
+    "ALTER TABLE usage ADD COLUMN user_id TEXT;"
+    "ALTER TABLE usage ADD COLUMN key_id TEXT;"
+    "ALTER TABLE usage ADD COLUMN workspace TEXT;"
+    "ALTER TABLE usage ADD COLUMN user_name TEXT;"
+    "ALTER TABLE usage ADD COLUMN end_user TEXT;"
+    "UPDATE usage SET user_id = (SELECT c.user_id FROM conversations c"
+    "  WHERE c.id = usage.conversation_id);"
+    "UPDATE usage SET user_name = user_id"
+    "  WHERE instr(user_id, '/') = 0 AND substr(user_id, 1, 1) <> '~';"
+    "UPDATE usage SET workspace = substr(user_id, 1, instr(user_id, '/') - 1),"
+    "  user_name = substr(user_id, instr(user_id, '/') + 1)"
+    "  WHERE instr(user_id, '/') > 0;"
+    "UPDATE usage SET end_user = substr(user_name, instr(user_name, '/') + 1),"
+    "  user_name = substr(user_name, 1, instr(user_name, '/') - 1)"
+    "  WHERE instr(user_name, '/') > 0;"
+    "CREATE INDEX usage_by_time ON usage (created_at);"
+    "CREATE INDEX usage_by_owner ON usage (user_id, created_at);"
+    "CREATE INDEX usage_by_account ON usage (workspace, user_name, "
+    "created_at);"
+    "CREATE INDEX usage_by_user ON usage (user_name, created_at);"
+    "CREATE INDEX usage_by_key ON usage (key_id, created_at);",
 };
 
 const int loom__sqlite_migrations_len =

@@ -97,8 +97,9 @@ static const char *const sql_text[S_COUNT] = {
         "INSERT INTO usage (conversation_id, run_id, model, iteration, "
         "prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, "
         "total_tokens, cost, created_at, cache_write_tokens, cost_micros, "
-        "agent) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        "agent, user_id, key_id, workspace, user_name, end_user) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+        "?15, ?16, ?17, ?18, ?19)",
     [S_MSG_SELECT] =
         "SELECT m.id, m.role, m.content, m.reasoning, m.model, "
         "m.finish_reason, m.status, m.error, m.prompt_tokens, "
@@ -676,4 +677,5 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_mcp_credentials_put,
     loom__sqlite_user_settings_get,
     loom__sqlite_user_settings_put,
+    loom__sqlite_usage,
 };

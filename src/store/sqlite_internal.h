@@ -376,4 +376,9 @@ int loom__sqlite_research_get(loom_store *base, const char *run_id,
                               json_t **out);
 int loom__sqlite_research_running(loom_store *base, json_t **out);
 
+/* ---- usage sums (sqlite_usage.c): the vtable entry -------------------- */
+
+int loom__sqlite_usage(loom_store *st, const loom_usage_query *q, long rows,
+                       long groups, json_t **out);
+
 #endif

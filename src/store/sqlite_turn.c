@@ -142,6 +142,11 @@ static int insert_usage(loom__sqlite_store *st, loom__sqlite_conn *c,
         b_int(s, 12, u->usage.cache_write_tokens, &src);
         b_micros(s, 13, u->cost >= 0 ? u->usage.cost_micros : -1, &src);
         b_text(s, 14, u->agent ? u->agent : t->agent, &src);
+        b_text(s, 15, t->user_id, &src);
+        b_text(s, 16, t->account.key_id, &src);
+        b_text(s, 17, t->account.workspace, &src);
+        b_text(s, 18, t->account.user, &src);
+        b_text(s, 19, t->account.end_user, &src);
         if ((src = step_done(s, src)) != SQLITE_OK)
             return loom__sqlite_error(st, c->db, src, "saving usage");
         done(s);

@@ -852,7 +852,8 @@ int loom_store_save_turn(loom_store *st, const loom_turn_record *turn)
 
     if (!st || !turn)
         return loom__error_set(LOOM_EINVALID, "store: NULL argument");
-    if ((rc = check_turn(turn)) != 0 || (rc = check_owner(turn->user_id)))
+    if ((rc = check_turn(turn)) != 0 || (rc = check_owner(turn->user_id)) ||
+        (rc = loom__store_account_check(&turn->account)) != 0)
         return rc;
     if ((rc = plan_turn(turn, &plan)) == 0)
         rc = st->vt->save_turn(st, &plan);

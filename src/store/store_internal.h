@@ -37,6 +37,15 @@ typedef struct {
     int64_t max_per_user;      /* refuse past this many */
 } loom__store_memory;
 
+/* The sums of a usage group, as loom_store_usage() names them, in the
+ * order a backend reads them (usage.c). */
+#define LOOM__STORE_USAGE_SUMS 9
+extern const char *const loom__store_usage_sums[LOOM__STORE_USAGE_SUMS];
+
+/* LOOM_EINVALID when a string of a turn's account is empty or longer
+ * than LOOM_STORE_USER_ID_MAX bytes (usage.c). */
+int loom__store_account_check(const loom_usage_account *a);
+
 /* Where the store lives when loom_store_open() is given NULL. */
 #define LOOM__STORE_DEFAULT_PATH "./data/loom.db"
 
@@ -284,6 +293,11 @@ typedef struct {
     int (*user_settings_put)(loom_store *st, const char *user_id,
                              const unsigned char *sealed, size_t len,
                              int64_t now);
+    /* The groups of q (checked by the front) as loom_store_usage's
+     * "data", in one snapshot: the sums of at most `rows` of the rows it
+     * selects (any of them), at most `groups` groups. */
+    int (*usage)(loom_store *st, const loom_usage_query *q, long rows,
+                 long groups, json_t **out);
 } loom__store_vtable;
 
 struct loom_store {

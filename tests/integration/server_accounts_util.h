@@ -71,21 +71,7 @@ static inline long call(sh *h, const char *key, const char *extra,
                         const char *method, const char *path, const char *body,
                         sh_resp *r)
 {
-    struct curl_slist *hdrs = NULL;
-    char auth[LOOM_JWT_MAX + 32]; /* tokens are longer than keys */
-    long st;
-
-    if (key) {
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", key);
-        hdrs = curl_slist_append(hdrs, auth);
-    }
-    if (extra)
-        hdrs = curl_slist_append(hdrs, extra);
-    if (body)
-        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-    st = sh_req(h, method, path, body, hdrs, r);
-    curl_slist_free_all(hdrs);
-    return st;
+    return sh_req_auth(h, key, extra, method, path, body, r);
 }
 
 /* call() that must answer want; the body as JSON (a new reference). */

@@ -353,17 +353,43 @@ static inline long sh_req(const sh *h, const char *method, const char *path,
     return r->status;
 }
 
-/* A request whose answer is JSON: returns it (new reference), checks
- * the status. */
-static inline json_t *sh_json(const sh *h, const char *method,
-                              const char *path, const char *body,
-                              long want_status)
+/* sh_req with "Authorization: Bearer key" (key NULL: none), one more
+ * header line, extra (NULL: none), and a body sent as JSON. */
+static inline long sh_req_auth(const sh *h, const char *key, const char *extra,
+                               const char *method, const char *path,
+                               const char *body, sh_resp *r)
+{
+    struct curl_slist *hdrs = NULL;
+    char *auth = NULL;
+    long status;
+
+    if (key) {
+        /* Any length: JWTs are longer than keys. */
+        assert_true(asprintf(&auth, "Authorization: Bearer %s", key) > 0);
+        hdrs = curl_slist_append(hdrs, auth);
+        free(auth);
+    }
+    if (extra)
+        hdrs = curl_slist_append(hdrs, extra);
+    if (body)
+        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    status = sh_req(h, method, path, body, hdrs, r);
+    curl_slist_free_all(hdrs);
+    return status;
+}
+
+/* sh_json as the caller with key and the header extra (both may be
+ * NULL, as in sh_req_auth). */
+static inline json_t *sh_json_auth(const sh *h, const char *key,
+                                   const char *extra, const char *method,
+                                   const char *path, const char *body,
+                                   long want_status)
 {
     sh_resp r;
     json_error_t err;
     json_t *j;
 
-    if (sh_req(h, method, path, body, NULL, &r) != want_status)
+    if (sh_req_auth(h, key, extra, method, path, body, &r) != want_status)
         fail_msg("%s %s: status %ld, want %ld: %s", method, path, r.status,
                  want_status, r.body ? r.body : "");
     j = json_loads(r.body ? r.body : "", 0, &err);
@@ -371,6 +397,14 @@ static inline json_t *sh_json(const sh *h, const char *method,
         fail_msg("%s %s: not JSON: %s", method, path, r.body ? r.body : "");
     sh_resp_free(&r);
     return j;
+}
+
+/* A request whose answer is JSON: returns it (new reference), checks
+ * the status. */
+static inline json_t *sh_json(const sh *h, const char *method, const char *path,
+                              const char *body, long want_status)
+{
+    return sh_json_auth(h, NULL, NULL, method, path, body, want_status);
 }
 
 static inline const char *sh_str(const json_t *o, const char *key)

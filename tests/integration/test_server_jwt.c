@@ -253,7 +253,9 @@ static void test_isolation(void **state)
     json_t *j;
 
     (void)state;
-    start(&h, "{\"responses\":[" TEXT("One.") "," TEXT("Two.") "]}");
+    start(&h,
+          "{\"responses\":[{\"text\":[\"One.\"],\"usage\":{"
+          "\"prompt_tokens\":3,\"completion_tokens\":1}}," TEXT("Two.") "]}");
     j = call_json(&h, alice, NULL, "POST", "/v1/runs",
                   "{\"input\":\"Hi\",\"user\":\"bob\"}", 200);
     snprintf(run, sizeof(run), "%s", sh_str(j, "id"));
@@ -262,6 +264,21 @@ static void test_isolation(void **state)
     check_hidden(&h, bob, NULL, run, conv);
     check_hidden(&h, alice2, NULL, run, conv);
     check_seen(&h, alice, NULL, run, conv);
+    /* Usage: the token's user's own call, counted without a key. */
+    j = call_json(&h, alice, NULL, "GET", "/v1/usage?group_by=user,key", NULL,
+                  200);
+    assert_int_equal(json_array_size(json_object_get(j, "data")), 1);
+    assert_string_equal(
+        sh_str(json_array_get(json_object_get(j, "data"), 0), "user_id"),
+        "acme/alice");
+    assert_true(json_is_null(json_object_get(
+        json_array_get(json_object_get(j, "data"), 0), "key_id")));
+    json_decref(j);
+    j = call_json(&h, bob, NULL, "GET", "/v1/usage", NULL, 200);
+    assert_int_equal(json_integer_value(
+                         json_object_get(json_object_get(j, "total"), "calls")),
+                     0);
+    json_decref(j);
     sh_free(&h);
     free(alice);
     free(bob);

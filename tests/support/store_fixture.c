@@ -13,6 +13,7 @@
 
 #include <sqlite3.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 void test_db_remove(const char *path)
@@ -91,4 +92,20 @@ void test_db_exec(const char *path, const char *sql)
     if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
         fail_msg("raw SQL failed: %s", err ? err : "?");
     sqlite3_close(db);
+}
+
+const json_t *test_usage_group(const json_t *out, const char *key,
+                               const char *value)
+{
+    const json_t *g;
+    size_t i;
+
+    json_array_foreach(json_object_get(out, "data"), i, g)
+    {
+        const char *v = json_string_value(json_object_get(g, key));
+        if ((!value && !v) || (value && v && !strcmp(v, value)))
+            return g;
+    }
+    fail_msg("no usage group with %s = %s", key, value ? value : "null");
+    return NULL;
 }

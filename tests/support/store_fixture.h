@@ -36,4 +36,9 @@ long long test_db_int(const char *path, const char *sql);
 /* Runs sql on the raw database at path; it must succeed. */
 void test_db_exec(const char *path, const char *sql);
 
+/* The group of a loom_store_usage() answer (its "data") whose field key
+ * is value (NULL: null); fails the test when there is none. */
+const json_t *test_usage_group(const json_t *out, const char *key,
+                               const char *value);
+
 #endif
