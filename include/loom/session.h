@@ -353,8 +353,9 @@ typedef struct {
      * Someone follows the turn's events as they come and may answer the
      * forms its tool calls put (an MCP server's elicitation, as an
      * `mcp.elicitation` event; loom_turn_answer_elicitation), in this
-     * turn and its sub-agent runs. 0: every such form is declined at once
-     * (a background run, no terminal to ask on).
+     * turn and its sub-agent runs; a form waits up to the turn's agent's
+     * approval_timeout_ms, then is answered "cancel". 0: every such form
+     * is declined at once (a run nobody streams, no terminal to ask on).
      */
     int elicitation;
     /*

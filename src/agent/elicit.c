@@ -41,6 +41,7 @@ struct loom__elicits {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* on CLOCK_MONOTONIC */
     int open;
+    long timeout_ms; /* how long a form waits for its answer */
     unsigned next_id;
     item *items;
 };
@@ -84,10 +85,12 @@ void loom__elicits_free(loom__elicits *e)
     free(e);
 }
 
-void loom__elicits_set_open(loom__elicits *e, int open)
+void loom__elicits_set_open(loom__elicits *e, int open, long timeout_ms)
 {
     pthread_mutex_lock(&e->mu);
     e->open = open != 0;
+    e->timeout_ms =
+        timeout_ms > 0 ? timeout_ms : LOOM_RUN_DEFAULT_APPROVAL_TIMEOUT_MS;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -308,8 +311,7 @@ int loom_tool_elicit(const loom_tool_ctx *ctx, const char *source,
     pthread_mutex_lock(&e->mu);
     if (rc == 0)
         wait_locked(e, it, ctx->cancel,
-                    loom__mono_ms_exact() +
-                        (double)LOOM_RUN_DEFAULT_APPROVAL_TIMEOUT_MS);
+                    loom__mono_ms_exact() + (double)e->timeout_ms);
     answer = take_locked(e, it);
     pthread_mutex_unlock(&e->mu);
     if (rc != 0) {

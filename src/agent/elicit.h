@@ -20,8 +20,12 @@ typedef struct loom__elicits loom__elicits;
 int loom__elicits_new(loom__elicits **out);
 void loom__elicits_free(loom__elicits *e);
 
-/* Whether someone answers the turn's forms (the turn's option). */
-void loom__elicits_set_open(loom__elicits *e, int open);
+/*
+ * Whether someone answers the turn's forms (the turn's option), and how
+ * long a form waits for its answer before it is answered "cancel"
+ * (timeout_ms <= 0: LOOM_RUN_DEFAULT_APPROVAL_TIMEOUT_MS).
+ */
+void loom__elicits_set_open(loom__elicits *e, int open, long timeout_ms);
 int loom__elicits_open(loom__elicits *e);
 
 /*

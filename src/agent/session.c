@@ -1907,8 +1907,9 @@ static int place_run(loom_turn *t)
                                                  t->conversation_id)) != 0))
         return rc;
     if (t->depth == 0) {
+        /* A form waits as long as a call waits for approval. */
         loom__elicits_set_open(loom__agent_tree_elicits(t->tree),
-                               t->elicitation);
+                               t->elicitation, a ? a->approval_timeout_ms : 0);
         loom__agent_tree_set_user_settings(t->tree, t->user_settings);
     }
     loom__run_set_place(t->lr, t->tree, t->depth,

@@ -433,8 +433,10 @@ static int start_run(srv_request *r)
     q.spec.who = r->who;
     q.spec.request = r;
     /* Only a client that reads the events as they come sees a form to
-     * fill in: other runs decline them at once (docs/mcp.md). */
-    q.spec.elicitation = q.stream && !q.spec.background;
+     * fill in: other runs decline them at once (docs/mcp.md). A streamed
+     * background run keeps its forms open after its client leaves: one
+     * who follows it again (GET /v1/runs/{id}/events) may answer. */
+    q.spec.elicitation = q.stream;
     rc = srv_run_start(&run, r->srv, &q.spec);
     srv_runs_request_clear(&q);
     json_decref(settings);
