@@ -145,7 +145,7 @@ function tempRoot() {
  * the server section. The database path is written as a JSON string,
  * which YAML reads as a double-quoted scalar, so any folder name works
  * (JSON is YAML: the models and agents are written so too). */
-function configYaml(stack, server, agents, models, auth, mcp) {
+function configYaml(stack, server, agents, models, auth, mcp, tools) {
     const lines = ['log:', '  level: warn', 'providers:'];
     for (const [name, f] of Object.entries(stack.fakes)) {
         const retries = f.retries ?? 0;
@@ -169,6 +169,8 @@ function configYaml(stack, server, agents, models, auth, mcp) {
         lines.push(`agents: ${JSON.stringify(agents)}`);
     if (mcp)
         lines.push(`mcp_servers: ${JSON.stringify(mcp)}`);
+    if (tools)
+        lines.push(`tools: ${JSON.stringify(tools)}`);
     lines.push('server:',
                '  listen: 127.0.0.1:0',
                `  db: ${JSON.stringify(stack.db)}`);
@@ -189,14 +191,17 @@ export class Stack {
      * config's models: section ({'provider/model': {capabilities, ...}}).
      * auth: the config's auth: section ({mode: 'keys', ...}). mcp: the
      * config's mcp_servers: section ({name: {command, args, ...}}).
+     * tools: the config's tools: section ({web_search: {...}, ...}).
      */
-    static async start({ fakes, server, agents, models, auth, mcp } = {}) {
+    static async start({ fakes, server, agents, models, auth, mcp,
+                         tools } = {}) {
         const s = new Stack();
         try {
             for (const [name, spec] of Object.entries(fakes ?? {}))
                 await s.startFake(name, spec.script ? spec : { script: spec });
             fs.writeFileSync(s.configPath,
-                             configYaml(s, server, agents, models, auth, mcp));
+                             configYaml(s, server, agents, models, auth, mcp,
+                                        tools));
             await s.startLoom();
         } catch (err) {
             await s.close().catch(() => {});

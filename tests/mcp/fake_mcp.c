@@ -25,9 +25,11 @@
  * and, listed in "form" mode:
  *   elicit      asks the client to fill in a form
  *               (elicitation/create: name, a required string; age, an
- *               integer defaulting to 30) and answers with the client's
- *               answer as JSON, or "no elicitation capability" when the
- *               client declared none
+ *               integer defaulting to 30; or, when the argument x is
+ *               given, the params it holds as JSON text: {message,
+ *               requestedSchema}) and answers with the client's answer
+ *               as JSON, or "no elicitation capability" when the client
+ *               declared none
  *   roots       (not listed) asks the client for roots/list and answers
  *               with its answer as JSON, or "no roots capability"
  * and, listed in "sample" mode:
@@ -205,6 +207,13 @@ static void call(const json_t *id, const json_t *params)
     if (strcmp(name, "hang") == 0)
         return;
     if (strcmp(name, "elicit") == 0) {
+        const char *x = json_string_value(
+            json_object_get(json_object_get(params, "arguments"), "x"));
+        json_t *form = x ? json_loads(x, 0, NULL) : NULL;
+        if (form) {
+            ask_client(id, "elicitation", "e1", "elicitation/create", form);
+            return;
+        }
         ask_client(id, "elicitation", "e1", "elicitation/create",
                    json_pack("{s:s,s:{s:s,s:{s:{s:s},s:{s:s,s:i}},s:[s]}}",
                              "message", "Who are you?", "requestedSchema",
