@@ -9,8 +9,10 @@
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Stack, textResponse } from '../e2e/harness.mjs';
+import { LOOM_BIN, Stack, textResponse } from '../e2e/harness.mjs';
 import { conversationId, launch, openPage, sendMessage, shot,
          until } from './browser.mjs';
 
@@ -110,6 +112,14 @@ const agents = {
             tools: [] },
     helper: { model: 'fake/m', tools: ['get_time'] },
 };
+
+/* The critical violations axe-core finds on the page ("id: help"). */
+async function axeCritical(page) {
+    await page.evaluate(AXE);
+    const result = await page.evaluate(() => window.axe.run());
+    return result.violations.filter((v) => v.impact === 'critical')
+        .map((v) => `${v.id}: ${v.help}`);
+}
 
 async function fakeStats(stack) {
     const res = await fetch(
@@ -340,11 +350,7 @@ describe('web UI in Chromium', () => {
         assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
 
         /* axe-core on a page with a conversation, a tool card, a form. */
-        await page.evaluate(AXE);
-        const result = await page.evaluate(() => window.axe.run());
-        const critical = result.violations.filter((v) => v.impact ===
-                                                          'critical');
-        assert.deepEqual(critical.map((v) => `${v.id}: ${v.help}`), []);
+        assert.deepEqual(await axeCritical(page), []);
         await context.close();
     });
 
@@ -529,6 +535,264 @@ describe('web UI in Chromium', () => {
             .count()) === 0, 'the conversation to go');
         assert.equal((await stack.get(`/v1/conversations/${cid}`)).status, 404);
         assert.equal(await page.locator('#chat-title').innerText(), 'New chat');
+        await context.close();
+    });
+});
+
+/* The form loom-fake-mcp asks for (its elicit tool's x argument). */
+const XSS_FORM = '<img src=x onerror=alert(5)>';
+const FORM = {
+    message: `Tell us about you ${XSS_FORM}`,
+    requestedSchema: {
+        type: 'object',
+        properties: {
+            name: { type: 'string', title: 'Your name', minLength: 1,
+                    description: 'as you like to be called' },
+            age: { type: 'integer', title: 'Age', minimum: 0 },
+            subscribe: { type: 'boolean', title: 'Subscribe' },
+            colour: { type: 'string', title: 'Colour', enum: ['red', 'green'],
+                      enumNames: ['Red', 'Green'] },
+        },
+        required: ['name', 'colour'],
+    },
+};
+const elicit = { tool_calls: [{ id: 'call_f1', name: 'fake__elicit',
+                                 arguments: JSON.stringify(
+                                     { x: JSON.stringify(FORM) }) }] };
+
+const formScript = {
+    rules: [
+        { match: { system: TITLE }, loop: true,
+          responses: [textResponse(['Form chat'])] },
+        { match: { first_user: 'form please' },
+          responses: [elicit, textResponse(['Thanks for the form.'])] },
+        { match: { first_user: 'decline please' },
+          responses: [elicit, textResponse(['No form then.'])] },
+    ],
+};
+
+describe('web UI forms', () => {
+    const env = {};
+    useStack(env, {
+        fakes: { fake: formScript },
+        models,
+        agents: { asker: { model: 'fake/m', tools: ['fake__elicit'] } },
+        mcp: { fake: { command: path.join(path.dirname(LOOM_BIN),
+                                          'loom-fake-mcp'),
+                       args: ['form'] } },
+    });
+    let stack;
+    let browser;
+    before(() => ({ stack, browser } = env));
+
+    /* The output of the answer's fake__elicit card. */
+    async function cardOutput(page) {
+        const card = answer(page).locator('details.tool[data-tool=' +
+                                          '"fake__elicit"]');
+        await card.and(page.locator('[data-status="done"]')).waitFor();
+        await card.locator('summary').click();
+        return card.locator('.output').innerText();
+    }
+
+    test('an MCP server\'s form, filled in after a reload', async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        await page.getByLabel('Agent or model').selectOption('agent/asker');
+        await sendMessage(page, 'form please');
+        let form = page.getByRole('form', { name: 'Form from fake' });
+        await form.waitFor();
+        const card = answer(page).locator('details.tool');
+        assert.equal(await card.getAttribute('data-status'), 'waiting');
+
+        /* The run goes on with the tab gone; the page asks again. */
+        await page.reload();
+        form = page.getByRole('form', { name: 'Form from fake' });
+        await form.waitFor();
+        assert.ok((await form.locator('.message').innerText())
+            .includes(`Tell us about you ${XSS_FORM}`));
+        const name = form.getByRole('textbox', { name: /^Your name/ });
+        const help = await name.getAttribute('aria-describedby');
+        assert.equal(await form.locator(`#${help}`).innerText(),
+                     'as you like to be called');
+        await form.getByRole('spinbutton', { name: 'Age' }).fill('41');
+        await form.getByRole('checkbox', { name: 'Subscribe' }).check();
+        await form.getByRole('combobox', { name: /^Colour/ })
+            .selectOption('Green');
+        await shot(page, 'form');
+
+        /* A required field left empty: the browser keeps the form. */
+        await form.getByRole('button', { name: 'Submit' }).click();
+        assert.equal(await form.getByRole('status').innerText(), '');
+        await name.fill('Ada');
+        await form.getByRole('button', { name: 'Submit' }).click();
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        assert.equal(await form.getByRole('status').innerText(), 'Sent');
+        assert.ok(await form.getByRole('button', { name: 'Submit' })
+            .isDisabled());
+        assert.equal(await cardOutput(page),
+                     '{"action":"accept","content":{"age":41,"colour":' +
+                     '"green","name":"Ada","subscribe":true}}');
+        assert.match(await answer(page).locator('.flow').innerText(),
+                     /Thanks for the form\./);
+        assert.equal(await page.locator('#log img').count(), 0);
+
+        assert.deepEqual(await axeCritical(page), []);
+        assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
+        await context.close();
+    });
+
+    test('a declined form: the call hears decline', async () => {
+        const { page, context } = await openPage(browser, stack);
+        await page.getByLabel('Agent or model').selectOption('agent/asker');
+        await sendMessage(page, 'decline please');
+        const form = page.getByRole('form', { name: 'Form from fake' });
+        await form.getByRole('button', { name: 'Decline' }).click();
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        assert.equal(await form.getByRole('status').innerText(), 'Declined');
+        assert.equal(await cardOutput(page), '{"action":"decline"}');
+        await context.close();
+    });
+});
+
+/*
+ * A web server on 127.0.0.1 standing in for the web: SearXNG's /search
+ * (two results, pages of its own) and the pages themselves.
+ */
+async function startWeb() {
+    const server = http.createServer((req, res) => {
+        const url = new URL(req.url, 'http://x');
+        if (url.pathname === '/search') {
+            res.writeHead(200, { 'Content-Type': 'application/json' });
+            res.end(JSON.stringify({ results: ['gamma', 'delta'].map((n) => ({
+                url: `${server.base}/${n}.html`, title: `About ${n}`,
+                content: `Facts on ${n}.` })) }));
+        } else if (/^\/(gamma|delta)\.html$/.test(url.pathname)) {
+            res.writeHead(200, { 'Content-Type': 'text/html' });
+            res.end(`<!doctype html><title>Page ${url.pathname}</title>`);
+        } else {
+            res.writeHead(404).end();
+        }
+    });
+    await new Promise((r) => server.listen(0, '127.0.0.1', r));
+    server.base = `http://127.0.0.1:${server.address().port}`;
+    return server;
+}
+
+const search = (id, query) => ({ tool_calls: [{
+    id, name: 'web_search', arguments: JSON.stringify({ query }) }] });
+
+const webScript = {
+    rules: [
+        { match: { system: TITLE }, loop: true,
+          responses: [textResponse(['Web chat'])] },
+        { match: { first_user: 'cite please' },
+          responses: [search('w1', 'gamma'),
+                      textResponse(['Gamma holds [1], delta too [2].'])] },
+        /* A deep research run that asks first, then researches. */
+        { match: { first_user: 'gamma topic' },
+          responses: [search('g1', 'gamma'),
+                      textResponse(['Gamma is so [1].'])] },
+        { match: { first_user: 'clarify please',
+                   system: 'Write the final report' },
+          responses: [textResponse(['Gamma is **known**.'])] },
+        { match: { first_user: 'clarify please', system: 'Research cycle',
+                   tools_include: ['research_agent'] },
+          responses: [
+              { tool_calls: [{ id: 'rg1', name: 'research_agent',
+                               arguments: '{"task":"gamma topic"}' }] },
+              { tool_calls: [{ id: 'rg2', name: 'generate_report',
+                               arguments: '{}' }] }] },
+        { match: { first_user: 'clarify please',
+                   system: 'Write the research plan' },
+          responses: [textResponse(['1. gamma'])] },
+        { match: { first_user: 'clarify please',
+                   system: 'Before any research starts' },
+          responses: [textResponse(['Which gamma do you mean?'])] },
+    ],
+};
+
+describe('web UI: questions, citations and sources', () => {
+    let web;
+    let stack;
+    let browser;
+    before(async () => {
+        web = await startWeb();
+        stack = await Stack.start({
+            fakes: { fake: webScript },
+            models,
+            agents: { cite: { model: 'fake/m', citations: true,
+                              tools: ['web_search'] } },
+            tools: { web_search: { backend: 'searxng', base_url: web.base } },
+        });
+        browser = await launch();
+    });
+    after(async () => {
+        await browser?.close();
+        await stack?.close();
+        web?.close();
+    });
+
+    test('citations are numbered links that open the source', async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        await page.getByLabel('Agent or model').selectOption('agent/cite');
+        await sendMessage(page, 'cite please');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const items = answer(page).locator('ol.citations li');
+        assert.equal(await items.count(), 2);
+        assert.deepEqual(await items.evaluateAll((lis) => lis.map(
+            (li) => li.value)), [1, 2]);
+        const link = items.first().getByRole('link', { name: 'About gamma' });
+        assert.equal(await link.getAttribute('href'), `${web.base}/gamma.html`);
+        assert.equal(await link.getAttribute('rel'), 'noopener noreferrer');
+        assert.equal(await link.getAttribute('target'), '_blank');
+        await shot(page, 'citations');
+        const [popup] = await Promise.all([page.waitForEvent('popup'),
+                                           link.click()]);
+        await popup.waitForLoadState();
+        assert.equal(popup.url(), `${web.base}/gamma.html`);
+        assert.equal(await popup.title(), 'Page /gamma.html');
+        /* noopener: the source cannot reach the page that opened it. */
+        assert.equal(await popup.evaluate(() => window.opener), null);
+        await popup.close();
+        assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
+        await context.close();
+    });
+
+    test('research asks a question; the next message answers it; each ' +
+         'researcher shows its sources', async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        await page.getByRole('checkbox', { name: 'Deep research' }).check();
+        await sendMessage(page, 'clarify please');
+        const first = answer(page);
+        await first.and(page.locator('[data-status="needs_input"]')).waitFor();
+        assert.equal((await first.locator('.flow').innerText()).trim(),
+                     'Which gamma do you mean?');
+        assert.match(await first.locator('.status').innerText(),
+                     /next message answers the question/);
+        await shot(page, 'clarify');
+
+        /* The reply goes to the research run, the toggle off or not. */
+        await page.getByRole('checkbox', { name: 'Deep research' }).uncheck();
+        await sendMessage(page, 'the greek letter');
+        await until(async () => (await page.locator(
+            'article.assistant[data-status="completed"]').count()) === 1,
+                    'the report');
+        const a = answer(page);
+        assert.equal(await a.locator('.flow > .text strong').innerText(),
+                     'known');
+        const researcher = a.locator('details.researcher',
+                                     { hasText: 'gamma topic' });
+        assert.equal(await researcher.getAttribute('data-status'), 'done');
+        assert.equal(await researcher.getAttribute('data-sources'), '2');
+        assert.equal(await researcher.locator('.sources').innerText(),
+                     '2 sources');
+        const cid = await conversationId(page);
+        const msgs = (await stored(stack, cid)).messages;
+        assert.deepEqual(msgs.filter((m) => m.role === 'user')
+            .map((m) => m.content), ['clarify please', 'the greek letter']);
+        assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
         await context.close();
     });
 });

@@ -235,6 +235,9 @@ function userMessage(text) {
 }
 
 function newTurn(convId) {
+    /* POST /v1/runs/{id}/input at the top run: an approval or a form. */
+    const input = (body) => api.call('POST', `/v1/runs/${
+        encodeURIComponent(view.topRunId || state.active.runId)}/input`, body);
     const view = new TurnView($('log'), {
         onApprove: (ev, approve, reason) => {
             const body = { call_id: ev.call_id, approve };
@@ -242,10 +245,12 @@ function newTurn(convId) {
                 body.reason = reason;
             if (ev.parent_run_id)
                 body.run_id = ev.run_id;
-            return api.call('POST', `/v1/runs/${
-                encodeURIComponent(view.topRunId || state.active.runId)}/input`,
-            body);
+            return input(body);
         },
+        onElicit: (ev, action, content) => input(
+            action === 'accept'
+                ? { elicitation_id: ev.elicitation_id, action, content }
+                : { elicitation_id: ev.elicitation_id, action }),
         onTitle: (title) => setTitle(convId(), title),
         onReport: downloadReport,
         onUsage: updateTotals,
@@ -327,7 +332,11 @@ async function send(text) {
     state.active = active;
     setRunning(true);
     scrollDown();
-    const body = { input: text, background: true, ...runTarget() };
+    /* An answer that asked a question is answered by its own agent. */
+    const prev = state.turns[state.turns.length - 2];
+    const target = prev && prev.needsInput && prev.agent
+        ? { agent: prev.agent } : runTarget();
+    const body = { input: text, background: true, ...target };
     if (convId)
         body.conversation_id = convId;
     else

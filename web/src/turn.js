@@ -6,13 +6,15 @@
  * An answer is a flow of blocks in the order they happened: reasoning
  * (collapsible), text (Markdown, sanitised), tool cards (name, arguments,
  * running/done/failed, duration, collapsible output), the plan, review
- * notes, handoffs, approval forms; then the citations as numbered links
+ * notes, handoffs, approval forms and the forms MCP servers ask to fill
+ * in (forms.js); then the citations as numbered links
  * and a footer with the model, the agent, tokens and cost. A sub-agent's
  * events (those with parent_call_id) draw a nested flow inside the card
  * of the call that started it. Everything from the model or a tool is
  * put in the page as text, or as Markdown through markdown.js: never as
  * HTML of its own.
  */
+import { elicitationForm } from './forms.js';
 import { renderMarkdown } from './markdown.js';
 
 /* document.createElement with a class and text content. */
@@ -23,6 +25,20 @@ export function el(tag, cls, text) {
     if (text !== undefined && text !== null)
         e.textContent = String(text);
     return e;
+}
+
+/* A button with text, of type (button, submit). */
+export function button(text, type = 'button') {
+    const b = el('button', null, text);
+    b.type = type;
+    return b;
+}
+
+/* A paragraph announced to screen readers as it changes. */
+export function statusLine() {
+    const p = el('p', 'said');
+    p.setAttribute('role', 'status');
+    return p;
 }
 
 export function formatCost(micros) {
@@ -148,8 +164,9 @@ class Flow {
 
 export class TurnView {
     /*
-     * container: where the answer goes. opts.onApprove(runId, event,
-     * approve, reason) answers an approval (returns a promise).
+     * container: where the answer goes. opts.onApprove(event, approve,
+     * reason) answers an approval, opts.onElicit(event, action, content)
+     * a form of an mcp.elicitation event (both return a promise).
      */
     constructor(container, opts = {}) {
         this.opts = opts;
@@ -173,11 +190,13 @@ export class TurnView {
         this.top = new Flow(flowRoot, this);
         this.topRunId = null;
         this.cards = new Map(); /* "<run id>:<call id>" -> card */
+        this.forms = new Map(); /* "<run id>:<call id>" -> open form */
         this.usage = new Usage();
         this.model = null;
         this.agent = null;
         this.finalText = null;
         this.ended = false;
+        this.needsInput = false; /* ended asking the user a question */
         this.pending = new Set();
         this.raf = 0;
     }
@@ -244,20 +263,36 @@ export class TurnView {
             sum.insertBefore(el('span', 'task', task), badge);
             d.classList.add('researcher');
         }
+        const sources = el('span', 'sources');
         const argsPre = el('pre', 'args', pretty(args));
         const out = el('pre', 'output');
         out.hidden = true;
         const sub = el('div', 'subs');
         const outLabel = el('div', 'label', 'Output');
         outLabel.hidden = true;
+        if (d.classList.contains('researcher'))
+            sum.append(sources);
         d.append(sum, el('div', 'label', 'Arguments'), argsPre, sub, outLabel,
                  out);
         d.dataset.status = 'running';
         d.dataset.tool = name;
-        c = { d, badge, dur, argsPre, out, outLabel, sub, streamed: '' };
+        c = { d, badge, dur, argsPre, out, outLabel, sub, streamed: '',
+              sources, documents: new Set() };
+        this.countSources(c, []);
         this.cards.set(key, c);
         flow.put(d);
         return c;
+    }
+
+    /* Adds ids to the documents a researcher's card counts. */
+    countSources(c, ids) {
+        if (!c.d.classList.contains('researcher'))
+            return;
+        for (const id of ids)
+            c.documents.add(id);
+        const n = c.documents.size;
+        c.sources.textContent = `${n} ${n === 1 ? 'source' : 'sources'}`;
+        c.d.dataset.sources = String(n);
     }
 
     setCardStatus(c, status, label) {
@@ -328,6 +363,18 @@ export class TurnView {
         case 'tool.failed': {
             const c = this.card(flow, ev.run_id, ev.id, ev.name, {});
             this.finishCard(c, ev.type === 'tool.completed', ev);
+            this.closeForm(`${ev.run_id}:${ev.id}`,
+                           'The call went on without an answer here.');
+            break;
+        }
+        case 'tool.metric': {
+            /* What a researcher found: the documents of its own calls as
+             * they end, then those its research_agent call added. */
+            const c = this.cards.get(ev.tool === 'research_agent'
+                ? `${ev.run_id}:${ev.call_id}`
+                : `${ev.parent_run_id}:${ev.parent_call_id}`);
+            if (c)
+                this.countSources(c, ev.documents || []);
             break;
         }
         case 'approval.required': {
@@ -335,6 +382,22 @@ export class TurnView {
             if (c)
                 this.setCardStatus(c, 'waiting', 'waiting for approval');
             flow.put(this.approvalForm(ev));
+            break;
+        }
+        case 'mcp.elicitation': {
+            const key = `${ev.run_id}:${ev.call_id}`;
+            const c = this.cards.get(key);
+            if (c)
+                this.setCardStatus(c, 'waiting', 'waiting for input');
+            const f = elicitationForm(ev, async (action, content) => {
+                await this.opts.onElicit(ev, action, content);
+                this.forms.delete(key);
+                if (c && c.d.dataset.status === 'waiting')
+                    this.setCardStatus(c, 'running', 'running');
+            });
+            this.closeForm(key, 'Asked again below.');
+            this.forms.set(key, f);
+            flow.put(f.form);
             break;
         }
         case 'plan.updated':
@@ -403,7 +466,13 @@ export class TurnView {
         this.finalText = typeof ev.text === 'string' ? ev.text : this.top.text;
         if (ev.research && ev.research.researchers !== undefined)
             this.researchSummary(ev);
-        if (ev.type === 'run.completed') {
+        this.needsInput = ev.status === 'needs_input';
+        if (this.needsInput) {
+            /* A research run's clarifying question: the text above. */
+            this.setStatus('Waiting for your answer: your next message ' +
+                           'answers the question.');
+            this.article.dataset.status = 'needs_input';
+        } else if (ev.type === 'run.completed') {
             this.setStatus('');
             this.article.dataset.status = 'completed';
         } else if (ev.status === 'cancelled') {
@@ -414,6 +483,8 @@ export class TurnView {
             this.setStatus(`Failed: ${err.message || err.code || 'error'}`);
             this.article.dataset.status = 'failed';
         }
+        for (const key of [...this.forms.keys()])
+            this.closeForm(key, 'The run ended without an answer here.');
         for (const c of this.cards.values()) {
             if (c.d.dataset.status === 'running' ||
                 c.d.dataset.status === 'waiting')
@@ -439,6 +510,15 @@ export class TurnView {
             box.append(b);
         }
         this.top.put(box);
+    }
+
+    /* Ends the open form of the call key, if any, saying text. */
+    closeForm(key, text) {
+        const f = this.forms.get(key);
+        if (f) {
+            f.close(text);
+            this.forms.delete(key);
+        }
     }
 
     setStatus(text) {
@@ -503,12 +583,9 @@ export class TurnView {
         reason.type = 'text';
         reason.setAttribute('aria-label', 'Reason');
         reason.placeholder = 'Reason (for a denial)';
-        const yes = el('button', null, 'Approve');
-        yes.type = 'button';
-        const no = el('button', null, 'Deny');
-        no.type = 'button';
-        const said = el('p', 'said');
-        said.setAttribute('role', 'status');
+        const yes = button('Approve');
+        const no = button('Deny');
+        const said = statusLine();
         form.append(reason, yes, no, said);
         const answer = async (approve) => {
             yes.disabled = no.disabled = reason.disabled = true;
