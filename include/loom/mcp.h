@@ -109,19 +109,41 @@ void loom_mcp_server_set_authorizer(loom_mcp_server *s,
 
 /*
  * Where an HTTP server's OAuth credentials (registered clients and
- * tokens, per authorization server) live between runs: load gives the
- * JSON text saved last (*json, caller frees; LOOM_ENOTFOUND when none),
- * save replaces it. The text holds secrets: keep it sealed (loom keeps
- * it encrypted in its store, docs/mcp.md#oauth). Set before first use;
+ * tokens, per authorization server) live between runs, per user: load
+ * gives the JSON text saved last for user (*json, caller frees;
+ * LOOM_ENOTFOUND when none), save replaces it. user is "" for the
+ * server's own credentials, else the user whose own they are (a store
+ * user id, loom_mcp_server_set_oauth_user); one user's are never given
+ * for another's. The text holds secrets: keep it sealed (loom keeps it
+ * encrypted in its store, docs/mcp.md#oauth). Set before first use;
  * without one credentials last as long as the server object.
  */
 typedef struct {
-    int (*load)(void *arg, const char *server, char **json);
-    int (*save)(void *arg, const char *server, const char *json);
+    int (*load)(void *arg, const char *server, const char *user, char **json);
+    int (*save)(void *arg, const char *server, const char *user,
+                const char *json);
     void *arg;
 } loom_mcp_credentials;
 void loom_mcp_server_set_credentials(loom_mcp_server *s,
                                      const loom_mcp_credentials *c);
+
+/*
+ * Whose OAuth credentials s uses: user's own (a store user id), or the
+ * server's own (NULL or "", the default). What `loom mcp login SERVER
+ * --user NAME` sets. Set before first use; copied. LOOM_ENOMEM.
+ */
+int loom_mcp_server_set_oauth_user(loom_mcp_server *s, const char *user);
+
+/*
+ * Per-user OAuth (on: accounts are on, as in `loom serve` with auth mode
+ * keys or jwt): each call of s's tools made for a user
+ * (loom_tool_ctx.user_id) uses that user's own credentials
+ * (loom_mcp_call_options.user), and a call for no user fails; the
+ * server's own credentials serve only to list its tools. No effect on a
+ * server without OAuth (stdio, the legacy SSE transport, `oauth:
+ * {disabled: true}`). Set before first use.
+ */
+void loom_mcp_server_set_per_user(loom_mcp_server *s, int on);
 
 /* Drops the caller's reference (see above). NULL is a no-op. */
 void loom_mcp_server_free(loom_mcp_server *s);
@@ -186,7 +208,23 @@ typedef struct {
     void *input_arg;
     int elicitation;
     const json_t *headers;
+    /*
+     * The user (a store user id) whose own OAuth credentials the call
+     * uses, NULL: the server's. Such a call goes through a connection of
+     * that user's own (its own session, its own tokens, refreshed and
+     * saved under that user), made on first use and kept for the next
+     * calls, for at most LOOM_MCP_USERS_MAX users at once (the least
+     * recently used is let go). Without credentials of that user's, a
+     * server that asks for authorization fails the call with a message
+     * that says to run `loom mcp login SERVER --user USER`: a call never
+     * runs the authorization-code step for a user. Ignored by a server
+     * without OAuth. Borrowed for the call.
+     */
+    const char *user;
 } loom_mcp_call_options;
+
+/* Users with a connection of their own to one server at most. */
+#define LOOM_MCP_USERS_MAX 64
 
 /*
  * Per-user header values (docs/mcp.md "Per-user headers"): a config
@@ -291,6 +329,8 @@ typedef struct {
     loom_mcp_set *servers;
     /* loom_mcp_server_set_elicitation: the process has someone to ask. */
     int elicitation;
+    /* loom_mcp_server_set_per_user: accounts are on. */
+    int per_user;
     /*
      * Non-zero: the servers start in the background and the call returns
      * at once. Their tools are then not in the registry itself but in

@@ -9,6 +9,7 @@
  */
 #include "cli/cli.h"
 #include "cli/mcp_store.h"
+#include "loom/accounts.h"
 #include "loom/mcp.h"
 
 #include <stdio.h>
@@ -17,15 +18,21 @@
 
 static const char mcp_usage[] =
     "usage: loom mcp list [--config FILE] [--json]\n"
-    "       loom mcp call [--config FILE] SERVER TOOL ['{json arguments}']\n"
-    "       loom mcp login [--config FILE] [--timeout SECONDS] SERVER\n"
+    "       loom mcp call [--config FILE] [--user NAME [--workspace W]]\n"
+    "                     [--db PATH] SERVER TOOL ['{json arguments}']\n"
+    "       loom mcp login [--config FILE] [--timeout SECONDS]\n"
+    "                      [--user NAME [--workspace W]] [--db PATH] SERVER\n"
     "\n"
     "list: starts each server of the config's mcp_servers and prints its\n"
     "state, protocol version and tools (as offered: SERVER__TOOL).\n"
     "call: calls one tool (the server's name for it) and prints the result.\n"
     "login: authorizes loom for an HTTP server through your browser (prints\n"
     "the URL to open; waits --timeout seconds, default 300) and keeps the\n"
-    "tokens, sealed, in the store (server.db).\n"
+    "tokens, sealed, in the store (server.db, or --db).\n"
+    "--user: a user's own credentials (accounts: auth mode keys or jwt), of\n"
+    "user NAME of workspace W (default: default), or of the store user id\n"
+    "NAME when it has a '/' (a service key's end user: W/USER/END_USER);\n"
+    "without it, the server's own (what lists its tools).\n"
     "Exit codes: 0 done, 1 a server or call failed, 2 usage or config.\n";
 
 static const loom_mcp_server_config *find_server(const loom_config *cfg,
@@ -103,8 +110,10 @@ static int list(const loom_config *cfg, int as_json,
 }
 
 static int call(const loom_config *cfg, const char *server, const char *tool,
-                const char *args_text, const loom_mcp_credentials *creds)
+                const char *args_text, const loom_mcp_credentials *creds,
+                const char *user)
 {
+    loom_mcp_call_options o = {0};
     const loom_mcp_server_config *c = find_server(cfg, server);
     loom_mcp_server *s = NULL;
     json_t *args = NULL, *res = NULL;
@@ -127,7 +136,8 @@ static int call(const loom_config *cfg, const char *server, const char *tool,
     }
     if (loom_mcp_server_new(&s, c) == 0)
         loom_mcp_server_set_credentials(s, creds);
-    if (!s || loom_mcp_server_call(s, tool, args, 0, NULL, &res) != 0) {
+    o.user = user;
+    if (!s || loom_mcp_server_call_opts(s, tool, args, &o, &res) != 0) {
         fprintf(stderr, "loom mcp: %s\n", loom_error_last());
     } else {
         int is_error = loom_mcp_result_text(res, &out);
@@ -143,9 +153,36 @@ static int call(const loom_config *cfg, const char *server, const char *tool,
     return rc;
 }
 
+/* The store user id of --user NAME and --workspace W into out (NULL
+ * when there is no --user); a CLI_ code. */
+static int owner_of(const char *user, const char *workspace,
+                    char out[LOOM_STORE_USER_ID_MAX + 1], const char **owner)
+{
+    *owner = NULL;
+    if (!user)
+        return workspace
+                   ? (fputs("loom mcp: --workspace needs --user\n", stderr),
+                      CLI_USAGE)
+                   : CLI_OK;
+    if (strchr(user, '/') && !workspace &&
+        strlen(user) <= LOOM_STORE_USER_ID_MAX) {
+        snprintf(out, LOOM_STORE_USER_ID_MAX + 1, "%s", user);
+    } else if (loom_account_owner(
+                   out, workspace ? workspace : LOOM_ACCOUNT_DEFAULT_WORKSPACE,
+                   user, NULL) != 0) {
+        fprintf(stderr, "loom mcp: --user %s%s%s: not a valid user\n", user,
+                workspace ? " --workspace " : "", workspace ? workspace : "");
+        return CLI_USAGE;
+    }
+    *owner = out;
+    return CLI_OK;
+}
+
 int cli_mcp(int argc, char **argv)
 {
     const char *config = NULL, *pos[4] = {NULL};
+    const char *user = NULL, *workspace = NULL, *db = NULL, *owner;
+    char owner_buf[LOOM_STORE_USER_ID_MAX + 1];
     loom_config *cfg = NULL;
     cli_mcp_store ms;
     int as_json = 0, npos = 0, rc;
@@ -157,6 +194,12 @@ int cli_mcp(int argc, char **argv)
             return CLI_OK;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
             config = argv[++i];
+        } else if (!strcmp(argv[i], "--user") && i + 1 < argc) {
+            user = argv[++i];
+        } else if (!strcmp(argv[i], "--workspace") && i + 1 < argc) {
+            workspace = argv[++i];
+        } else if (!strcmp(argv[i], "--db") && i + 1 < argc) {
+            db = argv[++i];
         } else if (!strcmp(argv[i], "--json")) {
             as_json = 1;
         } else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
@@ -179,15 +222,18 @@ int cli_mcp(int argc, char **argv)
         fputs(mcp_usage, stderr);
         return CLI_USAGE;
     }
+    if ((rc = owner_of(user, workspace, owner_buf, &owner)) != CLI_OK)
+        return rc;
     if ((rc = cli_load_config(&cfg, config)) != 0)
         return rc;
     cli_setup_log(cfg, NULL, NULL);
     /* OAuth credentials come from, and go to, the store. */
     cli_mcp_store_init(&ms, cfg, NULL);
+    ms.db = db;
     rc = !strcmp(pos[0], "list") ? list(cfg, as_json, &ms.credentials)
          : !strcmp(pos[0], "login")
-             ? cli_mcp_login(cfg, pos[1], timeout_s, &ms.credentials)
-             : call(cfg, pos[1], pos[2], pos[3], &ms.credentials);
+             ? cli_mcp_login(cfg, pos[1], timeout_s, &ms.credentials, owner)
+             : call(cfg, pos[1], pos[2], pos[3], &ms.credentials, owner);
     cli_mcp_store_free(&ms);
     loom_config_free(cfg);
     return rc;

@@ -1,12 +1,14 @@
 /*
- * `loom mcp login SERVER`: the browser step of OAuth for an HTTP MCP
- * server that needs a person. loom listens on 127.0.0.1 at a port the
- * system picks (the redirect URI http://127.0.0.1:PORT/callback, which
- * the client registers), prints the authorization URL to open, and
- * waits, at most --timeout seconds, for the browser to come back. Only a
- * request for /callback carrying the state of that very URL ends the
- * wait; anything else is answered 400 or 404 and waited past. The MCP
- * client then checks the answer (state, iss), gets the tokens and keeps
+ * `loom mcp login SERVER [--user NAME]`: the browser step of OAuth for an
+ * HTTP MCP server that needs a person, for the server's own credentials
+ * (what lists its tools, and every call without accounts) or for one
+ * user's own (what that user's calls use when accounts are on). loom listens on
+ * 127.0.0.1 at a port the system picks (the redirect URI
+ * http://127.0.0.1:PORT/callback, which the client registers), prints the
+ * authorization URL to open, and waits, at most --timeout seconds, for the
+ * browser to come back. Only a request for /callback carrying the state of that
+ * very URL ends the wait; anything else is answered 400 or 404 and waited past.
+ * The MCP client then checks the answer (state, iss), gets the tokens and keeps
  * them sealed in the store (mcp_store.c), where `loom serve`, `loom run`
  * and `loom mcp` find them.
  */
@@ -188,7 +190,7 @@ static int listen_loopback(login *l)
 }
 
 int cli_mcp_login(const loom_config *cfg, const char *name, long timeout_s,
-                  const loom_mcp_credentials *creds)
+                  const loom_mcp_credentials *creds, const char *user)
 {
     const loom_mcp_server_config *c = NULL;
     loom_mcp_server_config copy;
@@ -221,7 +223,8 @@ int cli_mcp_login(const loom_config *cfg, const char *name, long timeout_s,
     az.redirect_uri = redirect_uri;
     az.authorize = authorize;
     az.arg = &l;
-    if (listen_loopback(&l) != 0 || loom_mcp_server_new(&s, &copy) != 0) {
+    if (listen_loopback(&l) != 0 || loom_mcp_server_new(&s, &copy) != 0 ||
+        loom_mcp_server_set_oauth_user(s, user) != 0) {
         fprintf(stderr, "loom mcp login: %s\n", loom_error_last());
     } else {
         loom_mcp_server_set_credentials(s, creds);
@@ -229,10 +232,11 @@ int cli_mcp_login(const loom_config *cfg, const char *name, long timeout_s,
         if (loom_mcp_server_tools(s, &tools) != 0) {
             fprintf(stderr, "loom mcp login: %s\n", loom_error_last());
         } else {
-            printf("%s: %s (%zu tools)\n", name,
-                   l.asked ? "authorized; the credentials are kept in the "
-                             "store"
-                           : "already authorized (the kept credentials work)",
+            printf("%s: %s%s%s%s (%zu tools)\n", name,
+                   l.asked ? "authorized" : "already authorized",
+                   user ? " for user " : "", user ? user : "",
+                   l.asked ? "; the credentials are kept in the store"
+                           : " (the kept credentials work)",
                    json_array_size(tools));
             rc = CLI_OK;
         }

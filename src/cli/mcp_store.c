@@ -19,7 +19,7 @@ static loom_store *store_locked(cli_mcp_store *m)
 {
     if (m->store || m->failed)
         return m->store;
-    if (loom_store_open(&m->store, m->cfg->server.db) != 0 ||
+    if (loom_store_open(&m->store, m->db ? m->db : m->cfg->server.db) != 0 ||
         loom_store_set_secret(m->store, m->cfg->server.secret_key) != 0) {
         loom_warn("mcp: OAuth credentials are not kept between runs: %s",
                   loom_error_last());
@@ -32,7 +32,7 @@ static loom_store *store_locked(cli_mcp_store *m)
     return m->store;
 }
 
-static int load(void *arg, const char *server, char **json)
+static int load(void *arg, const char *server, const char *user, char **json)
 {
     cli_mcp_store *m = arg;
     loom_store *st;
@@ -41,13 +41,14 @@ static int load(void *arg, const char *server, char **json)
     *json = NULL;
     pthread_mutex_lock(&m->mu);
     st = store_locked(m);
-    rc = st ? loom_store_mcp_credentials_load(st, server, NULL, json)
+    rc = st ? loom_store_mcp_credentials_load(st, server, user, json)
             : loom__error_set(LOOM_ENOTFOUND, "no store");
     pthread_mutex_unlock(&m->mu);
     return rc;
 }
 
-static int save(void *arg, const char *server, const char *json)
+static int save(void *arg, const char *server, const char *user,
+                const char *json)
 {
     cli_mcp_store *m = arg;
     loom_store *st;
@@ -55,7 +56,7 @@ static int save(void *arg, const char *server, const char *json)
 
     pthread_mutex_lock(&m->mu);
     st = store_locked(m);
-    rc = st ? loom_store_mcp_credentials_save(st, server, NULL, json)
+    rc = st ? loom_store_mcp_credentials_save(st, server, user, json)
             : loom__error_set(LOOM_EIO, "no store");
     pthread_mutex_unlock(&m->mu);
     return rc;

@@ -14,6 +14,7 @@
 
 typedef struct {
     const loom_config *cfg;
+    const char *db;    /* the store to open, NULL: cfg's server.db */
     loom_store *store; /* lent, or opened on first need (own) */
     int own;
     int failed; /* opening it failed: credentials last one process */
@@ -36,10 +37,10 @@ void cli_mcp_store_free(cli_mcp_store *m);
 /*
  * `loom mcp login NAME` (mcp_login.c): authorizes loom for the config's
  * HTTP server NAME through a person's browser, waiting at most timeout_s
- * for it, with creds keeping the tokens. A CLI_ exit code (message
- * printed).
+ * for it, with creds keeping the tokens: user's own (a store user id),
+ * or the server's when user is NULL. A CLI_ exit code (message printed).
  */
 int cli_mcp_login(const loom_config *cfg, const char *name, long timeout_s,
-                  const loom_mcp_credentials *creds);
+                  const loom_mcp_credentials *creds, const char *user);
 
 #endif

@@ -212,6 +212,9 @@ int cli_serve(int argc, char **argv)
     /* loom starts at once: servers start beside it, runs wait for the
      * ones they need. */
     ms.setup.background = 1;
+    /* With accounts, each caller's own OAuth tokens (docs/mcp.md). */
+    ms.setup.per_user = cfg->auth.mode && (!strcmp(cfg->auth.mode, "keys") ||
+                                           !strcmp(cfg->auth.mode, "jwt"));
     if (loom_tools_new_from_config_with(&reg, cfg, &ms.setup) != 0) {
         fprintf(stderr, "loom serve: config: %s\n", loom_error_last());
         rc = CLI_USAGE;

@@ -633,9 +633,10 @@ static void test_config(void **state)
     assert_non_null(strstr(loom_error_last(), "transport sse needs url"));
 }
 
-/* Calls web__echo of reg as a user whose secrets are secrets (a JSON
- * text, NULL: none); the call's code, its text into out. */
-static int call_as(loom_tool_registry *reg, const char *secrets, loom_buf *out)
+/* Calls web__echo of reg for user (NULL: none) whose secrets are secrets
+ * (a JSON text, NULL: none); the call's code, its text into out. */
+static int call_user(loom_tool_registry *reg, const char *user,
+                     const char *secrets, loom_buf *out)
 {
     const loom_tool *t = loom_tool_registry_get(reg, "web__echo");
     json_t *args = json_pack("{s:s}", "x", "hi");
@@ -647,11 +648,17 @@ static int call_as(loom_tool_registry *reg, const char *secrets, loom_buf *out)
 
     memset(&ctx, 0, sizeof(ctx));
     ctx.user_keys = keys;
+    ctx.user_id = user;
     loom_buf_clear(out);
     rc = t->execute(args, &ctx, out, t->payload);
     json_decref(args);
     json_decref(keys);
     return rc;
+}
+
+static int call_as(loom_tool_registry *reg, const char *secrets, loom_buf *out)
+{
+    return call_user(reg, NULL, secrets, out);
 }
 
 /* A header naming a user's secret: never sent as written (not when the
@@ -712,6 +719,131 @@ static void test_user_headers(void **state)
     fake_stop(&f);
 }
 
+/* ---- per-user OAuth credentials ------------------------------------------ */
+
+/* Credentials kept in memory, per user: an access token each for "" (the
+ * server's own), alice and bob; none for anyone else. Saves are counted
+ * per user. */
+typedef struct {
+    int saves[3];
+} mem_creds;
+
+static int user_index(const char *user)
+{
+    return !strcmp(user, "")        ? 0
+           : !strcmp(user, "alice") ? 1
+           : !strcmp(user, "bob")   ? 2
+                                    : -1;
+}
+
+static int mem_load(void *arg, const char *server, const char *user,
+                    char **json)
+{
+    static const char *const tokens[] = {"op-tok", "alice-tok", "bob-tok"};
+    int i = user_index(user);
+    json_t *j;
+
+    (void)arg;
+    assert_string_equal(server, "web");
+    *json = NULL;
+    if (i < 0)
+        return LOOM_ENOTFOUND;
+    j = json_pack("{s:s,s:{s:{s:s}}}", "issuer", "https://as.test", "issuers",
+                  "https://as.test", "access_token", tokens[i]);
+    *json = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return 0;
+}
+
+static int mem_save(void *arg, const char *server, const char *user,
+                    const char *json)
+{
+    mem_creds *m = arg;
+    int i = user_index(user);
+
+    (void)server;
+    (void)json;
+    if (i >= 0)
+        m->saves[i]++;
+    return 0;
+}
+
+/* The fake's tools with per_user on or off and the credentials above. */
+static loom_tool_registry *creds_registry(const fake_http *f, int per_user,
+                                          mem_creds *m)
+{
+    loom_mcp_server_config servers[1] = {http_config(f)};
+    loom_mcp_credentials cs = {mem_load, mem_save, m};
+    loom_mcp_setup setup;
+    loom_config *cfg = NULL;
+    loom_tool_registry *reg = NULL;
+
+    memset(&setup, 0, sizeof(setup));
+    setup.credentials = &cs;
+    setup.per_user = per_user;
+    assert_int_equal(loom_config_load_string(&cfg, "{}", "t"), 0);
+    cfg->mcp_servers = servers;
+    cfg->mcp_servers_len = 1;
+    assert_int_equal(loom_tool_registry_new(&reg), 0);
+    assert_int_equal(loom_tools_add_mcp_with(reg, cfg, &setup), 0);
+    cfg->mcp_servers = NULL;
+    cfg->mcp_servers_len = 0;
+    loom_config_free(cfg);
+    assert_non_null(loom_tool_registry_get(reg, "web__echo"));
+    return reg;
+}
+
+/* With accounts (per_user): the tools are listed with the server's own
+ * token; each call carries its caller's own token, alternating callers
+ * included (in the session era each user has a session of their own);
+ * a caller without credentials never gets another's (no token at all
+ * here, where the server does not ask for one); a call for no user is
+ * refused. Without accounts every call carries the server's token. */
+static void per_user_run(const char *const *args)
+{
+    loom_buf out = LOOM_BUF_INIT(1 << 16);
+    loom_tool_registry *reg;
+    mem_creds m = {{0}};
+    fake_http f;
+
+    fake_start(&f, args);
+    reg = creds_registry(&f, 1, &m);
+    assert_int_equal(log_count(&f, "auth tools/list Bearer op-tok"), 1);
+    assert_int_equal(call_user(reg, "alice", NULL, &out), 0);
+    assert_string_equal(loom_buf_cstr(&out), "{\"x\":\"hi\"}");
+    assert_int_equal(call_user(reg, "bob", NULL, &out), 0);
+    assert_int_equal(call_user(reg, "alice", NULL, &out), 0);
+    assert_int_equal(log_count(&f, "auth tools/call Bearer alice-tok"), 2);
+    assert_int_equal(log_count(&f, "auth tools/call Bearer bob-tok"), 1);
+    assert_int_equal(call_user(reg, "carol", NULL, &out), 0);
+    assert_int_equal(log_count(&f, "auth tools/call -"), 1);
+    assert_int_not_equal(call_user(reg, NULL, NULL, &out), 0);
+    assert_non_null(strstr(loom_buf_cstr(&out), "for no user"));
+    assert_int_equal(log_count(&f, "auth tools/call Bearer op-tok"), 0);
+    assert_int_equal(log_count(&f, "auth tools/call"), 4);
+    /* Nothing was refreshed or authorized: nothing saved. */
+    assert_int_equal(m.saves[0] + m.saves[1] + m.saves[2], 0);
+    loom_tool_registry_free(reg);
+
+    reg = creds_registry(&f, 0, &m);
+    assert_int_equal(call_user(reg, "alice", NULL, &out), 0);
+    assert_int_equal(call_user(reg, NULL, NULL, &out), 0);
+    assert_int_equal(log_count(&f, "auth tools/call Bearer op-tok"), 2);
+    assert_int_equal(log_count(&f, "auth tools/call Bearer alice-tok"), 2);
+    loom_tool_registry_free(reg);
+    loom_buf_free(&out);
+    fake_stop(&f);
+}
+
+static void test_per_user_tokens(void **state)
+{
+    static const char *const stateless_args[] = {"--stateless", NULL};
+
+    (void)state;
+    per_user_run(NULL);
+    per_user_run(stateless_args);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -727,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_list_changed),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_user_headers),
+        cmocka_unit_test(test_per_user_tokens),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

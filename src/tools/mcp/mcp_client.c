@@ -112,6 +112,10 @@ struct loom_mcp_server {
     long ntools;      /* tools offered at the last listing; -1 before */
     mcp_oauth *oauth; /* http only */
     atomic_uint lists_changed; /* notifications/tools/list_changed seen */
+    loom_mcp_credentials cs;   /* where OAuth credentials live (users') */
+    int per_user;              /* loom_mcp_server_set_per_user */
+    mcp_users *users;          /* users' own servers (mcp_users.c) */
+    loom_mcp_server *parent;   /* a user's own server: its server */
 };
 
 /* ---- config copy ------------------------------------------------------- */
@@ -251,7 +255,8 @@ int loom_mcp_server_new(loom_mcp_server **out,
                 : &loom__mcp_http;
     if ((rc = config_copy(&s->cfg, cfg)) != 0 ||
         (s->tr == &loom__mcp_http &&
-         (rc = loom__mcp_oauth_new(&s->oauth, s)) != 0)) {
+         ((rc = loom__mcp_oauth_new(&s->oauth, s)) != 0 ||
+          (rc = loom__mcp_users_new(&s->users)) != 0))) {
         loom_mcp_server_free(s);
         return rc;
     }
@@ -290,6 +295,7 @@ void loom_mcp_server_free(loom_mcp_server *s)
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
         return;
     retire_conn(s);
+    loom__mcp_users_free(s->users);
     loom__mcp_oauth_free(s->oauth);
     json_decref(s->headers_of);
     json_decref(s->server_info);
@@ -321,8 +327,64 @@ void loom_mcp_server_set_authorizer(loom_mcp_server *s,
 void loom_mcp_server_set_credentials(loom_mcp_server *s,
                                      const loom_mcp_credentials *c)
 {
-    if (s->oauth)
-        loom__mcp_oauth_set_credentials(s->oauth, c);
+    if (!s->oauth)
+        return;
+    loom__mcp_oauth_set_credentials(s->oauth, c);
+    pthread_mutex_lock(&s->mu);
+    if (c)
+        s->cs = *c;
+    else
+        memset(&s->cs, 0, sizeof(s->cs));
+    pthread_mutex_unlock(&s->mu);
+}
+
+int loom_mcp_server_set_oauth_user(loom_mcp_server *s, const char *user)
+{
+    return s->oauth ? loom__mcp_oauth_set_user(s->oauth, user) : 0;
+}
+
+/* Whether calls to s may go through users' own servers: it has OAuth. */
+static int has_oauth(const loom_mcp_server *s)
+{
+    return s->oauth && !s->cfg.oauth.disabled;
+}
+
+void loom_mcp_server_set_per_user(loom_mcp_server *s, int on)
+{
+    pthread_mutex_lock(&s->mu);
+    s->per_user = on && has_oauth(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int loom__mcp_per_user(loom_mcp_server *s)
+{
+    int on;
+
+    pthread_mutex_lock(&s->mu);
+    on = s->per_user;
+    pthread_mutex_unlock(&s->mu);
+    return on;
+}
+
+int loom__mcp_adopt(loom_mcp_server *child, loom_mcp_server *s,
+                    const char *user)
+{
+    loom_mcp_credentials cs;
+    loom_mcp_input_fn fn;
+    void *arg;
+    int elicit;
+
+    pthread_mutex_lock(&s->mu);
+    cs = s->cs;
+    fn = s->input;
+    arg = s->input_arg;
+    elicit = s->may_elicit;
+    pthread_mutex_unlock(&s->mu);
+    child->parent = s;
+    loom_mcp_server_set_credentials(child, cs.load || cs.save ? &cs : NULL);
+    loom_mcp_server_set_input(child, fn, arg);
+    loom_mcp_server_set_elicitation(child, elicit);
+    return loom_mcp_server_set_oauth_user(child, user);
 }
 
 void loom_mcp_server_set_input(loom_mcp_server *s, loom_mcp_input_fn fn,
@@ -1532,6 +1594,18 @@ int loom_mcp_server_call_opts(loom_mcp_server *s, const char *tool,
     ctl.step_ms = timeout;
     ctl.cap = loom__mono_ms() +
               (o && o->total_ms > 0 ? o->total_ms : TOTAL_TIMES * timeout);
+    if (o && o->user && has_oauth(s)) {
+        /* The user's own connection, with the user's own tokens. */
+        loom_mcp_call_options mine = *o;
+        loom_mcp_server *u;
+        json_decref(params);
+        if ((rc = loom__mcp_user_server(s, s->users, o->user, &u)) != 0)
+            return rc;
+        mine.user = NULL;
+        rc = loom_mcp_server_call_opts(u, tool, args, &mine, out);
+        loom_mcp_server_free(u);
+        return rc;
+    }
     if (o) {
         ctl.on_progress = o->on_progress;
         ctl.arg = o->progress_arg;
@@ -1571,10 +1645,18 @@ json_t *loom__mcp_request_headers(loom_mcp_server *s, const json_t *msg)
         return NULL;
     pthread_mutex_lock(&s->mu);
     stateless = s->stateless;
-    if (method && strcmp(method, "tools/call") == 0)
+    if (method && strcmp(method, "tools/call") == 0 && !s->parent)
         map = json_incref(json_object_get(
             s->headers_of, json_string_value(json_object_get(params, "name"))));
     pthread_mutex_unlock(&s->mu);
+    if (method && strcmp(method, "tools/call") == 0 && s->parent) {
+        /* A user's own server lists nothing: its server's listing. */
+        pthread_mutex_lock(&s->parent->mu);
+        map = json_incref(json_object_get(
+            s->parent->headers_of,
+            json_string_value(json_object_get(params, "name"))));
+        pthread_mutex_unlock(&s->parent->mu);
+    }
     if (!stateless || !method)
         goto done;
     if (strcmp(method, "tools/call") == 0 || strcmp(method, "prompts/get") == 0)

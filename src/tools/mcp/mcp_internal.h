@@ -135,6 +135,35 @@ int loom__mcp_add_param_headers(json_t *headers, const json_t *map,
 /* Sets in content each property of schema it lacks that has a default. */
 int loom__mcp_apply_defaults(const json_t *schema, json_t *content);
 
+/* ---- mcp_users.c: users' own servers ---- */
+
+typedef struct mcp_users mcp_users;
+
+/* Whether s's tools use each caller's own OAuth credentials
+ * (loom_mcp_server_set_per_user). */
+int loom__mcp_per_user(loom_mcp_server *s);
+
+/*
+ * Makes child (new, unused, made from s's config) user's own server of
+ * s: s's credential store, answerer and elicitation, user's credentials,
+ * and s's tool listing for the headers of its calls. s must outlive
+ * child's calls (each call of s's holds s). LOOM_ENOMEM.
+ */
+int loom__mcp_adopt(loom_mcp_server *child, loom_mcp_server *s,
+                    const char *user);
+
+/* An empty table of users' servers (one per HTTP server). LOOM_ENOMEM. */
+int loom__mcp_users_new(mcp_users **out);
+/*
+ * user's own server of s (a new reference in *out), kept in users (s's):
+ * made on first use, the least recently used let go past
+ * LOOM_MCP_USERS_MAX. LOOM_EINVALID for an empty user, LOOM_ENOMEM.
+ */
+int loom__mcp_user_server(loom_mcp_server *s, mcp_users *users,
+                          const char *user, loom_mcp_server **out);
+/* Drops every user's server (the calls in flight keep theirs). */
+void loom__mcp_users_free(mcp_users *u);
+
 /* ---- mcp_oauth.c: the OAuth 2.1 client of HTTP servers ---- */
 
 typedef struct mcp_oauth mcp_oauth;
@@ -149,6 +178,9 @@ void loom__mcp_oauth_free(mcp_oauth *o);
 void loom__mcp_oauth_set_authorizer(mcp_oauth *o, const loom_mcp_authorizer *a);
 void loom__mcp_oauth_set_credentials(mcp_oauth *o,
                                      const loom_mcp_credentials *c);
+/* Whose credentials o loads and saves (loom_mcp_server_set_oauth_user):
+ * user's, or "" (NULL) the server's. Copied; LOOM_ENOMEM. */
+int loom__mcp_oauth_set_user(mcp_oauth *o, const char *user);
 
 /*
  * Before a request: refreshes an access token that has expired (when a

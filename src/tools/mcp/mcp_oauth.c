@@ -66,6 +66,7 @@ struct mcp_oauth {
     int loaded;
     loom_mcp_authorizer az;
     loom_mcp_credentials cs;
+    char *user; /* whose credentials: a user's, or "" the server's */
 };
 
 /* What discovery found for one authorization. */
@@ -101,6 +102,11 @@ int loom__mcp_oauth_new(mcp_oauth **out, loom_mcp_server *s)
         free(o);
         return loom__error_oom();
     }
+    if (!(o->user = strdup(""))) {
+        json_decref(o->creds);
+        free(o);
+        return loom__error_oom();
+    }
     o->s = s;
     o->cfg = cfg;
     pthread_mutex_init(&o->mu, NULL);
@@ -115,6 +121,7 @@ void loom__mcp_oauth_free(mcp_oauth *o)
         return;
     json_decref(o->creds);
     free(o->bearer);
+    free(o->user);
     pthread_mutex_destroy(&o->mu);
     pthread_mutex_destroy(&o->flow);
     free(o);
@@ -140,6 +147,20 @@ void loom__mcp_oauth_set_credentials(mcp_oauth *o,
         memset(&o->cs, 0, sizeof(o->cs));
     o->loaded = 0;
     pthread_mutex_unlock(&o->mu);
+}
+
+int loom__mcp_oauth_set_user(mcp_oauth *o, const char *user)
+{
+    char *u = strdup(user ? user : "");
+
+    if (!u)
+        return loom__error_oom();
+    pthread_mutex_lock(&o->mu);
+    free(o->user);
+    o->user = u;
+    o->loaded = 0;
+    pthread_mutex_unlock(&o->mu);
+    return 0;
 }
 
 /* ---- the credentials --------------------------------------------------- */
@@ -191,7 +212,7 @@ static void load_locked(mcp_oauth *o)
     if (o->loaded || !o->cs.load)
         return;
     o->loaded = 1;
-    if ((rc = o->cs.load(o->cs.arg, name_of(o), &text)) != 0) {
+    if ((rc = o->cs.load(o->cs.arg, name_of(o), o->user, &text)) != 0) {
         if (rc != LOOM_ENOTFOUND)
             loom_warn("mcp %s: the saved OAuth credentials are not readable "
                       "(%s); authorizing again",
@@ -225,7 +246,7 @@ static void save_locked(mcp_oauth *o)
         return;
     if (!(text = json_dumps(o->creds, JSON_COMPACT)))
         return;
-    if (o->cs.save(o->cs.arg, name_of(o), text) != 0)
+    if (o->cs.save(o->cs.arg, name_of(o), o->user, text) != 0)
         loom_warn("mcp %s: saving the OAuth credentials failed: %s", name_of(o),
                   loom_error_last());
     free(text);
@@ -1113,6 +1134,15 @@ static int authorize(mcp_oauth *o, long status, const json_t *ch,
     if ((rc = choose_scope(o, ch, entry, &f, code, &scope)) != 0)
         goto done_entry;
     if (code) {
+        if ((!az.authorize || !az.redirect_uri) && *o->user) {
+            rc = loom__error_set(
+                LOOM_EUPSTREAM,
+                "MCP server '%s' needs your own account there, and you have "
+                "not connected it. Tell the user: connect your account: "
+                "`loom mcp login %s --user %s`",
+                name_of(o), name_of(o), o->user);
+            goto done_entry;
+        }
         if (!az.authorize || !az.redirect_uri) {
             rc = loom__error_set(LOOM_EUPSTREAM,
                                  "MCP server '%s' needs a person to "

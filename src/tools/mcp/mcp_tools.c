@@ -411,6 +411,16 @@ static int mcp_tool_execute(const json_t *args, const loom_tool_ctx *ctx,
     rc = loom_mcp_user_headers(
         t->server, json_object_get(ctx->user_keys, "secrets"), &own);
     o.headers = own;
+    /* With accounts, the caller's own OAuth tokens, never another's. */
+    if (rc == 0 && loom__mcp_per_user(t->server)) {
+        o.user = ctx->user_id;
+        if (!o.user || !*o.user)
+            rc = loom__error_set(LOOM_EINVALID,
+                                 "MCP server '%s' is used with each "
+                                 "caller's own account, and this call is "
+                                 "for no user",
+                                 loom_mcp_server_name(t->server));
+    }
     if (rc == 0)
         rc = loom_mcp_server_call_opts(t->server, t->tool, args, &o, &result);
     json_decref(own);
@@ -730,8 +740,10 @@ int loom_tools_add_mcp_with(loom_tool_registry *reg, const loom_config *cfg,
         if (setup && setup->servers &&
             (rc = loom_mcp_set_add(setup->servers, ds[i].server)) != 0)
             break;
-        if (setup)
+        if (setup) {
             loom_mcp_server_set_elicitation(ds[i].server, setup->elicitation);
+            loom_mcp_server_set_per_user(ds[i].server, setup->per_user);
+        }
         if (setup && setup->background) {
             if ((rc = add_lazy(reg, ds[i].server)) != 0)
                 break;
