@@ -11,9 +11,12 @@
 // registers clients (RFC 7591), and its /authorize redirects at once to
 // the redirect URI with a code, the state and iss, as a browser whose
 // person said yes would be sent. /token checks the code, the PKCE
-// verifier (S256), the redirect URI and the resource. Every request is
-// appended to $FAKE_OAUTH_LOG (method, path, and the Authorization
-// header's scheme only) when set.
+// verifier (S256), the redirect URI and the resource, and takes the
+// refresh tokens it gave (each used once: a refresh gives a new one).
+// Tokens last $FAKE_OAUTH_EXPIRES_IN seconds (default 3600). Every
+// request is appended to $FAKE_OAUTH_LOG (method, path, and the
+// Authorization header's scheme only) when set, with "call CLIENT" for a
+// tools/call and "refresh CLIENT" (or "refresh unknown") for a refresh.
 import http from 'node:http';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -21,6 +24,8 @@ import fs from 'node:fs';
 let base = '';
 const codes = new Map();
 const tokens = new Map();
+const refreshes = new Map();
+const expiresIn = Number(process.env.FAKE_OAUTH_EXPIRES_IN || 3600);
 let clients = 0;
 
 const b64url = (buf) => buf.toString('base64url');
@@ -50,6 +55,7 @@ function rpc(req, res, msg) {
                             inputSchema: {type: 'object'}}]});
     case 'tools/call': {
         const tok = (req.headers.authorization || '').slice(7);
+        note(`call ${tokens.get(tok)}`);
         return ok({content: [{type: 'text',
                               text: 'hello ' + tokens.get(tok)}]});
     }
@@ -110,6 +116,24 @@ const server = http.createServer((req, res) => {
         }
         if (u.pathname === '/token' && req.method === 'POST') {
             const f = new URLSearchParams(body);
+            const issue = (client) => {
+                const tok = 'tok-' + b64url(crypto.randomBytes(16));
+                const ref = 'ref-' + b64url(crypto.randomBytes(16));
+                tokens.set(tok, client);
+                refreshes.set(ref, client);
+                return send(res, 200, {access_token: tok,
+                                       token_type: 'Bearer',
+                                       expires_in: expiresIn, scope: 'tools',
+                                       refresh_token: ref});
+            };
+            if (f.get('grant_type') === 'refresh_token') {
+                const client = refreshes.get(f.get('refresh_token'));
+                note(`refresh ${client || 'unknown'}`);
+                if (!client || f.get('resource') !== base + '/mcp')
+                    return send(res, 400, {error: 'invalid_grant'});
+                refreshes.delete(f.get('refresh_token'));
+                return issue(client);
+            }
             const c = codes.get(f.get('code'));
             const verifier = f.get('code_verifier') || '';
             if (f.get('grant_type') !== 'authorization_code' || !c ||
@@ -119,10 +143,7 @@ const server = http.createServer((req, res) => {
                 f.get('resource') !== base + '/mcp')
                 return send(res, 400, {error: 'invalid_grant'});
             codes.delete(f.get('code'));
-            const tok = 'tok-' + b64url(crypto.randomBytes(16));
-            tokens.set(tok, c.client);
-            return send(res, 200, {access_token: tok, token_type: 'Bearer',
-                                   expires_in: 3600, scope: 'tools'});
+            return issue(c.client);
         }
         if (u.pathname === '/mcp') {
             if (!auth.startsWith('Bearer ') || !tokens.has(auth.slice(7)))
