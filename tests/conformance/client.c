@@ -156,9 +156,13 @@ static void call_tool(loom_mcp_server *s, const char *name, json_t *args)
 {
     json_t *out = NULL;
     char what[160];
+    int rc;
 
     snprintf(what, sizeof(what), "tools/call %s", name);
-    step(what, loom_mcp_server_call(s, name, args, 0, NULL, &out), out);
+    /* Its own statement: an argument of step() may be read before
+     * another one's call sets it. */
+    rc = loom_mcp_server_call(s, name, args, 0, NULL, &out);
+    step(what, rc, out);
     json_decref(args);
 }
 

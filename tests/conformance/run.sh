@@ -12,7 +12,9 @@
 # run uses it (everything else keeps the system's node). Installs the
 # packages with `npm ci` when node_modules is missing or was installed from
 # another lockfile. Prints the suite's report; exits 0 when every required
-# scenario passed.
+# scenario passed and the client's stderr holds no sanitizer report (a
+# leak, an address or undefined-behaviour error of a sanitizer build),
+# which the suite alone does not look at.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: run.sh BUILD_DIR REVISION}
@@ -51,6 +53,21 @@ trap 'rm -rf "$out"' EXIT
     --expected-failures "$here/expected-failures.yml" --timeout 20000 \
     -o "$out"
 rc=$?
+# A sanitizer's report in any scenario fails the run, shown in full.
+sanitized=0
+for f in "$out"/*/stderr.txt "$out"/*/*/stderr.txt; do
+    [ -f "$f" ] || continue
+    if grep -Eq 'ERROR: [A-Za-z]+Sanitizer|WARNING: ThreadSanitizer|runtime error:' "$f"; then
+        echo "== $(basename "$(dirname "$f")"): the client's sanitizer report"
+        sed -n '/=================/,$p' "$f"
+        grep -E 'runtime error:' "$f"
+        sanitized=1
+    fi
+done
+if [ "$sanitized" -ne 0 ]; then
+    echo "conformance: the client has sanitizer reports (above)" >&2
+    [ "$rc" -ne 0 ] || rc=1
+fi
 if [ "$rc" -ne 0 ]; then
     # What the client said in the scenarios that failed.
     for f in "$out"/*/stderr.txt "$out"/*/*/stderr.txt; do
