@@ -448,8 +448,10 @@ static enum MHD_Result on_post(struct MHD_Connection *con, json_t *msg)
         (!strcmp(method, "tools/call") || !strcmp(method, "tools/list")))
         note_auth(con, method);
     answer = handle(msg, &hang, &before);
-    if (before)
+    if (before) {
+        json_decref(msg);
         return send_events(con, before, answer);
+    }
     if (hang) {
         long long id = json_integer_value(json_object_get(msg, "id"));
         json_decref(msg);
