@@ -6,7 +6,9 @@
  * the run goes on, a cancelled run cancels its
  * call, the legacy HTTP+SSE transport (2024-11-05) lists and calls
  * tools and is told of cancellations the same way, and a server started
- * in the background whose list changes gives a run its new tools.
+ * in the background whose list changes gives a run its new tools (in the
+ * 2026-07-28 era told on the subscriptions/listen stream, which is opened
+ * again when it ends and closed when the server is freed).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 #include "loom/store.h"
 #include "mock_provider.h"
 #include "testutil.h"
+#include "tools/mcp/mcp_internal.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -160,6 +163,16 @@ static char *call_text(loom_mcp_server *s, const char *tool, long timeout_ms,
         loom_mcp_result_text(res, &out);
     json_decref(res);
     return loom_buf_detach(&out);
+}
+
+/* Calls tool, which must succeed. */
+static void call_ok(loom_mcp_server *s, const char *tool)
+{
+    int rc;
+    char *text = call_text(s, tool, 0, &rc);
+
+    assert_int_equal(rc, 0);
+    free(text);
 }
 
 /* A session that expires is started again and the call succeeds. */
@@ -554,44 +567,39 @@ static void test_readyz(void **state)
     fake_stop(&f);
 }
 
-/*
- * A server started in the background: a run that offers its tools by
- * pattern gets them, and after its `change` call (the server says its
- * list changed, then answers) the next model call offers the new tool.
- */
-static void test_list_changed(void **state)
+/* A registry whose server (the fake f) starts in the background; cfg
+ * and the registry to free. */
+static loom_tool_registry *background_registry(const fake_http *f,
+                                               loom_config **cfg)
+{
+    loom_mcp_server_config servers[1] = {http_config(f)};
+    loom_tool_registry *reg = NULL;
+    loom_mcp_setup setup = {0};
+
+    assert_int_equal(loom_config_load_string(cfg, "{}", "t"), 0);
+    (*cfg)->mcp_servers = servers;
+    (*cfg)->mcp_servers_len = 1;
+    setup.background = 1;
+    assert_int_equal(loom_tools_new_from_config_with(&reg, *cfg, &setup), 0);
+    (*cfg)->mcp_servers = NULL;
+    (*cfg)->mcp_servers_len = 0;
+    return reg;
+}
+
+/* A run over reg offering web__* whose model calls web__change, then
+ * answers "done"; m (to clear) has what each model call was offered. */
+static void change_run(loom_tool_registry *reg, mock_provider *m)
 {
     static const mock_answer a[] = {
         {.calls = {{"c1", "web__change", "{}"}}, .ncalls = 1},
         {.text = "done"}};
     static const char *const names[] = {"web__*"};
-    loom_mcp_server_config servers[1];
-    loom_config *cfg = NULL;
-    loom_tool_registry *reg = NULL;
-    loom_mcp_setup setup = {0};
     loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     loom_messages hist = {0};
     loom_run *run = NULL;
-    mock_provider m;
-    fake_http f;
 
-    (void)state;
-    fake_start(&f, NULL);
-    servers[0] = http_config(&f);
-    assert_int_equal(loom_config_load_string(&cfg, "{}", "t"), 0);
-    cfg->mcp_servers = servers;
-    cfg->mcp_servers_len = 1;
-    setup.background = 1;
-    assert_int_equal(loom_tools_new_from_config_with(&reg, cfg, &setup), 0);
-    cfg->mcp_servers = NULL;
-    cfg->mcp_servers_len = 0;
-    /* Its tools come in snapshots; its names stand meanwhile. */
-    assert_null(loom_tool_registry_get(reg, "web__echo"));
-    assert_true(loom_tool_registry_claims(reg, "web__echo"));
-    assert_true(loom_tool_registry_claims(reg, "web__*"));
-    assert_false(loom_tool_registry_claims(reg, "get_time"));
-    mock_init(&m, a, 2, 0);
-    ro.provider = &m.base;
+    mock_init(m, a, 2, 0);
+    ro.provider = &m->base;
     ro.upstream_model = "m";
     ro.tools = reg;
     ro.tool_names = names;
@@ -600,14 +608,115 @@ static void test_list_changed(void **state)
     assert_int_equal(loom_run_new(&run, &ro, &hist), 0);
     assert_int_equal(loom_run_execute(run), 0);
     assert_string_equal(loom_run_text(run), "done");
-    assert_string_equal(m.seen[0].tools, "web__echo,web__hang,web__change");
-    assert_string_equal(m.seen[1].tools,
-                        "web__echo,web__hang,web__change,web__added");
+    assert_string_equal(m->seen[0].tools, "web__echo,web__hang,web__change");
     loom_run_free(run);
     loom_messages_free(&hist);
+}
+
+/*
+ * A server started in the background: a run that offers its tools by
+ * pattern gets them, and after its `change` call (the server says its
+ * list changed, then answers) the next model call offers the new tool.
+ */
+static void test_list_changed(void **state)
+{
+    loom_config *cfg = NULL;
+    loom_tool_registry *reg;
+    mock_provider m;
+    fake_http f;
+
+    (void)state;
+    fake_start(&f, NULL);
+    reg = background_registry(&f, &cfg);
+    /* Its tools come in snapshots; its names stand meanwhile. */
+    assert_null(loom_tool_registry_get(reg, "web__echo"));
+    assert_true(loom_tool_registry_claims(reg, "web__echo"));
+    assert_true(loom_tool_registry_claims(reg, "web__*"));
+    assert_false(loom_tool_registry_claims(reg, "get_time"));
+    change_run(reg, &m);
+    assert_string_equal(m.seen[1].tools,
+                        "web__echo,web__hang,web__change,web__added");
     mock_clear(&m);
     loom_tool_registry_free(reg);
     loom_config_free(cfg);
+    fake_stop(&f);
+}
+
+/*
+ * The 2026-07-28 era: the server's discover says tools.listChanged, so a
+ * subscriptions/listen stream is open; its `change` call says the list
+ * changed on that stream only (not on the call's answer), and a snapshot
+ * taken after that has the new tool.
+ */
+static void test_stateless_list_changed(void **state)
+{
+    static const char *const args[] = {"--stateless", NULL};
+    loom_config *cfg = NULL;
+    loom_tool_registry *reg, *snap = NULL;
+    mock_provider m;
+    fake_http f;
+    struct timespec tick = {0, 20 * 1000000L};
+
+    (void)state;
+    fake_start(&f, args);
+    reg = background_registry(&f, &cfg);
+    change_run(reg, &m);
+    assert_true(wait_log(&f, "listen", 1));
+    /* The notice comes on the stream, apart from the call's answer: the
+     * snapshots have the new tool once the client has read it. */
+    for (int i = 0; i < 500; i++) {
+        assert_int_equal(loom_tool_registry_snapshot(&snap, reg), 0);
+        if (loom_tool_registry_get(snap, "web__added"))
+            break;
+        loom_tool_registry_free(snap);
+        snap = NULL;
+        nanosleep(&tick, NULL);
+    }
+    assert_non_null(snap);
+    loom_tool_registry_free(snap);
+    mock_clear(&m);
+    loom_tool_registry_free(reg);
+    loom_config_free(cfg);
+    fake_stop(&f);
+}
+
+/* Waits (10 s at most) until s has been told of n list changes. */
+static int wait_changed(loom_mcp_server *s, unsigned n)
+{
+    struct timespec tick = {0, 20 * 1000000L};
+
+    for (int i = 0; i < 500; i++) {
+        if (loom__mcp_lists_changed(s) >= n)
+            return 1;
+        nanosleep(&tick, NULL);
+    }
+    return 0;
+}
+
+/*
+ * A subscription the server ends (its result on the stream) is opened
+ * again, with a new request, and the tool list is then stale (a change
+ * may have been missed); freeing the server closes it.
+ */
+static void test_stateless_listen_again(void **state)
+{
+    static const char *const args[] = {"--stateless", NULL};
+    fake_http f;
+    loom_mcp_server *s = fake_server(&f, args);
+
+    (void)state;
+    call_ok(s, "echo");
+    assert_true(wait_log(&f, "listen", 1));
+    assert_int_equal(loom__mcp_lists_changed(s), 0);
+    call_ok(s, "unlisten");
+    assert_true(wait_log(&f, "unlisten", 1));
+    assert_true(wait_log(&f, "listen", 2));
+    assert_true(wait_changed(s, 1));
+    /* Still told of changes on the new stream. */
+    call_ok(s, "change");
+    assert_true(wait_changed(s, 2));
+    loom_mcp_server_free(s);
+    assert_true(wait_log(&f, "unlisten", 2));
     fake_stop(&f);
 }
 
@@ -857,6 +966,8 @@ int main(void)
         cmocka_unit_test(test_legacy_stream_lost),
         cmocka_unit_test(test_readyz),
         cmocka_unit_test(test_list_changed),
+        cmocka_unit_test(test_stateless_list_changed),
+        cmocka_unit_test(test_stateless_listen_again),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_user_headers),
         cmocka_unit_test(test_per_user_tokens),

@@ -9,14 +9,18 @@
  * It listens on 127.0.0.1 at a port the system picks, prints the port on
  * a line of stdout, and exits by itself after S seconds (default 60).
  * server/discover gets "method not found" (an old server), except with
- * --stateless, which speaks 2026-07-28 (no handshake, no session). Its
- * tools:
+ * --stateless, which speaks 2026-07-28 (no handshake, no session; its
+ * discover says tools.listChanged, and subscriptions/listen opens a
+ * stream whose first message acknowledges it). Its tools:
  *   echo    the arguments back as text
  *   hang    never answers (an event stream that stays open)
  *   change  adds the tool "added" and says so with
  *           notifications/tools/list_changed, sent before its answer on
  *           the answer's own event stream (the legacy stream in --legacy
- *           mode), so a client has it when the call returns
+ *           mode), so a client has it when the call returns; with
+ *           --stateless on the subscriptions/listen stream instead
+ *   unlisten  (not listed; --stateless) ends the subscriptions/listen
+ *           stream with its result, as a server that shuts down does
  *   sample  (not listed; --stateless) without inputResponses, an
  *           input_required result asking for sampling/createMessage
  *           (key s1, requestState "st1"), or "no sampling capability"
@@ -37,7 +41,9 @@
  * "cancelled <id>" (a
  * notifications/cancelled), "closed <id>" (the stream of call <id> was
  * closed by the client), "deleted", "auth <method> <Authorization>" (a
- * tools/list or tools/call, "-" without the header).
+ * tools/list or tools/call, "-" without the header), "listen <id>" (a
+ * subscriptions/listen stream opened), "unlisten <id>" (it ended or the
+ * client closed it).
  */
 #include <jansson.h>
 #include <microhttpd.h>
@@ -66,6 +72,10 @@ static long calls;             /* tools/call answers in this session */
 static int changed;            /* "change" was called */
 static char *queue[QUEUE_MAX]; /* events for the open stream */
 static size_t queued;
+static long long listen_id = -1; /* the last subscriptions/listen's id */
+/* A queued event that starts with this ends its stream once sent. */
+#define LAST_EVENT '\x01'
+
 static atomic_int stopping;
 
 static void note(const char *what, long long id)
@@ -94,15 +104,17 @@ static void note_auth(struct MHD_Connection *con, const char *method)
     note(line, -1);
 }
 
-/* Queues an SSE event (event name, data) for the open stream. */
-static void push(const char *event, const char *data)
+/* Queues an SSE event (event name, data) for the open stream; last: the
+ * stream ends after it. */
+static void push_event(const char *event, const char *data, int last)
 {
     size_t n = strlen(event) + strlen(data) + 32;
     char *e = malloc(n);
 
     if (!e)
         return;
-    snprintf(e, n, "event: %s\ndata: %s\n\n", event, data);
+    snprintf(e, n, "%sevent: %s\ndata: %s\n\n", last ? "\x01" : "", event,
+             data);
     pthread_mutex_lock(&mu);
     if (queued < QUEUE_MAX)
         queue[queued++] = e;
@@ -110,6 +122,11 @@ static void push(const char *event, const char *data)
         free(e);
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
+}
+
+static void push(const char *event, const char *data)
+{
+    push_event(event, data, 0);
 }
 
 static void push_msg(json_t *msg)
@@ -120,6 +137,46 @@ static void push_msg(json_t *msg)
         push("message", text);
     free(text);
     json_decref(msg);
+}
+
+/* The `_meta` that tags a message of subscription id. */
+static json_t *subscription_meta(long long id)
+{
+    return json_pack("{s:I}", "io.modelcontextprotocol/subscriptionId",
+                     (json_int_t)id);
+}
+
+/* --stateless: the list change goes on the subscription's stream. */
+static void push_list_changed(void)
+{
+    long long id;
+
+    pthread_mutex_lock(&mu);
+    id = listen_id;
+    pthread_mutex_unlock(&mu);
+    push_msg(json_pack("{s:s,s:s,s:{s:o}}", "jsonrpc", "2.0", "method",
+                       "notifications/tools/list_changed", "params", "_meta",
+                       subscription_meta(id)));
+}
+
+/* --stateless: the subscription's result, which ends its stream. */
+static void push_unlisten(void)
+{
+    json_t *m;
+    char *text;
+    long long id;
+
+    pthread_mutex_lock(&mu);
+    id = listen_id;
+    pthread_mutex_unlock(&mu);
+    m = json_pack("{s:s,s:I,s:{s:s,s:o}}", "jsonrpc", "2.0", "id",
+                  (json_int_t)id, "result", "resultType", "complete", "_meta",
+                  subscription_meta(id));
+    text = m ? json_dumps(m, JSON_COMPACT) : NULL;
+    if (text)
+        push_event("message", text, 1);
+    free(text);
+    json_decref(m);
 }
 
 static json_t *tool(const char *name)
@@ -211,6 +268,11 @@ static json_t *handle(const json_t *msg, int *hang, json_t **before)
     if (stateless && strcmp(method, "tools/call") == 0 && name &&
         strcmp(name, "sample") == 0)
         return result_for(id, sample(params));
+    if (stateless && strcmp(method, "tools/call") == 0 && name &&
+        strcmp(name, "unlisten") == 0) {
+        push_unlisten();
+        return result_for(id, text_result("unlistened"));
+    }
     if (strcmp(method, "tools/call") == 0) {
         char *args = json_dumps(json_object_get(params, "arguments"),
                                 JSON_COMPACT | JSON_SORT_KEYS);
@@ -221,7 +283,9 @@ static json_t *handle(const json_t *msg, int *hang, json_t **before)
         if (name && strcmp(name, "change") == 0)
             changed = 1;
         pthread_mutex_unlock(&mu);
-        if (name && strcmp(name, "change") == 0)
+        if (name && strcmp(name, "change") == 0 && stateless)
+            push_list_changed();
+        else if (name && strcmp(name, "change") == 0)
             *before = json_pack("{s:s,s:s}", "jsonrpc", "2.0", "method",
                                 "notifications/tools/list_changed");
         return r;
@@ -229,10 +293,11 @@ static json_t *handle(const json_t *msg, int *hang, json_t **before)
     if (strcmp(method, "ping") == 0)
         return result_for(id, json_object());
     if (stateless && strcmp(method, "server/discover") == 0)
-        return result_for(id, json_pack("{s:[s],s:{s:{}},s:{s:s,s:s}}",
+        return result_for(id, json_pack("{s:[s],s:{s:{s:b}},s:{s:s,s:s}}",
                                         "supportedVersions", "2026-07-28",
-                                        "capabilities", "tools", "serverInfo",
-                                        "name", "fake-http", "version", "1"));
+                                        "capabilities", "tools", "listChanged",
+                                        1, "serverInfo", "name", "fake-http",
+                                        "version", "1"));
     return json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id,
                      "error", "code", -32601, "message", "Method not found");
 }
@@ -250,9 +315,11 @@ static void on_note(const json_t *msg)
 /* ---- event streams ------------------------------------------------------ */
 
 typedef struct {
-    long long call; /* the call it hangs for, -1: the session's stream */
-    char *pending;  /* an event being written */
+    long long call;   /* the call it hangs for, -1: the session's stream */
+    long long listen; /* the subscriptions/listen it answers, or -1 */
+    char *pending;    /* an event being written */
     size_t off;
+    int last; /* the stream ends once pending is written */
 } stream;
 
 static void sleep_ms(long ms)
@@ -272,7 +339,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     size_t n;
 
     (void)pos;
-    if (atomic_load(&stopping))
+    if (atomic_load(&stopping) || (st->last && !st->pending))
         return MHD_CONTENT_READER_END_OF_STREAM;
     if (!st->pending && st->call < 0) {
         pthread_mutex_lock(&mu);
@@ -280,6 +347,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             st->pending = queue[0];
             memmove(queue, queue + 1, --queued * sizeof(*queue));
             st->off = 0;
+            if (*st->pending == LAST_EVENT) {
+                st->last = 1;
+                st->off = 1;
+            }
         }
         pthread_mutex_unlock(&mu);
     }
@@ -307,12 +378,16 @@ static void stream_free(void *cls)
 
     if (st->call >= 0)
         note("closed", st->call);
+    if (st->listen >= 0)
+        note("unlisten", st->listen);
     free(st->pending);
     free(st);
 }
 
+/* An event stream for call (-1: none) or subscription listen (-1: none),
+ * first written first (NULL: nothing). */
 static enum MHD_Result send_stream(struct MHD_Connection *con, long long call,
-                                   const char *first)
+                                   long long listen, const char *first)
 {
     stream *st = calloc(1, sizeof(*st));
     struct MHD_Response *r;
@@ -321,6 +396,7 @@ static enum MHD_Result send_stream(struct MHD_Connection *con, long long call,
     if (!st)
         return MHD_NO;
     st->call = call;
+    st->listen = listen;
     if (first && !(st->pending = strdup(first))) {
         free(st);
         return MHD_NO;
@@ -421,6 +497,34 @@ static int session_ok(struct MHD_Connection *con)
     return ok;
 }
 
+/* --stateless: a subscriptions/listen request, answered by a stream that
+ * stays open; its first message acknowledges the subscription (and
+ * asks the client to come back 200 ms after the stream ends). */
+static enum MHD_Result on_listen(struct MHD_Connection *con, json_t *msg)
+{
+    long long id = json_integer_value(json_object_get(msg, "id"));
+    json_t *ack = json_pack(
+        "{s:s,s:s,s:{s:O*,s:o}}", "jsonrpc", "2.0", "method",
+        "notifications/subscriptions/acknowledged", "params", "notifications",
+        json_object_get(json_object_get(msg, "params"), "notifications"),
+        "_meta", subscription_meta(id));
+    char *text = ack ? json_dumps(ack, JSON_COMPACT) : NULL, *first = NULL;
+    enum MHD_Result ret = MHD_NO;
+
+    json_decref(ack);
+    json_decref(msg);
+    pthread_mutex_lock(&mu);
+    listen_id = id;
+    pthread_mutex_unlock(&mu);
+    note("listen", id);
+    if (text &&
+        asprintf(&first, "retry: 200\nevent: message\ndata: %s\n\n", text) >= 0)
+        ret = send_stream(con, -1, id, first);
+    free(text);
+    free(first);
+    return ret;
+}
+
 /* A POST of the Streamable HTTP transport. */
 static enum MHD_Result on_post(struct MHD_Connection *con, json_t *msg)
 {
@@ -447,6 +551,8 @@ static enum MHD_Result on_post(struct MHD_Connection *con, json_t *msg)
     if (method &&
         (!strcmp(method, "tools/call") || !strcmp(method, "tools/list")))
         note_auth(con, method);
+    if (stateless && method && strcmp(method, "subscriptions/listen") == 0)
+        return on_listen(con, msg);
     answer = handle(msg, &hang, &before);
     if (before) {
         json_decref(msg);
@@ -455,7 +561,7 @@ static enum MHD_Result on_post(struct MHD_Connection *con, json_t *msg)
     if (hang) {
         long long id = json_integer_value(json_object_get(msg, "id"));
         json_decref(msg);
-        return send_stream(con, id, NULL);
+        return send_stream(con, id, -1, NULL);
     }
     json_decref(msg);
     pthread_mutex_lock(&mu);
@@ -542,10 +648,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con,
         snprintf(first, sizeof(first),
                  "event: endpoint\ndata: /messages?sessionId=%s\n\n", session);
         pthread_mutex_unlock(&mu);
-        return send_stream(con, -1, first);
+        return send_stream(con, -1, -1, first);
     }
     if (strcmp(method, "GET") == 0 && !legacy && strcmp(url, "/mcp") == 0)
-        return session_ok(con) ? send_stream(con, -1, NULL)
+        return session_ok(con) ? send_stream(con, -1, -1, NULL)
                                : send_text(con, MHD_HTTP_NOT_FOUND,
                                            "text/plain", "no such session", 0);
     if (strcmp(method, "DELETE") == 0 && !legacy) {

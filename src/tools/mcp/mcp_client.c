@@ -100,6 +100,7 @@ struct loom_mcp_server {
     mcp_pending *pending;
     char protocol[32];
     int stateless;      /* the 2026-07-28 era: no handshake, _meta */
+    int listen_tools;   /* its discover says tools.listChanged */
     json_t *headers_of; /* tool -> {param: x-mcp-header}; may be NULL */
     loom_mcp_input_fn input;
     void *input_arg;
@@ -583,7 +584,7 @@ static void on_notification(loom_mcp_server *s, const char *method,
         pthread_mutex_unlock(&s->mu);
     } else if (strcmp(method, "notifications/tools/list_changed") == 0) {
         loom_debug("mcp %s: its tools changed", s->cfg.name);
-        atomic_fetch_add(&s->lists_changed, 1);
+        loom__mcp_list_stale(s);
     } else {
         loom_debug("mcp %s: notification %.100s", s->cfg.name, method);
     }
@@ -592,6 +593,11 @@ static void on_notification(loom_mcp_server *s, const char *method,
 unsigned loom__mcp_lists_changed(loom_mcp_server *s)
 {
     return atomic_load(&s->lists_changed);
+}
+
+void loom__mcp_list_stale(loom_mcp_server *s)
+{
+    atomic_fetch_add(&s->lists_changed, 1);
 }
 
 /* Whether the config lets the server sample (`sampling: allow`). */
@@ -1168,9 +1174,30 @@ static int discover(loom_mcp_server *s, int64_t deadline, int *old)
     pthread_mutex_lock(&s->mu);
     json_decref(s->server_info);
     s->server_info = json_incref(info);
+    s->listen_tools = json_is_true(json_object_get(
+        json_object_get(json_object_get(result, "capabilities"), "tools"),
+        "listChanged"));
     pthread_mutex_unlock(&s->mu);
     json_decref(result);
     return 0;
+}
+
+json_t *loom__mcp_listen_request(loom_mcp_server *s)
+{
+    json_t *caps = client_caps(s, NULL), *meta = NULL, *msg = NULL;
+    json_int_t id;
+    char version[32];
+
+    pthread_mutex_lock(&s->mu);
+    id = s->next_id++;
+    snprintf(version, sizeof(version), "%s", s->protocol);
+    pthread_mutex_unlock(&s->mu);
+    if (caps && (meta = loom__mcp_meta(version, caps)) != NULL)
+        msg = json_pack("{s:s,s:I,s:s,s:{s:o,s:{s:b}}}", "jsonrpc", "2.0", "id",
+                        id, "method", "subscriptions/listen", "params", "_meta",
+                        meta, "notifications", "toolsListChanged", 1);
+    json_decref(caps);
+    return msg;
 }
 
 /* How long a probe with server/discover may take before the server is
@@ -1237,6 +1264,7 @@ static int ensure_started(loom_mcp_server *s)
     }
     s->protocol[0] = '\0';
     s->stateless = 0;
+    s->listen_tools = 0;
     /* 2: a restart (the server ran before, or failed to start). */
     s->starting = s->gen || s->failures ? 2 : 1;
     pthread_mutex_unlock(&s->mu);
@@ -1263,6 +1291,9 @@ static int ensure_started(loom_mcp_server *s)
         goto fail;
     loom_info("mcp %s: connected (%s, protocol %s)", s->cfg.name, s->tr->name,
               s->protocol);
+    /* A 2026-07-28 server tells of list changes on a subscription only. */
+    if (s->stateless && s->listen_tools && s->tr->listen)
+        s->tr->listen(c->impl);
     pthread_mutex_lock(&s->mu);
     s->starting = 0;
     pthread_mutex_unlock(&s->mu);

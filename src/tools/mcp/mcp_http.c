@@ -12,6 +12,12 @@
  * core handles by starting a new session (LOOM_ENOTFOUND). Stopping
  * deletes the session (DELETE, best effort).
  *
+ * Messages that belong to no request of loom's come on a listener
+ * thread's stream: in a session era a GET on the endpoint, in the
+ * 2026-07-28 era a subscriptions/listen request (POST) whose answer is
+ * a stream that stays open. Either is opened again when it ends and
+ * closed by http_stop.
+ *
  * Each POST is its own libcurl easy handle, so parallel calls do not
  * wait for each other; a check every TICK_MS aborts one at its deadline
  * or when its cancel flag is set. Header values (tokens) are never
@@ -66,6 +72,10 @@ typedef struct {
     char last_id[SESSION_MAX + 1]; /* the stream's last event id, "" if none */
     long retry;                    /* its last retry: value, -1 if none */
     int listener;                  /* the listener's GET: ends at http_stop */
+    json_int_t listen_id; /* the subscriptions/listen request's id, or 0 */
+    int events;           /* messages of the stream besides its answer */
+    int resumed;          /* a subscription opened again */
+    int refused;          /* the subscription was answered with an error */
     int aborted;                   /* by the progress callback: why in rc */
     int rc;
     char www[1024];    /* the answer's WWW-Authenticate, "" if none */
@@ -139,16 +149,44 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
     return len;
 }
 
+/*
+ * A message that came on st's stream (or as its JSON body) goes to the
+ * core. On a subscription, the answer to subscriptions/listen itself is
+ * kept here (an error: refused; a result: it ended), and the first
+ * message of one opened again marks the tool list stale, since a change
+ * may have come while it was closed.
+ */
 static void dispatch_text(post_state *st, const char *data, size_t len)
 {
+    const char *name = loom__mcp_config(st->c->s)->name;
     json_error_t err;
     json_t *msg = json_loadb(data, len, JSON_REJECT_DUPLICATES, &err);
+    const json_t *id = json_object_get(msg, "id");
 
     if (!msg) {
         loom_warn("mcp %s: skipped an answer that is not JSON (%zu bytes)",
-                  loom__mcp_config(st->c->s)->name, len);
+                  name, len);
         return;
     }
+    if (st->listen_id && json_is_integer(id) &&
+        json_integer_value(id) == st->listen_id &&
+        !json_object_get(msg, "method")) {
+        const json_t *e = json_object_get(msg, "error");
+        if (e) {
+            st->refused = 1;
+            loom_info("mcp %s: subscriptions/listen refused (%.200s): its "
+                      "list changes are not followed",
+                      name,
+                      json_string_value(json_object_get(e, "message"))
+                          ? json_string_value(json_object_get(e, "message"))
+                          : "no message");
+        }
+        json_decref(msg);
+        return;
+    }
+    if (st->resumed && st->events == 0)
+        loom__mcp_list_stale(st->c->s);
+    st->events++;
     loom__mcp_dispatch(st->c->s, st->c->gen, msg);
 }
 
@@ -413,6 +451,16 @@ static int wait_retry(http_conn *c, long ms, int64_t deadline,
     }
 }
 
+/* Readies st for another exchange: a new answer, body and stream. */
+static void reset_answer(post_state *st)
+{
+    loom_sse_parser_free(st->parser);
+    st->parser = NULL;
+    st->typed = st->sse = st->aborted = 0;
+    st->type[0] = '\0';
+    loom_buf_clear(&st->body);
+}
+
 /*
  * One exchange: a POST of text (or, text NULL, a GET that resumes the
  * stream after st->last_id). Its status in *status. Returns 0 or the
@@ -497,11 +545,7 @@ static void *listen_main(void *arg)
     loom_buf_init(&st.body, 1 << 20);
     while (!atomic_load(&c->stopping) && failed < LISTEN_FAILURES) {
         long status = 0;
-        st.typed = st.sse = st.aborted = 0;
-        st.type[0] = '\0';
-        loom_buf_clear(&st.body);
-        loom_sse_parser_free(st.parser);
-        st.parser = NULL;
+        reset_answer(&st);
         int rc = exchange(c, &st, NULL, NULL, &status);
         listen_ready(c);
         if (rc != 0 && atomic_load(&c->stopping))
@@ -519,20 +563,12 @@ static void *listen_main(void *arg)
     return NULL;
 }
 
-/* Starts the listener once, after the handshake (a session era only),
- * and waits (a little) for its stream to be open. */
-static void start_listener(http_conn *c, const json_t *msg)
+/* Starts fn as the connection's listener thread, once, and waits (a
+ * little) for its stream to be open. */
+static void start_thread(http_conn *c, void *(*fn)(void *))
 {
-    const char *method = json_string_value(json_object_get(msg, "method"));
-    char version[32];
-
-    loom__mcp_protocol(c->s, version, sizeof(version));
-    if (!method || strcmp(method, "notifications/initialized") != 0 ||
-        strcmp(version, LOOM_MCP_PROTOCOL_STATELESS) == 0)
-        return;
     pthread_mutex_lock(&c->mu);
-    if (!c->listening &&
-        pthread_create(&c->listener, NULL, listen_main, c) == 0) {
+    if (!c->listening && pthread_create(&c->listener, NULL, fn, c) == 0) {
         struct timespec ts;
         c->listening = 1;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -542,6 +578,117 @@ static void start_listener(http_conn *c, const json_t *msg)
             ;
     }
     pthread_mutex_unlock(&c->mu);
+}
+
+/* Starts the listener once, after the handshake (a session era only). */
+static void start_listener(http_conn *c, const json_t *msg)
+{
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    char version[32];
+
+    loom__mcp_protocol(c->s, version, sizeof(version));
+    if (!method || strcmp(method, "notifications/initialized") != 0 ||
+        strcmp(version, LOOM_MCP_PROTOCOL_STATELESS) == 0)
+        return;
+    start_thread(c, listen_main);
+}
+
+/* The subscription's waits: after a stream that ended, its retry: (else
+ * LISTEN_RETRY_MS), never less than SUBSCRIBE_MIN_MS; after attempts
+ * that opened nothing, doubling up to SUBSCRIBE_MAX_MS; it gives up
+ * after SUBSCRIBE_FAILURES of those in a row. */
+#define SUBSCRIBE_MIN_MS 250L
+#define SUBSCRIBE_MAX_MS 30000L
+#define SUBSCRIBE_FAILURES 8
+
+/* Whether an HTTP status refuses the subscription for good (a client
+ * error that trying again will not mend). */
+static int refusal(long status)
+{
+    return status >= 400 && status <= 499 && status != 401 && status != 403 &&
+           status != 408 && status != 429;
+}
+
+/*
+ * The subscription (2026-07-28): a subscriptions/listen request for
+ * toolsListChanged whose answer is an event stream that stays open; the
+ * notifications on it are dispatched like any. A stream that ends (the
+ * server's result, or a closed connection) is opened again with a new
+ * request, and the tool list is then marked stale; a refusal (a JSON-RPC
+ * error, a client error status, an answer that is no stream) ends it.
+ * Ends at http_stop.
+ */
+static void *subscribe_main(void *arg)
+{
+    http_conn *c = arg;
+    const char *name = loom__mcp_config(c->s)->name;
+    post_state st;
+    int failures = 0, opened = 0;
+
+    memset(&st, 0, sizeof(st));
+    st.c = c;
+    st.listener = 1;
+    st.deadline = INT64_MAX;
+    loom_buf_init(&st.body, 1 << 20);
+    while (!atomic_load(&c->stopping)) {
+        json_t *msg = loom__mcp_listen_request(c->s);
+        char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+        long status = 0, wait;
+        int rc = LOOM_ENOMEM;
+
+        reset_answer(&st);
+        st.retry = -1;
+        st.events = st.refused = 0;
+        st.resumed = opened;
+        st.listen_id = json_integer_value(json_object_get(msg, "id"));
+        if (text)
+            rc = exchange(c, &st, msg, text, &status);
+        json_decref(msg);
+        free(text);
+        listen_ready(c);
+        if (atomic_load(&c->stopping))
+            break;
+        if (st.sse)
+            loom_sse_parser_finish(st.parser);
+        else if (rc == 0 && st.body.len)
+            dispatch_text(&st, st.body.ptr, st.body.len);
+        if (st.refused || refusal(status) ||
+            (rc == 0 && status >= 200 && status <= 299 && !st.sse)) {
+            if (!st.refused)
+                loom_info("mcp %s: no subscriptions/listen stream (HTTP %ld): "
+                          "its list changes are not followed",
+                          name, status);
+            break;
+        }
+        if (st.events) {
+            opened = 1;
+            failures = 0;
+        } else if (++failures >= SUBSCRIBE_FAILURES) {
+            loom_warn("mcp %s: subscriptions/listen failed %d times in a "
+                      "row: its list changes are not followed",
+                      name, failures);
+            break;
+        }
+        wait = st.retry >= 0 ? st.retry : LISTEN_RETRY_MS;
+        if (failures && (LISTEN_RETRY_MS << (failures - 1)) > wait)
+            wait = LISTEN_RETRY_MS << (failures - 1);
+        wait = wait < SUBSCRIBE_MIN_MS   ? SUBSCRIBE_MIN_MS
+               : wait > SUBSCRIBE_MAX_MS ? SUBSCRIBE_MAX_MS
+                                         : wait;
+        loom_debug("mcp %s: subscriptions/listen ended; opening it again in "
+                   "%ld ms",
+                   name, wait);
+        if (wait_retry(c, wait, INT64_MAX, NULL) != 0)
+            break;
+    }
+    loom_sse_parser_free(st.parser);
+    loom_buf_free(&st.body);
+    return NULL;
+}
+
+static void http_listen(void *impl)
+{
+    start_thread(impl, subscribe_main);
 }
 
 /*
@@ -564,11 +711,7 @@ static int authorized(http_conn *c, post_state *st, const json_t *msg,
             loom__mcp_defer(c->s, st->p, st->deadline - before);
         if (rc <= 0)
             return rc;
-        loom_sse_parser_free(st->parser);
-        st->parser = NULL;
-        st->typed = st->sse = st->aborted = 0;
-        st->type[0] = '\0';
-        loom_buf_clear(&st->body);
+        reset_answer(st);
         if ((rc = exchange(c, st, msg, text, status)) != 0)
             return rc;
     }
@@ -643,11 +786,7 @@ static int http_send(void *impl, const json_t *msg, int64_t deadline,
         loom_info("mcp %s: the answer's stream ended early; resuming it "
                   "after event %.40s",
                   name, st.last_id);
-        loom_sse_parser_free(st.parser);
-        st.parser = NULL;
-        st.typed = st.sse = 0;
-        st.type[0] = '\0';
-        loom_buf_clear(&st.body);
+        reset_answer(&st);
         if ((rc = exchange(c, &st, NULL, NULL, &status)) != 0)
             goto done;
         if (status < 200 || status > 299 || !st.sse)
@@ -711,5 +850,5 @@ static void http_free(void *impl)
     free(c);
 }
 
-const mcp_transport loom__mcp_http = {"http", http_open, http_send, http_stop,
-                                      http_free};
+const mcp_transport loom__mcp_http = {"http",    http_open, http_send,
+                                      http_stop, http_free, http_listen};

@@ -45,6 +45,14 @@ typedef struct {
     void (*stop)(void *impl);
     /* Frees what stop left (after the last sender let go). */
     void (*free)(void *impl);
+    /*
+     * The 2026-07-28 era: keeps a subscriptions/listen request open
+     * (loom__mcp_listen_request) until stop, its stream's messages
+     * dispatched, opened again when it ends. Called once, after the
+     * server was discovered; returns when the stream is open (or a
+     * little later). NULL: the transport has none.
+     */
+    void (*listen)(void *impl);
 } mcp_transport;
 
 extern const mcp_transport loom__mcp_stdio;
@@ -69,6 +77,16 @@ void loom__mcp_ref(loom_mcp_server *s);
 /* How many notifications/tools/list_changed the server sent (any
  * thread): a change means its tools should be listed again. */
 unsigned loom__mcp_lists_changed(loom_mcp_server *s);
+
+/* Marks the server's tool list stale as its list_changed does: a
+ * subscription opened again may have missed a change. */
+void loom__mcp_list_stale(loom_mcp_server *s);
+
+/*
+ * A new subscriptions/listen request (2026-07-28) asking for
+ * toolsListChanged, with a fresh id and the era's `_meta`. NULL on OOM.
+ */
+json_t *loom__mcp_listen_request(loom_mcp_server *s);
 
 /* The server's config and name, for the transports. Borrowed. */
 const loom_mcp_server_config *loom__mcp_config(const loom_mcp_server *s);

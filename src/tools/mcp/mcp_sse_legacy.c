@@ -379,5 +379,5 @@ static void sse_free(void *impl)
     free(c);
 }
 
-const mcp_transport loom__mcp_sse = {"sse", sse_open, sse_send, sse_stop,
-                                     sse_free};
+const mcp_transport loom__mcp_sse = {"sse",    sse_open, sse_send,
+                                     sse_stop, sse_free, NULL};

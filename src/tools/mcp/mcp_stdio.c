@@ -473,5 +473,5 @@ static void stdio_free(void *impl)
     free(c);
 }
 
-const mcp_transport loom__mcp_stdio = {"stdio", stdio_open, stdio_send,
-                                       stdio_stop, stdio_free};
+const mcp_transport loom__mcp_stdio = {"stdio",    stdio_open, stdio_send,
+                                       stdio_stop, stdio_free, NULL};
