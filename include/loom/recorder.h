@@ -71,6 +71,14 @@ int loom_recorder_new(loom_recorder **out, loom_sink inner);
 loom_sink loom_recorder_sink(loom_recorder *rec);
 
 /*
+ * Notes ev as the recorder's sink would, without passing it on: for
+ * events a run sent before (a resumed run's, read back from a store),
+ * whose calls, usage and tool records belong to the turn it stores.
+ * Events must come in seq order, before the run's new ones.
+ */
+void loom_recorder_note(loom_recorder *rec, const loom_event *ev);
+
+/*
  * Sets the policy later loom_recorder_turn() calls apply (NULL: store
  * everything); policy is copied. LOOM_EINVALID for a version newer than
  * LOOM_DATA_POLICY_VERSION, LOOM_ENOMEM; on error the policy in force is

@@ -85,6 +85,26 @@ void loom__spend_free(loom__spend *s)
     }
 }
 
+void loom__spend_spent(loom__spend *s, int64_t *micros, int64_t *tokens,
+                       int64_t *elapsed_ms)
+{
+    pthread_mutex_lock(&s->lock);
+    *micros = s->spent_micros;
+    *tokens = s->spent_tokens;
+    *elapsed_ms = loom__mono_ms() - s->start_ms;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void loom__spend_carry(loom__spend *s, int64_t micros, int64_t tokens,
+                       int64_t elapsed_ms)
+{
+    pthread_mutex_lock(&s->lock);
+    s->spent_micros += micros > 0 ? micros : 0;
+    s->spent_tokens += tokens > 0 ? tokens : 0;
+    s->start_ms -= elapsed_ms > 0 ? elapsed_ms : 0;
+    pthread_mutex_unlock(&s->lock);
+}
+
 const char *loom__refusal_name(loom__refusal why)
 {
     switch (why) {

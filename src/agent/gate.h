@@ -40,6 +40,20 @@ int loom__spend_new(loom__spend **out, const loom_run_budget *limits,
 loom__spend *loom__spend_ref(loom__spend *s);
 /* Drops a reference; NULL is a no-op. */
 void loom__spend_free(loom__spend *s);
+/*
+ * A resumed run's spend (research runs, run_internal.h loom__run_restore)
+ * goes on from what it had spent before the stop.
+ * loom__spend_spent: what the spend's calls and its sub-agents' cost so
+ * far (settled, not held) and the milliseconds since its clock started.
+ * loom__spend_carry: adds micros and tokens to what the spend (this
+ * level only: a resumed run is a top run) has spent and starts its clock
+ * elapsed_ms earlier, so its limits hold as if the stop had not happened.
+ */
+void loom__spend_spent(loom__spend *s, int64_t *micros, int64_t *tokens,
+                       int64_t *elapsed_ms);
+void loom__spend_carry(loom__spend *s, int64_t micros, int64_t tokens,
+                       int64_t elapsed_ms);
+
 /* Whether limits (NULL or all zero) hold any limit. */
 int loom__budget_any(const loom_run_budget *limits);
 

@@ -209,6 +209,12 @@ static int on_event(const loom_event *ev, void *payload)
     return r->inner.emit ? r->inner.emit(ev, r->inner.payload) : 0;
 }
 
+void loom_recorder_note(loom_recorder *rec, const loom_event *ev)
+{
+    if (rec && ev)
+        note(rec, ev);
+}
+
 int loom_recorder_new(loom_recorder **out, loom_sink inner)
 {
     loom_recorder *r = calloc(1, sizeof(*r));

@@ -23,6 +23,7 @@
  */
 #include "agent/research.h"
 #include "agent/citations.h"
+#include "agent/gate.h"
 #include "agent/run_internal.h"
 #include "agent/subagent.h"
 #include "core/clock.h"
@@ -274,7 +275,7 @@ static int researcher_tools(loom__research *r, const loom_research_config *c,
 }
 
 static int settings(loom__research *r, const loom_research_config *c,
-                    const json_t *o, long window)
+                    const json_t *o, const loom_run_budget *b, long window)
 {
     long cycles = c->max_cycles, cycles_r = c->max_cycles_reasoning;
     long par = c->max_parallel_researchers, srch = c->researcher_max_searches;
@@ -301,6 +302,14 @@ static int settings(loom__research *r, const loom_research_config *c,
         r->clarify = json_is_true(v);
     if ((v = json_object_get(o, "max_cost_usd")))
         r->max_cost = (int64_t)(json_number_value(v) * 1e6 + 0.5);
+    /* The run's own budget (a request's, an agent's) holds as well: the
+     * tighter one is the research's, so the report is written from what
+     * exists before the run's budget would refuse a call. */
+    if (b->max_tokens > 0 && (!r->max_tokens || b->max_tokens < r->max_tokens))
+        r->max_tokens = b->max_tokens;
+    if (b->max_cost_micros > 0 &&
+        (!r->max_cost || b->max_cost_micros < r->max_cost))
+        r->max_cost = b->max_cost_micros;
     r->max_cycles = (int)(r->reasoning ? cycles_r : cycles);
     r->parallel = (int)par;
     r->searches = (int)srch;
@@ -488,8 +497,17 @@ static int replay(loom__research *r, const char *task, const loom_tool_ctx *ctx,
     *rc = loom_buf_printf(out, "%s", result ? result : "");
     report = json_object_get(row, "report");
     if (ctx->host && json_is_object(report)) {
+        loom_usage u;
+        int priced, unpriced;
         json_decref(ctx->host->report);
         ctx->host->report = json_deep_copy(report);
+        /* What it spent before the stop is spent: the run's budget
+         * counts it again, as the run's usage does. */
+        loom__usage_from_full(json_object_get(report, "usage"), &u, &priced,
+                              &unpriced);
+        if (ctx->host->spend)
+            loom__spend_carry(ctx->host->spend, u.cost_micros, u.total_tokens,
+                              0);
     }
     docs = json_object_get(row, "documents");
     json_array_foreach(docs, i, d)
@@ -956,7 +974,10 @@ static loom_args_action preprocess(const loom_agent_state *st,
         return LOOM_ARGS_FAIL;
     }
     reserved = (long)(r->turn_started + 1) * researcher_estimate(r);
-    if (over_budget(r, st->run, reserved)) {
+    /* A researcher that had ended before a stop answers from its row at
+     * no cost: the budget let it run then. */
+    if (!json_object_get(r->replay, call->id ? call->id : "") &&
+        over_budget(r, st->run, reserved)) {
         (void)loom_buf_printf(error, "not run: the research budget would be "
                                      "passed. The report is written from "
                                      "what was found.");
@@ -1089,8 +1110,8 @@ int loom__research_new(loom__research **out, loom_session *s,
     r->s = s;
     r->reasoning = ro->reasoning || ro->thinking_budget > 0 ||
                    (ro->reasoning_effort && *ro->reasoning_effort);
-    if ((rc = settings(r, &cfg->research, overrides, ro->context.window)) !=
-            0 ||
+    if ((rc = settings(r, &cfg->research, overrides, &ro->budget,
+                       ro->context.window)) != 0 ||
         (rc = make_tools(r)) != 0 ||
         !(r->prompt =
               strdup(r->reasoning ? REASONING_PROMPT : SUPERVISOR_PROMPT))) {
@@ -1255,15 +1276,15 @@ static json_t *state_json(loom__research *r, loom_run *run)
     pthread_mutex_lock(&r->mu);
     rs = json_deep_copy(r->rs);
     pthread_mutex_unlock(&r->mu);
-    o = json_pack("{s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:s?,s:s?,s:s,s:I,s:o,s:o}",
+    o = json_pack("{s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:s?,s:s?,s:s,s:I,s:o,s:o}",
                   "ph", (int)r->ph, "cycle", r->cycle, "retried", r->retried,
                   "researchers", r->researchers, "failed", r->failed,
                   "biggest_researcher", (json_int_t)r->biggest_researcher,
-                  "biggest_call", (json_int_t)r->biggest_call, "reason",
-                  r->reason, "instructions", r->instructions, "notes",
-                  loom_buf_cstr(&r->notes), "elapsed_ms",
-                  (json_int_t)(loom__mono_ms() - r->started_ms), "rs", rs,
-                  "run", loom__run_snapshot(run));
+                  "biggest_call", (json_int_t)r->biggest_call, "turn_base",
+                  (json_int_t)r->turn_base, "reason", r->reason, "instructions",
+                  r->instructions, "notes", loom_buf_cstr(&r->notes),
+                  "elapsed_ms", (json_int_t)(loom__mono_ms() - r->started_ms),
+                  "rs", rs, "run", loom__run_snapshot(run));
     return o;
 }
 
@@ -1340,6 +1361,7 @@ static void state_read(loom__research *r, const json_t *s)
         (long)json_integer_value(json_object_get(s, "biggest_researcher"));
     r->biggest_call =
         (long)json_integer_value(json_object_get(s, "biggest_call"));
+    r->turn_base = (long)json_integer_value(json_object_get(s, "turn_base"));
     /* reason is static text: the one of the names it can be. */
     v = json_string_value(json_object_get(s, "reason"));
     r->reason = NULL;

@@ -257,6 +257,9 @@ struct loom_run {
     size_t base_len;
     int resumed;
     int resume_tools;
+    /* What the run's spend had when the step it resumes from was kept:
+     * carried into the spend it opens. */
+    int64_t carry_micros, carry_tokens, carry_ms;
 };
 
 /* The model calls that count toward the current agent's limit: not
@@ -2892,6 +2895,11 @@ static int spend_open(loom_run *run)
             run->spend = loom__spend_ref(run->parent_spend);
         }
     }
+    if (run->resumed && run->spend && run->spend != run->parent_spend) {
+        loom__spend_carry(run->spend, run->carry_micros, run->carry_tokens,
+                          run->carry_ms);
+        run->carry_micros = run->carry_tokens = run->carry_ms = 0;
+    }
     run->gate.spend = run->spend;
     run->gate.counter = o->context.token_counter;
     run->place.spend = run->spend;
@@ -3475,6 +3483,18 @@ uint64_t loom__run_seq(const loom_run *run)
     return run->seq;
 }
 
+/* What the run's spend has spent and how long it has run, or NULL. */
+static json_t *spend_json(const loom_run *run)
+{
+    int64_t micros, tokens, ms;
+
+    if (!run->spend)
+        return NULL;
+    loom__spend_spent(run->spend, &micros, &tokens, &ms);
+    return json_pack("{s:I,s:I,s:I}", "micros", (json_int_t)micros, "tokens",
+                     (json_int_t)tokens, "ms", (json_int_t)ms);
+}
+
 json_t *loom__run_snapshot(const loom_run *run)
 {
     json_t *docs = json_array(), *o;
@@ -3493,7 +3513,7 @@ json_t *loom__run_snapshot(const loom_run *run)
         }
     }
     o = json_pack(
-        "{s:i,s:i,s:i,s:I,s:I,s:o,s:o,s:O?,s:i,s:i,s:o}", "iterations",
+        "{s:i,s:i,s:i,s:I,s:I,s:o,s:o,s:O?,s:i,s:i,s:o,s:I,s:o*}", "iterations",
         run->iterations, "think_turns", run->think_turns, "retries",
         run->retries, "index", (json_int_t)run->index, "tool_calls",
         (json_int_t)run->tool_calls, "usage",
@@ -3502,7 +3522,8 @@ json_t *loom__run_snapshot(const loom_run *run)
         loom__usage_full(&run->kids_usage, run->kids_priced,
                          run->kids_unpriced),
         "kids_by_agent", run->kids_by_agent, "sub_runs", run->sub_runs,
-        "sub_counted", run->sub_counted, "citations", docs);
+        "sub_counted", run->sub_counted, "citations", docs, "seq",
+        (json_int_t)run->seq, "spend", spend_json(run));
     return o;
 }
 
@@ -3510,7 +3531,7 @@ int loom__run_restore(loom_run *run, const json_t *snap,
                       const loom_messages *msgs, const unsigned char *own,
                       uint64_t seq)
 {
-    const json_t *docs = json_object_get(snap, "citations"), *d;
+    const json_t *docs = json_object_get(snap, "citations"), *d, *spend;
     size_t i;
     int rc = 0;
 
@@ -3554,6 +3575,12 @@ int loom__run_restore(loom_run *run, const json_t *snap,
             return rc;
         rc = 0;
     }
+    spend = json_object_get(snap, "spend");
+    run->carry_micros =
+        (int64_t)json_integer_value(json_object_get(spend, "micros"));
+    run->carry_tokens =
+        (int64_t)json_integer_value(json_object_get(spend, "tokens"));
+    run->carry_ms = (int64_t)json_integer_value(json_object_get(spend, "ms"));
     run->seq = seq;
     run->resumed = 1;
     if (run->all.len > run->base_len) {

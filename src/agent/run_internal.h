@@ -106,11 +106,14 @@ const char *loom__run_turn_text(const loom_run *run);
  * messages it sends (after the system prompt, history and input);
  * loom__run_all_len and loom__run_all_at read those messages (*own: the
  * message is the run's, not a note loom added for one call).
- * loom__run_snapshot: the run's counters, usage and numbered sources as
+ * loom__run_snapshot: the run's counters, usage and numbered sources, the
+ * seq of its last event ("seq": the events up to it are the ones this
+ * state accounts for) and what its spend has spent ("spend", gate.h) as
  * JSON (NULL when out of memory), for loom__run_restore.
  * loom__run_restore, after loom__run_begin and before loom_run_execute:
  * appends msgs (own[i]: the run's message, else a note) after the
- * history, sets what snap says and the last event seq; the run then
+ * history, sets what snap says (its spend, once open, goes on from what
+ * snap's had spent) and the last event seq; the run then
  * sends no run.started, and first runs the calls of the last message
  * when it is a message with tool calls. 0 or LOOM_ENOMEM.
  */

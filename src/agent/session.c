@@ -1938,6 +1938,17 @@ static json_t *spec_json(const loom_turn *t, const loom_turn_options *o)
                   o->research, "user_id", t->user_id, "account", "key_id",
                   o->account.key_id, "workspace", o->account.workspace, "user",
                   o->account.user, "end_user", o->account.end_user);
+    /* The request's own budget holds for the resumed run too. */
+    if (spec && loom__budget_any(&o->budget) &&
+        json_object_set_new(
+            spec, "budget",
+            json_pack("{s:I,s:I,s:I}", "max_cost_micros",
+                      (json_int_t)o->budget.max_cost_micros, "max_tokens",
+                      (json_int_t)o->budget.max_tokens, "max_seconds",
+                      (json_int_t)o->budget.max_seconds)) != 0) {
+        json_decref(spec);
+        spec = NULL;
+    }
     return spec;
 }
 
@@ -2228,10 +2239,35 @@ static int op_read(void *arg)
                                    &a->stored);
 }
 
-/* The stored events of a resumed turn, back in its log as they were. */
-static int preload(loom_turn *t, const json_t *events)
+/*
+ * An event of the run's from before the stop, up to the step it resumes
+ * from (covered: the seq its state accounts for), goes to the recorder
+ * as if just sent: the turn stored at the end holds the usage rows, tool
+ * outcomes and records of the calls made before the stop. The events
+ * after it belong to a step cut short, which runs again.
+ */
+static void record_kept(loom_turn *t, json_t *j, loom_event_type type,
+                        uint64_t seq, uint64_t covered)
+{
+    loom_event ev;
+
+    if (!t->rec || seq > covered)
+        return;
+    memset(&ev, 0, sizeof(ev));
+    ev.type = type;
+    ev.seq = seq;
+    ev.index = (uint32_t)json_integer_value(json_object_get(j, "index"));
+    ev.run_id = t->id;
+    ev.data = j;
+    loom_recorder_note(t->rec, &ev);
+}
+
+/* The stored events of a resumed turn, back in its log as they were,
+ * and those up to covered to its recorder. */
+static int preload(loom_turn *t, const json_t *events, uint64_t covered)
 {
     const json_t *text;
+    uint64_t seq;
     size_t i;
 
     json_array_foreach(events, i, text)
@@ -2248,9 +2284,9 @@ static int preload(loom_turn *t, const json_t *events)
             json_decref(j);
             continue;
         }
-        if (!(e = event_new(
-                  j, (uint64_t)json_integer_value(json_object_get(j, "seq")),
-                  k)))
+        seq = (uint64_t)json_integer_value(json_object_get(j, "seq"));
+        record_kept(t, j, k, seq, covered);
+        if (!(e = event_new(j, seq, k)))
             return loom__error_oom();
         pthread_mutex_lock(&t->lock);
         rc = log_append(t, e);
@@ -2261,6 +2297,16 @@ static int preload(loom_turn *t, const json_t *events)
         }
     }
     return 0;
+}
+
+/* The last event seq the stored state accounts for (0: none, as in a
+ * state kept before states said). */
+static uint64_t kept_seq(const json_t *stored)
+{
+    const json_t *run =
+        json_object_get(json_object_get(stored, "state"), "run");
+
+    return (uint64_t)json_integer_value(json_object_get(run, "seq"));
 }
 
 /* A durable turn: its row begins (or, resuming, what was stored comes
@@ -2277,7 +2323,8 @@ static int keep_research(loom_turn *t)
     if (rc == 0)
         rc = loom__research_keep(t->research, t->lr, t->s->o.store, t->id);
     if (rc == 0 && t->resuming &&
-        (rc = preload(t, json_object_get(a.stored, "events"))) == 0)
+        (rc = preload(t, json_object_get(a.stored, "events"),
+                      kept_seq(a.stored))) == 0)
         rc = loom__research_resume(t->research, t->lr, a.stored);
     json_decref(a.stored);
     return rc;

@@ -853,7 +853,7 @@ static void resume_one(srv_server *s, const char *id)
     srv_run_spec sp = SRV_RUN_SPEC_INIT;
     loom_messages input = {0};
     json_t *row = NULL, *done = NULL;
-    const json_t *spec, *account;
+    const json_t *spec, *account, *budget;
     srv_run *r = NULL;
     int rc;
 
@@ -880,6 +880,13 @@ static void resume_one(srv_server *s, const char *id)
     sp.research = json_is_object(json_object_get(spec, "research"))
                       ? json_object_get(spec, "research")
                       : NULL;
+    budget = json_object_get(spec, "budget");
+    sp.budget.max_cost_micros =
+        (int64_t)json_integer_value(json_object_get(budget, "max_cost_micros"));
+    sp.budget.max_tokens =
+        (long)json_integer_value(json_object_get(budget, "max_tokens"));
+    sp.budget.max_seconds =
+        (long)json_integer_value(json_object_get(budget, "max_seconds"));
     sp.input = &input;
     sp.conversation_id =
         json_string_value(json_object_get(row, "conversation_id"));
