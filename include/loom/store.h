@@ -143,8 +143,27 @@ int loom_store_conversation_get(loom_store *st, const char *id,
  */
 int loom_store_conversation_match(loom_store *st, const char *user_id,
                                   const loom_messages *messages, char **id_out);
-/* Deletes it with everything it holds. LOOM_ENOTFOUND when absent. */
+/* Deletes it with everything it holds, its branches included.
+ * LOOM_ENOTFOUND when absent. */
 int loom_store_conversation_delete(loom_store *st, const char *id);
+/*
+ * Makes a branch of conversation id to edit its user message message_id
+ * (docs/store.md#branches): a new conversation, *id_out (caller frees),
+ * of the same owner, title, agent and model, whose history is a copy of
+ * id's messages before message_id (with their tool calls, outcomes,
+ * images and files; the summary when it covers no more than them; no
+ * plan), to which the caller's next turn adds the edited message. The
+ * branch is left out of conversation lists; loom_store_conversation_get
+ * of it or of id shows, on each user message with more than one version,
+ * "versions": the ids of the conversations holding each version (the
+ * original's first, then branches oldest first) and "version": the index
+ * of the one that conversation shows; and "parent_id" and "fork_message"
+ * (null for a conversation that is no branch). Deleting a conversation
+ * deletes its branches. LOOM_ENOTFOUND for an unknown conversation,
+ * LOOM_EINVALID when message_id is no user message of it.
+ */
+int loom_store_conversation_branch(loom_store *st, const char *id,
+                                   const char *message_id, char **id_out);
 /*
  * loom_store_conversation_list of user_id's conversations (NULL:
  * everyone's) whose title holds query (case-insensitive for ASCII

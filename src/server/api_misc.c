@@ -227,6 +227,41 @@ static int delete_conversation(srv_request *r)
                                     "deleted", 1));
 }
 
+/*
+ * POST /v1/conversations/{id}/branches {"from_message": "msg_..."}: a
+ * branch of the conversation to edit that user message (its history is
+ * the messages before it); the caller then runs its edited message on
+ * the branch (POST /v1/runs with its conversation_id). Answers 201 with
+ * the branch as GET /v1/conversations/{id} shows it.
+ */
+static int branch_conversation(srv_request *r)
+{
+    static const char *const known[] = {"from_message", NULL};
+    const json_t *from;
+    json_t *out = NULL;
+    char *id = NULL;
+    int rc;
+
+    if (!srv_body_only_known(r, known))
+        return 0;
+    from = json_object_get(r->json, "from_message");
+    if (!json_is_string(from))
+        return srv_reply_error(r, 400, NULL, "from_message", "invalid_value",
+                               "`from_message` must be a message id");
+    if ((rc = path_conversation(r)) != 0 ||
+        (rc = loom_store_conversation_branch(srv_store(r->srv), r->params[0],
+                                             json_string_value(from), &id)) !=
+            0 ||
+        (rc = loom_store_conversation_get(srv_store(r->srv), id, &out)) != 0) {
+        free(id);
+        return srv_reply_loom_error(
+            r, rc, rc == LOOM_ENOTFOUND ? "id" : "from_message");
+    }
+    free(id);
+    json_object_set_new(out, "object", json_string("conversation"));
+    return srv_reply_json(r, 201, out);
+}
+
 /* The conversation's summary fields, as its list shows them. */
 static int get_info(srv_request *r)
 {
@@ -329,6 +364,8 @@ int srv__api_misc_routes(srv_router *rt)
                         delete_conversation)) ||
         (rc = srv_route(rt, "PATCH", "/v1/conversations/{id}",
                         patch_conversation)) ||
+        (rc = srv_route(rt, "POST", "/v1/conversations/{id}/branches",
+                        branch_conversation)) ||
         (rc = srv_route(rt, "GET", "/healthz", healthz)) ||
         (rc = srv_route(rt, "GET", "/readyz", readyz)) ||
         (rc = srv_route(rt, "GET", "/metrics", metrics)))

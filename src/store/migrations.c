@@ -432,6 +432,24 @@ const char *const loom__sqlite_migrations[] = {
     "created_at);"
     "CREATE INDEX usage_by_user ON usage (user_name, created_at);"
     "CREATE INDEX usage_by_key ON usage (key_id, created_at);",
+    /* 17: branches (docs/store.md#branches). A branch is a conversation
+     * made from another (parent_id) by copying its messages before one of
+     * its user messages (fork_message, at fork_position), to go on with
+     * another version of that message; deleting a conversation deletes
+     * its branches (the foreign key cascades). A message's version group
+     * (version_of) says which original message it is a copy of, or the
+     * first message of a branch an edit of: fork_origin, the group of the
+     * message it replaces. NULL everywhere for conversations from before,
+     * which have no branches. Independent of every other step: it adds
+     * only its own columns and indexes. */
+    "ALTER TABLE conversations ADD COLUMN parent_id TEXT"
+    "  REFERENCES conversations(id) ON DELETE CASCADE;"
+    "ALTER TABLE conversations ADD COLUMN fork_position INTEGER;"
+    "ALTER TABLE conversations ADD COLUMN fork_message TEXT;"
+    "ALTER TABLE conversations ADD COLUMN fork_origin TEXT;"
+    "ALTER TABLE messages ADD COLUMN version_of TEXT;"
+    "CREATE INDEX conversations_by_parent ON conversations (parent_id);"
+    "CREATE INDEX conversations_by_origin ON conversations (fork_origin);",
 };
 
 const int loom__sqlite_migrations_len =

@@ -38,8 +38,10 @@
 
 #define INFO_COLS                                                              \
     "id, title, agent, model, created_at, updated_at, message_count, user_id"
-/* A list's title filter (?5), '\\' escaping the pattern's own % and _. */
-#define TITLE_LIKE "(?5 IS NULL OR title LIKE ?5 ESCAPE '\\') "
+/* A list's title filter (?5), '\\' escaping the pattern's own % and _;
+ * a list holds no branches (they are reached from their conversation). */
+#define LIST_FILTER                                                            \
+    "parent_id IS NULL AND (?5 IS NULL OR title LIKE ?5 ESCAPE '\\') "
 
 static const char *const sql_text[S_COUNT] = {
     [S_BEGIN] = "BEGIN",
@@ -56,18 +58,18 @@ static const char *const sql_text[S_COUNT] = {
     /* ?5: NULL, or a LIKE pattern the title must match. */
     [S_CONV_LIST] =
         "SELECT " INFO_COLS " FROM conversations "
-        "WHERE " TITLE_LIKE "ORDER BY updated_at DESC, id DESC LIMIT ?1",
+        "WHERE " LIST_FILTER "ORDER BY updated_at DESC, id DESC LIMIT ?1",
     [S_CONV_LIST_AFTER] = "SELECT " INFO_COLS " FROM conversations "
-                          "WHERE (updated_at, id) < (?1, ?2) AND " TITLE_LIKE
+                          "WHERE (updated_at, id) < (?1, ?2) AND " LIST_FILTER
                           "ORDER BY updated_at DESC, id DESC LIMIT ?3",
     /* One owner's (conversations_by_owner). */
     [S_CONV_LIST_OWNED] = "SELECT " INFO_COLS " FROM conversations "
-                          "WHERE user_id = ?2 AND " TITLE_LIKE
+                          "WHERE user_id = ?2 AND " LIST_FILTER
                           "ORDER BY updated_at DESC, id DESC LIMIT ?1",
-    [S_CONV_LIST_OWNED_AFTER] =
-        "SELECT " INFO_COLS " FROM conversations "
-        "WHERE user_id = ?4 AND (updated_at, id) < "
-        "(?1, ?2) AND " TITLE_LIKE "ORDER BY updated_at DESC, id DESC LIMIT ?3",
+    [S_CONV_LIST_OWNED_AFTER] = "SELECT " INFO_COLS " FROM conversations "
+                                "WHERE user_id = ?4 AND (updated_at, id) < "
+                                "(?1, ?2) AND " LIST_FILTER
+                                "ORDER BY updated_at DESC, id DESC LIMIT ?3",
     [S_CONV_DELETE] = "DELETE FROM conversations WHERE id = ?1",
     [S_CONV_RENAME] = "UPDATE conversations SET title = ?2 WHERE id = ?1",
     [S_CONV_BASE] = "SELECT message_count FROM conversations WHERE id = ?1",
@@ -678,4 +680,5 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_user_settings_get,
     loom__sqlite_user_settings_put,
     loom__sqlite_usage,
+    loom__sqlite_conversation_branch,
 };

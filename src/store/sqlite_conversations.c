@@ -480,6 +480,8 @@ int loom__sqlite_conversation_get(loom_store *base, const char *id,
             goto cleanup;
         }
     if ((rc = end_walk(st, c, mrc, crc)) != 0 ||
+        (rc = loom__sqlite_versions_on(base, c, id, msgs)) != 0 ||
+        (rc = loom__sqlite_branch_info_on(base, c, id, res)) != 0 ||
         (rc = loom__sqlite_use(st, c, S_USAGE_SELECT, &us)) != 0)
         goto cleanup;
     b_text(us, 1, id, &urc);

@@ -196,6 +196,19 @@ int loom__sqlite_conversation_summary(loom_store *base, const char *id,
                                       char **plan);
 int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p);
 
+/* Branches (sqlite_branches.c): the vtable's conversation_branch, and
+ * what a reader of a conversation adds on c, in its read transaction:
+ * "versions" and "version" on each of msgs (the conversation's messages
+ * as JSON, in order) that has more than one version, and the
+ * conversation's "parent_id" and "fork_message" on conv. */
+int loom__sqlite_conversation_branch(loom_store *base, const char *id,
+                                     const char *message_id,
+                                     const char *branch_id, int64_t now);
+int loom__sqlite_versions_on(loom_store *base, loom__sqlite_conn *c,
+                             const char *id, json_t *msgs);
+int loom__sqlite_branch_info_on(loom_store *base, loom__sqlite_conn *c,
+                                const char *id, json_t *conv);
+
 /* Transcript hashes (sqlite_transcript.c): the vtable's
  * conversation_match, and extending the conversation's hashes by the
  * plan's turn inside save_turn's write transaction on c. */

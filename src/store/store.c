@@ -337,6 +337,31 @@ int loom_store_conversation_delete(loom_store *st, const char *id)
     return rc ? rc : st->vt->conversation_delete(st, id);
 }
 
+int loom_store_conversation_branch(loom_store *st, const char *id,
+                                   const char *message_id, char **id_out)
+{
+    char branch[LOOM__STORE_ID_SIZE];
+    int rc;
+
+    if (!id_out)
+        return loom__error_set(LOOM_EINVALID, "store: no out pointer");
+    *id_out = NULL;
+    if ((rc = check_id(st, id)) != 0)
+        return rc;
+    if (!message_id || strlen(message_id) >= LOOM__STORE_ID_SIZE)
+        return loom__error_set(LOOM_EINVALID,
+                               "store: a message id has 1 to "
+                               "%d bytes",
+                               LOOM__STORE_ID_SIZE - 1);
+    if ((rc = loom_id_new(branch, "conv_")) != 0 ||
+        (rc = st->vt->conversation_branch(st, id, message_id, branch,
+                                          loom__unix_ms())) != 0)
+        return rc;
+    if (!(*id_out = strdup(branch)))
+        return loom__error_oom();
+    return 0;
+}
+
 int loom_store_conversation_summary(loom_store *st, const char *id,
                                     char **summary_out, size_t *covers_out)
 {

@@ -298,6 +298,13 @@ typedef struct {
      * selects (any of them), at most `groups` groups. */
     int (*usage)(loom_store *st, const loom_usage_query *q, long rows,
                  long groups, json_t **out);
+    /* Makes branch_id, a branch of conversation id at its user message
+     * message_id (loom_store_conversation_branch), in one transaction:
+     * LOOM_ENOTFOUND for an unknown conversation, LOOM_EINVALID when
+     * message_id is no user message of it. */
+    int (*conversation_branch)(loom_store *st, const char *id,
+                               const char *message_id, const char *branch_id,
+                               int64_t now);
 } loom__store_vtable;
 
 struct loom_store {

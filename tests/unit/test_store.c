@@ -748,6 +748,96 @@ static void test_delete_cascades(void **state)
     free(path);
 }
 
+/* A branch copies the history before the edited user message (tool
+ * calls, outcomes and a summary that covers no more of it; no usage),
+ * refuses anything but a user message of the conversation, and goes with
+ * its conversation. */
+static void test_branch(void **state)
+{
+    char *path = test_db_path("branch.db"), *id, *b = NULL, *b0 = NULL;
+    loom_store *st = test_store_open_ok(path);
+    loom_messages want = {0}, got = {0};
+    json_t *j, *m;
+    rich_turn r;
+    simple_turn s;
+    char ask[LOOM_ID_SIZE], answer[LOOM_ID_SIZE];
+
+    (void)state;
+    id = test_conversation_create_ok(st);
+    rich_init(&r, id);
+    assert_int_equal(loom_store_save_turn(st, &r.turn), 0);
+    simple_init(&s, id, "And tomorrow?", "Rain.");
+    s.turn.summary = "They talked weather.";
+    s.turn.summary_covers = 2;
+    assert_int_equal(loom_store_save_turn(st, &s.turn), 0);
+    assert_int_equal(loom_store_conversation_get(st, id, &j), 0);
+    m = json_array_get(json_object_get(j, "messages"), 5);
+    snprintf(ask, sizeof(ask), "%s", jstr(m, "id"));
+    m = json_array_get(json_object_get(j, "messages"), 6);
+    snprintf(answer, sizeof(answer), "%s", jstr(m, "id"));
+    json_decref(j);
+
+    assert_int_equal(loom_store_conversation_branch(st, id, ask, &b), 0);
+    assert_true(is_id(b, "conv_"));
+    assert_int_equal(loom_messages_append(&want, &r.in), 0);
+    assert_int_equal(loom_messages_append(&want, &r.out), 0);
+    assert_int_equal(loom_store_load_history(st, b, &got), 0);
+    assert_messages_equal(&got, want.items, want.len);
+    assert_int_equal(loom_store_conversation_get(st, b, &j), 0);
+    assert_string_equal(jstr(j, "parent_id"), id);
+    assert_string_equal(jstr(j, "fork_message"), ask);
+    assert_string_equal(jstr(j, "summary"), "They talked weather.");
+    assert_int_equal(jint(j, "message_count"), 5);
+    assert_int_equal(json_array_size(json_object_get(j, "usage")), 0);
+    m = json_array_get(json_object_get(j, "messages"), 1);
+    assert_int_equal(json_array_size(json_object_get(m, "tool_calls")), 2);
+    assert_int_equal(jint(json_array_get(json_object_get(m, "tool_calls"), 0),
+                          "text_offset"),
+                     13);
+    m = json_array_get(json_object_get(j, "messages"), 3);
+    assert_string_equal(jstr(m, "tool_status"), "error");
+    json_decref(j);
+    /* A branch at the first message has no history and no summary. */
+    assert_int_equal(loom_store_conversation_get(st, id, &j), 0);
+    m = json_array_get(json_object_get(j, "messages"), 0);
+    assert_int_equal(loom_store_conversation_branch(st, id, jstr(m, "id"), &b0),
+                     0);
+    json_decref(j);
+    assert_int_equal(loom_store_conversation_get(st, b0, &j), 0);
+    assert_true(jnull(j, "summary"));
+    assert_int_equal(json_array_size(json_object_get(j, "messages")), 0);
+    json_decref(j);
+
+    {
+        char *none = NULL;
+        assert_int_equal(loom_store_conversation_branch(st, id, answer, &none),
+                         LOOM_EINVALID);
+        assert_int_equal(loom_store_conversation_branch(st, b, ask, &none),
+                         LOOM_EINVALID);
+        assert_int_equal(
+            loom_store_conversation_branch(st, "conv_missing", ask, &none),
+            LOOM_ENOTFOUND);
+        assert_null(none);
+    }
+    assert_int_equal(loom_store_conversation_delete(st, id), 0);
+    assert_int_equal(loom_store_conversation_get(st, b, &j), LOOM_ENOTFOUND);
+    loom_store_free(st);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM conversations"),
+                     0);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"), 0);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM tool_calls"), 0);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM tool_outputs"), 0);
+    loom_messages_free(&want);
+    loom_messages_free(&got);
+    simple_free(&s);
+    rich_free(&r);
+    free(id);
+    free(b);
+    free(b0);
+    test_db_remove(path);
+    free(path);
+}
+
 static void test_title(void **state)
 {
     char *path = test_db_path("title.db"), *id, *id2, *text;
@@ -1247,6 +1337,7 @@ int main(void)
         cmocka_unit_test(test_failed_and_cancelled_turns),
         cmocka_unit_test(test_unknown_conversation),
         cmocka_unit_test(test_delete_cascades),
+        cmocka_unit_test(test_branch),
         cmocka_unit_test(test_title),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_turn_limits),
