@@ -95,6 +95,10 @@ const script = {
           responses: [{ text: [
               `${XSS_IMG} and <script>alert(2)</script> `,
               '[a link](https://example.com/) end'] }] },
+        { match: { last_message: 'fruit: apples?' }, loop: true,
+          responses: [textResponse(['Apples are red.'])] },
+        { match: { last_message: 'fruit: pears?' }, loop: true,
+          responses: [textResponse(['Pears are green.'])] },
         { match: { first_user: 'hostile tool output' },
           responses: [
               { tool_calls: [{ id: 'call_x', name: 'get_time',
@@ -504,6 +508,61 @@ describe('web UI in Chromium', () => {
 
         assert.equal(await page.locator('#log img, #log script, ' +
                                         '#conversations img').count(), 0);
+        assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
+        await context.close();
+    });
+
+    test('editing a message resends it as a branch; arrows switch', async () => {
+        const { page, context, seen } = await openPage(browser, stack);
+        await sendMessage(page, 'fruit: apples?');
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const root = await conversationId(page);
+        await page.getByRole('button', { name: 'Edit message' }).click();
+        const box = page.getByRole('textbox', { name: 'Edited message' });
+        assert.equal(await box.inputValue(), 'fruit: apples?');
+        await box.fill('fruit: pears?');
+        await page.getByRole('button', { name: 'Save edit' }).click();
+        await answer(page).getByText('Pears are green.').waitFor();
+        await answer(page).and(page.locator('[data-status="completed"]'))
+            .waitFor();
+        const branch = await conversationId(page);
+        assert.notEqual(branch, root);
+        assert.equal(await page.locator('article.user').count(), 1);
+        assert.equal(await page.locator('article.user').innerText(),
+                     'fruit: pears?');
+        const versions = page.getByRole('group',
+                                        { name: 'Versions of this message' });
+        await versions.getByText('2 / 2').waitFor();
+        await shot(page, 'branches');
+
+        /* Stored as two conversations; the original is untouched and
+         * the branch is no second item of the sidebar. */
+        const b = await stored(stack, branch);
+        assert.equal(b.parent_id, root);
+        assert.deepEqual(b.messages.filter((m) => m.role === 'user')
+            .map((m) => m.content), ['fruit: pears?']);
+        const r = await stored(stack, root);
+        assert.deepEqual(r.messages.map((m) => m.content),
+                         ['fruit: apples?', 'Apples are red.']);
+        await page.locator(`#conversations li[data-id="${root}"]`).waitFor();
+        assert.equal(await page.locator(
+            `#conversations li[data-id="${branch}"]`).count(), 0);
+
+        /* The arrows move between the two versions. */
+        assert.ok(await versions.getByRole('button', { name: 'Next version' })
+            .isDisabled());
+        await versions.getByRole('button', { name: 'Previous version' })
+            .click();
+        await answer(page).getByText('Apples are red.').waitFor();
+        await versions.getByText('1 / 2').waitFor();
+        assert.equal(await conversationId(page), root);
+        assert.equal(await page.locator('article.user').innerText(),
+                     'fruit: apples?');
+        await versions.getByRole('button', { name: 'Next version' }).click();
+        await answer(page).getByText('Pears are green.').waitFor();
+        await versions.getByText('2 / 2').waitFor();
+        assert.equal(await conversationId(page), branch);
         assert.deepEqual(seen, { dialogs: [], errors: [], csp: [] });
         await context.close();
     });

@@ -232,6 +232,129 @@ function userMessage(text) {
     renderMarkdown(body, text);
     a.append(body);
     $('log').append(a);
+    return a;
+}
+
+/* The text of a stored user message. */
+function userText(m) {
+    return typeof m.content === 'string' ? m.content
+        : (m.content || []).map((p) => p.text || '').join('');
+}
+
+function button(text, label, onClick) {
+    const b = el('button', null, text);
+    b.type = 'button';
+    b.setAttribute('aria-label', label);
+    b.addEventListener('click', onClick);
+    return b;
+}
+
+/*
+ * Puts the controls of stored user message m after its article a: Edit
+ * (resend as a branch) and, when the message has other versions (its
+ * branches, or the one it is a branch of), arrows that open them. They
+ * sit beside the article, not in it, so its text stays the message's.
+ */
+function userControls(a, m) {
+    if (!m.id || a.dataset.id)
+        return;
+    a.dataset.id = m.id;
+    const bar = el('div', 'actions user-actions');
+    const versions = Array.isArray(m.versions) ? m.versions : [];
+    if (versions.length > 1) {
+        const i = Number.isInteger(m.version) ? m.version : 0;
+        const g = el('div', 'versions');
+        g.setAttribute('role', 'group');
+        g.setAttribute('aria-label', 'Versions of this message');
+        const go = (k) => () => {
+            location.hash = `#c=${encodeURIComponent(versions[k])}`;
+        };
+        const prev = button('\u2039', 'Previous version', go(i - 1));
+        const next = button('\u203a', 'Next version', go(i + 1));
+        prev.disabled = i === 0;
+        next.disabled = i === versions.length - 1;
+        g.append(prev, el('span', 'version-count',
+                          `${i + 1} / ${versions.length}`), next);
+        bar.append(g);
+    }
+    bar.append(button('Edit', 'Edit message', () => startEdit(a, bar, m)));
+    a.after(bar);
+}
+
+/* Replaces the message's controls by a form to edit it; saving resends
+ * it as a branch, Escape or Cancel puts things back. */
+function startEdit(a, bar, m) {
+    if (state.active || a.querySelector('form'))
+        return;
+    const form = el('form', 'edit');
+    const box = el('textarea');
+    box.setAttribute('aria-label', 'Edited message');
+    box.rows = 3;
+    box.value = userText(m);
+    const save = el('button', null, 'Save edit');
+    save.type = 'submit';
+    const back = () => {
+        form.remove();
+        bar.hidden = false;
+        a.querySelector('.text').hidden = false;
+    };
+    form.append(box, el('div', 'actions'));
+    form.lastChild.append(save, button('Cancel', 'Cancel edit', back));
+    form.addEventListener('submit', (e) => {
+        e.preventDefault();
+        if (box.value.trim() && !state.active)
+            editAndResend(m, box.value);
+    });
+    box.addEventListener('keydown', (e) => {
+        if (e.key === 'Escape')
+            back();
+        else if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+            e.preventDefault();
+            form.requestSubmit();
+        }
+    });
+    a.querySelector('.text').hidden = true;
+    bar.hidden = true;
+    a.append(form);
+    box.focus();
+}
+
+/*
+ * Resends an edited user message as a branch: POST
+ * /v1/conversations/{id}/branches makes a conversation holding what came
+ * before it, which the page opens, then the edited text runs there. The
+ * original stays as it was, one arrow away.
+ */
+async function editAndResend(m, text) {
+    let branch;
+    try {
+        branch = await api.call('POST', `/v1/conversations/${
+            encodeURIComponent(state.conversationId)}/branches`,
+        { from_message: m.id });
+    } catch (err) {
+        showError(err);
+        return;
+    }
+    clearChat();
+    state.conversationId = branch.id;
+    history.replaceState(null, '', `#c=${encodeURIComponent(branch.id)}`);
+    $('chat-title').textContent = branch.title || 'Untitled';
+    drawStored(branch);
+    await send(text);
+}
+
+/* Once a turn is stored, gives the open conversation's user messages
+ * their controls (a message sent from this page has no id before). */
+async function storedControls(convId, openSeq) {
+    const conv = await api.call('GET',
+                                `/v1/conversations/${encodeURIComponent(convId)}`);
+    if (openSeq !== state.openSeq || state.active)
+        return;
+    const users = (conv.messages || []).filter((m) => m.role === 'user');
+    const shown = $('log').querySelectorAll('article.msg.user');
+    if (users.length !== shown.length)
+        return;
+    users.forEach((m, i) => userControls(shown[i], m));
 }
 
 function newTurn(convId) {
@@ -316,6 +439,8 @@ function runEnded(active) {
     pendingSet(active.conversationId, null);
     setRunning(false);
     loadConversations().catch(() => {});
+    if (active.conversationId && active.conversationId === state.conversationId)
+        storedControls(active.conversationId, state.openSeq).catch(() => {});
 }
 
 async function send(text) {
@@ -430,9 +555,8 @@ function drawStored(conv) {
     for (const m of conv.messages || []) {
         if (m.role === 'user') {
             flush();
-            const text = typeof m.content === 'string' ? m.content
-                : (m.content || []).map((p) => p.text || '').join('');
-            userMessage(text);
+            const text = userText(m);
+            userControls(userMessage(text), m);
             state.lastUserText = text;
         } else if (m.role === 'assistant' || m.role === 'tool') {
             answer.push(m);
