@@ -684,6 +684,14 @@ const loom_messages *loom_run_messages(const loom_run *run);
  * from the run's options.
  */
 const char *loom_run_message_agent(const loom_run *run, size_t i);
+/*
+ * The model that answered the model call loom_run_messages' message i
+ * came from ("provider/model": a router's fallback, a get_model hook's
+ * model, else the agent's at the time, which handoffs change), or NULL:
+ * none answered before it (a resumed run's earlier messages), or i out
+ * of range. Borrowed from the run.
+ */
+const char *loom_run_message_model(const loom_run *run, size_t i);
 /* The agent the run is now (after its handoffs), or NULL. */
 const char *loom_run_agent(const loom_run *run);
 /*

@@ -283,6 +283,10 @@ typedef struct {
      * within a turn; loom_run_message_agent); NULL, or a NULL entry:
      * agent. Kept on assistant messages. */
     const char *const *output_agents;
+    /* Per output message, the model that wrote it (a handoff or a
+     * get_model hook changes it within a turn; loom_run_message_model);
+     * NULL, or a NULL entry: model. Kept on assistant messages. */
+    const char *const *output_models;
     loom_turn_record_status status;
     const char *error;           /* reason, for ERROR/CANCELLED */
     const char *finish_reason;   /* of the last model call, may be NULL */

@@ -27,6 +27,10 @@ struct loom_recorder {
     int64_t cost_micros; /* sum of the usage rows' costs */
     int unpriced;        /* usage rows without a cost */
     char *model;         /* the model that answered last, when named */
+    /* The agent a handoff made the run (NULL: none), and the model of
+     * the agent running (run.started's, then agent.changed's). */
+    char *agent;
+    char *agent_model;
     json_t *records;     /* tool.metric data, at most the cap */
     size_t records_dropped;
     json_t *citations;   /* citation data, at most the cap */
@@ -36,23 +40,38 @@ struct loom_recorder {
     char **ptools;           /* the policy's tool names (copies) */
     loom_messages stored;    /* the output as the policy stores it */
     const char **agents;     /* who wrote each output message stored */
+    const char **models;     /* and the model that answered it */
     json_t *stored_records;  /* the tool records it stores */
 };
+
+/* A copy of s (NULL: NULL); out of memory marks the recording failed. */
+static char *copy(loom_recorder *r, const char *s)
+{
+    char *c = s ? strdup(s) : NULL;
+
+    if (s && !c)
+        r->failed = 1;
+    return c;
+}
+
+/* Keeps a copy of the string d has at key in *out, unless it is the
+ * same. */
+static void note_string(loom_recorder *r, const json_t *d, const char *key,
+                        char **out)
+{
+    const char *m = json_string_value(json_object_get(d, key));
+    char *c;
+
+    if (!m || (*out && strcmp(*out, m) == 0) || !(c = copy(r, m)))
+        return;
+    free(*out);
+    *out = c;
+}
 
 /* Keeps a copy of the model an event names (the router's answer). */
 static void note_model(loom_recorder *r, const json_t *d)
 {
-    const char *m = json_string_value(json_object_get(d, "model"));
-    char *copy;
-
-    if (!m || (r->model && strcmp(r->model, m) == 0))
-        return;
-    if (!(copy = strdup(m))) {
-        r->failed = 1;
-        return;
-    }
-    free(r->model);
-    r->model = copy;
+    note_string(r, d, "model", &r->model);
 }
 
 /* Grows *arr (of elem-sized items) to hold one more. */
@@ -174,14 +193,19 @@ static void note(loom_recorder *r, const loom_event *ev)
             u->cost = -1;
             r->unpriced++;
         }
-        if ((json_is_string(json_object_get(d, "model")) &&
-             !(u->model =
-                   strdup(json_string_value(json_object_get(d, "model"))))) ||
-            (json_is_string(json_object_get(d, "agent")) &&
-             !(u->agent =
-                   strdup(json_string_value(json_object_get(d, "agent"))))))
-            r->failed = 1;
-        note_model(r, d);
+        /* A call names its model when it is not the agent's (a router's
+         * fallback, a get_model hook's); a call after a handoff is the
+         * new agent's. */
+        u->model = copy(r, json_is_string(json_object_get(d, "model"))
+                               ? json_string_value(json_object_get(d, "model"))
+                               : r->agent_model);
+        u->agent = copy(r, json_is_string(json_object_get(d, "agent"))
+                               ? json_string_value(json_object_get(d, "agent"))
+                               : r->agent);
+        /* A side call's model (an argument repair's) answered no
+         * message. */
+        if (!json_object_get(d, "purpose"))
+            note_model(r, d);
         break;
     }
     case LOOM_EV_TOOL_METRIC:
@@ -191,6 +215,13 @@ static void note(loom_recorder *r, const loom_event *ev)
     case LOOM_EV_CITATION:
         keep(r, &r->citations, LOOM_RECORDER_MAX_CITATIONS,
              &r->citations_dropped, ev->data);
+        break;
+    case LOOM_EV_RUN_STARTED:
+        note_string(r, d, "model", &r->agent_model);
+        break;
+    case LOOM_EV_AGENT_CHANGED:
+        note_string(r, d, "to", &r->agent);
+        note_string(r, d, "model", &r->agent_model);
         break;
     case LOOM_EV_RUN_COMPLETED:
     case LOOM_EV_RUN_FAILED:
@@ -334,8 +365,8 @@ static int narrow(const loom_data_policy *p, loom_message *m, int *keep)
  * into rec->stored and rec->stored_records. */
 static int apply_policy(loom_recorder *rec, const loom_messages *out)
 {
-    /* rec->agents holds the run's output's agents: kept messages keep
-     * theirs, in place (k <= i). */
+    /* rec->agents and rec->models hold the run's output's: kept messages
+     * keep theirs, in place (k <= i). */
     const loom_data_policy *p = &rec->policy;
     size_t i;
     json_t *r;
@@ -358,6 +389,7 @@ static int apply_policy(loom_recorder *rec, const loom_messages *out)
             rec->stored.len--;
         } else {
             rec->agents[rec->stored.len - 1] = rec->agents[i];
+            rec->models[rec->stored.len - 1] = rec->models[i];
         }
     }
     if (!rec->records)
@@ -389,16 +421,24 @@ int loom_recorder_turn(loom_recorder *rec, const loom_run *run,
         return loom__error_oom();
     memset(turn, 0, sizeof(*turn));
     turn->run_id = loom_run_id(run);
-    /* The model that answered, which a router's fallback may have
-     * changed: it is what the stored assistant message names. */
+    /* The model that answered last, which a router's fallback, a
+     * get_model hook or a handoff may have changed: the conversation's
+     * model, and that of a stored assistant message the run names none
+     * for (loom_run_message_model). */
     turn->model = rec->model ? rec->model : loom_run_model(run);
     turn->output = loom_run_messages(run);
     free(rec->agents);
-    if (!(rec->agents = calloc(turn->output->len + 1, sizeof(*rec->agents))))
+    free(rec->models);
+    rec->models = NULL;
+    if (!(rec->agents = calloc(turn->output->len + 1, sizeof(*rec->agents))) ||
+        !(rec->models = calloc(turn->output->len + 1, sizeof(*rec->models))))
         return loom__error_oom();
-    for (size_t i = 0; i < turn->output->len; i++)
+    for (size_t i = 0; i < turn->output->len; i++) {
         rec->agents[i] = loom_run_message_agent(run, i);
+        rec->models[i] = loom_run_message_model(run, i);
+    }
     turn->output_agents = rec->agents;
+    turn->output_models = rec->models;
     turn->status = st == LOOM_RUN_COMPLETED   ? LOOM_TURN_OK
                    : st == LOOM_RUN_CANCELLED ? LOOM_TURN_CANCELLED
                                               : LOOM_TURN_ERROR;
@@ -454,11 +494,14 @@ void loom_recorder_free(loom_recorder *rec)
     free(rec->calls);
     free(rec->usage);
     free(rec->model);
+    free(rec->agent);
+    free(rec->agent_model);
     json_decref(rec->records);
     json_decref(rec->citations);
     free_names(rec->ptools, rec->policy.tools_len);
     loom_messages_free(&rec->stored);
     json_decref(rec->stored_records);
     free(rec->agents);
+    free(rec->models);
     free(rec);
 }

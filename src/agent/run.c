@@ -192,7 +192,8 @@ struct loom_run {
      * handoffs made; the agent a call of this turn handed over to, with
      * its options, applied once the turn's results are in; the counted
      * calls made before the current agent took over; the agent of each
-     * message of run->added. */
+     * message of run->added, and the model that wrote it (NULL: none
+     * answered yet), one of model_names. */
     loom__handoffs *handoffs;
     int nhandoffs;
     loom_run_options *next;
@@ -200,7 +201,13 @@ struct loom_run {
     char *next_reason; /* its "reason", or NULL */
     int counted_base;
     const char **added_agents;
+    const char **added_models;
     size_t capadded_agents;
+    /* The models the run's calls were answered by, each once (copies;
+     * few), and the last call's among them (NULL: no call yet). */
+    char **model_names;
+    size_t nmodel_names;
+    const char *call_model;
 
     /* Tool rules (toolrules.h): results of tools with `history: summary`
      * that the next model call reads in full and later ones reduced (as
@@ -1096,25 +1103,59 @@ int loom_run_new(loom_run **out, const loom_run_options *opts,
     return 0;
 }
 
+/* Grows run->added_agents and run->added_models to hold one more. */
+static int grow_added(loom_run *run)
+{
+    size_t cap = run->capadded_agents ? run->capadded_agents * 2 : 16;
+    const char **p;
+
+    if (run->added.len < run->capadded_agents)
+        return 0;
+    if (!(p = realloc(run->added_agents, cap * sizeof(*p))))
+        return loom__error_oom();
+    run->added_agents = p;
+    if (!(p = realloc(run->added_models, cap * sizeof(*p))))
+        return loom__error_oom();
+    run->added_models = p;
+    run->capadded_agents = cap;
+    return 0;
+}
+
 /* Adds a message to both the request history and this run's messages,
- * noting the agent that is running. */
+ * noting the agent that is running and the model of the last call. */
 static int add_message(loom_run *run, const loom_messages *one)
 {
     int rc = loom_messages_append(&run->all, one);
 
     if (!rc)
         rc = track(run, 1);
-    if (!rc && run->added.len >= run->capadded_agents) {
-        size_t cap = run->capadded_agents ? run->capadded_agents * 2 : 16;
-        const char **p = realloc(run->added_agents, cap * sizeof(*p));
-        if (!p)
-            return loom__error_oom();
-        run->added_agents = p;
-        run->capadded_agents = cap;
-    }
     if (!rc)
-        run->added_agents[run->added.len] = run->opts.agent;
-    return rc ? rc : loom_messages_append(&run->added, one);
+        rc = grow_added(run);
+    if (rc)
+        return rc;
+    run->added_agents[run->added.len] = run->opts.agent;
+    run->added_models[run->added.len] = run->call_model;
+    return loom_messages_append(&run->added, one);
+}
+
+/* Makes name the last call's model (run->call_model), kept in
+ * run->model_names. */
+static int note_call_model(loom_run *run, const char *name)
+{
+    char **p;
+
+    for (size_t i = 0; i < run->nmodel_names; i++)
+        if (strcmp(run->model_names[i], name) == 0) {
+            run->call_model = run->model_names[i];
+            return 0;
+        }
+    if (!(p = realloc(run->model_names, (run->nmodel_names + 1) * sizeof(*p))))
+        return loom__error_oom();
+    run->model_names = p;
+    if (!(p[run->nmodel_names] = strdup(name)))
+        return loom__error_oom();
+    run->call_model = p[run->nmodel_names++];
+    return 0;
 }
 
 /* Most calls one answer may carry whose text offset is kept; adapters
@@ -1736,22 +1777,30 @@ static int prepare_request(loom_run *run, loom_llm_request *req, int last,
 
 static void hook_usage(loom_run *run, loom_usage *u);
 
-/* A model call's usage joins the run's, and a `usage` event reports it. */
-static void account_call(loom_run *run, loom_llm_response *resp)
+/*
+ * A model call's usage joins the run's, and a `usage` event reports it
+ * (naming the model that answered when it is not the agent's). The
+ * messages of the call are stored with that model (run->call_model).
+ */
+static int account_call(loom_run *run, loom_llm_response *resp)
 {
     /* Which model answered: a router may have fallen back, a get_model
-     * hook may have switched. */
+     * hook may have switched; else the agent's (a handoff changes it). */
     const char *answered = resp->model    ? resp->model
                            : run->use_alt ? run->alt.model
                                           : NULL;
+    const char *model = answered ? answered : loom_run_model(run);
+    int rc;
 
-    if (answered) {
-        free(run->answered_model);
-        run->answered_model = strdup(answered);
-    }
+    free(run->answered_model);
+    run->answered_model = answered ? strdup(answered) : NULL;
+    if (answered && !run->answered_model)
+        return loom__error_oom();
+    if (model && (rc = note_call_model(run, model)) != 0)
+        return rc;
     if (!resp->usage.total_tokens && !resp->usage.prompt_tokens &&
         !resp->usage.completion_tokens)
-        return;
+        return 0;
     hook_usage(run, &resp->usage);
     if (!resp->cost_known)
         resp->usage.cost_micros = 0;
@@ -1764,6 +1813,7 @@ static void account_call(loom_run *run, loom_llm_response *resp)
         json_object_set_new(u, "cumulative", run_usage_json(run));
         emit(run, LOOM_EV_USAGE, u);
     }
+    return 0;
 }
 
 /* The tool.calls event: the turn's calls and where each appeared in its
@@ -3007,7 +3057,7 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
     loom_llm_request req = LOOM_LLM_REQUEST_INIT;
     /* Non-iterative turns within their allowance cost no iteration. */
     int last = counted(run) + 1 >= o->max_iterations;
-    int rc, ended = 0, tools_ok, go, refused;
+    int rc, arc, ended = 0, tools_ok, go, refused;
     long max_tokens = 0;
     loom__ticket *ticket;
 
@@ -3060,7 +3110,8 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
     /* A forced tool choice applies to one call, then returns to auto. */
     run->choice.kind = LOOM_TOOL_CHOICE_AUTO;
     run->choice.function = NULL;
-    account_call(run, resp);
+    if ((arc = account_call(run, resp)) != 0 && rc == 0)
+        rc = arc;
     if (rc != 0 || (rc = reduce_read_results(run)) != 0)
         return rc;
     run->last_calls = tools_ok ? resp->tool_calls_len : 0;
@@ -3230,6 +3281,11 @@ const char *loom_run_message_agent(const loom_run *run, size_t i)
     return i < run->added.len ? run->added_agents[i] : NULL;
 }
 
+const char *loom_run_message_model(const loom_run *run, size_t i)
+{
+    return i < run->added.len ? run->added_models[i] : NULL;
+}
+
 const char *loom_run_agent(const loom_run *run)
 {
     return run->opts.agent;
@@ -3348,6 +3404,10 @@ void loom_run_free(loom_run *run)
     loom__handoffs_free(run->handoffs);
     handoff_drop(run);
     free(run->added_agents);
+    free(run->added_models);
+    for (size_t i = 0; i < run->nmodel_names; i++)
+        free(run->model_names[i]);
+    free(run->model_names);
     free(run);
 }
 

@@ -820,7 +820,10 @@ static int plan_turn(const loom_turn_record *t, loom__store_plan *p)
         m->duration_ms = -1;
         m->offsets_at = noff;
         if (m->msg->role == LOOM_ROLE_ASSISTANT) {
-            m->model = t->model;
+            m->model = out && i < nin + nout && t->output_models &&
+                               t->output_models[i - nin]
+                           ? t->output_models[i - nin]
+                           : t->model;
             m->agent = out && i < nin + nout && t->output_agents &&
                                t->output_agents[i - nin]
                            ? t->output_agents[i - nin]

@@ -44,33 +44,42 @@ typedef struct {
     loom_session *s;
 } fx;
 
-static void fx_open(fx *f)
+/* The agents of the first test: triage on fake/a hands over to billing
+ * on fake/b. */
+static const char agents_yaml[] =
+    "agents:\n"
+    "  triage:\n"
+    "    model: fake/a\n"
+    "    system_prompt: You triage requests.\n"
+    "    tools: []\n"
+    "    handoffs: [billing]\n"
+    "  billing:\n"
+    "    model: fake/b\n"
+    "    description: Answers questions about invoices.\n"
+    "    system_prompt: You do billing.\n"
+    "    tools: [get_time]\n"
+    "    handoffs: [triage]\n";
+
+/* A session over a fake running script_text, with the models fake/a,
+ * fake/b and fake/c and the agents of agents (YAML), triage the
+ * default. */
+static void fx_open_with(fx *f, const char *script_text, const char *agents)
 {
     loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
-    char yaml[2048];
+    char yaml[4096];
 
     memset(f, 0, sizeof(*f));
-    assert_non_null(f->fake = fake_start_script(script));
+    assert_non_null(f->fake = fake_start_script(script_text));
     snprintf(yaml, sizeof(yaml),
              "providers:\n"
              "  fake: {base_url: '%s', retries: {max: 0}}\n"
              "models:\n"
              "  fake/a: {upstream: model-a}\n"
              "  fake/b: {upstream: model-b}\n"
-             "agents:\n"
-             "  triage:\n"
-             "    model: fake/a\n"
-             "    system_prompt: You triage requests.\n"
-             "    tools: []\n"
-             "    handoffs: [billing]\n"
-             "  billing:\n"
-             "    model: fake/b\n"
-             "    description: Answers questions about invoices.\n"
-             "    system_prompt: You do billing.\n"
-             "    tools: [get_time]\n"
-             "    handoffs: [triage]\n"
+             "  fake/c: {upstream: model-c}\n"
+             "%s"
              "default_agent: triage\n",
-             fake_base_url(f->fake));
+             fake_base_url(f->fake), agents);
     if (loom_config_load_string(&f->cfg, yaml, "t.yaml") != 0)
         fail_msg("config: %s", loom_error_last());
     f->path = test_tmp_path("handoffs.db");
@@ -79,6 +88,11 @@ static void fx_open(fx *f)
     so.config = f->cfg;
     so.store = f->store;
     assert_int_equal(loom_session_new(&f->s, &so), 0);
+}
+
+static void fx_open(fx *f)
+{
+    fx_open_with(f, script, agents_yaml);
 }
 
 static void fx_close(fx *f)
@@ -237,10 +251,94 @@ static void test_handoff_through_session(void **state)
     fx_close(&f);
 }
 
+/* Triage answers on fake/a and hands over; billing answers on fake/b;
+ * every answer reports usage. */
+static const char script_usage[] =
+    "{\"rules\": ["
+    " {\"match\": {\"system\": \"You triage\"},"
+    "  \"responses\": ["
+    "   {\"tool_calls\": [{\"id\": \"call_t\", \"name\": "
+    "\"transfer_to_billing\", \"arguments\": \"{}\"}],"
+    "    \"usage\": {\"prompt_tokens\": 10, \"completion_tokens\": 1,"
+    " \"total_tokens\": 11}}]},"
+    " {\"match\": {\"system\": \"You do billing\"},"
+    "  \"responses\": [{\"text\": [\"Billing here.\"],"
+    "    \"usage\": {\"prompt_tokens\": 20, \"completion_tokens\": 2,"
+    " \"total_tokens\": 22}}]}"
+    "]}";
+
+/* The usage row of the model call `iteration` of a stored
+ * conversation. */
+static const json_t *usage_row(const json_t *conv, int iteration)
+{
+    size_t i;
+    json_t *u;
+
+    json_array_foreach(json_object_get(conv, "usage"), i, u)
+    {
+        if (json_integer_value(json_object_get(u, "iteration")) == iteration)
+            return u;
+    }
+    fail_msg("no usage row for iteration %d", iteration);
+    return NULL;
+}
+
+/* Message i of msgs has want at key. */
+static void assert_msg(const json_t *msgs, size_t i, const char *key,
+                       const char *want)
+{
+    assert_string_equal(str_at(json_array_get(msgs, i), key), want);
+}
+
+/* Opens f on script_text and agents and runs one turn of a new
+ * conversation, which must hand over; its events go to events and
+ * *conv gets the stored conversation (the caller frees both). Returns
+ * its messages. */
+static json_t *handoff_turn(fx *f, const char *script_text, const char *agents,
+                            json_t *events, json_t **conv)
+{
+    char *id;
+
+    fx_open_with(f, script_text, agents);
+    id = turn(f, NULL, "Why was I charged twice?", events);
+    assert_non_null(event_of(events, "agent.changed"));
+    assert_int_equal(loom_store_conversation_get(f->store, id, conv), 0);
+    free(id);
+    return json_object_get(*conv, "messages");
+}
+
+/* Each stored assistant message and usage row names the model of the
+ * agent that wrote it: triage's on fake/a, billing's on fake/b. */
+static void test_handoff_stores_each_model(void **state)
+{
+    fx f;
+    json_t *events = json_array(), *conv, *msgs;
+
+    (void)state;
+    msgs = handoff_turn(&f, script_usage, agents_yaml, events, &conv);
+    assert_int_equal(json_array_size(msgs), 4);
+    assert_msg(msgs, 1, "agent", "triage");
+    assert_msg(msgs, 1, "model", "fake/a");
+    assert_msg(msgs, 3, "agent", "billing");
+    assert_msg(msgs, 3, "model", "fake/b");
+    assert_int_equal(json_array_size(json_object_get(conv, "usage")), 2);
+    assert_string_equal(str_at(usage_row(conv, 1), "model"), "fake/a");
+    assert_string_equal(str_at(usage_row(conv, 1), "agent"), "triage");
+    assert_string_equal(str_at(usage_row(conv, 2), "model"), "fake/b");
+    assert_string_equal(str_at(usage_row(conv, 2), "agent"), "billing");
+    /* The conversation names the model of its last answer. */
+    assert_string_equal(str_at(conv, "model"), "fake/b");
+    json_decref(conv);
+
+    json_decref(events);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handoff_through_session),
+        cmocka_unit_test(test_handoff_stores_each_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
