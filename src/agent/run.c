@@ -2393,7 +2393,10 @@ static int refresh_tools(loom_run *run)
  * becomes run->next's agent (see loom_run_options.handoffs). What is
  * the run's own (id, conversation, sink, plan, citations, the stored
  * summary) is kept; the tools, system message, context engine and
- * agent hooks are the new agent's; its max_iterations counts from here.
+ * agent hooks are the new agent's; its max_iterations counts from here,
+ * and its retries (retry_without_tool_calls) and the model a get_model
+ * hook switched to (model_after_retries) start over: nothing of the
+ * previous agent's loop state carries over.
  */
 static int switch_agent(loom_run *run)
 {
@@ -2432,6 +2435,11 @@ static int switch_agent(loom_run *run)
     run->hooks = n.agent_hooks;
     run->nhandoffs++;
     run->counted_base = run->iterations - run->think_turns + run->sub_counted;
+    run->retries = 0;
+    run->use_alt = 0;
+    free(run->alt_name);
+    run->alt_name = NULL;
+    memset(&run->alt, 0, sizeof(run->alt));
     emit_agent_changed(run, from);
     handoff_drop(run);
     hooks_init(run);

@@ -334,11 +334,86 @@ static void test_handoff_stores_each_model(void **state)
     fx_close(&f);
 }
 
+/* Triage answers without a tool first (a retry), then, on its
+ * model_after_retries model, hands over; billing has the same rule
+ * and must start fresh, on its own model, with its own retry. */
+static const char script_retries[] =
+    "{\"rules\": ["
+    " {\"match\": {\"system\": \"You triage\"},"
+    "  \"responses\": ["
+    "   {\"text\": [\"Let me see.\"]},"
+    "   {\"tool_calls\": [{\"id\": \"call_t\", \"name\": "
+    "\"transfer_to_billing\", \"arguments\": \"{}\"}]}]},"
+    " {\"match\": {\"system\": \"You do billing\"},"
+    "  \"responses\": [{\"text\": [\"Billing \"]},"
+    "   {\"text\": [\"here.\"]}]}"
+    "]}";
+
+static const char agents_retries[] =
+    "agents:\n"
+    "  triage:\n"
+    "    model: fake/a\n"
+    "    system_prompt: You triage requests.\n"
+    "    tools: []\n"
+    "    handoffs: [billing]\n"
+    "    retry_without_tool_calls: {max: 1}\n"
+    "    model_after_retries: {retries: 1, model: fake/c}\n"
+    "  billing:\n"
+    "    model: fake/b\n"
+    "    system_prompt: You do billing.\n"
+    "    tools: [get_time]\n"
+    "    retry_without_tool_calls: {max: 1}\n"
+    "    model_after_retries: {retries: 1, model: fake/c}\n";
+
+/* The upstream model of request i the fake saw. */
+static void assert_request_model(fx *f, size_t i, const char *model)
+{
+    json_t *req = fake_request(f->fake, i);
+
+    assert_non_null(req);
+    assert_string_equal(str_at(json_object_get(req, "body"), "model"), model);
+    json_decref(req);
+}
+
+static void test_handoff_starts_retries_fresh(void **state)
+{
+    fx f;
+    json_t *events = json_array(), *conv, *msgs;
+
+    (void)state;
+    msgs = handoff_turn(&f, script_retries, agents_retries, events, &conv);
+
+    /* Triage: its model, then (after one retry) its retry model.
+     * Billing: its own model until its own retry, then the retry
+     * model; the run ends after billing's one permitted retry. */
+    assert_int_equal(fake_request_count(f.fake), 4);
+    assert_request_model(&f, 0, "model-a");
+    assert_request_model(&f, 1, "model-c");
+    assert_request_model(&f, 2, "model-b");
+    assert_request_model(&f, 3, "model-c");
+    assert_string_equal(str_at(event_of(events, "run.completed"), "text"),
+                        "here.");
+
+    /* Each answer is stored with the model that wrote it. */
+    assert_int_equal(json_array_size(msgs), 6);
+    assert_msg(msgs, 1, "content", "Let me see.");
+    assert_msg(msgs, 1, "model", "fake/a");
+    assert_msg(msgs, 2, "model", "fake/c");
+    assert_msg(msgs, 4, "content", "Billing ");
+    assert_msg(msgs, 4, "model", "fake/b");
+    assert_msg(msgs, 5, "model", "fake/c");
+    json_decref(conv);
+
+    json_decref(events);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handoff_through_session),
         cmocka_unit_test(test_handoff_stores_each_model),
+        cmocka_unit_test(test_handoff_starts_retries_fresh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
