@@ -213,8 +213,17 @@ typedef struct {
     loom_approval (*approval_required)(const loom_agent_state *st,
                                        const loom_tool_call *call,
                                        const json_t *args, void *payload);
-    /* A running call reported progress (the tool.progress event's
-     * fields: call_id, tool, label, icon, status). */
+    /*
+     * A running call reported progress (the tool.progress event's
+     * fields: call_id, tool, label, icon, status). A sub-agent's calls'
+     * steps (at any depth below this run) come too, as they reach this
+     * run's stream, with the nested fields that say whose they are:
+     * run_id (the sub-agent run's), parent_run_id, parent_call_id (the
+     * call of the run above it), agent, depth (the sub-agent run's in
+     * its tree, the top run's being 0; docs/events.md "Nested events").
+     * Only the run's own steps have no parent_run_id. A sub-agent's own
+     * hooks see its steps as their own.
+     */
     void (*on_tool_progress)(const loom_agent_state *st, const json_t *progress,
                              void *payload);
     /* A call ended (failed: it failed, result: what the model would

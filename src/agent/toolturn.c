@@ -761,7 +761,9 @@ static void keep_step(loom__tool_job *job, const json_t *ev)
  * and tool first (unless it names its own), the progress hook sees a
  * progress step, and it goes out, before the call's tool.completed. A
  * sub-agent's event (it carries parent_run_id and parent_call_id) goes
- * out as it came: it is the child's, not a step of the call. A usage
+ * out as it came: it is the child's, not a step of the call (it is not
+ * kept with the call's record), though the progress hook sees a
+ * sub-agent's step too, with who made it in its nested fields. A usage
  * event of the call's own with a purpose is a side call it made, which
  * the run counts (on_usage) and reports itself.
  */
@@ -772,6 +774,8 @@ static void on_tool_event(loom__tool_job *job, loom_event_type type,
     json_t *ev;
 
     if (json_is_string(json_object_get(data, "parent_run_id"))) {
+        if (type == LOOM_EV_TOOL_PROGRESS && t->o.on_progress)
+            t->o.on_progress(data, t->o.agent_payload);
         loom__emit_send(&t->o.emit, type, data);
         return;
     }

@@ -62,7 +62,9 @@ typedef struct {
     /*
      * Called with each tool.progress event's data (call_id, tool, label,
      * icon, status) on the run's thread, before it is emitted (the
-     * agent's on_tool_progress hook); NULL: none.
+     * agent's on_tool_progress hook): the run's own calls' steps, and its
+     * sub-agents' (at any depth), which also carry the nested fields
+     * (run_id, parent_run_id, parent_call_id, agent, depth). NULL: none.
      */
     void (*on_progress)(const json_t *progress, void *payload);
     /*

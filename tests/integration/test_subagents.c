@@ -34,10 +34,11 @@ typedef struct {
 } fx;
 
 /* Providers and prices ($1 and $2 per million tokens: a prompt token
- * costs 1 micro-dollar, a completion token 2), then the agents. */
-static void fx_open(fx *f, const char *script, const char *agents)
+ * costs 1 micro-dollar, a completion token 2), then the agents; so
+ * gives the session's other options. */
+static void fx_open_with(fx *f, const char *script, const char *agents,
+                         loom_session_options so)
 {
-    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
     char *yaml = NULL;
 
     memset(f, 0, sizeof(*f));
@@ -65,6 +66,13 @@ static void fx_open(fx *f, const char *script, const char *agents)
         print_error("session: %s\n", loom_error_last());
     assert_non_null(f->s);
     f->events = json_array();
+}
+
+static void fx_open(fx *f, const char *script, const char *agents)
+{
+    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
+
+    fx_open_with(f, script, agents, so);
 }
 
 static void fx_close(fx *f)
@@ -795,12 +803,163 @@ static void test_agent_tool_api(void **state)
     fx_close(&f);
 }
 
+/*
+ * The agent hooks' on_tool_progress of a run sees its sub-agents' steps
+ * too, at any depth, with whose they are: main calls helper, which runs
+ * `steps` and then calls fetcher, which runs `steps`. main's hook sees
+ * all four steps, each with the run, agent, depth and parent call of
+ * the sub-agent that made it; helper's sees its own two as its own and
+ * fetcher's two as nested.
+ */
+static const char progress_script[] =
+    "{\"rules\": ["
+    " {\"match\": {\"system\": \"You are main\"}, \"responses\": ["
+    "   {\"tool_calls\": [{\"id\": \"call_h\", \"name\": \"helper\","
+    "     \"arguments\": \"{\\\"task\\\":\\\"help me\\\"}\"}]},"
+    "   {\"text\": [\"main done\"]}]},"
+    " {\"match\": {\"first_user\": \"help me\"}, \"responses\": ["
+    "   {\"tool_calls\": [{\"id\": \"c_s\", \"name\": \"steps\","
+    "     \"arguments\": \"{}\"}]},"
+    "   {\"tool_calls\": [{\"id\": \"call_f\", \"name\": \"fetcher\","
+    "     \"arguments\": \"{\\\"task\\\":\\\"fetch it\\\"}\"}]},"
+    "   {\"text\": [\"helped\"]}]},"
+    " {\"match\": {\"first_user\": \"fetch it\"}, \"responses\": ["
+    "   {\"tool_calls\": [{\"id\": \"c_s2\", \"name\": \"steps\","
+    "     \"arguments\": \"{}\"}]},"
+    "   {\"text\": [\"fetched\"]}]}"
+    "]}";
+
+static const char progress_agents[] = "  main:\n"
+                                      "    model: fake/m\n"
+                                      "    system_prompt: You are main.\n"
+                                      "    tools: []\n"
+                                      "    sub_agents: [helper]\n"
+                                      "  helper:\n"
+                                      "    model: fake/m\n"
+                                      "    description: Helps.\n"
+                                      "    system_prompt: You help.\n"
+                                      "    tools: [steps]\n"
+                                      "    sub_agents: [fetcher]\n"
+                                      "  fetcher:\n"
+                                      "    model: fake/m\n"
+                                      "    description: Fetches.\n"
+                                      "    system_prompt: You fetch.\n"
+                                      "    tools: [steps]\n";
+
+static int steps_exec(const json_t *args, const loom_tool_ctx *ctx,
+                      loom_buf *out, void *payload)
+{
+    (void)args;
+    (void)payload;
+    loom_tool_progress(ctx, "Searching", "SEARCH", "running");
+    loom_tool_progress(ctx, "Done", NULL, "done");
+    return loom_buf_puts(out, "steps done");
+}
+
+/* on_tool_progress: keeps a copy of each step in the payload's array
+ * (each agent's hooks have their own; each runs on its run's thread). */
+static void keep_progress(const loom_agent_state *st, const json_t *progress,
+                          void *payload)
+{
+    (void)st;
+    json_array_append_new(payload, json_deep_copy(progress));
+}
+
+/* The steps of seen whose agent is agent (NULL: the run's own, with no
+ * parent_run_id); each must have call_id and the labels in order. */
+static size_t steps_of(const json_t *seen, const char *agent,
+                       const char *call_id)
+{
+    static const char *const labels[] = {"Searching", "Done"};
+    size_t i, n = 0;
+    json_t *p;
+
+    json_array_foreach(seen, i, p)
+    {
+        const char *a = sget(p, "agent");
+        if (agent ? !a || strcmp(a, agent) != 0
+                  : json_object_get(p, "parent_run_id") != NULL)
+            continue;
+        assert_string_equal(sget(p, "call_id"), call_id);
+        assert_string_equal(sget(p, "tool"), "steps");
+        assert_true(n < 2);
+        assert_string_equal(sget(p, "label"), labels[n]);
+        n++;
+    }
+    return n;
+}
+
+static void test_progress_hook_sees_sub_agents(void **state)
+{
+    loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
+    loom_agent_hooks main_hooks = LOOM_AGENT_HOOKS_INIT;
+    loom_agent_hooks helper_hooks = LOOM_AGENT_HOOKS_INIT;
+    json_t *main_seen = json_array(), *helper_seen = json_array();
+    loom_session_agent_hooks per_agent[2];
+    loom_tool_registry *reg;
+    loom_tool steps = {0};
+    const json_t *hs, *fs, *p;
+    loom_turn *t;
+    fx f;
+    size_t i;
+
+    (void)state;
+    assert_int_equal(loom_tool_registry_new(&reg), 0);
+    steps.name = "steps";
+    steps.description = "Reports two steps.";
+    steps.execute = steps_exec;
+    assert_int_equal(loom_tool_registry_add(reg, &steps), 0);
+    main_hooks.on_tool_progress = keep_progress;
+    main_hooks.payload = main_seen;
+    helper_hooks.on_tool_progress = keep_progress;
+    helper_hooks.payload = helper_seen;
+    per_agent[0] = (loom_session_agent_hooks){"main", &main_hooks};
+    per_agent[1] = (loom_session_agent_hooks){"helper", &helper_hooks};
+    so.tools = reg;
+    so.agent_hooks = per_agent;
+    so.agent_hooks_len = 2;
+    fx_open_with(&f, progress_script, progress_agents, so);
+    t = run_ok(&f, "main", "go", "main done");
+    hs = nested_event(f.events, "helper", "run.started");
+    fs = nested_event(f.events, "fetcher", "run.started");
+    assert_non_null(hs);
+    assert_non_null(fs);
+
+    /* main: no step of its own; helper's and fetcher's, nested. */
+    assert_int_equal(json_array_size(main_seen), 4);
+    assert_int_equal(steps_of(main_seen, NULL, "c_s"), 0);
+    assert_int_equal(steps_of(main_seen, "helper", "c_s"), 2);
+    assert_int_equal(steps_of(main_seen, "fetcher", "c_s2"), 2);
+    json_array_foreach(main_seen, i, p)
+    {
+        const json_t *started =
+            strcmp(sget(p, "agent"), "helper") == 0 ? hs : fs;
+        assert_string_equal(sget(p, "run_id"), sget(started, "run_id"));
+        assert_string_equal(sget(p, "parent_run_id"),
+                            sget(started, "parent_run_id"));
+        assert_string_equal(sget(p, "parent_call_id"),
+                            started == hs ? "call_h" : "call_f");
+        assert_int_equal(geti(p, "depth", NULL), started == hs ? 1 : 2);
+    }
+    /* helper: its own two, then fetcher's. */
+    assert_int_equal(json_array_size(helper_seen), 4);
+    assert_int_equal(steps_of(helper_seen, NULL, "c_s"), 2);
+    assert_int_equal(steps_of(helper_seen, "fetcher", "c_s2"), 2);
+
+    loom_turn_free(t);
+    fx_close(&f);
+    loom_tool_registry_free(reg);
+    json_decref(main_seen);
+    json_decref(helper_seen);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parallel_children_one_failing),
         cmocka_unit_test(test_grandchild_and_depth_limit),
         cmocka_unit_test(test_nested_events),
+        cmocka_unit_test(test_progress_hook_sees_sub_agents),
         cmocka_unit_test(test_parallel_nested_grouped),
         cmocka_unit_test(test_child_timeout),
         cmocka_unit_test(test_cancel_mid_tree),
