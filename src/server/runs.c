@@ -37,6 +37,10 @@ struct srv_run {
     int finished;
     /* The caller's limits and the call gate (limits.c). */
     srv_admission adm;
+    /* The model each run of the turn's tree runs on, by run id (its
+     * run.started's, then its agent.changed's), for the metrics of its
+     * usage events that name none; touched by the turn's sink only. */
+    json_t *models;
 };
 
 struct srv_runs {
@@ -185,6 +189,7 @@ void srv_run_unref(srv_run *run)
 {
     if (run && atomic_fetch_sub(&run->refs, 1) == 1) {
         loom_turn_free(run->t);
+        json_decref(run->models);
         free(run);
     }
 }
@@ -330,13 +335,39 @@ int srv_run_wait(srv_run *run, uint64_t after_seq, long timeout_ms)
 }
 
 /* The cost_micros of a usage object, when it has one (a priced call). */
-static void note_cost(srv_run *r, const json_t *usage)
+static void note_cost(srv_run *r, const char *model, const json_t *usage)
 {
     const json_t *c = json_object_get(usage, "cost_micros");
 
     if (json_is_integer(c))
-        srv__metrics_cost(r->s->metrics, loom_turn_model(r->t),
+        srv__metrics_cost(r->s->metrics, model,
                           (long long)json_integer_value(c));
+}
+
+/* Notes the model ev's run (a sub-agent's, or the turn's own after a
+ * handoff) runs on from now. Out of memory: its usage counts under the
+ * turn's model. */
+static void note_run_model(srv_run *r, const loom_event *ev)
+{
+    const json_t *m = json_object_get(ev->data, "model");
+
+    if (!ev->run_id || !json_is_string(m) ||
+        (!r->models && !(r->models = json_object())))
+        return;
+    json_object_set_new(r->models, ev->run_id, json_copy((json_t *)m));
+}
+
+/* The model that answered the call of usage event ev (or of a review):
+ * the one it names (a router's fallback, a get_model hook's), else its
+ * run's agent's, which for a sub-agent is not the turn's. */
+static const char *usage_model(srv_run *r, const loom_event *ev,
+                               const json_t *data)
+{
+    const char *m = json_string_value(json_object_get(data, "model"));
+
+    if (!m && ev->run_id)
+        m = json_string_value(json_object_get(r->models, ev->run_id));
+    return m ? m : loom_turn_model(r->t);
 }
 
 static void note_metrics(srv_run *r, const loom_event *ev)
@@ -356,15 +387,20 @@ static void note_metrics(srv_run *r, const loom_event *ev)
                 ? "completed"
                 : json_string_value(json_object_get(ev->data, "stage")));
         break;
+    case LOOM_EV_RUN_STARTED:
+    case LOOM_EV_AGENT_CHANGED:
+        note_run_model(r, ev);
+        break;
     case LOOM_EV_USAGE:
         for (size_t i = 0; i < 4; i++)
             srv__metrics_tokens(
-                m, loom_turn_model(r->t), kinds[i],
+                m, usage_model(r, ev, ev->data), kinds[i],
                 (long)json_integer_value(json_object_get(ev->data, keys[i])));
-        note_cost(r, ev->data);
+        note_cost(r, usage_model(r, ev, ev->data), ev->data);
         break;
     case LOOM_EV_REVIEW:
-        note_cost(r, json_object_get(ev->data, "usage"));
+        note_cost(r, usage_model(r, ev, ev->data),
+                  json_object_get(ev->data, "usage"));
         break;
     default:
         break;

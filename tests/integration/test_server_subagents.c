@@ -34,7 +34,19 @@ static const char script[] =
     "              \"total_tokens\": 15}}]},"
     " {\"match\": {\"system\": \"You write\"}, \"responses\": ["
     "   {\"status\": 400, \"error\": {\"message\": \"pears are banned\","
-    "    \"type\": \"invalid_request_error\"}}]}"
+    "    \"type\": \"invalid_request_error\"}}]},"
+    " {\"match\": {\"system\": \"You lead\"}, \"responses\": ["
+    "   {\"tool_calls\": [{\"id\": \"call_s\", \"name\": \"scout\","
+    "     \"arguments\": \"{\\\"task\\\":\\\"look\\\"}\"}],"
+    "    \"usage\": {\"prompt_tokens\": 7, \"completion_tokens\": 1,"
+    "              \"total_tokens\": 8}},"
+    "   {\"text\": [\"Lead done.\"],"
+    "    \"usage\": {\"prompt_tokens\": 7, \"completion_tokens\": 1,"
+    "              \"total_tokens\": 8}}]},"
+    " {\"match\": {\"system\": \"You scout\"}, \"responses\": ["
+    "   {\"text\": [\"scouted\"],"
+    "    \"usage\": {\"prompt_tokens\": 30, \"completion_tokens\": 3,"
+    "              \"total_tokens\": 33}}]}"
     "]}";
 
 static void start(sh *h)
@@ -55,6 +67,8 @@ static void start(sh *h)
                          "routing: {retries: 0}\n"
                          "models:\n"
                          "  fake/m: {prices: {input: 1, output: 2}}\n"
+                         "  fake/r: {upstream: model-r,"
+                         " prices: {input: 3, output: 4}}\n"
                          "agents:\n"
                          "  main:\n"
                          "    model: fake/m\n"
@@ -68,6 +82,15 @@ static void start(sh *h)
                          "  writer:\n"
                          "    model: fake/m\n"
                          "    system_prompt: You write.\n"
+                         "    tools: []\n"
+                         "  lead:\n"
+                         "    model: fake/m\n"
+                         "    system_prompt: You lead.\n"
+                         "    tools: []\n"
+                         "    sub_agents: [scout]\n"
+                         "  scout:\n"
+                         "    model: fake/r\n"
+                         "    system_prompt: You scout.\n"
                          "    tools: []\n"
                          "server:\n"
                          "  listen: 127.0.0.1:0\n",
@@ -173,10 +196,48 @@ static void test_run_children(void **state)
     sh_free(&h);
 }
 
+/* body holds the metrics line line (name, labels, value, newline). */
+static void assert_metric(const char *body, const char *line)
+{
+    if (!strstr(body, line))
+        fail_msg("/metrics lack %s in:\n%s", line, body);
+}
+
+/* /metrics counts a sub-agent's tokens and cost under the model it
+ * ran on (scout on fake/r), not its parent's (lead on fake/m). */
+static void test_metrics_by_child_model(void **state)
+{
+    sh h;
+    json_t *run;
+    sh_resp r;
+
+    (void)state;
+    start(&h);
+    run = sh_json(&h, "POST", "/v1/runs",
+                  "{\"agent\":\"lead\",\"input\":\"look around\"}", 200);
+    assert_string_equal(sh_str(run, "text"), "Lead done.");
+    json_decref(run);
+    assert_int_equal(sh_req(&h, "GET", "/metrics", NULL, NULL, &r), 200);
+    assert_metric(r.body,
+                  "loom_tokens_total{model=\"fake/m\",kind=\"prompt\"} 14\n");
+    assert_metric(r.body, "loom_tokens_total{model=\"fake/m\","
+                          "kind=\"completion\"} 2\n");
+    assert_metric(r.body,
+                  "loom_tokens_total{model=\"fake/r\",kind=\"prompt\"} 30\n");
+    assert_metric(r.body, "loom_tokens_total{model=\"fake/r\","
+                          "kind=\"completion\"} 3\n");
+    /* 14 * 1 + 2 * 2 and 30 * 3 + 3 * 4 micro-dollars. */
+    assert_metric(r.body, "loom_cost_micros_total{model=\"fake/m\"} 18\n");
+    assert_metric(r.body, "loom_cost_micros_total{model=\"fake/r\"} 102\n");
+    sh_resp_free(&r);
+    sh_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_children),
+        cmocka_unit_test(test_metrics_by_child_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
