@@ -70,7 +70,10 @@ struct loom_session {
      * provider, shared by every turn's routers (session_adapters). */
     pthread_mutex_t adapters_mu;
     int adapters_state;       /* ADAPTERS_*, under adapters_mu */
-    loom_provider **adapters; /* cfg->providers_len, once READY */
+    loom_provider **adapters; /* nadapters of them, once READY */
+    /* Kept here: a turn's thread may free the session after its caller
+     * freed a borrowed config. */
+    size_t nadapters;
 };
 
 enum { ADAPTERS_UNTRIED = 0, ADAPTERS_READY, ADAPTERS_OFF };
@@ -465,7 +468,7 @@ void loom_session_free(loom_session *s)
         return;
     loom_tool_registry_free(s->own_tools);
     json_decref(s->agent_tools);
-    for (size_t i = 0; s->adapters && i < s->cfg->providers_len; i++)
+    for (size_t i = 0; s->adapters && i < s->nadapters; i++)
         loom_provider_free(s->adapters[i]);
     free(s->adapters);
     pthread_mutex_destroy(&s->adapters_mu);
@@ -1456,6 +1459,7 @@ static int session_adapters(loom_session *s)
                     break;
         if (s->adapters && i == n) {
             s->adapters_state = ADAPTERS_READY;
+            s->nadapters = n;
         } else {
             for (size_t k = 0; s->adapters && k < i; k++)
                 loom_provider_free(s->adapters[k]);
