@@ -2442,12 +2442,14 @@ static int op_end(void *arg)
  * server starts and ended then.) */
 static void end_research(loom_turn *t)
 {
-    const json_t *cites = loom_run_citations(t->lr);
-    char *ctext = cites ? json_dumps(cites, JSON_COMPACT) : NULL;
+    const json_t *cites;
+    char *ctext;
     keep_arg a;
 
     if (!t->durable)
         return;
+    cites = loom_run_citations(t->lr);
+    ctext = cites ? json_dumps(cites, JSON_COMPACT) : NULL;
     memset(&a, 0, sizeof(a));
     a.st = t->s->o.store;
     a.w.run_id = t->id;
