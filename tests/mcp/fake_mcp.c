@@ -8,7 +8,7 @@
  * advance), "stuck" (the same cursor again and again), "cycle" (a cursor
  * that comes back), "results" (one page of the tools that check results
  * against their outputSchema, below), "form" (elicit alone), "sample"
- * (sample alone), anything
+ * (sample alone), "stateless" (below), anything
  * else one page. It always writes a line that is not JSON to stdout
  * first, and a line to stderr. Its tools:
  *   echo        the arguments back as text
@@ -39,9 +39,21 @@
  *               and answers with the client's answer (or error) as JSON,
  *               or "no sampling capability" when the client declared none
  *               (unless force is true: it asks all the same)
- * When FAKE_MCP_LOG names a file, it appends "start" when it starts and
- * "cancelled <id>" for each notifications/cancelled, so a test can check
- * what loom sent.
+ * In "stateless" mode it speaks 2026-07-28: server/discover says
+ * tools.listChanged, and subscriptions/listen is acknowledged and kept
+ * open (the last one only), its notifications tagged with its id in
+ * `_meta` (io.modelcontextprotocol/subscriptionId). Its tools there:
+ *   echo, hang, die  as above
+ *   change      adds the tool "added" and says so with
+ *               notifications/tools/list_changed on the subscription
+ *               only (nothing when none is open), before its answer
+ *   unlisten    ends the subscription with its result, as a server that
+ *               shuts down does
+ *   stray       notifications/tools/list_changed tagged with a
+ *               subscription that is not open
+ * When FAKE_MCP_LOG names a file, it appends "start" when it starts,
+ * "cancelled <id>" for each notifications/cancelled and "listen <id>"
+ * for each subscriptions/listen, so a test can check what loom sent.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -49,6 +61,10 @@
 #include <string.h>
 
 static const char *mode = "";
+/* "stateless" mode: the open subscription's id (-1: none), and whether
+ * "change" was called. */
+static long long listen_id = -1;
+static int changed;
 /* The capabilities the client declared in initialize. */
 static json_t *client_caps;
 
@@ -131,6 +147,11 @@ static json_t *list_page(const char *cursor)
         json_array_append_new(tools, tool("elicit"));
     } else if (strcmp(mode, "sample") == 0) {
         json_array_append_new(tools, tool("sample"));
+    } else if (strcmp(mode, "stateless") == 0) {
+        const char *names[] = {"echo",     "hang",  "die",  "change",
+                               "unlisten", "stray", "added"};
+        for (size_t i = 0; i < sizeof(names) / sizeof(*names) - !changed; i++)
+            json_array_append_new(tools, tool(names[i]));
     } else {
         const char *names[] = {"echo",
                                "hang",
@@ -197,6 +218,55 @@ static void ask_client(const json_t *id, const char *cap, const char *rid,
     json_decref(ans);
 }
 
+/* The `_meta` that tags a message of subscription id. */
+static json_t *subscription_meta(long long id)
+{
+    return json_pack("{s:I}", "io.modelcontextprotocol/subscriptionId",
+                     (json_int_t)id);
+}
+
+/* "stateless": the tool list changed, told on subscription id (none
+ * when id < 0). */
+static void list_changed(long long id)
+{
+    if (id >= 0)
+        send_msg(json_pack("{s:s,s:s,s:{s:o}}", "jsonrpc", "2.0", "method",
+                           "notifications/tools/list_changed", "params",
+                           "_meta", subscription_meta(id)));
+}
+
+/* "stateless": a subscriptions/listen, acknowledged and kept open. */
+static void open_subscription(const json_t *id, const json_t *params)
+{
+    listen_id = (long long)json_integer_value(id);
+    note("listen", listen_id);
+    send_msg(json_pack("{s:s,s:s,s:{s:O*,s:o}}", "jsonrpc", "2.0", "method",
+                       "notifications/subscriptions/acknowledged", "params",
+                       "notifications",
+                       json_object_get(params, "notifications"), "_meta",
+                       subscription_meta(listen_id)));
+}
+
+/* "stateless": the tools about the subscription; 1 when name was one. */
+static int subscription_call(const json_t *id, const char *name)
+{
+    if (strcmp(name, "change") == 0) {
+        changed = 1;
+        list_changed(listen_id);
+    } else if (strcmp(name, "unlisten") == 0 && listen_id >= 0) {
+        send_msg(json_pack("{s:s,s:I,s:{s:s,s:o}}", "jsonrpc", "2.0", "id",
+                           (json_int_t)listen_id, "result", "resultType",
+                           "complete", "_meta", subscription_meta(listen_id)));
+        listen_id = -1;
+    } else if (strcmp(name, "stray") == 0) {
+        list_changed(listen_id + 1000);
+    } else {
+        return 0;
+    }
+    answer(id, text_result(name, 0));
+    return 1;
+}
+
 static void call(const json_t *id, const json_t *params)
 {
     const char *name = json_string_value(json_object_get(params, "name"));
@@ -205,6 +275,8 @@ static void call(const json_t *id, const json_t *params)
     if (!name)
         name = "";
     if (strcmp(name, "hang") == 0)
+        return;
+    if (strcmp(mode, "stateless") == 0 && subscription_call(id, name))
         return;
     if (strcmp(name, "elicit") == 0) {
         const char *x = json_string_value(
@@ -318,6 +390,15 @@ int main(int argc, char **argv)
                            json_object_get(params, "cursor"))));
         else if (strcmp(method, "tools/call") == 0)
             call(id, params);
+        else if (strcmp(mode, "stateless") == 0 &&
+                 strcmp(method, "server/discover") == 0)
+            answer(id, json_pack("{s:[s],s:{s:{s:b}},s:{s:s,s:s}}",
+                                 "supportedVersions", "2026-07-28",
+                                 "capabilities", "tools", "listChanged", 1,
+                                 "serverInfo", "name", "fake", "version", "1"));
+        else if (strcmp(mode, "stateless") == 0 &&
+                 strcmp(method, "subscriptions/listen") == 0)
+            open_subscription(id, params);
         else if (strcmp(method, "notifications/cancelled") == 0)
             note("cancelled",
                  json_integer_value(json_object_get(params, "requestId")));

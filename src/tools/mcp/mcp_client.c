@@ -1200,6 +1200,15 @@ json_t *loom__mcp_listen_request(loom_mcp_server *s)
     return msg;
 }
 
+void loom__mcp_listen_refused(loom_mcp_server *s, const json_t *error)
+{
+    const char *m = json_string_value(json_object_get(error, "message"));
+
+    loom_info("mcp %s: subscriptions/listen refused (%.200s): its list "
+              "changes are not followed",
+              s->cfg.name, m ? m : "no message");
+}
+
 /* How long a probe with server/discover may take before the server is
  * taken for an old one that does not answer unknown methods. */
 #define PROBE_MS 5000

@@ -174,12 +174,7 @@ static void dispatch_text(post_state *st, const char *data, size_t len)
         const json_t *e = json_object_get(msg, "error");
         if (e) {
             st->refused = 1;
-            loom_info("mcp %s: subscriptions/listen refused (%.200s): its "
-                      "list changes are not followed",
-                      name,
-                      json_string_value(json_object_get(e, "message"))
-                          ? json_string_value(json_object_get(e, "message"))
-                          : "no message");
+            loom__mcp_listen_refused(st->c->s, e);
         }
         json_decref(msg);
         return;

@@ -88,6 +88,10 @@ void loom__mcp_list_stale(loom_mcp_server *s);
  */
 json_t *loom__mcp_listen_request(loom_mcp_server *s);
 
+/* Logs that the server refused subscriptions/listen with error (the
+ * answer's `error`): its list changes are not followed. */
+void loom__mcp_listen_refused(loom_mcp_server *s, const json_t *error);
+
 /* The server's config and name, for the transports. Borrowed. */
 const loom_mcp_server_config *loom__mcp_config(const loom_mcp_server *s);
 

@@ -16,6 +16,18 @@
  * moment, then SIGTERM and SIGKILL to the group. A pipe to the stop
  * thread's poll lets the readers end even when a grandchild keeps the
  * output open.
+ *
+ * In the 2026-07-28 era a server tells of list changes only on a
+ * subscription: a subscriptions/listen request that stays open, whose
+ * notifications share stdout with everything else and carry its id as
+ * their `_meta` subscriptionId. The reader keeps what is the
+ * subscription's own (its acknowledgement, its answer, the server's
+ * notifications/cancelled of it, anything tagged with another one) and
+ * hands the rest (list_changed) to the core. A subscription the server
+ * ends while it runs marks the tool list stale and is opened again with
+ * the next message loom sends; a new process (a restart) gets a new one
+ * from the core; stopping cancels it (notifications/cancelled) before
+ * stdin closes.
  */
 #include "core/clock.h"
 #include "core/error.h"
@@ -46,6 +58,14 @@ extern char **environ;
 /* How long a program has to exit after stdin closes, then after TERM. */
 #define EXIT_GRACE_MS 500
 #define TERM_GRACE_MS 1000
+/* How long sending subscriptions/listen, or its cancellation, may take. */
+#define LISTEN_SEND_MS 1000
+/* How many times in a row a subscription the server ends is opened again
+ * before loom stops following the list (a change told on one starts the
+ * count over). */
+#define LISTEN_REOPENS 3
+/* The `_meta` key naming the subscription a message belongs to. */
+#define SUBSCRIPTION_ID "io.modelcontextprotocol/subscriptionId"
 
 /* The variables of loom's environment a server inherits. */
 static const char *const inherited[] = {
@@ -62,6 +82,11 @@ typedef struct {
     int have_reader, have_errlog;
     pthread_mutex_t wmu; /* one writer at a time; in_fd under it */
     atomic_int stopping; /* loom ends it: its end is no failure */
+    /* The subscription (2026-07-28): the id of the open
+     * subscriptions/listen request, 0 when none is open. */
+    _Atomic json_int_t listen_id;
+    atomic_int reopen; /* the server ended it: open it with the next send */
+    int reopens;       /* times opened again in a row; the reader's */
 } stdio_conn;
 
 static void close_fd(int *fd)
@@ -97,6 +122,8 @@ static ssize_t read_some(stdio_conn *c, int fd, char *buf, size_t cap)
     }
 }
 
+static int on_subscription(stdio_conn *c, const json_t *msg);
+
 static void handle_line(stdio_conn *c, const char *line, size_t len)
 {
     json_error_t err;
@@ -111,6 +138,10 @@ static void handle_line(stdio_conn *c, const char *line, size_t len)
         loom_warn("mcp %s: skipped a stdout line that is not JSON-RPC "
                   "(%zu bytes)",
                   loom__mcp_config(c->s)->name, len);
+        return;
+    }
+    if (on_subscription(c, msg)) {
+        json_decref(msg);
         return;
     }
     loom__mcp_dispatch(c->s, c->gen, msg);
@@ -387,15 +418,12 @@ static int write_all(stdio_conn *c, const char *data, size_t len,
     return rc;
 }
 
-static int stdio_send(void *impl, const json_t *msg, int64_t deadline,
-                      loom_cancel *cancel, mcp_pending *p)
+/* Writes msg as one line by deadline. */
+static int write_msg(stdio_conn *c, const json_t *msg, int64_t deadline)
 {
-    stdio_conn *c = impl;
     char *text = json_dumps(msg, JSON_COMPACT);
     int rc;
 
-    (void)cancel;
-    (void)p;
     if (!text)
         return loom__error_oom();
     pthread_mutex_lock(&c->wmu);
@@ -405,6 +433,144 @@ static int stdio_send(void *impl, const json_t *msg, int64_t deadline,
     pthread_mutex_unlock(&c->wmu);
     free(text);
     return rc;
+}
+
+/* ---- the subscription (2026-07-28) ------------------------------------ */
+
+/*
+ * Opens a new subscription: a subscriptions/listen request for
+ * toolsListChanged (loom__mcp_listen_request), whose id the reader
+ * follows from now on. A failure is logged: the list is then not
+ * followed.
+ */
+static void subscribe(stdio_conn *c)
+{
+    json_t *msg = loom__mcp_listen_request(c->s);
+    int rc = LOOM_ENOMEM;
+
+    if (msg) {
+        atomic_store(&c->listen_id,
+                     json_integer_value(json_object_get(msg, "id")));
+        rc = write_msg(c, msg, loom__mono_ms() + LISTEN_SEND_MS);
+        json_decref(msg);
+    }
+    if (rc != 0) {
+        atomic_store(&c->listen_id, 0);
+        loom_warn("mcp %s: cannot send subscriptions/listen (%s): its list "
+                  "changes are not followed",
+                  loom__mcp_config(c->s)->name,
+                  msg ? loom_error_last() : "out of memory");
+    }
+}
+
+/* The server ended the subscription while it runs: a change may now go
+ * untold, so the list is stale, and the next send opens it again (a
+ * few times in a row at most). Reader thread. */
+static void subscription_ended(stdio_conn *c, const char *how)
+{
+    const char *name = loom__mcp_config(c->s)->name;
+
+    atomic_store(&c->listen_id, 0);
+    if (atomic_load(&c->stopping))
+        return;
+    loom__mcp_list_stale(c->s);
+    if (c->reopens++ < LISTEN_REOPENS) {
+        loom_debug("mcp %s: the server %s subscriptions/listen; opening it "
+                   "again with the next message",
+                   name, how);
+        atomic_store(&c->reopen, 1);
+    } else {
+        loom_warn("mcp %s: the server %s subscriptions/listen %d times in a "
+                  "row: its list changes are not followed",
+                  name, how, c->reopens);
+    }
+}
+
+/*
+ * What of msg is the subscription's own, handled here: its answer (an
+ * error refuses it; a result ends it), the server's notifications/cancelled
+ * of it (it ends it too), its acknowledgement, and a notification tagged
+ * with a subscription that is not the open one (an old one's: skipped).
+ * 1 when msg was handled; 0 when it goes to the core (a notification on
+ * the subscription, such as list_changed, or anything else).
+ */
+static int on_subscription(stdio_conn *c, const json_t *msg)
+{
+    json_int_t listening = atomic_load(&c->listen_id);
+    const json_t *id = json_object_get(msg, "id");
+    const json_t *params = json_object_get(msg, "params");
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    const json_t *tag = json_object_get(
+        json_object_get(method ? params : json_object_get(msg, "result"),
+                        "_meta"),
+        SUBSCRIPTION_ID);
+    const char *name = loom__mcp_config(c->s)->name;
+
+    if (!method) {
+        const json_t *e = json_object_get(msg, "error");
+        if (!listening || !json_is_integer(id) ||
+            json_integer_value(id) != listening)
+            return 0;
+        if (!e) {
+            subscription_ended(c, "ended");
+            return 1;
+        }
+        atomic_store(&c->listen_id, 0);
+        loom__mcp_listen_refused(c->s, e);
+        return 1;
+    }
+    if (id)
+        return 0;
+    if (strcmp(method, "notifications/cancelled") == 0) {
+        const json_t *rid = json_object_get(params, "requestId");
+        if (!listening || !json_is_integer(rid) ||
+            json_integer_value(rid) != listening)
+            return 0;
+        subscription_ended(c, "cancelled");
+        return 1;
+    }
+    if (!tag)
+        return 0;
+    if (!listening || !json_is_integer(tag) ||
+        json_integer_value(tag) != listening) {
+        loom_debug("mcp %s: skipped %.100s of a subscription that is not open",
+                   name, method);
+        return 1;
+    }
+    if (strcmp(method, "notifications/subscriptions/acknowledged") == 0) {
+        if (!json_is_true(json_object_get(
+                json_object_get(params, "notifications"), "toolsListChanged")))
+            loom_info("mcp %s: subscriptions/listen acknowledged without "
+                      "toolsListChanged: its list changes are not followed",
+                      name);
+        return 1;
+    }
+    c->reopens = 0;
+    return 0;
+}
+
+/* The transport's listen: a new process's subscription. Its tools may
+ * not be the ones listed when it is a restart (no subscription followed
+ * them meanwhile): the list is stale then. */
+static void stdio_listen(void *impl)
+{
+    stdio_conn *c = impl;
+
+    if (c->gen > 1)
+        loom__mcp_list_stale(c->s);
+    subscribe(c);
+}
+
+static int stdio_send(void *impl, const json_t *msg, int64_t deadline,
+                      loom_cancel *cancel, mcp_pending *p)
+{
+    stdio_conn *c = impl;
+
+    (void)cancel;
+    (void)p;
+    if (atomic_exchange(&c->reopen, 0))
+        subscribe(c);
+    return write_msg(c, msg, deadline);
 }
 
 /* ---- stopping ---------------------------------------------------------- */
@@ -426,6 +592,24 @@ static int reaped(stdio_conn *c, long ms)
     }
 }
 
+/* Cancels the open subscription, if any (the spec's way on stdio;
+ * closing stdin would end it too, with no word). */
+static void cancel_subscription(stdio_conn *c)
+{
+    json_int_t listening = atomic_exchange(&c->listen_id, 0);
+    json_t *n;
+
+    if (!listening)
+        return;
+    n = json_pack("{s:s,s:s,s:{s:I,s:s}}", "jsonrpc", "2.0", "method",
+                  "notifications/cancelled", "params", "requestId", listening,
+                  "reason", "the client stops the server");
+    if (n && write_msg(c, n, loom__mono_ms() + LISTEN_SEND_MS) != 0)
+        loom_debug("mcp %s: cannot cancel subscriptions/listen: %s",
+                   loom__mcp_config(c->s)->name, loom_error_last());
+    json_decref(n);
+}
+
 static void stdio_stop(void *impl)
 {
     stdio_conn *c = impl;
@@ -436,6 +620,7 @@ static void stdio_stop(void *impl)
         return;
     group = c->pid;
     atomic_store(&c->stopping, 1);
+    cancel_subscription(c);
     pthread_mutex_lock(&c->wmu);
     close_fd(&c->in_fd);
     pthread_mutex_unlock(&c->wmu);
@@ -474,4 +659,4 @@ static void stdio_free(void *impl)
 }
 
 const mcp_transport loom__mcp_stdio = {"stdio",    stdio_open, stdio_send,
-                                       stdio_stop, stdio_free, NULL};
+                                       stdio_stop, stdio_free, stdio_listen};
