@@ -6,7 +6,8 @@
  * shared stdout) gives the next model call the new tool. The
  * subscription is sent again to a restarted process and when the server
  * ends it, a notification of another subscription is not counted, and
- * freeing the server cancels it.
+ * freeing the server cancels it; a call that times out is cancelled with
+ * notifications/cancelled, stdio having no stream per request to close.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -181,11 +182,38 @@ static void test_listen_again_and_cancel(void **state)
     free(log);
 }
 
+/*
+ * A call of the era that times out over stdio, which has no stream per
+ * request to close: the server is sent notifications/cancelled for it.
+ */
+static void test_timeout_cancels(void **state)
+{
+    char *log = test_tmp_path("mcp-listen-timeout.log");
+    loom_mcp_server_config c = stateless_config(log);
+    loom_mcp_server *s = NULL;
+    json_t *res = NULL;
+
+    (void)state;
+    unlink(log);
+    assert_int_equal(loom_mcp_server_new(&s, &c), 0);
+    json_decref(c.env);
+    assert_int_equal(loom_mcp_server_call(s, "hang", NULL, 200, NULL, &res),
+                     LOOM_ETIMEDOUT);
+    /* The server reads in order: once echo is answered, it has read the
+     * cancellation sent before it. */
+    call_ok(s, "echo");
+    assert_int_equal(noted(log, "cancelled", NULL), 1);
+    loom_mcp_server_free(s);
+    unlink(log);
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_sees_new_tool),
         cmocka_unit_test(test_listen_again_and_cancel),
+        cmocka_unit_test(test_timeout_cancels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

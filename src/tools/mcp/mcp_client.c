@@ -933,7 +933,9 @@ static int add_progress_token(json_t **params, json_int_t id)
  * result or an error). In the 2026-07-28 era params get the `_meta` of
  * the era. On a timeout or cancellation, the server is told with
  * notifications/cancelled (initialize excepted, as the spec says; in the
- * 2026-07-28 era the transport closing the request's stream says it).
+ * 2026-07-28 era over HTTP the transport closing the request's stream
+ * says it, while stdio, which has no stream per request, still sends the
+ * notification).
  */
 static int request(loom_mcp_server *s, const char *method, json_t *params,
                    int64_t deadline, loom_cancel *cancel, const call_ctl *ctl,
@@ -1055,7 +1057,8 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
         rc = loom__error_set(LOOM_ETIMEDOUT,
                              "MCP server '%s': no answer to %s in time",
                              s->cfg.name, method);
-    if ((rc == LOOM_ETIMEDOUT || rc == LOOM_ECANCELED) && !stateless &&
+    if ((rc == LOOM_ETIMEDOUT || rc == LOOM_ECANCELED) &&
+        (!stateless || s->tr == &loom__mcp_stdio) &&
         strcmp(method, "initialize") != 0) {
         json_t *n = json_pack("{s:s,s:s,s:{s:I,s:s}}", "jsonrpc", "2.0",
                               "method", "notifications/cancelled", "params",
