@@ -47,10 +47,11 @@ typedef struct {
     void (*free)(void *impl);
     /*
      * The 2026-07-28 era: keeps a subscriptions/listen request open
-     * (loom__mcp_listen_request) until stop, its stream's messages
-     * dispatched, opened again when it ends. Called once, after the
-     * server was discovered; returns when the stream is open (or a
-     * little later). NULL: the transport has none.
+     * (loom__mcp_listen_request) until stop, its messages dispatched
+     * (HTTP: its stream's; stdio: those tagged with its id), opened
+     * again when it ends. Called once per connection, after the server
+     * was discovered; returns when it is open (HTTP: or a little
+     * later; stdio: once the request is written).
      */
     void (*listen)(void *impl);
 } mcp_transport;
