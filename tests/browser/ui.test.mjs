@@ -12,7 +12,8 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { LOOM_BIN, Stack, textResponse } from '../e2e/harness.mjs';
+import { LOOM_BIN, Stack, closeServer, teardown,
+         textResponse } from '../e2e/harness.mjs';
 import { conversationId, launch, openPage, sendMessage, shot,
          until } from './browser.mjs';
 
@@ -132,18 +133,15 @@ async function fakeStats(stack) {
 }
 
 /* A suite's hooks: env.stack (Stack.start(opts)) and env.browser before
- * its tests, both closed after them. */
+ * its tests, both closed after them (each also when the other's close
+ * failed; the failures are the hook's). */
 function useStack(env, opts) {
     before(async () => {
         env.stack = await Stack.start(opts);
         env.browser = await launch();
     });
-    after(async () => {
-        if (env.browser)
-            await env.browser.close();
-        if (env.stack)
-            await env.stack.close();
-    });
+    after(() => teardown([env.browser && (() => env.browser.close()),
+                          env.stack && (() => env.stack.close())]));
 }
 
 function answer(page) {
@@ -786,11 +784,9 @@ describe('web UI: questions, citations and sources', () => {
         });
         browser = await launch();
     });
-    after(async () => {
-        await browser?.close();
-        await stack?.close();
-        web?.close();
-    });
+    after(() => teardown([browser && (() => browser.close()),
+                          stack && (() => stack.close()),
+                          web && (() => closeServer(web))]));
 
     test('citations are numbered links that open the source', async () => {
         const { page, context, seen } = await openPage(browser, stack);

@@ -12,15 +12,24 @@
  * Binaries: $LOOM_BIN and $LOOM_FAKE_BIN (scripts/e2e.sh sets both), else
  * <repo>/build/loom and <repo>/build/loom-fake-upstream.
  *
- * Every process started is remembered until it has exited. stack.close()
- * (call it from an `after` hook) stops loom and the fakes with SIGTERM,
- * SIGKILLs whatever does not exit in time, removes the folder, and throws
- * when a process ended during the test (other than by killLoom) or did not
- * stop cleanly (exit status 0), so a crash or a sanitizer report fails the
- * suite. Anything still running
- * when the test process exits (a test that threw before its hook ran) is
- * SIGKILLed by an exit handler; the fakes also exit by themselves after
- * --max-seconds.
+ * Every process started leads a process group of its own (what it starts,
+ * such as loom's MCP servers, is in that group) and is remembered until
+ * it has exited. stack.close() (call it from an `after` hook) stops loom
+ * and the fakes with SIGTERM, SIGKILLs whatever does not exit in time,
+ * then SIGKILLs each group (anything left of it), removes the folder, and
+ * throws when a process ended during the test (other than by killLoom) or
+ * did not stop cleanly (exit status 0), so a crash or a sanitizer report
+ * fails the suite. Each of those steps runs even when another one failed,
+ * so a failed close leaves no handle that would keep the test file's
+ * process alive. Any group still running when the test process exits (a
+ * test that threw before its hook ran) is SIGKILLed by an exit handler,
+ * also when the process is ended by SIGTERM, SIGINT or SIGHUP (the test
+ * runner's timeout, scripts/e2e.sh's time limit); the fakes also exit by
+ * themselves after --max-seconds.
+ *
+ * teardown(steps) is that "every step runs, then report" for test hooks:
+ * closing a browser, a stack and a server of the test's own in one after()
+ * (closeServer() closes such a server with its open connections).
  */
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -47,10 +56,63 @@ const FAKE_MAX_SECONDS = 180;     /* a leaked fake ends itself */
 
 const live = new Set();
 
+/* SIGKILL of a process group; quiet when it is gone already. */
+function killGroup(pid, signal = 'SIGKILL') {
+    if (!pid)
+        return;
+    try {
+        process.kill(-pid, signal);
+    } catch {
+        /* ESRCH: nothing left of it */
+    }
+}
+
 process.on('exit', () => {
-    for (const p of live)
-        p.child.kill('SIGKILL');
+    for (const child of live)
+        killGroup(child.pid);
 });
+/* A signal's default action would skip the exit handler and leave the
+ * groups running: exit instead, with the status the signal would give. */
+for (const [signal, number] of [['SIGTERM', 15], ['SIGINT', 2],
+                                ['SIGHUP', 1]])
+    process.on(signal, () => process.exit(128 + number));
+
+/*
+ * spawn() of a process that leads a process group of its own, SIGKILLed
+ * with its group by the exit handler if still running when the test
+ * process ends. For processes a test starts itself; Stack starts its own.
+ */
+export function spawnGroup(bin, args, options = {}) {
+    const child = spawn(bin, args, { ...options, detached: true });
+    live.add(child);
+    child.on('exit', () => live.delete(child));
+    child.on('error', () => live.delete(child));
+    return child;
+}
+
+/*
+ * Runs every step (a function, maybe async) in order, each one also when
+ * an earlier one threw, then throws one Error naming every failure (their
+ * messages joined), or resolves when none failed. A step may be null
+ * (nothing to do).
+ */
+export async function teardown(steps) {
+    const errors = [];
+    for (const step of steps) {
+        if (!step)
+            continue;
+        try {
+            await step();
+        } catch (err) {
+            errors.push(err);
+        }
+    }
+    if (errors.length === 1)
+        throw errors[0];
+    if (errors.length)
+        throw new Error(errors.map((e) => e?.stack ?? String(e))
+            .join('\n'));
+}
 
 /* A child process whose stdout announces "listening 127.0.0.1:PORT". */
 class Proc {
@@ -58,21 +120,18 @@ class Proc {
         this.name = name;
         this.stderr = '';
         this.exited = null; /* {code, signal} once it has exited */
-        this.child = spawn(bin, args, {
+        this.child = spawnGroup(bin, args, {
             stdio: ['ignore', 'pipe', 'pipe'],
             env: { ...process.env, ...env },
         });
-        live.add(this);
         this.exit = new Promise((resolve) => {
             this.child.on('exit', (code, signal) => {
                 this.exited = { code, signal };
-                live.delete(this);
                 resolve(this.exited);
             });
             this.child.on('error', (err) => {
                 this.stderr += `spawn ${bin}: ${err.message}\n`;
                 this.exited = { code: -1, signal: null };
-                live.delete(this);
                 resolve(this.exited);
             });
         });
@@ -119,11 +178,17 @@ class Proc {
         const r = await Promise.race([this.exit, late]);
         clearTimeout(timer);
         if (r === 'late') {
-            this.child.kill('SIGKILL');
+            killGroup(this.child.pid);
             await this.exit;
             return { code: null, signal: 'SIGKILL', late: true };
         }
         return r;
+    }
+
+    /* SIGKILL of what is left of its process group (the process itself
+     * when still running, whatever it started and left behind). */
+    killGroup() {
+        killGroup(this.child.pid);
     }
 
     /* kill -9, and wait until it is gone. */
@@ -296,7 +361,8 @@ export class Stack {
         return this.loom ? this.loom.stderr : '';
     }
 
-    /* Stops everything; throws when something did not exit cleanly. */
+    /* Stops everything, every step also when another failed; throws
+     * when something did not exit cleanly or a step failed. */
     async close() {
         const procs = [];
         if (this.loom)
@@ -304,24 +370,42 @@ export class Stack {
         for (const f of Object.values(this.fakes))
             procs.push(f.proc);
         const problems = [];
-        for (const p of procs) {
+        const stop = (p) => async () => {
             if (p.killedOnPurpose)
-                continue;
+                return;
             if (p.exited) {
                 problems.push(`${p.name} exited during the test ` +
                               `(${JSON.stringify(p.exited)}):\n${p.stderr}`);
-                continue;
+                return;
             }
             const e = await p.stop();
             if (e.code !== 0 || e.late)
                 problems.push(`${p.name} did not stop cleanly ` +
                               `(${JSON.stringify(e)}):\n${p.stderr}`);
-        }
-        if (!process.env.LOOM_E2E_KEEP)
-            fs.rmSync(this.dir, { recursive: true, force: true });
-        if (problems.length)
-            throw new Error(problems.join('\n'));
+        };
+        await teardown([
+            ...procs.map(stop),
+            ...procs.map((p) => () => p.killGroup()),
+            () => {
+                if (!process.env.LOOM_E2E_KEEP)
+                    fs.rmSync(this.dir, { recursive: true, force: true });
+            },
+            () => {
+                if (problems.length)
+                    throw new Error(problems.join('\n'));
+            },
+        ]);
     }
+}
+
+/* Closes an http.Server a test started: the listener and every
+ * connection still open (a client's keep-alive ones would otherwise keep
+ * the test process alive); resolves once it is closed. */
+export function closeServer(server) {
+    return new Promise((resolve, reject) => {
+        server.close((err) => (err ? reject(err) : resolve()));
+        server.closeAllConnections();
+    });
 }
 
 /* Runs fn over items with at most `limit` calls in flight. */

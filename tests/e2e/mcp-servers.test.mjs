@@ -18,12 +18,12 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { LOOM_BIN, Stack, textResponse } from './harness.mjs';
+import { LOOM_BIN, Stack, spawnGroup, textResponse } from './harness.mjs';
 
 const TIMEOUT = { timeout: 60000 };
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -98,7 +98,7 @@ async function waitFor(cond, ms, what) {
 /* server-everything over Streamable HTTP on a free 127.0.0.1 port; it
  * exits when we close its stdin (or after 300 s). */
 async function startHttpEverything(spyLog) {
-    const child = spawn(NODE, ['--import', SPY, EVERYTHING, 'streamableHttp'], {
+    const child = spawnGroup(NODE, ['--import', SPY, EVERYTHING, 'streamableHttp'], {
         stdio: ['pipe', 'ignore', 'pipe'],
         env: { ...process.env, PORT: '0', MCP_SPY_LOG: spyLog,
                MCP_SPY_EXIT_ON_EOF: '1', MCP_SPY_MAX_SECONDS: '300' },
@@ -128,9 +128,10 @@ async function startHttpEverything(spyLog) {
  * (Ctrl-C). */
 function loomRun(stack, prompt, cancelOn, agent = 'mcp') {
     return new Promise((resolve) => {
-        const child = spawn(LOOM_BIN, ['run', '--config', stack.configPath,
-                                       '--agent', agent, '--json', prompt],
-                            { stdio: ['ignore', 'pipe', 'pipe'] });
+        const child = spawnGroup(LOOM_BIN,
+                                 ['run', '--config', stack.configPath,
+                                  '--agent', agent, '--json', prompt],
+                                 { stdio: ['ignore', 'pipe', 'pipe'] });
         const events = [];
         let out = '', err = '', sent = false;
         child.stdout.setEncoding('utf8');
