@@ -11,7 +11,14 @@
 # npm packages with `npm ci` when tests/e2e/node_modules (or
 # tests/browser/node_modules) is missing or was installed from another
 # package-lock.json. Needs node >= 20, npm and chromium.
-# Prints the node test runner's report, then its summary (`# tests`,
+# Each test file runs in a `node --test` of its own, one after the other,
+# with two limits so that nothing can hang the suite: node's
+# --test-timeout (which node 20 applies to each test and to the file as a
+# whole; it ends the file's process, cancelling what was left) and, in
+# case the runner itself is stuck, a wall-clock limit per file (timeout(1):
+# SIGTERM, then SIGKILL 10 s later), a file stopped by it counting as one
+# failed test.
+# Prints the node test runner's report, then each file's summary (`# tests`,
 # `# pass N`, `# fail N`, ...), and last a line "e2e: N passed, N failed"
 # (cancelled tests, such as those of a suite whose setup failed, count as
 # failed). Exits non-zero when anything failed.
@@ -66,31 +73,92 @@ for dir in "$e2e" "$browser"; do
     fi
 done
 
-# Spec report on stdout as the tests run; the TAP report goes to a file so
-# its summary lines can be printed last. The test files are named one by
-# one: node 20 reads a directory argument as "every test file under it",
-# newer versions read arguments as glob patterns.
+# The slowest files (tiktoken, the browser tests) take about 20 s in CI,
+# release and ASan alike, and up to two minutes on a machine shared by
+# many builds; the slowest test has a limit of its own of 240 s
+# (tiktoken). Ten minutes a file is far from all of these, yet ends a
+# stuck file.
+test_timeout_ms=600000
+file_limit_s=$((test_timeout_ms / 1000 + 60))
+
+# Spec report on stdout as the tests run; the TAP report of each file goes
+# to a file of its own so its summary lines can be printed last.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom-e2e-run.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-LOOM_BIN="$build/loom" LOOM_FAKE_BIN="$build/loom-fake-upstream" \
-    LOOM_UI_SHOTS="$build/ui-screenshots" \
-    node --test --test-reporter=spec --test-reporter-destination=stdout \
-    --test-reporter=tap --test-reporter-destination="$tmp/tap" \
-    "$e2e"/*.test.mjs "$browser"/*.test.mjs
-rc=$?
-echo "== e2e summary ($build)"
-if ! grep -E '^# (tests|suites|pass|fail|cancelled|skipped|todo|duration_ms) ' \
-        "$tmp/tap"; then
-    echo "e2e: the test runner wrote no summary" >&2
-    [ "$rc" -eq 0 ] && rc=1
-fi
-count() {
-    n=$(grep -E "^# $1 [0-9]+\$" "$tmp/tap" | tail -n 1 | cut -d' ' -f3)
-    echo "${n:-0}"
+rc=0
+passed=0
+failed=0
+n=0
+group=""
+# On Ctrl-C (the tests run outside the terminal's process group) or
+# SIGTERM: the running file's processes are ended too, and the counts so
+# far said, the interrupted file as one failure.
+interrupted() {
+    if [ -n "$group" ]; then
+        kill -s TERM -- "-$group" 2>/dev/null
+        wait "$group"
+        kill -s KILL -- "-$group" 2>/dev/null
+    fi
+    echo "e2e: interrupted" >&2
+    echo "e2e: $passed passed, $((failed + 1)) failed"
+    exit 130
 }
-passed=$(count pass)
-failed=$(($(count fail) + $(count cancelled)))
-[ "$rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
-[ "$failed" -gt 0 ] && [ "$rc" -eq 0 ] && rc=1
+trap interrupted INT TERM HUP
+# count TAP NAME: the last "# NAME N" of a TAP report, 0 when none.
+count() {
+    c=$(grep -E "^# $2 [0-9]+\$" "$1" | tail -n 1 | cut -d' ' -f3)
+    echo "${c:-0}"
+}
+for f in "$e2e"/*.test.mjs "$browser"/*.test.mjs; do
+    n=$((n + 1))
+    tap="$tmp/$n.tap"
+    name=${f#"$root"/}
+    echo "$name" >"$tmp/$n.name"
+    # timeout(1) leads a process group of its own: what is left of it
+    # after (a test process that ignored SIGTERM: timeout's SIGKILL only
+    # reaches node's runner) is killed with it, here or on a signal.
+    LOOM_BIN="$build/loom" LOOM_FAKE_BIN="$build/loom-fake-upstream" \
+        LOOM_UI_SHOTS="$build/ui-screenshots" \
+        timeout -k 10 "$file_limit_s" \
+        node --test --test-timeout="$test_timeout_ms" \
+        --test-reporter=spec --test-reporter-destination=stdout \
+        --test-reporter=tap --test-reporter-destination="$tap" "$f" &
+    group=$!
+    wait "$group"
+    frc=$?
+    kill -s KILL -- "-$group" 2>/dev/null
+    group=""
+    if [ "$frc" -eq 124 ] || [ "$frc" -eq 137 ]; then
+        echo "e2e: $name did not finish within $file_limit_s s:" \
+             "stopped (counted as one failed test)" >&2
+        echo "$name: stopped after $file_limit_s s" >"$tmp/$n.stuck"
+        failed=$((failed + 1))
+        rc=1
+        continue
+    fi
+    fpassed=$(count "$tap" pass)
+    ffailed=$(($(count "$tap" fail) + $(count "$tap" cancelled)))
+    if ! grep -qE '^# pass [0-9]+$' "$tap" 2>/dev/null; then
+        echo "e2e: $name: the test runner wrote no summary" >&2
+        [ "$ffailed" -eq 0 ] && ffailed=1
+    fi
+    [ "$frc" -ne 0 ] && [ "$ffailed" -eq 0 ] && ffailed=1
+    [ "$ffailed" -gt 0 ] && rc=1
+    [ "$frc" -ne 0 ] && rc=1
+    passed=$((passed + fpassed))
+    failed=$((failed + ffailed))
+done
+echo "== e2e summary ($build)"
+i=0
+while [ "$i" -lt "$n" ]; do
+    i=$((i + 1))
+    echo "-- $(cat "$tmp/$i.name")"
+    if [ -f "$tmp/$i.stuck" ]; then
+        cat "$tmp/$i.stuck"
+    else
+        grep -E '^# (tests|suites|pass|fail|cancelled|skipped|todo|duration_ms) ' \
+            "$tmp/$i.tap" 2>/dev/null
+    fi
+done
 echo "e2e: $passed passed, $failed failed"
 exit $rc
