@@ -14,6 +14,11 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+# A signal (CTest's timeout, Ctrl-C) ends the test through exit, so that
+# cleanup runs: the shell's own default would skip it.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 ok() { checks=$((checks + 1)); }
 bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*"; }

@@ -24,6 +24,12 @@ sock="loom-chat-tty-$$"
 T() { tmux -L "$sock" -f /dev/null "$@"; }
 kill_tmux() { T kill-server 2>/dev/null; }
 cleanup_more=kill_tmux
+# The tmux server outlives this shell if it is killed (SIGKILL: no
+# cleanup): a window of its own ends the server once the shell is gone.
+guard_tmux() {
+    T new-window -d -n guard \
+        "tail --pid=$$ -f /dev/null; tmux -L '$sock' kill-server"
+}
 
 # Runs `loom chat $2...` in the tmux window $1 (100x40), everything the
 # pane receives logged to $tmp/$1.raw; the exit status is printed in the
@@ -42,6 +48,7 @@ EOF
         T new-window -d -n "$name" "sh '$tmp/$name.sh'"
     else
         T new-session -d -s main -n "$name" -x 100 -y 40 "sh '$tmp/$name.sh'"
+        guard_tmux
     fi
     T set-option -w -t "main:$name" remain-on-exit on
     T pipe-pane -t "main:$name" -o "cat > '$tmp/$name.raw'"

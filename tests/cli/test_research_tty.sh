@@ -21,6 +21,12 @@ sock="loom-research-tty-$$"
 T() { tmux -L "$sock" -f /dev/null "$@"; }
 kill_tmux() { T kill-server 2>/dev/null; }
 cleanup_more=kill_tmux
+# The tmux server outlives this shell if it is killed (SIGKILL: no
+# cleanup): a window of its own ends the server once the shell is gone.
+guard_tmux() {
+    T new-window -d -n guard \
+        "tail --pid=$$ -f /dev/null; tmux -L '$sock' kill-server"
+}
 
 # Runs `loom research --no-clarify "$2"` in the tmux window $1 (100x40),
 # everything the pane receives logged to $tmp/$1.raw; the command's exit
@@ -41,6 +47,7 @@ EOF
         T new-window -d -n "$1" "sh '$tmp/$1.sh'"
     else
         T new-session -d -s main -n "$1" -x 100 -y 40 "sh '$tmp/$1.sh'"
+        guard_tmux
     fi
     T set-option -w -t "main:$1" remain-on-exit on
     T pipe-pane -t "main:$1" -o "cat > '$tmp/$1.raw'"

@@ -49,10 +49,17 @@ suite="$here/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 
 out=$(mktemp -d "${TMPDIR:-/tmp}/loom-conformance.XXXXXX")
 trap 'rm -rf "$out"' EXIT
-"$node22" "$suite" client --command "$client" --requirements "$revision" \
+# Each scenario has a limit of 20 s; the whole suite one of 9 minutes (it
+# takes about a minute), under CTest's 10, so a stuck run ends here, said,
+# rather than be killed with its clients left running.
+timeout -k 10 540 "$node22" "$suite" client --command "$client" \
+    --requirements "$revision" \
     --expected-failures "$here/expected-failures.yml" --timeout 20000 \
     -o "$out"
 rc=$?
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    echo "conformance: the suite did not finish within 540 s: stopped" >&2
+fi
 # A sanitizer's report in any scenario fails the run, shown in full.
 sanitized=0
 for f in "$out"/*/stderr.txt "$out"/*/*/stderr.txt; do
