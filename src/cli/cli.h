@@ -29,6 +29,21 @@ int cli_chat(int argc, char **argv);
 int cli_conversations(int argc, char **argv);
 
 /*
+ * A usage error of `loom <cmd>`: prints "loom <cmd>: <message>", a blank
+ * line and help (the command's usage text) on stderr. Returns CLI_USAGE.
+ */
+int cli_usage_error(const char *cmd, const char *help, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/*
+ * The usage error for c, what getopt_long returned for the option just
+ * read (argv[optind - 1]) with opterr 0 and an optstring starting with
+ * ':': ':' is an option missing its value, anything else an unknown
+ * option. help: the command's usage text. Returns CLI_USAGE.
+ */
+int cli_getopt_fail(const char *cmd, int c, char **argv, const char *help);
+
+/*
  * Loads the config: path (may be NULL: $LOOM_CONFIG, else the environment
  * alone). Prints the error and returns CLI_USAGE on failure.
  */

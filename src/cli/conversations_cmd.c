@@ -92,23 +92,14 @@ static int parse_args(list_args *a, int argc, char **argv)
         case 'h':
             fputs(conversations_usage, stdout);
             return -1;
-        case ':':
-            fprintf(stderr,
-                    "loom conversations: option '%s' needs a "
-                    "value\n\n%s",
-                    argv[optind - 1], conversations_usage);
-            return CLI_USAGE;
         default:
-            fprintf(stderr, "loom conversations: unknown option '%s'\n\n%s",
-                    argv[optind - 1], conversations_usage);
-            return CLI_USAGE;
+            return cli_getopt_fail("conversations", c, argv,
+                                   conversations_usage);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "loom conversations: unexpected argument '%s'\n\n%s",
-                argv[optind], conversations_usage);
-        return CLI_USAGE;
-    }
+    if (optind < argc)
+        return cli_usage_error("conversations", conversations_usage,
+                               "unexpected argument '%s'", argv[optind]);
     if ((a->db && !*a->db) || (a->user && !*a->user)) {
         fprintf(stderr, "loom conversations: --db and --user need a value\n");
         return CLI_USAGE;

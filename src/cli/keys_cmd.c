@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,21 +58,8 @@ typedef struct {
     const char *arg; /* revoke's ID_OR_KEY */
 } keys_args;
 
-static int usage_error(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-
 /* Prints "loom keys: <message>" and the usage; CLI_USAGE. */
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr, "loom keys: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n\n%s", keys_usage);
-    return CLI_USAGE;
-}
+#define usage_error(...) cli_usage_error("keys", keys_usage, __VA_ARGS__)
 
 /* Options after the subcommand; CLI_OK or CLI_USAGE (printed). */
 static int parse(int argc, char **argv, keys_args *a)

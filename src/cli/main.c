@@ -6,6 +6,8 @@
 #include "cli/cli.h"
 #include "loom/common.h"
 
+#include <getopt.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +40,26 @@ static const char version_usage[] =
     "\n"
     "Prints loom's version (the same as `loom --version`).\n";
 
+int cli_usage_error(const char *cmd, const char *help, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "loom %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n\n%s", help);
+    return CLI_USAGE;
+}
+
+int cli_getopt_fail(const char *cmd, int c, char **argv, const char *help)
+{
+    return cli_usage_error(cmd, help,
+                           c == ':' ? "option '%s' needs a value"
+                                    : "unknown option '%s'",
+                           argv[optind - 1]);
+}
+
 /* `loom version`: takes no options but --help. */
 static int version(int argc, char **argv)
 {
@@ -46,9 +68,8 @@ static int version(int argc, char **argv)
         return CLI_OK;
     }
     if (argc > 1) {
-        fprintf(stderr, "loom version: unexpected argument '%s'\n\n%s", argv[1],
-                version_usage);
-        return CLI_USAGE;
+        return cli_usage_error("version", version_usage,
+                               "unexpected argument '%s'", argv[1]);
     }
     printf("loom %s\n", loom_version());
     return CLI_OK;

@@ -386,14 +386,8 @@ static int parse_args(research_args *a, int argc, char **argv)
         case 'h':
             fputs(research_usage, stdout);
             return -1;
-        case ':':
-            fprintf(stderr, "loom research: option '%s' needs a value\n\n%s",
-                    argv[optind - 1], research_usage);
-            return CLI_USAGE;
         default:
-            fprintf(stderr, "loom research: unknown option '%s'\n\n%s",
-                    argv[optind - 1], research_usage);
-            return CLI_USAGE;
+            return cli_getopt_fail("research", c, argv, research_usage);
         }
     }
     if (cli_check_log_args("research", a->log_level, a->log_format) != 0)

@@ -300,14 +300,8 @@ static int parse_args(run_args *a, int argc, char **argv)
         case 'h':
             fputs(run_usage, stdout);
             return -1;
-        case ':':
-            fprintf(stderr, "loom run: option '%s' needs a value\n\n%s",
-                    argv[optind - 1], run_usage);
-            return CLI_USAGE;
         default:
-            fprintf(stderr, "loom run: unknown option '%s'\n\n%s",
-                    argv[optind - 1], run_usage);
-            return CLI_USAGE;
+            return cli_getopt_fail("run", c, argv, run_usage);
         }
     }
     if (cli_check_log_args("run", a->log_level, a->log_format) != 0)

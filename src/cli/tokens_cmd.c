@@ -113,14 +113,8 @@ static int parse_args(tokens_args *a, int argc, char **argv)
         case 'h':
             fputs(tokens_usage, stdout);
             return -1;
-        case ':':
-            fprintf(stderr, "loom tokens: option '%s' needs a value\n\n%s",
-                    argv[optind - 1], tokens_usage);
-            return CLI_USAGE;
         default:
-            fprintf(stderr, "loom tokens: unknown option '%s'\n\n%s",
-                    argv[optind - 1], tokens_usage);
-            return CLI_USAGE;
+            return cli_getopt_fail("tokens", c, argv, tokens_usage);
         }
     }
     if (optind < argc)
