@@ -19,12 +19,10 @@
 #include "cli/chat_line.h"
 #include "cli/clean.h"
 #include "cli/cli.h"
-#include "cli/mcp_store.h"
+#include "cli/served.h"
 #include "cli/spinner.h"
-#include "loom/memory.h"
 #include "loom/session.h"
 #include "loom/store.h"
-#include "loom/tools.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -162,21 +160,13 @@ static int parse_args(chat_args *a, int argc, char **argv)
         case 'h':
             fputs(chat_usage, stdout);
             return -1;
-        case ':':
-            fprintf(stderr, "loom chat: option '%s' needs a value\n\n%s",
-                    argv[optind - 1], chat_usage);
-            return CLI_USAGE;
         default:
-            fprintf(stderr, "loom chat: unknown option '%s'\n\n%s",
-                    argv[optind - 1], chat_usage);
-            return CLI_USAGE;
+            return cli_getopt_fail("chat", c, argv, chat_usage);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "loom chat: unexpected argument '%s'\n\n%s",
-                argv[optind], chat_usage);
-        return CLI_USAGE;
-    }
+    if (optind < argc)
+        return cli_usage_error("chat", chat_usage, "unexpected argument '%s'",
+                               argv[optind]);
     if (a->cont && a->conversation) {
         fprintf(stderr, "loom chat: --continue and --conversation do not "
                         "go together\n");
@@ -630,15 +620,16 @@ int cli_chat(int argc, char **argv)
     chat_args a;
     chat c;
     loom_config *cfg = NULL;
-    loom_store *store = NULL;
     loom_session_options so = LOOM_SESSION_OPTIONS_INIT;
-    loom_tool_registry *tools = NULL;
-    cli_mcp_store ms;
+    loom_mcp_setup setup;
+    cli_served sv;
     char *db = NULL;
-    int rc, fake_pid = -1, ms_ready = 0;
+    int rc, fake_pid = -1;
 
     memset(&a, 0, sizeof(a));
     memset(&c, 0, sizeof(c));
+    memset(&setup, 0, sizeof(setup));
+    memset(&sv, 0, sizeof(sv));
     c.a = &a;
     if ((rc = parse_args(&a, argc, argv)) != 0)
         return rc < 0 ? CLI_OK : rc;
@@ -668,29 +659,17 @@ int cli_chat(int argc, char **argv)
         }
         so.default_model = CLI_OFFLINE_MODEL;
     }
-    if ((rc = cli_open_store(&store, cfg, db, "chat")) != 0)
+    /* The store and tools `loom serve` has; MCP forms are asked on the
+     * terminal. */
+    setup.elicitation = cli_has_terminal();
+    if ((rc = cli_served_open(&sv, cfg, db, "chat", &setup)) != 0)
         goto done;
-    /* The tools `loom serve` offers: MCP servers' (their OAuth
-     * credentials in the store) and the memory tools. */
-    if (cli_mcp_store_init(&ms, cfg, store) != 0) {
-        fprintf(stderr, "loom chat: %s\n", loom_error_last());
-        rc = CLI_FAILED;
-        goto done;
-    }
-    ms_ready = 1;
-    ms.setup.elicitation = cli_has_terminal();
-    if (loom_tools_new_from_config_with(&tools, cfg, &ms.setup) != 0 ||
-        loom_tools_add_memory(tools, store) != 0) {
-        fprintf(stderr, "loom chat: config: %s\n", loom_error_last());
-        rc = CLI_USAGE;
-        goto done;
-    }
     so.config = cfg;
-    so.store = store;
-    so.tools = tools;
+    so.store = sv.store;
+    so.tools = sv.tools;
     if ((rc = cli_session_new(&c.session, &so)) != 0)
         goto done;
-    c.store = store;
+    c.store = sv.store;
     c.cfg = cfg;
     if (a.agent && !loom_config_agent(cfg, a.agent)) {
         fprintf(stderr, "loom chat: no agent named '%s' in the config\n",
@@ -712,10 +691,7 @@ done:
     free(c.model);
     free(c.conv);
     loom_session_free(c.session);
-    loom_tool_registry_free(tools);
-    if (ms_ready)
-        cli_mcp_store_free(&ms);
-    loom_store_free(store);
+    cli_served_close(&sv);
     cli_offline_stop(fake_pid);
     loom_config_free(cfg);
     free(db);

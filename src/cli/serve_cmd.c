@@ -8,13 +8,10 @@
  * stored. A second signal exits at once.
  */
 #include "cli/cli.h"
-#include "cli/mcp_store.h"
+#include "cli/served.h"
 #include "loom/log.h"
-#include "loom/memory.h"
 #include "loom/run.h"
 #include "loom/server.h"
-#include "loom/store.h"
-#include "loom/tools.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -91,21 +88,13 @@ static int parse_args(serve_args *a, int argc, char **argv)
         case 'h':
             fputs(serve_usage, stdout);
             return -1;
-        case ':':
-            fprintf(stderr, "loom serve: option '%s' needs a value\n\n%s",
-                    argv[optind - 1], serve_usage);
-            return CLI_USAGE;
         default:
-            fprintf(stderr, "loom serve: unknown option '%s'\n\n%s",
-                    argv[optind - 1], serve_usage);
-            return CLI_USAGE;
+            return cli_getopt_fail("serve", c, argv, serve_usage);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "loom serve: unexpected argument '%s'\n\n%s",
-                argv[optind], serve_usage);
-        return CLI_USAGE;
-    }
+    if (optind < argc)
+        return cli_usage_error("serve", serve_usage, "unexpected argument '%s'",
+                               argv[optind]);
     if (cli_check_log_args("serve", a->log_level, a->log_format) != 0)
         return CLI_USAGE;
     if ((a->listen && !*a->listen) || (a->db && !*a->db)) {
@@ -164,17 +153,17 @@ int cli_serve(int argc, char **argv)
     loom_server_options so = LOOM_SERVER_OPTIONS_INIT;
     serve_args a;
     loom_config *cfg = NULL;
-    loom_store *store = NULL;
-    loom_tool_registry *reg = NULL;
     loom_server *srv = NULL;
-    const char *db, *listen;
+    const char *listen;
     char host[256];
     struct sigaction sa;
-    cli_mcp_store ms;
-    loom_mcp_set *mcp = NULL;
-    int rc, fake_pid = -1, ms_ready = 0;
+    cli_served sv;
+    loom_mcp_setup setup;
+    int rc, fake_pid = -1;
 
     memset(&a, 0, sizeof(a));
+    memset(&sv, 0, sizeof(sv));
+    memset(&setup, 0, sizeof(setup));
     if ((rc = parse_args(&a, argc, argv)) != 0)
         return rc < 0 ? CLI_OK : rc;
     if ((rc = cli_load_config(&cfg, a.config)) != 0)
@@ -185,53 +174,29 @@ int cli_serve(int argc, char **argv)
     if (cfg->providers_len == 0 && (rc = serve_offline(&cfg, &fake_pid)) != 0)
         goto done;
     so.offline_demo = fake_pid > 0;
-    db = a.db ? a.db : cfg->server.db;
     listen = a.listen ? a.listen : cfg->server.listen;
-    if (loom_store_open(&store, db) != 0) {
-        /* The store's messages name it and its location already. */
-        fprintf(stderr, "loom serve: %s\n", loom_error_last());
-        rc = CLI_FAILED;
-        goto done;
-    }
-    /* MCP servers keep their OAuth credentials in the store. */
-    if (cli_mcp_store_init(&ms, cfg, store) != 0) {
-        fprintf(stderr, "loom serve: %s\n", loom_error_last());
-        rc = CLI_FAILED;
-        goto done;
-    }
-    ms_ready = 1;
     /* Every MCP server, failed ones too, for /readyz. */
-    if (loom_mcp_set_new(&mcp) != 0) {
+    if (loom_mcp_set_new(&setup.servers) != 0) {
         fprintf(stderr, "loom serve: %s\n", loom_error_last());
         rc = CLI_FAILED;
         goto done;
     }
-    ms.setup.servers = mcp;
     /* Streamed runs forward MCP forms to their clients. */
-    ms.setup.elicitation = 1;
+    setup.elicitation = 1;
     /* loom starts at once: servers start beside it, runs wait for the
      * ones they need. */
-    ms.setup.background = 1;
+    setup.background = 1;
     /* With accounts, each caller's own OAuth tokens (docs/mcp.md). */
-    ms.setup.per_user = cfg->auth.mode && (!strcmp(cfg->auth.mode, "keys") ||
-                                           !strcmp(cfg->auth.mode, "jwt"));
-    if (loom_tools_new_from_config_with(&reg, cfg, &ms.setup) != 0) {
-        fprintf(stderr, "loom serve: config: %s\n", loom_error_last());
-        rc = CLI_USAGE;
+    setup.per_user = cfg->auth.mode && (!strcmp(cfg->auth.mode, "keys") ||
+                                        !strcmp(cfg->auth.mode, "jwt"));
+    /* The set is sv's from here. */
+    if ((rc = cli_served_open(&sv, cfg, a.db, "serve", &setup)) != 0)
         goto done;
-    }
-    /* The memory tools keep users' facts in the store (offered per run,
-     * to runs that have a user). */
-    if (loom_tools_add_memory(reg, store) != 0) {
-        fprintf(stderr, "loom serve: %s\n", loom_error_last());
-        rc = CLI_FAILED;
-        goto done;
-    }
     so.config = cfg;
-    so.store = store;
-    so.tools = reg;
+    so.store = sv.store;
+    so.tools = sv.tools;
     so.listen = listen;
-    so.mcp_servers = mcp;
+    so.mcp_servers = sv.servers;
     if (loom_server_new(&srv, &so) != 0) {
         fprintf(stderr, "loom serve: %s\n", loom_error_last());
         rc = CLI_USAGE;
@@ -262,11 +227,7 @@ done:
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     loom_server_free(srv);
-    loom_tool_registry_free(reg);
-    loom_mcp_set_free(mcp);
-    if (ms_ready)
-        cli_mcp_store_free(&ms);
-    loom_store_free(store);
+    cli_served_close(&sv);
     cli_offline_stop(fake_pid);
     loom_config_free(cfg);
     return rc;
