@@ -10,6 +10,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -82,6 +83,61 @@ int bench_parse_long(const char *s, long min, long max, long *out);
  * none) was one of them and valid (stored), else 0. */
 int bench_common_arg(const char *a, const char *v, const char **fake,
                      long *runs, long *warmup);
+
+/* The flags of a subcommand that runs the same turn many times
+ * (fanout, research): bench_parse_args reads them. */
+typedef struct {
+    const char *fake_bin; /* --fake PATH, NULL: bench_find_fake's default */
+    long runs, warmup;    /* --runs N, --warmup N */
+    int json;             /* --json: one JSON object */
+    int memory;           /* --memory: peak heap (loom-bench-mem) */
+    int iterations_only;  /* --iterations-only: no clock, no stats */
+    int print_script;     /* --print-script: the fake's script, then exit */
+} bench_flags;
+
+/*
+ * A subcommand's own flags for bench_parse_args: a (its value v, NULL:
+ * none) read into arg when it is one: 1 (a flag alone), 2 (v taken too),
+ * else 0 (not one of them, or a bad value).
+ */
+typedef int (*bench_arg_fn)(const char *a, const char *v, void *arg);
+
+/*
+ * Reads argv[1..] of `loom-bench <name>` into o (runs and warmup start
+ * as given, the rest zero) and, through extra (may be NULL), the
+ * subcommand's own flags. usage prints the subcommand's help to a file.
+ * 0; 1 when done (--help: usage on stdout); -1 on a bad argument (said
+ * on stderr with the usage).
+ */
+int bench_parse_args(bench_flags *o, const char *name, long runs, long warmup,
+                     int argc, char **argv, void (*usage)(FILE *),
+                     bench_arg_fn extra, void *arg);
+
+/* One run of a benchmark's turn: 0, or -1 with a message on stderr. */
+typedef int (*bench_run_fn)(void *arg);
+
+/* n calls of run(arg) (warm-up, or runs without a clock): 0, or -1 at
+ * the first that failed. */
+int bench_repeat(long n, bench_run_fn run, void *arg);
+
+/*
+ * The timed runs of `loom-bench <name>`: n calls of run(arg), each one's
+ * wall time, CPU time of the process (user + system, all threads, read
+ * by cpu_us; NULL: CLOCK_PROCESS_CPUTIME_ID) and the fake's (on port)
+ * busy time in µs into wall[i], cpu[i] and busy[i]. Each run must make
+ * want requests to the fake, else it is said and the measure fails.
+ * 0, or -1.
+ */
+int bench_measure(const char *name, int port, long n, long want,
+                  bench_run_fn run, void *arg, double (*cpu_us)(void),
+                  double *wall, double *cpu, double *busy);
+
+/*
+ * Runs with heap accounting (loom-bench-mem): n calls of run(arg), each
+ * one's peak heap above what was live when it started into peak[i].
+ * 0, or -1.
+ */
+int bench_measure_memory(long n, bench_run_fn run, void *arg, double *peak);
 
 /*
  * Whether a run's tool records (loom_run_tool_records) are want calls

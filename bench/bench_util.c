@@ -282,3 +282,104 @@ int bench_common_arg(const char *a, const char *v, const char **fake,
         return bench_parse_long(v, 0, BENCH_MAX_RUNS, warmup) == 0;
     return 0;
 }
+
+int bench_parse_args(bench_flags *o, const char *name, long runs, long warmup,
+                     int argc, char **argv, void (*usage)(FILE *),
+                     bench_arg_fn extra, void *arg)
+{
+    memset(o, 0, sizeof(*o));
+    o->runs = runs;
+    o->warmup = warmup;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int took;
+
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else if (!strcmp(a, "--memory")) {
+            o->memory = 1;
+        } else if (!strcmp(a, "--iterations-only")) {
+            o->iterations_only = 1;
+        } else if (!strcmp(a, "--print-script")) {
+            o->print_script = 1;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 1;
+        } else if (bench_common_arg(a, v, &o->fake_bin, &o->runs, &o->warmup)) {
+            i++;
+        } else if (extra && (took = extra(a, v, arg)) > 0) {
+            i += took - 1;
+        } else {
+            fprintf(stderr, "loom-bench %s: bad argument: %s%s%s\n", name, a,
+                    v ? " " : "", v ? v : "");
+            usage(stderr);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int bench_repeat(long n, bench_run_fn run, void *arg)
+{
+    for (long i = 0; i < n; i++)
+        if (run(arg) != 0)
+            return -1;
+    return 0;
+}
+
+/* CPU time of the process, in µs: bench_measure's default clock. */
+static double process_cpu_us(void)
+{
+    return bench_now_us(CLOCK_PROCESS_CPUTIME_ID);
+}
+
+int bench_measure(const char *name, int port, long n, long want,
+                  bench_run_fn run, void *arg, double (*cpu_us)(void),
+                  double *wall, double *cpu, double *busy)
+{
+    bench_stats_reader sr;
+    bench_fake_stats before, after;
+    int rc = -1;
+
+    if (!cpu_us)
+        cpu_us = process_cpu_us;
+    if (bench_stats_open(&sr, port) != 0)
+        return -1;
+    if (bench_stats_read(&sr, &before) != 0)
+        goto done;
+    for (long i = 0; i < n; i++) {
+        double t0 = bench_now_us(CLOCK_MONOTONIC), c0 = cpu_us();
+        int r = run(arg);
+        double c1 = cpu_us(), t1 = bench_now_us(CLOCK_MONOTONIC);
+
+        if (r != 0 || bench_stats_read(&sr, &after) != 0)
+            goto done;
+        if (after.requests - before.requests != want) {
+            fprintf(stderr,
+                    "loom-bench %s: the fake saw %ld requests in a run, "
+                    "want %ld\n",
+                    name, after.requests - before.requests, want);
+            goto done;
+        }
+        wall[i] = t1 - t0;
+        cpu[i] = c1 - c0;
+        busy[i] = (double)(after.busy_us - before.busy_us);
+        before = after;
+    }
+    rc = 0;
+done:
+    bench_stats_close(&sr);
+    return rc;
+}
+
+int bench_measure_memory(long n, bench_run_fn run, void *arg, double *peak)
+{
+    for (long i = 0; i < n; i++) {
+        long base = bench_mem_reset_peak();
+
+        if (run(arg) != 0)
+            return -1;
+        peak[i] = (double)(bench_mem_peak() - base);
+    }
+    return 0;
+}

@@ -53,16 +53,10 @@ int loom_bench_fanout_main(int argc, char **argv);
 #define WORKER_PROMPT "You are a worker. Do the one task you are given."
 
 typedef struct {
-    const char *fake_bin;
-    long runs;
-    long warmup;
+    bench_flags c; /* the flags every such subcommand takes */
     long children;
     long child_tools;
     int single;
-    int iterations_only;
-    int memory;
-    int json;
-    int print_script;
 } fan_opts;
 
 typedef struct {
@@ -211,8 +205,9 @@ static int count_event(const loom_event *ev, void *payload)
 }
 
 /* One turn, checked against the script. 0 when it went as scripted. */
-static int run_once(fan_bench *b)
+static int run_once(void *arg)
 {
+    fan_bench *b = arg;
     loom_turn_options o = LOOM_TURN_OPTIONS_INIT;
     loom_messages in = {0};
     const loom_run *run;
@@ -311,55 +306,38 @@ static void usage(FILE *to)
             DEFAULT_CHILD_TOOLS);
 }
 
+/* fanout's own flags (bench_arg_fn). */
+static int fan_arg(const char *a, const char *v, void *arg)
+{
+    fan_opts *o = arg;
+
+    if (!strcmp(a, "--single")) {
+        o->single = 1;
+        return 1;
+    }
+    if (v && !strcmp(a, "--children") &&
+        bench_parse_long(v, 0, MAX_CHILDREN, &o->children) == 0)
+        return 2;
+    if (v && !strcmp(a, "--child-tools") &&
+        bench_parse_long(v, 0, MAX_CHILD_TOOLS, &o->child_tools) == 0)
+        return 2;
+    return 0;
+}
+
 /* 0, 1 when done (--help), -1 on a bad argument. */
 static int parse_args(fan_opts *o, int argc, char **argv)
 {
-    int i;
-
-    memset(o, 0, sizeof(*o));
-    o->runs = DEFAULT_RUNS;
-    o->warmup = DEFAULT_WARMUP;
     o->children = DEFAULT_CHILDREN;
     o->child_tools = DEFAULT_CHILD_TOOLS;
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-        } else if (!strcmp(a, "--single")) {
-            o->single = 1;
-        } else if (!strcmp(a, "--iterations-only")) {
-            o->iterations_only = 1;
-        } else if (!strcmp(a, "--memory")) {
-            o->memory = 1;
-        } else if (!strcmp(a, "--print-script")) {
-            o->print_script = 1;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        } else if (bench_common_arg(a, v, &o->fake_bin, &o->runs, &o->warmup)) {
-            i++;
-        } else if (v && !strcmp(a, "--children") &&
-                   bench_parse_long(v, 0, MAX_CHILDREN, &o->children) == 0) {
-            i++;
-        } else if (v && !strcmp(a, "--child-tools") &&
-                   bench_parse_long(v, 0, MAX_CHILD_TOOLS, &o->child_tools) ==
-                       0) {
-            i++;
-        } else {
-            fprintf(stderr, "loom-bench fanout: bad argument: %s%s%s\n", a,
-                    v ? " " : "", v ? v : "");
-            usage(stderr);
-            return -1;
-        }
-    }
-    return 0;
+    o->single = 0;
+    return bench_parse_args(&o->c, "fanout", DEFAULT_RUNS, DEFAULT_WARMUP, argc,
+                            argv, usage, fan_arg, o);
 }
 
 static void report(const fan_bench *b, double *wall, double *busy, double *cpu)
 {
     const fan_opts *o = b->o;
-    size_t n = (size_t)o->runs, i;
+    size_t n = (size_t)o->c.runs, i;
     bench_summary s_wall, s_busy, s_cpu;
     const char *mode = o->single ? "single" : "fanout";
 
@@ -368,13 +346,13 @@ static void report(const fan_bench *b, double *wall, double *busy, double *cpu)
     s_wall = bench_summarize(wall, n);
     s_busy = bench_summarize(busy, n);
     s_cpu = bench_summarize(cpu, n);
-    if (o->json) {
+    if (o->c.json) {
         json_t *j = json_pack(
             "{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:o},s:o,s:o}", "name",
             "loom", "mode", mode, "version", loom_version(), "runs",
-            (json_int_t)o->runs, "warmup", (json_int_t)o->warmup, "children",
-            (json_int_t)(o->single ? 0 : o->children), "child_tools",
-            (json_int_t)o->child_tools, "model_calls_per_run",
+            (json_int_t)o->c.runs, "warmup", (json_int_t)o->c.warmup,
+            "children", (json_int_t)(o->single ? 0 : o->children),
+            "child_tools", (json_int_t)o->child_tools, "model_calls_per_run",
             (json_int_t)b->calls_per_run, "tool_calls_per_run",
             (json_int_t)b->tool_calls_per_run, "wall_us", "per_run",
             bench_summary_json(s_wall), "fake_busy_us_per_run",
@@ -390,7 +368,7 @@ static void report(const fan_bench *b, double *wall, double *busy, double *cpu)
     }
     printf("loom %s, %s: %ld runs after %ld warm-up, %ld model calls and "
            "%ld tool calls per run\n",
-           loom_version(), mode, o->runs, o->warmup, b->calls_per_run,
+           loom_version(), mode, o->c.runs, o->c.warmup, b->calls_per_run,
            b->tool_calls_per_run);
     printf("microseconds: wall per run p50 %.1f p99 %.1f; fake busy per "
            "run p50 %.1f;\n  loom CPU per model call p50 %.1f p99 %.1f "
@@ -406,7 +384,7 @@ static void report(const fan_bench *b, double *wall, double *busy, double *cpu)
 static int measure_memory(fan_bench *b)
 {
     const fan_opts *o = b->o;
-    size_t n = (size_t)o->runs, i;
+    size_t n = (size_t)o->c.runs;
     double *peak = calloc(n, sizeof(double));
     long start = bench_mem_live();
     bench_summary s;
@@ -414,18 +392,13 @@ static int measure_memory(fan_bench *b)
 
     if (!peak)
         return -1;
-    for (i = 0; i < n; i++) {
-        long base = bench_mem_reset_peak();
-
-        if (run_once(b) != 0)
-            goto done;
-        peak[i] = (double)(bench_mem_peak() - base);
-    }
+    if (bench_measure_memory(o->c.runs, run_once, b, peak) != 0)
+        goto done;
     s = bench_summarize(peak, n);
-    if (o->json) {
+    if (o->c.json) {
         json_t *j = json_pack(
             "{s:s,s:I,s:I,s:I,s:I,s:o,s:I}", "mode",
-            o->single ? "single" : "fanout", "runs", (json_int_t)o->runs,
+            o->single ? "single" : "fanout", "runs", (json_int_t)o->c.runs,
             "children", (json_int_t)(o->single ? 0 : o->children),
             "child_tools", (json_int_t)o->child_tools, "model_calls_per_run",
             (json_int_t)b->calls_per_run, "heap_peak_bytes_per_run",
@@ -441,52 +414,13 @@ static int measure_memory(fan_bench *b)
         printf("%s: %ld runs, %ld children; peak heap per run above what "
                "was live before it: p50 %.0f bytes, max %.0f; left after "
                "all runs: %ld bytes\n",
-               o->single ? "single" : "fanout", o->runs,
+               o->single ? "single" : "fanout", o->c.runs,
                o->single ? 0 : o->children, s.p50, s.max,
                bench_mem_live() - start);
     }
     rc = 0;
 done:
     free(peak);
-    return rc;
-}
-
-/* Timed runs: wall, CPU and the fake's busy time of each. 0, or -1. */
-static int measure(fan_bench *b, bench_fake *fake, double *wall, double *busy,
-                   double *cpu)
-{
-    bench_stats_reader sr;
-    bench_fake_stats before, after;
-    int rc = -1;
-    long i;
-
-    if (bench_stats_open(&sr, fake->port) != 0 ||
-        bench_stats_read(&sr, &before) != 0)
-        goto done;
-    for (i = 0; i < b->o->runs; i++) {
-        double t0 = bench_now_us(CLOCK_MONOTONIC);
-        double c0 = bench_now_us(CLOCK_PROCESS_CPUTIME_ID);
-        int r = run_once(b);
-        double c1 = bench_now_us(CLOCK_PROCESS_CPUTIME_ID);
-        double t1 = bench_now_us(CLOCK_MONOTONIC);
-
-        if (r != 0 || bench_stats_read(&sr, &after) != 0)
-            goto done;
-        if (after.requests - before.requests != b->calls_per_run) {
-            fprintf(stderr,
-                    "loom-bench fanout: the fake saw %ld requests in a "
-                    "run, want %ld\n",
-                    after.requests - before.requests, b->calls_per_run);
-            goto done;
-        }
-        wall[i] = t1 - t0;
-        busy[i] = (double)(after.busy_us - before.busy_us);
-        cpu[i] = c1 - c0;
-        before = after;
-    }
-    rc = 0;
-done:
-    bench_stats_close(&sr);
     return rc;
 }
 
@@ -498,7 +432,6 @@ int loom_bench_fanout_main(int argc, char **argv)
     char *bin = NULL, *script = NULL;
     double *wall = NULL, *busy = NULL, *cpu = NULL;
     int rc = 1, opened = 0;
-    long i;
 
     int pa = parse_args(&o, argc, argv);
     if (pa != 0)
@@ -519,12 +452,12 @@ int loom_bench_fanout_main(int argc, char **argv)
     script = make_script(&o, b.final_text);
     if (!script)
         return 1;
-    if (o.print_script) {
+    if (o.c.print_script) {
         puts(script);
         free(script);
         return 0;
     }
-    if (!(bin = bench_find_fake(o.fake_bin))) {
+    if (!(bin = bench_find_fake(o.c.fake_bin))) {
         fprintf(stderr, "loom-bench fanout: loom-fake-upstream not found; "
                         "pass --fake PATH\n");
         free(script);
@@ -537,10 +470,9 @@ int loom_bench_fanout_main(int argc, char **argv)
     if (fan_open(&b, &o, fake.port) != 0)
         goto done;
     opened = 1;
-    for (i = 0; i < o.warmup; i++)
-        if (run_once(&b) != 0)
-            goto done;
-    if (o.memory) {
+    if (bench_repeat(o.c.warmup, run_once, &b) != 0)
+        goto done;
+    if (o.c.memory) {
         if (!bench_mem_enabled()) {
             fprintf(stderr, "loom-bench fanout: --memory needs the "
                             "loom-bench-mem build\n");
@@ -549,22 +481,22 @@ int loom_bench_fanout_main(int argc, char **argv)
         rc = measure_memory(&b) == 0 ? 0 : 1;
         goto done;
     }
-    if (o.iterations_only) {
-        for (i = 0; i < o.runs; i++)
-            if (run_once(&b) != 0)
-                goto done;
-        printf("%ld runs, %ld model calls each\n", o.runs, b.calls_per_run);
+    if (o.c.iterations_only) {
+        if (bench_repeat(o.c.runs, run_once, &b) != 0)
+            goto done;
+        printf("%ld runs, %ld model calls each\n", o.c.runs, b.calls_per_run);
         rc = 0;
         goto done;
     }
-    wall = calloc((size_t)o.runs, sizeof(double));
-    busy = calloc((size_t)o.runs, sizeof(double));
-    cpu = calloc((size_t)o.runs, sizeof(double));
+    wall = calloc((size_t)o.c.runs, sizeof(double));
+    busy = calloc((size_t)o.c.runs, sizeof(double));
+    cpu = calloc((size_t)o.c.runs, sizeof(double));
     if (!wall || !busy || !cpu) {
         fprintf(stderr, "loom-bench fanout: out of memory\n");
         goto done;
     }
-    if (measure(&b, &fake, wall, busy, cpu) != 0)
+    if (bench_measure("fanout", fake.port, o.c.runs, b.calls_per_run, run_once,
+                      &b, NULL, wall, cpu, busy) != 0)
         goto done;
     report(&b, wall, busy, cpu);
     rc = 0;

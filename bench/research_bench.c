@@ -49,11 +49,7 @@ int loom_bench_research_main(int argc, char **argv);
     "{\"results\":[{\"url\":\"https://topic.example.org/page\","               \
     "\"title\":\"About the topic\",\"content\":\"Facts.\"}]}"
 
-typedef struct {
-    const char *fake_bin;
-    long runs, warmup;
-    int memory, json, print_script, iterations_only;
-} res_opts;
+typedef bench_flags res_opts;
 
 typedef struct {
     loom_config *cfg;
@@ -205,8 +201,9 @@ static int run_ok(const res_bench *b, const loom_run *run)
 }
 
 /* One research turn, checked. 0 when it went as scripted. */
-static int run_once(res_bench *b)
+static int run_once(void *arg)
 {
+    res_bench *b = arg;
     loom_turn_options o = LOOM_TURN_OPTIONS_INIT;
     loom_messages in = {0};
     const loom_run *run;
@@ -282,38 +279,6 @@ static void usage(FILE *to)
             CYCLES, RESEARCHERS, ROUNDS, DEFAULT_RUNS, DEFAULT_WARMUP);
 }
 
-/* 0, 1 when done (--help), -1 on a bad argument. */
-static int parse_args(res_opts *o, int argc, char **argv)
-{
-    memset(o, 0, sizeof(*o));
-    o->runs = DEFAULT_RUNS;
-    o->warmup = DEFAULT_WARMUP;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-        } else if (!strcmp(a, "--memory")) {
-            o->memory = 1;
-        } else if (!strcmp(a, "--iterations-only")) {
-            o->iterations_only = 1;
-        } else if (!strcmp(a, "--print-script")) {
-            o->print_script = 1;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        } else if (bench_common_arg(a, v, &o->fake_bin, &o->runs, &o->warmup)) {
-            i++;
-        } else {
-            fprintf(stderr, "loom-bench research: bad argument: %s%s%s\n", a,
-                    v ? " " : "", v ? v : "");
-            usage(stderr);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* This process's CPU time so far (user + system, all threads), in µs. */
 static double cpu_us(void)
 {
@@ -355,14 +320,9 @@ static int measure_memory(res_bench *b, const res_opts *o)
 
     if (!peak)
         return -1;
-    for (size_t i = 0; i < n; i++) {
-        long base = bench_mem_reset_peak();
-
-        if (run_once(b) != 0) {
-            free(peak);
-            return -1;
-        }
-        peak[i] = (double)(bench_mem_peak() - base);
+    if (bench_measure_memory(o->runs, run_once, b, peak) != 0) {
+        free(peak);
+        return -1;
     }
     s = bench_summarize(peak, n);
     if (o->json)
@@ -387,37 +347,14 @@ static int measure(res_bench *b, const res_opts *o, const bench_fake *fake,
     size_t n = (size_t)o->runs;
     double *cpu = calloc(n, sizeof(double)), *wall = calloc(n, sizeof(double)),
            *busy = calloc(n, sizeof(double));
-    bench_stats_reader sr;
-    bench_fake_stats before, after;
     bench_summary s_cpu, s_wall, s_busy;
-    int rc = -1, opened = 0;
+    int rc = -1;
 
     if (!cpu || !wall || !busy)
         goto done;
-    if (bench_stats_open(&sr, fake->port) != 0)
+    if (bench_measure("research", fake->port, o->runs, MODEL_CALLS + SEARCHES,
+                      run_once, b, cpu_us, wall, cpu, busy) != 0)
         goto done;
-    opened = 1;
-    if (bench_stats_read(&sr, &before) != 0)
-        goto done;
-    for (size_t i = 0; i < n; i++) {
-        double t0 = bench_now_us(CLOCK_MONOTONIC), c0 = cpu_us();
-        int r = run_once(b);
-        double c1 = cpu_us(), t1 = bench_now_us(CLOCK_MONOTONIC);
-
-        if (r != 0 || bench_stats_read(&sr, &after) != 0)
-            goto done;
-        if (after.requests - before.requests != MODEL_CALLS + SEARCHES) {
-            fprintf(stderr,
-                    "loom-bench research: the fake saw %ld requests in a "
-                    "run, want %d\n",
-                    after.requests - before.requests, MODEL_CALLS + SEARCHES);
-            goto done;
-        }
-        cpu[i] = c1 - c0;
-        wall[i] = t1 - t0;
-        busy[i] = (double)(after.busy_us - before.busy_us);
-        before = after;
-    }
     s_cpu = bench_summarize(cpu, n);
     s_wall = bench_summarize(wall, n);
     s_busy = bench_summarize(busy, n);
@@ -454,8 +391,6 @@ static int measure(res_bench *b, const res_opts *o, const bench_fake *fake,
     }
     rc = 0;
 done:
-    if (opened)
-        bench_stats_close(&sr);
     free(cpu);
     free(wall);
     free(busy);
@@ -468,7 +403,9 @@ int loom_bench_research_main(int argc, char **argv)
     res_bench b;
     bench_fake fake = {.pid = -1};
     char *bin = NULL, *script = NULL;
-    int rc = 1, pa = parse_args(&o, argc, argv);
+    int rc = 1,
+        pa = bench_parse_args(&o, "research", DEFAULT_RUNS, DEFAULT_WARMUP,
+                              argc, argv, usage, NULL, NULL);
     long rss_before;
 
     if (pa != 0)
@@ -492,9 +429,8 @@ int loom_bench_research_main(int argc, char **argv)
         res_open(&b, fake.port) != 0)
         goto done;
     rss_before = maxrss_kib();
-    for (long i = 0; i < o.warmup; i++)
-        if (run_once(&b) != 0)
-            goto done;
+    if (bench_repeat(o.warmup, run_once, &b) != 0)
+        goto done;
     if (o.memory) {
         if (!bench_mem_enabled())
             fprintf(stderr, "loom-bench research: --memory needs the "
@@ -502,10 +438,7 @@ int loom_bench_research_main(int argc, char **argv)
         else
             rc = measure_memory(&b, &o) == 0 ? 0 : 1;
     } else if (o.iterations_only) {
-        long i;
-        for (i = 0; i < o.runs && run_once(&b) == 0; i++)
-            ;
-        rc = i == o.runs ? 0 : 1;
+        rc = bench_repeat(o.runs, run_once, &b) == 0 ? 0 : 1;
         if (rc == 0)
             printf("%ld runs, %d model calls each\n", o.runs, MODEL_CALLS);
     } else {
