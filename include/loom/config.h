@@ -400,8 +400,13 @@ typedef struct {
  *     db: ./data/loom.db          # the store
  *     secret_key: ${LOOM_SECRET_KEY} # seals the store's secrets (below)
  *     max_body_bytes: 4194304     # request bodies; larger ones get 413
- *     max_concurrent_runs: 64     # more get 503 with Retry-After
- *     max_connections: 1024       # open client connections at once
+ *     max_concurrent_runs: 64     # runs at once; more wait in the queue
+ *     queue_max: 256              # requests waiting for a run slot
+ *     queue_max_per_identity: 0   # of those, one caller's (0: a quarter)
+ *     queue_wait_ms: 10000        # then 503 with Retry-After
+ *     max_connections: 32768      # open client connections at once
+ *     max_connections_per_address: 256 # from one client address (0: any)
+ *     header_timeout_ms: 10000    # a request's headers must come this fast
  *     keepalive_ms: 15000         # SSE ": keep-alive" comment when idle
  *     read_timeout_ms: 30000      # a silent client is cut (whole seconds)
  *     shutdown_grace_ms: 10000    # runs may finish this long on SIGTERM
@@ -418,7 +423,19 @@ typedef struct {
                                 * key file beside db (loom/store.h) */
     long max_body_bytes;       /* default 4 MiB */
     int max_concurrent_runs;   /* default 64 */
-    int max_connections;       /* default 1024 */
+    /* Requests that wait for a run slot past max_concurrent_runs (0: none
+     * wait, they get 503 at once), how many of them one caller may have
+     * (0: a quarter of queue_max, at least 1; docs/server.md), and how
+     * long one waits before its 503. */
+    int queue_max;                   /* default 256 */
+    int queue_max_per_identity;      /* default 0 */
+    long queue_wait_ms;              /* default 10000 */
+    int max_connections;             /* default 32768 */
+    int max_connections_per_address; /* default 256; 0: no limit */
+    /* A connection must send its request's headers without going silent
+     * this long (whole seconds, at most read_timeout_ms); after them
+     * read_timeout_ms applies. */
+    long header_timeout_ms;    /* default 10000 */
     long keepalive_ms;         /* default 15000 */
     long read_timeout_ms;      /* default 30000 */
     long shutdown_grace_ms;    /* default 10000 */

@@ -85,6 +85,15 @@ void loom_server_wait(loom_server *srv);
 /* Stops if needed, then frees. NULL is a no-op. */
 void loom_server_free(loom_server *srv);
 
+/*
+ * Raises this process's open files limit (RLIMIT_NOFILE) to its hard
+ * limit, so the server can hold as many connections as it is configured
+ * for (`loom serve` calls it at start; an embedder decides for itself).
+ * *limit (may be NULL) gets the limit now in force, -1 for none. 0, or
+ * LOOM_EIO when the limit cannot be read.
+ */
+int loom_server_raise_fd_limit(long *limit);
+
 #ifdef __cplusplus
 }
 #endif

@@ -171,6 +171,11 @@ int cli_serve(int argc, char **argv)
     cli_setup_log(cfg, a.log_level ? a.log_level
                        : cfg->log_level ? NULL : "info",
                   a.log_format);
+    /* Every client connection and upstream stream is a descriptor: the
+     * soft limit (often 1,024) would cap loom far below max_connections.
+     * The server logs what the limit allows once it listens. */
+    if (loom_server_raise_fd_limit(NULL) != 0)
+        loom_warn("cannot raise the open files limit: %s", loom_error_last());
     if (cfg->providers_len == 0 && (rc = serve_offline(&cfg, &fake_pid)) != 0)
         goto done;
     so.offline_demo = fake_pid > 0;

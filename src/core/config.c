@@ -629,7 +629,11 @@ static loom_config *config_new(void)
     cfg->server.db = strdup(LOOM_SERVER_DEFAULT_DB);
     cfg->server.max_body_bytes = 4L << 20;
     cfg->server.max_concurrent_runs = 64;
-    cfg->server.max_connections = 1024;
+    cfg->server.max_connections = 32768;
+    cfg->server.max_connections_per_address = 256;
+    cfg->server.header_timeout_ms = 10000;
+    cfg->server.queue_max = 256;
+    cfg->server.queue_wait_ms = 10000;
     cfg->server.keepalive_ms = 15000;
     cfg->auth.jwt.leeway_seconds = 60;
     cfg->server.read_timeout_ms = 30000;

@@ -308,10 +308,11 @@ static int healthz(srv_request *r)
 }
 
 /*
- * Ready when the store answers. The MCP servers are reported (their state,
- * protocol version, tool count, the last error) but never make loom
- * unready: a run goes on without the tools of a server that is down, so
- * turning traffic away for it would only make things worse.
+ * Ready when the store answers. "capacity" says what the limits allow
+ * (connections, streamed runs, the admission queue). The MCP servers are
+ * reported (their state, protocol version, tool count, the last error) but
+ * never make loom unready: a run goes on without the tools of a server that is
+ * down, so turning traffic away for it would only make things worse.
  */
 static int readyz(srv_request *r)
 {
@@ -324,7 +325,8 @@ static int readyz(srv_request *r)
     if (atomic_load(&r->srv->draining))
         return srv_reply_error(r, 503, NULL, NULL, "shutting_down",
                                "the server is shutting down");
-    o = json_pack("{s:s}", "status", "ready");
+    o = json_pack("{s:s,s:o}", "status", "ready", "capacity",
+                  srv__capacity_json(r->srv));
     if (o && r->srv->offline_demo)
         json_object_set_new(o, "offline_demo", json_true());
     if (o && r->srv->mcp_servers) {

@@ -11,6 +11,16 @@
  * when the request is complete (the route's handler runs then), and again
  * after a deferred request is resumed.
  *
+ * The first of those calls also lifts the connection's timeout from the
+ * short header timeout the daemon starts every connection with to
+ * read_timeout_ms: a slow-loris that never finishes its headers is cut
+ * early, a body or a stream is not.
+ *
+ * A request whose run finds every slot taken waits in the admission
+ * queue (queue.c), suspended; once a slot is handed over its handler
+ * runs again from the start (its body, parse and caller kept), and when
+ * its wait is over it gets 503 with Retry-After.
+ *
  * HEAD is GET without the body (libmicrohttpd sends the headers of the
  * GET answer only); a path that exists with other methods answers 405
  * with an Allow header listing them (RFC 9110, 15.5.6). A request counts
@@ -189,7 +199,7 @@ static int route_matches(const route *r, char **segs, size_t n)
 
 /* ---- requests ------------------------------------------------------------ */
 
-enum { ST_NEW = 0, ST_HANDLED, ST_DEFER, ST_DONE };
+enum { ST_NEW = 0, ST_HANDLED, ST_QUEUED, ST_DEFER, ST_DONE };
 
 typedef struct {
     char *name, *value;
@@ -217,6 +227,10 @@ typedef struct srv_conn {
     char run_id[48];
     kv hdrs[MAX_REPLY_HEADERS];
     size_t nhdrs;
+    size_t nhdrs_auth; /* those set before the handler ran */
+    /* waiting for a run slot */
+    srv_waiter wait;
+    int waited; /* has been in the admission queue */
     /* deferred */
     srv_susp susp;
     srv_run *drun;
@@ -233,6 +247,8 @@ static void conn_free(srv_conn *c)
 {
     if (!c)
         return;
+    if (c->waited)
+        srv__queue_leave(c->s, &c->wait);
     if (c->watching)
         srv__run_unwatch(c->drun, &c->susp);
     srv_run_unref(c->drun);
@@ -421,6 +437,22 @@ struct MHD_Connection *srv__request_mc(srv_request *r)
 void srv__request_set_stream(srv_request *r, struct srv_sse_stream *st)
 {
     r->conn_->sse = st;
+}
+
+srv_waiter *srv__request_waiter(srv_request *r)
+{
+    return &r->conn_->wait;
+}
+
+srv_susp *srv__request_susp(srv_request *r)
+{
+    srv_conn *c = r->conn_;
+
+    memset(&c->susp, 0, sizeof(c->susp));
+    c->susp.mc = c->mc;
+    c->susp.fd = srv__conn_fd(c->mc);
+    c->susp.srv = c->s;
+    return &c->susp;
 }
 
 /* ---- CORS ---------------------------------------------------------------- */
@@ -655,6 +687,8 @@ int srv_reply_loom_error(srv_request *r, int rc, const char *param)
     case SRV_EUNPRICED:
         return srv_reply_error(r, 403, NULL, "model", "model_not_priced", "%s",
                                copy);
+    case SRV_EQUEUED:
+        return 0; /* the request waits for a slot: nothing to say yet */
     case SRV_EBUSY:
         srv_set_header(r, "Retry-After", "1");
         return srv_reply_error(r, 503, NULL, NULL, "server_busy", "%s", copy);
@@ -746,6 +780,97 @@ static enum MHD_Result defer_step(srv_conn *c)
     }
 }
 
+/* ---- waiting for a run slot ---------------------------------------------- */
+
+static enum MHD_Result run_handler(srv_conn *c);
+
+/* Drops the headers the handler set (it sets them again when it runs
+ * again). */
+static void drop_handler_headers(srv_conn *c)
+{
+    while (c->nhdrs > c->nhdrs_auth) {
+        c->nhdrs--;
+        free(c->hdrs[c->nhdrs].name);
+        free(c->hdrs[c->nhdrs].value);
+    }
+}
+
+/* Runs the queued request on: its handler again once a slot is handed
+ * over, 503 once its wait is over, suspends otherwise. */
+static enum MHD_Result queue_step(srv_conn *c)
+{
+    int gone = 0, rc;
+
+    srv__susp_flags(c->s, &c->susp, &gone, NULL);
+    if (gone) {
+        srv__queue_leave(c->s, &c->wait);
+        c->state = ST_DONE;
+        return MHD_NO;
+    }
+    for (;;) {
+        switch (srv__queue_state(c->s, &c->wait)) {
+        case SRV_WAIT_GRANTED:
+            c->state = ST_HANDLED;
+            return run_handler(c);
+        case SRV_WAIT_QUEUED:
+            break;
+        default:
+            srv__queue_leave(c->s, &c->wait);
+            c->state = ST_DONE;
+            if (atomic_load(&c->s->draining)) {
+                srv_reply_error(&c->req, 503, NULL, NULL, "shutting_down",
+                                "the server is shutting down");
+            } else {
+                loom__error_set(SRV_EBUSY,
+                                "waited %ld ms for one of the %d run slots "
+                                "(queue_wait_ms, max_concurrent_runs); "
+                                "retry later",
+                                c->s->sc->queue_wait_ms,
+                                c->s->sc->max_concurrent_runs);
+                srv_reply_loom_error(&c->req, SRV_EBUSY, NULL);
+            }
+            return c->replied ? MHD_YES : MHD_NO;
+        }
+        rc = srv__suspend(c->s, &c->susp);
+        if (rc == 0)
+            return MHD_YES;
+        if (rc < 0) {
+            srv__queue_leave(c->s, &c->wait);
+            c->state = ST_DONE;
+            srv_reply_error(&c->req, 503, NULL, NULL, "shutting_down",
+                            "the server is shutting down");
+            return c->replied ? MHD_YES : MHD_NO;
+        }
+    }
+}
+
+/* Runs the route's handler (again, after a wait for a run slot), then
+ * whatever it asked for: a deferred answer, a wait, or its error. */
+static enum MHD_Result run_handler(srv_conn *c)
+{
+    int rc;
+
+    loom_error_clear();
+    rc = c->route->handler(&c->req);
+    if (c->wait.enqueued && !c->replied && c->state != ST_DEFER) {
+        c->wait.enqueued = 0;
+        c->waited = 1;
+        c->state = ST_QUEUED;
+        drop_handler_headers(c);
+        return queue_step(c);
+    }
+    if (c->waited)
+        srv__queue_leave(c->s, &c->wait); /* a slot it did not use */
+    if (c->state == ST_DEFER)
+        return defer_step(c);
+    if (!c->replied) {
+        if (rc == 0)
+            rc = loom__error_set(LOOM_ERROR, "the handler sent no reply");
+        srv_reply_loom_error(&c->req, rc, NULL);
+    }
+    return c->replied ? MHD_YES : MHD_NO;
+}
+
 /* ---- the dispatcher ------------------------------------------------------ */
 
 static void reply_no_route(srv_conn *c)
@@ -790,13 +915,17 @@ enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
     srv_server *s = cls;
     srv_conn *c = *con_cls;
     const char *cl;
-    int rc;
 
     (void)version;
     if (!c) {
         if (!(c = conn_new(s, mc, url, method)))
             return MHD_NO;
         *con_cls = c;
+        /* The headers are in: from now on the client has read_timeout_ms
+         * (a keep-alive connection keeps it for its next requests). */
+        if (s->read_timeout_s != s->header_timeout_s)
+            MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT,
+                                      s->read_timeout_s);
         cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
                                          MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
@@ -814,6 +943,8 @@ enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
     }
     if (c->state == ST_DEFER)
         return defer_step(c);
+    if (c->state == ST_QUEUED)
+        return queue_step(c);
     if (c->replied || c->state != ST_NEW)
         return MHD_YES;
     if (*upload_size) {
@@ -847,16 +978,8 @@ enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
     if (!srv__auth_request(&c->req, &c->who))
         return c->replied ? MHD_YES : MHD_NO;
     parse_body(c);
-    loom_error_clear();
-    rc = c->route->handler(&c->req);
-    if (c->state == ST_DEFER)
-        return defer_step(c);
-    if (!c->replied) {
-        if (rc == 0)
-            rc = loom__error_set(LOOM_ERROR, "the handler sent no reply");
-        srv_reply_loom_error(&c->req, rc, NULL);
-    }
-    return c->replied ? MHD_YES : MHD_NO;
+    c->nhdrs_auth = c->nhdrs;
+    return run_handler(c);
 }
 
 /* Masks the secret of any API key in a path (DELETE

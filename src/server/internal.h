@@ -244,8 +244,18 @@ int srv_identity_allows(const srv_identity *who, const char *model,
  * call, before anything was said. */
 int srv_reply_quota(srv_request *r, const char *detail);
 
-/* Returned by srv_run_start() when max_concurrent_runs are busy. */
+/* Returned by srv_run_start() when max_concurrent_runs are busy and the
+ * request cannot wait for a slot. */
 #define SRV_EBUSY (-100)
+/*
+ * Returned by srv_run_start() when max_concurrent_runs are busy and the
+ * request now waits for a slot (docs/server.md, the admission queue).
+ * Pass it on to srv_reply_loom_error(), which then answers nothing: the
+ * handler runs again once the request has a slot, or the request gets
+ * 503 when its wait is over. A handler must do nothing before starting
+ * its run that it cannot do twice.
+ */
+#define SRV_EQUEUED (-108)
 /* Returned by srv_run_start() when the server has no model provider at
  * all (an embedder's config without one): a 503 `no_provider`, the
  * server's problem and not the client's. */
@@ -256,7 +266,8 @@ int srv_reply_quota(srv_request *r, const char *detail);
  * loom_error_last(): LOOM_ENOTFOUND 404 (code "not_found"),
  * LOOM_EINVALID / LOOM_EPROTO 400, LOOM_ETOOLARGE 413, SRV_EBUSY 503 with
  * Retry-After (code "server_busy"), LOOM_EUPSTREAM 502, LOOM_ETIMEDOUT
- * 504, anything else 500. param may be NULL.
+ * 504, anything else 500; SRV_EQUEUED nothing (see there). param may be
+ * NULL.
  */
 int srv_reply_loom_error(srv_request *r, int rc, const char *param);
 
@@ -397,6 +408,7 @@ const char *srv_settings_agent(const json_t *settings, const srv_run_spec *sp);
  * srv_run_conversation_id() are known before any model output) and
  * checked the run's options; it writes nothing. Errors (nothing started,
  * nothing stored): SRV_EBUSY when max_concurrent_runs are running,
+ * SRV_EQUEUED when they are and the request now waits for a slot,
  * LOOM_ENOTFOUND for an unknown agent, model or conversation,
  * LOOM_EINVALID for a bad spec, LOOM_EIO from the store; pass them to
  * srv_reply_loom_error(). The worker then creates the new conversation or

@@ -320,6 +320,7 @@ char *srv__metrics_render(srv_server *s)
 {
     loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     srv_metrics *m = s->metrics;
+    srv_queue_stats qs;
     size_t nsusp;
 
     pthread_mutex_lock(&m->lock);
@@ -341,6 +342,21 @@ char *srv__metrics_render(srv_server *s)
                     "# TYPE loom_connections_waiting gauge\n"
                     "loom_connections_waiting %zu\n",
                     srv__runs_active(s), atomic_load(&s->streams), nsusp);
+    srv__queue_stats(s, &qs);
+    loom_buf_printf(&b,
+                    "# HELP loom_runs_queued Requests waiting for a run "
+                    "slot\n"
+                    "# TYPE loom_runs_queued gauge\n"
+                    "loom_runs_queued %d\n"
+                    "# HELP loom_queue_refused_total Requests refused a "
+                    "run slot with 503, by why\n"
+                    "# TYPE loom_queue_refused_total counter\n"
+                    "loom_queue_refused_total{reason=\"queue_full\"} %llu\n"
+                    "loom_queue_refused_total{reason=\"identity_full\"} "
+                    "%llu\n"
+                    "loom_queue_refused_total{reason=\"wait_over\"} %llu\n",
+                    qs.waiting, qs.refused_full, qs.refused_identity,
+                    qs.timed_out);
     if (!b.ptr)
         return NULL;
     return loom_buf_detach(&b);

@@ -484,6 +484,7 @@ static void on_ending(loom_turn *t, void *payload)
     rt->active--;
     pthread_cond_broadcast(&rt->cv);
     pthread_mutex_unlock(&rt->lock);
+    srv__slot_give(s);
     r->ended_ms = loom__unix_ms();
 }
 
@@ -508,26 +509,22 @@ static void *worker(void *arg)
 
 /* ---- starting ------------------------------------------------------------ */
 
-static int reserve_slot(srv_server *s)
+/* A slot for the run of request req (NULL: none), which may wait for
+ * one in the admission queue (queue.c): SRV_EQUEUED. */
+static int reserve_slot(srv_server *s, srv_request *req)
 {
     srv_runs *rt = s->runs;
-    int rc = 0;
+    int rc;
 
-    pthread_mutex_lock(&rt->lock);
     if (atomic_load(&s->draining))
-        rc = loom__error_set(SRV_EBUSY, "the server is shutting down");
-    else if (rt->active >= s->sc->max_concurrent_runs)
-        rc = loom__error_set(SRV_EBUSY,
-                             "%d runs are already running, the most this "
-                             "server allows (max_concurrent_runs); retry "
-                             "later",
-                             rt->active);
-    else {
-        rt->active++;
-        rt->threads++;
-    }
+        return loom__error_set(SRV_EBUSY, "the server is shutting down");
+    if ((rc = srv__slot_take(s, req)) != 0)
+        return rc;
+    pthread_mutex_lock(&rt->lock);
+    rt->active++;
+    rt->threads++;
     pthread_mutex_unlock(&rt->lock);
-    return rc;
+    return 0;
 }
 
 static void release_slot(srv_server *s)
@@ -537,6 +534,7 @@ static void release_slot(srv_server *s)
     s->runs->threads--;
     pthread_cond_broadcast(&s->runs->cv);
     pthread_mutex_unlock(&s->runs->lock);
+    srv__slot_give(s);
 }
 
 /* An isolated caller's run continues only its owner's conversations:
@@ -606,7 +604,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
         return loom__error_set(LOOM_EINVALID, "the run has no input");
     if (s->nproviders == 0)
         return SRV_ENOPROVIDER;
-    if ((rc = reserve_slot(s)) != 0)
+    if ((rc = reserve_slot(s, sp->request)) != 0)
         return rc;
     slot = 1;
     if (!(r = calloc(1, sizeof(*r))) || !(we = calloc(1, sizeof(*we)))) {

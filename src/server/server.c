@@ -12,6 +12,16 @@
  * the HTTP client's own cancel tick) and wakes idle streams that owe a
  * keep-alive comment. See srvpriv.h for the locking rules.
  *
+ * Slow clients. A connection gets header_timeout_ms to send its request's
+ * headers (http.c lifts it to read_timeout_ms once they are in), one
+ * address holds at most max_connections_per_address connections, and
+ * max_connections may be tens of thousands (epoll): one client holding
+ * thousands of half-open connections then keeps neither others out nor
+ * /healthz and /metrics from answering. At start the server works out
+ * how many connections and streamed runs its limits allow (the open
+ * files limit against max_connections and max_concurrent_runs), logs it
+ * and shows it in /readyz.
+ *
  * Stop: quiesce (close the listening socket), refuse new runs, give
  * running runs shutdown_grace_ms to finish, cancel the rest and wait for
  * them to store their turns, then wait for every request that was being
@@ -35,12 +45,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #define TICK_MS 20
 #define CONN_MEMORY (64 * 1024)   /* per connection: headers, buffers */
 #define STREAM_DRAIN_MS 3000      /* requests flush after the runs ended */
+/* Descriptors that are not client connections: the store, the log, the
+ * listening socket, epoll, pipes, MCP servers' and tools' sockets. */
+#define FD_RESERVE 64
 
 /* Kept for runs.c until its rewrite lands: new code calls loom__mono_ms. */
 long long srv__now_ms(void)
@@ -270,6 +284,7 @@ static void *ticker_main(void *arg)
     while (!s->tick_stop) {
         pthread_mutex_unlock(&s->tick_lock);
         tick(s, &pfd, &ptr, &cap);
+        srv__queue_expire(s, 0);
         pthread_mutex_lock(&s->tick_lock);
         if (s->tick_stop)
             break;
@@ -416,6 +431,7 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
         (rc = loom_router_health_new(&s->health)) != 0 ||
         (rc = build_session(s, opts)) != 0 ||
         (rc = srv__runs_new(&s->runs)) != 0 ||
+        (rc = srv__queue_new(&s->queue, s->sc)) != 0 ||
         (rc = srv__router_new(&s->router)) != 0 ||
         (rc = srv__auth_new(&s->auth, s->cfg)) != 0 ||
         (rc = loom_limiter_new(&s->limiter, s->store)) != 0 ||
@@ -495,6 +511,88 @@ bad:
                            listen);
 }
 
+int loom_server_raise_fd_limit(long *limit)
+{
+    struct rlimit rl;
+
+    if (limit)
+        *limit = 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return loom__error_set(LOOM_EIO, "getrlimit: %s", strerror(errno));
+    if (rl.rlim_cur != rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        /* Some systems refuse RLIM_INFINITY for open files: the limit
+         * then stays what it was. */
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 &&
+            getrlimit(RLIMIT_NOFILE, &rl) != 0)
+            return loom__error_set(LOOM_EIO, "getrlimit: %s", strerror(errno));
+    }
+    if (limit)
+        *limit = rl.rlim_cur == RLIM_INFINITY ? -1 : (long)rl.rlim_cur;
+    return 0;
+}
+
+/*
+ * What the limits allow: each connection is a descriptor, and a streamed
+ * run holds two (its client's and its upstream's). Logged, with a
+ * warning when the open files limit is the one that binds.
+ */
+static void work_out_capacity(srv_server *s)
+{
+    struct rlimit rl;
+    long fds = -1, usable;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        fds = (long)rl.rlim_cur;
+    s->fd_limit = fds;
+    usable =
+        fds < 0 ? 2L * s->sc->max_connections + FD_RESERVE : fds - FD_RESERVE;
+    if (usable < 2)
+        usable = 2;
+    s->cap_connections =
+        s->sc->max_connections < usable ? s->sc->max_connections : (int)usable;
+    s->cap_streams = s->sc->max_concurrent_runs < s->cap_connections
+                         ? s->sc->max_concurrent_runs
+                         : s->cap_connections;
+    if (s->cap_streams > usable / 2)
+        s->cap_streams = (int)(usable / 2);
+    loom_info("limits allow %d connections at once (max_connections %d, "
+              "%d from one address, open files %ld) and %d streamed runs "
+              "(max_concurrent_runs %d, %d more may wait)",
+              s->cap_connections, s->sc->max_connections,
+              s->sc->max_connections_per_address, fds, s->cap_streams,
+              s->sc->max_concurrent_runs,
+              s->sc->queue_wait_ms > 0 ? s->sc->queue_max : 0);
+    if (s->cap_connections < s->sc->max_connections ||
+        s->cap_streams < s->sc->max_concurrent_runs)
+        loom_warn("the open files limit (%ld) allows fewer connections or "
+                  "streamed runs than configured: raise it (ulimit -n, "
+                  "LimitNOFILE=) or lower max_connections",
+                  fds);
+}
+
+json_t *srv__capacity_json(srv_server *s)
+{
+    srv_queue_stats qs;
+
+    srv__queue_stats(s, &qs);
+    return json_pack("{s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "open_files",
+                     (json_int_t)s->fd_limit, "max_connections",
+                     s->sc->max_connections, "max_connections_per_address",
+                     s->sc->max_connections_per_address, "connections",
+                     s->cap_connections, "max_concurrent_runs",
+                     s->sc->max_concurrent_runs, "streams", s->cap_streams,
+                     "queue_max", qs.max, "queued", qs.waiting);
+}
+
+/* libmicrohttpd counts its timeouts in whole seconds: ms rounded up. */
+static unsigned whole_seconds(long ms)
+{
+    unsigned sec = (unsigned)((ms + 999) / 1000);
+
+    return sec < 1 ? 1 : sec;
+}
+
 int loom_server_start(loom_server *s)
 {
     struct sockaddr_storage ss;
@@ -502,7 +600,6 @@ int loom_server_start(loom_server *s)
     const union MHD_DaemonInfo *di;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    unsigned timeout_s;
     int v6, rc;
 
     if (s->d)
@@ -513,14 +610,18 @@ int loom_server_start(loom_server *s)
     (void)slen;
     if (v6)
         flags |= MHD_USE_IPv6;
-    /* libmicrohttpd counts this timeout in whole seconds. */
-    timeout_s = (unsigned)((s->sc->read_timeout_ms + 999) / 1000);
-    if (timeout_s < 1)
-        timeout_s = 1;
+    /* Every connection starts with the header timeout (never longer than
+     * the read timeout); http.c lifts it once the headers are in. */
+    s->read_timeout_s = whole_seconds(s->sc->read_timeout_ms);
+    s->header_timeout_s = whole_seconds(s->sc->header_timeout_ms);
+    if (s->header_timeout_s > s->read_timeout_s)
+        s->header_timeout_s = s->read_timeout_s;
     s->d = MHD_start_daemon(
         flags, 0, NULL, NULL, srv__on_request, s, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->sc->max_connections,
+        (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_TIMEOUT,
+        s->header_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)s->sc->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)s->sc->max_connections_per_address,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
         MHD_OPTION_NOTIFY_COMPLETED, srv__on_completed, s,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
@@ -536,6 +637,7 @@ int loom_server_start(loom_server *s)
     }
     s->ticker_started = 1;
     loom_info("listening on http://%s (port %d)", s->listen, s->port);
+    work_out_capacity(s);
     srv__runs_resume(s);
     return 0;
 }
@@ -580,6 +682,8 @@ void loom_server_stop(loom_server *s)
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);
     atomic_store(&s->draining, 1);
+    /* Requests waiting for a run slot will not get one: 503 now. */
+    srv__queue_expire(s, 1);
     loom_info("stopping: %d runs in flight, %ld ms to finish",
               srv__runs_active(s), s->sc->shutdown_grace_ms);
     deadline = loom__mono_ms() + s->sc->shutdown_grace_ms;
@@ -632,6 +736,7 @@ void loom_server_free(loom_server *s)
         srv__runs_wait_idle(s, -1);
         srv__runs_free(s->runs);
     }
+    srv__queue_free(s->queue);
     srv__router_free(s->router);
     srv__auth_free(s->auth);
     loom_limiter_free(s->limiter);

@@ -60,6 +60,71 @@ void srv__susp_flags(srv_server *s, srv_susp *sp, int *gone,
 /* The connection's socket, -1 when unknown. */
 int srv__conn_fd(struct MHD_Connection *mc);
 
+/* ---- admission (queue.c) ------------------------------------------------- */
+
+enum {
+    SRV_WAIT_NONE = 0, /* not waiting */
+    SRV_WAIT_QUEUED,   /* waiting for a run slot */
+    SRV_WAIT_GRANTED,  /* a slot was handed over: run the handler again */
+    SRV_WAIT_EXPIRED   /* waited queue_wait_ms, or the server stops: 503 */
+};
+
+/* A request's place in the admission queue; lives in its connection.
+ * Zeroed: not waiting. */
+typedef struct srv_waiter {
+    /* Guarded by the queue's lock. */
+    int state;                        /* SRV_WAIT_* */
+    srv_susp *susp;                   /* woken when granted or expired */
+    long long deadline;               /* monotonic ms */
+    struct srv_qid *id;               /* its caller's waiters */
+    struct srv_waiter *prev, *next;   /* every waiter, oldest first */
+    struct srv_waiter *iprev, *inext; /* its caller's, oldest first */
+    /* Set by srv__slot_take when it queued the request, for the
+     * dispatcher (server thread only). */
+    int enqueued;
+} srv_waiter;
+
+typedef struct srv_queue srv_queue;
+int srv__queue_new(srv_queue **out, const loom_server_config *sc);
+void srv__queue_free(srv_queue *q);
+
+/*
+ * Takes a run slot for request r (NULL: a run without a request, which
+ * never waits). 0: a slot is taken (a free one, or the one handed over to
+ * r while it waited). SRV_EQUEUED: none is free and r now waits in the
+ * queue (r's handler answers nothing; the dispatcher suspends it and runs
+ * the handler again once a slot is handed over). SRV_EBUSY with a
+ * message: none is free and r cannot wait (the queue or the caller's
+ * share of it is full, or there is no queue).
+ */
+int srv__slot_take(srv_server *s, srv_request *r);
+/* A run slot is free: handed over to the next waiter in turn, if any. */
+void srv__slot_give(srv_server *s);
+/* w stops waiting (its client left, its handler answered, it is over):
+ * taken off the queue, or a slot handed over to it passed on. */
+void srv__queue_leave(srv_server *s, srv_waiter *w);
+/* w's SRV_WAIT_* state. */
+int srv__queue_state(srv_server *s, const srv_waiter *w);
+/* Expires (SRV_WAIT_EXPIRED, woken) the waiters whose queue_wait_ms is
+ * over; all: every waiter (the server stops). The ticker calls it. */
+void srv__queue_expire(srv_server *s, int all);
+
+typedef struct {
+    int waiting, max;
+    unsigned long long refused_full, refused_identity, timed_out;
+} srv_queue_stats;
+void srv__queue_stats(srv_server *s, srv_queue_stats *out);
+
+/* What the limits allow (/readyz "capacity", docs/server.md): the open
+ * files limit, max_connections and max_concurrent_runs, the connections
+ * and streamed runs they allow together, the queue. NULL: out of memory. */
+json_t *srv__capacity_json(srv_server *s);
+
+/* The request's waiter, and its connection's srv_susp made ready to be
+ * suspended (http.c). */
+srv_waiter *srv__request_waiter(srv_request *r);
+srv_susp *srv__request_susp(srv_request *r);
+
 /* ---- runs (runs.c) ------------------------------------------------------- */
 
 /* A watcher of a run's event log: woken on every new event and at the
@@ -180,7 +245,14 @@ struct loom_server {
     srv_auth *auth;
     loom_limiter *limiter; /* limits and budgets (limits.c) */
     srv_runs *runs;
+    srv_queue *queue; /* run slots and the admission queue */
     srv_metrics *metrics;
+    /* libmicrohttpd's connection timeouts, seconds: until the request's
+     * headers are in, then after them. */
+    unsigned header_timeout_s, read_timeout_s;
+    /* What the limits allow, worked out at start (loom_server_start). */
+    long fd_limit;
+    int cap_connections, cap_streams;
     atomic_int draining;  /* stopping: new runs are refused (503) */
     atomic_int closing;   /* suspended requests end instead of waiting */
     atomic_int stopped;   /* loom_server_stop() ran */

@@ -808,8 +808,9 @@ static void test_busy_503(void **state)
     char hv[32], path[128];
 
     (void)state;
+    /* No admission queue: past the slots, 503 at once. */
     sh_start(&h, "{\"responses\":[" HANG "," HANG "," HELLO "]}", NULL,
-             "  max_concurrent_runs: 2\n");
+             "  max_concurrent_runs: 2\n  queue_max: 0\n");
     a = sh_json(&h, "POST", "/v1/runs",
                 "{\"input\":\"x\",\"background\":true}", 202);
     b = sh_json(&h, "POST", "/v1/runs",

@@ -1275,6 +1275,17 @@ static void test_server_section(void **state)
          "1 to 100000", "1", "100000", "0", "100001"},
         {head, "max_connections: ", "", "server.max_connections",
          "1 to 1000000", "1", "1000000", "0", "1000001"},
+        {head, "max_connections_per_address: ", "",
+         "server.max_connections_per_address", "0 to 1000000", "0", "1000000",
+         "-1", "1000001"},
+        {head, "header_timeout_ms: ", "", "server.header_timeout_ms",
+         "1000 to 3600000", "1000", "3600000", "999", "3600001"},
+        {head, "queue_max: ", "", "server.queue_max", "0 to 1000000", "0",
+         "1000000", "-1", "1000001"},
+        {head, "queue_max_per_identity: ", "", "server.queue_max_per_identity",
+         "0 to 1000000", "0", "1000000", "-1", "1000001"},
+        {head, "queue_wait_ms: ", "", "server.queue_wait_ms", "0 to 3600000",
+         "0", "3600000", "-1", "3600001"},
         {head, "keepalive_ms: ", "", "server.keepalive_ms", "10 to 3600000",
          "10", "3600000", "9", "3600001"},
         {head, "read_timeout_ms: ", "", "server.read_timeout_ms",
@@ -1295,7 +1306,12 @@ static void test_server_section(void **state)
     assert_string_equal(cfg->server.db, "./data/loom.db");
     assert_int_equal(cfg->server.max_body_bytes, 4 << 20);
     assert_int_equal(cfg->server.max_concurrent_runs, 64);
-    assert_int_equal(cfg->server.max_connections, 1024);
+    assert_int_equal(cfg->server.max_connections, 32768);
+    assert_int_equal(cfg->server.max_connections_per_address, 256);
+    assert_int_equal(cfg->server.header_timeout_ms, 10000);
+    assert_int_equal(cfg->server.queue_max, 256);
+    assert_int_equal(cfg->server.queue_max_per_identity, 0);
+    assert_int_equal(cfg->server.queue_wait_ms, 10000);
     assert_int_equal(cfg->server.keepalive_ms, 15000);
     assert_int_equal(cfg->server.read_timeout_ms, 30000);
     assert_int_equal(cfg->server.shutdown_grace_ms, 10000);
@@ -1314,6 +1330,11 @@ static void test_server_section(void **state)
                   "  max_body_bytes: 2048\n"
                   "  max_concurrent_runs: 3\n"
                   "  max_connections: 10\n"
+                  "  max_connections_per_address: 3\n"
+                  "  header_timeout_ms: 1500\n"
+                  "  queue_max: 7\n"
+                  "  queue_max_per_identity: 2\n"
+                  "  queue_wait_ms: 0\n"
                   "  keepalive_ms: 50\n"
                   "  read_timeout_ms: 2000\n"
                   "  shutdown_grace_ms: 0\n"
@@ -1325,6 +1346,11 @@ static void test_server_section(void **state)
     assert_int_equal(cfg->server.max_body_bytes, 2048);
     assert_int_equal(cfg->server.max_concurrent_runs, 3);
     assert_int_equal(cfg->server.max_connections, 10);
+    assert_int_equal(cfg->server.max_connections_per_address, 3);
+    assert_int_equal(cfg->server.header_timeout_ms, 1500);
+    assert_int_equal(cfg->server.queue_max, 7);
+    assert_int_equal(cfg->server.queue_max_per_identity, 2);
+    assert_int_equal(cfg->server.queue_wait_ms, 0);
     assert_int_equal(cfg->server.keepalive_ms, 50);
     assert_int_equal(cfg->server.read_timeout_ms, 2000);
     assert_int_equal(cfg->server.shutdown_grace_ms, 0);
