@@ -25,6 +25,18 @@ bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*"; }
 expect_rc() { # expected actual what
     if [ "$1" -eq "$2" ]; then ok; else bad "$3: exit $2, expected $1"; fi
 }
+# Polls $tmp/$1.raw, a tmux pane's log, (at most 20 s) until the fixed
+# text $2 is in it: pipe-pane's cat writes it behind the screen, so a
+# check of the raw bytes first waits for what the screen already showed.
+wait_raw() {
+    i=0
+    while [ $i -lt 400 ]; do
+        grep -qF -- "$2" "$tmp/$1.raw" 2>/dev/null && return 0
+        i=$((i + 1)); sleep 0.05
+    done
+    bad "the raw log of $1 never got '$2'"
+    return 1
+}
 expect_grep() { # pattern file what
     if grep -q -- "$1" "$2"; then ok; else
         bad "$3: '$1' not in $2:"; sed 's/^/    /' "$2" | head -30; fi

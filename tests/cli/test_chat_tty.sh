@@ -82,6 +82,7 @@ T send-keys -t main:one "alpha question" Enter
 wait_for one "Alpha answer." "turn 1 answered"
 expect_grep "thinking hard" "$tmp/one.screen" "the reasoning shown"
 expect_grep "^< get_time ok" "$tmp/one.screen" "the tool's outcome"
+wait_raw one "Alpha answer."
 expect_grep "${ESC}\[2m" "$tmp/one.raw" "the reasoning dimmed"
 expect_no_grep "${ESC}\[2J" "$tmp/one.raw" "no raw escape reaches the terminal"
 T send-keys -t main:one "beta question" Enter

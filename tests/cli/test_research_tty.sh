@@ -102,6 +102,7 @@ expect_grep "^Alpha holds \[1\]\.$" "$s" "the report, cleaned"
 expect_grep "^\[1\] About alpha - https://alpha.example.org/page" "$s" \
     "the report's Sources"
 expect_grep 'failed on "eviltask"' "$s" "the report's notes, cleaned"
+wait_raw whole "failed on"
 expect_no_grep "${ESC}\[2J" "$tmp/whole.raw" "no raw escape reaches the terminal"
 expect_grep "${ESC}\[[0-9]*A" "$tmp/whole.raw" "redrawn by moving up"
 expect_grep "eviltask" "$tmp/whole.raw" "the terminal got the task"
