@@ -145,6 +145,38 @@ int loom_mcp_server_set_oauth_user(loom_mcp_server *s, const char *user);
  */
 void loom_mcp_server_set_per_user(loom_mcp_server *s, int on);
 
+/*
+ * Users connecting their own accounts (docs/mcp.md "Connecting your own
+ * account"): what `loom serve` offers a signed-in user at /v1/me/mcp.
+ *
+ * loom_mcp_server_user_oauth: 1 when s's calls use each caller's own
+ * OAuth tokens obtained with a person's consent (per-user on, an HTTP
+ * server with OAuth, not the client-credentials grant), else 0.
+ *
+ * loom_mcp_server_user_connected: 1 when s's credential store holds
+ * tokens (an access or a refresh token) of user's own, 0 when not, or
+ * the store's error code (a row that does not open).
+ *
+ * loom_mcp_server_connect_user: authorizes loom for user's own account:
+ * discovery, registration, PKCE, iss, token exchange as any
+ * authorization, with az running the person's step (its authorize may
+ * wait up to wait_ms for them), the tokens saved under user in s's
+ * credential store. Tokens user already has that still work are kept and
+ * az is not asked. Then user's open session of s, if any, is let go, so
+ * their next call uses the new tokens. Blocks until done; LOOM_EINVALID
+ * when s takes no per-user account, else the errors of
+ * loom_mcp_server_tools().
+ *
+ * loom_mcp_server_forget_user: lets go of user's own session of s (its
+ * connection closes when the calls in flight are over; they no longer
+ * save tokens). The stored credentials are left alone.
+ */
+int loom_mcp_server_user_oauth(loom_mcp_server *s);
+int loom_mcp_server_user_connected(loom_mcp_server *s, const char *user);
+int loom_mcp_server_connect_user(loom_mcp_server *s, const char *user,
+                                 const loom_mcp_authorizer *az, long wait_ms);
+void loom_mcp_server_forget_user(loom_mcp_server *s, const char *user);
+
 /* Drops the caller's reference (see above). NULL is a no-op. */
 void loom_mcp_server_free(loom_mcp_server *s);
 
@@ -314,6 +346,12 @@ int loom_mcp_set_add(loom_mcp_set *set, loom_mcp_server *s);
 /* A new array of each server's loom_mcp_server_status(), in the order
  * added (set NULL: empty); NULL on OOM. */
 json_t *loom_mcp_set_status(loom_mcp_set *set);
+/* How many servers set holds (NULL: none), and the i-th, borrowed (NULL
+ * past the end). */
+size_t loom_mcp_set_len(const loom_mcp_set *set);
+loom_mcp_server *loom_mcp_set_get(const loom_mcp_set *set, size_t i);
+/* The server of set named name, borrowed; NULL when none is. */
+loom_mcp_server *loom_mcp_set_find(const loom_mcp_set *set, const char *name);
 
 /*
  * What the servers that loom_tools_add_mcp_with() makes are given before

@@ -633,6 +633,9 @@ int loom_store_mcp_credentials_load(loom_store *st, const char *server,
 /* Seals json and keeps it, replacing what server and user_id had. */
 int loom_store_mcp_credentials_save(loom_store *st, const char *server,
                                     const char *user_id, const char *json);
+/* Forgets what server and user_id had; LOOM_ENOTFOUND when nothing. */
+int loom_store_mcp_credentials_delete(loom_store *st, const char *server,
+                                      const char *user_id);
 
 /*
  * The settings of user_id (an owner id; NULL or "": the anonymous user),

@@ -237,6 +237,16 @@ int loom_store_mcp_credentials_save(loom_store *st, const char *server,
     return rc;
 }
 
+int loom_store_mcp_credentials_delete(loom_store *st, const char *server,
+                                      const char *user_id)
+{
+    int rc;
+
+    if ((rc = check_server(st, server)) != 0)
+        return rc;
+    return st->vt->mcp_credentials_delete(st, server, user_id ? user_id : "");
+}
+
 int loom_store_user_settings_load(loom_store *st, const char *user_id,
                                   char **json)
 {

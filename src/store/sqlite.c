@@ -681,4 +681,5 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_user_settings_put,
     loom__sqlite_usage,
     loom__sqlite_conversation_branch,
+    loom__sqlite_mcp_credentials_delete,
 };

@@ -332,6 +332,8 @@ int loom__sqlite_mcp_credentials_put(loom_store *st, const char *server,
                                      const char *user_id,
                                      const unsigned char *sealed, size_t len,
                                      int64_t now);
+int loom__sqlite_mcp_credentials_delete(loom_store *st, const char *server,
+                                        const char *user_id);
 
 /* ---- memories (sqlite_memory.c): the vtable entries ------------------ */
 

@@ -19,6 +19,8 @@ static const char sql_put[] =
     "INSERT INTO mcp_credentials (server, user_id, sealed, updated_at) "
     "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (server, user_id) DO UPDATE "
     "SET sealed = excluded.sealed, updated_at = excluded.updated_at";
+static const char sql_delete[] = "DELETE FROM mcp_credentials "
+                                 "WHERE server = ?1 AND user_id = ?2";
 static const char sql_settings_get[] =
     "SELECT sealed FROM user_settings WHERE user_id = ?1";
 static const char sql_settings_put[] =
@@ -115,6 +117,31 @@ int loom__sqlite_mcp_credentials_put(loom_store *st, const char *server,
 {
     return sealed_put(st, sql_put, server, user_id, sealed, len, now,
                       "storing MCP credentials");
+}
+
+int loom__sqlite_mcp_credentials_delete(loom_store *st, const char *server,
+                                        const char *user_id)
+{
+    loom__sqlite_conn *c = NULL;
+    sqlite3_stmt *s = NULL;
+    int src, rc;
+
+    if ((rc = loom__sqlite_begin(st, 1, &c)) != 0)
+        return rc;
+    src = sqlite3_prepare_v2(loom__sqlite_db(c), sql_delete, -1, &s, NULL);
+    b_text(s, 1, server, &src);
+    b_text(s, 2, user_id, &src);
+    if ((src = step_done(s, src)) != SQLITE_OK)
+        rc = loom__sqlite_fail(st, c, src, "deleting MCP credentials");
+    else if (sqlite3_changes(loom__sqlite_db(c)) == 0)
+        rc = loom__error_set(LOOM_ENOTFOUND,
+                             "store: no credentials for MCP server '%.80s'",
+                             server);
+    sqlite3_finalize(s);
+    if (rc == 0)
+        rc = loom__sqlite_commit(st, c, "deleting MCP credentials");
+    loom__sqlite_end(st, c, 1);
+    return rc;
 }
 
 int loom__sqlite_user_settings_get(loom_store *st, const char *user_id,

@@ -305,6 +305,10 @@ typedef struct {
     int (*conversation_branch)(loom_store *st, const char *id,
                                const char *message_id, const char *branch_id,
                                int64_t now);
+    /* Deletes the credentials of an MCP server for user_id; LOOM_ENOTFOUND
+     * when there were none. */
+    int (*mcp_credentials_delete)(loom_store *st, const char *server,
+                                  const char *user_id);
 } loom__store_vtable;
 
 struct loom_store {

@@ -367,6 +367,21 @@ int loom__mcp_per_user(loom_mcp_server *s)
     return on;
 }
 
+mcp_users *loom__mcp_users(loom_mcp_server *s)
+{
+    return s->users;
+}
+
+loom_mcp_credentials loom__mcp_credentials(loom_mcp_server *s)
+{
+    loom_mcp_credentials cs;
+
+    pthread_mutex_lock(&s->mu);
+    cs = s->cs;
+    pthread_mutex_unlock(&s->mu);
+    return cs;
+}
+
 int loom__mcp_adopt(loom_mcp_server *child, loom_mcp_server *s,
                     const char *user)
 {

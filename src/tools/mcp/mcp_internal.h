@@ -186,6 +186,17 @@ int loom__mcp_user_server(loom_mcp_server *s, mcp_users *users,
                           const char *user, loom_mcp_server **out);
 /* Drops every user's server (the calls in flight keep theirs). */
 void loom__mcp_users_free(mcp_users *u);
+/*
+ * Lets go of user's own server in users, when there is one: the next
+ * call of that user's makes a new one (loading that user's credentials
+ * again). A call in flight keeps its reference, but its server no longer
+ * saves credentials (a refresh it makes is not written back).
+ */
+void loom__mcp_users_drop(mcp_users *users, const char *user);
+/* s's table of users' servers; NULL for a server without OAuth. */
+mcp_users *loom__mcp_users(loom_mcp_server *s);
+/* Where s's OAuth credentials live (loom_mcp_server_set_credentials). */
+loom_mcp_credentials loom__mcp_credentials(loom_mcp_server *s);
 
 /* ---- mcp_oauth.c: the OAuth 2.1 client of HTTP servers ---- */
 
@@ -201,6 +212,11 @@ void loom__mcp_oauth_free(mcp_oauth *o);
 void loom__mcp_oauth_set_authorizer(mcp_oauth *o, const loom_mcp_authorizer *a);
 void loom__mcp_oauth_set_credentials(mcp_oauth *o,
                                      const loom_mcp_credentials *c);
+/*
+ * Whether json (credentials as loom_mcp_credentials saves them) holds a
+ * token for its current issuer: an access or a refresh token.
+ */
+int loom__mcp_oauth_text_connected(const char *json);
 /* Whose credentials o loads and saves (loom_mcp_server_set_oauth_user):
  * user's, or "" (NULL) the server's. Copied; LOOM_ENOMEM. */
 int loom__mcp_oauth_set_user(mcp_oauth *o, const char *user);

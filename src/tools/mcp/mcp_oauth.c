@@ -237,6 +237,18 @@ static void load_locked(mcp_oauth *o)
     }
 }
 
+int loom__mcp_oauth_text_connected(const char *json)
+{
+    json_t *j = json ? json_loads(json, 0, NULL) : NULL;
+    const char *issuer = str(j, "issuer");
+    const json_t *e =
+        issuer ? json_object_get(json_object_get(j, "issuers"), issuer) : NULL;
+    int on = str(e, "access_token") || str(e, "refresh_token");
+
+    json_decref(j);
+    return on;
+}
+
 /* Saves the credentials, when there is a store. Under mu. */
 static void save_locked(mcp_oauth *o)
 {
@@ -1139,7 +1151,8 @@ static int authorize(mcp_oauth *o, long status, const json_t *ch,
                 LOOM_EUPSTREAM,
                 "MCP server '%s' needs your own account there, and you have "
                 "not connected it. Tell the user: connect your account: "
-                "`loom mcp login %s --user %s`",
+                "`loom mcp login %s --user %s` (or, with loom serve, in the "
+                "web UI's settings: MCP accounts)",
                 name_of(o), name_of(o), o->user);
             goto done_entry;
         }

@@ -12,6 +12,7 @@
 #include "tools/mcp/mcp_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct loom_mcp_set {
     loom_mcp_server **items;
@@ -60,4 +61,22 @@ json_t *loom_mcp_set_status(loom_mcp_set *set)
             a = NULL;
         }
     return a;
+}
+
+size_t loom_mcp_set_len(const loom_mcp_set *set)
+{
+    return set ? set->len : 0;
+}
+
+loom_mcp_server *loom_mcp_set_get(const loom_mcp_set *set, size_t i)
+{
+    return set && i < set->len ? set->items[i] : NULL;
+}
+
+loom_mcp_server *loom_mcp_set_find(const loom_mcp_set *set, const char *name)
+{
+    for (size_t i = 0; set && name && i < set->len; i++)
+        if (strcmp(loom_mcp_server_name(set->items[i]), name) == 0)
+            return set->items[i];
+    return NULL;
 }

@@ -122,3 +122,90 @@ int loom__mcp_user_server(loom_mcp_server *s, mcp_users *u, const char *user,
     free(gone_name);
     return 0;
 }
+
+void loom__mcp_users_drop(mcp_users *u, const char *user)
+{
+    loom_mcp_server *gone = NULL;
+    char *gone_name = NULL;
+
+    if (!u || !user)
+        return;
+    pthread_mutex_lock(&u->mu);
+    for (size_t i = 0; i < u->n; i++)
+        if (strcmp(u->e[i].user, user) == 0) {
+            gone = u->e[i].s;
+            gone_name = u->e[i].user;
+            u->e[i] = u->e[--u->n];
+            break;
+        }
+    pthread_mutex_unlock(&u->mu);
+    if (!gone)
+        return;
+    /* A call still in flight must not write its tokens back. */
+    loom_mcp_server_set_credentials(gone, NULL);
+    loom_mcp_server_free(gone);
+    free(gone_name);
+}
+
+/* ---- connecting a user's own account ---------------------------------- */
+
+int loom_mcp_server_user_oauth(loom_mcp_server *s)
+{
+    const loom_mcp_server_config *c = loom__mcp_config(s);
+
+    return loom__mcp_users(s) && loom__mcp_per_user(s) &&
+           (!c->oauth.grant_type ||
+            strcmp(c->oauth.grant_type, "client_credentials") != 0);
+}
+
+int loom_mcp_server_user_connected(loom_mcp_server *s, const char *user)
+{
+    loom_mcp_credentials cs = loom__mcp_credentials(s);
+    char *text = NULL;
+    int rc, on;
+
+    if (!user || !*user || !cs.load)
+        return 0;
+    rc = cs.load(cs.arg, loom_mcp_server_name(s), user, &text);
+    on = rc == 0 && loom__mcp_oauth_text_connected(text);
+    free(text);
+    if (rc != 0 && rc != LOOM_ENOTFOUND)
+        return rc;
+    return on;
+}
+
+void loom_mcp_server_forget_user(loom_mcp_server *s, const char *user)
+{
+    loom__mcp_users_drop(loom__mcp_users(s), user);
+}
+
+int loom_mcp_server_connect_user(loom_mcp_server *s, const char *user,
+                                 const loom_mcp_authorizer *az, long wait_ms)
+{
+    loom_mcp_server_config cfg = *loom__mcp_config(s);
+    loom_mcp_server *made = NULL;
+    json_t *tools = NULL;
+    int rc;
+
+    if (!loom_mcp_server_user_oauth(s) || !user || !*user || !az)
+        return loom__error_set(LOOM_EINVALID,
+                               "MCP server '%s' takes no account of each "
+                               "user's own",
+                               loom_mcp_server_name(s));
+    /* The handshake waits for the person too. */
+    cfg.startup_timeout_ms =
+        wait_ms + (cfg.startup_timeout_ms > 0 ? cfg.startup_timeout_ms : 30000);
+    if ((rc = loom_mcp_server_new(&made, &cfg)) != 0 ||
+        (rc = loom__mcp_adopt(made, s, user)) != 0) {
+        loom_mcp_server_free(made);
+        return rc;
+    }
+    loom_mcp_server_set_authorizer(made, az);
+    rc = loom_mcp_server_tools(made, &tools);
+    json_decref(tools);
+    loom_mcp_server_free(made);
+    /* The user's next call loads the new tokens. */
+    if (rc == 0)
+        loom__mcp_users_drop(loom__mcp_users(s), user);
+    return rc;
+}
