@@ -414,6 +414,7 @@ typedef struct {
  *     max_run_events_bytes: 67108864 # one run's event log in memory
  *     cors_origins: [https://app.example.com]  # browsers' origins allowed
  *     ui: true                    # the web UI at / (docs/ui.md)
+ *     public_url: https://loom.example.com  # how browsers reach it
  */
 typedef struct {
     char *listen;              /* "HOST:PORT", default 127.0.0.1:8080 */
@@ -446,6 +447,11 @@ typedef struct {
     char **cors_origins;
     size_t cors_origins_len;
     int ui; /* serve the web UI at / and /assets/ (default 1) */
+    /* Where browsers reach this server ("https://loom.example.com", no
+     * trailing slash needed): the base of the OAuth redirect URI of users
+     * connecting their MCP accounts (docs/mcp.md). NULL: http://HOST:PORT
+     * of the listen address. */
+    char *public_url;
 } loom_server_config;
 
 /*

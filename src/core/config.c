@@ -526,6 +526,7 @@ void loom_config_free(loom_config *cfg)
     free(cfg->server.listen);
     free(cfg->server.db);
     free(cfg->server.secret_key);
+    free(cfg->server.public_url);
     free(cfg->research.model);
     free(cfg->research.researcher_model);
     for (size_t i = 0; i < cfg->research.researcher_tools_len; i++)

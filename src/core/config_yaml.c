@@ -1246,6 +1246,8 @@ static const field server_fields[] = {
     {K_LONG("max_run_events_bytes", S, max_run_events_bytes, 4096, 1L << 32)},
     {K_FN("cors_origins", read_cors_origins)},
     {K_BOOL("ui", S, ui)},
+    {K_STR("public_url", S, public_url, "a URL"),
+     .valid = loom__config_valid_url, .expect = "an http:// or https:// URL"},
 };
 #undef S
 static const section server_section = SECTION(server_fields, NULL, NULL);

@@ -314,7 +314,8 @@ int srv__auth_request(srv_request *r, srv_identity *who)
     memset(who, 0, sizeof(*who));
     r->who = who;
     if (!strcmp(path, "/healthz") || !strcmp(path, "/readyz") ||
-        !strcmp(path, "/metrics") || srv__ui_public(path))
+        !strcmp(path, "/metrics") || srv__ui_public(path) ||
+        srv__mcp_public(path))
         return 1;
     token = bearer(r);
     if (is_prefix(path, "/v1/admin")) {

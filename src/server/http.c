@@ -234,6 +234,8 @@ typedef struct srv_conn {
     /* deferred */
     srv_susp susp;
     srv_run *drun;
+    srv_task *dtask; /* instead of drun (srv_defer_task) */
+    srv_task_done_fn tdone;
     srv_done_fn done;
     srv_ready_fn dready;
     void *dpayload;
@@ -252,6 +254,9 @@ static void conn_free(srv_conn *c)
     if (c->watching)
         srv__run_unwatch(c->drun, &c->susp);
     srv_run_unref(c->drun);
+    if (c->dtask)
+        srv__task_unwatch(c->dtask);
+    srv_task_unref(c->dtask);
     if (c->dfree)
         c->dfree(c->dpayload);
     for (size_t i = 0; i < c->nhdrs; i++) {
@@ -711,6 +716,21 @@ int srv_defer(srv_request *r, srv_run *run, srv_done_fn done, void *payload,
     return srv_defer_until(r, run, NULL, done, payload, free_payload);
 }
 
+/* Makes c a deferred request of payload, its connection ready to be
+ * suspended (watching for run, which may be NULL). */
+static void defer_begin(srv_conn *c, srv_run *run, void *payload,
+                        void (*free_payload)(void *payload))
+{
+    c->dpayload = payload;
+    c->dfree = free_payload;
+    memset(&c->susp, 0, sizeof(c->susp));
+    c->susp.mc = c->mc;
+    c->susp.fd = srv__conn_fd(c->mc);
+    c->susp.run = run;
+    c->susp.idle_since = loom__mono_ms();
+    c->state = ST_DEFER;
+}
+
 int srv_defer_until(srv_request *r, srv_run *run, srv_ready_fn ready,
                     srv_done_fn done, void *payload,
                     void (*free_payload)(void *payload))
@@ -723,21 +743,38 @@ int srv_defer_until(srv_request *r, srv_run *run, srv_ready_fn ready,
     c->drun = run;
     c->done = done;
     c->dready = ready;
-    c->dpayload = payload;
-    c->dfree = free_payload;
-    memset(&c->susp, 0, sizeof(c->susp));
-    c->susp.mc = c->mc;
-    c->susp.fd = srv__conn_fd(c->mc);
-    c->susp.run = run;
-    c->susp.idle_since = loom__mono_ms();
+    defer_begin(c, run, payload, free_payload);
     srv__run_watch(run, &c->susp);
     c->watching = 1;
-    c->state = ST_DEFER;
     return 0;
 }
 
-/* Runs the deferred request on: replies once its run ended, suspends
- * otherwise. */
+int srv_defer_task(srv_request *r, srv_task *t, srv_task_done_fn done,
+                   void *payload, void (*free_payload)(void *payload))
+{
+    srv_conn *c = r->conn_;
+
+    if (!t || !done || c->replied || c->state == ST_DEFER)
+        return loom__error_set(LOOM_EINVALID, "srv_defer_task: bad call");
+    srv_task_ref(t);
+    c->dtask = t;
+    c->tdone = done;
+    defer_begin(c, NULL, payload, free_payload);
+    srv__task_watch(t, c->s, &c->susp);
+    return 0;
+}
+
+/* Whether the deferred request may answer now. */
+static int defer_ready(srv_conn *c)
+{
+    if (c->dtask)
+        return srv_task_finished(c->dtask);
+    return srv_run_ended(c->drun) ||
+           (c->dready && c->dready(c->drun, c->dpayload));
+}
+
+/* Runs the deferred request on: replies once its run ended (or its task
+ * finished), suspends otherwise. */
 static enum MHD_Result defer_step(srv_conn *c)
 {
     int gone = 0, rc;
@@ -746,8 +783,7 @@ static enum MHD_Result defer_step(srv_conn *c)
     if (gone)
         return MHD_NO;
     for (;;) {
-        if (srv_run_ended(c->drun) ||
-            (c->dready && c->dready(c->drun, c->dpayload))) {
+        if (defer_ready(c)) {
             /* done may start a stream that watches the run itself. */
             if (c->watching) {
                 srv__run_unwatch(c->drun, &c->susp);
@@ -755,13 +791,14 @@ static enum MHD_Result defer_step(srv_conn *c)
             }
             c->state = ST_DONE;
             if ((rc = srv__fault("defer.done")) == 0)
-                rc = c->done(&c->req, c->drun, c->dpayload);
+                rc = c->dtask ? c->tdone(&c->req, c->dpayload)
+                              : c->done(&c->req, c->drun, c->dpayload);
             if (rc == 0 && !c->replied)
                 rc = loom__error_set(LOOM_ERROR, "the handler sent no reply");
             if (rc < 0) {
                 /* The request is over: a run it owns (which may only be
                  * ready, not ended) must not go on without a client. */
-                if (!srv_run_background(c->drun))
+                if (c->drun && !srv_run_background(c->drun))
                     srv_run_cancel(c->drun);
                 if (!c->replied)
                     srv_reply_loom_error(&c->req, rc, NULL);

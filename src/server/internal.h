@@ -582,6 +582,38 @@ int srv_defer_until(srv_request *r, srv_run *run, srv_ready_fn ready,
                     srv_done_fn done, void *payload,
                     void (*free_payload)(void *payload));
 
+/* ---- replies that wait for a task --------------------------------------- */
+
+/*
+ * A task (tasks.c): work done on a thread of the handler's (an exchange
+ * with another server) that a request waits for without blocking the
+ * server thread. Reference counted: srv_task_new gives one; the thread
+ * doing the work holds one and calls srv_task_finish once when done.
+ */
+typedef struct srv_task srv_task;
+int srv_task_new(srv_task **out);
+void srv_task_ref(srv_task *t);
+void srv_task_unref(srv_task *t); /* NULL is a no-op */
+/* Marks t finished and wakes the request waiting on it. Any thread. */
+void srv_task_finish(srv_task *t);
+int srv_task_finished(srv_task *t);
+
+/* Called on the server thread once the task finished: answers the
+ * request with one srv_reply_* like a handler (same return rules). */
+typedef int (*srv_task_done_fn)(srv_request *r, void *payload);
+
+/*
+ * Suspends the request until t is finished, then calls done on the
+ * server thread. Takes a reference to t. If the client goes away first,
+ * the connection is closed and done is not called (the task goes on).
+ * free_payload (may be NULL) is called once with payload when the
+ * request is over. Returns 0, or an error without having suspended
+ * (payload is then not freed). The handler returns 0 after a successful
+ * call.
+ */
+int srv_defer_task(srv_request *r, srv_task *t, srv_task_done_fn done,
+                   void *payload, void (*free_payload)(void *payload));
+
 /* ---- server-sent events -------------------------------------------------- */
 
 #define SRV_SSE_CONTINUE 0

@@ -438,6 +438,7 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
         (rc = srv__api_admin_routes(s->router)) != 0 ||
         (rc = srv__api_settings_routes(s->router)) != 0 ||
         (rc = srv__api_usage_routes(s->router)) != 0 ||
+        (rc = srv__api_mcp_routes(s->router)) != 0 ||
         (rc = srv__api_runs_routes(s->router)) != 0 ||
         (rc = srv__api_misc_routes(s->router)) != 0 ||
         (rc = srv__ui_routes(s->router, s->sc)) != 0)
@@ -729,6 +730,7 @@ void loom_server_free(loom_server *s)
     if (!s)
         return;
     loom_server_stop(s);
+    srv__mcp_flows_free(s);
     if (s->runs) {
         /* Runs that started are over (stop waited); none is left
          * running unless the server never started. */

@@ -125,6 +125,12 @@ json_t *srv__capacity_json(srv_server *s);
 srv_waiter *srv__request_waiter(srv_request *r);
 srv_susp *srv__request_susp(srv_request *r);
 
+/* ---- tasks (tasks.c) ----------------------------------------------------- */
+
+/* sp (of server s) is woken when t finishes; unwatch before sp goes. */
+void srv__task_watch(srv_task *t, srv_server *s, srv_susp *sp);
+void srv__task_unwatch(srv_task *t);
+
 /* ---- runs (runs.c) ------------------------------------------------------- */
 
 /* A watcher of a run's event log: woken on every new event and at the
@@ -239,6 +245,8 @@ struct loom_server {
     char *listen;
     int offline_demo; /* loom_server_options.offline_demo */
     loom_mcp_set *mcp_servers; /* loom_server_options.mcp_servers */
+    /* Users' MCP accounts being connected (api_mcp.c); server thread. */
+    struct srv_mcp_flows *mcp_flows;
     struct MHD_Daemon *d;
     int port;
     srv_router *router;
@@ -346,5 +354,14 @@ int srv__ui_routes(srv_router *rt, const loom_server_config *sc);
 /* 1 for a path of the web UI, which needs no key (ui.c). */
 int srv__ui_public(const char *path);
 int srv__api_usage_routes(srv_router *rt);
+/* Users' own MCP accounts (api_mcp.c): the routes; 1 for the path the
+ * authorization server sends browsers back to, which needs no key; the
+ * flows under way ended (their threads joined), at the server's free. */
+int srv__api_mcp_routes(srv_router *rt);
+int srv__mcp_public(const char *path);
+void srv__mcp_flows_free(srv_server *s);
+/* For tests: how long connections started from now on wait for the
+ * browser (< 0: the default, 10 minutes; 0: they expire at once). */
+void srv__mcp_flow_ttl_set(long ms);
 
 #endif
