@@ -491,11 +491,57 @@ static void test_refused_answers(void **state)
     finish(&w);
 }
 
+static void test_client_of_another_redirect(void **state)
+{
+    world w;
+    char *text = NULL, *url, *back;
+    json_t *j, *e;
+    const char *iss;
+
+    (void)state;
+    start(&w, 0);
+    /* dave has a client registered for another redirect URI (what
+     * `loom mcp login` registers), and no token: the server's own
+     * credentials, tokens dropped. */
+    assert_int_equal(
+        loom_store_mcp_credentials_load(w.h.store, "web", "", &text), 0);
+    j = json_loads(text, 0, NULL);
+    free(text);
+    iss = sh_str(j, "issuer");
+    e = json_object_get(json_object_get(j, "issuers"), iss);
+    assert_string_equal(sh_str(e, "client_id"), "client-1");
+    json_object_del(e, "access_token");
+    json_object_del(e, "refresh_token");
+    text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    assert_int_equal(
+        loom_store_mcp_credentials_save(w.h.store, "web", "default/dave", text),
+        0);
+    free(text);
+    {
+        char key[LOOM_KEY_SIZE];
+        key_for(&w, "dave", key);
+        assert_false(connected(&w, key));
+        url = connect_url(&w, key);
+        /* A client of its own for loom serve's callback. */
+        assert_int_equal(log_count(&w.o, "POST /register -"), 2);
+        assert_null(strstr(url, "client_id=client-1&"));
+        assert_non_null(strstr(url, "client_id=client-2&"));
+        back = consent(&w, url);
+        callback(back, 200, "is connected");
+        assert_true(connected(&w, key));
+    }
+    free(url);
+    free(back);
+    finish(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_connect_flow),
         cmocka_unit_test(test_refused_answers),
+        cmocka_unit_test(test_client_of_another_redirect),
     };
 
     curl_global_init(CURL_GLOBAL_DEFAULT);

@@ -659,10 +659,42 @@ static int register_client(mcp_oauth *o, const found *f, json_t *entry,
                          m ? m : pick_method(f->meta, secret != NULL));
         if (!rc)
             rc = set_str(entry, "client_from", "registration");
+        if (!rc && code_grant)
+            rc = set_str(entry, "redirect_uri", redirect);
         loom_info("mcp %s: registered client with %s", name_of(o), f->issuer);
     }
     json_decref(ans);
     return rc;
+}
+
+/* a without the port of an http://127.0.0.1 URI (RFC 8252 lets a
+ * loopback redirect's port change), into out. */
+static void sans_loopback_port(const char *a, char *out, size_t cap)
+{
+    static const char lo[] = "http://127.0.0.1:";
+    const char *rest;
+
+    if (strncmp(a, lo, sizeof(lo) - 1) != 0) {
+        snprintf(out, cap, "%s", a);
+        return;
+    }
+    rest = a + sizeof(lo) - 1;
+    rest += strspn(rest, "0123456789");
+    snprintf(out, cap, "%s%s", lo, rest);
+}
+
+/* Whether a client registered for redirect URI was may be sent to now.
+ * Clients registered before the URI was kept (was NULL) were registered
+ * by `loom mcp login`, for a loopback one. */
+static int same_redirect(const char *was, const char *now)
+{
+    char a[LOOM_URL_MAX], b[LOOM_URL_MAX];
+
+    if (!was)
+        was = "http://127.0.0.1:0/callback";
+    sans_loopback_port(was, a, sizeof(a));
+    sans_loopback_port(now, b, sizeof(b));
+    return strcmp(a, b) == 0;
 }
 
 /* Makes sure entry has a client for the issuer of f. */
@@ -684,8 +716,16 @@ static int ensure_client(mcp_oauth *o, const found *f, json_t *entry,
             return loom__error_oom();
         return 0;
     }
-    if (str(entry, "client_id"))
+    if (str(entry, "client_id") &&
+        (!code_grant || !str(entry, "client_from") ||
+         strcmp(str(entry, "client_from"), "registration") != 0 ||
+         same_redirect(str(entry, "redirect_uri"), redirect)))
         return 0;
+    if (str(entry, "client_id"))
+        /* Registered for another redirect URI (`loom mcp login`'s, and
+         * now loom serve's own): a client of its own for this one. */
+        loom_info("mcp %s: registering again for redirect URI %s", name_of(o),
+                  redirect);
     if (c->client_metadata_url && code_grant &&
         json_is_true(json_object_get(
             f->meta, "client_id_metadata_document_supported"))) {
