@@ -237,7 +237,8 @@ static void public_base(const srv_server *s, char *out, size_t cap)
     }
     colon = strrchr(s->listen, ':');
     n = colon ? (size_t)(colon - s->listen) : strlen(s->listen);
-    if (n == 0 || (n == 7 && !strncmp(s->listen, "0.0.0.0", 7)))
+    if (n == 0 || (n == 1 && s->listen[0] == '*') ||
+        (n == 7 && !strncmp(s->listen, "0.0.0.0", 7)))
         snprintf(out, cap, "http://127.0.0.1:%d", s->port);
     else if (n == 4 && !strncmp(s->listen, "[::]", 4))
         snprintf(out, cap, "http://[::1]:%d", s->port);
