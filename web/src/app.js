@@ -15,6 +15,7 @@
 import * as api from './api.js';
 import { TurnView, Usage, el } from './turn.js';
 import { renderMarkdown } from './markdown.js';
+import { loadAccounts, wireAccounts } from './accounts.js';
 
 const $ = (id) => document.getElementById(id);
 const PENDING = 'loom.pending';
@@ -695,8 +696,10 @@ async function start() {
     await loadConversations().catch(showError);
     route();
     showApp();
+    await loadAccounts();
 }
 
 api.setUnauthorizedHandler(() => showSignIn('Please sign in again.'));
 wire();
+wireAccounts();
 start();
