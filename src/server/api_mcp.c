@@ -335,8 +335,7 @@ static int flow_start(struct srv_mcp_flows *all, loom_mcp_server *ms,
 
     *out = NULL;
     pthread_mutex_lock(&all->mu);
-    if (all->n >= FLOWS_MAX)
-        reap_locked(all, 1);
+    reap_locked(all, all->n >= FLOWS_MAX);
     if (all->n >= FLOWS_MAX) {
         pthread_mutex_unlock(&all->mu);
         return loom__error_set(SRV_EBUSY, "too many MCP connections are "
