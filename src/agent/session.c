@@ -972,11 +972,12 @@ int loom_turn_wait(loom_turn *t, uint64_t after_seq, long timeout_ms)
 static loom_turn_event *event_new(json_t *j, uint64_t seq, loom_event_type type)
 {
     loom_turn_event *e;
+    size_t len = 0;
     char *text;
 
     if (!j)
         return NULL;
-    if (!(text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(15))) ||
+    if (!(text = loom__json_compact_dumps(j, 15, &len)) ||
         !(e = calloc(1, sizeof(*e)))) {
         json_decref(j);
         free(text);
@@ -987,7 +988,7 @@ static loom_turn_event *event_new(json_t *j, uint64_t seq, loom_event_type type)
     e->type_name = loom_event_type_name(type);
     e->json = j;
     e->text = text;
-    e->text_len = strlen(text);
+    e->text_len = len;
     return e;
 }
 

@@ -130,13 +130,13 @@ static size_t string_size(const char *s, size_t len, int *bad)
     return n;
 }
 
-/* The bytes of a real as jansson writes it: "%.17g" into 25 bytes (more
- * fails the dump), ".0" added when that has neither a point nor an
+/* The bytes of a real as jansson writes it: "%.<prec>g" into 25 bytes
+ * (more fails the dump), ".0" added when that has neither a point nor an
  * exponent, an exponent's '+' and leading zeros dropped. */
-static size_t real_size(double v, int *bad)
+static size_t real_size(double v, int prec, int *bad)
 {
     char b[64];
-    int len = snprintf(b, sizeof(b), "%.17g", v);
+    int len = snprintf(b, sizeof(b), "%.*g", prec, v);
     const char *e;
     size_t n;
 
@@ -178,7 +178,13 @@ static size_t int_size(json_int_t i)
     return n;
 }
 
-static size_t value_size(const json_t *j, int depth, int *bad)
+/* JSON_COMPACT with prec's JSON_REAL_PRECISION: how jansson is asked. */
+static size_t dump_flags(int prec)
+{
+    return JSON_COMPACT | JSON_REAL_PRECISION(prec == 17 ? 0 : prec);
+}
+
+static size_t value_size(const json_t *j, int depth, int prec, int *bad)
 {
     size_t n = 0, i;
     const char *key;
@@ -188,7 +194,7 @@ static size_t value_size(const json_t *j, int depth, int *bad)
     case JSON_OBJECT: {
         void *it = json_object_iter((json_t *)j);
         if (depth >= SIZE_DEPTH_MAX) {
-            n = json_dumpb(j, NULL, 0, JSON_COMPACT);
+            n = json_dumpb(j, NULL, 0, dump_flags(prec));
             *bad |= n == 0;
             return n;
         }
@@ -197,21 +203,21 @@ static size_t value_size(const json_t *j, int depth, int *bad)
             key = json_object_iter_key(it);
             n += (i ? 1 : 0) + 1 +
                  string_size(key, json_object_iter_key_len(it), bad) +
-                 value_size(json_object_iter_value(it), depth + 1, bad);
+                 value_size(json_object_iter_value(it), depth + 1, prec, bad);
             it = json_object_iter_next((json_t *)j, it);
         }
         return n;
     }
     case JSON_ARRAY:
         if (depth >= SIZE_DEPTH_MAX) {
-            n = json_dumpb(j, NULL, 0, JSON_COMPACT);
+            n = json_dumpb(j, NULL, 0, dump_flags(prec));
             *bad |= n == 0;
             return n;
         }
         n = 2;
         json_array_foreach((json_t *)j, i, v)
         {
-            n += (i ? 1 : 0) + value_size(v, depth + 1, bad);
+            n += (i ? 1 : 0) + value_size(v, depth + 1, prec, bad);
             if (*bad)
                 break;
         }
@@ -221,7 +227,7 @@ static size_t value_size(const json_t *j, int depth, int *bad)
     case JSON_INTEGER:
         return int_size(json_integer_value(j));
     case JSON_REAL:
-        return real_size(json_real_value(j), bad);
+        return real_size(json_real_value(j), prec, bad);
     case JSON_TRUE:
         return 4;
     case JSON_FALSE:
@@ -240,6 +246,178 @@ size_t loom__json_compact_size(const json_t *j)
 
     if (!json_is_object(j) && !json_is_array(j))
         return 0;
-    n = value_size(j, 0, &bad);
+    n = value_size(j, 0, 17, &bad);
     return bad ? 0 : n;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+/*
+ * The writer below fills a buffer that value_size() sized, so it checks
+ * nothing: every string was found UTF-8 and every real short enough
+ * while sizing. Containers past SIZE_DEPTH_MAX are written by jansson,
+ * as they were sized.
+ */
+
+static char *put_bytes(char *w, const char *s, size_t n)
+{
+    memcpy(w, s, n);
+    return w + n;
+}
+
+/* The letter after the backslash of a two-byte escape; 0: \u00XX. */
+static const char short_escape[128] = {
+    ['"'] = '"',  ['\\'] = '\\', ['\b'] = 'b', ['\f'] = 'f',
+    ['\n'] = 'n', ['\r'] = 'r',  ['\t'] = 't',
+};
+
+static char *put_string(char *w, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, run;
+
+    *w++ = '"';
+    while (i < len) {
+        /* Copy the bytes that need no escape in one go. */
+        for (run = i; run < len && (p[run] >= 0x80 || !ascii_extra[p[run]]);
+             run++)
+            ;
+        w = put_bytes(w, s + i, run - i);
+        if ((i = run) == len)
+            break;
+        *w++ = '\\';
+        if (short_escape[p[i]]) {
+            *w++ = short_escape[p[i]];
+        } else {
+            w = put_bytes(w, "u00", 3);
+            *w++ = hex[p[i] >> 4];
+            *w++ = hex[p[i] & 15];
+        }
+        i++;
+    }
+    *w++ = '"';
+    return w;
+}
+
+static char *put_real(char *w, double v, int prec)
+{
+    char b[64];
+    int len = snprintf(b, sizeof(b), "%.*g", prec, v);
+    char *e;
+
+    if (strspn(b, "-0123456789") == (size_t)len) {
+        w = put_bytes(w, b, (size_t)len);
+        return put_bytes(w, ".0", 2);
+    }
+    /* jansson writes '.' whatever the locale's decimal point. */
+    for (char *c = b; *c; c++)
+        if (*c != '-' && *c != 'e' && *c != '+' && (*c < '0' || *c > '9'))
+            *c = '.';
+    if ((e = strchr(b, 'e')) != NULL) {
+        char *d = ++e;
+        if (*d == '+')
+            d++;
+        else if (*d == '-')
+            d++, e++;
+        while (*d == '0')
+            d++;
+        memmove(e, d, strlen(d) + 1);
+    }
+    return put_bytes(w, b, strlen(b));
+}
+
+static char *put_int(char *w, json_int_t i)
+{
+    unsigned long long u =
+        i < 0 ? 0ULL - (unsigned long long)i : (unsigned long long)i;
+    char b[24], *d = b + sizeof(b);
+
+    do {
+        *--d = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (i < 0)
+        *--d = '-';
+    return put_bytes(w, d, (size_t)(b + sizeof(b) - d));
+}
+
+static char *put_value(char *w, const json_t *j, int depth, int prec)
+{
+    size_t i;
+    json_t *v;
+
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        void *it = json_object_iter((json_t *)j);
+        if (depth >= SIZE_DEPTH_MAX)
+            break;
+        *w++ = '{';
+        for (i = 0; it; i++) {
+            if (i)
+                *w++ = ',';
+            w = put_string(w, json_object_iter_key(it),
+                           json_object_iter_key_len(it));
+            *w++ = ':';
+            w = put_value(w, json_object_iter_value(it), depth + 1, prec);
+            it = json_object_iter_next((json_t *)j, it);
+        }
+        *w++ = '}';
+        return w;
+    }
+    case JSON_ARRAY:
+        if (depth >= SIZE_DEPTH_MAX)
+            break;
+        *w++ = '[';
+        json_array_foreach((json_t *)j, i, v)
+        {
+            if (i)
+                *w++ = ',';
+            w = put_value(w, v, depth + 1, prec);
+        }
+        *w++ = ']';
+        return w;
+    case JSON_STRING:
+        return put_string(w, json_string_value(j), json_string_length(j));
+    case JSON_INTEGER:
+        return put_int(w, json_integer_value(j));
+    case JSON_REAL:
+        return put_real(w, json_real_value(j), prec);
+    case JSON_TRUE:
+        return put_bytes(w, "true", 4);
+    case JSON_FALSE:
+        return put_bytes(w, "false", 5);
+    case JSON_NULL:
+        return put_bytes(w, "null", 4);
+    }
+    /* A container as deep as sizing left to jansson: the same bytes. */
+    return w + json_dumpb(j, w, json_dumpb(j, NULL, 0, dump_flags(prec)),
+                          dump_flags(prec));
+}
+
+char *loom__json_compact_dumps(const json_t *j, int precision, size_t *len)
+{
+    int bad = 0, prec = precision > 0 ? precision : 17;
+    size_t n;
+    char *text, *end;
+
+    if (!json_is_object(j) && !json_is_array(j))
+        return NULL;
+    /* Past 17 digits a real may pass the length jansson allows it, which
+     * differs between its versions: jansson decides. */
+    if (prec > 17) {
+        text = json_dumps(j, JSON_COMPACT |
+                                 JSON_REAL_PRECISION((size_t)(prec & 31)));
+        if (text && len)
+            *len = strlen(text);
+        return text;
+    }
+    n = value_size(j, 0, prec, &bad);
+    if (bad || !(text = malloc(n + 1)))
+        return NULL;
+    end = put_value(text, j, 0, prec);
+    *end = '\0';
+    if (len)
+        *len = (size_t)(end - text);
+    return text;
 }

@@ -43,6 +43,17 @@ json_t *loom__json_text(const char *s, size_t len);
 size_t loom__json_compact_size(const json_t *j);
 
 /*
+ * j's compact JSON text, byte for byte what json_dumps(j, JSON_COMPACT |
+ * JSON_REAL_PRECISION(precision)) returns (precision 0: jansson's 17;
+ * past 17 json_dumps writes it), written without jansson's cost of tracking
+ * every container it enters (a formatted pointer and a hash table entry each).
+ * *len (may be NULL) is set to its length. NULL where json_dumps fails (j not
+ * an object or array, a string that is not UTF-8, a real too long) and when out
+ * of memory. The caller frees the text.
+ */
+char *loom__json_compact_dumps(const json_t *j, int precision, size_t *len);
+
+/*
  * Says in dst (cap bytes) why a JSON text did not parse and where: je's
  * reason (control characters shown as '?'; a \u0000 in a string said
  * plainly), then the byte offset, line and column jansson stopped at

@@ -1099,6 +1099,7 @@ json_t *loom__chat_usage_ext_json(const loom_usage *u, int cost_known)
 /* Appends `data: <compact json>\n\n` and takes o. */
 static int put_event(loom_buf *out, json_t *o)
 {
+    size_t len = 0, mark;
     char *s;
     int rc;
 
@@ -1108,11 +1109,19 @@ static int put_event(loom_buf *out, json_t *o)
         json_decref(o);
         return 0;
     }
-    s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    s = loom__json_compact_dumps(o, 0, &len);
     json_decref(o);
     if (!s)
         return loom__error_oom();
-    rc = loom_buf_printf(out, "data: %s\n\n", s);
+    /* All or nothing, as one loom_buf write is. */
+    mark = out->len;
+    if ((rc = loom_buf_put(out, "data: ", 6)) == 0 &&
+        (rc = loom_buf_put(out, s, len)) == 0)
+        rc = loom_buf_put(out, "\n\n", 2);
+    if (rc && out->ptr) {
+        out->len = mark;
+        out->ptr[mark] = '\0';
+    }
     free(s);
     return rc;
 }

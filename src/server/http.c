@@ -568,16 +568,16 @@ int srv_reply_text(srv_request *r, unsigned status, const char *ctype,
 int srv_reply_json(srv_request *r, unsigned status, json_t *body)
 {
     struct MHD_Response *resp;
+    size_t len = 0;
     char *text;
 
     if (!body)
         return loom__error_oom();
-    text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    text = loom__json_compact_dumps(body, 15, &len);
     json_decref(body);
     if (!text)
         return loom__error_oom();
-    resp = MHD_create_response_from_buffer(strlen(text), text,
-                                           MHD_RESPMEM_MUST_FREE);
+    resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);
         return loom__error_oom();

@@ -905,7 +905,10 @@ static void assert_size_matches(json_t *j)
     json_decref(j);
 }
 
-static void test_json_compact_size(void **state)
+/* Values jansson can dump, each handed to check (which takes it): every
+ * type, every escape, UTF-8 of each length, reals of every shape,
+ * containers deeper than the hand-written walkers go. */
+static void each_json_sample(void (*check)(json_t *))
 {
     static const double reals[] = {0.1,     3.0,   -0.0,      1e100,
                                    1e-5,    1e21,  -2.5e-300, 123456789012.5,
@@ -913,12 +916,11 @@ static void test_json_compact_size(void **state)
     json_t *deep = json_array(), *o;
     char nul[] = "a\0b";
 
-    (void)state;
     for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++)
-        assert_size_matches(json_pack("[f]", reals[i]));
-    assert_size_matches(json_object());
-    assert_size_matches(json_array());
-    assert_size_matches(json_pack(
+        check(json_pack("[f]", reals[i]));
+    check(json_object());
+    check(json_array());
+    check(json_pack(
         "{s:s,s:s,s:i,s:I,s:I,s:b,s:b,s:n,s:[],s:{},s:[i,s,{s:[f]}]}", "plain",
         "text", "escaped", "esc\"a\\pe\n\t\r\b\f\x01\x1f\x7f/", "small", -3,
         "big", (json_int_t)INT64_MIN, "pos", (json_int_t)INT64_MAX, "t", 1, "f",
@@ -930,16 +932,24 @@ static void test_json_compact_size(void **state)
         memset(t, 'a', sizeof(t) - 1);
         t[sizeof(t) - 1] = '\0';
         t[i] = "\"\\\n\x01\x7f/~ "[i % 8];
-        assert_size_matches(json_pack("[s,s]", t, t + i));
+        check(json_pack("[s,s]", t, t + i));
     }
-    assert_size_matches(json_pack("[s]", "0123456\xc3\xa9"
-                                         "890123456789\xe2\x82\xac"));
+    check(json_pack("[s]", "0123456\xc3\xa9"
+                           "890123456789\xe2\x82\xac"));
     o = json_object();
     json_object_set_new(o, "k\"\\\x02 \xc3\xa9", json_stringn(nul, 3));
-    assert_size_matches(o);
+    check(o);
     for (int i = 0; i < 100; i++)
         deep = json_pack("[o,{s:o}]", deep, "d", json_integer(i));
-    assert_size_matches(deep);
+    check(deep);
+}
+
+static void test_json_compact_size(void **state)
+{
+    json_t *o;
+
+    (void)state;
+    each_json_sample(assert_size_matches);
     /* What jansson cannot dump counts 0, as json_dumpb says. */
     o = json_object();
     json_object_set_new(o, "bad", json_stringn_nocheck("\xff\xfe", 2));
@@ -948,6 +958,64 @@ static void test_json_compact_size(void **state)
     o = json_string("not a container");
     assert_int_equal(loom__json_compact_size(o), 0);
     json_decref(o);
+}
+
+/* loom__json_compact_dumps writes what json_dumps writes, at the default
+ * precision and at 15, or fails where it fails. */
+static void assert_dump_matches(json_t *j)
+{
+    static const int precs[] = {0, 15, 17, 3, 1};
+    size_t len = 0;
+
+    for (size_t i = 0; i < sizeof(precs) / sizeof(precs[0]); i++) {
+        char *want =
+            json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION((size_t)precs[i]));
+        char *got = loom__json_compact_dumps(j, precs[i], &len);
+        if (!want) {
+            assert_null(got);
+            continue;
+        }
+        assert_non_null(got);
+        assert_string_equal(got, want);
+        assert_int_equal(len, strlen(want));
+        free(want);
+        free(got);
+    }
+    json_decref(j);
+}
+
+static void test_json_compact_dumps(void **state)
+{
+    json_t *o;
+
+    (void)state;
+    each_json_sample(assert_dump_matches);
+    o = json_object();
+    json_object_set_new(o, "bad", json_stringn_nocheck("\xff\xfe", 2));
+    assert_null(loom__json_compact_dumps(o, 15, NULL));
+    assert_dump_matches(o);
+    /* Past 17 digits jansson writes the text itself. */
+    o = json_pack("[f,s]", 1.0 / 3, "\n");
+    assert_dump_matches(o);
+    o = json_pack("[f]", 1.0 / 3);
+    {
+        char *want = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(25));
+        char *got = loom__json_compact_dumps(o, 25, NULL);
+        assert_string_equal(got, want);
+        free(want);
+        free(got);
+    }
+    json_decref(o);
+    o = json_string("not a container");
+    assert_null(loom__json_compact_dumps(o, 0, NULL));
+    assert_dump_matches(o);
+    /* Every control character and every byte above them. */
+    o = json_array();
+    for (int c = 1; c < 128; c++) {
+        char t[2] = {(char)c, 0};
+        json_array_append_new(o, json_string(t));
+    }
+    assert_dump_matches(o);
 }
 
 static void test_role_names(void **state)
@@ -1066,6 +1134,7 @@ int main(void)
         cmocka_unit_test(test_usage_add),
         cmocka_unit_test(test_llm_response_clear),
         cmocka_unit_test(test_json_compact_size),
+        cmocka_unit_test(test_json_compact_dumps),
         cmocka_unit_test(test_role_names),
         cmocka_unit_test(test_upstream_kind_names),
         cmocka_unit_test(test_provider_new_unknown_kind),
