@@ -1134,12 +1134,18 @@ static json_t *chunk_head(const loom__chat_fmt *f)
 }
 
 /* One chunk with a single choice; takes delta. finish may be NULL; the
- * finish chunk of a cancelled run says so in loom_status. */
+ * finish chunk of a cancelled run says so in loom_status. No out (a
+ * completion assembled whole): no chunk to build. */
 static int put_chunk(const loom__chat_fmt *f, loom_buf *out, json_t *delta,
                      const char *finish, int with_conversation)
 {
-    json_t *c = chunk_head(f);
+    json_t *c;
 
+    if (!out && delta) {
+        json_decref(delta);
+        return 0;
+    }
+    c = chunk_head(f);
     if (!c || !delta) {
         json_decref(c);
         json_decref(delta);
