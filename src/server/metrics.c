@@ -167,14 +167,47 @@ static char *render_labels(const family *f, const char *const *vals)
     return loom_buf_detach(&b);
 }
 
+/* Whether r is what render_labels writes for vals: compared in place,
+ * so a sample of a known series renders nothing. */
+static int labels_match(const family *f, const char *r, const char *const *vals)
+{
+    for (size_t i = 0; i < MAX_LABELS && f->label_names[i]; i++) {
+        const char *v = vals[i] ? vals[i] : "";
+        size_t n = strlen(f->label_names[i]);
+        if (i && *r++ != ',')
+            return 0;
+        if (strncmp(r, f->label_names[i], n) != 0 || r[n] != '=' ||
+            r[n + 1] != '"')
+            return 0;
+        for (r += n + 2; *v; v++) {
+            const char *e = *v == '\\'   ? "\\\\"
+                            : *v == '"'  ? "\\\""
+                            : *v == '\n' ? "\\n"
+                                         : NULL;
+            if (!e && *r++ != *v)
+                return 0;
+            if (e && (r[0] != e[0] || r[1] != e[1]))
+                return 0;
+            r += e ? 2 : 0;
+        }
+        if (*r++ != '"')
+            return 0;
+    }
+    return *r == '\0';
+}
+
 /* The series of f with these label values, created if new; lock held.
  * NULL when out of memory. */
 static series *get_series(family *f, const char *const *vals)
 {
     static const char *const other[MAX_LABELS] = {"other", "other", "other"};
-    char *labels = render_labels(f, vals);
+    char *labels;
     series *s;
 
+    for (size_t i = 0; i < f->n; i++)
+        if (labels_match(f, f->s[i].labels, vals))
+            return &f->s[i];
+    labels = render_labels(f, vals);
     if (!labels)
         return NULL;
     for (size_t i = 0; i < f->n; i++) {
