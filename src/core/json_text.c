@@ -5,6 +5,7 @@
  * outside did not parse, said the same way by every API. And the length
  * of a value's compact JSON text, counted as jansson would write it.
  */
+#include "core/error.h"
 #include "core/text.h"
 #include "core/utf8.h"
 
@@ -393,6 +394,23 @@ static char *put_value(char *w, const json_t *j, int depth, int prec)
     /* A container as deep as sizing left to jansson: the same bytes. */
     return w + json_dumpb(j, w, json_dumpb(j, NULL, 0, dump_flags(prec)),
                           dump_flags(prec));
+}
+
+int loom__json_put_string(loom_buf *b, const char *s, size_t len)
+{
+    char small[256], *text = small;
+    int bad = 0, rc;
+    size_t n = string_size(s, len, &bad);
+
+    if (bad)
+        return loom__error_set(LOOM_EINVALID, "a string is not UTF-8");
+    if (n > sizeof(small) && !(text = malloc(n)))
+        return loom__error_oom();
+    put_string(text, s, len);
+    rc = loom_buf_put(b, text, n);
+    if (text != small)
+        free(text);
+    return rc;
 }
 
 char *loom__json_compact_dumps(const json_t *j, int precision, size_t *len)

@@ -8,6 +8,8 @@
 #ifndef LOOM_CORE_UTF8_H
 #define LOOM_CORE_UTF8_H
 
+#include "loom/buf.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -52,6 +54,13 @@ size_t loom__json_compact_size(const json_t *j);
  * of memory. The caller frees the text.
  */
 char *loom__json_compact_dumps(const json_t *j, int precision, size_t *len);
+
+/*
+ * Appends len bytes of s to b as a JSON string, quotes included, as
+ * loom__json_compact_dumps writes one. LOOM_EINVALID when s is not UTF-8
+ * (jansson takes no such string); loom_buf_put's errors, b unchanged.
+ */
+int loom__json_put_string(loom_buf *b, const char *s, size_t len);
 
 /*
  * Says in dst (cap bytes) why a JSON text did not parse and where: je's

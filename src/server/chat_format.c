@@ -970,6 +970,11 @@ void loom__chat_completion_id(char *out, size_t size, const char *run_id)
 struct loom__chat_fmt {
     char *id;
     char *model;
+    /* Every chunk's head, {"id":...,"model":... (no closing brace), as
+     * compact JSON; NULL when it could not be made (out of memory, an id
+     * or model not UTF-8): a chunk then fails as building it would. */
+    char *head;
+    size_t head_len;
     char *conversation_id;
     long long created;
     int include_usage;
@@ -993,6 +998,18 @@ struct loom__chat_fmt {
     int cancelled;   /* the run was cancelled (ends as a normal answer) */
     json_t *failure; /* run.failed data, not when cancelled */
 };
+
+static json_t *chunk_head(const loom__chat_fmt *f);
+
+/* f->head: chunk_head()'s text without its closing brace. */
+static void make_head(loom__chat_fmt *f)
+{
+    json_t *h = chunk_head(f);
+
+    if (h && (f->head = loom__json_compact_dumps(h, 0, &f->head_len)))
+        f->head[--f->head_len] = '\0';
+    json_decref(h);
+}
 
 int loom__chat_fmt_new(loom__chat_fmt **out, const loom__chat_fmt_opts *o)
 {
@@ -1022,6 +1039,7 @@ int loom__chat_fmt_new(loom__chat_fmt **out, const loom__chat_fmt_opts *o)
         loom__chat_fmt_free(f);
         return loom__error_oom();
     }
+    make_head(f);
     *out = f;
     return 0;
 }
@@ -1032,6 +1050,7 @@ void loom__chat_fmt_free(loom__chat_fmt *f)
         return;
     free(f->id);
     free(f->model);
+    free(f->head);
     free(f->conversation_id);
     json_decref(f->tool_events);
     json_decref(f->client_tools);
@@ -1133,38 +1152,82 @@ static json_t *chunk_head(const loom__chat_fmt *f)
                      (json_int_t)f->created, "model", f->model);
 }
 
-/* One chunk with a single choice; takes delta. finish may be NULL; the
+/* Appends the rest of a chunk after its delta, as jansson would write
+ * the object: the finish reason (a string not UTF-8 fails, as json_pack
+ * would), then the conversation (left out when not UTF-8, as
+ * json_object_set_new leaves it) and loom_status. */
+static int put_chunk_tail(const loom__chat_fmt *f, loom_buf *out,
+                          const char *finish, int with_conversation)
+{
+    int rc = loom_buf_puts(out, ",\"logprobs\":null,\"finish_reason\":");
+
+    if (rc)
+        return rc;
+    if (!finish)
+        rc = loom_buf_puts(out, "null");
+    else if ((rc = loom__json_put_string(out, finish, strlen(finish))) ==
+             LOOM_EINVALID)
+        return loom__error_oom();
+    if (!rc)
+        rc = loom_buf_puts(out, "}]");
+    if (!rc && with_conversation && f->conversation_id) {
+        size_t mark = out->len;
+        rc = loom_buf_puts(out, ",\"conversation_id\":");
+        if (!rc && (rc = loom__json_put_string(out, f->conversation_id,
+                                               strlen(f->conversation_id))) ==
+                       LOOM_EINVALID) {
+            out->len = mark;
+            out->ptr[mark] = '\0';
+            rc = 0;
+        }
+    }
+    if (!rc && finish && f->cancelled)
+        rc = loom_buf_puts(out, ",\"loom_status\":\"cancelled\"");
+    return rc ? rc : loom_buf_puts(out, "}\n\n");
+}
+
+/*
+ * One chunk with a single choice; takes delta. finish may be NULL; the
  * finish chunk of a cancelled run says so in loom_status. No out (a
- * completion assembled whole): no chunk to build. */
+ * completion assembled whole): no chunk to build. Written as text around
+ * the delta's JSON, the bytes put_event would write for the object
+ * {head..., "choices": [{"index", "delta", "logprobs", "finish_reason"}],
+ * "conversation_id", "loom_status"}, without building it for every chunk
+ * of a stream.
+ */
 static int put_chunk(const loom__chat_fmt *f, loom_buf *out, json_t *delta,
                      const char *finish, int with_conversation)
 {
-    json_t *c;
+    size_t len = 0, mark;
+    char *d;
+    int rc;
 
     if (!out && delta) {
         json_decref(delta);
         return 0;
     }
-    c = chunk_head(f);
-    if (!c || !delta) {
-        json_decref(c);
+    if (!f->head || !delta) {
         json_decref(delta);
         return loom__error_oom();
     }
-    if (json_object_set_new(
-            c, "choices",
-            json_pack("[{s:i,s:o,s:n,s:o}]", "index", 0, "delta", delta,
-                      "logprobs", "finish_reason",
-                      finish ? json_string(finish) : json_null()))) {
-        json_decref(c);
+    d = loom__json_compact_dumps(delta, 0, &len);
+    json_decref(delta);
+    if (!d)
         return loom__error_oom();
+    /* All or nothing, as one loom_buf write is. */
+    mark = out->len;
+    if ((rc = loom_buf_puts(out, "data: ")) == 0 &&
+        (rc = loom_buf_put(out, f->head, f->head_len)) == 0 &&
+        (rc = loom_buf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":")) ==
+            0 &&
+        (rc = loom_buf_put(out, d, len)) == 0)
+        rc = put_chunk_tail(f, out, finish, with_conversation);
+    if (rc && out->ptr) {
+        out->len = mark;
+        out->ptr[mark] = '\0';
     }
-    if (with_conversation && f->conversation_id)
-        json_object_set_new(c, "conversation_id",
-                            json_string(f->conversation_id));
-    if (finish && f->cancelled)
-        json_object_set_new(c, "loom_status", json_string("cancelled"));
-    return put_event(out, c);
+    free(d);
+    return rc;
 }
 
 int loom__chat_fmt_begin(loom__chat_fmt *f, loom_buf *out)

@@ -1018,6 +1018,40 @@ static void test_json_compact_dumps(void **state)
     assert_dump_matches(o);
 }
 
+/* loom__json_put_string appends what json_dumps writes for the string,
+ * short or past its stack buffer, and refuses what is not UTF-8 leaving
+ * the buffer as it was. */
+static void test_json_put_string(void **state)
+{
+    static const char *const samples[] = {"", "plain",
+                                          "q\"b\\s\n\t\r\b\f\x01\x1f\x7f/",
+                                          "caf\xc3\xa9 \xf0\x9f\x98\x80"};
+    char big[600];
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+
+    (void)state;
+    memset(big, '\n', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    for (size_t i = 0; i <= sizeof(samples) / sizeof(samples[0]); i++) {
+        const char *s =
+            i < sizeof(samples) / sizeof(samples[0]) ? samples[i] : big;
+        json_t *a = json_pack("[s]", s);
+        char *want = json_dumps(a, JSON_COMPACT);
+        loom_buf_clear(&b);
+        assert_int_equal(loom_buf_puts(&b, "["), 0);
+        assert_int_equal(loom__json_put_string(&b, s, strlen(s)), 0);
+        assert_int_equal(loom_buf_puts(&b, "]"), 0);
+        assert_string_equal(loom_buf_cstr(&b), want);
+        free(want);
+        json_decref(a);
+    }
+    loom_buf_clear(&b);
+    assert_int_equal(loom_buf_puts(&b, "x"), 0);
+    assert_int_equal(loom__json_put_string(&b, "a\xff", 2), LOOM_EINVALID);
+    assert_string_equal(loom_buf_cstr(&b), "x");
+    loom_buf_free(&b);
+}
+
 static void test_role_names(void **state)
 {
     (void)state;
@@ -1135,6 +1169,7 @@ int main(void)
         cmocka_unit_test(test_llm_response_clear),
         cmocka_unit_test(test_json_compact_size),
         cmocka_unit_test(test_json_compact_dumps),
+        cmocka_unit_test(test_json_put_string),
         cmocka_unit_test(test_role_names),
         cmocka_unit_test(test_upstream_kind_names),
         cmocka_unit_test(test_provider_new_unknown_kind),
