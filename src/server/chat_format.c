@@ -971,8 +971,9 @@ struct loom__chat_fmt {
     char *id;
     char *model;
     /* Every chunk's head, {"id":...,"model":... (no closing brace), as
-     * compact JSON; NULL when it could not be made (out of memory, an id
-     * or model not UTF-8): a chunk then fails as building it would. */
+     * compact JSON, made for the first chunk; NULL when it could not be
+     * made (out of memory, an id or model not UTF-8): a chunk then fails
+     * as building it would. */
     char *head;
     size_t head_len;
     char *conversation_id;
@@ -998,18 +999,6 @@ struct loom__chat_fmt {
     int cancelled;   /* the run was cancelled (ends as a normal answer) */
     json_t *failure; /* run.failed data, not when cancelled */
 };
-
-static json_t *chunk_head(const loom__chat_fmt *f);
-
-/* f->head: chunk_head()'s text without its closing brace. */
-static void make_head(loom__chat_fmt *f)
-{
-    json_t *h = chunk_head(f);
-
-    if (h && (f->head = loom__json_compact_dumps(h, 0, &f->head_len)))
-        f->head[--f->head_len] = '\0';
-    json_decref(h);
-}
 
 int loom__chat_fmt_new(loom__chat_fmt **out, const loom__chat_fmt_opts *o)
 {
@@ -1039,7 +1028,6 @@ int loom__chat_fmt_new(loom__chat_fmt **out, const loom__chat_fmt_opts *o)
         loom__chat_fmt_free(f);
         return loom__error_oom();
     }
-    make_head(f);
     *out = f;
     return 0;
 }
@@ -1152,6 +1140,16 @@ static json_t *chunk_head(const loom__chat_fmt *f)
                      (json_int_t)f->created, "model", f->model);
 }
 
+/* f->head: chunk_head()'s text without its closing brace. */
+static void make_head(loom__chat_fmt *f)
+{
+    json_t *h = chunk_head(f);
+
+    if (h && (f->head = loom__json_compact_dumps(h, 0, &f->head_len)))
+        f->head[--f->head_len] = '\0';
+    json_decref(h);
+}
+
 /* Appends the rest of a chunk after its delta, as jansson would write
  * the object: the finish reason (a string not UTF-8 fails, as json_pack
  * would), then the conversation (left out when not UTF-8, as
@@ -1195,7 +1193,7 @@ static int put_chunk_tail(const loom__chat_fmt *f, loom_buf *out,
  * "conversation_id", "loom_status"}, without building it for every chunk
  * of a stream.
  */
-static int put_chunk(const loom__chat_fmt *f, loom_buf *out, json_t *delta,
+static int put_chunk(loom__chat_fmt *f, loom_buf *out, json_t *delta,
                      const char *finish, int with_conversation)
 {
     size_t len = 0, mark;
@@ -1206,6 +1204,8 @@ static int put_chunk(const loom__chat_fmt *f, loom_buf *out, json_t *delta,
         json_decref(delta);
         return 0;
     }
+    if (!f->head)
+        make_head(f);
     if (!f->head || !delta) {
         json_decref(delta);
         return loom__error_oom();
