@@ -9,12 +9,19 @@
  * and fairer than spinning in SQLite's busy handler. busy_timeout still
  * covers other processes using the same file.
  *
+ * Turns and new conversations are written by the writer thread
+ * (sqlite_writer.c) in batches, one transaction for all that queued while
+ * the previous batch committed; their callers wait for that commit. The
+ * same file runs the WAL checkpoints on a thread of their own: SQLite's
+ * auto-checkpoint is off on every connection.
+ *
  * Durability: synchronous=NORMAL. In WAL mode a committed transaction is
  * in the WAL before COMMIT returns, so it survives the process being
- * killed; only a power cut may lose the last commits, never corrupt the
- * file. Every write is one transaction (BEGIN IMMEDIATE ... COMMIT), rolled
- * back on any error. Errors name the file and SQLite's message; a full
- * disk or an I/O failure is LOOM_EIO.
+ * killed; only a power cut may lose the last commits (those since the
+ * newest checkpoint), never corrupt the file. Every other write is one
+ * transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on any error.
+ * Errors name the file and SQLite's message; a full disk or an I/O
+ * failure is LOOM_EIO.
  *
  * This file holds the pool, opening (WAL, migrations) and the vtable;
  * sqlite_conversations.c reads and deletes conversations, sqlite_turn.c
@@ -163,6 +170,10 @@ static const char *const sql_text[S_COUNT] = {
         "SELECT role, content, reasoning, agent, tool_calls, tool_call_id, "
         "name, tool_status, duration_ms, created_at FROM run_messages "
         "WHERE run_id = ?1 ORDER BY position",
+    /* One write of the writer's batch (sqlite_writer.c). */
+    [S_SAVEPOINT] = "SAVEPOINT write",
+    [S_RELEASE] = "RELEASE write",
+    [S_ROLLBACK_TO] = "ROLLBACK TO write",
 };
 
 /* ---- errors ----------------------------------------------------------- */
@@ -277,6 +288,7 @@ static int conn_open(loom__sqlite_store *st, loom__sqlite_conn **out)
     }
     sqlite3_extended_result_codes(c->db, 1);
     sqlite3_busy_timeout(c->db, BUSY_TIMEOUT_MS);
+    loom__sqlite_wal_setup(st, c->db);
     /* Both are per connection, not stored in the file. */
     rc = sqlite3_exec(c->db,
                       "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL",
@@ -461,6 +473,7 @@ static void sqlite_free(loom_store *base)
 {
     loom__sqlite_store *st = (loom__sqlite_store *)base;
 
+    loom__sqlite_writer_free(st);
     while (st->idle) {
         loom__sqlite_conn *c = st->idle;
         st->idle = c->next;
@@ -495,6 +508,7 @@ static int sqlite_open(loom_store **out, const char *path, int target)
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->available, NULL);
     pthread_mutex_init(&st->write_lock, NULL);
+    loom__sqlite_writer_init(st);
     if (!(st->path = strdup(path))) {
         rc = loom__error_oom();
         goto fail;
@@ -505,6 +519,9 @@ static int sqlite_open(loom_store **out, const char *path, int target)
     if ((rc = set_wal(st, c)) != 0 || (rc = migrate(st, c, target)) != 0)
         goto fail;
     loom__sqlite_release(st, c);
+    c = NULL;
+    if ((rc = loom__sqlite_writer_start(st)) != 0)
+        goto fail;
     *out = &st->base;
     return 0;
 fail:

@@ -83,29 +83,39 @@ static loom_role role_of(const char *name)
     return LOOM_ROLE_USER;
 }
 
+typedef struct {
+    const char *id, *owner;
+    int64_t now;
+} create_arg;
+
+/* Inserts conversation arg's row on c, inside the writer's transaction. */
+static int write_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
+                              const void *arg)
+{
+    const create_arg *a = arg;
+    sqlite3_stmt *s = NULL;
+    int rc, src = SQLITE_OK;
+
+    if ((rc = loom__sqlite_use(
+             st, c, a->owner ? S_CONV_INSERT_OWNED : S_CONV_INSERT, &s)))
+        return rc;
+    b_text(s, 1, a->id, &src);
+    b_int(s, 2, a->now, &src);
+    if (a->owner)
+        b_text(s, 3, a->owner, &src);
+    if ((src = step_done(s, src)) != SQLITE_OK)
+        return loom__sqlite_error(st, c->db, src, "creating a conversation");
+    done(s);
+    return 0;
+}
+
 int loom__sqlite_conversation_create(loom_store *base, const char *id,
                                      const char *owner, int64_t now)
 {
-    loom__sqlite_store *st = (loom__sqlite_store *)base;
-    sqlite3_stmt *s = NULL;
-    loom__sqlite_conn *c = NULL;
-    int rc, src = SQLITE_OK;
+    create_arg a = {id, owner, now};
 
-    pthread_mutex_lock(&st->write_lock);
-    if ((rc = loom__sqlite_acquire(st, &c)) != 0 ||
-        (rc = loom__sqlite_use(
-             st, c, owner ? S_CONV_INSERT_OWNED : S_CONV_INSERT, &s)))
-        goto cleanup;
-    b_text(s, 1, id, &src);
-    b_int(s, 2, now, &src);
-    if (owner)
-        b_text(s, 3, owner, &src);
-    if ((src = step_done(s, src)) != SQLITE_OK)
-        rc = loom__sqlite_error(st, c->db, src, "creating a conversation");
-cleanup:
-    loom__sqlite_release(st, c);
-    pthread_mutex_unlock(&st->write_lock);
-    return rc;
+    return loom__sqlite_write((loom__sqlite_store *)base, write_conversation,
+                              &a);
 }
 
 /* Reads conversation id's info on c (inside the caller's transaction). */

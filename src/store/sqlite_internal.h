@@ -35,6 +35,17 @@ int loom__store_sqlite_open_version(loom_store **out, const char *path,
  */
 int loom__store_sqlite_exec_all(loom_store *st, const char *sql);
 
+/*
+ * Test hooks of the writer thread (sqlite_writer.c). With on set, the
+ * writer takes no new batch (writes queue up); unset, it goes on.
+ * loom__store_sqlite_wait_queued() returns once n writes are queued
+ * (only while held). loom__store_sqlite_batches() is how many batches
+ * (transactions) the writer has run.
+ */
+void loom__store_sqlite_hold(loom_store *st, int on);
+void loom__store_sqlite_wait_queued(loom_store *st, int n);
+unsigned long loom__store_sqlite_batches(loom_store *st);
+
 /* ---- transactions on pooled connections (sqlite.c) ------------------- */
 
 typedef struct loom__sqlite_conn loom__sqlite_conn;
@@ -98,6 +109,9 @@ enum {
     S_RUN_SELECT,
     S_RUN_CHILDREN,
     S_RUN_MSG_SELECT,
+    S_SAVEPOINT,
+    S_RELEASE,
+    S_ROLLBACK_TO,
     S_COUNT
 };
 
@@ -142,6 +156,30 @@ struct loom__sqlite_conn {
     struct loom__sqlite_conn *next; /* in the idle list */
 };
 
+typedef struct loom__sqlite_job loom__sqlite_job;
+
+/* The writer thread and the checkpointer (sqlite_writer.c). */
+typedef struct {
+    pthread_mutex_t lock; /* guards the queue and stop */
+    pthread_cond_t work;  /* a job was queued, or stop was set */
+    loom__sqlite_job *head, *tail;
+    int stop;
+    int started; /* the threads run */
+    /* Test hooks: hold keeps the writer from taking a batch; queued is
+     * the queue's length; batches counts the batches written. */
+    int hold;
+    int queued;
+    unsigned long batches;
+    pthread_t writer, checkpointer;
+    pthread_mutex_t ckpt_lock; /* guards the fields below */
+    pthread_cond_t ckpt_cv;
+    sqlite3 *ckpt_db; /* the checkpointer's own connection */
+    int ckpt_stop;
+    int wal_frames;        /* frames in the WAL after the newest commit */
+    int backfilled;        /* frames of it the newest checkpoint copied */
+    unsigned long commits; /* commits seen by the WAL hook */
+} loom__sqlite_writer;
+
 typedef struct {
     loom_store base;
     char *path;
@@ -152,7 +190,38 @@ typedef struct {
     int nconns;
     pthread_mutex_t write_lock; /* one writer at a time, in process */
     char *extra_sql;            /* test hook: run on each new connection */
+    loom__sqlite_writer w;
 } loom__sqlite_store;
+
+/* ---- the writer thread (sqlite_writer.c) ------------------------------ */
+
+/*
+ * One write, run by the writer thread on c inside the batch's
+ * transaction (under a savepoint of its own): 0, or a LOOM_E* code with
+ * loom__error_set's message, and then what it wrote is rolled back while
+ * the batch's other writes stay. It must leave no statement of c
+ * borrowing arg's memory (done() on each it stepped).
+ */
+typedef int (*loom__sqlite_write_fn)(loom__sqlite_store *st,
+                                     loom__sqlite_conn *c, const void *arg);
+
+/*
+ * Queues fn(arg) for the writer thread and waits until the batch that
+ * holds it has committed: 0 once what fn wrote is in the WAL, else fn's
+ * error (or the batch's: its BEGIN or COMMIT failed, and nothing of fn
+ * is written), with its message on this thread.
+ */
+int loom__sqlite_write(loom__sqlite_store *st, loom__sqlite_write_fn fn,
+                       const void *arg);
+/* Initializes st->w (before any connection opens; no thread yet). */
+void loom__sqlite_writer_init(loom__sqlite_store *st);
+/* Starts the writer and checkpointer threads. */
+int loom__sqlite_writer_start(loom__sqlite_store *st);
+/* Stops them (after the queued writes) and frees what init made. */
+void loom__sqlite_writer_free(loom__sqlite_store *st);
+/* On a new connection: SQLite's auto-checkpoint off, the store's WAL
+ * hook on (it tells the checkpointer how the WAL grows). */
+void loom__sqlite_wal_setup(loom__sqlite_store *st, sqlite3 *db);
 
 /* Records SQLite's error rc (message from db when there is one) as
  * "store PATH: what: message"; returns the LOOM_E* code. */

@@ -3,15 +3,14 @@
  * store.c prepared (with their tool calls and outcomes, and the images
  * and files they hold, each blob once by its hash), the turn's
  * usage rows and tool records, the conversation's counters, title,
- * summary and plan, and the run's row, all in one write transaction
- * after the in-process write lock: a turn is stored whole or not at all.
+ * summary and plan, and the run's row, all in one write of the writer
+ * thread (sqlite_writer.c): a turn is stored whole or not at all, and
+ * saving returns once the batch holding it has committed.
  * A sub-agent's run writes its row, its own messages and its usage rows
  * only.
  */
 #include "core/error.h"
 #include "store/sqlite_internal.h"
-
-#include <pthread.h>
 
 /* Writes message i of the plan at position pos, its calls and outcome. */
 static int insert_message(loom__sqlite_store *st, loom__sqlite_conn *c,
@@ -205,49 +204,40 @@ static int update_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
     return 0;
 }
 
-int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p)
+/* The turn of plan arg, on c inside the writer's transaction. */
+static int write_turn(loom__sqlite_store *st, loom__sqlite_conn *c,
+                      const void *arg)
 {
-    loom__sqlite_store *st = (loom__sqlite_store *)base;
+    const loom__store_plan *p = arg;
     int64_t count = 0;
-    loom__sqlite_conn *c = NULL;
-    int rc, src;
+    int rc;
 
-    /* The write lock first, so waiting writers do not hold connections
-     * that readers could use. */
-    pthread_mutex_lock(&st->write_lock);
-    if ((rc = loom__sqlite_acquire(st, &c)) != 0)
-        goto cleanup;
-    if ((src = loom__sqlite_run(c, S_BEGIN_WRITE)) != SQLITE_OK) {
-        rc = loom__sqlite_error(st, c->db, src, "starting a write");
-        goto cleanup;
-    }
     if ((rc = loom__sqlite_exists(st, c, p->turn->conversation_id, &count)) !=
             0 ||
         (rc = loom__sqlite_run_insert(st, c, p)) != 0)
-        goto cleanup;
+        return rc;
     if (p->turn->parent_run_id) {
         /* A sub-agent's run: its own messages and its usage rows; the
          * conversation is left as it is. */
-        if ((rc = loom__sqlite_run_messages_insert(st, c, p)) == 0 &&
-            (rc = insert_usage(st, c, p)) == 0)
-            rc = loom__sqlite_commit(&st->base, c, "saving a sub-agent's run");
-        goto cleanup;
+        if ((rc = loom__sqlite_run_messages_insert(st, c, p)) != 0)
+            return rc;
+        return insert_usage(st, c, p);
     }
     /* Blobs before the messages that refer to them. */
     if ((rc = insert_blobs(st, c, p)) != 0 ||
         (rc = loom__sqlite_transcript_extend(st, c, p)) != 0)
-        goto cleanup;
+        return rc;
     for (size_t i = 0; i < p->len; i++)
         if ((rc = insert_message(st, c, p, i, count + (int64_t)i)) != 0)
-            goto cleanup;
+            return rc;
     if ((rc = insert_usage(st, c, p)) != 0 ||
-        (rc = insert_records(st, c, p)) != 0 ||
-        (rc = update_conversation(st, c, p)) != 0 ||
-        (rc = loom__sqlite_commit(&st->base, c, "saving a turn")) != 0)
-        goto cleanup;
-cleanup:
-    /* loom__sqlite_release() rolls back whatever an error left open. */
-    loom__sqlite_release(st, c);
-    pthread_mutex_unlock(&st->write_lock);
-    return rc;
+        (rc = insert_records(st, c, p)) != 0)
+        return rc;
+    return update_conversation(st, c, p);
+}
+
+int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p)
+{
+    /* Returns once the writer's batch holding the turn has committed. */
+    return loom__sqlite_write((loom__sqlite_store *)base, write_turn, p);
 }

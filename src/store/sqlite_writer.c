@@ -1,0 +1,395 @@
+/*
+ * The SQLite backend's writer thread and checkpointer: the store off the
+ * request path.
+ *
+ * Turns (and new conversations) are not written by the thread that asks:
+ * loom__sqlite_write() queues the write and waits on its completion, and
+ * one writer thread takes everything queued, runs it in one transaction
+ * (each write under a savepoint of its own, so one that fails is rolled
+ * back alone) and commits once for all of them: group commit. While a
+ * batch commits, the next one gathers. A caller returns only after its
+ * batch committed, so whatever it then acknowledges (an answer sent, a
+ * stream's final event, a run reported completed) is in the WAL and
+ * survives the process being killed.
+ *
+ * SQLite's own auto-checkpoint would copy the WAL back into the database,
+ * with its fsyncs, inside whichever commit crosses 1,000 frames: one
+ * request in many would pay for it. Every connection has it off; the WAL
+ * hook tells a checkpointer thread how far the WAL has grown, and it runs
+ * a PASSIVE checkpoint on its own connection when the WAL holds
+ * CKPT_FRAMES frames not yet copied, or when writes have paused for
+ * CKPT_IDLE_MS. PASSIVE never waits for readers or writers, so commits go
+ * on while it runs.
+ */
+#include "core/error.h"
+#include "store/completion.h"
+#include "store/sqlite_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+
+/* Writes in one transaction at most. */
+#define BATCH_MAX 256
+/* Frames (pages) in the WAL, not yet copied back, that call for a
+ * checkpoint: SQLite's own default. */
+#define CKPT_FRAMES 1000
+/* A pause in commits this long calls for a checkpoint of what is left. */
+#define CKPT_IDLE_MS 500
+
+enum { J_PENDING, J_WRITTEN, J_FAILED };
+
+struct loom__sqlite_job {
+    loom__sqlite_write_fn fn;
+    const void *arg;
+    int state;
+    int rc;
+    char msg[1024]; /* the error's message, when rc */
+    loom__completion done;
+    loom__sqlite_job *next;
+};
+
+/* ---- the writer ------------------------------------------------------ */
+
+static void job_fail(loom__sqlite_job *j, int rc)
+{
+    j->state = J_FAILED;
+    j->rc = rc;
+    snprintf(j->msg, sizeof(j->msg), "%s", loom_error_last());
+}
+
+/* Resets every statement of c, so none holds a write or borrowed memory. */
+static void reset_all(loom__sqlite_conn *c)
+{
+    for (int i = 0; i < S_COUNT; i++)
+        done(c->stmts[i]);
+}
+
+/*
+ * Runs the batch's pending writes on c, inside its open transaction,
+ * each under a savepoint: one that fails is marked and rolled back
+ * alone. 0, or -1 when a failure ended the whole transaction (SQLite
+ * rolls back on some errors, a full disk among them): the ones written
+ * are pending again, for the caller to begin anew without the failed one.
+ */
+static int run_jobs(loom__sqlite_store *st, loom__sqlite_conn *c,
+                    loom__sqlite_job *batch)
+{
+    for (loom__sqlite_job *j = batch; j; j = j->next) {
+        int rc = 0, src;
+
+        if (j->state != J_PENDING)
+            continue;
+        if ((src = loom__sqlite_run(c, S_SAVEPOINT)) != SQLITE_OK)
+            rc = loom__sqlite_error(st, c->db, src, "starting a write");
+        if (rc == 0)
+            rc = j->fn(st, c, j->arg);
+        if (rc == 0 && (src = loom__sqlite_run(c, S_RELEASE)) != SQLITE_OK)
+            rc = loom__sqlite_error(st, c->db, src, "ending a write");
+        if (rc == 0) {
+            j->state = J_WRITTEN;
+            continue;
+        }
+        job_fail(j, rc);
+        reset_all(c);
+        if (sqlite3_get_autocommit(c->db) ||
+            loom__sqlite_run(c, S_ROLLBACK_TO) != SQLITE_OK ||
+            loom__sqlite_run(c, S_RELEASE) != SQLITE_OK) {
+            if (!sqlite3_get_autocommit(c->db))
+                loom__sqlite_run(c, S_ROLLBACK);
+            for (loom__sqlite_job *k = batch; k; k = k->next)
+                if (k->state == J_WRITTEN)
+                    k->state = J_PENDING;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Writes the batch in one transaction and signals each of its writes. */
+static void run_batch(loom__sqlite_store *st, loom__sqlite_job *batch)
+{
+    loom__sqlite_conn *c = NULL;
+    loom__sqlite_job *next;
+    int rc, src;
+
+    /* As every writer: the write lock before a connection. */
+    pthread_mutex_lock(&st->write_lock);
+    rc = loom__sqlite_acquire(st, &c);
+    while (rc == 0) {
+        if ((src = loom__sqlite_run(c, S_BEGIN_WRITE)) != SQLITE_OK) {
+            rc = loom__sqlite_error(st, c->db, src, "starting a write");
+            break;
+        }
+        if (run_jobs(st, c, batch) != 0)
+            continue;
+        if ((src = loom__sqlite_run(c, S_COMMIT)) != SQLITE_OK)
+            rc = loom__sqlite_error(st, c->db, src, "committing writes");
+        break;
+    }
+    for (loom__sqlite_job *j = batch; j; j = j->next)
+        if (rc != 0 && j->state != J_FAILED)
+            job_fail(j, rc);
+    /* Rolls back whatever a failed COMMIT left open. */
+    loom__sqlite_release(st, c);
+    pthread_mutex_unlock(&st->write_lock);
+    for (loom__sqlite_job *j = batch; j; j = next) {
+        next = j->next;
+        loom__completion_signal(&j->done);
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    loom__sqlite_store *st = arg;
+    loom__sqlite_writer *w = &st->w;
+    loom__sqlite_job *batch, *last;
+    int n;
+
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while ((!w->head || w->hold) && !w->stop)
+            pthread_cond_wait(&w->work, &w->lock);
+        if (!w->head)
+            break;
+        /* Everything queued while the previous batch committed. */
+        batch = last = w->head;
+        n = 1;
+        for (; n < BATCH_MAX && last->next; n++)
+            last = last->next;
+        w->head = last->next;
+        if (!w->head)
+            w->tail = NULL;
+        last->next = NULL;
+        w->queued -= n;
+        w->batches++;
+        pthread_mutex_unlock(&w->lock);
+        run_batch(st, batch);
+        pthread_mutex_lock(&w->lock);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+int loom__sqlite_write(loom__sqlite_store *st, loom__sqlite_write_fn fn,
+                       const void *arg)
+{
+    loom__sqlite_writer *w = &st->w;
+    loom__sqlite_job j = {.fn = fn, .arg = arg, .state = J_PENDING};
+
+    loom__completion_init(&j.done);
+    pthread_mutex_lock(&w->lock);
+    if (w->tail)
+        w->tail->next = &j;
+    else
+        w->head = &j;
+    w->tail = &j;
+    w->queued++;
+    /* The writer, and a test waiting for the queue to fill. */
+    pthread_cond_broadcast(&w->work);
+    pthread_mutex_unlock(&w->lock);
+    loom__completion_wait(&j.done);
+    loom__completion_destroy(&j.done);
+    return j.rc ? loom__error_set(j.rc, "%s", j.msg) : 0;
+}
+
+void loom__store_sqlite_hold(loom_store *base, int on)
+{
+    loom__sqlite_writer *w = &((loom__sqlite_store *)base)->w;
+
+    pthread_mutex_lock(&w->lock);
+    w->hold = on;
+    pthread_cond_broadcast(&w->work);
+    pthread_mutex_unlock(&w->lock);
+}
+
+void loom__store_sqlite_wait_queued(loom_store *base, int n)
+{
+    loom__sqlite_writer *w = &((loom__sqlite_store *)base)->w;
+
+    pthread_mutex_lock(&w->lock);
+    while (w->queued < n)
+        pthread_cond_wait(&w->work, &w->lock);
+    pthread_mutex_unlock(&w->lock);
+}
+
+unsigned long loom__store_sqlite_batches(loom_store *base)
+{
+    loom__sqlite_writer *w = &((loom__sqlite_store *)base)->w;
+    unsigned long n;
+
+    pthread_mutex_lock(&w->lock);
+    n = w->batches;
+    pthread_mutex_unlock(&w->lock);
+    return n;
+}
+
+/* ---- checkpoints ----------------------------------------------------- */
+
+/* Frames in the WAL not yet copied back. Under ckpt_lock. */
+static int pending_frames(const loom__sqlite_writer *w)
+{
+    return w->wal_frames - w->backfilled;
+}
+
+/* SQLite calls this after each commit on every connection of the store,
+ * with the WAL's size in frames. */
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
+{
+    loom__sqlite_writer *w = arg;
+    int before;
+
+    (void)db;
+    (void)name;
+    pthread_mutex_lock(&w->ckpt_lock);
+    before = pending_frames(w);
+    /* A smaller WAL: a writer started it over after a checkpoint. */
+    if (frames < w->wal_frames)
+        w->backfilled = 0;
+    w->wal_frames = frames;
+    w->commits++;
+    /* Wake the checkpointer when it waits for a first commit, or the
+     * WAL is past the threshold. */
+    if (before <= 0 || pending_frames(w) >= CKPT_FRAMES)
+        pthread_cond_signal(&w->ckpt_cv);
+    pthread_mutex_unlock(&w->ckpt_lock);
+    return SQLITE_OK;
+}
+
+void loom__sqlite_wal_setup(loom__sqlite_store *st, sqlite3 *db)
+{
+    sqlite3_wal_autocheckpoint(db, 0);
+    sqlite3_wal_hook(db, wal_hook, &st->w);
+}
+
+/* Copies the WAL back into the database, under ckpt_lock (dropped
+ * meanwhile). A failure (another process holding a lock, a full disk)
+ * is left for the next time. */
+static void checkpoint(loom__sqlite_writer *w, sqlite3 *db)
+{
+    int log = 0, copied = 0, rc;
+
+    pthread_mutex_unlock(&w->ckpt_lock);
+    rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log,
+                                   &copied);
+    pthread_mutex_lock(&w->ckpt_lock);
+    if (rc == SQLITE_OK && copied > 0 && w->wal_frames >= copied)
+        w->backfilled = copied;
+}
+
+/* Now plus ms, on the clock of ckpt_cv. */
+static struct timespec deadline(int ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+static void *checkpointer_main(void *arg)
+{
+    loom__sqlite_store *st = arg;
+    loom__sqlite_writer *w = &st->w;
+    /* Commits the newest checkpoint saw: none since, nothing to copy. */
+    unsigned long seen = 0;
+    sqlite3 *db = NULL;
+
+    pthread_mutex_lock(&w->ckpt_lock);
+    db = w->ckpt_db;
+    while (!w->ckpt_stop) {
+        if (pending_frames(w) <= 0 || w->commits == seen) {
+            pthread_cond_wait(&w->ckpt_cv, &w->ckpt_lock);
+        } else if (pending_frames(w) >= CKPT_FRAMES) {
+            seen = w->commits;
+            checkpoint(w, db);
+        } else {
+            /* Idle: no commit for CKPT_IDLE_MS. */
+            unsigned long at = w->commits;
+            struct timespec ts = deadline(CKPT_IDLE_MS);
+            int rc = 0;
+
+            while (!w->ckpt_stop && w->commits == at && rc != ETIMEDOUT &&
+                   pending_frames(w) < CKPT_FRAMES)
+                rc = pthread_cond_timedwait(&w->ckpt_cv, &w->ckpt_lock, &ts);
+            if (rc == ETIMEDOUT && w->commits == at) {
+                seen = w->commits;
+                checkpoint(w, db);
+            }
+        }
+    }
+    pthread_mutex_unlock(&w->ckpt_lock);
+    return NULL;
+}
+
+/* ---- starting and stopping ------------------------------------------ */
+
+void loom__sqlite_writer_init(loom__sqlite_store *st)
+{
+    loom__sqlite_writer *w = &st->w;
+    pthread_condattr_t attr;
+
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->work, NULL);
+    pthread_mutex_init(&w->ckpt_lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->ckpt_cv, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+int loom__sqlite_writer_start(loom__sqlite_store *st)
+{
+    loom__sqlite_writer *w = &st->w;
+    int rc;
+
+    /* The checkpointer's own connection, outside the pool. */
+    rc = sqlite3_open_v2(st->path, &w->ckpt_db,
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        rc = w->ckpt_db ? loom__sqlite_error(st, w->ckpt_db, rc, "cannot open")
+                        : loom__error_oom();
+        sqlite3_close(w->ckpt_db);
+        w->ckpt_db = NULL;
+        return rc;
+    }
+    sqlite3_busy_timeout(w->ckpt_db, 0);
+    sqlite3_wal_autocheckpoint(w->ckpt_db, 0);
+    if (pthread_create(&w->writer, NULL, writer_main, st) != 0)
+        return loom__error_set(
+            LOOM_ERROR, "store %s: cannot start the writer thread", st->path);
+    w->started = 1;
+    if (pthread_create(&w->checkpointer, NULL, checkpointer_main, st) != 0)
+        return loom__error_set(
+            LOOM_ERROR, "store %s: cannot start the checkpointer", st->path);
+    w->started = 2;
+    return 0;
+}
+
+void loom__sqlite_writer_free(loom__sqlite_store *st)
+{
+    loom__sqlite_writer *w = &st->w;
+
+    pthread_mutex_lock(&w->lock);
+    w->stop = 1;
+    pthread_cond_signal(&w->work);
+    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_lock(&w->ckpt_lock);
+    w->ckpt_stop = 1;
+    pthread_cond_signal(&w->ckpt_cv);
+    pthread_mutex_unlock(&w->ckpt_lock);
+    if (w->started > 0)
+        pthread_join(w->writer, NULL);
+    if (w->started > 1)
+        pthread_join(w->checkpointer, NULL);
+    sqlite3_close(w->ckpt_db);
+    pthread_cond_destroy(&w->work);
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->ckpt_cv);
+    pthread_mutex_destroy(&w->ckpt_lock);
+}

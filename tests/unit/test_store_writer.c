@@ -1,0 +1,292 @@
+/*
+ * Unit tests of the store's writer thread (src/store/sqlite_writer.c):
+ * turns saved from many threads at once go into shared transactions
+ * (group commit) and every one is stored whole and readable after the
+ * store is closed, one failing write in a batch (an unknown
+ * conversation) fails alone, and a process killed right after its
+ * threads' saves returned keeps every turn it had acknowledged.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "loom/store.h"
+#include "store/sqlite_internal.h"
+#include "store_fixture.h"
+#include "testutil.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Threads saving one turn each, in one batch (under the writer's
+ * BATCH_MAX, 256). */
+#define NWRITERS 200
+/* Every tenth writer names a conversation that does not exist. */
+#define BAD_EVERY 10
+
+typedef struct {
+    loom_store *st;
+    const char *conversation;
+    int k;
+    int rc;
+    char why[256];
+} writer;
+
+/* Saves turn k (user "q k", assistant "a k", one usage row) to
+ * conversation; the store's result. */
+static int save_one(loom_store *st, const char *conversation, int k)
+{
+    loom_messages in = {0}, out = {0};
+    loom_turn_record t = {0};
+    loom_turn_usage u = {0};
+    char q[32], a[32], run[32];
+    int rc;
+
+    snprintf(q, sizeof(q), "q %d", k);
+    snprintf(a, sizeof(a), "a %d", k);
+    snprintf(run, sizeof(run), "run_w%d", k);
+    if (loom_messages_add(&in, LOOM_ROLE_USER, q) ||
+        loom_messages_add_assistant(&out, a, NULL, NULL, 0)) {
+        loom_messages_free(&in);
+        loom_messages_free(&out);
+        return LOOM_ENOMEM;
+    }
+    u.iteration = 1;
+    u.usage.prompt_tokens = 10 + k;
+    u.usage.completion_tokens = 2;
+    u.usage.total_tokens = 12 + k;
+    u.cost = -1;
+    t.conversation_id = conversation;
+    t.run_id = run;
+    t.model = "fake/m";
+    t.input = &in;
+    t.output = &out;
+    t.usage = &u;
+    t.usage_len = 1;
+    t.cost = -1;
+    rc = loom_store_save_turn(st, &t);
+    loom_messages_free(&in);
+    loom_messages_free(&out);
+    return rc;
+}
+
+static void *write_one(void *arg)
+{
+    writer *w = arg;
+
+    w->rc = save_one(w->st, w->conversation, w->k);
+    snprintf(w->why, sizeof(w->why), "%s", w->rc ? loom_error_last() : "");
+    return NULL;
+}
+
+static void test_batched_turns(void **state)
+{
+    char *path = test_db_path("batch.db"), *ids[NWRITERS];
+    loom_store *st = test_store_open_ok(path);
+    static pthread_t th[NWRITERS];
+    static writer w[NWRITERS];
+    unsigned long batches;
+    int good = 0;
+
+    (void)state;
+    for (int k = 0; k < NWRITERS; k++)
+        ids[k] = test_conversation_create_ok(st);
+    /* Every save queued before the writer takes any: one batch. */
+    loom__store_sqlite_hold(st, 1);
+    batches = loom__store_sqlite_batches(st);
+    for (int k = 0; k < NWRITERS; k++) {
+        w[k] = (writer){st, k % BAD_EVERY ? ids[k] : "conv_nosuch", k, -1, ""};
+        assert_int_equal(pthread_create(&th[k], NULL, write_one, &w[k]), 0);
+    }
+    loom__store_sqlite_wait_queued(st, NWRITERS);
+    loom__store_sqlite_hold(st, 0);
+    for (int k = 0; k < NWRITERS; k++)
+        pthread_join(th[k], NULL);
+    assert_int_equal(loom__store_sqlite_batches(st), batches + 1);
+    for (int k = 0; k < NWRITERS; k++) {
+        if (k % BAD_EVERY == 0) {
+            assert_int_equal(w[k].rc, LOOM_ENOTFOUND);
+            assert_non_null(strstr(w[k].why, "conv_nosuch"));
+            continue;
+        }
+        if (w[k].rc)
+            fprintf(stderr, "writer %d: %s\n", k, w[k].why);
+        assert_int_equal(w[k].rc, 0);
+        good++;
+    }
+    loom_store_free(st);
+
+    /* After the store is closed: every good turn is in the file... */
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"),
+                     2 * good);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM usage"), good);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM runs"), good);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages "
+                                       "WHERE run_id = 'run_w0'"),
+                     0);
+    /* ... and reads back, each in its own conversation. */
+    st = test_store_open_ok(path);
+    for (int k = 0; k < NWRITERS; k++) {
+        loom_messages hist = {0};
+        char want[32];
+        assert_int_equal(loom_store_load_history(st, ids[k], &hist), 0);
+        if (k % BAD_EVERY == 0) {
+            assert_int_equal(hist.len, 0);
+        } else {
+            assert_int_equal(hist.len, 2);
+            snprintf(want, sizeof(want), "q %d", k);
+            assert_string_equal(hist.items[0].content, want);
+            snprintf(want, sizeof(want), "a %d", k);
+            assert_string_equal(hist.items[1].content, want);
+        }
+        loom_messages_free(&hist);
+        free(ids[k]);
+    }
+    loom_store_free(st);
+    test_db_remove(path);
+    free(path);
+}
+
+/* ---- kill -9 right after acknowledgements ---- */
+
+#define KILL_THREADS 16
+/* The parent kills the child once this many saves were acknowledged. */
+#define KILL_AFTER 150
+
+typedef struct {
+    loom_store *st;
+    const char *conversation;
+    int k;
+    int fd;
+    pthread_mutex_t *fd_lock;
+} acker;
+
+/* Saves turns forever (until killed), writing each one's number to fd
+ * once its save returned: the acknowledgement. */
+static void *ack_loop(void *arg)
+{
+    acker *a = arg;
+
+    for (int i = 0;; i++) {
+        int n = a->k * 100000 + i;
+        if (save_one(a->st, a->conversation, n) != 0)
+            _exit(3);
+        pthread_mutex_lock(a->fd_lock);
+        if (write(a->fd, &n, sizeof(n)) != (ssize_t)sizeof(n))
+            _exit(4);
+        pthread_mutex_unlock(a->fd_lock);
+    }
+    return NULL;
+}
+
+/* The child: one conversation per thread, ids first (NUL-terminated, in
+ * order), then acknowledgements until killed. */
+static void kill_child(const char *path, int fd)
+{
+    static acker a[KILL_THREADS];
+    static char *ids[KILL_THREADS];
+    pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_t th;
+    loom_store *st;
+
+    if (loom_store_open(&st, path) != 0)
+        _exit(2);
+    for (int k = 0; k < KILL_THREADS; k++) {
+        if (loom_store_conversation_create(st, &ids[k]) != 0 ||
+            write(fd, ids[k], strlen(ids[k]) + 1) !=
+                (ssize_t)strlen(ids[k]) + 1)
+            _exit(2);
+    }
+    for (int k = 0; k < KILL_THREADS; k++) {
+        a[k] = (acker){st, ids[k], k, fd, &fd_lock};
+        if (pthread_create(&th, NULL, ack_loop, &a[k]) != 0)
+            _exit(2);
+    }
+    for (;;)
+        pause();
+}
+
+static void test_kill_after_acks(void **state)
+{
+    char *path = test_db_path("killacks.db"), ids[KILL_THREADS][64];
+    int fds[2], n, acked = 0, status;
+    int last[KILL_THREADS];
+    loom_store *st;
+    pid_t pid;
+
+    (void)state;
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        kill_child(path, fds[1]);
+    }
+    close(fds[1]);
+    for (int k = 0; k < KILL_THREADS; k++) {
+        size_t got = 0;
+        while (got < sizeof(ids[k]) && read(fds[0], ids[k] + got, 1) == 1 &&
+               ids[k][got] != '\0')
+            got++;
+        assert_true(got > 0 && got < sizeof(ids[k]));
+        last[k] = -1;
+    }
+    while (acked < KILL_AFTER &&
+           read(fds[0], &n, sizeof(n)) == (ssize_t)sizeof(n)) {
+        last[n / 100000] = n % 100000;
+        acked++;
+    }
+    assert_int_equal(acked, KILL_AFTER);
+    /* Killed right after the last acknowledgement read. */
+    kill(pid, SIGKILL);
+    status = test_wait_pid(pid, 60000);
+    assert_int_equal(status, 128 + SIGKILL);
+    /* Whatever it acknowledged before dying. */
+    while (read(fds[0], &n, sizeof(n)) == (ssize_t)sizeof(n)) {
+        last[n / 100000] = n % 100000;
+        acked++;
+    }
+    close(fds[0]);
+
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM "
+                                       "pragma_integrity_check "
+                                       "WHERE integrity_check = 'ok'"),
+                     1);
+    st = test_store_open_ok(path);
+    for (int k = 0; k < KILL_THREADS; k++) {
+        loom_messages hist = {0};
+        char want[32];
+        assert_int_equal(loom_store_load_history(st, ids[k], &hist), 0);
+        /* Whole turns, in order, every acknowledged one there. */
+        assert_int_equal(hist.len % 2, 0);
+        assert_true(hist.len / 2 >= (size_t)(last[k] + 1));
+        for (int i = 0; i <= last[k]; i++) {
+            snprintf(want, sizeof(want), "q %d", k * 100000 + i);
+            assert_string_equal(hist.items[2 * i].content, want);
+            snprintf(want, sizeof(want), "a %d", k * 100000 + i);
+            assert_string_equal(hist.items[2 * i + 1].content, want);
+        }
+        loom_messages_free(&hist);
+    }
+    loom_store_free(st);
+    test_db_remove(path);
+    free(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batched_turns),
+        cmocka_unit_test(test_kill_after_acks),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
