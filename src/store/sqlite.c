@@ -174,6 +174,10 @@ static const char *const sql_text[S_COUNT] = {
     [S_SAVEPOINT] = "SAVEPOINT write",
     [S_RELEASE] = "RELEASE write",
     [S_ROLLBACK_TO] = "ROLLBACK TO write",
+    /* Sealed rows (sqlite_secrets.c); user settings are read per run. */
+    [S_SEALED_GET] = "SELECT sealed FROM mcp_credentials "
+                     "WHERE server = ?1 AND user_id = ?2",
+    [S_SETTINGS_GET] = "SELECT sealed FROM user_settings WHERE user_id = ?1",
 };
 
 /* ---- errors ----------------------------------------------------------- */
@@ -289,9 +293,13 @@ static int conn_open(loom__sqlite_store *st, loom__sqlite_conn **out)
     sqlite3_extended_result_codes(c->db, 1);
     sqlite3_busy_timeout(c->db, BUSY_TIMEOUT_MS);
     loom__sqlite_wal_setup(st, c->db);
-    /* Both are per connection, not stored in the file. */
+    /* All per connection, not stored in the file. temp_store: the
+     * statement and savepoint journals (every write of the writer's
+     * batch has a savepoint) stay in memory instead of a temporary file
+     * written at each first change of a page. */
     rc = sqlite3_exec(c->db,
-                      "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL",
+                      "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; "
+                      "PRAGMA temp_store = MEMORY",
                       NULL, NULL, NULL);
     if (rc == SQLITE_OK && st->extra_sql)
         rc = sqlite3_exec(c->db, st->extra_sql, NULL, NULL, NULL);

@@ -112,6 +112,8 @@ enum {
     S_SAVEPOINT,
     S_RELEASE,
     S_ROLLBACK_TO,
+    S_SEALED_GET,
+    S_SETTINGS_GET,
     S_COUNT
 };
 

@@ -13,36 +13,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char sql_get[] = "SELECT sealed FROM mcp_credentials "
-                              "WHERE server = ?1 AND user_id = ?2";
 static const char sql_put[] =
     "INSERT INTO mcp_credentials (server, user_id, sealed, updated_at) "
     "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (server, user_id) DO UPDATE "
     "SET sealed = excluded.sealed, updated_at = excluded.updated_at";
 static const char sql_delete[] = "DELETE FROM mcp_credentials "
                                  "WHERE server = ?1 AND user_id = ?2";
-static const char sql_settings_get[] =
-    "SELECT sealed FROM user_settings WHERE user_id = ?1";
 static const char sql_settings_put[] =
     "INSERT INTO user_settings (user_id, sealed, updated_at) "
     "VALUES (?1, ?3, ?4) ON CONFLICT (user_id) DO UPDATE "
     "SET sealed = excluded.sealed, updated_at = excluded.updated_at";
 
-/* The row sql selects by k1 (and k2 unless NULL): *out, *len; what names
- * it in messages; none is LOOM_ENOTFOUND with missing. */
-static int sealed_get(loom_store *st, const char *sql, const char *k1,
-                      const char *k2, unsigned char **out, size_t *len,
-                      const char *what, const char *missing)
+/* The row the cached statement id (S_SEALED_GET, S_SETTINGS_GET) selects
+ * by k1 (and k2 unless NULL): *out, *len; what names it in messages; none
+ * is LOOM_ENOTFOUND with missing. One statement: its own snapshot. */
+static int sealed_get(loom_store *base, int id, const char *k1, const char *k2,
+                      unsigned char **out, size_t *len, const char *what,
+                      const char *missing)
 {
+    loom__sqlite_store *st = (loom__sqlite_store *)base;
     loom__sqlite_conn *c = NULL;
     sqlite3_stmt *s = NULL;
-    int src, rc;
+    int src = SQLITE_OK, rc;
 
     *out = NULL;
     *len = 0;
-    if ((rc = loom__sqlite_begin(st, 0, &c)) != 0)
+    if ((rc = loom__sqlite_acquire(st, &c)) != 0)
         return rc;
-    src = sqlite3_prepare_v2(loom__sqlite_db(c), sql, -1, &s, NULL);
+    if ((rc = loom__sqlite_use(st, c, id, &s)) != 0)
+        goto done;
     b_text(s, 1, k1, &src);
     if (k2)
         b_text(s, 2, k2, &src);
@@ -64,10 +63,11 @@ static int sealed_get(loom_store *st, const char *sql, const char *k1,
     } else if (src == SQLITE_DONE) {
         rc = loom__error_set(LOOM_ENOTFOUND, "store: %s", missing);
     } else {
-        rc = loom__sqlite_fail(st, c, src, what);
+        rc = loom__sqlite_fail(base, c, src, what);
     }
-    sqlite3_finalize(s);
-    loom__sqlite_end(st, c, 0);
+done:
+    /* Resets s (no snapshot kept) and gives c back. */
+    loom__sqlite_release(st, c);
     return rc;
 }
 
@@ -106,7 +106,7 @@ int loom__sqlite_mcp_credentials_get(loom_store *st, const char *server,
 
     snprintf(missing, sizeof(missing), "no credentials for MCP server '%.80s'",
              server);
-    return sealed_get(st, sql_get, server, user_id, out, len,
+    return sealed_get(st, S_SEALED_GET, server, user_id, out, len,
                       "reading MCP credentials", missing);
 }
 
@@ -147,7 +147,7 @@ int loom__sqlite_mcp_credentials_delete(loom_store *st, const char *server,
 int loom__sqlite_user_settings_get(loom_store *st, const char *user_id,
                                    unsigned char **out, size_t *len)
 {
-    return sealed_get(st, sql_settings_get, user_id, NULL, out, len,
+    return sealed_get(st, S_SETTINGS_GET, user_id, NULL, out, len,
                       "reading user settings", "no settings for this user");
 }
 

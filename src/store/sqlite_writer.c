@@ -146,6 +146,7 @@ static void *writer_main(void *arg)
     loom__sqlite_job *batch, *last;
     int n;
 
+    pthread_setname_np(pthread_self(), "loom-store");
     pthread_mutex_lock(&w->lock);
     for (;;) {
         while ((!w->head || w->hold) && !w->stop)
@@ -300,6 +301,7 @@ static void *checkpointer_main(void *arg)
     unsigned long seen = 0;
     sqlite3 *db = NULL;
 
+    pthread_setname_np(pthread_self(), "loom-checkpoint");
     pthread_mutex_lock(&w->ckpt_lock);
     db = w->ckpt_db;
     while (!w->ckpt_stop) {
