@@ -650,28 +650,40 @@ int loom__sqlite_spend_get(loom_store *st, const char *scope,
     return rc;
 }
 
+typedef struct {
+    const char *scope, *period;
+    int64_t period_start, micros, now;
+} spend_args;
+
+/* Adds a spend_args to its row, as one write of the writer's batch. */
+static int write_spend(loom__sqlite_store *st, loom__sqlite_conn *c,
+                       const void *arg)
+{
+    const spend_args *a = arg;
+    sqlite3_stmt *s = NULL;
+    int src;
+
+    src = prepare(c, sql_spend_add, &s);
+    b_text(s, 1, a->scope, &src);
+    b_text(s, 2, a->period, &src);
+    b_int(s, 3, a->period_start, &src);
+    b_int(s, 4, a->micros, &src);
+    b_int(s, 5, a->now, &src);
+    src = step_done(s, src);
+    sqlite3_finalize(s);
+    return src == SQLITE_OK
+               ? 0
+               : loom__sqlite_fail(&st->base, c, src, "adding a spend");
+}
+
 int loom__sqlite_spend_add(loom_store *st, const char *scope,
                            const char *period, int64_t period_start,
                            int64_t micros, int64_t now)
 {
-    loom__sqlite_conn *c;
-    sqlite3_stmt *s = NULL;
-    int rc, src;
+    spend_args a = {scope, period, period_start, micros, now};
 
-    if ((rc = loom__sqlite_begin(st, 1, &c)) != 0)
-        return rc;
-    src = prepare(c, sql_spend_add, &s);
-    b_text(s, 1, scope, &src);
-    b_text(s, 2, period, &src);
-    b_int(s, 3, period_start, &src);
-    b_int(s, 4, micros, &src);
-    b_int(s, 5, now, &src);
-    src = step_done(s, src);
-    sqlite3_finalize(s);
-    rc = src == SQLITE_OK ? loom__sqlite_commit(st, c, "adding a spend")
-                          : loom__sqlite_fail(st, c, src, "adding a spend");
-    loom__sqlite_end(st, c, 1);
-    return rc;
+    /* Returns once the writer's batch holding it has committed. */
+    return loom__sqlite_write((loom__sqlite_store *)st, write_spend, &a);
 }
 
 static json_t *spend_row_json(sqlite3_stmt *s)

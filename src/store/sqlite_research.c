@@ -154,21 +154,26 @@ static int put_rows(loom_store *base, loom__sqlite_conn *c, put_args *a)
     return 0;
 }
 
+/* put_rows as one write of the writer thread's batch. */
+static int write_step(loom__sqlite_store *st, loom__sqlite_conn *c,
+                      const void *arg)
+{
+    put_args a = *(const put_args *)arg;
+
+    return put_rows(&st->base, c, &a);
+}
+
 int loom__sqlite_research_put(loom_store *base,
                               const loom_store_research_write *w, int64_t now)
 {
     put_args a = {w, now, 0, NULL};
-    loom__sqlite_conn *c = NULL;
     int rc;
 
     if (w->researcher && !(a.r = json_loads(w->researcher, 0, NULL)))
         return loom__error_set(LOOM_EINVALID,
                                "store: a researcher is not JSON");
-    if ((rc = loom__sqlite_begin(base, 1, &c)) == 0) {
-        if ((rc = put_rows(base, c, &a)) == 0)
-            rc = loom__sqlite_commit(base, c, "saving a research step");
-        loom__sqlite_end(base, c, 1);
-    }
+    /* Returns once the writer's batch holding the step has committed. */
+    rc = loom__sqlite_write((loom__sqlite_store *)base, write_step, &a);
     json_decref(a.r);
     return rc;
 }
