@@ -3,8 +3,9 @@
  * turns saved from many threads at once go into shared transactions
  * (group commit) and every one is stored whole and readable after the
  * store is closed, one failing write in a batch (an unknown
- * conversation) fails alone, and a process killed right after its
- * threads' saves returned keeps every turn it had acknowledged.
+ * conversation, a turn that meets a full disk) fails alone, and a
+ * process killed right after its threads' saves returned keeps every
+ * turn it had acknowledged.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,13 +37,15 @@ typedef struct {
     loom_store *st;
     const char *conversation;
     int k;
+    const char *answer; /* NULL: "a k" */
     int rc;
     char why[256];
 } writer;
 
-/* Saves turn k (user "q k", assistant "a k", one usage row) to
- * conversation; the store's result. */
-static int save_one(loom_store *st, const char *conversation, int k)
+/* Saves turn k (user "q k", assistant answer, else "a k"; one usage
+ * row) to conversation; the store's result. */
+static int save_answer(loom_store *st, const char *conversation, int k,
+                       const char *answer)
 {
     loom_messages in = {0}, out = {0};
     loom_turn_record t = {0};
@@ -54,7 +57,7 @@ static int save_one(loom_store *st, const char *conversation, int k)
     snprintf(a, sizeof(a), "a %d", k);
     snprintf(run, sizeof(run), "run_w%d", k);
     if (loom_messages_add(&in, LOOM_ROLE_USER, q) ||
-        loom_messages_add_assistant(&out, a, NULL, NULL, 0)) {
+        loom_messages_add_assistant(&out, answer ? answer : a, NULL, NULL, 0)) {
         loom_messages_free(&in);
         loom_messages_free(&out);
         return LOOM_ENOMEM;
@@ -78,11 +81,16 @@ static int save_one(loom_store *st, const char *conversation, int k)
     return rc;
 }
 
+static int save_one(loom_store *st, const char *conversation, int k)
+{
+    return save_answer(st, conversation, k, NULL);
+}
+
 static void *write_one(void *arg)
 {
     writer *w = arg;
 
-    w->rc = save_one(w->st, w->conversation, w->k);
+    w->rc = save_answer(w->st, w->conversation, w->k, w->answer);
     snprintf(w->why, sizeof(w->why), "%s", w->rc ? loom_error_last() : "");
     return NULL;
 }
@@ -103,7 +111,8 @@ static void test_batched_turns(void **state)
     loom__store_sqlite_hold(st, 1);
     batches = loom__store_sqlite_batches(st);
     for (int k = 0; k < NWRITERS; k++) {
-        w[k] = (writer){st, k % BAD_EVERY ? ids[k] : "conv_nosuch", k, -1, ""};
+        w[k] = (writer){st, k % BAD_EVERY ? ids[k] : "conv_nosuch", k, NULL, -1,
+                        ""};
         assert_int_equal(pthread_create(&th[k], NULL, write_one, &w[k]), 0);
     }
     loom__store_sqlite_wait_queued(st, NWRITERS);
@@ -151,6 +160,58 @@ static void test_batched_turns(void **state)
         free(ids[k]);
     }
     loom_store_free(st);
+    test_db_remove(path);
+    free(path);
+}
+
+/* A full disk in the middle of a batch: the turn that cannot fit fails
+ * with LOOM_EIO, the small ones beside it are stored. */
+static void test_full_disk_in_batch(void **state)
+{
+    char *path = test_db_path("batchfull.db"), *ids[3], *big;
+    loom_store *st = test_store_open_ok(path);
+    pthread_t th[3];
+    writer w[3];
+    unsigned long batches;
+
+    (void)state;
+    for (int k = 0; k < 3; k++) {
+        ids[k] = test_conversation_create_ok(st);
+        assert_int_equal(save_one(st, ids[k], 100 + k), 0);
+    }
+    big = malloc(200001);
+    assert_non_null(big);
+    memset(big, 'z', 200000);
+    big[200000] = '\0';
+    /* The file may not grow: the small turns fit in its pages, the big
+     * one does not. */
+    assert_int_equal(
+        loom__store_sqlite_exec_all(st, "PRAGMA max_page_count = 1"), 0);
+    loom__store_sqlite_hold(st, 1);
+    batches = loom__store_sqlite_batches(st);
+    for (int k = 0; k < 3; k++) {
+        w[k] = (writer){st, ids[k], k, k == 1 ? big : NULL, -1, ""};
+        assert_int_equal(pthread_create(&th[k], NULL, write_one, &w[k]), 0);
+    }
+    loom__store_sqlite_wait_queued(st, 3);
+    loom__store_sqlite_hold(st, 0);
+    for (int k = 0; k < 3; k++)
+        pthread_join(th[k], NULL);
+    assert_int_equal(loom__store_sqlite_batches(st), batches + 1);
+    assert_int_equal(w[0].rc, 0);
+    assert_int_equal(w[2].rc, 0);
+    assert_int_equal(w[1].rc, LOOM_EIO);
+    assert_non_null(strstr(w[1].why, "disk full"));
+    loom_store_free(st);
+    /* Two turns in 0 and 2, one in 1. */
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"),
+                     2 * 3 + 2 * 2);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages "
+                                       "WHERE length(content) > 1000"),
+                     0);
+    for (int k = 0; k < 3; k++)
+        free(ids[k]);
+    free(big);
     test_db_remove(path);
     free(path);
 }
@@ -285,6 +346,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_turns),
+        cmocka_unit_test(test_full_disk_in_batch),
         cmocka_unit_test(test_kill_after_acks),
     };
 
