@@ -13,10 +13,14 @@
  * the request path. See docs/fake-upstream.md for the command line and the
  * script format.
  *
- * The HTTP side is libmicrohttpd with one thread per connection, so a
- * scripted sleep or hang blocks only its own connection, and streamed
- * bodies come from a content-reader callback that may sleep between
- * chunks and return MHD_CONTENT_READER_END_WITH_ERROR to cut a connection.
+ * The HTTP side is libmicrohttpd. By default (--epoll) a few epoll
+ * threads serve every connection, so tens of thousands of slow streams
+ * cost no thread each: a scripted delay, slow chunk or hang suspends its
+ * connection and fake_wait.c's waiter thread resumes it when due or when
+ * the client leaves. With --threads it is one thread per connection, where
+ * those pauses simply block. Either way streamed bodies come from a
+ * content-reader callback that returns MHD_CONTENT_READER_END_WITH_ERROR
+ * to cut a connection.
  * The program does not link loomlib: the fake must not share bugs with
  * the code it tests. This file is the server; fake_script.c reads scripts
  * and renders answers.
@@ -37,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -54,6 +59,8 @@
 #define FAKE_SLICE_MS 50                  /* how often waits look up */
 #define FAKE_STATS_PATH "/_fake/stats"
 #define FAKE_FILES_PATH "/_fake/files/"
+#define FAKE_BACKLOG 4096     /* listen(2) queue */
+#define FAKE_EPOLL_THREADS 2u /* event mode: MHD threads */
 
 /* Per-connection state; requests on one connection come one at a time. */
 typedef struct {
@@ -65,7 +72,16 @@ typedef struct {
     bool too_large; /* the body passed FAKE_MAX_BODY */
     bool answered;  /* a response is queued */
     bool counted;   /* counts toward --max-requests when completed */
+    bool numbered;  /* recorded and numbered: n and reqbody are set */
+    uint64_t n;     /* the request's number */
+    json_t *reqbody;         /* its parsed JSON body, or NULL */
+    const fake_resp *picked; /* its script answer, once chosen */
+    struct MHD_Connection *con;
+    fake_wait wait; /* event mode: the pause in progress */
 } fake_conn;
+
+/* The outcome of pause_for(). */
+typedef enum { PAUSE_DONE, PAUSE_GONE, PAUSE_LATER } pause_result;
 
 static struct {
     /* configuration, fixed before the daemon starts */
@@ -77,6 +93,7 @@ static struct {
     fake_script script;
     FILE *record;
     long max_requests; /* 0: no limit */
+    bool epoll;        /* event mode: epoll threads, pauses by suspension */
     /* shared state */
     pthread_mutex_t lock; /* nreq, record file */
     uint64_t nreq;
@@ -85,14 +102,15 @@ static struct {
     atomic_long completed;
     atomic_bool stopping;
     int wake[2];
-} g = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = {-1, -1}};
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER, .epoll = true, .wake = {-1, -1}};
 
 static void usage(FILE *to)
 {
     fprintf(to, "usage: loom-fake-upstream [--port N] [--port-file F]\n"
                 "         (--script FILE | --replay FILE [--status N])\n"
                 "         [--record FILE] [--max-requests N]"
-                " [--max-seconds S] [--exit-on-eof]\n");
+                " [--max-seconds S] [--exit-on-eof]\n"
+                "         [--epoll | --threads]\n");
 }
 
 static uint64_t now_us(void)
@@ -110,6 +128,14 @@ static void busy_lap(uint64_t *t0)
 
     atomic_fetch_add(&g.busy_us, t - *t0);
     *t0 = t;
+}
+
+static int conn_fd(struct MHD_Connection *con)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+    return ci ? ci->connect_fd : -1;
 }
 
 /*
@@ -140,6 +166,29 @@ static bool wait_or_gone(int fd, long ms)
             return true;
         }
     }
+}
+
+/*
+ * Pauses the current request of connection c for ms milliseconds (until
+ * the client leaves when ms < 0). With a thread per connection it blocks
+ * and returns PAUSE_DONE, or PAUSE_GONE when it ended early (client gone,
+ * server stopping). In event mode the first call suspends the connection
+ * and returns PAUSE_LATER: the caller returns (0 from a content reader,
+ * MHD_YES from the access handler without an answer) and MHD calls it
+ * again once the pause is over; that call returns its outcome.
+ */
+static pause_result pause_for(fake_conn *c, long ms)
+{
+    int fd = conn_fd(c->con);
+
+    if (!g.epoll)
+        return wait_or_gone(fd, ms) ? PAUSE_GONE : PAUSE_DONE;
+    if (c->wait.state == FAKE_WAIT_DONE) {
+        c->wait.state = FAKE_WAIT_IDLE;
+        return c->wait.gone ? PAUSE_GONE : PAUSE_DONE;
+    }
+    fake_wait_begin(&c->wait, c->con, fd, ms);
+    return PAUSE_LATER;
 }
 
 static void load_replay(const char *path, long status)
@@ -396,6 +445,7 @@ static enum MHD_Result answer_file(struct MHD_Connection *con, fake_conn *c,
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     fake_stream *s = cls;
+    fake_conn *c = s->owner;
     uint64_t t0 = now_us();
     size_t n;
 
@@ -406,9 +456,18 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
         if (s->hang_after != SIZE_MAX && s->cur == hang_at) {
             busy_lap(&t0);
-            atomic_fetch_add(&g.hanging, 1);
-            wait_or_gone(s->fd, -1);
-            atomic_fetch_sub(&g.hanging, 1);
+            if (!g.epoll) {
+                atomic_fetch_add(&g.hanging, 1);
+                wait_or_gone(s->fd, -1);
+                atomic_fetch_sub(&g.hanging, 1);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            if (c->wait.state != FAKE_WAIT_DONE) { /* the hang starts */
+                atomic_fetch_add(&g.hanging, 1);
+                c->wait.count = &g.hanging; /* the waiter takes it off */
+            }
+            if (pause_for(c, -1) == PAUSE_LATER)
+                return 0;
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (s->disconnect_after != SIZE_MAX && s->cur == cut_at)
@@ -416,8 +475,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (s->cur == s->n)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (s->chunk_delay_ms) {
+            pause_result pr;
+
             busy_lap(&t0);
-            if (wait_or_gone(s->fd, s->chunk_delay_ms))
+            pr = pause_for(c, s->chunk_delay_ms);
+            if (pr == PAUSE_LATER)
+                return 0;
+            if (pr == PAUSE_GONE)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             t0 = now_us();
         }
@@ -433,14 +497,6 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     }
     busy_lap(&t0);
     return (ssize_t)n;
-}
-
-static int conn_fd(struct MHD_Connection *con)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
-
-    return ci ? ci->connect_fd : -1;
 }
 
 /* True when the query string has the parameter alt=sse. */
@@ -512,7 +568,9 @@ static enum MHD_Result answer_script(struct MHD_Connection *con, fake_conn *c,
         return MHD_NO;
     fmt = fake_format_of_path(path);
     free(path);
-    r = fake_script_pick(&g.script, reqbody, n, msg, sizeof(msg));
+    if (!c->picked)
+        c->picked = fake_script_pick(&g.script, reqbody, n, msg, sizeof(msg));
+    r = c->picked;
     if (!r) {
         if (g.script.format != FAKE_FMT_AUTO)
             fmt = g.script.format;
@@ -531,7 +589,8 @@ static enum MHD_Result answer_script(struct MHD_Connection *con, fake_conn *c,
     }
     if (r->delay_ms) {
         busy_lap(t0);
-        wait_or_gone(conn_fd(con), r->delay_ms);
+        if (pause_for(c, r->delay_ms) == PAUSE_LATER)
+            return MHD_YES; /* answered when MHD calls again */
         *t0 = now_us();
     }
     status = r->status ? r->status : r->error ? 500 : 200;
@@ -590,6 +649,7 @@ static enum MHD_Result answer_script(struct MHD_Connection *con, fake_conn *c,
         return MHD_NO;
     }
     s->fd = conn_fd(con);
+    s->owner = c;
     s->chunk_delay_ms = r->chunk_delay_ms;
     s->disconnect_after =
         r->disconnect_after < 0 ? SIZE_MAX : (size_t)r->disconnect_after;
@@ -613,13 +673,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con,
 {
     fake_conn *c = *con_cls;
     enum MHD_Result ret;
-    json_t *rec, *body;
-    uint64_t t0, n;
+    json_t *rec;
+    uint64_t t0;
 
     (void)cls;
     (void)version;
     if (!c)
         return MHD_NO;
+    c->con = con;
     if (c->answered) {
         *upload_size = 0;
         return MHD_YES;
@@ -664,14 +725,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con,
     if (!strcmp(method, "GET") &&
         !strncmp(url, FAKE_FILES_PATH, strlen(FAKE_FILES_PATH)))
         return answer_file(con, c, url + strlen(FAKE_FILES_PATH));
-    rec = make_record(con, c, method, &body);
-    n = record_request(rec);
-    json_decref(rec);
-    c->counted = true;
-    if (c->too_large && !g.replay) { /* it still uses up a plain slot */
-        char why[128];
+    if (!c->numbered) { /* else called again after a pause */
+        rec = make_record(con, c, method, &c->reqbody);
+        c->n = record_request(rec);
+        json_decref(rec);
+        c->counted = c->numbered = true;
+        if (c->too_large && !g.replay) { /* it still uses up a plain slot */
+            char why[128];
 
-        (void)fake_script_pick(&g.script, NULL, n, why, sizeof(why));
+            (void)fake_script_pick(&g.script, NULL, c->n, why, sizeof(why));
+        }
     }
     if (c->too_large)
         ret = queue(con, c, 413,
@@ -685,8 +748,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con,
                                                     MHD_RESPMEM_PERSISTENT),
                     NULL, g.replay_type);
     else
-        ret = answer_script(con, c, n, body, &t0);
-    json_decref(body);
+        ret = answer_script(con, c, c->n, c->reqbody, &t0);
     busy_lap(&t0);
     return ret;
 }
@@ -710,6 +772,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *con)
     }
     c->len = 0;
     c->started = c->too_large = c->answered = c->counted = false;
+    c->numbered = false;
+    c->picked = NULL;
+    json_decref(c->reqbody);
+    c->reqbody = NULL;
     return c;
 }
 
@@ -725,6 +791,7 @@ static void on_conn(void *cls, struct MHD_Connection *con, void **socket_ctx,
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && c) {
         free(c->uri);
         free(c->body);
+        json_decref(c->reqbody);
         free(c);
         *socket_ctx = NULL;
     }
@@ -764,6 +831,28 @@ static void write_port_file(const char *path, unsigned port)
     free(tmp);
 }
 
+/*
+ * Raises the soft limit on open files to the hard one, so thousands of
+ * concurrent streams fit, and returns the connection limit for MHD: what
+ * the limit leaves after a margin for the listening socket, the record
+ * file, epoll and the like.
+ */
+static unsigned raise_nofile(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 1000;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1000000)
+        return 1000000;
+    return rl.rlim_cur > 64 ? (unsigned)rl.rlim_cur - 32 : 32;
+}
+
 static const char *need_value(int argc, char **argv, int *i)
 {
     if (*i + 1 >= argc)
@@ -781,7 +870,7 @@ int main(int argc, char **argv)
     const union MHD_DaemonInfo *di;
     sigset_t set;
     uint64_t deadline;
-    unsigned bound;
+    unsigned bound, conn_limit;
     int i, sfd, exit_on_eof = 0;
 
     for (i = 1; i < argc; i++) {
@@ -810,6 +899,10 @@ int main(int argc, char **argv)
                 fake_die("--max-requests must be a positive integer");
         } else if (!strcmp(a, "--exit-on-eof")) {
             exit_on_eof = 1;
+        } else if (!strcmp(a, "--epoll")) {
+            g.epoll = true;
+        } else if (!strcmp(a, "--threads")) {
+            g.epoll = false;
         } else if (!strcmp(a, "--max-seconds")) {
             if (!fake_parse_long(need_value(argc, argv, &i), 1, 31536000,
                                  &max_seconds))
@@ -852,14 +945,21 @@ int main(int argc, char **argv)
     sin.sin_family = AF_INET;
     sin.sin_port = htons((uint16_t)port);
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION |
-                             MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO,
-                         0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR,
-                         &sin, MHD_OPTION_NOTIFY_CONNECTION, on_conn, NULL,
-                         MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
-                         MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                         (size_t)FAKE_CONN_MEMORY, MHD_OPTION_END);
+    conn_limit = raise_nofile();
+    if (g.epoll)
+        fake_waiter_start();
+    d = MHD_start_daemon(
+        (g.epoll ? MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME
+                 : MHD_USE_THREAD_PER_CONNECTION |
+                       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO),
+        0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, &sin,
+        MHD_OPTION_NOTIFY_CONNECTION, on_conn, NULL,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL, MHD_OPTION_NOTIFY_COMPLETED,
+        on_done, NULL, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)FAKE_CONN_MEMORY, MHD_OPTION_CONNECTION_LIMIT, conn_limit,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)FAKE_BACKLOG,
+        MHD_OPTION_THREAD_POOL_SIZE, g.epoll ? FAKE_EPOLL_THREADS : 0u,
+        MHD_OPTION_END);
     if (!d) {
         fprintf(stderr,
                 "loom-fake-upstream: cannot listen on "
@@ -891,6 +991,8 @@ int main(int argc, char **argv)
             break;
     }
     atomic_store(&g.stopping, true);
+    if (g.epoll)
+        fake_waiter_stop(); /* every suspended connection resumed first */
     MHD_stop_daemon(d);
 
     close(sfd);

@@ -9,6 +9,7 @@
 #ifndef LOOM_FAKE_UPSTREAM_H
 #define LOOM_FAKE_UPSTREAM_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -116,7 +117,37 @@ typedef struct {
     size_t disconnect_after; /* SIZE_MAX: never */
     size_t hang_after;       /* SIZE_MAX: never */
     int fd;                  /* the client's socket, to see it leave */
+    void *owner;             /* fake_upstream.c's connection state */
 } fake_stream;
+
+struct MHD_Connection;
+
+/* A pause of one connection in event mode (fake_wait.c). */
+enum { FAKE_WAIT_IDLE = 0, FAKE_WAIT_PENDING, FAKE_WAIT_DONE };
+typedef struct fake_wait {
+    int state;    /* FAKE_WAIT_*; IDLE again once the outcome is read */
+    bool gone;    /* DONE because the client left or the server stops */
+    uint64_t due; /* CLOCK_MONOTONIC µs; UINT64_MAX: never */
+    int fd;       /* the client's socket, or -1 */
+    struct MHD_Connection *con;
+    size_t heap_i;     /* SIZE_MAX when not pending */
+    atomic_int *count; /* decremented (and cleared) when the wait ends */
+} fake_wait;
+
+/* Starts the waiter thread of event mode; exits with 2 on failure. */
+void fake_waiter_start(void);
+
+/* Resumes every pending wait as gone and ends the waiter thread; a wait
+ * begun afterwards is resumed at once, as gone. Call before
+ * MHD_stop_daemon. */
+void fake_waiter_stop(void);
+
+/* From an MHD callback of con: suspends con and resumes it when ms have
+ * passed (never, when ms < 0), when the client on fd (>= 0) closes its
+ * side, or when the server stops; w->state is then FAKE_WAIT_DONE and
+ * w->gone says whether it ended early. The callback returns at once and
+ * reads the outcome when MHD calls it again. */
+void fake_wait_begin(fake_wait *w, struct MHD_Connection *con, int fd, long ms);
 
 /* What a generated answer needs beyond its script entry. */
 typedef struct {

@@ -754,6 +754,116 @@ static void test_delays_are_applied(void **state)
     stop(f);
 }
 
+/* The threads of process pid (its /proc status), or -1. */
+static long proc_threads(pid_t pid)
+{
+    char path[64], line[256];
+    long n = -1;
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
+    fp = fopen(path, "r");
+    while (fp && n < 0 && fgets(line, sizeof(line), fp))
+        if (!strncmp(line, "Threads:", 8))
+            n = strtol(line + 8, NULL, 10);
+    if (fp)
+        fclose(fp);
+    return n;
+}
+
+/* Event mode (the default): 300 slow streams open at once are served by
+ * the same few threads, and every one of them ends whole. */
+static void test_many_slow_streams_few_threads(void **state)
+{
+    enum { NSTREAMS = 300 };
+    loom_fake *f = start("{\"loop\":true,\"responses\":[{\"text\":[\"a\","
+                         "\"b\",\"c\"],\"chunk_delay_ms\":50}]}");
+    CURLM *m = curl_multi_init();
+    CURL *h[NSTREAMS];
+    http_res r[NSTREAMS];
+    char url[256];
+    long long end = test_now_ms() + 120000;
+    long threads = -1;
+    int running = 1, i;
+
+    (void)state;
+    snprintf(url, sizeof(url), "%s/chat/completions", fake_base_url(f));
+    memset(r, 0, sizeof(r));
+    for (i = 0; i < NSTREAMS; i++) {
+        h[i] = curl_easy_init();
+        curl_easy_setopt(h[i], CURLOPT_URL, url);
+        curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, stream_req);
+        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &r[i]);
+        curl_multi_add_handle(m, h[i]);
+    }
+    while (running && test_now_ms() < end) {
+        curl_multi_perform(m, &running);
+        /* Once every stream is in, count the fake's threads once. */
+        if (threads < 0 && fake_request_count(f) == NSTREAMS)
+            threads = proc_threads(fake_pid(f));
+        curl_multi_poll(m, NULL, 0, 20, NULL);
+    }
+    assert_int_equal(running, 0);
+    assert_true(threads > 0);
+    assert_true(threads <= 8); /* main, waiter, the epoll threads */
+    for (i = 0; i < NSTREAMS; i++) {
+        assert_non_null(strstr(r[i].body, "\"c\""));
+        assert_non_null(strstr(r[i].body, "[DONE]"));
+        curl_multi_remove_handle(m, h[i]);
+        curl_easy_cleanup(h[i]);
+        free_res(&r[i]);
+    }
+    curl_multi_cleanup(m);
+    stop(f);
+}
+
+/* --threads keeps the first design (a thread per connection): delays
+ * still apply and a hang still ends when its client leaves. */
+static void test_threads_mode(void **state)
+{
+    static const char script[] =
+        "{\"responses\":[{\"delay_ms\":100,\"chunk_delay_ms\":50,"
+        "\"text\":[\"a\",\"b\"]},{\"hang\":true}]}";
+    char *path = test_tmp_path("threads-script.json");
+    const char *args[] = {"--threads", "--script", path, NULL};
+    loom_fake *f;
+    long long t0;
+    http_res r;
+    json_t *st;
+
+    (void)state;
+    assert_int_equal(test_write_file(path, script, strlen(script)), 0);
+    f = fake_start_argv(args);
+    assert_non_null(f);
+    t0 = test_now_ms();
+    post(f, stream_req, &r); /* 100 ms, then 5 chunks 50 ms apart */
+    assert_int_equal(r.rc, CURLE_OK);
+    assert_true(test_now_ms() - t0 >= 350);
+    assert_non_null(strstr(r.body, "[DONE]"));
+    free_res(&r);
+    http(f, &(http_req){.body = stream_req, .timeout_ms = 300}, &r);
+    assert_int_equal(r.rc, CURLE_OPERATION_TIMEDOUT);
+    free_res(&r);
+    /* The client is gone: the hang leaves the count (polled, bounded). */
+    for (int i = 0; i < 600; i++) {
+        json_int_t hanging;
+
+        http(f, &(http_req){.path = "/_fake/stats", .root = true}, &r);
+        st = json_loads(r.body, 0, NULL);
+        free_res(&r);
+        hanging = json_integer_value(json_object_get(st, "hanging"));
+        json_decref(st);
+        if (hanging == 0)
+            break;
+        assert_true(i < 599);
+        usleep(10000);
+    }
+    stop(f);
+    unlink(path);
+    free(path);
+}
+
 /* ---- bodies ----------------------------------------------------------------
  */
 
@@ -2736,6 +2846,8 @@ int main(void)
         cmocka_unit_test(test_disconnect_after_chunks),
         cmocka_unit_test(test_hang_times_out),
         cmocka_unit_test(test_hang_does_not_block_others),
+        cmocka_unit_test(test_many_slow_streams_few_threads),
+        cmocka_unit_test(test_threads_mode),
         cmocka_unit_test(test_stream_error),
         cmocka_unit_test(test_delays_are_applied),
         cmocka_unit_test(test_body_and_body_file),
