@@ -144,9 +144,9 @@ void fake_waiter_stop(void);
 
 /* From an MHD callback of con: suspends con and resumes it when ms have
  * passed (never, when ms < 0), when the client on fd (>= 0) closes its
- * side, or when the server stops; w->state is then FAKE_WAIT_DONE and
- * w->gone says whether it ended early. The callback returns at once and
- * reads the outcome when MHD calls it again. */
+ * side (pauses over 250 ms), or when the server stops; w->state is then
+ * FAKE_WAIT_DONE and w->gone says whether it ended early. The callback returns
+ * at once and reads the outcome when MHD calls it again. */
 void fake_wait_begin(fake_wait *w, struct MHD_Connection *con, int fd, long ms);
 
 /* What a generated answer needs beyond its script entry. */
