@@ -34,9 +34,19 @@
  *   time mode (--duration S): per target in turn, all connections busy for
  *     --warmup-seconds, then S measured seconds; throughput is responses
  *     completed inside the measured window divided by its length.
- * Each block opens fresh connections and sends one unmeasured priming
- * request on each (so accept() and any per-connection set-up on the
- * server are not inside a measured request), and closes them at its end.
+ *   once mode (--once): per target in turn, every connection sends exactly
+ *     one measured request, no warm-up, no priming: --concurrency streams
+ *     open at the same time (10,000 slow streams), the connections opened
+ *     --open-per-ms at a time, the block cut after --block-seconds (what is
+ *     still running then is reported as unfinished, not as failed). There
+ *     is no per-iteration scan of the connections in this mode, so its cost
+ *     follows the events, not the number of open streams.
+ * In the other modes each block opens fresh connections and sends one
+ * unmeasured priming request on each (so accept() and any per-connection
+ * set-up on the server are not inside a measured request), and closes them
+ * at its end. --gaps also records, for every content chunk of a stream
+ * after the first, the time since the previous one (the gap a client sees
+ * between tokens).
  * A target given --pid has its server paused (SIGSTOP) during the other
  * targets' blocks, so only the path being measured uses the CPU.
  */
@@ -56,6 +66,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,7 +75,7 @@
 #define EXPECT_MAX CONTENT_MAX
 #define MAX_TARGETS 8
 #define MAX_HEADERS 16
-#define MAX_CONCURRENCY 4096
+#define MAX_CONCURRENCY 65536
 #define MAX_REQUESTS 10000000L
 #define MAX_SAMPLES 50000000L          /* time mode, per target */
 #define REQ_MAX 8192                   /* one request's bytes */
@@ -86,8 +97,10 @@ typedef struct {
     int primed;         /* this block's priming request is done */
     int measured;       /* the request in flight counts */
     int want_out;       /* EPOLLOUT is registered */
+    int live;           /* open and counted in `live` */
+    int chunks_seen;    /* content chunks of this response so far */
     size_t sent;
-    int64_t t_start, t_head, t_first;
+    int64_t t_start, t_head, t_first, t_chunk;
     target *t;
     resp r;
 } conn;
@@ -106,8 +119,11 @@ struct target {
     const char *path;
     char req[REQ_MAX];
     size_t req_len;
-    samples lat, ttft, ttfb;
+    samples lat, ttft, ttfb, gap;
     long chunks_sum;
+    long chunks_total;  /* content chunks received, every response */
+    long unfinished;    /* once mode: still running when the block was cut */
+    long max_inflight;  /* most requests in flight at once */
     long done;          /* measured responses */
     long answered;      /* every good response: warm-up, priming too */
     long errors;
@@ -131,6 +147,10 @@ typedef struct {
     double max_seconds;
     int json;
     int self_test;
+    int once;             /* --once */
+    int gaps;             /* --gaps */
+    long open_per_ms;     /* once mode: connections opened per 1 ms step */
+    double block_seconds; /* once mode: a block's limit */
     const char *raw;    /* --raw PREFIX: PREFIX.NAME.txt per target */
     target targets[MAX_TARGETS];
     int ntargets;
@@ -140,6 +160,8 @@ static opts O;
 static int ep = -1;
 static conn *conns;
 static int64_t deadline_ns;
+static long live;     /* connections open now */
+static long inflight; /* requests sent and not yet ended */
 
 static int64_t now_ns(void)
 {
@@ -231,6 +253,11 @@ static void conn_close(conn *c)
 {
     if (c->fd >= 0)
         close(c->fd);
+    if (c->state == C_BUSY)
+        inflight--;
+    if (c->live)
+        live--;
+    c->live = 0;
     c->fd = -1;
     c->state = C_CLOSED;
     c->want_out = 0;
@@ -244,6 +271,8 @@ static void conn_open(conn *c)
     c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c->fd < 0)
         die("socket: %s", strerror(errno));
+    c->live = 1;
+    live++;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
     ev.data.ptr = c;
@@ -256,6 +285,12 @@ static void conn_open(conn *c)
         ep_set(c, 0);
     } else if (errno == EINPROGRESS) {
         c->state = C_CONNECTING;
+    } else if (O.once) { /* one of many: counted, not fatal */
+        char msg[ERR_MAX + 32];
+
+        snprintf(msg, sizeof(msg), "connect: %s", strerror(errno));
+        target_error(c->t, msg);
+        conn_close(c);
     } else {
         die("connect %s: %s", c->t->url, strerror(errno));
     }
@@ -288,8 +323,11 @@ static void conn_issue(conn *c, int measured)
 {
     c->measured = measured;
     c->state = C_BUSY;
+    if (++inflight > c->t->max_inflight)
+        c->t->max_inflight = inflight;
     c->sent = 0;
-    c->t_head = c->t_first = 0;
+    c->chunks_seen = 0;
+    c->t_head = c->t_first = c->t_chunk = 0;
     resp_init(&c->r, O.stream, BODY_MAX);
     c->t_start = now_ns();
     if (conn_send(c) < 0) {
@@ -335,12 +373,12 @@ static void conn_done(block *b, conn *c, int ok, int64_t t_end)
     }
     if (!c->primed)
         c->primed = 1;
-    if (!ok || c->r.close_after) {
+    inflight--;
+    c->state = C_IDLE;
+    if (!ok || c->r.close_after || O.once) {
         if (!ok)
             t->reconnects++;
         conn_close(c);
-    } else {
-        c->state = C_IDLE;
     }
 }
 
@@ -349,6 +387,8 @@ static void conn_next(block *b, conn *c)
 {
     int more = b->timed ? !b->stop : b->to_issue > 0;
 
+    if (c->state == C_CLOSED && O.once)
+        return; /* its one request is over */
     if (c->state == C_CLOSED) {
         /* Reopened after the server closed it, or after an error. */
         if (more || (!c->primed && !(b->timed && b->stop)))
@@ -364,6 +404,24 @@ static void conn_next(block *b, conn *c)
             b->to_issue--;
         conn_issue(c, 1);
     }
+}
+
+/* New content chunks arrived: count them; with --gaps, the time since
+ * the previous one (chunks that came in the same read: a gap of 0). */
+static void saw_chunks(conn *c)
+{
+    int64_t t = now_ns();
+    int k = c->r.content_chunks - c->chunks_seen;
+
+    c->t->chunks_total += k;
+    if (O.gaps && c->measured) {
+        if (c->t_chunk)
+            samples_add(&c->t->gap, t - c->t_chunk);
+        while (--k > 0)
+            samples_add(&c->t->gap, 0);
+    }
+    c->chunks_seen = c->r.content_chunks;
+    c->t_chunk = t;
 }
 
 static void conn_readable(block *b, conn *c)
@@ -409,6 +467,8 @@ static void conn_readable(block *b, conn *c)
             c->t_head = now_ns();
         if (c->r.new_first)
             c->t_first = now_ns();
+        if (c->r.content_chunks > c->chunks_seen)
+            saw_chunks(c);
         if (rc == 1) {
             int64_t t_end = now_ns();
             int ok = resp_check(&c->r, O.expect, O.expect_len) == 0;
@@ -443,6 +503,77 @@ static void conn_writable(block *b, conn *c)
         resp_fail(&c->r, "write: %s", strerror(errno));
         conn_done(b, c, 0, now_ns());
     }
+}
+
+/* Handles what epoll_wait returned. */
+static void on_events(block *b, struct epoll_event *evs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        conn *c = evs[i].data.ptr;
+
+        if (c->fd < 0)
+            continue;
+        if (evs[i].events & (EPOLLOUT | EPOLLERR))
+            conn_writable(b, c);
+        if (c->fd >= 0 && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)))
+            conn_readable(b, c);
+        if (c->fd >= 0 && c->state == C_IDLE)
+            conn_next(b, c);
+    }
+}
+
+/*
+ * --once: every connection of target t sends one measured request; they
+ * are opened --open-per-ms at a time, one step a millisecond, and the
+ * block ends when all are over or after --block-seconds, when the ones
+ * still running are closed and counted as unfinished.
+ */
+static void run_once(target *t)
+{
+    struct epoll_event evs[256];
+    block b;
+    long nc = O.concurrency, next = 0;
+    int64_t begin = now_ns(), cut;
+
+    pause_others(t);
+    memset(&b, 0, sizeof(b));
+    b.t = t;
+    b.to_issue = nc;
+    cut = begin + (int64_t)(O.block_seconds * 1e9);
+    for (;;) {
+        int64_t now = now_ns();
+        int n;
+
+        if (now > deadline_ns)
+            die("gave up after --max-seconds %.0f (target %s)", O.max_seconds,
+                t->name);
+        if (O.block_seconds > 0 && now >= cut) {
+            t->unfinished += nc - next;
+            for (long i = 0; i < next; i++)
+                if (conns[i].fd >= 0) {
+                    t->unfinished++;
+                    conn_close(&conns[i]);
+                }
+            break;
+        }
+        for (long k = 0; next < nc && (O.open_per_ms == 0 || k < O.open_per_ms);
+             k++) {
+            conn *c = &conns[next++];
+
+            c->t = t;
+            c->primed = 1;
+            conn_open(c);
+            if (c->state == C_IDLE)
+                conn_next(&b, c);
+        }
+        if (next == nc && live == 0)
+            break;
+        n = epoll_wait(ep, evs, 256, next < nc ? 1 : 100);
+        if (n < 0 && errno != EINTR)
+            die("epoll_wait: %s", strerror(errno));
+        on_events(&b, evs, n);
+    }
+    t->busy_ns += now_ns() - begin;
 }
 
 /*
@@ -492,19 +623,7 @@ static void run_block(target *t, long count, int timed)
         n = epoll_wait(ep, evs, 256, timed ? 10 : 100);
         if (n < 0 && errno != EINTR)
             die("epoll_wait: %s", strerror(errno));
-        for (int i = 0; i < n; i++) {
-            conn *c = evs[i].data.ptr;
-
-            if (c->fd < 0)
-                continue;
-            if (evs[i].events & (EPOLLOUT | EPOLLERR))
-                conn_writable(&b, c);
-            if (c->fd >= 0 &&
-                (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)))
-                conn_readable(&b, c);
-            if (c->fd >= 0 && c->state == C_IDLE)
-                conn_next(&b, c);
-        }
+        on_events(&b, evs, n);
     }
     if (timed)
         t->window_ns += b.win_end - b.win_start;
@@ -697,7 +816,7 @@ static void report(void)
     for (int i = 0; i < O.ntargets; i++) {
         target *t = &O.targets[i];
 
-        samples *all[] = {&t->lat, &t->ttft, &t->ttfb};
+        samples *all[] = {&t->lat, &t->ttft, &t->ttfb, &t->gap};
 
         for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
             if (all[k]->n)
@@ -710,6 +829,7 @@ static void report(void)
     for (int i = 0; i < O.ntargets; i++) {
         const target *t = &O.targets[i];
         double ap50 = -1, ap99 = -1, tp50 = -1, tp99 = -1, ratio = -1;
+        double gp99 = -1;
         int has_base = i > 0 && base->lat.n && t->lat.n;
 
         if (has_base) {
@@ -721,6 +841,8 @@ static void report(void)
             }
             if (rps_of(base) > 0 && rps_of(t) >= 0)
                 ratio = rps_of(t) / rps_of(base);
+            if (base->gap.n && t->gap.n)
+                gp99 = pct(&t->gap, 99) - pct(&base->gap, 99);
         }
         if (!O.json) {
             printf("%-10s %8ld %6ld %9.0f %9.1f %9.1f %9.1f %9.1f %9.1f "
@@ -735,10 +857,14 @@ static void report(void)
         json_str(NULL, t->name);
         printf(",\"stream\":%s,\"concurrency\":%ld,\"mode\":\"%s\"",
                O.stream ? "true" : "false", O.concurrency,
-               O.duration > 0 ? "time" : "count");
+               O.once           ? "once"
+               : O.duration > 0 ? "time"
+                                : "count");
         printf(",\"done\":%ld,\"answered\":%ld,\"errors\":%ld,"
-               "\"reconnects\":%ld", t->done, t->answered, t->errors,
-               t->reconnects);
+               "\"reconnects\":%ld,\"unfinished\":%ld,\"max_inflight\":%ld,"
+               "\"chunks_total\":%ld",
+               t->done, t->answered, t->errors, t->reconnects, t->unfinished,
+               t->max_inflight, t->chunks_total);
         json_num("seconds",
                  (double)(O.duration > 0 ? t->window_ns : t->busy_ns) / 1e9);
         json_num("rps", rps_of(t));
@@ -756,6 +882,10 @@ static void report(void)
         json_num("ttft_max_us", pct(&t->ttft, 100));
         json_num("chunks_mean", t->ttft.n ? (double)t->chunks_sum /
                                             (double)t->ttft.n : -1);
+        json_num("gap_p50_us", pct(&t->gap, 50));
+        json_num("gap_p99_us", pct(&t->gap, 99));
+        json_num("gap_p999_us", pct(&t->gap, 99.9));
+        json_num("gap_max_us", pct(&t->gap, 100));
         if (i > 0) {
             printf(",\"baseline\":");
             json_str(NULL, base->name);
@@ -768,6 +898,8 @@ static void report(void)
                            "\"added_ttft_p99_us\":%.1f", tp50, tp99);
                 if (ratio >= 0)
                     printf(",\"rps_vs_baseline\":%.3f", ratio);
+                if (gp99 != -1)
+                    printf(",\"added_gap_p99_us\":%.1f", gp99);
             }
         }
         json_str("first_error", t->first_error[0] ? t->first_error : NULL);
@@ -775,7 +907,6 @@ static void report(void)
     }
     fflush(stdout);
 }
-
 
 static const char usage[] =
     "usage: loadgen [options] --target NAME URL [--model M] "
@@ -787,6 +918,10 @@ static const char usage[] =
     "  --warmup N           count mode: warm-up requests per target\n"
     "  --rounds R           count mode: blocks per target, interleaved\n"
     "  --duration S         time mode: measured seconds per target\n"
+    "  --once               once mode: one request per connection\n"
+    "  --open-per-ms N      once mode: connections opened per ms (0: all)\n"
+    "  --block-seconds S    once mode: cut each target's block after S s\n"
+    "  --gaps               record the gaps between content chunks\n"
     "  --warmup-seconds S   time mode: busy seconds before measuring\n"
     "  --stream             ask for streamed answers\n"
     "  --expect TEXT        the answer's text (JSON-escaped form)\n"
@@ -798,6 +933,23 @@ static const char usage[] =
     "The first target is the baseline of the others' added figures.\n"
     "--pid: the target's server, paused while other targets run.\n"
     "Exit status: 0, 1 when a request failed, 2 usage or set-up error.\n";
+
+/* The soft limit on open files raised to the hard one (10,000 streams
+ * need as many sockets); too few for --concurrency is an error. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        die("getrlimit: %s", strerror(errno));
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)O.concurrency + 16)
+        die("--concurrency %ld needs %ld open files; the limit is %ld",
+            O.concurrency, O.concurrency + 16, (long)rl.rlim_cur);
+}
 
 static long num(const char *opt, const char *v, long lo, long hi)
 {
@@ -841,6 +993,14 @@ static void parse_args(int argc, char **argv)
             O.raw = v, i++;
         } else if (!strcmp(a, "--stream")) {
             O.stream = 1;
+        } else if (!strcmp(a, "--once")) {
+            O.once = 1;
+        } else if (!strcmp(a, "--gaps")) {
+            O.gaps = 1;
+        } else if (!strcmp(a, "--open-per-ms")) {
+            O.open_per_ms = num(a, v, 0, MAX_CONCURRENCY), i++;
+        } else if (!strcmp(a, "--block-seconds")) {
+            O.block_seconds = fnum(a, v, 0, 86400), i++;
         } else if (!strcmp(a, "--concurrency")) {
             O.concurrency = num(a, v, 1, MAX_CONCURRENCY), i++;
         } else if (!strcmp(a, "--requests")) {
@@ -890,7 +1050,9 @@ static void parse_args(int argc, char **argv)
         return;
     if (O.ntargets == 0)
         die("no --target\n\n%s", usage);
-    if ((O.requests > 0) == (O.duration > 0))
+    if (O.once && (O.requests > 0 || O.duration > 0))
+        die("--once takes neither --requests nor --duration\n\n%s", usage);
+    if (!O.once && (O.requests > 0) == (O.duration > 0))
         die("give either --requests or --duration\n\n%s", usage);
     if (O.requests && O.requests < O.rounds)
         die("--requests must be at least --rounds");
@@ -909,6 +1071,7 @@ int main(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGHUP, on_signal);
+    raise_nofile();
     if ((ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
         die("epoll_create1: %s", strerror(errno));
     if (!(conns = calloc((size_t)O.concurrency, sizeof(*conns))))
@@ -922,7 +1085,10 @@ int main(int argc, char **argv)
     start = now_ns();
     deadline_ns = start + (int64_t)(O.max_seconds * 1e9);
 
-    if (O.duration > 0) {
+    if (O.once) {
+        for (int i = 0; i < O.ntargets; i++)
+            run_once(&O.targets[i]);
+    } else if (O.duration > 0) {
         for (int i = 0; i < O.ntargets; i++)
             run_block(&O.targets[i], 0, 1);
     } else {
@@ -957,6 +1123,7 @@ int main(int argc, char **argv)
         free(O.targets[i].lat.v);
         free(O.targets[i].ttft.v);
         free(O.targets[i].ttfb.v);
+        free(O.targets[i].gap.v);
     }
     for (long i = 0; i < O.concurrency; i++)
         resp_free(&conns[i].r);
