@@ -658,8 +658,9 @@ streams_figures() {
         2>/dev/null)
     S_THREADS=$(peak "$1" 3)
     S_FDS=$(peak "$1" 4)
-    # At the sample with the highest RSS: growth / its client connections.
-    S_KB=$(awk -v n="$1" -v b="$base" '$1 == n && $2 + 0 > m {
+    # At the sample with the highest RSS while clients were connected:
+    # growth / those client connections.
+    S_KB=$(awk -v n="$1" -v b="$base" '$1 == n && $5 > 0 && $2 + 0 > m {
             m = $2 + 0; c = $5 + 0 }
         END { if (m != "" && b != "" && c > 0) printf "%.1f", (m - b) / c }' \
         "$OUT/streams.samples" 2>/dev/null)
@@ -752,8 +753,8 @@ streams_section() {
         [ -n "$e" ] && echo "- First failure ($t): \`$e\`."
     done
     echo "- Memory per open stream: the server's RSS at its highest sample"
-    echo "  minus its RSS before the scenario, divided by the client"
-    echo "  connections it held at that sample (\`ss\`); samples every"
+    echo "  with clients connected, minus its RSS before the scenario,"
+    echo "  divided by the client connections it held then (\`ss\`); samples every"
     echo "  0.5 s (\`/proc/PID/status\`, \`/proc/PID/fd\`). Most streams"
     echo "  open at once: as the load generator counts them (sent, not yet"
     echo "  answered, accepted or not). CPU per chunk: its user + system time over"
