@@ -187,6 +187,8 @@ static pause_result pause_for(fake_conn *c, long ms)
         c->wait.state = FAKE_WAIT_IDLE;
         return c->wait.gone ? PAUSE_GONE : PAUSE_DONE;
     }
+    if (c->wait.state == FAKE_WAIT_PENDING)
+        return PAUSE_LATER; /* called again before the suspension held */
     fake_wait_begin(&c->wait, c->con, fd, ms);
     return PAUSE_LATER;
 }
