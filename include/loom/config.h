@@ -405,7 +405,7 @@ typedef struct {
  *     queue_max_per_identity: 0   # of those, one caller's (0: a quarter)
  *     queue_wait_ms: 10000        # then 503 with Retry-After
  *     max_connections: 32768      # open client connections at once
- *     max_connections_per_address: 256 # from one client address (0: any)
+ *     max_connections_per_address: 1024 # one client address (0: any)
  *     header_timeout_ms: 10000    # a request's headers must come this fast
  *     keepalive_ms: 15000         # SSE ": keep-alive" comment when idle
  *     read_timeout_ms: 30000      # a silent client is cut (whole seconds)
@@ -432,7 +432,7 @@ typedef struct {
     int queue_max_per_identity;      /* default 0 */
     long queue_wait_ms;              /* default 10000 */
     int max_connections;             /* default 32768 */
-    int max_connections_per_address; /* default 256; 0: no limit */
+    int max_connections_per_address; /* default 1024; 0: no limit */
     /* A connection must send its request's headers without going silent
      * this long (whole seconds, at most read_timeout_ms); after them
      * read_timeout_ms applies. */

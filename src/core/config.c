@@ -631,7 +631,7 @@ static loom_config *config_new(void)
     cfg->server.max_body_bytes = 4L << 20;
     cfg->server.max_concurrent_runs = 64;
     cfg->server.max_connections = 32768;
-    cfg->server.max_connections_per_address = 256;
+    cfg->server.max_connections_per_address = 1024;
     cfg->server.header_timeout_ms = 10000;
     cfg->server.queue_max = 256;
     cfg->server.queue_wait_ms = 10000;

@@ -1307,7 +1307,7 @@ static void test_server_section(void **state)
     assert_int_equal(cfg->server.max_body_bytes, 4 << 20);
     assert_int_equal(cfg->server.max_concurrent_runs, 64);
     assert_int_equal(cfg->server.max_connections, 32768);
-    assert_int_equal(cfg->server.max_connections_per_address, 256);
+    assert_int_equal(cfg->server.max_connections_per_address, 1024);
     assert_int_equal(cfg->server.header_timeout_ms, 10000);
     assert_int_equal(cfg->server.queue_max, 256);
     assert_int_equal(cfg->server.queue_max_per_identity, 0);
