@@ -46,6 +46,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -679,9 +680,16 @@ void loom_server_stop(loom_server *s)
 
     if (!s || !s->d || atomic_exchange(&s->stopped, 1))
         return;
+    /*
+     * The listening socket is shut down now, so new clients are refused
+     * at once, but closed only after the daemon stops: its polling thread
+     * may still be taking it out of its epoll set, and a descriptor closed
+     * under it could be reused by another thread meanwhile (TSan saw the
+     * race).
+     */
     lfd = MHD_quiesce_daemon(s->d);
     if (lfd != MHD_INVALID_SOCKET)
-        close(lfd);
+        shutdown(lfd, SHUT_RDWR);
     atomic_store(&s->draining, 1);
     /* Requests waiting for a run slot will not get one: 503 now. */
     srv__queue_expire(s, 1);
@@ -714,6 +722,8 @@ void loom_server_stop(loom_server *s)
     resume_all(s);
     MHD_stop_daemon(s->d);
     s->d = NULL;
+    if (lfd != MHD_INVALID_SOCKET)
+        close(lfd);
     if (s->ticker_started) {
         pthread_mutex_lock(&s->tick_lock);
         s->tick_stop = 1;
