@@ -756,9 +756,21 @@ static long researcher_estimate(const loom__research *r)
                : (long)(r->searches + 1) * r->report_tokens;
 }
 
+/*
+ * What loom__research_status reads from another thread (the phase, the
+ * cycle, the researchers' list, resumed) is written under r->mu; the run's
+ * own thread reads them without it.
+ */
+static void set_phase(loom__research *r, phase ph)
+{
+    pthread_mutex_lock(&r->mu);
+    r->ph = ph;
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void force_report(loom__research *r, const char *reason)
 {
-    r->ph = PH_REPORT;
+    set_phase(r, PH_REPORT);
     r->reason = reason;
 }
 
@@ -790,8 +802,8 @@ static void prepare_call(const loom_agent_state *st, loom_call_setup *call,
     }
     if (st->iteration == 0) {
         r->started_ms = loom__mono_ms();
-        r->ph =
-            r->clarify && !holds_answer(st->messages) ? PH_CLARIFY : PH_PLAN;
+        set_phase(r, r->clarify && !holds_answer(st->messages) ? PH_CLARIFY
+                                                               : PH_PLAN);
     }
     if (r->ph == PH_CYCLE && st->iteration > 0) {
         if (loom__mono_ms() - r->started_ms >= r->time_limit_s * 1000)
@@ -863,7 +875,7 @@ static int on_no_tool_calls(const loom_agent_state *st,
     switch (r->ph) {
     case PH_CLARIFY:
         if (!*text || strstr(text, NO_CLARIFICATION)) {
-            r->ph = PH_PLAN;
+            set_phase(r, PH_PLAN);
             return 1;
         }
         /* The question is the answer; its text was not streamed. */
@@ -877,7 +889,7 @@ static int on_no_tool_calls(const loom_agent_state *st,
     case PH_PLAN:
         free(r->plan_text);
         r->plan_text = strdup(text);
-        r->ph = PH_CYCLE;
+        set_phase(r, PH_CYCLE);
         return 1;
     case PH_CYCLE:
         if (r->cycle == 0 && !r->retried) {
@@ -944,8 +956,11 @@ static void on_tools_selected(const loom_agent_state *st,
             counts = 1;
         }
     }
-    if (counts)
+    if (counts) {
+        pthread_mutex_lock(&r->mu);
         r->cycle++;
+        pthread_mutex_unlock(&r->mu);
+    }
     if (r->turn_calls > 1)
         loom__run_emit(
             run, LOOM_EV_RESEARCH_BRANCH,
@@ -1346,7 +1361,7 @@ int loom__research_keep(loom__research *r, loom_run *run, loom_store *st,
     return 0;
 }
 
-/* The state's fields back into r. */
+/* The state's fields back into r; called with r->mu held. */
 static void state_read(loom__research *r, const json_t *s)
 {
     const char *v;
@@ -1414,6 +1429,8 @@ int loom__research_resume(loom__research *r, loom_run *run,
                                 (uint64_t)json_integer_value(
                                     json_object_get(stored, "last_seq")))) != 0)
         goto done;
+    /* What the status reads is rewritten under r->mu. */
+    pthread_mutex_lock(&r->mu);
     if (json_is_object(state))
         state_read(r, state);
     /* The researchers that ended answer their calls from their rows;
@@ -1425,6 +1442,7 @@ int loom__research_resume(loom__research *r, loom_run *run,
         if (!id || !status || !strcmp(status, "running"))
             continue;
         if (json_object_set(r->replay, id, (json_t *)row) != 0) {
+            pthread_mutex_unlock(&r->mu);
             rc = loom__error_oom();
             goto done;
         }
@@ -1452,6 +1470,7 @@ int loom__research_resume(loom__research *r, loom_run *run,
     r->plan_kept = !json_is_null(json_object_get(stored, "plan")) &&
                    json_object_get(stored, "plan");
     r->resumed = 1;
+    pthread_mutex_unlock(&r->mu);
     loom__run_emit(run, LOOM_EV_RESEARCH_RESUMED,
                    json_pack("{s:s,s:i,s:i,s:I}", "phase", phase_name(r),
                              "cycle", r->cycle, "max_cycles", r->max_cycles,
