@@ -178,6 +178,23 @@ static const char *const sql_text[S_COUNT] = {
     [S_SEALED_GET] = "SELECT sealed FROM mcp_credentials "
                      "WHERE server = ?1 AND user_id = ?2",
     [S_SETTINGS_GET] = "SELECT sealed FROM user_settings WHERE user_id = ?1",
+    /* Accounts (sqlite_accounts.c): what a keyed request with limits
+     * reads (the pepper and its key, its user's and workspace's limits,
+     * a budget's spend once per period) and writes (its spend). */
+    [S_PEPPER_GET] = "SELECT value FROM auth_secrets WHERE name = 'key_pepper'",
+    [S_KEY_GET] = "SELECT " KEY_COLS " FROM api_keys WHERE id = ?1",
+    [S_USER_LIMITS] =
+        "SELECT " LIMIT_COLS " FROM users WHERE workspace = ?1 AND name = ?2",
+    [S_WORKSPACE_LIMITS] =
+        "SELECT " LIMIT_COLS " FROM workspaces WHERE id = ?1",
+    [S_SPEND_GET] = "SELECT spent_micros FROM budget_spend "
+                    "WHERE scope = ?1 AND period = ?2 AND period_start = ?3",
+    [S_SPEND_ADD] =
+        "INSERT INTO budget_spend (scope, period, period_start, spent_micros, "
+        "updated_at) VALUES (?1, ?2, ?3, ?4, ?5) "
+        "ON CONFLICT (scope, period, period_start) DO UPDATE SET "
+        "spent_micros = spent_micros + excluded.spent_micros, "
+        "updated_at = excluded.updated_at",
 };
 
 /* ---- errors ----------------------------------------------------------- */
@@ -237,9 +254,8 @@ static void conn_close(loom__sqlite_conn *c)
     free(c);
 }
 
-/* The cached statement id of c, prepared on first use. */
-int loom__sqlite_use(loom__sqlite_store *st, loom__sqlite_conn *c, int id,
-                     sqlite3_stmt **out)
+/* The cached statement id of c, prepared on first use; an SQLite code. */
+int loom__sqlite_stmt(loom__sqlite_conn *c, int id, sqlite3_stmt **out)
 {
     int rc;
 
@@ -248,26 +264,33 @@ int loom__sqlite_use(loom__sqlite_store *st, loom__sqlite_conn *c, int id,
                                 SQLITE_PREPARE_PERSISTENT, &c->stmts[id], NULL);
         if (rc != SQLITE_OK) {
             c->stmts[id] = NULL;
-            return loom__sqlite_error(st, c->db, rc, "preparing a statement");
+            *out = NULL;
+            return rc;
         }
     }
     *out = c->stmts[id];
-    return 0;
+    return SQLITE_OK;
+}
+
+/* The cached statement id of c, prepared on first use. */
+int loom__sqlite_use(loom__sqlite_store *st, loom__sqlite_conn *c, int id,
+                     sqlite3_stmt **out)
+{
+    int rc = loom__sqlite_stmt(c, id, out);
+
+    return rc == SQLITE_OK
+               ? 0
+               : loom__sqlite_error(st, c->db, rc, "preparing a statement");
 }
 
 /* Runs a cached statement that returns no rows; an SQLite code. */
 int loom__sqlite_run(loom__sqlite_conn *c, int id)
 {
-    sqlite3_stmt *s = c->stmts[id];
-    int rc;
+    sqlite3_stmt *s;
+    int rc = loom__sqlite_stmt(c, id, &s);
 
-    if (!s) {
-        rc = sqlite3_prepare_v3(c->db, sql_text[id], -1,
-                                SQLITE_PREPARE_PERSISTENT, &c->stmts[id], NULL);
-        if (rc != SQLITE_OK)
-            return rc;
-        s = c->stmts[id];
-    }
+    if (rc != SQLITE_OK)
+        return rc;
     rc = sqlite3_step(s);
     sqlite3_reset(s);
     return rc == SQLITE_DONE ? SQLITE_OK : rc;

@@ -9,8 +9,10 @@
  * never misses a change that happened nor records one that did not.
  * Writes take BEGIN IMMEDIATE after the store's write lock; another
  * process (`loom keys` on a running server's file) is waited for up to
- * SQLite's busy timeout. Statements are prepared per call, as in
- * sqlite_memory.c: account calls are rare next to turns.
+ * SQLite's busy timeout. What a keyed request with limits reads and
+ * writes (the pepper, its key, the limits of its user and workspace, a
+ * budget's spend) uses the connection's cached statements (sqlite.c);
+ * the rest (admin calls, rare next to requests) is prepared per call.
  */
 #include "core/error.h"
 #include "store/sqlite_internal.h"
@@ -19,13 +21,6 @@
 #include <string.h>
 #include <sys/random.h>
 
-#define KEY_COLS                                                               \
-    "id, hash, workspace, user_name, service, created_at, expires_at, "        \
-    "revoked_at, models, agents, rpm, tpm, max_concurrent, budget_micros, "    \
-    "budget_period, budget_unpriced"
-
-static const char sql_pepper_get[] =
-    "SELECT value FROM auth_secrets WHERE name = 'key_pepper'";
 static const char sql_pepper_put[] =
     "INSERT OR IGNORE INTO auth_secrets (name, value) "
     "VALUES ('key_pepper', ?1)";
@@ -37,8 +32,6 @@ static const char sql_user_put[] =
 static const char sql_key_put[] =
     "INSERT INTO api_keys (" KEY_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
     "NULL, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
-static const char sql_key_get[] =
-    "SELECT " KEY_COLS " FROM api_keys WHERE id = ?1";
 static const char sql_key_revoke[] =
     "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL";
 static const char sql_key_limits[] =
@@ -52,8 +45,6 @@ static const char sql_key_list[] =
     "SELECT " KEY_COLS " FROM api_keys "
     "WHERE (?1 IS NULL OR workspace = ?1) AND (?2 IS NULL OR user_name = ?2) "
     "ORDER BY created_at DESC, id DESC";
-#define LIMIT_COLS                                                             \
-    "rpm, tpm, max_concurrent, budget_micros, budget_period, budget_unpriced"
 static const char sql_user_list[] =
     "SELECT u.workspace, u.name, u.created_at, "
     "(SELECT count(*) FROM api_keys k WHERE k.workspace = u.workspace AND "
@@ -63,10 +54,6 @@ static const char sql_user_list[] =
 static const char sql_workspace_list[] =
     "SELECT w.id, w.created_at, (SELECT count(*) FROM users u "
     "WHERE u.workspace = w.id), " LIMIT_COLS " FROM workspaces w ORDER BY w.id";
-static const char sql_user_limits[] =
-    "SELECT " LIMIT_COLS " FROM users WHERE workspace = ?1 AND name = ?2";
-static const char sql_workspace_limits[] =
-    "SELECT " LIMIT_COLS " FROM workspaces WHERE id = ?1";
 static const char sql_user_set_limits[] =
     "UPDATE users SET rpm = ?3, tpm = ?4, max_concurrent = ?5, "
     "budget_micros = ?6, budget_period = ?7, budget_unpriced = ?8 "
@@ -75,15 +62,6 @@ static const char sql_workspace_set_limits[] =
     "UPDATE workspaces SET rpm = ?3, tpm = ?4, max_concurrent = ?5, "
     "budget_micros = ?6, budget_period = ?7, budget_unpriced = ?8 "
     "WHERE id = ?1 AND ?2 IS NULL";
-static const char sql_spend_get[] =
-    "SELECT spent_micros FROM budget_spend "
-    "WHERE scope = ?1 AND period = ?2 AND period_start = ?3";
-static const char sql_spend_add[] =
-    "INSERT INTO budget_spend (scope, period, period_start, spent_micros, "
-    "updated_at) VALUES (?1, ?2, ?3, ?4, ?5) "
-    "ON CONFLICT (scope, period, period_start) DO UPDATE SET "
-    "spent_micros = spent_micros + excluded.spent_micros, "
-    "updated_at = excluded.updated_at";
 static const char sql_spend_list[] =
     "SELECT scope, period, period_start, spent_micros, updated_at "
     "FROM budget_spend WHERE ?1 IS NULL OR substr(scope, 1, length(?1)) = ?1 "
@@ -147,7 +125,10 @@ int loom__sqlite_key_pepper(loom_store *st, int create,
 
     if (create && getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh))
         return loom__error_set(LOOM_ERROR, "no random bytes for a pepper");
-    if ((rc = loom__sqlite_begin(st, create, &c)) != 0)
+    /* Reading alone is one statement, its own snapshot. */
+    rc = create ? loom__sqlite_begin(st, 1, &c)
+                : loom__sqlite_acquire((loom__sqlite_store *)st, &c);
+    if (rc != 0)
         return rc;
     if (create) {
         src = prepare(c, sql_pepper_put, &s);
@@ -156,20 +137,21 @@ int loom__sqlite_key_pepper(loom_store *st, int create,
         sqlite3_finalize(s);
         s = NULL;
     }
-    if (src == SQLITE_OK && (src = prepare(c, sql_pepper_get, &s)) == SQLITE_OK)
+    if (src == SQLITE_OK &&
+        (src = loom__sqlite_stmt(c, S_PEPPER_GET, &s)) == SQLITE_OK)
         src = sqlite3_step(s);
     if (src == SQLITE_ROW &&
         sqlite3_column_bytes(s, 0) == LOOM__STORE_PEPPER_SIZE) {
         memcpy(out, sqlite3_column_blob(s, 0), LOOM__STORE_PEPPER_SIZE);
-        sqlite3_finalize(s);
+        done(s);
         s = NULL;
-        rc = loom__sqlite_commit(st, c, "reading the key pepper");
+        rc = create ? loom__sqlite_commit(st, c, "reading the key pepper") : 0;
     } else if (src == SQLITE_DONE) {
         rc = loom__error_set(LOOM_ENOTFOUND, "no key has been made yet");
     } else {
         rc = loom__sqlite_fail(st, c, src, "reading the key pepper");
     }
-    sqlite3_finalize(s);
+    done(s);
     loom__sqlite_end(st, c, create);
     return rc;
 }
@@ -302,7 +284,7 @@ static int key_on(loom_store *st, loom__sqlite_conn *c, const char *id,
                   unsigned char hash[LOOM__STORE_KEY_HASH_SIZE])
 {
     sqlite3_stmt *s = NULL;
-    int rc, src = prepare(c, sql_key_get, &s);
+    int rc, src = loom__sqlite_stmt(c, S_KEY_GET, &s);
 
     b_text(s, 1, id, &src);
     if (src == SQLITE_OK)
@@ -313,7 +295,7 @@ static int key_on(loom_store *st, loom__sqlite_conn *c, const char *id,
         rc = loom__error_set(LOOM_ENOTFOUND, "no key with id '%s'", id);
     else
         rc = loom__sqlite_fail(st, c, src, "reading a key");
-    sqlite3_finalize(s);
+    done(s);
     return rc;
 }
 
@@ -323,11 +305,10 @@ int loom__sqlite_key_get(loom_store *st, const char *id, loom_key_info *out,
     loom__sqlite_conn *c;
     int rc;
 
-    if ((rc = loom__sqlite_begin(st, 0, &c)) != 0)
+    /* One statement: its own snapshot. */
+    if ((rc = loom__sqlite_acquire((loom__sqlite_store *)st, &c)) != 0)
         return rc;
-    if ((rc = key_on(st, c, id, out, hash)) == 0 &&
-        (rc = loom__sqlite_commit(st, c, "reading a key")) != 0)
-        loom_key_info_clear(out);
+    rc = key_on(st, c, id, out, hash);
     loom__sqlite_end(st, c, 0);
     return rc;
 }
@@ -527,14 +508,14 @@ int loom__sqlite_audit_list(loom_store *st, int limit, json_t **out)
 
 /* ---- limits of users and workspaces, spend ------------------------------ */
 
-/* The limits of one row of sql (?1 workspace, ?2 user when given) on c;
- * zero when there is no row. An SQLite code. */
-static int limits_on(loom__sqlite_conn *c, const char *sql,
-                     const char *workspace, const char *user, loom_limits *out,
-                     int *found)
+/* The limits of one row of the cached statement id (S_USER_LIMITS: ?1
+ * workspace, ?2 user; S_WORKSPACE_LIMITS: ?1) on c; zero when there is
+ * no row. An SQLite code. */
+static int limits_on(loom__sqlite_conn *c, int id, const char *workspace,
+                     const char *user, loom_limits *out, int *found)
 {
     sqlite3_stmt *s = NULL;
-    int src = prepare(c, sql, &s);
+    int src = loom__sqlite_stmt(c, id, &s);
 
     memset(out, 0, sizeof(*out));
     *found = 0;
@@ -548,7 +529,7 @@ static int limits_on(loom__sqlite_conn *c, const char *sql,
     } else if (src == SQLITE_DONE) {
         src = SQLITE_OK;
     }
-    sqlite3_finalize(s);
+    done(s);
     return src;
 }
 
@@ -563,9 +544,9 @@ int loom__sqlite_account_limits(loom_store *st, const char *workspace,
     if ((rc = loom__sqlite_begin(st, 0, &c)) != 0)
         return rc;
     if (user)
-        src = limits_on(c, sql_user_limits, workspace, user, user_out, &found);
+        src = limits_on(c, S_USER_LIMITS, workspace, user, user_out, &found);
     if (src == SQLITE_OK)
-        src = limits_on(c, sql_workspace_limits, workspace, NULL, workspace_out,
+        src = limits_on(c, S_WORKSPACE_LIMITS, workspace, NULL, workspace_out,
                         &found);
     rc = src == SQLITE_OK ? loom__sqlite_commit(st, c, "reading limits")
                           : loom__sqlite_fail(st, c, src, "reading limits");
@@ -631,9 +612,10 @@ int loom__sqlite_spend_get(loom_store *st, const char *scope,
     int rc, src;
 
     *out = 0;
-    if ((rc = loom__sqlite_begin(st, 0, &c)) != 0)
+    /* One statement: its own snapshot. */
+    if ((rc = loom__sqlite_acquire((loom__sqlite_store *)st, &c)) != 0)
         return rc;
-    src = prepare(c, sql_spend_get, &s);
+    src = loom__sqlite_stmt(c, S_SPEND_GET, &s);
     b_text(s, 1, scope, &src);
     b_text(s, 2, period, &src);
     b_int(s, 3, period_start, &src);
@@ -643,9 +625,9 @@ int loom__sqlite_spend_get(loom_store *st, const char *scope,
     } else if (src == SQLITE_DONE) {
         src = SQLITE_OK;
     }
-    sqlite3_finalize(s);
-    rc = src == SQLITE_OK ? loom__sqlite_commit(st, c, "reading a spend")
-                          : loom__sqlite_fail(st, c, src, "reading a spend");
+    rc =
+        src == SQLITE_OK ? 0 : loom__sqlite_fail(st, c, src, "reading a spend");
+    done(s);
     loom__sqlite_end(st, c, 0);
     return rc;
 }
@@ -661,19 +643,20 @@ static int write_spend(loom__sqlite_store *st, loom__sqlite_conn *c,
 {
     const spend_args *a = arg;
     sqlite3_stmt *s = NULL;
-    int src;
+    int rc, src;
 
-    src = prepare(c, sql_spend_add, &s);
+    src = loom__sqlite_stmt(c, S_SPEND_ADD, &s);
     b_text(s, 1, a->scope, &src);
     b_text(s, 2, a->period, &src);
     b_int(s, 3, a->period_start, &src);
     b_int(s, 4, a->micros, &src);
     b_int(s, 5, a->now, &src);
     src = step_done(s, src);
-    sqlite3_finalize(s);
-    return src == SQLITE_OK
-               ? 0
-               : loom__sqlite_fail(&st->base, c, src, "adding a spend");
+    rc = src == SQLITE_OK
+             ? 0
+             : loom__sqlite_fail(&st->base, c, src, "adding a spend");
+    done(s);
+    return rc;
 }
 
 int loom__sqlite_spend_add(loom_store *st, const char *scope,

@@ -114,8 +114,23 @@ enum {
     S_ROLLBACK_TO,
     S_SEALED_GET,
     S_SETTINGS_GET,
+    S_PEPPER_GET,
+    S_KEY_GET,
+    S_USER_LIMITS,
+    S_WORKSPACE_LIMITS,
+    S_SPEND_GET,
+    S_SPEND_ADD,
     S_COUNT
 };
+
+/* The columns of a key (S_KEY_GET, sqlite_accounts.c's row_key) and of
+ * a user's or workspace's limits (S_USER_LIMITS, S_WORKSPACE_LIMITS). */
+#define KEY_COLS                                                               \
+    "id, hash, workspace, user_name, service, created_at, expires_at, "        \
+    "revoked_at, models, agents, rpm, tpm, max_concurrent, budget_micros, "    \
+    "budget_period, budget_unpriced"
+#define LIMIT_COLS                                                             \
+    "rpm, tpm, max_concurrent, budget_micros, budget_period, budget_unpriced"
 
 /* The columns of a run that S_RUN_SELECT and S_RUN_CHILDREN read, in the
  * order of the R_ indexes (sqlite_runs.c). */
@@ -231,7 +246,10 @@ int loom__sqlite_error(loom__sqlite_store *st, sqlite3 *db, int rc,
                        const char *what);
 /* LOOM_ENOTFOUND: "conversation 'id' not found". */
 int loom__sqlite_not_found(const char *id);
-/* The cached statement id of c, prepared on first use. */
+/* The cached statement id of c, prepared on first use: an SQLite code
+ * (loom__sqlite_stmt), or a LOOM_E* code with the error recorded
+ * (loom__sqlite_use). Reset it after use (done(); releasing c does). */
+int loom__sqlite_stmt(loom__sqlite_conn *c, int id, sqlite3_stmt **out);
 int loom__sqlite_use(loom__sqlite_store *st, loom__sqlite_conn *c, int id,
                      sqlite3_stmt **out);
 /* Runs a cached statement that returns no rows; an SQLite code. */
