@@ -407,6 +407,7 @@ typedef struct {
  *     max_connections: 32768      # open client connections at once
  *     max_connections_per_address: 1024 # one client address (0: any)
  *     header_timeout_ms: 10000    # a request's headers must come this fast
+ *     connection_memory_kb: 32    # per connection: request line + headers
  *     keepalive_ms: 15000         # SSE ": keep-alive" comment when idle
  *     read_timeout_ms: 30000      # a silent client is cut (whole seconds)
  *     shutdown_grace_ms: 10000    # runs may finish this long on SIGTERM
@@ -437,6 +438,10 @@ typedef struct {
      * this long (whole seconds, at most read_timeout_ms); after them
      * read_timeout_ms applies. */
     long header_timeout_ms;    /* default 10000 */
+    /* libmicrohttpd's memory per connection, in KiB: the request line and
+     * headers must fit in it with room for the answer's headers (the
+     * largest header block served is documented in docs/server.md). */
+    int connection_memory_kb;  /* default 32 */
     long keepalive_ms;         /* default 15000 */
     long read_timeout_ms;      /* default 30000 */
     long shutdown_grace_ms;    /* default 10000 */

@@ -633,6 +633,7 @@ static loom_config *config_new(void)
     cfg->server.max_connections = 32768;
     cfg->server.max_connections_per_address = 1024;
     cfg->server.header_timeout_ms = 10000;
+    cfg->server.connection_memory_kb = 32;
     cfg->server.queue_max = 256;
     cfg->server.queue_wait_ms = 10000;
     cfg->server.keepalive_ms = 15000;

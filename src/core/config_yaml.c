@@ -1239,6 +1239,7 @@ static const field server_fields[] = {
     {K_INT("max_connections_per_address", S, max_connections_per_address, 0,
            1000000)},
     {K_LONG("header_timeout_ms", S, header_timeout_ms, 1000, TIMEOUT_MAX)},
+    {K_INT("connection_memory_kb", S, connection_memory_kb, 16, 1024)},
     {K_LONG("keepalive_ms", S, keepalive_ms, 10, TIMEOUT_MAX)},
     {K_LONG("read_timeout_ms", S, read_timeout_ms, 1000, TIMEOUT_MAX)},
     {K_LONG("shutdown_grace_ms", S, shutdown_grace_ms, 0, TIMEOUT_MAX)},

@@ -51,7 +51,6 @@
 #include <unistd.h>
 
 #define TICK_MS 20
-#define CONN_MEMORY (64 * 1024)   /* per connection: headers, buffers */
 #define STREAM_DRAIN_MS 3000      /* requests flush after the runs ended */
 /* Descriptors that are not client connections: the store, the log, the
  * listening socket, epoll, pipes, MCP servers' and tools' sockets. */
@@ -595,6 +594,18 @@ static unsigned whole_seconds(long ms)
     return sec < 1 ? 1 : sec;
 }
 
+/* libmicrohttpd's pool per connection, in bytes (a config made without
+ * the loader's defaults gets 32 KiB). libmicrohttpd 0.9.75 mallocs a pool
+ * of up to 32 KiB (mmaps a larger one) and zeroes all of it after every
+ * request of a keep-alive connection, so all of it is resident from the
+ * second request on: this is most of what an idle connection costs. */
+static size_t conn_memory(const loom_server_config *sc)
+{
+    return (size_t)(sc->connection_memory_kb > 0 ? sc->connection_memory_kb
+                                                 : 32) *
+           1024;
+}
+
 int loom_server_start(loom_server *s)
 {
     struct sockaddr_storage ss;
@@ -624,7 +635,7 @@ int loom_server_start(loom_server *s)
         s->header_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)s->sc->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)s->sc->max_connections_per_address,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, conn_memory(s->sc),
         MHD_OPTION_NOTIFY_COMPLETED, srv__on_completed, s,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!s->d)

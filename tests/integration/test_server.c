@@ -769,7 +769,7 @@ static void test_body_limit(void **state)
     sh_free(&h);
 }
 
-/* Headers live in libmicrohttpd's 64 KiB per-connection memory. */
+/* Headers live in libmicrohttpd's per-connection memory (32 KiB). */
 static void test_header_limit(void **state)
 {
     sh h;
@@ -797,6 +797,71 @@ static void test_header_limit(void **state)
     curl_slist_free_all(hdr);
     free(big);
     assert_int_equal(fake_request_count(h.fake), 0);
+    sh_free(&h);
+}
+
+/* A request with a header "X-Big: aaa..." of len letters, on a streamed
+ * run: its status (the events end with run.completed when 200). */
+static long big_header_run(const sh *h, size_t len, const char *body)
+{
+    struct curl_slist *hdr = NULL;
+    char *big = malloc(len + 8);
+    sh_resp r;
+    json_t *evs;
+    long status;
+
+    memcpy(big, "X-Big: ", 7);
+    memset(big + 7, 'a', len);
+    big[7 + len] = '\0';
+    hdr = curl_slist_append(hdr, big);
+    status = sh_req(h, "POST", "/v1/runs", body, hdr, &r);
+    if (status == 200 && strstr(body, "\"stream\":true")) {
+        evs = sh_sse_parse(r.body, NULL);
+        assert_string_equal(sh_ev_type(evs, json_array_size(evs) - 1),
+                            "run.completed");
+        json_decref(evs);
+    }
+    sh_resp_free(&r);
+    curl_slist_free_all(hdr);
+    free(big);
+    return status;
+}
+
+/* server.connection_memory_kb bounds a request's headers (docs/server.md:
+ * up to the pool less 1 KiB are served), not its body. */
+static void test_connection_memory(void **state)
+{
+    static const char stream[] = "{\"input\":\"x\",\"stream\":true}";
+    sh h;
+    sh_resp r;
+    char *body;
+    size_t len = (4u << 20) - 1024, fill;
+
+    (void)state;
+    /* The default, 32 KiB. */
+    sh_start(&h, LOOP(HELLO), NULL, NULL);
+    assert_int_equal(big_header_run(&h, 31 * 1024 - 200, stream), 200);
+    assert_int_equal(big_header_run(&h, 33 * 1024, stream), 431);
+    sh_free(&h);
+
+    /* The floor, with a body near max_body_bytes read through it. */
+    sh_start(&h, LOOP(HELLO), NULL, "  connection_memory_kb: 16\n");
+    assert_int_equal(big_header_run(&h, 15 * 1024 - 200, stream), 200);
+    assert_int_equal(big_header_run(&h, 17 * 1024, stream), 431);
+    body = malloc(len + 1);
+    memcpy(body, "{\"input\":\"", 10);
+    for (fill = 10; fill + 2 < len; fill++)
+        body[fill] = fill % 6 == 0 ? ' ' : 'w';
+    memcpy(body + len - 2, "\"}", 3);
+    assert_int_equal(sh_req(&h, "POST", "/v1/runs", body, NULL, &r), 200);
+    sh_resp_free(&r);
+    free(body);
+    assert_int_equal(fake_request_count(h.fake), 2);
+    sh_free(&h);
+
+    /* Raised for clients with larger headers. */
+    sh_start(&h, LOOP(HELLO), NULL, "  connection_memory_kb: 96\n");
+    assert_int_equal(big_header_run(&h, 90 * 1024, stream), 200);
     sh_free(&h);
 }
 
@@ -1420,6 +1485,7 @@ int main(void)
         cmocka_unit_test(test_disconnect_blocking_cancels),
         cmocka_unit_test(test_body_limit),
         cmocka_unit_test(test_header_limit),
+        cmocka_unit_test(test_connection_memory),
         cmocka_unit_test(test_busy_503),
         cmocka_unit_test(test_read_timeout),
         cmocka_unit_test(test_max_connections),

@@ -1280,6 +1280,8 @@ static void test_server_section(void **state)
          "-1", "1000001"},
         {head, "header_timeout_ms: ", "", "server.header_timeout_ms",
          "1000 to 3600000", "1000", "3600000", "999", "3600001"},
+        {head, "connection_memory_kb: ", "", "server.connection_memory_kb",
+         "16 to 1024", "16", "1024", "15", "1025"},
         {head, "queue_max: ", "", "server.queue_max", "0 to 1000000", "0",
          "1000000", "-1", "1000001"},
         {head, "queue_max_per_identity: ", "", "server.queue_max_per_identity",
@@ -1309,6 +1311,7 @@ static void test_server_section(void **state)
     assert_int_equal(cfg->server.max_connections, 32768);
     assert_int_equal(cfg->server.max_connections_per_address, 1024);
     assert_int_equal(cfg->server.header_timeout_ms, 10000);
+    assert_int_equal(cfg->server.connection_memory_kb, 32);
     assert_int_equal(cfg->server.queue_max, 256);
     assert_int_equal(cfg->server.queue_max_per_identity, 0);
     assert_int_equal(cfg->server.queue_wait_ms, 10000);
@@ -1332,6 +1335,7 @@ static void test_server_section(void **state)
                   "  max_connections: 10\n"
                   "  max_connections_per_address: 3\n"
                   "  header_timeout_ms: 1500\n"
+                  "  connection_memory_kb: 48\n"
                   "  queue_max: 7\n"
                   "  queue_max_per_identity: 2\n"
                   "  queue_wait_ms: 0\n"
@@ -1348,6 +1352,7 @@ static void test_server_section(void **state)
     assert_int_equal(cfg->server.max_connections, 10);
     assert_int_equal(cfg->server.max_connections_per_address, 3);
     assert_int_equal(cfg->server.header_timeout_ms, 1500);
+    assert_int_equal(cfg->server.connection_memory_kb, 48);
     assert_int_equal(cfg->server.queue_max, 7);
     assert_int_equal(cfg->server.queue_max_per_identity, 2);
     assert_int_equal(cfg->server.queue_wait_ms, 0);
