@@ -1,7 +1,8 @@
 /*
  * Per-thread error state. Each thread keeps its last code and message in
  * thread-local storage so concurrent runs and tool threads never see each
- * other's errors.
+ * other's errors; a fiber (core/fiber.h) brings its own state in while it
+ * runs, so runs sharing a worker thread do not either.
  */
 #include "core/error.h"
 
@@ -15,17 +16,31 @@
 #define LOOM_VERSION "0.0.0"
 #endif
 
-static _Thread_local int last_code;
-static _Thread_local char last_msg[1024];
+static _Thread_local loom__error_state own;
+static _Thread_local loom__error_state *cur;
+
+/* The state in use: a fiber's, or the thread's own. */
+static loom__error_state *state(void)
+{
+    return cur ? cur : &own;
+}
+
+loom__error_state *loom__error_use(loom__error_state *es)
+{
+    loom__error_state *was = cur;
+
+    cur = es;
+    return was;
+}
 
 int loom__error_set(int code, const char *fmt, ...)
 {
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
+    vsnprintf(state()->msg, sizeof(state()->msg), fmt, ap);
     va_end(ap);
-    last_code = code;
+    state()->code = code;
     return code;
 }
 
@@ -36,18 +51,18 @@ int loom__error_oom(void)
 
 const char *loom_error_last(void)
 {
-    return last_msg;
+    return state()->msg;
 }
 
 int loom_error_last_code(void)
 {
-    return last_code;
+    return state()->code;
 }
 
 void loom_error_clear(void)
 {
-    last_code = 0;
-    last_msg[0] = '\0';
+    state()->code = 0;
+    state()->msg[0] = '\0';
 }
 
 const char *loom_error_name(int code)

@@ -11,4 +11,15 @@ int loom__error_set(int code, const char *fmt, ...)
 /* Returns LOOM_ENOMEM after recording "out of memory". */
 int loom__error_oom(void);
 
+/* An error state: a thread's own, or a fiber's (core/fiber.h). */
+typedef struct {
+    int code;
+    char msg[1024];
+} loom__error_state;
+
+/* Makes es the calling thread's error state until the next call (NULL:
+ * the thread's own); returns the one in use before. The fiber scheduler
+ * swaps each fiber's in, so runs sharing a worker thread keep apart. */
+loom__error_state *loom__error_use(loom__error_state *es);
+
 #endif

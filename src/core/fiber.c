@@ -1,0 +1,970 @@
+/*
+ * The fiber scheduler (see core/fiber.h for the contract).
+ *
+ * Why ucontext: glibc's makecontext/swapcontext are enough for fibers that
+ * never move between threads, need no extra dependency, and sanitizers know
+ * them (the switches are annotated below for ASan and TSan). The one
+ * coroutine library Debian packages for C (libpcl) is a thin, unmaintained
+ * wrapper over the same calls. swapcontext's signal-mask system call per
+ * switch costs well under a microsecond, far below a model call's chunk.
+ *
+ * Stacks are mmap'd with a guard page below them, so an overflow faults
+ * instead of corrupting a neighbour, and only the pages a fiber touches
+ * take memory. A worker keeps a few stacks of ended fibers for reuse.
+ *
+ * A fiber's state (ready, running, parked) and its wake token change under
+ * its worker's lock, which no fiber holds across a switch: a waker on any
+ * thread takes it, marks the fiber woken and, when the fiber is already
+ * parked, queues it and writes the worker's eventfd. A wake that arrives
+ * while the fiber is still on its way to park is kept (woken is set), and
+ * the worker queues the fiber again as soon as it has switched out.
+ * Timers are a binary heap per worker, touched only by that worker.
+ */
+#include "core/fiber.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FIBER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FIBER_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define FIBER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FIBER_TSAN 1
+#endif
+#endif
+
+#ifdef FIBER_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef FIBER_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+#define DEFAULT_STACK ((size_t)256 << 10)
+#define DEFAULT_BLOCKING 64
+#define KEEP_STACKS 16
+#define MAX_EVENTS 64
+
+enum { F_READY, F_RUNNING, F_PARKED };
+enum { REQ_NONE, REQ_PARK, REQ_YIELD, REQ_DONE };
+
+typedef struct worker worker;
+
+/* A fiber's place in a loom__cond's list while it waits there. */
+struct loom__cond_waiter {
+    loom__fiber *f; /* NULL once a signal took it off the list */
+    uint64_t token;
+    loom__cond_waiter *prev, *next;
+};
+
+struct loom__fiber {
+    ucontext_t ctx;
+    worker *w;
+    void (*fn)(void *);
+    void *arg;
+    char *map; /* the mapping: guard page, then the stack */
+    size_t map_len;
+    int state; /* F_*, under w->lock */
+    int req;   /* what the fiber asked of its worker when it switched */
+    uint64_t token;
+    int woken;
+    double deadline; /* parked until (monotonic ms); < 0: no timer */
+    size_t heap_i;   /* index in w->heap + 1; 0: not there */
+    loom__fiber *next;
+    loom__cond_waiter cw; /* one wait at a time */
+    loom__error_state err;
+#ifdef FIBER_ASAN
+    void *fake_stack;
+#endif
+#ifdef FIBER_TSAN
+    void *tsan;
+#endif
+};
+
+struct worker {
+    loom__sched *s;
+    pthread_t th;
+    pthread_mutex_t lock; /* ready queue and fiber states */
+    loom__fiber *rq_head, *rq_tail;
+    int efd, ep;
+    ucontext_t main_ctx;
+    loom__fiber *cur;
+    loom__fiber **heap;
+    size_t nheap, capheap;
+    CURLM *multi;
+    double curl_at;     /* when curl wants its timeout action; < 0: never */
+    loom__fiber *spare; /* ended fibers kept for their stacks */
+    int nspare;
+#ifdef FIBER_ASAN
+    const void *main_bottom;
+    size_t main_size;
+#endif
+#ifdef FIBER_TSAN
+    void *tsan_main;
+#endif
+};
+
+typedef struct job {
+    void (*fn)(void *);
+    void *arg;
+    struct job *next;
+} job;
+
+struct loom__sched {
+    worker *w;
+    int nw;
+    size_t stack_size;
+    atomic_uint next_w;
+    atomic_long fibers;
+    atomic_int stopping;
+    /* blocking work */
+    pthread_mutex_t bl_lock;
+    pthread_cond_t bl_cv;
+    job *bl_head, *bl_tail;
+    int bl_max, bl_threads, bl_idle, bl_queued;
+    pthread_t *bl_ids;
+};
+
+static _Thread_local worker *tl_worker;
+
+static size_t page_size(void)
+{
+    long p = sysconf(_SC_PAGESIZE);
+
+    return p > 0 ? (size_t)p : 4096;
+}
+
+/* ---- switching ----------------------------------------------------------- */
+
+/* From the worker's own context into f. */
+static void switch_in(worker *w, loom__fiber *f)
+{
+#ifdef FIBER_ASAN
+    void *fake = NULL;
+    size_t pg = page_size();
+    __sanitizer_start_switch_fiber(&fake, f->map + pg, f->map_len - pg);
+#endif
+#ifdef FIBER_TSAN
+    __tsan_switch_to_fiber(f->tsan, 0);
+#endif
+    w->cur = f;
+    loom__error_use(&f->err);
+    swapcontext(&w->main_ctx, &f->ctx);
+    loom__error_use(NULL);
+    w->cur = NULL;
+#ifdef FIBER_ASAN
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+}
+
+/* From fiber f back to its worker's context, having set f->req. */
+static void switch_out(loom__fiber *f)
+{
+    worker *w = f->w;
+#ifdef FIBER_ASAN
+    __sanitizer_start_switch_fiber(f->req == REQ_DONE ? NULL : &f->fake_stack,
+                                   w->main_bottom, w->main_size);
+#endif
+#ifdef FIBER_TSAN
+    __tsan_switch_to_fiber(w->tsan_main, 0);
+#endif
+    swapcontext(&f->ctx, &w->main_ctx);
+#ifdef FIBER_ASAN
+    __sanitizer_finish_switch_fiber(f->fake_stack, NULL, NULL);
+#endif
+}
+
+static void trampoline(void)
+{
+    worker *w = tl_worker;
+    loom__fiber *f = w->cur;
+
+#ifdef FIBER_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &w->main_bottom, &w->main_size);
+#endif
+    f->fn(f->arg);
+    /* The worker may differ from the one at the start: never; fibers stay
+     * on theirs. */
+    f->req = REQ_DONE;
+    switch_out(f);
+}
+
+/* ---- timers (worker only) ------------------------------------------------ */
+
+static int heap_less(worker *w, size_t a, size_t b)
+{
+    return w->heap[a]->deadline < w->heap[b]->deadline;
+}
+
+static void heap_swap(worker *w, size_t a, size_t b)
+{
+    loom__fiber *t = w->heap[a];
+
+    w->heap[a] = w->heap[b];
+    w->heap[b] = t;
+    w->heap[a]->heap_i = a + 1;
+    w->heap[b]->heap_i = b + 1;
+}
+
+static void heap_fix(worker *w, size_t i)
+{
+    while (i > 0 && heap_less(w, i, (i - 1) / 2)) {
+        heap_swap(w, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < w->nheap && heap_less(w, l, m))
+            m = l;
+        if (r < w->nheap && heap_less(w, r, m))
+            m = r;
+        if (m == i)
+            return;
+        heap_swap(w, i, m);
+        i = m;
+    }
+}
+
+static int heap_add(worker *w, loom__fiber *f)
+{
+    if (w->nheap == w->capheap) {
+        size_t c = w->capheap ? w->capheap * 2 : 64;
+        loom__fiber **h = realloc(w->heap, c * sizeof(*h));
+        if (!h)
+            return -1;
+        w->heap = h;
+        w->capheap = c;
+    }
+    w->heap[w->nheap] = f;
+    f->heap_i = ++w->nheap;
+    heap_fix(w, w->nheap - 1);
+    return 0;
+}
+
+static void heap_remove(worker *w, loom__fiber *f)
+{
+    size_t i = f->heap_i - 1;
+
+    f->heap_i = 0;
+    if (i != --w->nheap) {
+        w->heap[i] = w->heap[w->nheap];
+        w->heap[i]->heap_i = i + 1;
+        heap_fix(w, i);
+    }
+}
+
+/* ---- queues -------------------------------------------------------------- */
+
+static void kick(worker *w)
+{
+    uint64_t one = 1;
+
+    if (tl_worker != w)
+        (void)!write(w->efd, &one, sizeof(one));
+}
+
+/* Queues f as ready; w->lock held. */
+static void push_ready(worker *w, loom__fiber *f)
+{
+    f->state = F_READY;
+    f->next = NULL;
+    if (w->rq_tail)
+        w->rq_tail->next = f;
+    else
+        w->rq_head = f;
+    w->rq_tail = f;
+}
+
+static loom__fiber *pop_ready(worker *w)
+{
+    loom__fiber *f;
+
+    pthread_mutex_lock(&w->lock);
+    f = w->rq_head;
+    if (f) {
+        w->rq_head = f->next;
+        if (!w->rq_head)
+            w->rq_tail = NULL;
+        f->state = F_RUNNING;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return f;
+}
+
+/* ---- fibers -------------------------------------------------------------- */
+
+static void fiber_free(loom__fiber *f)
+{
+    if (!f)
+        return;
+    if (f->map)
+        munmap(f->map, f->map_len);
+    free(f);
+}
+
+static loom__fiber *fiber_new(loom__sched *s)
+{
+    size_t pg = page_size();
+    loom__fiber *f = calloc(1, sizeof(*f));
+
+    if (!f)
+        return NULL;
+    f->map_len = ((s->stack_size + pg - 1) / pg) * pg + pg;
+    f->map =
+        mmap(NULL, f->map_len, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        free(f);
+        return NULL;
+    }
+    if (mprotect(f->map, pg, PROT_NONE) != 0) {
+        fiber_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+/* getcontext() apart, so that no local of the caller lives across a call
+ * that returns twice (it never does here: makecontext follows). */
+__attribute__((noinline)) static int get_context(ucontext_t *c)
+{
+    return getcontext(c);
+}
+
+/* Sets f up to start fn(arg) on w; w's thread or before it owns f. */
+static int fiber_prepare(worker *w, loom__fiber *f, void (*fn)(void *),
+                         void *arg)
+{
+    size_t pg = page_size();
+
+    if (get_context(&f->ctx) != 0)
+        return -1;
+    f->ctx.uc_stack.ss_sp = f->map + pg;
+    f->ctx.uc_stack.ss_size = f->map_len - pg;
+    f->ctx.uc_link = NULL;
+    makecontext(&f->ctx, trampoline, 0);
+    f->w = w;
+    f->fn = fn;
+    f->arg = arg;
+    f->token = 0;
+    f->woken = 0;
+    f->deadline = -1;
+    f->heap_i = 0;
+    f->req = REQ_NONE;
+    memset(&f->err, 0, sizeof(f->err));
+#ifdef FIBER_TSAN
+    f->tsan = __tsan_create_fiber(0);
+#endif
+    return 0;
+}
+
+static void fiber_ended(worker *w, loom__fiber *f)
+{
+#ifdef FIBER_TSAN
+    __tsan_destroy_fiber(f->tsan);
+    f->tsan = NULL;
+#endif
+    if (w->nspare < KEEP_STACKS) {
+        f->next = w->spare;
+        w->spare = f;
+        w->nspare++;
+    } else {
+        fiber_free(f);
+    }
+    atomic_fetch_sub(&w->s->fibers, 1);
+}
+
+int loom__fiber_spawn(loom__sched *s, void (*fn)(void *), void *arg, int here)
+{
+    worker *w;
+    loom__fiber *f = NULL;
+
+    if (here && tl_worker && tl_worker->s == s && tl_worker->cur)
+        w = tl_worker;
+    else
+        w = &s->w[atomic_fetch_add(&s->next_w, 1) % (unsigned)s->nw];
+    if (tl_worker == w && w->spare) {
+        f = w->spare;
+        w->spare = f->next;
+        w->nspare--;
+    }
+    if (!f && !(f = fiber_new(s)))
+        return loom__error_oom();
+    if (fiber_prepare(w, f, fn, arg) != 0) {
+        fiber_free(f);
+        return loom__error_set(LOOM_ERROR, "cannot make a fiber context");
+    }
+    atomic_fetch_add(&s->fibers, 1);
+    pthread_mutex_lock(&w->lock);
+    push_ready(w, f);
+    pthread_mutex_unlock(&w->lock);
+    kick(w);
+    return 0;
+}
+
+loom__fiber *loom__fiber_self(void)
+{
+    return tl_worker ? tl_worker->cur : NULL;
+}
+
+loom__sched *loom__fiber_sched(void)
+{
+    return tl_worker && tl_worker->cur ? tl_worker->s : NULL;
+}
+
+uint64_t loom__fiber_arm(void)
+{
+    loom__fiber *f = loom__fiber_self();
+    uint64_t token;
+
+    pthread_mutex_lock(&f->w->lock);
+    token = ++f->token;
+    f->woken = 0;
+    pthread_mutex_unlock(&f->w->lock);
+    return token;
+}
+
+int loom__fiber_park(double until)
+{
+    loom__fiber *f = loom__fiber_self();
+
+    f->deadline = until;
+    f->req = REQ_PARK;
+    switch_out(f);
+    return f->woken;
+}
+
+void loom__fiber_wake(loom__fiber *f, uint64_t token)
+{
+    worker *w = f->w;
+    int queued = 0;
+
+    pthread_mutex_lock(&w->lock);
+    if (token == f->token && !f->woken) {
+        f->woken = 1;
+        if (f->state == F_PARKED) {
+            push_ready(w, f);
+            queued = 1;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (queued)
+        kick(w);
+}
+
+void loom__fiber_yield(void)
+{
+    loom__fiber *f = loom__fiber_self();
+
+    if (!f)
+        return;
+    f->req = REQ_YIELD;
+    switch_out(f);
+}
+
+void loom__fiber_sleep(long ms)
+{
+    struct timespec ts;
+
+    if (ms <= 0)
+        return;
+    if (loom__fiber_self()) {
+        double until = loom__mono_ms_exact() + (double)ms;
+        (void)loom__fiber_arm();
+        while (loom__fiber_park(until) && loom__mono_ms_exact() < until)
+            (void)loom__fiber_arm();
+        return;
+    }
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+void *loom__fiber_multi(void)
+{
+    return tl_worker && tl_worker->cur ? tl_worker->multi : NULL;
+}
+
+/* ---- curl on epoll ------------------------------------------------------- */
+
+static int on_curl_socket(CURL *e, curl_socket_t fd, int what, void *ud,
+                          void *sockp)
+{
+    worker *w = ud;
+    struct epoll_event ev = {0};
+
+    (void)e;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(w->ep, EPOLL_CTL_DEL, fd, NULL);
+        curl_multi_assign(w->multi, fd, NULL);
+        return 0;
+    }
+    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0) |
+                (what & CURL_POLL_OUT ? EPOLLOUT : 0);
+    ev.data.fd = fd;
+    if (sockp) {
+        epoll_ctl(w->ep, EPOLL_CTL_MOD, fd, &ev);
+    } else {
+        if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST)
+            epoll_ctl(w->ep, EPOLL_CTL_MOD, fd, &ev);
+        curl_multi_assign(w->multi, fd, w);
+    }
+    return 0;
+}
+
+static int on_curl_timer(CURLM *m, long ms, void *ud)
+{
+    worker *w = ud;
+
+    (void)m;
+    w->curl_at = ms < 0 ? -1 : loom__mono_ms_exact() + (double)ms;
+    return 0;
+}
+
+/* Wakes the fibers whose transfers ended. */
+static void curl_done(worker *w)
+{
+    CURLMsg *msg;
+    int q;
+
+    while ((msg = curl_multi_info_read(w->multi, &q)) != NULL) {
+        loom__fiber_xfer *x = NULL;
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        if (!x)
+            continue;
+        x->done = 1;
+        x->result = (int)msg->data.result;
+        loom__fiber_wake(x->fiber, x->token);
+    }
+}
+
+/* ---- the worker loop ----------------------------------------------------- */
+
+static void run_fiber(worker *w, loom__fiber *f)
+{
+    if (f->heap_i)
+        heap_remove(w, f);
+    f->req = REQ_NONE;
+    switch_in(w, f);
+    switch (f->req) {
+    case REQ_DONE:
+        fiber_ended(w, f);
+        break;
+    case REQ_YIELD:
+        pthread_mutex_lock(&w->lock);
+        push_ready(w, f);
+        pthread_mutex_unlock(&w->lock);
+        break;
+    default: /* REQ_PARK */
+        pthread_mutex_lock(&w->lock);
+        if (f->woken) {
+            push_ready(w, f);
+        } else {
+            f->state = F_PARKED;
+            /* Out of memory for the timer: the fiber wakes at once and
+             * its caller waits again (a spurious wake-up). */
+            if (f->deadline >= 0 && heap_add(w, f) != 0)
+                push_ready(w, f);
+        }
+        pthread_mutex_unlock(&w->lock);
+        break;
+    }
+}
+
+/* Wakes the fibers whose timers passed; returns ms to the next one (-1:
+ * none). */
+static int expire(worker *w)
+{
+    double now = loom__mono_ms_exact(), next = -1;
+    int ms;
+
+    while (w->nheap && w->heap[0]->deadline <= now) {
+        loom__fiber *f = w->heap[0];
+        heap_remove(w, f);
+        pthread_mutex_lock(&w->lock);
+        if (f->state == F_PARKED)
+            push_ready(w, f);
+        pthread_mutex_unlock(&w->lock);
+    }
+    if (w->nheap)
+        next = w->heap[0]->deadline;
+    if (w->curl_at >= 0 && (next < 0 || w->curl_at < next))
+        next = w->curl_at;
+    if (next < 0)
+        return -1;
+    ms = (int)(next - now + 0.999);
+    return ms < 0 ? 0 : ms;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    loom__sched *s = w->s;
+    struct epoll_event evs[MAX_EVENTS];
+    int running;
+
+    tl_worker = w;
+#ifdef FIBER_TSAN
+    w->tsan_main = __tsan_get_current_fiber();
+#endif
+    for (;;) {
+        loom__fiber *f;
+        int timeout, n, ready;
+        /* Only the fibers ready now: one that yields runs again after the
+         * events are looked at. */
+        pthread_mutex_lock(&w->lock);
+        f = w->rq_tail;
+        pthread_mutex_unlock(&w->lock);
+        if (f) {
+            loom__fiber *g;
+            while ((g = pop_ready(w)) != NULL) {
+                run_fiber(w, g);
+                if (g == f)
+                    break;
+            }
+        }
+        if (atomic_load(&s->stopping) && atomic_load(&s->fibers) == 0)
+            break;
+        timeout = expire(w);
+        pthread_mutex_lock(&w->lock);
+        ready = w->rq_head != NULL;
+        pthread_mutex_unlock(&w->lock);
+        if (ready)
+            timeout = 0;
+        else if (atomic_load(&s->stopping) && (timeout < 0 || timeout > 50))
+            timeout = 50; /* looks at the fiber count again */
+        n = epoll_wait(w->ep, evs, MAX_EVENTS, timeout);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd, mask = 0;
+            if (fd == w->efd) {
+                uint64_t v;
+                (void)!read(w->efd, &v, sizeof(v));
+                continue;
+            }
+            if (evs[i].events & (EPOLLIN | EPOLLHUP))
+                mask |= CURL_CSELECT_IN;
+            if (evs[i].events & EPOLLOUT)
+                mask |= CURL_CSELECT_OUT;
+            if (evs[i].events & EPOLLERR)
+                mask |= CURL_CSELECT_ERR;
+            curl_multi_socket_action(w->multi, fd, mask, &running);
+        }
+        if (w->curl_at >= 0 && loom__mono_ms_exact() >= w->curl_at) {
+            w->curl_at = -1;
+            curl_multi_socket_action(w->multi, CURL_SOCKET_TIMEOUT, 0,
+                                     &running);
+        }
+        curl_done(w);
+        (void)expire(w);
+    }
+    tl_worker = NULL;
+    return NULL;
+}
+
+/* ---- blocking work ------------------------------------------------------- */
+
+static void *blocking_main(void *arg)
+{
+    loom__sched *s = arg;
+    job *j;
+
+    pthread_mutex_lock(&s->bl_lock);
+    for (;;) {
+        while (!s->bl_head && !atomic_load(&s->stopping)) {
+            s->bl_idle++;
+            pthread_cond_wait(&s->bl_cv, &s->bl_lock);
+            s->bl_idle--;
+        }
+        if (!(j = s->bl_head))
+            break;
+        s->bl_head = j->next;
+        if (!s->bl_head)
+            s->bl_tail = NULL;
+        s->bl_queued--;
+        pthread_mutex_unlock(&s->bl_lock);
+        j->fn(j->arg);
+        free(j);
+        pthread_mutex_lock(&s->bl_lock);
+    }
+    pthread_mutex_unlock(&s->bl_lock);
+    return NULL;
+}
+
+int loom__sched_blocking(loom__sched *s, void (*fn)(void *), void *arg)
+{
+    job *j = calloc(1, sizeof(*j));
+
+    if (!j)
+        return loom__error_oom();
+    j->fn = fn;
+    j->arg = arg;
+    pthread_mutex_lock(&s->bl_lock);
+    /* A thread more unless enough idle ones are there for the queue. */
+    if (s->bl_idle <= s->bl_queued && s->bl_threads < s->bl_max &&
+        pthread_create(&s->bl_ids[s->bl_threads], NULL, blocking_main, s) == 0)
+        s->bl_threads++;
+    if (s->bl_threads == 0) {
+        /* No thread would ever take it. */
+        pthread_mutex_unlock(&s->bl_lock);
+        free(j);
+        return loom__error_set(LOOM_ERROR, "cannot start a thread");
+    }
+    if (s->bl_tail)
+        s->bl_tail->next = j;
+    else
+        s->bl_head = j;
+    s->bl_tail = j;
+    s->bl_queued++;
+    pthread_cond_signal(&s->bl_cv);
+    pthread_mutex_unlock(&s->bl_lock);
+    return 0;
+}
+
+/* ---- the scheduler ------------------------------------------------------- */
+
+static int worker_init(worker *w, loom__sched *s)
+{
+    struct epoll_event ev = {0};
+
+    w->s = s;
+    w->efd = w->ep = -1;
+    w->curl_at = -1;
+    if (pthread_mutex_init(&w->lock, NULL) != 0)
+        return -1;
+    if ((w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
+        (w->ep = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        !(w->multi = curl_multi_init()))
+        return -1;
+    ev.events = EPOLLIN;
+    ev.data.fd = w->efd;
+    if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->efd, &ev) != 0)
+        return -1;
+    curl_multi_setopt(w->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+    curl_multi_setopt(w->multi, CURLMOPT_SOCKETDATA, w);
+    curl_multi_setopt(w->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+    curl_multi_setopt(w->multi, CURLMOPT_TIMERDATA, w);
+    return 0;
+}
+
+static void worker_clear(worker *w)
+{
+    while (w->spare) {
+        loom__fiber *f = w->spare;
+        w->spare = f->next;
+        fiber_free(f);
+    }
+    if (w->multi)
+        curl_multi_cleanup(w->multi);
+    if (w->ep >= 0)
+        close(w->ep);
+    if (w->efd >= 0)
+        close(w->efd);
+    free(w->heap);
+    pthread_mutex_destroy(&w->lock);
+}
+
+int loom__sched_start(loom__sched **out, const loom__sched_opts *opts)
+{
+    loom__sched *s;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = opts && opts->workers > 0 ? opts->workers
+            : cores > 0               ? (int)cores
+                                      : 1;
+    int started = 0;
+
+    *out = NULL;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return loom__error_set(LOOM_ERROR, "libcurl failed to start");
+    if (!(s = calloc(1, sizeof(*s))) ||
+        !(s->w = calloc((size_t)n, sizeof(worker)))) {
+        free(s);
+        return loom__error_oom();
+    }
+    s->nw = n;
+    s->stack_size = opts && opts->stack_size ? opts->stack_size : DEFAULT_STACK;
+    s->bl_max =
+        opts && opts->blocking_max > 0 ? opts->blocking_max : DEFAULT_BLOCKING;
+    if (!(s->bl_ids = calloc((size_t)s->bl_max, sizeof(pthread_t)))) {
+        free(s->w);
+        free(s);
+        return loom__error_oom();
+    }
+    pthread_mutex_init(&s->bl_lock, NULL);
+    pthread_cond_init(&s->bl_cv, NULL);
+    for (int i = 0; i < n; i++) {
+        if (worker_init(&s->w[i], s) != 0 ||
+            pthread_create(&s->w[i].th, NULL, worker_main, &s->w[i]) != 0) {
+            worker_clear(&s->w[i]);
+            break;
+        }
+        started++;
+    }
+    if (started < n) {
+        s->nw = started;
+        loom__sched_stop(s);
+        return loom__error_set(LOOM_ERROR, "cannot start the fiber workers");
+    }
+    *out = s;
+    return 0;
+}
+
+void loom__sched_stop(loom__sched *s)
+{
+    if (!s)
+        return;
+    atomic_store(&s->stopping, 1);
+    for (int i = 0; i < s->nw; i++)
+        kick(&s->w[i]);
+    for (int i = 0; i < s->nw; i++) {
+        pthread_join(s->w[i].th, NULL);
+        worker_clear(&s->w[i]);
+    }
+    pthread_mutex_lock(&s->bl_lock);
+    pthread_cond_broadcast(&s->bl_cv);
+    pthread_mutex_unlock(&s->bl_lock);
+    for (int i = 0; i < s->bl_threads; i++)
+        pthread_join(s->bl_ids[i], NULL);
+    pthread_cond_destroy(&s->bl_cv);
+    pthread_mutex_destroy(&s->bl_lock);
+    free(s->bl_ids);
+    free(s->w);
+    free(s);
+}
+
+int loom__sched_workers(const loom__sched *s)
+{
+    return s->nw;
+}
+
+long loom__sched_fibers(const loom__sched *s)
+{
+    return atomic_load(&((loom__sched *)s)->fibers);
+}
+
+/* ---- loom__cond ---------------------------------------------------------- */
+
+int loom__cond_init(loom__cond *c)
+{
+    int rc;
+
+    c->head = c->tail = NULL;
+    if ((rc = pthread_mutex_init(&c->lk, NULL)) != 0)
+        return rc;
+    if ((rc = loom__cond_init_mono(&c->cv)) != 0)
+        pthread_mutex_destroy(&c->lk);
+    return rc;
+}
+
+void loom__cond_destroy(loom__cond *c)
+{
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->lk);
+}
+
+static void unlink_waiter(loom__cond *c, loom__cond_waiter *n)
+{
+    if (n->prev)
+        n->prev->next = n->next;
+    else
+        c->head = n->next;
+    if (n->next)
+        n->next->prev = n->prev;
+    else
+        c->tail = n->prev;
+    n->prev = n->next = NULL;
+    n->f = NULL;
+}
+
+int loom__cond_wait(loom__cond *c, pthread_mutex_t *mu, double until)
+{
+    loom__fiber *f = loom__fiber_self();
+    loom__cond_waiter *n;
+    int woken;
+
+    if (!f) {
+        if (until < 0)
+            return pthread_cond_wait(&c->cv, mu);
+        return loom__cond_wait_mono(&c->cv, mu, until);
+    }
+    n = &f->cw;
+    n->f = f;
+    n->token = loom__fiber_arm();
+    n->next = NULL;
+    pthread_mutex_lock(&c->lk);
+    n->prev = c->tail;
+    if (c->tail)
+        c->tail->next = n;
+    else
+        c->head = n;
+    c->tail = n;
+    pthread_mutex_unlock(&c->lk);
+    pthread_mutex_unlock(mu);
+    woken = loom__fiber_park(until);
+    pthread_mutex_lock(&c->lk);
+    if (n->f) /* still listed: nobody signalled it */
+        unlink_waiter(c, n);
+    else
+        woken = 1; /* a signal chose it, even if its time was up too */
+    pthread_mutex_unlock(&c->lk);
+    pthread_mutex_lock(mu);
+    return woken ? 0 : ETIMEDOUT;
+}
+
+/* Wakes the first fiber waiting on c; c->lk held. 0 when there is none. */
+static int wake_one(loom__cond *c)
+{
+    loom__cond_waiter *n = c->head;
+    loom__fiber *f;
+    uint64_t token;
+
+    if (!n)
+        return 0;
+    f = n->f;
+    token = n->token;
+    unlink_waiter(c, n);
+    loom__fiber_wake(f, token);
+    return 1;
+}
+
+void loom__cond_signal(loom__cond *c)
+{
+    int fiber;
+
+    pthread_mutex_lock(&c->lk);
+    fiber = wake_one(c);
+    pthread_mutex_unlock(&c->lk);
+    if (!fiber)
+        pthread_cond_signal(&c->cv);
+}
+
+void loom__cond_broadcast(loom__cond *c)
+{
+    pthread_mutex_lock(&c->lk);
+    while (wake_one(c))
+        ;
+    pthread_mutex_unlock(&c->lk);
+    pthread_cond_broadcast(&c->cv);
+}

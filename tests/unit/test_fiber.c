@@ -1,0 +1,352 @@
+/*
+ * Tests of the fiber scheduler (core/fiber.h): many fibers on few
+ * workers, a parent waiting for children on the same worker, wake-ups from
+ * plain threads, timers in deadline order, per-fiber error state, and the
+ * bound on blocking work.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/fiber.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+static loom__sched *start(int workers, int blocking)
+{
+    loom__sched_opts o = {0};
+    loom__sched *s = NULL;
+
+    o.workers = workers;
+    o.blocking_max = blocking;
+    o.stack_size = 64 << 10;
+    assert_int_equal(loom__sched_start(&s, &o), 0);
+    return s;
+}
+
+/* ---- many fibers --------------------------------------------------------- */
+
+static atomic_int counter;
+
+static void yielder(void *arg)
+{
+    (void)arg;
+    assert_non_null(loom__fiber_self());
+    for (int i = 0; i < 10; i++) {
+        atomic_fetch_add(&counter, 1);
+        loom__fiber_yield();
+    }
+}
+
+static void test_many_fibers(void **state)
+{
+    loom__sched *s = start(2, 0);
+
+    (void)state;
+    atomic_store(&counter, 0);
+    for (int i = 0; i < 3000; i++)
+        assert_int_equal(loom__fiber_spawn(s, yielder, NULL, 0), 0);
+    loom__sched_stop(s);
+    assert_int_equal(atomic_load(&counter), 30000);
+    assert_null(loom__fiber_self());
+}
+
+/* ---- a parent waits for its children on one worker ----------------------- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    loom__cond cv;
+    int done, want;
+    int ok;
+} family;
+
+static void child(void *arg)
+{
+    family *fa = arg;
+
+    loom__fiber_yield();
+    pthread_mutex_lock(&fa->mu);
+    fa->done++;
+    loom__cond_signal(&fa->cv);
+    pthread_mutex_unlock(&fa->mu);
+}
+
+static void parent(void *arg)
+{
+    family *fa = arg;
+
+    for (int i = 0; i < fa->want; i++)
+        assert_int_equal(loom__fiber_spawn(loom__fiber_sched(), child, fa, 1),
+                         0);
+    pthread_mutex_lock(&fa->mu);
+    while (fa->done < fa->want)
+        assert_int_equal(loom__cond_wait(&fa->cv, &fa->mu, -1), 0);
+    fa->ok = 1;
+    pthread_mutex_unlock(&fa->mu);
+}
+
+static void test_parent_waits_on_one_worker(void **state)
+{
+    loom__sched *s = start(1, 0);
+    family fa = {.want = 200};
+
+    (void)state;
+    pthread_mutex_init(&fa.mu, NULL);
+    assert_int_equal(loom__cond_init(&fa.cv), 0);
+    assert_int_equal(loom__fiber_spawn(s, parent, &fa, 0), 0);
+    loom__sched_stop(s);
+    assert_int_equal(fa.done, 200);
+    assert_true(fa.ok);
+    loom__cond_destroy(&fa.cv);
+    pthread_mutex_destroy(&fa.mu);
+}
+
+/* ---- wake-ups from a plain thread ---------------------------------------- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    loom__cond cv;
+    int waiting, go, seen;
+} gate;
+
+static void gate_waiter(void *arg)
+{
+    gate *g = arg;
+
+    pthread_mutex_lock(&g->mu);
+    g->waiting++;
+    loom__cond_broadcast(&g->cv);
+    while (!g->go)
+        loom__cond_wait(&g->cv, &g->mu, -1);
+    g->seen++;
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void test_cross_thread_wake(void **state)
+{
+    loom__sched *s = start(2, 0);
+    gate g = {0};
+
+    (void)state;
+    pthread_mutex_init(&g.mu, NULL);
+    assert_int_equal(loom__cond_init(&g.cv), 0);
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(loom__fiber_spawn(s, gate_waiter, &g, 0), 0);
+    /* This thread waits off a fiber on the same cond the fibers use. */
+    pthread_mutex_lock(&g.mu);
+    while (g.waiting < 50)
+        loom__cond_wait(&g.cv, &g.mu, -1);
+    g.go = 1;
+    loom__cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    loom__sched_stop(s);
+    assert_int_equal(g.seen, 50);
+    loom__cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+}
+
+/* A signal wakes exactly one fiber waiter per call until all are out. */
+static void test_signal_wakes_each(void **state)
+{
+    loom__sched *s = start(2, 0);
+    gate g = {0};
+
+    (void)state;
+    pthread_mutex_init(&g.mu, NULL);
+    assert_int_equal(loom__cond_init(&g.cv), 0);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(loom__fiber_spawn(s, gate_waiter, &g, 0), 0);
+    pthread_mutex_lock(&g.mu);
+    while (g.waiting < 20)
+        loom__cond_wait(&g.cv, &g.mu, -1);
+    g.go = 1;
+    pthread_mutex_unlock(&g.mu);
+    for (;;) {
+        pthread_mutex_lock(&g.mu);
+        if (g.seen == 20) {
+            pthread_mutex_unlock(&g.mu);
+            break;
+        }
+        loom__cond_signal(&g.cv);
+        pthread_mutex_unlock(&g.mu);
+        loom__fiber_yield(); /* no-op here: off a fiber */
+    }
+    loom__sched_stop(s);
+    assert_int_equal(g.seen, 20);
+    loom__cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+}
+
+/* ---- timers -------------------------------------------------------------- */
+
+static pthread_mutex_t order_mu = PTHREAD_MUTEX_INITIALIZER;
+static int order[8];
+static int norder;
+static double base;
+
+/* Sleeps until base + 20 * its number, then notes the number. */
+static void sleeper(void *arg)
+{
+    int n = (int)(intptr_t)arg;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    loom__cond cv;
+
+    assert_int_equal(loom__cond_init(&cv), 0);
+    pthread_mutex_lock(&mu);
+    while (loom__cond_wait(&cv, &mu, base + 20.0 * n) != ETIMEDOUT)
+        ;
+    pthread_mutex_unlock(&mu);
+    loom__cond_destroy(&cv);
+    pthread_mutex_lock(&order_mu);
+    order[norder++] = n;
+    pthread_mutex_unlock(&order_mu);
+}
+
+static void test_timers_in_deadline_order(void **state)
+{
+    loom__sched *s = start(1, 0);
+
+    (void)state;
+    norder = 0;
+    base = loom__mono_ms_exact() + 200;
+    /* Spawned in one order, woken in the order of their deadlines. */
+    assert_int_equal(loom__fiber_spawn(s, sleeper, (void *)(intptr_t)3, 0), 0);
+    assert_int_equal(loom__fiber_spawn(s, sleeper, (void *)(intptr_t)1, 0), 0);
+    assert_int_equal(loom__fiber_spawn(s, sleeper, (void *)(intptr_t)2, 0), 0);
+    loom__sched_stop(s);
+    assert_int_equal(norder, 3);
+    assert_int_equal(order[0], 1);
+    assert_int_equal(order[1], 2);
+    assert_int_equal(order[2], 3);
+}
+
+static void napper(void *arg)
+{
+    (void)arg;
+    loom__fiber_sleep(5);
+    atomic_fetch_add(&counter, 1);
+}
+
+/* Sleeping fibers park: 100 of them on one worker all wake. */
+static void test_sleep_parks(void **state)
+{
+    loom__sched *s = start(1, 0);
+
+    (void)state;
+    atomic_store(&counter, 0);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(loom__fiber_spawn(s, napper, NULL, 0), 0);
+    loom__sched_stop(s);
+    assert_int_equal(atomic_load(&counter), 100);
+}
+
+static int timed_rc = -1;
+static double timed_late;
+
+static void timed_waiter(void *arg)
+{
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    loom__cond cv;
+    double until = loom__mono_ms_exact() + 30;
+
+    (void)arg;
+    assert_int_equal(loom__cond_init(&cv), 0);
+    pthread_mutex_lock(&mu);
+    timed_rc = loom__cond_wait(&cv, &mu, until);
+    timed_late = loom__mono_ms_exact() - until;
+    pthread_mutex_unlock(&mu);
+    loom__cond_destroy(&cv);
+}
+
+static void test_cond_wait_times_out(void **state)
+{
+    loom__sched *s = start(1, 0);
+
+    (void)state;
+    assert_int_equal(loom__fiber_spawn(s, timed_waiter, NULL, 0), 0);
+    loom__sched_stop(s);
+    assert_int_equal(timed_rc, ETIMEDOUT);
+    assert_true(timed_late >= 0); /* never before its time */
+}
+
+/* ---- error state per fiber ----------------------------------------------- */
+
+static atomic_int err_ok;
+
+static void err_fiber(void *arg)
+{
+    const char *mine = arg;
+
+    loom__error_set(LOOM_ERROR, "%s", mine);
+    for (int i = 0; i < 5; i++)
+        loom__fiber_yield();
+    if (strcmp(loom_error_last(), mine) == 0)
+        atomic_fetch_add(&err_ok, 1);
+}
+
+static void test_error_state_per_fiber(void **state)
+{
+    loom__sched *s = start(1, 0);
+
+    (void)state;
+    atomic_store(&err_ok, 0);
+    loom__error_set(LOOM_ERROR, "the test thread's");
+    assert_int_equal(loom__fiber_spawn(s, err_fiber, "first", 0), 0);
+    assert_int_equal(loom__fiber_spawn(s, err_fiber, "second", 0), 0);
+    loom__sched_stop(s);
+    assert_int_equal(atomic_load(&err_ok), 2);
+    assert_string_equal(loom_error_last(), "the test thread's");
+}
+
+/* ---- blocking work ------------------------------------------------------- */
+
+static atomic_int bl_active, bl_max, bl_ran;
+
+static void blocking_job(void *arg)
+{
+    int now = atomic_fetch_add(&bl_active, 1) + 1, was;
+
+    (void)arg;
+    assert_null(loom__fiber_self());
+    was = atomic_load(&bl_max);
+    while (now > was && !atomic_compare_exchange_weak(&bl_max, &was, now))
+        ;
+    atomic_fetch_add(&bl_ran, 1);
+    atomic_fetch_sub(&bl_active, 1);
+}
+
+static void test_blocking_is_bounded(void **state)
+{
+    loom__sched *s = start(1, 2);
+
+    (void)state;
+    for (int i = 0; i < 40; i++)
+        assert_int_equal(loom__sched_blocking(s, blocking_job, NULL), 0);
+    loom__sched_stop(s);
+    assert_int_equal(atomic_load(&bl_ran), 40);
+    assert_true(atomic_load(&bl_max) <= 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_many_fibers),
+        cmocka_unit_test(test_parent_waits_on_one_worker),
+        cmocka_unit_test(test_cross_thread_wake),
+        cmocka_unit_test(test_signal_wakes_each),
+        cmocka_unit_test(test_timers_in_deadline_order),
+        cmocka_unit_test(test_sleep_parks),
+        cmocka_unit_test(test_cond_wait_times_out),
+        cmocka_unit_test(test_error_state_per_fiber),
+        cmocka_unit_test(test_blocking_is_bounded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
