@@ -21,10 +21,24 @@
  * instead of resetting the handle and setting every option and header
  * list again. The transfer state and error buffer the callbacks point to
  * live in the pair, so those pointers stay valid between requests.
+ *
+ * On a fiber (core/fiber.h) the transfer joins the curl multi handle of
+ * the fiber's worker instead of polling its own, and the fiber parks until
+ * there is something to do: the worker's event loop drives every transfer
+ * of its fibers from one epoll. The write callback then runs in the
+ * worker's loop, not on the fiber, so it only copies the bytes into the
+ * transfer's inbox (pausing the transfer past INBOX_MAX) and wakes the
+ * fiber, which hands them to on_body itself: the caller's callback runs on
+ * its own fiber, where it may wait. The timers and the cancel flag are
+ * checked each time the fiber wakes, at the latest every FIBER_TICK_MS
+ * (an exact timer for the timeouts), so a worker holding thousands of
+ * streams is not woken 50 times a second for each. Off a fiber (the CLI,
+ * embedders, tests) a call runs its own loop as before.
  */
 #include "core/http.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fiber.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -36,6 +50,11 @@
 
 /* Idle pairs kept per pool; more concurrent calls make and drop extras. */
 #define POOL_MAX_IDLE 8
+/* Body bytes a fiber's transfer holds before it pauses until they are
+ * handed on. */
+#define INBOX_MAX ((size_t)256 << 10)
+/* How often a parked fiber's transfer looks at its cancel flag. */
+#define FIBER_TICK_MS 250
 
 /* State of one transfer, shared with the curl callbacks. */
 typedef struct {
@@ -50,6 +69,12 @@ typedef struct {
     int error_cut; /* stopped reading an error body at its limit */
     size_t max_error_body;
     size_t max_body;
+    /* On a fiber: bytes that arrived, not yet handed on, and whether the
+     * transfer paused because there were too many. */
+    loom__fiber_xfer x;
+    int on_fiber;
+    loom_buf inbox;
+    int paused;
 } transfer;
 
 typedef struct pair {
@@ -184,9 +209,10 @@ static pair *pool_take(loom__http_pool *pool)
     if (!pr)
         return NULL;
     loom_buf_init(&pr->sig, LOOM_BUF_UNLIMITED);
+    /* The multi handle is made on first use off a fiber (on one, the
+     * worker's serves). */
     pr->easy = curl_easy_init();
-    pr->multi = curl_multi_init();
-    if (!pr->easy || !pr->multi) {
+    if (!pr->easy) {
         pair_free(pr);
         return NULL;
     }
@@ -298,19 +324,13 @@ static int is_2xx(long status)
     return status >= 200 && status < 300;
 }
 
-static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
+/* Hands len body bytes on (on_body, the kept body or the error body):
+ * len, or less to end the transfer. */
+static size_t deliver(transfer *t, const char *data, size_t len)
 {
-    transfer *t = ud;
     loom__http_response *r = t->resp;
-    size_t len = size * nmemb;
     int rc;
 
-    t->last_byte_at = loom__mono_ms();
-    t->body_started = 1;
-    if (!t->status_known) {
-        curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &r->status);
-        t->status_known = 1;
-    }
     r->body_bytes += len;
     if (is_2xx(r->status) && t->req->on_body) {
         rc = t->req->on_body(data, len, t->req->payload);
@@ -344,6 +364,32 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
         t->cb_rc = LOOM_ENOMEM;
         return len ? 0 : 1;
     }
+    return len;
+}
+
+static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
+{
+    transfer *t = ud;
+    size_t len = size * nmemb;
+
+    t->last_byte_at = loom__mono_ms();
+    t->body_started = 1;
+    if (!t->status_known) {
+        curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->resp->status);
+        t->status_known = 1;
+    }
+    if (!t->on_fiber)
+        return deliver(t, data, len);
+    if (t->inbox.len + len > INBOX_MAX && t->inbox.len > 0) {
+        t->paused = 1;
+        loom__fiber_wake(t->x.fiber, t->x.token);
+        return CURL_WRITEFUNC_PAUSE;
+    }
+    if (loom_buf_put(&t->inbox, data, len) != 0) {
+        t->cb_rc = LOOM_ENOMEM;
+        return len ? 0 : 1;
+    }
+    loom__fiber_wake(t->x.fiber, t->x.token);
     return len;
 }
 
@@ -530,10 +576,10 @@ static int finish(transfer *t, CURLcode res, const char *errbuf)
 }
 
 /* Checks the cancel flag and the timers; non-zero ends the transfer. */
-static int check(transfer *t, long *wait_ms)
+static int check(transfer *t, long tick_ms, long *wait_ms)
 {
     const loom__http_request *req = t->req;
-    long long now = loom__mono_ms(), left = LOOM_HTTP_TICK_MS;
+    long long now = loom__mono_ms(), left = tick_ms;
 
     if (loom_cancel_is_set(req->cancel)) {
         t->resp->failure = LOOM_HTTP_FAIL_CANCELED;
@@ -558,8 +604,75 @@ static int check(transfer *t, long *wait_ms)
                                    req->first_byte_timeout_ms);
         }
     }
-    *wait_ms = left < LOOM_HTTP_TICK_MS ? (long)left : LOOM_HTTP_TICK_MS;
+    *wait_ms = left < tick_ms ? (long)left : tick_ms;
     return 0;
+}
+
+/* Hands the inbox's bytes on, on the fiber; 0, or -1 when deliver ended
+ * the transfer. */
+static int drain(transfer *t)
+{
+    size_t len = t->inbox.len, took;
+
+    if (len == 0)
+        return 0;
+    took = deliver(t, t->inbox.ptr, len);
+    loom_buf_clear(&t->inbox);
+    return took == len ? 0 : -1;
+}
+
+/*
+ * Runs pr's transfer on the caller's fiber through its worker's multi
+ * handle m (see the top): 0 with *res set when it ended, else the error
+ * (a timeout or cancellation) with resp->failure set.
+ */
+static int perform_on_fiber(pair *pr, CURLM *m, CURLcode *res)
+{
+    transfer *t = &pr->t;
+    CURLMcode mc;
+    long wait_ms = 0;
+    int rc = 0;
+
+    t->on_fiber = 1;
+    t->x.fiber = loom__fiber_self();
+    t->x.token = loom__fiber_arm();
+    loom_buf_init(&t->inbox, INBOX_MAX + CURL_MAX_WRITE_SIZE);
+    curl_easy_setopt(pr->easy, CURLOPT_PRIVATE, (char *)&t->x);
+    if ((mc = curl_multi_add_handle(m, pr->easy)) != CURLM_OK) {
+        t->resp->failure = LOOM_HTTP_FAIL_OTHER;
+        rc = loom__error_set(LOOM_ERROR, "curl: %s", curl_multi_strerror(mc));
+        goto out;
+    }
+    for (;;) {
+        /* Armed before looking, so that nothing that comes after the look
+         * is missed by the park. */
+        t->x.token = loom__fiber_arm();
+        if (t->inbox.len) {
+            if (drain(t) != 0) {
+                *res = CURLE_WRITE_ERROR;
+                break;
+            }
+            if (t->paused) {
+                t->paused = 0;
+                curl_easy_pause(pr->easy, CURLPAUSE_CONT);
+            }
+            continue;
+        }
+        if (t->x.done) {
+            *res = (CURLcode)t->x.result;
+            if (t->cb_rc && *res == CURLE_OK)
+                *res = CURLE_WRITE_ERROR;
+            break;
+        }
+        if ((rc = check(t, FIBER_TICK_MS, &wait_ms)) != 0)
+            break;
+        loom__fiber_park(loom__mono_ms_exact() + (double)wait_ms);
+    }
+    curl_multi_remove_handle(m, pr->easy);
+out:
+    curl_easy_setopt(pr->easy, CURLOPT_PRIVATE, NULL);
+    loom_buf_free(&t->inbox);
+    return rc;
 }
 
 int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
@@ -567,6 +680,7 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
 {
     transfer *t;
     pair *pr = NULL;
+    CURLM *fm;
     CURLcode res = CURLE_OK;
     CURLMcode mc;
     CURLMsg *msg;
@@ -599,6 +713,15 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
     pr->errbuf[0] = '\0';
     if ((rc = setup(pr, req)) != 0)
         goto cleanup;
+    if ((fm = loom__fiber_multi()) != NULL) {
+        if ((rc = perform_on_fiber(pr, fm, &res)) == 0)
+            rc = finish(t, res, pr->errbuf);
+        goto cleanup;
+    }
+    if (!pr->multi && !(pr->multi = curl_multi_init())) {
+        rc = loom__error_set(LOOM_ENOMEM, "cannot make a curl handle");
+        goto cleanup;
+    }
     if ((mc = curl_multi_add_handle(pr->multi, pr->easy)) != CURLM_OK) {
         rc = loom__error_set(LOOM_ERROR, "curl: %s", curl_multi_strerror(mc));
         goto cleanup;
@@ -619,7 +742,7 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
         }
         if (done || !running)
             break;
-        if ((rc = check(t, &wait_ms)) != 0)
+        if ((rc = check(t, LOOM_HTTP_TICK_MS, &wait_ms)) != 0)
             goto cleanup;
         mc = curl_multi_poll(pr->multi, NULL, 0, (int)wait_ms, NULL);
         if (mc != CURLM_OK) {

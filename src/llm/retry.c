@@ -6,6 +6,7 @@
 #include "llm/retry.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fiber.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -76,7 +77,6 @@ long loom__retry_backoff(int retry, long base_ms, long max_ms, unsigned *seed)
 int loom__retry_sleep(long ms, loom_cancel *cancel)
 {
     double end = loom__mono_ms_exact() + (double)ms, left;
-    struct timespec ts;
 
     for (;;) {
         if (loom_cancel_is_set(cancel))
@@ -86,9 +86,7 @@ int loom__retry_sleep(long ms, loom_cancel *cancel)
             return 0;
         if (left > SLEEP_SLICE_MS)
             left = SLEEP_SLICE_MS;
-        ts.tv_sec = 0;
-        /* Whole milliseconds, at least one (as before). */
-        ts.tv_nsec = (left < 1 ? 1 : (long)left) * 1000000L;
-        nanosleep(&ts, NULL);
+        /* Whole milliseconds, at least one; a fiber parks meanwhile. */
+        loom__fiber_sleep(left < 1 ? 1 : (long)left);
     }
 }

@@ -19,6 +19,7 @@
 #include "llm/openai.h"
 #include "loom/buf.h"
 #include "loom/llm.h"
+#include "on_fiber.h"
 #include "provider_harness.h"
 #include "testutil.h"
 
@@ -747,6 +748,27 @@ static void test_http_reuse(void **state)
     fake_stop(f);
 }
 
+/* The same on a fiber: the transfer goes through its worker's multi
+ * handle and the fiber parks (core/http.c). */
+TEST_ON_FIBER(test_stream_text)
+TEST_ON_FIBER(test_tool_calls_streamed)
+TEST_ON_FIBER(test_non_streamed)
+TEST_ON_FIBER(test_429_retry_after)
+TEST_ON_FIBER(test_500_then_ok)
+TEST_ON_FIBER(test_stream_error_after_output)
+TEST_ON_FIBER(test_disconnect_after_output)
+TEST_ON_FIBER(test_disconnect_before_output)
+TEST_ON_FIBER(test_connection_refused)
+TEST_ON_FIBER(test_slow_chunks_within_idle)
+TEST_ON_FIBER(test_cancel_during_hang)
+TEST_ON_FIBER(test_cancel_during_backoff)
+TEST_ON_FIBER(test_cancel_before_start)
+TEST_ON_FIBER(test_callback_abort)
+TEST_ON_FIBER(test_non_streamed_body_limit)
+TEST_ON_FIBER(test_stream_text_limit)
+TEST_ON_FIBER(test_error_body_cap)
+TEST_ON_FIBER(test_http_reuse)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -779,6 +801,24 @@ int main(void)
         cmocka_unit_test(test_stream_text_limit),
         cmocka_unit_test(test_error_body_cap),
         cmocka_unit_test(test_http_reuse),
+        cmocka_unit_test(test_stream_text_on_fiber),
+        cmocka_unit_test(test_tool_calls_streamed_on_fiber),
+        cmocka_unit_test(test_non_streamed_on_fiber),
+        cmocka_unit_test(test_429_retry_after_on_fiber),
+        cmocka_unit_test(test_500_then_ok_on_fiber),
+        cmocka_unit_test(test_stream_error_after_output_on_fiber),
+        cmocka_unit_test(test_disconnect_after_output_on_fiber),
+        cmocka_unit_test(test_disconnect_before_output_on_fiber),
+        cmocka_unit_test(test_connection_refused_on_fiber),
+        cmocka_unit_test(test_slow_chunks_within_idle_on_fiber),
+        cmocka_unit_test(test_cancel_during_hang_on_fiber),
+        cmocka_unit_test(test_cancel_during_backoff_on_fiber),
+        cmocka_unit_test(test_cancel_before_start_on_fiber),
+        cmocka_unit_test(test_callback_abort_on_fiber),
+        cmocka_unit_test(test_non_streamed_body_limit_on_fiber),
+        cmocka_unit_test(test_stream_text_limit_on_fiber),
+        cmocka_unit_test(test_error_body_cap_on_fiber),
+        cmocka_unit_test(test_http_reuse_on_fiber),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
