@@ -201,7 +201,7 @@ unlimited_check() {
 # Public headers belong to the layer that implements them.
 public_layer() {
     case $1 in
-    buf | cancel | common | config | log | message | sse | tokenizer) echo core ;;
+    buf | cancel | common | config | log | message | pool | sse | tokenizer) echo core ;;
     llm | router) echo llm ;;
     tools | mcp) echo tools ;;
     store | accounts | limits | jwt) echo store ;;

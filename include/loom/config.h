@@ -416,6 +416,10 @@ typedef struct {
  *     cors_origins: [https://app.example.com]  # browsers' origins allowed
  *     ui: true                    # the web UI at / (docs/ui.md)
  *     public_url: https://loom.example.com  # how browsers reach it
+ *     fibers: true                # runs as fibers on a worker pool
+ *     workers: 0                  # its threads; 0: the number of cores
+ *     tool_threads: 64            # threads for tool calls that block
+ *     fiber_stack_kb: 256         # stack reserved per run / tool fiber
  */
 typedef struct {
     char *listen;              /* "HOST:PORT", default 127.0.0.1:8080 */
@@ -457,6 +461,12 @@ typedef struct {
      * connecting their MCP accounts (docs/mcp.md). NULL: http://HOST:PORT
      * of the listen address. */
     char *public_url;
+    /* Runs execute as fibers on `workers` threads (loom/pool.h), default
+     * 1; 0: a thread per run, as before. */
+    int fibers;
+    int workers;        /* default 0: the number of cores */
+    int tool_threads;   /* default 64 */
+    int fiber_stack_kb; /* default 256 */
 } loom_server_config;
 
 /*

@@ -33,6 +33,7 @@
 #include "core/clock.h"
 #include "core/config_internal.h"
 #include "core/error.h"
+#include "core/fiber.h"
 #include "core/text.h"
 #include "core/utf8.h"
 #include "loom/log.h"
@@ -567,7 +568,6 @@ int loom_session_store_retry(loom_session *s, loom_store_op_fn op, void *arg,
 
     for (;;) {
         long long left;
-        struct timespec ts;
         if ((rc = op(arg)) != LOOM_EIO)
             return rc;
         left = deadline - loom__mono_ms();
@@ -579,10 +579,7 @@ int loom_session_store_retry(loom_session *s, loom_store_op_fn op, void *arg,
             s->o.observer.store_retry(what, s->o.observer.payload);
         loom_warn("store: %s failed (%s); retrying in %ld ms", what,
                   loom_error_last(), wait);
-        ts.tv_sec = wait / 1000;
-        ts.tv_nsec = (wait % 1000) * 1000000L;
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-            ;
+        loom__fiber_sleep(wait); /* parks a fiber */
         wait =
             wait * 2 > STORE_BACKOFF_MAX_MS ? STORE_BACKOFF_MAX_MS : wait * 2;
     }

@@ -642,6 +642,9 @@ static loom_config *config_new(void)
     cfg->server.shutdown_grace_ms = 10000;
     cfg->server.keep_finished_runs = 1000;
     cfg->server.ui = 1;
+    cfg->server.fibers = 1;
+    cfg->server.tool_threads = 64;
+    cfg->server.fiber_stack_kb = 256;
     cfg->server.max_run_events_bytes = 64L << 20;
     cfg->research.max_cycles = LOOM_RESEARCH_DEFAULT_MAX_CYCLES;
     cfg->research.max_cycles_reasoning =

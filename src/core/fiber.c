@@ -23,6 +23,7 @@
 #include "core/fiber.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "loom/pool.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -141,7 +142,10 @@ struct loom__sched {
     pthread_cond_t bl_cv;
     job *bl_head, *bl_tail;
     int bl_max, bl_threads, bl_idle, bl_queued;
-    pthread_t *bl_ids;
+    /* The stopper's and each blocking thread's: a blocking job that never
+     * ends must not hang the stop, so those threads are detached and the
+     * last one out frees s. */
+    atomic_int refs;
 };
 
 static _Thread_local worker *tl_worker;
@@ -686,6 +690,16 @@ static void *worker_main(void *arg)
 
 /* ---- blocking work ------------------------------------------------------- */
 
+static void sched_unref(loom__sched *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    pthread_cond_destroy(&s->bl_cv);
+    pthread_mutex_destroy(&s->bl_lock);
+    free(s->w);
+    free(s);
+}
+
 static void *blocking_main(void *arg)
 {
     loom__sched *s = arg;
@@ -710,7 +724,29 @@ static void *blocking_main(void *arg)
         pthread_mutex_lock(&s->bl_lock);
     }
     pthread_mutex_unlock(&s->bl_lock);
+    sched_unref(s);
     return NULL;
+}
+
+/* Starts a blocking thread; s->bl_lock held. 0, or -1. */
+static int blocking_thread(loom__sched *s)
+{
+    pthread_attr_t attr;
+    pthread_t th;
+    int rc;
+
+    if (pthread_attr_init(&attr) != 0)
+        return -1;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    atomic_fetch_add(&s->refs, 1);
+    rc = pthread_create(&th, &attr, blocking_main, s);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        atomic_fetch_sub(&s->refs, 1);
+        return -1;
+    }
+    s->bl_threads++;
+    return 0;
 }
 
 int loom__sched_blocking(loom__sched *s, void (*fn)(void *), void *arg)
@@ -723,9 +759,8 @@ int loom__sched_blocking(loom__sched *s, void (*fn)(void *), void *arg)
     j->arg = arg;
     pthread_mutex_lock(&s->bl_lock);
     /* A thread more unless enough idle ones are there for the queue. */
-    if (s->bl_idle <= s->bl_queued && s->bl_threads < s->bl_max &&
-        pthread_create(&s->bl_ids[s->bl_threads], NULL, blocking_main, s) == 0)
-        s->bl_threads++;
+    if (s->bl_idle <= s->bl_queued && s->bl_threads < s->bl_max)
+        (void)blocking_thread(s);
     if (s->bl_threads == 0) {
         /* No thread would ever take it. */
         pthread_mutex_unlock(&s->bl_lock);
@@ -807,11 +842,7 @@ int loom__sched_start(loom__sched **out, const loom__sched_opts *opts)
     s->stack_size = opts && opts->stack_size ? opts->stack_size : DEFAULT_STACK;
     s->bl_max =
         opts && opts->blocking_max > 0 ? opts->blocking_max : DEFAULT_BLOCKING;
-    if (!(s->bl_ids = calloc((size_t)s->bl_max, sizeof(pthread_t)))) {
-        free(s->w);
-        free(s);
-        return loom__error_oom();
-    }
+    atomic_init(&s->refs, 1);
     pthread_mutex_init(&s->bl_lock, NULL);
     pthread_cond_init(&s->bl_cv, NULL);
     for (int i = 0; i < n; i++) {
@@ -842,16 +873,11 @@ void loom__sched_stop(loom__sched *s)
         pthread_join(s->w[i].th, NULL);
         worker_clear(&s->w[i]);
     }
+    /* Blocking threads end once the queue is empty. */
     pthread_mutex_lock(&s->bl_lock);
     pthread_cond_broadcast(&s->bl_cv);
     pthread_mutex_unlock(&s->bl_lock);
-    for (int i = 0; i < s->bl_threads; i++)
-        pthread_join(s->bl_ids[i], NULL);
-    pthread_cond_destroy(&s->bl_cv);
-    pthread_mutex_destroy(&s->bl_lock);
-    free(s->bl_ids);
-    free(s->w);
-    free(s);
+    sched_unref(s);
 }
 
 int loom__sched_workers(const loom__sched *s)
@@ -967,4 +993,55 @@ void loom__cond_broadcast(loom__cond *c)
         ;
     pthread_mutex_unlock(&c->lk);
     pthread_cond_broadcast(&c->cv);
+}
+
+/* ---- loom/pool.h: the public face ---------------------------------------- */
+
+struct loom_pool {
+    loom__sched *s;
+};
+
+int loom_pool_new(loom_pool **out, const loom_pool_options *opts)
+{
+    loom__sched_opts so = {0};
+    loom_pool *p;
+    int rc;
+
+    *out = NULL;
+    if (opts && opts->version > LOOM_POOL_OPTIONS_VERSION)
+        return loom__error_set(LOOM_ERROR,
+                               "loom_pool_options version %u "
+                               "is unknown",
+                               opts->version);
+    if (opts) {
+        so.workers = opts->workers;
+        so.blocking_max = opts->tool_threads;
+        so.stack_size = opts->stack_bytes;
+    }
+    if (!(p = calloc(1, sizeof(*p))))
+        return loom__error_oom();
+    if ((rc = loom__sched_start(&p->s, &so)) != 0) {
+        free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+int loom_pool_spawn(loom_pool *p, void (*fn)(void *payload), void *payload)
+{
+    return loom__fiber_spawn(p->s, fn, payload, 0);
+}
+
+int loom_pool_workers(const loom_pool *p)
+{
+    return loom__sched_workers(p->s);
+}
+
+void loom_pool_free(loom_pool *p)
+{
+    if (!p)
+        return;
+    loom__sched_stop(p->s);
+    free(p);
 }

@@ -41,8 +41,9 @@ typedef struct {
 int loom__sched_start(loom__sched **out, const loom__sched_opts *opts);
 
 /*
- * Stops s: waits until every fiber has returned and every piece of
- * blocking work has ended, then joins the threads and frees s. Must not
+ * Stops s: waits until every fiber has returned, then joins the workers.
+ * Blocking work still running (a tool call abandoned at its timeout)
+ * ends on its own; its threads free what is left of s after it. Must not
  * be called on one of s's fibers or threads. NULL: no-op.
  */
 void loom__sched_stop(loom__sched *s);

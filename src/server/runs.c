@@ -11,12 +11,17 @@
  * ended runs stay findable for GET /v1/runs/{id}) and the connections
  * waiting on it. srv_run_start does only what cannot wait, on the
  * server's polling thread: loom_turn_new (which checks the request and
- * reads the store at most once); the worker thread executes the turn.
+ * reads the store at most once); the worker executes the turn.
+ *
+ * With server.fibers (the default) a run executes as a fiber on the
+ * server's worker pool (loom/pool.h): thousands of runs waiting on model
+ * streams share a few threads; without it each run has a thread.
  */
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "loom/log.h"
+#include "loom/pool.h"
 #include "loom/session.h"
 #include "server/srvpriv.h"
 
@@ -48,21 +53,36 @@ struct srv_runs {
     pthread_cond_t cv;
     srv_run *head, *tail;
     int active;   /* runs holding a slot (max_concurrent_runs) */
-    int threads;  /* worker threads not yet done with the server */
+    int threads;  /* workers (threads or fibers) not yet done with the
+                     server */
     int finished;
+    loom_pool *pool; /* NULL: a thread per run */
 };
 
 /* ---- the table ----------------------------------------------------------- */
 
-int srv__runs_new(srv_runs **out)
+int srv__runs_new(srv_runs **out, const loom_server_config *sc)
 {
     srv_runs *rt = calloc(1, sizeof(*rt));
+    loom_pool_options po = {LOOM_POOL_OPTIONS_VERSION, 0, 0, 0};
+    int rc;
 
     *out = NULL;
     if (!rt)
         return loom__error_oom();
     pthread_mutex_init(&rt->lock, NULL);
     pthread_cond_init(&rt->cv, NULL);
+    if (sc->fibers) {
+        po.workers = sc->workers;
+        po.tool_threads = sc->tool_threads;
+        po.stack_bytes = (size_t)sc->fiber_stack_kb << 10;
+        if ((rc = loom_pool_new(&rt->pool, &po)) != 0) {
+            srv__runs_free(rt);
+            return rc;
+        }
+        loom_info("runs execute as fibers on %d worker threads",
+                  loom_pool_workers(rt->pool));
+    }
     *out = rt;
     return 0;
 }
@@ -89,6 +109,8 @@ void srv__runs_free(srv_runs *rt)
         unlink_run(rt, r);
         srv_run_unref(r);
     }
+    /* Every run has ended (the caller waited): the pool stops at once. */
+    loom_pool_free(rt->pool);
     pthread_mutex_destroy(&rt->lock);
     pthread_cond_destroy(&rt->cv);
     free(rt);
@@ -507,6 +529,11 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static void worker_fiber(void *arg)
+{
+    (void)worker(arg);
+}
+
 /* ---- starting ------------------------------------------------------------ */
 
 /* A slot for the run of request req (NULL: none), which may wait for
@@ -684,17 +711,22 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     s->runs->tail = r;
     pthread_mutex_unlock(&s->runs->lock);
 
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&th, &attr, worker, we);
-    pthread_attr_destroy(&attr);
+    if (s->runs->pool) {
+        rc = loom_pool_spawn(s->runs->pool, worker_fiber, we);
+    } else {
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&th, &attr, worker, we);
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            rc = loom__error_set(LOOM_ERROR, "cannot start a run thread: %s",
+                                 strerror(rc));
+    }
     if (rc != 0) {
         pthread_mutex_lock(&s->runs->lock);
         unlink_run(s->runs, r);
         pthread_mutex_unlock(&s->runs->lock);
         atomic_store(&r->refs, 1);
-        rc = loom__error_set(LOOM_ERROR, "cannot start a run thread: %s",
-                             strerror(rc));
         goto fail;
     }
     *out = r;

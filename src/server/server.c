@@ -430,7 +430,7 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
         (rc = build_providers(s)) != 0 ||
         (rc = loom_router_health_new(&s->health)) != 0 ||
         (rc = build_session(s, opts)) != 0 ||
-        (rc = srv__runs_new(&s->runs)) != 0 ||
+        (rc = srv__runs_new(&s->runs, s->sc)) != 0 ||
         (rc = srv__queue_new(&s->queue, s->sc)) != 0 ||
         (rc = srv__router_new(&s->router)) != 0 ||
         (rc = srv__auth_new(&s->auth, s->cfg)) != 0 ||

@@ -140,7 +140,7 @@ void srv__run_unwatch(srv_run *run, srv_susp *sp);
 
 /* The server's run table. */
 typedef struct srv_runs srv_runs;
-int srv__runs_new(srv_runs **out);
+int srv__runs_new(srv_runs **out, const loom_server_config *sc);
 void srv__runs_free(srv_runs *rt);
 /* Runs not ended yet. */
 int srv__runs_active(srv_server *s);

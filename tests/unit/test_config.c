@@ -1298,6 +1298,12 @@ static void test_server_section(void **state)
          "0 to 1000000", "0", "1000000", "-1", "1000001"},
         {head, "max_run_events_bytes: ", "", "server.max_run_events_bytes",
          "4096 to 4294967296", "4096", "4294967296", "4095", "4294967297"},
+        {head, "workers: ", "", "server.workers", "0 to 4096", "0", "4096",
+         "-1", "4097"},
+        {head, "tool_threads: ", "", "server.tool_threads", "1 to 100000", "1",
+         "100000", "0", "100001"},
+        {head, "fiber_stack_kb: ", "", "server.fiber_stack_kb", "64 to 65536",
+         "64", "65536", "63", "65537"},
     };
     loom_config *cfg;
 
@@ -1324,6 +1330,18 @@ static void test_server_section(void **state)
     loom_config_free(cfg);
     cfg = load_ok("server: {ui: false}\n");
     assert_int_equal(cfg->server.ui, 0);
+    loom_config_free(cfg);
+    /* The worker pool: on by default, its sizes, and off. */
+    cfg = load_ok("log: {level: info}\n");
+    assert_int_equal(cfg->server.fibers, 1);
+    assert_int_equal(cfg->server.workers, 0);
+    assert_int_equal(cfg->server.tool_threads, 64);
+    assert_int_equal(cfg->server.fiber_stack_kb, 256);
+    loom_config_free(cfg);
+    cfg = load_ok("server: {fibers: false, workers: 3, tool_threads: 5}\n");
+    assert_int_equal(cfg->server.fibers, 0);
+    assert_int_equal(cfg->server.workers, 3);
+    assert_int_equal(cfg->server.tool_threads, 5);
     loom_config_free(cfg);
 
     setenv("LOOM_TEST_PORT", "9090", 1);
