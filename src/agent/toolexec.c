@@ -34,6 +34,7 @@
 #include "agent/subagent.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fiber.h"
 #include "core/utf8.h"
 #include "loom/run.h"
 #include "tools/registry.h"
@@ -164,7 +165,7 @@ struct loom_tool_events {
  * threads. */
 typedef struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv;  /* on CLOCK_MONOTONIC */
+    loom__cond cv;      /* parks a caller on a fiber */
     int refs;           /* the caller, and each thread not yet ended */
     slot *head, *tail;  /* finished, not yet taken by the caller */
     tev *ev_head, *ev_tail; /* sent, not yet taken by the caller */
@@ -240,7 +241,7 @@ static void hub_release(hub *h)
         tev_free(h->ev_head);
         h->ev_head = nx;
     }
-    pthread_cond_destroy(&h->cv);
+    loom__cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);
 }
@@ -439,7 +440,7 @@ static int post(slot *s, tev *e)
     s->ev_n++;
     s->ev_bytes += e->bytes;
     e = NULL;
-    pthread_cond_signal(&h->cv);
+    loom__cond_signal(&h->cv);
 out:
     pthread_mutex_unlock(&h->mu);
     tev_free(e);
@@ -551,13 +552,44 @@ static void *worker(void *arg)
         else
             h->head = s;
         h->tail = s;
-        pthread_cond_signal(&h->cv);
+        loom__cond_signal(&h->cv);
     }
     pthread_mutex_unlock(&h->mu);
     if (abandoned)
         slot_free(s);
     hub_release(h);
     return NULL;
+}
+
+static void worker_fiber(void *arg)
+{
+    (void)worker(arg);
+}
+
+/*
+ * Starts s's job: on a plain thread when the caller is one (the CLI, an
+ * embedder); on the caller's worker pool when it runs on a fiber (loom
+ * serve): a sub-agent or researcher as a fiber of its own, since its run
+ * waits only in ways a fiber parks on, any other tool on the pool's
+ * bounded tool threads, since it may block a thread. 0, or -1.
+ */
+static int launch(slot *s, const loom_tool *tool)
+{
+    loom__sched *sched = loom__fiber_sched();
+    pthread_attr_t attr;
+    pthread_t th;
+    int ok = 0;
+
+    if (sched && loom__tool_is_agent(tool))
+        return loom__fiber_spawn(sched, worker_fiber, s, 0) == 0 ? 0 : -1;
+    if (sched)
+        return loom__sched_blocking(sched, worker_fiber, s) == 0 ? 0 : -1;
+    if (pthread_attr_init(&attr) == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        ok = pthread_create(&th, &attr, worker, s) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    return ok ? 0 : -1;
 }
 
 /* Makes the slot of jobs[i] and starts its thread. On failure the job is
@@ -569,10 +601,8 @@ static void start(hub *h, loom__tool_job *job, size_t i,
     const json_t *set = opts->settings && job->tool
                             ? json_object_get(opts->settings, job->tool->name)
                             : NULL;
-    pthread_attr_t attr;
-    pthread_t th;
     slot *s = calloc(1, sizeof(*s));
-    int ok = 0;
+    int ok;
 
     *out = NULL;
     if (!s)
@@ -607,11 +637,7 @@ static void start(hub *h, loom__tool_job *job, size_t i,
     pthread_mutex_lock(&h->mu);
     h->refs++;
     pthread_mutex_unlock(&h->mu);
-    if (pthread_attr_init(&attr) == 0) {
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        ok = pthread_create(&th, &attr, worker, s) == 0;
-        pthread_attr_destroy(&attr);
-    }
+    ok = launch(s, job->tool) == 0;
     if (!ok) {
         pthread_mutex_lock(&h->mu);
         h->refs--;
@@ -735,18 +761,11 @@ static int abandon(hub *h, slot *s, loom__tool_job *job, int cancelled,
  * gets the events sent, oldest first. */
 static slot *wait_finished(hub *h, double until, tev **evs)
 {
-    struct timespec ts;
     slot *got;
 
-    ts.tv_sec = (time_t)(until / 1e3);
-    ts.tv_nsec = (long)((until - (double)ts.tv_sec * 1e3) * 1e6);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&h->mu);
     while (!h->head && !h->ev_head) {
-        int e = pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+        int e = loom__cond_wait(&h->cv, &h->mu, until);
         if (e == ETIMEDOUT || e == EINVAL)
             break;
     }
@@ -764,7 +783,6 @@ static slot *wait_finished(hub *h, double until, tev **evs)
 
 static hub *hub_new(void)
 {
-    pthread_condattr_t ca;
     hub *h = calloc(1, sizeof(*h));
 
     if (!h)
@@ -773,19 +791,11 @@ static hub *hub_new(void)
         free(h);
         return NULL;
     }
-    if (pthread_condattr_init(&ca) != 0) {
+    if (loom__cond_init(&h->cv) != 0) {
         pthread_mutex_destroy(&h->mu);
         free(h);
         return NULL;
     }
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (pthread_cond_init(&h->cv, &ca) != 0) {
-        pthread_condattr_destroy(&ca);
-        pthread_mutex_destroy(&h->mu);
-        free(h);
-        return NULL;
-    }
-    pthread_condattr_destroy(&ca);
     h->refs = 1;
     return h;
 }
