@@ -8,6 +8,7 @@
 #include "agent/approval.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fiber.h"
 #include "core/utf8.h"
 #include "loom/common.h"
 
@@ -26,7 +27,7 @@ typedef struct {
 
 struct loom__approvals {
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+    loom__cond cv; /* parks a waiter on a fiber */
     item *items;
     size_t n, cap;
 };
@@ -38,8 +39,7 @@ int loom__approvals_new(loom__approvals **out)
     *out = NULL;
     if (!a)
         return loom__error_oom();
-    if (pthread_mutex_init(&a->mu, NULL) != 0 ||
-        loom__cond_init_mono(&a->cv) != 0) {
+    if (pthread_mutex_init(&a->mu, NULL) != 0 || loom__cond_init(&a->cv) != 0) {
         free(a);
         return loom__error_set(LOOM_ERROR, "could not make the approval "
                                            "gate's lock");
@@ -57,7 +57,7 @@ void loom__approvals_free(loom__approvals *a)
         free(a->items[i].reason);
     }
     free(a->items);
-    pthread_cond_destroy(&a->cv);
+    loom__cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->mu);
     free(a);
 }
@@ -107,7 +107,7 @@ int loom__approvals_answer(loom__approvals *a, const char *call_id, int approve,
         it->reason = copy;
         copy = NULL;
         rc = 0;
-        pthread_cond_broadcast(&a->cv);
+        loom__cond_broadcast(&a->cv);
         break;
     }
     pthread_mutex_unlock(&a->mu);
@@ -156,7 +156,7 @@ void loom__approvals_wait(loom__approvals *a, const loom_cancel *cancel,
             break;
         if (deadline > 0 && deadline < until)
             until = deadline;
-        if (loom__cond_wait_mono(&a->cv, &a->mu, until) == EINVAL)
+        if (loom__cond_wait(&a->cv, &a->mu, until) == EINVAL)
             break;
     }
     pthread_mutex_unlock(&a->mu);

@@ -15,6 +15,7 @@
 #include "agent/toolexec.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fiber.h"
 #include "loom/run.h"
 #include "loom/tools.h"
 #include "tools/mcp/mcp_internal.h"
@@ -39,7 +40,7 @@ struct item {
 
 struct loom__elicits {
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+    loom__cond cv; /* parks a waiter on a fiber */
     int open;
     long timeout_ms; /* how long a form waits for its answer */
     unsigned next_id;
@@ -53,8 +54,7 @@ int loom__elicits_new(loom__elicits **out)
     *out = NULL;
     if (!e)
         return loom__error_oom();
-    if (pthread_mutex_init(&e->mu, NULL) != 0 ||
-        loom__cond_init_mono(&e->cv) != 0) {
+    if (pthread_mutex_init(&e->mu, NULL) != 0 || loom__cond_init(&e->cv) != 0) {
         free(e);
         return loom__error_set(LOOM_ERROR, "could not make the forms' lock");
     }
@@ -80,7 +80,7 @@ void loom__elicits_free(loom__elicits *e)
         item_free(e->items);
         e->items = nx;
     }
-    pthread_cond_destroy(&e->cv);
+    loom__cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -170,7 +170,7 @@ int loom__elicits_answer(loom__elicits *e, const char *id, const char *action,
             LOOM_ENOTFOUND, "elicitation '%s' does not wait for an answer", id);
     else if ((rc = make_answer(it->schema, action, content, &answer)) == 0) {
         it->answer = answer;
-        pthread_cond_broadcast(&e->cv);
+        loom__cond_broadcast(&e->cv);
     }
     pthread_mutex_unlock(&e->mu);
     return rc;
@@ -279,7 +279,7 @@ static void wait_locked(loom__elicits *e, const item *it,
             break;
         if (deadline < until)
             until = deadline;
-        if (loom__cond_wait_mono(&e->cv, &e->mu, until) == EINVAL)
+        if (loom__cond_wait(&e->cv, &e->mu, until) == EINVAL)
             break;
     }
 }

@@ -180,7 +180,7 @@ struct loom_turn {
     json_t *term_data;
     /* the log, guarded by lock */
     pthread_mutex_t lock;
-    pthread_cond_t cv;
+    loom__cond cv; /* parks a waiter on a fiber */
     int log;
     size_t log_max;
     loom_turn_event **events;
@@ -671,7 +671,7 @@ static void turn_free(loom_turn *t)
     free(t->conversation_id);
     free(t->id);
     pthread_mutex_destroy(&t->lock);
-    pthread_cond_destroy(&t->cv);
+    loom__cond_destroy(&t->cv);
     loom_session_free(t->s);
     free(t);
 }
@@ -941,25 +941,16 @@ const loom_turn_event *loom_turn_event_at(loom_turn *t, uint64_t seq)
 
 int loom_turn_wait(loom_turn *t, uint64_t after_seq, long timeout_ms)
 {
-    struct timespec ts;
+    double until =
+        timeout_ms > 0 ? loom__mono_ms_exact() + (double)timeout_ms : -1;
     int ready, rc = 0;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (timeout_ms > 0) {
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-    }
     pthread_mutex_lock(&t->lock);
     for (;;) {
         ready = t->ended || first_after(t, after_seq) < t->nevents;
         if (ready || timeout_ms == 0 || rc == ETIMEDOUT)
             break;
-        if (timeout_ms < 0)
-            pthread_cond_wait(&t->cv, &t->lock);
-        else
-            rc = pthread_cond_timedwait(&t->cv, &t->lock, &ts);
+        rc = loom__cond_wait(&t->cv, &t->lock, until);
     }
     pthread_mutex_unlock(&t->lock);
     return ready;
@@ -1003,7 +994,7 @@ static int log_append(loom_turn *t, loom_turn_event *e)
     }
     t->events[t->nevents++] = e;
     t->bytes += e->text_len;
-    pthread_cond_broadcast(&t->cv);
+    loom__cond_broadcast(&t->cv);
     wake_watchers(t);
     return 0;
 }
@@ -1997,7 +1988,7 @@ static int turn_new(loom_turn **out, loom_session *s,
     if (!(t = calloc(1, sizeof(*t))))
         return loom__error_oom();
     pthread_mutex_init(&t->lock, NULL);
-    pthread_cond_init(&t->cv, NULL);
+    loom__cond_init(&t->cv);
     atomic_init(&t->refs, 1);
     atomic_init(&t->phase, PH_PREPARED);
     atomic_init(&t->interrupted, 0);
@@ -2525,7 +2516,7 @@ int loom_turn_execute(loom_turn *t)
     pthread_mutex_lock(&t->lock);
     atomic_store(&t->phase, PH_ENDED);
     t->ended = 1;
-    pthread_cond_broadcast(&t->cv);
+    loom__cond_broadcast(&t->cv);
     wake_watchers(t);
     pthread_mutex_unlock(&t->lock);
     if (rc && t->failed_here)

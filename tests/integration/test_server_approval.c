@@ -21,8 +21,9 @@
     "{\"text\":[\"Hello\",\" world\"]," USAGE "}]}"
 
 /* A server playing script whose get_time needs approval, with agents
- * (YAML lines, then default_agent). */
-static void start_with(sh *h, const char *script, const char *agents)
+ * (YAML lines, then default_agent) and server lines (may be ""). */
+static void start_with(sh *h, const char *script, const char *agents,
+                       const char *server)
 {
     static int n;
     char name[64], *yaml = NULL;
@@ -43,8 +44,8 @@ static void start_with(sh *h, const char *script, const char *agents)
                          "  get_time: {approval: required}\n"
                          "agents:\n%s"
                          "server:\n"
-                         "  listen: 127.0.0.1:0\n",
-                         fake_base_url(h->fake), agents) > 0);
+                         "  listen: 127.0.0.1:0\n%s",
+                         fake_base_url(h->fake), agents, server) > 0);
     sh_start_config(h, yaml);
     free(yaml);
 }
@@ -56,7 +57,8 @@ static void start(sh *h)
                "  a: {model: fake/m, tools: [get_time]}\n"
                "  quick: {model: fake/m, tools: [get_time], "
                "approval_timeout_ms: 1}\n"
-               "default_agent: a\n");
+               "default_agent: a\n",
+               "");
 }
 
 /* main delegates to helper, whose get_time call c1 needs approval. */
@@ -79,7 +81,8 @@ static void start_tree(sh *h)
                " tools: [], sub_agents: [helper]}\n"
                "  helper: {model: fake/m, system_prompt: You help.,"
                " tools: [get_time]}\n"
-               "default_agent: main\n");
+               "default_agent: main\n",
+               "");
 }
 
 /* Reads path's stream until a run asks for approval, then leaves;
@@ -313,10 +316,57 @@ static void test_child_deny_by_child_path(void **state)
     sh_free(&h);
 }
 
+/* asker's get_time needs approval; answerer only answers. */
+#define TWO_SCRIPT                                                             \
+    "{\"rules\":["                                                             \
+    "{\"match\":{\"system\":\"You ask\"},\"responses\":["                      \
+    "{\"tool_calls\":[{\"id\":\"c1\",\"name\":\"get_time\","                   \
+    "\"arguments\":\"{}\"}]},"                                                 \
+    "{\"text\":[\"Asked: done\"]}]},"                                          \
+    "{\"match\":{\"system\":\"You answer\"},\"responses\":["                   \
+    "{\"text\":[\"Quick\"]}]}]}"
+
+/* With one worker thread, a run waiting for its approval parks: another
+ * run completes meanwhile on the same thread, then the first goes on. */
+static void test_waiting_run_frees_its_worker(void **state)
+{
+    sh h;
+    char run_id[64], path[128];
+    json_t *run, *ok;
+
+    (void)state;
+    start_with(&h, TWO_SCRIPT,
+               "  asker: {model: fake/m, system_prompt: You ask.,"
+               " tools: [get_time]}\n"
+               "  answerer: {model: fake/m, system_prompt: You answer.,"
+               " tools: []}\n"
+               "default_agent: asker\n",
+               "  workers: 1\n");
+    until_asked(&h, "/v1/runs", "{\"input\":\"time?\",\"stream\":true}", run_id,
+                NULL);
+    run = sh_json(&h, "POST", "/v1/runs",
+                  "{\"input\":\"hi\",\"agent\":\"answerer\"}", 200);
+    assert_string_equal(sh_str(run, "status"), "completed");
+    assert_string_equal(sh_str(run, "text"), "Quick");
+    json_decref(run);
+    /* Approved once the server has seen the stream's client leave. */
+    sh_streams_closed(&h);
+    snprintf(path, sizeof(path), "/v1/runs/%s/input", run_id);
+    ok =
+        sh_json(&h, "POST", path, "{\"call_id\":\"c1\",\"approve\":true}", 200);
+    json_decref(ok);
+    run = sh_wait_run(&h, run_id, 20000);
+    assert_string_equal(sh_str(run, "status"), "completed");
+    assert_string_equal(sh_str(run, "text"), "Asked: done");
+    json_decref(run);
+    sh_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_approve_after_disconnect),
+        cmocka_unit_test(test_waiting_run_frees_its_worker),
         cmocka_unit_test(test_deny_background),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_child_approve_after_disconnect),

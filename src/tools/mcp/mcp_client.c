@@ -20,6 +20,7 @@
 #include "core/clock.h"
 #include "core/config_internal.h"
 #include "core/error.h"
+#include "core/fiber.h"
 #include "loom/log.h"
 #include "tools/mcp/mcp_internal.h"
 
@@ -91,7 +92,7 @@ struct loom_mcp_server {
     loom_mcp_server_config cfg; /* a deep copy */
     const mcp_transport *tr;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    loom__cond cv; /* parks a caller on a fiber */
     pthread_mutex_t start_mu;
     server_state state;
     unsigned gen;
@@ -246,7 +247,7 @@ int loom_mcp_server_new(loom_mcp_server **out,
     atomic_init(&s->refs, 1);
     atomic_init(&s->lists_changed, 0);
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
+    loom__cond_init(&s->cv);
     pthread_mutex_init(&s->start_mu, NULL);
     s->next_id = 1;
     s->ntools = -1;
@@ -303,7 +304,7 @@ void loom_mcp_server_free(loom_mcp_server *s)
     free(s->error);
     loom__config_mcp_server_clear(&s->cfg);
     pthread_mutex_destroy(&s->start_mu);
-    pthread_cond_destroy(&s->cv);
+    loom__cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -515,7 +516,7 @@ void loom__mcp_lost(loom_mcp_server *s, unsigned gen, const char *why)
         p->done = 1;
         p->lost = strdup(why);
     }
-    pthread_cond_broadcast(&s->cv);
+    loom__cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -833,7 +834,7 @@ static int route_locked(loom_mcp_server *s, unsigned gen, json_t *msg)
     if ((!to->inbox && !(to->inbox = json_array())) ||
         json_array_append(to->inbox, msg) != 0)
         return 1;
-    pthread_cond_broadcast(&s->cv);
+    loom__cond_broadcast(&s->cv);
     return 0;
 }
 
@@ -880,7 +881,7 @@ void loom__mcp_dispatch(loom_mcp_server *s, unsigned gen, json_t *msg)
                 continue;
             p->done = 1;
             p->answer = json_incref(msg);
-            pthread_cond_broadcast(&s->cv);
+            loom__cond_broadcast(&s->cv);
             break;
         }
         pthread_mutex_unlock(&s->mu);
@@ -1030,7 +1031,6 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
     pthread_mutex_lock(&s->mu);
     while (!pp->done && sent == 0) {
         int64_t now = loom__mono_ms(), until;
-        struct timespec ts;
 
         if (json_array_size(pp->inbox)) {
             /* A request of the server routed to this call: answered
@@ -1049,11 +1049,7 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
             break;
         until = pp->deadline - now < WAIT_TICK_MS ? pp->deadline - now
                                                   : WAIT_TICK_MS;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(until % 1000) * 1000000L;
-        ts.tv_sec += (time_t)(until / 1000) + ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        loom__cond_wait(&s->cv, &s->mu, (double)(now + until));
     }
     unlink_pending_locked(s, pp);
     pthread_mutex_unlock(&s->mu);

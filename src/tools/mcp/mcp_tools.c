@@ -18,6 +18,7 @@
  * (loom_tool_ctx.images) also given as images.
  */
 #include "core/error.h"
+#include "core/fiber.h"
 #include "loom/log.h"
 #include "tools/mcp/mcp_internal.h"
 #include "tools/registry.h"
@@ -523,7 +524,7 @@ static int add_tool(loom_tool_registry *reg, loom_mcp_server *s,
 typedef struct {
     loom_mcp_server *server; /* a reference */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    loom__cond cv;             /* parks a waiting run on a fiber */
     loom_tool_registry *tools; /* the last listing's; NULL before one */
     unsigned listed_at;        /* lists_changed when it began */
     int listing;               /* a listing is under way */
@@ -545,7 +546,7 @@ static void lazy_free(void *arg)
     loom_tool_registry_free(l->tools);
     loom_mcp_server_free(l->server);
     pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
+    loom__cond_destroy(&l->cv);
     free(l);
 }
 
@@ -603,7 +604,7 @@ static int refresh_locked(lazy *l)
     int rc;
 
     while (l->listing)
-        pthread_cond_wait(&l->cv, &l->mu);
+        loom__cond_wait(&l->cv, &l->mu, -1);
     if (l->attempts != seen || !due(l))
         return 0;
     l->listing = 1;
@@ -620,7 +621,7 @@ static int refresh_locked(lazy *l)
         l->tools = fresh;
         l->listed_at = changes;
     }
-    pthread_cond_broadcast(&l->cv);
+    loom__cond_broadcast(&l->cv);
     return rc;
 }
 
@@ -676,7 +677,7 @@ static int add_lazy(loom_tool_registry *reg, loom_mcp_server *s)
         return loom__error_oom();
     atomic_init(&l->appeared, 0);
     pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
+    loom__cond_init(&l->cv);
     loom__mcp_ref(s);
     l->server = s;
     loom_mcp_tool_name(l->prefix, loom_mcp_server_name(s), "");
