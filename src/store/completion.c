@@ -1,13 +1,15 @@
 /*
  * The store's one-shot completion (completion.h): a mutex, a condition
- * variable and a flag.
+ * variable and a flag. The condition is a loom__cond (core/fiber.h), so a
+ * run on a fiber parks while the writer commits, instead of blocking its
+ * worker thread and every other run on it.
  */
 #include "store/completion.h"
 
 void loom__completion_init(loom__completion *c)
 {
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    loom__cond_init(&c->cv);
     c->done = 0;
 }
 
@@ -15,7 +17,7 @@ void loom__completion_wait(loom__completion *c)
 {
     pthread_mutex_lock(&c->lock);
     while (!c->done)
-        pthread_cond_wait(&c->cv, &c->lock);
+        loom__cond_wait(&c->cv, &c->lock, -1);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -23,12 +25,12 @@ void loom__completion_signal(loom__completion *c)
 {
     pthread_mutex_lock(&c->lock);
     c->done = 1;
-    pthread_cond_signal(&c->cv);
+    loom__cond_signal(&c->cv);
     pthread_mutex_unlock(&c->lock);
 }
 
 void loom__completion_destroy(loom__completion *c)
 {
-    pthread_cond_destroy(&c->cv);
+    loom__cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->lock);
 }

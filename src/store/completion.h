@@ -10,11 +10,13 @@
 #ifndef LOOM_STORE_COMPLETION_H
 #define LOOM_STORE_COMPLETION_H
 
+#include "core/fiber.h"
+
 #include <pthread.h>
 
 typedef struct {
     pthread_mutex_t lock;
-    pthread_cond_t cv;
+    loom__cond cv; /* parks a waiting fiber */
     int done;
 } loom__completion;
 
