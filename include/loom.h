@@ -24,6 +24,7 @@
 #include "loom/mcp.h"
 #include "loom/memory.h"
 #include "loom/message.h"
+#include "loom/pool.h"
 #include "loom/recorder.h"
 #include "loom/router.h"
 #include "loom/run.h"

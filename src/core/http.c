@@ -74,6 +74,7 @@ typedef struct {
     loom__fiber_xfer x;
     int on_fiber;
     loom_buf inbox;
+    loom_buf handing; /* what drain() is handing on */
     int paused;
 } transfer;
 
@@ -609,15 +610,20 @@ static int check(transfer *t, long tick_ms, long *wait_ms)
 }
 
 /* Hands the inbox's bytes on, on the fiber; 0, or -1 when deliver ended
- * the transfer. */
+ * the transfer. The bytes move out of the inbox first: on_body may park
+ * the fiber (a store write), and bytes that arrive meanwhile go to the
+ * inbox, for the next round. */
 static int drain(transfer *t)
 {
-    size_t len = t->inbox.len, took;
+    loom_buf tmp = t->handing;
+    size_t len, took;
 
-    if (len == 0)
-        return 0;
-    took = deliver(t, t->inbox.ptr, len);
+    t->handing = t->inbox;
+    t->inbox = tmp;
     loom_buf_clear(&t->inbox);
+    len = t->handing.len;
+    took = len ? deliver(t, t->handing.ptr, len) : 0;
+    loom_buf_clear(&t->handing);
     return took == len ? 0 : -1;
 }
 
@@ -637,6 +643,7 @@ static int perform_on_fiber(pair *pr, CURLM *m, CURLcode *res)
     t->x.fiber = loom__fiber_self();
     t->x.token = loom__fiber_arm();
     loom_buf_init(&t->inbox, INBOX_MAX + CURL_MAX_WRITE_SIZE);
+    loom_buf_init(&t->handing, INBOX_MAX + CURL_MAX_WRITE_SIZE);
     curl_easy_setopt(pr->easy, CURLOPT_PRIVATE, (char *)&t->x);
     if ((mc = curl_multi_add_handle(m, pr->easy)) != CURLM_OK) {
         t->resp->failure = LOOM_HTTP_FAIL_OTHER;
@@ -672,6 +679,7 @@ static int perform_on_fiber(pair *pr, CURLM *m, CURLcode *res)
 out:
     curl_easy_setopt(pr->easy, CURLOPT_PRIVATE, NULL);
     loom_buf_free(&t->inbox);
+    loom_buf_free(&t->handing);
     return rc;
 }
 

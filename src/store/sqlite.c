@@ -343,7 +343,7 @@ int loom__sqlite_acquire(loom__sqlite_store *st, loom__sqlite_conn **out)
 
     pthread_mutex_lock(&st->lock);
     while (!st->idle && st->nconns >= MAX_CONNS)
-        pthread_cond_wait(&st->available, &st->lock);
+        loom__cond_wait(&st->available, &st->lock, -1);
     if (st->idle) {
         c = st->idle;
         st->idle = c->next;
@@ -357,7 +357,7 @@ int loom__sqlite_acquire(loom__sqlite_store *st, loom__sqlite_conn **out)
     if ((rc = conn_open(st, out)) != 0) {
         pthread_mutex_lock(&st->lock);
         st->nconns--;
-        pthread_cond_signal(&st->available);
+        loom__cond_signal(&st->available);
         pthread_mutex_unlock(&st->lock);
     }
     return rc;
@@ -375,7 +375,7 @@ void loom__sqlite_release(loom__sqlite_store *st, loom__sqlite_conn *c)
     pthread_mutex_lock(&st->lock);
     c->next = st->idle;
     st->idle = c;
-    pthread_cond_signal(&st->available);
+    loom__cond_signal(&st->available);
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -511,7 +511,7 @@ static void sqlite_free(loom_store *base)
         conn_close(c);
     }
     pthread_mutex_destroy(&st->lock);
-    pthread_cond_destroy(&st->available);
+    loom__cond_destroy(&st->available);
     pthread_mutex_destroy(&st->write_lock);
     free(st->extra_sql);
     free(st->path);
@@ -537,7 +537,7 @@ static int sqlite_open(loom_store **out, const char *path, int target)
         return loom__error_oom();
     st->base.vt = &sqlite_vtable;
     pthread_mutex_init(&st->lock, NULL);
-    pthread_cond_init(&st->available, NULL);
+    loom__cond_init(&st->available);
     pthread_mutex_init(&st->write_lock, NULL);
     loom__sqlite_writer_init(st);
     if (!(st->path = strdup(path))) {

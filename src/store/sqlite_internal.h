@@ -10,6 +10,7 @@
 #ifndef LOOM_STORE_SQLITE_INTERNAL_H
 #define LOOM_STORE_SQLITE_INTERNAL_H
 
+#include "core/fiber.h"
 #include "store/store_internal.h"
 
 #include <pthread.h>
@@ -202,7 +203,7 @@ typedef struct {
     char *path;
     int version;
     pthread_mutex_t lock; /* guards idle, nconns and extra_sql */
-    pthread_cond_t available;
+    loom__cond available; /* a run on a fiber parks for a connection */
     loom__sqlite_conn *idle;
     int nconns;
     pthread_mutex_t write_lock; /* one writer at a time, in process */

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "core/fiber.h"
 #include "core/http.h"
 #include "fake.h"
 #include "llm/openai.h"
@@ -748,6 +749,51 @@ static void test_http_reuse(void **state)
     fake_stop(f);
 }
 
+/* on_body that parks its fiber on each piece (as a store write does):
+ * the bytes that arrive meanwhile are neither lost nor moved under it. */
+static int parking_body(const char *data, size_t len, void *payload)
+{
+    loom_buf *got = payload;
+
+    loom__fiber_sleep(2);
+    return loom_buf_put(got, data, len);
+}
+
+static void test_body_callback_parks(void **state)
+{
+    loom_fake *f = fake_start_script(
+        "{\"loop\":true,\"responses\":[{\"text\":[\"a\",\"b\",\"c\",\"d\","
+        "\"e\",\"f\",\"g\",\"h\"],\"chunk_delay_ms\":1}]}");
+    const char *hdrs[] = {"Content-Type: application/json"};
+    const char *body = "{\"stream\":true}";
+    loom__http_pool *pool;
+    loom__http_request hreq = {0};
+    loom__http_response hr = {0};
+    loom_buf got;
+    char url[256];
+
+    (void)state;
+    assert_non_null(f);
+    loom_buf_init(&got, 1 << 20);
+    assert_int_equal(loom__http_pool_new(&pool), 0);
+    snprintf(url, sizeof(url), "%s/chat/completions", fake_base_url(f));
+    hreq.url = url;
+    hreq.headers = hdrs;
+    hreq.headers_len = 1;
+    hreq.body = body;
+    hreq.body_len = strlen(body);
+    hreq.on_body = parking_body;
+    hreq.payload = &got;
+    assert_int_equal(loom__http_perform(pool, &hreq, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    assert_int_equal(got.len, hr.body_bytes);
+    assert_non_null(strstr(loom_buf_cstr(&got), "[DONE]"));
+    loom__http_response_clear(&hr);
+    loom_buf_free(&got);
+    loom__http_pool_free(pool);
+    fake_stop(f);
+}
+
 /* The same on a fiber: the transfer goes through its worker's multi
  * handle and the fiber parks (core/http.c). */
 TEST_ON_FIBER(test_stream_text)
@@ -768,6 +814,7 @@ TEST_ON_FIBER(test_non_streamed_body_limit)
 TEST_ON_FIBER(test_stream_text_limit)
 TEST_ON_FIBER(test_error_body_cap)
 TEST_ON_FIBER(test_http_reuse)
+TEST_ON_FIBER(test_body_callback_parks)
 
 int main(void)
 {
@@ -819,6 +866,7 @@ int main(void)
         cmocka_unit_test(test_stream_text_limit_on_fiber),
         cmocka_unit_test(test_error_body_cap_on_fiber),
         cmocka_unit_test(test_http_reuse_on_fiber),
+        cmocka_unit_test(test_body_callback_parks_on_fiber),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
