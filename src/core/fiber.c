@@ -64,6 +64,11 @@
 #define DEFAULT_BLOCKING 64
 #define KEEP_STACKS 16
 #define MAX_EVENTS 64
+/* Idle connections a worker's curl multi handle keeps for reuse. curl's
+ * default grows with the transfers it has seen (four per handle added),
+ * so a burst of streams would leave as many idle sockets open for good;
+ * the old per-call pool kept 8. */
+#define KEEP_CONNECTIONS 16
 
 enum { F_READY, F_RUNNING, F_PARKED };
 enum { REQ_NONE, REQ_PARK, REQ_YIELD, REQ_DONE };
@@ -801,6 +806,7 @@ static int worker_init(worker *w, loom__sched *s)
     curl_multi_setopt(w->multi, CURLMOPT_SOCKETDATA, w);
     curl_multi_setopt(w->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
     curl_multi_setopt(w->multi, CURLMOPT_TIMERDATA, w);
+    curl_multi_setopt(w->multi, CURLMOPT_MAXCONNECTS, (long)KEEP_CONNECTIONS);
     return 0;
 }
 
