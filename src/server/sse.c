@@ -20,7 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SSE_BLOCK (32 * 1024)       /* reader block size */
+/* libmicrohttpd allocates this with the response, per stream. A chunked
+ * answer (HTTP/1.1) never uses it: the reader writes straight into the
+ * connection's write buffer. Only an HTTP/1.0 client's answer is read
+ * through it, a block at a time. */
+#define SSE_BLOCK 4096
 #define SSE_FILL (64 * 1024)        /* format events up to this much */
 #define SSE_MAX_PENDING ((size_t)64 << 20) /* one formatted batch at most */
 
