@@ -50,6 +50,8 @@
 
 /* Idle pairs kept per pool; more concurrent calls make and drop extras. */
 #define POOL_MAX_IDLE 8
+/* libcurl's receive buffer per transfer (CURLOPT_BUFFERSIZE). */
+#define HTTP_RECV_BUFFER 4096
 /* Body bytes a fiber's transfer holds before it pauses until they are
  * handed on. */
 #define INBOX_MAX ((size_t)256 << 10)
@@ -501,6 +503,10 @@ static int setup(pair *pr, const loom__http_request *req)
         curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
         curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+        /* libcurl's receive buffer, one per transfer (16 KiB by
+         * default): an open stream holds one, and a chunk of a stream is
+         * far smaller. */
+        curl_easy_setopt(e, CURLOPT_BUFFERSIZE, (long)HTTP_RECV_BUFFER);
         curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
         curl_easy_setopt(e, CURLOPT_PREREQDATA, t);
         if (req->connect_timeout_ms > 0)
