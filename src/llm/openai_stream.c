@@ -49,6 +49,7 @@
 #include <jsmn.h>
 
 #include <limits.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,6 +445,57 @@ static int check_tokens(fast_doc *f)
 }
 
 /*
+ * A fast_doc is about 12 KiB and only needed while one chunk is decoded,
+ * so a decoder holds one for a chunk only: each thread keeps one spare
+ * (freed with the thread), and a decoder that finds none (another one on
+ * this thread is mid-chunk, parked on a fiber) makes its own. An open
+ * stream then costs no fast_doc between its chunks.
+ */
+static pthread_key_t fast_key;
+static pthread_once_t fast_once = PTHREAD_ONCE_INIT;
+static int fast_key_ok;
+
+static void fast_doc_free(void *p)
+{
+    fast_doc *f = p;
+
+    if (f)
+        free(f->heap_scratch);
+    free(f);
+}
+
+static void fast_key_init(void)
+{
+    fast_key_ok = pthread_key_create(&fast_key, fast_doc_free) == 0;
+}
+
+/* This thread's spare fast_doc, taken; NULL when it has none. */
+static fast_doc *fast_take(void)
+{
+    fast_doc *f;
+
+    pthread_once(&fast_once, fast_key_init);
+    if (!fast_key_ok || !(f = pthread_getspecific(fast_key)))
+        return NULL;
+    pthread_setspecific(fast_key, NULL);
+    return f;
+}
+
+/* Ends d's hold on its fast_doc: the thread's spare if it has none. */
+static void fast_give(loom__openai_decoder *d)
+{
+    fast_doc *f = d->fast;
+
+    d->fast = NULL;
+    if (!f)
+        return;
+    if (fast_key_ok && !pthread_getspecific(fast_key) &&
+        pthread_setspecific(fast_key, f) == 0)
+        return;
+    fast_doc_free(f);
+}
+
+/*
  * Tokenizes and checks one chunk for the fast path. 0 when the chunk is a
  * JSON object the fast path reads exactly as jansson would; -1 sends it to
  * jansson (never an error of its own).
@@ -457,13 +509,13 @@ static int fast_parse(loom__openai_decoder *d, const char *js, size_t len)
 
     if (len > INT_MAX / 2)
         return -1; /* jsmn keeps offsets in int */
-    if (!f) {
+    if (!f && (f = fast_take()) == NULL) {
         if (!(f = malloc(sizeof(*f))))
             return -1;
         f->heap_scratch = NULL;
         f->heap_cap = 0;
-        d->fast = f;
     }
+    d->fast = f;
     jsmn_init(&p);
     n = jsmn_parse(&p, js, len, f->tok, FAST_MAX_TOKENS);
     if (n < 1)
@@ -1086,9 +1138,12 @@ static int on_sse(const loom_sse_event *ev, void *payload)
         /* An error chunk is rare and wants jansson's objects. */
         if (ek == K_NONE || ek == K_NULL) {
             d->fast_chunks++;
-            return answer_object(d, root, "delta");
+            rc = answer_object(d, root, "delta");
+            fast_give(d);
+            return rc;
         }
     }
+    fast_give(d);
     o = json_loadb(ev->data, ev->data_len, 0, &je);
     if (!o)
         return loom__llm_answer_bad_json(&d->a, "chunk", &je, ev->data,
@@ -1136,9 +1191,7 @@ static void release(void *owner)
         loom_buf_free(&d->slots[i].args);
     }
     free(d->slots);
-    if (d->fast)
-        free(d->fast->heap_scratch);
-    free(d->fast);
+    fast_doc_free(d->fast);
 }
 
 /* A stream without [DONE] ends an answer that has its finish reason:
