@@ -60,7 +60,12 @@ struct loom_token_counter {
     family fam;
     model_state *state;        /* NULL when exact */
     char method[48];
+    size_t role_raw[4]; /* raw_str of each loom_role_name */
 };
+
+static void role_counts(loom_token_counter *c);
+static size_t raw_text_memo(const loom_token_counter *c, const char *s,
+                            size_t n);
 
 size_t loom__token_estimate_length(const char *text, size_t len)
 {
@@ -168,6 +173,7 @@ int loom_token_counter_for_model(loom_token_counter **out, const char *model)
              FAM_GEMINI : FAM_OTHER;
     c->tok = loom_tokenizer_shared(enc ? enc : "o200k_base");
     c->exact = enc && c->tok;
+    role_counts(c);
     if (c->exact) {
         snprintf(c->method, sizeof(c->method), "%s", enc);
     } else {
@@ -254,6 +260,49 @@ static size_t raw_str(const loom_token_counter *c, const char *s)
     return s ? raw_text(c, s, strlen(s)) : 0;
 }
 
+/*
+ * The role names' counts, process-wide per tokenizer: every message
+ * counts its role's name, the same few words each time, and a count
+ * through the vocabulary costs far more than the lookup. Keyed by the
+ * tokenizer like the text memo below (loom__token_counter_tools_memo_reset
+ * forgets both); ROLES_MEMO_N tokenizers, the oldest replaced.
+ */
+#define ROLES_MEMO_N 8
+
+static pthread_mutex_t roles_memo_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    const loom_tokenizer *tok;
+    size_t raw[4];
+} roles_memo[ROLES_MEMO_N];
+static size_t roles_memo_next;
+
+/* Fills c->role_raw with raw_str of each role's name. */
+static void role_counts(loom_token_counter *c)
+{
+    size_t i, r;
+
+    if (c->tok) {
+        pthread_mutex_lock(&roles_memo_mu);
+        for (i = 0; i < ROLES_MEMO_N; i++)
+            if (roles_memo[i].tok == c->tok)
+                break;
+        if (i < ROLES_MEMO_N)
+            memcpy(c->role_raw, roles_memo[i].raw, sizeof(c->role_raw));
+        pthread_mutex_unlock(&roles_memo_mu);
+        if (i < ROLES_MEMO_N)
+            return;
+    }
+    for (r = 0; r < 4; r++)
+        c->role_raw[r] = raw_str(c, loom_role_name((loom_role)r));
+    if (!c->tok)
+        return;
+    pthread_mutex_lock(&roles_memo_mu);
+    roles_memo[roles_memo_next].tok = c->tok;
+    memcpy(roles_memo[roles_memo_next].raw, c->role_raw, sizeof(c->role_raw));
+    roles_memo_next = (roles_memo_next + 1) % ROLES_MEMO_N;
+    pthread_mutex_unlock(&roles_memo_mu);
+}
+
 static size_t scale(const loom_token_counter *c, size_t raw)
 {
     double f;
@@ -268,8 +317,13 @@ static size_t raw_message(const loom_token_counter *c, const loom_message *m)
 {
     size_t n = TOKENS_PER_MESSAGE, i;
 
-    n += raw_str(c, loom_role_name(m->role));
-    n += raw_str(c, m->content);
+    /* loom_role_name gives "user" for a role out of range */
+    n += c->role_raw[(unsigned)m->role < 4 ? m->role : LOOM_ROLE_USER];
+    /* a system message is most often an agent's prompt, the same in
+     * each of its runs */
+    n += m->role == LOOM_ROLE_SYSTEM && m->content
+             ? raw_text_memo(c, m->content, strlen(m->content))
+             : raw_str(c, m->content);
     if (m->name)
         n += raw_str(c, m->name) + TOKENS_PER_NAME;
     for (i = 0; i < m->tool_calls_len; i++)
@@ -465,74 +519,92 @@ static int render_tools(loom_buf *b, const loom_tool_def *tools, size_t n)
 }
 
 /*
- * The rendered tools' counts, process-wide: every run of an agent renders
- * the same tools, and counting their text costs far more than rendering
- * it. Keyed by the tokenizer and the whole text (compared byte for byte),
- * so a hit is the count raw_text would give; TOOLS_MEMO_N entries, the
- * oldest replaced, texts up to TOOLS_MEMO_TEXT_MAX bytes.
+ * Counts of texts every run of an agent sends again, process-wide: its
+ * rendered tools and its system prompt; counting them costs far more
+ * than the lookup. Keyed by the tokenizer and the whole text (compared
+ * byte for byte), so a hit is the count raw_text would give; TEXT_MEMO_N
+ * entries, the oldest replaced, texts up to TEXT_MEMO_MAX bytes.
  */
-#define TOOLS_MEMO_N 16
-#define TOOLS_MEMO_TEXT_MAX ((size_t)64 << 10)
+#define TEXT_MEMO_N 16
+#define TEXT_MEMO_MAX ((size_t)64 << 10)
 
 typedef struct {
     const loom_tokenizer *tok;
     char *text;
     size_t len;
     size_t raw;
-} tools_memo_item;
+} text_memo_item;
 
-static pthread_mutex_t tools_memo_mu = PTHREAD_MUTEX_INITIALIZER;
-static tools_memo_item tools_memo[TOOLS_MEMO_N];
-static size_t tools_memo_next;
+static pthread_mutex_t text_memo_mu = PTHREAD_MUTEX_INITIALIZER;
+static text_memo_item text_memo[TEXT_MEMO_N];
+static size_t text_memo_next;
 
 /* The memo's count of text by tok, or (size_t)-1. */
-static size_t tools_memo_get(const loom_tokenizer *tok, const char *text,
-                             size_t len)
+static size_t text_memo_get(const loom_tokenizer *tok, const char *text,
+                            size_t len)
 {
     size_t k = (size_t)-1;
 
-    pthread_mutex_lock(&tools_memo_mu);
-    for (size_t i = 0; i < TOOLS_MEMO_N; i++) {
-        const tools_memo_item *it = &tools_memo[i];
+    pthread_mutex_lock(&text_memo_mu);
+    for (size_t i = 0; i < TEXT_MEMO_N; i++) {
+        const text_memo_item *it = &text_memo[i];
         if (it->text && it->tok == tok && it->len == len &&
             memcmp(it->text, text, len) == 0) {
             k = it->raw;
             break;
         }
     }
-    pthread_mutex_unlock(&tools_memo_mu);
+    pthread_mutex_unlock(&text_memo_mu);
     return k;
 }
 
-static void tools_memo_put(const loom_tokenizer *tok, const char *text,
-                           size_t len, size_t raw)
+static void text_memo_put(const loom_tokenizer *tok, const char *text,
+                          size_t len, size_t raw)
 {
     char *copy;
-    tools_memo_item *it;
+    text_memo_item *it;
 
-    if (len > TOOLS_MEMO_TEXT_MAX || !(copy = malloc(len ? len : 1)))
+    if (len > TEXT_MEMO_MAX || !(copy = malloc(len ? len : 1)))
         return;
     memcpy(copy, text, len);
-    pthread_mutex_lock(&tools_memo_mu);
-    it = &tools_memo[tools_memo_next];
-    tools_memo_next = (tools_memo_next + 1) % TOOLS_MEMO_N;
+    pthread_mutex_lock(&text_memo_mu);
+    it = &text_memo[text_memo_next];
+    text_memo_next = (text_memo_next + 1) % TEXT_MEMO_N;
     free(it->text);
     it->tok = tok;
     it->text = copy;
     it->len = len;
     it->raw = raw;
-    pthread_mutex_unlock(&tools_memo_mu);
+    pthread_mutex_unlock(&text_memo_mu);
 }
 
 void loom__token_counter_tools_memo_reset(void)
 {
-    pthread_mutex_lock(&tools_memo_mu);
-    for (size_t i = 0; i < TOOLS_MEMO_N; i++) {
-        free(tools_memo[i].text);
-        memset(&tools_memo[i], 0, sizeof(tools_memo[i]));
+    pthread_mutex_lock(&text_memo_mu);
+    for (size_t i = 0; i < TEXT_MEMO_N; i++) {
+        free(text_memo[i].text);
+        memset(&text_memo[i], 0, sizeof(text_memo[i]));
     }
-    tools_memo_next = 0;
-    pthread_mutex_unlock(&tools_memo_mu);
+    text_memo_next = 0;
+    pthread_mutex_unlock(&text_memo_mu);
+    pthread_mutex_lock(&roles_memo_mu);
+    memset(roles_memo, 0, sizeof(roles_memo));
+    roles_memo_next = 0;
+    pthread_mutex_unlock(&roles_memo_mu);
+}
+
+/* raw_text of s, through the memo when there is a vocabulary. */
+static size_t raw_text_memo(const loom_token_counter *c, const char *s,
+                            size_t n)
+{
+    size_t k;
+
+    if (!c->tok || (k = text_memo_get(c->tok, s ? s : "", n)) == (size_t)-1) {
+        k = raw_text(c, s, n);
+        if (c->tok)
+            text_memo_put(c->tok, s ? s : "", n, k);
+    }
+    return k;
 }
 
 static size_t raw_tools(const loom_token_counter *c,
@@ -547,11 +619,8 @@ static size_t raw_tools(const loom_token_counter *c,
         /* past the limit: estimate from the length rendered so far */
         k = TOOLS_TEXT_MAX / 4;
         loom_error_clear();
-    } else if (!c->tok || (k = tools_memo_get(c->tok, b.ptr ? b.ptr : "",
-                                              b.len)) == (size_t)-1) {
-        k = raw_text(c, b.ptr, b.len);
-        if (c->tok)
-            tools_memo_put(c->tok, b.ptr ? b.ptr : "", b.len, k);
+    } else {
+        k = raw_text_memo(c, b.ptr, b.len);
     }
     loom_buf_free(&b);
     return k + TOOLS_OVERHEAD;

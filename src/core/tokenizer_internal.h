@@ -133,9 +133,9 @@ int loom__tokenizer_vocab_dirs(loom_buf *out);
  * them. Tests only: nothing may be using them. */
 void loom__tokenizer_shared_reset(void);
 
-/* Forgets the counts of rendered tool definitions kept process-wide
- * (tokenizer_count.c); loom__tokenizer_shared_reset calls it, since they
- * are kept per tokenizer. */
+/* Forgets the counts kept process-wide (tokenizer_count.c: rendered tool
+ * definitions, system prompts, role names); loom__tokenizer_shared_reset
+ * calls it, since they are kept per tokenizer. */
 void loom__token_counter_tools_memo_reset(void);
 
 /* Forgets every model's correction factor. Tests only. */

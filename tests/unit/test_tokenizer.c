@@ -1082,6 +1082,42 @@ static void test_request_memo(void **state)
     loom_token_counter_free(c);
 }
 
+/* The counts kept process-wide (role names, system prompts) are the
+ * plain counts, per encoding: a second counter of the same model reads
+ * them, one of another encoding counts its own. */
+static void test_shared_counts(void **state)
+{
+    /* "Привет, как дела?" */
+    char prompt[] = "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82, "
+                    "\xd0\xba\xd0\xb0\xd0\xba \xd0\xb4\xd0\xb5\xd0\xbb"
+                    "\xd0\xb0?";
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    loom_token_counter *c[3] = {NULL, NULL, NULL};
+    const char *models[3] = {"openai/gpt-4o", "gpt-4o-mini", "gpt-4"};
+    loom_message m;
+    size_t want, n = strlen(prompt);
+
+    (void)state;
+    /* the test tells the encodings apart */
+    assert_int_not_equal(loom_tokenizer_count(enc[0], prompt, n),
+                         loom_tokenizer_count(enc[1], prompt, n));
+    memset(&m, 0, sizeof(m));
+    m.content = prompt;
+    for (int i = 0; i < 3; i++) {
+        const loom_tokenizer *t = i < 2 ? enc[0] : enc[1];
+        assert_int_equal(loom_token_counter_for_model(&c[i], models[i]), 0);
+        for (int r = 0; r < 4; r++) {
+            m.role = (loom_role)r;
+            want = 3 + loom_tokenizer_count(t, roles[r], strlen(roles[r])) +
+                   loom_tokenizer_count(t, prompt, n);
+            assert_int_equal(loom_token_counter_message(c[i], &m), want);
+            assert_int_equal(loom_token_counter_message(c[i], &m), want);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        loom_token_counter_free(c[i]);
+}
+
 static void test_tool_accounting(void **state)
 {
     json_error_t jerr;
@@ -1288,6 +1324,7 @@ int main(void)
         cmocka_unit_test(test_model_mapping),
         cmocka_unit_test(test_message_accounting),
         cmocka_unit_test(test_request_memo),
+        cmocka_unit_test(test_shared_counts),
         cmocka_unit_test(test_tool_accounting),
         cmocka_unit_test(test_correction),
         cmocka_unit_test(test_correction_threads),
