@@ -36,6 +36,7 @@
 #include "bench.h"
 #include "loom/config.h"
 #include "loom/session.h"
+#include "loom/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,19 +341,29 @@ static void report(const fan_bench *b, double *wall, double *busy, double *cpu)
     size_t n = (size_t)o->c.runs, i;
     bench_summary s_wall, s_busy, s_cpu;
     const char *mode = o->single ? "single" : "fanout";
+    loom_token_counter *tc = NULL;
+    char counting[64] = "?";
 
     for (i = 0; i < n; i++)
         cpu[i] /= (double)b->calls_per_run;
     s_wall = bench_summarize(wall, n);
     s_busy = bench_summarize(busy, n);
     s_cpu = bench_summarize(cpu, n);
+    /* The runs' prompt estimates tokenise with the vocabulary when one was
+     * found (estimate:o200k_base), else from the length (estimate:length):
+     * about 24k instructions per model call apart. */
+    if (loom_token_counter_for_model(&tc, "fake-model") == 0)
+        snprintf(counting, sizeof(counting), "%s",
+                 loom_token_counter_method(tc));
+    loom_token_counter_free(tc);
     if (o->c.json) {
         json_t *j = json_pack(
-            "{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:o},s:o,s:o}", "name",
-            "loom", "mode", mode, "version", loom_version(), "runs",
-            (json_int_t)o->c.runs, "warmup", (json_int_t)o->c.warmup,
-            "children", (json_int_t)(o->single ? 0 : o->children),
-            "child_tools", (json_int_t)o->child_tools, "model_calls_per_run",
+            "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:o},s:o,s:o}", "name",
+            "loom", "mode", mode, "version", loom_version(), "token_counting",
+            counting, "runs", (json_int_t)o->c.runs, "warmup",
+            (json_int_t)o->c.warmup, "children",
+            (json_int_t)(o->single ? 0 : o->children), "child_tools",
+            (json_int_t)o->child_tools, "model_calls_per_run",
             (json_int_t)b->calls_per_run, "tool_calls_per_run",
             (json_int_t)b->tool_calls_per_run, "wall_us", "per_run",
             bench_summary_json(s_wall), "fake_busy_us_per_run",
@@ -367,9 +378,9 @@ static void report(const fan_bench *b, double *wall, double *busy, double *cpu)
         return;
     }
     printf("loom %s, %s: %ld runs after %ld warm-up, %ld model calls and "
-           "%ld tool calls per run\n",
+           "%ld tool calls per run, token counting %s\n",
            loom_version(), mode, o->c.runs, o->c.warmup, b->calls_per_run,
-           b->tool_calls_per_run);
+           b->tool_calls_per_run, counting);
     printf("microseconds: wall per run p50 %.1f p99 %.1f; fake busy per "
            "run p50 %.1f;\n  loom CPU per model call p50 %.1f p99 %.1f "
            "mean %.1f\n",

@@ -188,6 +188,8 @@ jnum() { # $1 file, $2 key, $3 sub-key: the number there, to 0.1
 FAN_CPU=$(jnum "$OUT/fan-fanout.json" cpu_us_per_call mean)
 FAN_SINGLE_CPU=$(jnum "$OUT/fan-single.json" cpu_us_per_call mean)
 FAN_WALL=$(jnum "$OUT/fan-fanout.json" per_run p50)
+FAN_COUNTING=$(sed -n 's/.*"token_counting":"\([^"]*\)".*/\1/p' \
+    "$OUT/fan-fanout.json")
 LOOP_CPU=$(jnum "$OUT/loom.json" cpu_us_per_call mean)
 MEM8=$(jnum "$OUT/fan-mem-8.json" heap_peak_bytes_per_run p50)
 MEM1=$(jnum "$OUT/fan-mem-1.json" heap_peak_bytes_per_run p50)
@@ -330,6 +332,12 @@ fi
     echo "the top turn: the same session path and agent, no sub-agent"
     echo "($SINGLE_CALLS model calls). The single-agent loop is the"
     echo "benchmark above, measured in this same run."
+    echo
+    echo "Each model call's prompt estimate (for the model's correction"
+    echo "factor) was counted by \`$FAN_COUNTING\`: with a vocabulary"
+    echo "(\`estimate:o200k_base\`) about 24k instructions per model call"
+    echo "more than without one (\`estimate:length\`, vocab/data empty:"
+    echo "\`sh scripts/vocab.sh\`); compare figures of the same kind only."
     echo
     if [ -n "$FAN_IR_CALL" ]; then
         echo "| | instructions per model call | vs the single-agent loop |" \
