@@ -140,13 +140,17 @@ if command -v valgrind >/dev/null 2>&1; then
     # cost, "--inclusive=yes" for inclusive cost.
     # callgrind_annotate runs from bench/out: it shortens paths under its
     # working directory in some places only, which would split functions.
+    # For the same reason "build-bench/../src" becomes "src", and the
+    # costs of names made the same are added.
     fn_diff() {
         for f in "$1" "$2"; do
             # shellcheck disable=SC2086
             (cd "$OUT" && callgrind_annotate --auto=no --threshold=100 $4 \
                 "$f" 2>/dev/null) |
                 sed -n -E 's/^ *([0-9,]+) +\( *[0-9.]+%\) +(.*)$/\1\t\2/p' |
-                tr -d ',' >"$OUT/$f.fn"
+                tr -d ',' | sed -E 's#[^/[:space:]]+/\.\./##g' |
+                awk -F'\t' '{ s[$2] += $1 } END { for (k in s) print s[k] "\t" k }' \
+                    >"$OUT/$f.fn"
         done
         awk -F'\t' -v den="$3" '
             NR == FNR { lo[$2] = $1; next }
@@ -225,7 +229,7 @@ if command -v valgrind >/dev/null 2>&1; then
         $(((FAN_CG_HI - FAN_CG_LO) * FAN_CALLS)) --inclusive=yes |
         grep -v "???:0x\|(below main)\|:main\b\|PROGRAM TOTALS" |
         grep -v "ld-linux\|libc_start\|\.h:\|start_thread\|clone\.S" |
-        grep -v "fanout_bench\.c" | head -30 >"$OUT/fan-hot-incl.txt"
+        grep -v "fanout_bench\.c\|bench_util\.c" | head -30 >"$OUT/fan-hot-incl.txt"
 fi
 
 # ---- RESULTS.md ----
