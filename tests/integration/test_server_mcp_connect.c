@@ -300,8 +300,10 @@ static char *connect_url(world *w, const char *key)
 }
 
 /* The authorization server's answer to url: where it sends the browser
- * (new string), which is loom's callback. */
-static char *consent(world *w, const char *url)
+ * (new string), which is loom's callback. Not inlined: GCC 12 at -O3 then
+ * takes a pointer into the returned string for one into the local `back`
+ * (a false -Wdangling-pointer). */
+__attribute__((noinline)) static char *consent(world *w, const char *url)
 {
     char *back = NULL;
 

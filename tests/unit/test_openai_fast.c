@@ -248,8 +248,9 @@ static int each_file(const char *dir, void (*fn)(const char *, size_t))
         size_t len = 0;
         char *data;
 
-        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >=
+                (int)sizeof(path) ||
+            stat(path, &st) != 0 || !S_ISREG(st.st_mode))
             continue;
         data = test_read_file(path, &len);
         assert_non_null(data);
