@@ -53,8 +53,8 @@ static void expect_valid(const char *schema, const char *value)
     char *msg = check(schema, value, &rc);
 
     if (rc != 0)
-        fail_msg("expected valid: %s against %s, got \"%s\"", value, schema,
-                 msg);
+        fail_msg("expected valid: %s against %s, got \"%s\"", value,
+                 schema ? schema : "no schema", msg);
     free(msg);
 }
 
