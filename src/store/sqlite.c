@@ -364,14 +364,19 @@ int loom__sqlite_acquire(loom__sqlite_store *st, loom__sqlite_conn **out)
 }
 
 /* Gives c back, with no statement running and no transaction open. */
-void loom__sqlite_release(loom__sqlite_store *st, loom__sqlite_conn *c)
+void loom__sqlite_reset(loom__sqlite_conn *c)
 {
-    if (!c)
-        return;
     for (int i = 0; i < S_COUNT; i++)
         done(c->stmts[i]);
     if (!sqlite3_get_autocommit(c->db))
         loom__sqlite_run(c, S_ROLLBACK);
+}
+
+void loom__sqlite_release(loom__sqlite_store *st, loom__sqlite_conn *c)
+{
+    if (!c)
+        return;
+    loom__sqlite_reset(c);
     pthread_mutex_lock(&st->lock);
     c->next = st->idle;
     st->idle = c;
@@ -577,18 +582,25 @@ int loom__store_sqlite_open_version(loom_store **out, const char *path,
 int loom__store_sqlite_exec_all(loom_store *base, const char *sql)
 {
     loom__sqlite_store *st = (loom__sqlite_store *)base;
-    int rc = 0;
+    int rc = 0, src;
 
+    /* The writer's connection is out of the pool: the write lock keeps
+     * its thread off it meanwhile. */
+    pthread_mutex_lock(&st->write_lock);
     pthread_mutex_lock(&st->lock);
     free(st->extra_sql);
     if (!(st->extra_sql = strdup(sql)))
         rc = loom__error_oom();
+    if (!rc && st->w.conn &&
+        (src = sqlite3_exec(st->w.conn->db, sql, NULL, NULL, NULL)) !=
+            SQLITE_OK)
+        rc = loom__sqlite_error(st, st->w.conn->db, src, "running test SQL");
     for (loom__sqlite_conn *c = st->idle; c && !rc; c = c->next) {
-        int src = sqlite3_exec(c->db, sql, NULL, NULL, NULL);
-        if (src != SQLITE_OK)
+        if ((src = sqlite3_exec(c->db, sql, NULL, NULL, NULL)) != SQLITE_OK)
             rc = loom__sqlite_error(st, c->db, src, "running test SQL");
     }
     pthread_mutex_unlock(&st->lock);
+    pthread_mutex_unlock(&st->write_lock);
     return rc;
 }
 

@@ -189,6 +189,14 @@ typedef struct {
     int queued;
     unsigned long batches;
     pthread_t writer, checkpointer;
+    /* The writer's own connection, kept across batches so its page
+     * cache stays warm (its own commits do not invalidate it); taken
+     * from the pool at the first batch, given back at the end. Used
+     * under the store's write_lock. */
+    struct loom__sqlite_conn *conn;
+    /* Held by whoever runs a checkpoint: the checkpointer, or the
+     * writer when the WAL has outgrown CKPT_CAP_FRAMES. */
+    pthread_mutex_t ckpt_run;
     pthread_mutex_t ckpt_lock; /* guards the fields below */
     pthread_cond_t ckpt_cv;
     sqlite3 *ckpt_db; /* the checkpointer's own connection */
@@ -255,6 +263,9 @@ int loom__sqlite_use(loom__sqlite_store *st, loom__sqlite_conn *c, int id,
                      sqlite3_stmt **out);
 /* Runs a cached statement that returns no rows; an SQLite code. */
 int loom__sqlite_run(loom__sqlite_conn *c, int id);
+/* Ends whatever c has running: every statement reset, an open
+ * transaction rolled back. */
+void loom__sqlite_reset(loom__sqlite_conn *c);
 /* Takes an idle connection, opens one, or waits for one. */
 int loom__sqlite_acquire(loom__sqlite_store *st, loom__sqlite_conn **out);
 /* Gives c back (NULL is a no-op), with no statement running and no

@@ -36,6 +36,15 @@
 #define CKPT_FRAMES 1000
 /* A pause in commits this long calls for a checkpoint of what is left. */
 #define CKPT_IDLE_MS 500
+/* A WAL this long (frames) is started over by the writer between two
+ * batches. SQLite starts the WAL over at a write only once a checkpoint
+ * copied all of it and no reader still uses it; under steady writes and
+ * reads the checkpointer's PASSIVE checkpoints beside them rarely find
+ * that moment, and the WAL would grow without end (here, 48 KB a
+ * request). The writer's RESTART checkpoint runs with no commit beside
+ * it and waits (the busy timeout) for the readers of older snapshots,
+ * so the next write starts the WAL over. */
+#define CKPT_CAP_FRAMES (4 * CKPT_FRAMES)
 
 enum { J_PENDING, J_WRITTEN, J_FAILED };
 
@@ -115,7 +124,8 @@ static void run_batch(loom__sqlite_store *st, loom__sqlite_job *batch)
 
     /* As every writer: the write lock before a connection. */
     pthread_mutex_lock(&st->write_lock);
-    rc = loom__sqlite_acquire(st, &c);
+    rc = st->w.conn ? 0 : loom__sqlite_acquire(st, &st->w.conn);
+    c = st->w.conn;
     while (rc == 0) {
         if ((src = loom__sqlite_run(c, S_BEGIN_WRITE)) != SQLITE_OK) {
             rc = loom__sqlite_error(st, c->db, src, "starting a write");
@@ -131,12 +141,34 @@ static void run_batch(loom__sqlite_store *st, loom__sqlite_job *batch)
         if (rc != 0 && j->state != J_FAILED)
             job_fail(j, rc);
     /* Rolls back whatever a failed COMMIT left open. */
-    loom__sqlite_release(st, c);
+    if (c)
+        loom__sqlite_reset(c);
     pthread_mutex_unlock(&st->write_lock);
     for (loom__sqlite_job *j = batch; j; j = next) {
         next = j->next;
         loom__completion_signal(&j->done);
     }
+}
+
+static void wal_checkpoint(loom__sqlite_writer *w, sqlite3 *db, int mode);
+
+/* When the WAL is CKPT_CAP_FRAMES long, copies what is left of it on
+ * the writer's connection with no write beside it, so that the next
+ * write starts it over (commits wait meanwhile: the cost of a bounded
+ * WAL under steady writes). */
+static void catch_up(loom__sqlite_store *st)
+{
+    loom__sqlite_writer *w = &st->w;
+    int full;
+
+    pthread_mutex_lock(&w->ckpt_lock);
+    full = w->wal_frames >= CKPT_CAP_FRAMES;
+    pthread_mutex_unlock(&w->ckpt_lock);
+    if (!full || !w->conn)
+        return;
+    pthread_mutex_lock(&st->write_lock);
+    wal_checkpoint(w, w->conn->db, SQLITE_CHECKPOINT_RESTART);
+    pthread_mutex_unlock(&st->write_lock);
 }
 
 static void *writer_main(void *arg)
@@ -166,6 +198,7 @@ static void *writer_main(void *arg)
         w->batches++;
         pthread_mutex_unlock(&w->lock);
         run_batch(st, batch);
+        catch_up(st);
         pthread_mutex_lock(&w->lock);
     }
     pthread_mutex_unlock(&w->lock);
@@ -263,19 +296,30 @@ void loom__sqlite_wal_setup(loom__sqlite_store *st, sqlite3 *db)
     sqlite3_wal_hook(db, wal_hook, &st->w);
 }
 
-/* Copies the WAL back into the database, under ckpt_lock (dropped
- * meanwhile). A failure (another process holding a lock, a full disk)
- * is left for the next time. */
-static void checkpoint(loom__sqlite_writer *w, sqlite3 *db)
+/* Copies the WAL back into the database on db, in SQLite's checkpoint
+ * mode, one checkpoint at a time. A failure (another process holding a
+ * lock, a full disk, readers past the busy timeout) is left for the
+ * next time. */
+static void wal_checkpoint(loom__sqlite_writer *w, sqlite3 *db, int mode)
 {
     int log = 0, copied = 0, rc;
 
-    pthread_mutex_unlock(&w->ckpt_lock);
-    rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log,
-                                   &copied);
+    pthread_mutex_lock(&w->ckpt_run);
+    rc = sqlite3_wal_checkpoint_v2(db, NULL, mode, &log, &copied);
+    pthread_mutex_unlock(&w->ckpt_run);
     pthread_mutex_lock(&w->ckpt_lock);
     if (rc == SQLITE_OK && copied > 0 && w->wal_frames >= copied)
         w->backfilled = copied;
+    pthread_mutex_unlock(&w->ckpt_lock);
+}
+
+/* wal_checkpoint() from the checkpointer, under ckpt_lock (dropped
+ * meanwhile). */
+static void checkpoint(loom__sqlite_writer *w, sqlite3 *db)
+{
+    pthread_mutex_unlock(&w->ckpt_lock);
+    wal_checkpoint(w, db, SQLITE_CHECKPOINT_PASSIVE);
+    pthread_mutex_lock(&w->ckpt_lock);
 }
 
 /* Now plus ms, on the clock of ckpt_cv. */
@@ -339,6 +383,7 @@ void loom__sqlite_writer_init(loom__sqlite_store *st)
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->work, NULL);
     pthread_mutex_init(&w->ckpt_lock, NULL);
+    pthread_mutex_init(&w->ckpt_run, NULL);
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&w->ckpt_cv, &attr);
@@ -362,6 +407,18 @@ int loom__sqlite_writer_start(loom__sqlite_store *st)
     }
     sqlite3_busy_timeout(w->ckpt_db, 0);
     sqlite3_wal_autocheckpoint(w->ckpt_db, 0);
+    /* A connection that has not read the database yet has not opened its
+     * WAL, and SQLite before 3.42 (Debian 12 ships 3.40) makes a
+     * checkpoint on it a silent no-op: the WAL would grow without end. One
+     * read opens it. */
+    rc = sqlite3_exec(w->ckpt_db, "SELECT count(*) FROM sqlite_schema", NULL,
+                      NULL, NULL);
+    if (rc != SQLITE_OK) {
+        rc = loom__sqlite_error(st, w->ckpt_db, rc, "cannot read");
+        sqlite3_close(w->ckpt_db);
+        w->ckpt_db = NULL;
+        return rc;
+    }
     if (pthread_create(&w->writer, NULL, writer_main, st) != 0)
         return loom__error_set(
             LOOM_ERROR, "store %s: cannot start the writer thread", st->path);
@@ -390,6 +447,9 @@ void loom__sqlite_writer_free(loom__sqlite_store *st)
     if (w->started > 1)
         pthread_join(w->checkpointer, NULL);
     sqlite3_close(w->ckpt_db);
+    loom__sqlite_release(st, w->conn);
+    w->conn = NULL;
+    pthread_mutex_destroy(&w->ckpt_run);
     pthread_cond_destroy(&w->work);
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->ckpt_cv);

@@ -3,9 +3,10 @@
  * turns saved from many threads at once go into shared transactions
  * (group commit) and every one is stored whole and readable after the
  * store is closed, one failing write in a batch (an unknown
- * conversation, a turn that meets a full disk) fails alone, and a
- * process killed right after its threads' saves returned keeps every
- * turn it had acknowledged.
+ * conversation, a turn that meets a full disk) fails alone, a process
+ * killed right after its threads' saves returned keeps every turn it
+ * had acknowledged, and the WAL is copied back into the database and
+ * stays bounded under steady writes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Threads saving one turn each, in one batch (under the writer's
@@ -342,12 +344,110 @@ static void test_kill_after_acks(void **state)
     free(path);
 }
 
+/* Steady writes: threads saving WAL_TURNS turns of WAL_ANSWER bytes
+ * each, about 12,000 WAL frames in all (each answer spills onto two
+ * overflow pages, plus the rows and index pages around it). */
+#define WAL_THREADS 4
+#define WAL_TURNS 500
+#define WAL_ANSWER 6000
+/* The writer starts the WAL over at 4,000 frames (sqlite_writer.c);
+ * with the batches that commit before it does and the page size with
+ * each frame's header, the WAL file stays under this. */
+#define WAL_MAX_BYTES (5500L * (4096 + 24))
+
+typedef struct {
+    loom_store *st;
+    char *conversation;
+    const char *path_wal;
+    const char *answer;
+    int k;
+    long max_wal; /* the largest WAL size seen after a save */
+    int rc;
+} wal_writer;
+
+static long file_size(const char *path)
+{
+    struct stat sb;
+
+    return stat(path, &sb) == 0 ? (long)sb.st_size : 0;
+}
+
+static void *wal_write(void *arg)
+{
+    wal_writer *w = arg;
+
+    for (int i = 0; i < WAL_TURNS && w->rc == 0; i++) {
+        long n;
+        w->rc =
+            save_answer(w->st, w->conversation, w->k * 100000 + i, w->answer);
+        if ((n = file_size(w->path_wal)) > w->max_wal)
+            w->max_wal = n;
+    }
+    return NULL;
+}
+
+static void test_wal_bounded(void **state)
+{
+    char *path = test_db_path("wal.db"), wal[512], *answer;
+    loom_store *st = test_store_open_ok(path);
+    static wal_writer w[WAL_THREADS];
+    pthread_t th[WAL_THREADS];
+    long db_size, max_wal = 0;
+
+    (void)state;
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    answer = malloc(WAL_ANSWER + 1);
+    assert_non_null(answer);
+    memset(answer, 'x', WAL_ANSWER);
+    answer[WAL_ANSWER] = '\0';
+    /* A few turns, then a pause: the checkpointer copies them into the
+     * database file on its own (once writes paused for half a second).
+     * Waits for that, up to a minute. */
+    w[0] =
+        (wal_writer){st, test_conversation_create_ok(st), wal, answer, 0, 0, 0};
+    db_size = file_size(path);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(save_answer(st, w[0].conversation, i, answer), 0);
+    for (int i = 0; i < 600 && file_size(path) <= db_size; i++)
+        usleep(100000);
+    assert_true(file_size(path) > db_size + 20 * WAL_ANSWER);
+
+    for (int k = 0; k < WAL_THREADS; k++) {
+        if (k > 0)
+            w[k] = (wal_writer){
+                st, test_conversation_create_ok(st), wal, answer, k, 0, 0};
+        assert_int_equal(pthread_create(&th[k], NULL, wal_write, &w[k]), 0);
+    }
+    for (int k = 0; k < WAL_THREADS; k++) {
+        pthread_join(th[k], NULL);
+        assert_int_equal(w[k].rc, 0);
+        if (w[k].max_wal > max_wal)
+            max_wal = w[k].max_wal;
+    }
+    /* Far more than WAL_MAX_BYTES went through the WAL... */
+    assert_true(file_size(path) >
+                (long)WAL_THREADS * WAL_TURNS * WAL_ANSWER / 2);
+    /* ... which never held more than its bound. */
+    if (max_wal > WAL_MAX_BYTES)
+        fprintf(stderr, "the WAL reached %ld bytes\n", max_wal);
+    assert_true(max_wal > 0 && max_wal <= WAL_MAX_BYTES);
+    loom_store_free(st);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"),
+                     2 * (20 + WAL_THREADS * WAL_TURNS));
+    for (int k = 0; k < WAL_THREADS; k++)
+        free(w[k].conversation);
+    free(answer);
+    test_db_remove(path);
+    free(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_turns),
         cmocka_unit_test(test_full_disk_in_batch),
         cmocka_unit_test(test_kill_after_acks),
+        cmocka_unit_test(test_wal_bounded),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
