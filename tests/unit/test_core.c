@@ -366,6 +366,29 @@ static void test_error_names(void **state)
     assert_non_null(loom_error_name(7));
 }
 
+/* Ids: the prefix, 24 lowercase hex digits, never twice the same, and
+ * one made in a later millisecond sorts after an earlier one (new rows
+ * land at the end of the store's indexes). */
+static void test_id_new(void **state)
+{
+    char a[LOOM_ID_SIZE], b[LOOM_ID_SIZE];
+    long n = 0;
+
+    (void)state;
+    assert_int_equal(loom_id_new(a, "conv_"), 0);
+    assert_int_equal(strlen(a), 5 + 24);
+    assert_int_equal(strncmp(a, "conv_", 5), 0);
+    assert_int_equal(strspn(a + 5, "0123456789abcdef"), 24);
+    /* Until the clock's millisecond moves on (the first 12 digits);
+     * within one, ids differ in their random part. */
+    do {
+        assert_int_equal(loom_id_new(b, "conv_"), 0);
+        assert_string_not_equal(a, b);
+    } while (strncmp(a, b, 5 + 12) == 0 && ++n < 100000000L);
+    assert_true(strcmp(b, a) > 0);
+    assert_int_equal(loom_id_new(a, "a_prefix_far_too_long_"), LOOM_EINVALID);
+}
+
 static void test_version(void **state)
 {
     unsigned major, minor, patch;
@@ -1150,6 +1173,7 @@ int main(void)
         cmocka_unit_test(test_error_set_and_clear),
         cmocka_unit_test(test_error_long_message_is_cut),
         cmocka_unit_test(test_error_names),
+        cmocka_unit_test(test_id_new),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_error_is_per_thread),
 
