@@ -523,8 +523,19 @@ static void sqlite_free(loom_store *base)
     free(st);
 }
 
+/* Before SQLite's first use in the process: no memory statistics, which
+ * take a global mutex around every allocation SQLite makes (loom reads
+ * none of them). Fails harmlessly (SQLITE_MISUSE) when the process had
+ * already initialized SQLite. */
+static void sqlite_configure(void)
+{
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 static int sqlite_open(loom_store **out, const char *path, int target)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+
     loom__sqlite_store *st;
     loom__sqlite_conn *c = NULL;
     int rc;
@@ -538,6 +549,7 @@ static int sqlite_open(loom_store **out, const char *path, int target)
     if (!sqlite3_threadsafe())
         return loom__error_set(LOOM_ERROR,
                                "store: SQLite was built without threads");
+    pthread_once(&once, sqlite_configure);
     if (!(st = calloc(1, sizeof(*st))))
         return loom__error_oom();
     st->base.vt = &sqlite_vtable;

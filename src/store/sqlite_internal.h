@@ -187,6 +187,16 @@ typedef struct {
      * the queue's length; batches counts the batches written. */
     int hold;
     int queued;
+    /* A batch is being written (by the writer thread, or inline by the
+     * thread of a lone write); the WAL is full and the writer thread is
+     * to start it over. */
+    int busy;
+    int catch_up_due;
+    /* Writes come one at a time: a lone write is written inline.
+     * Cleared when writes queue behind an inline one, set again when the
+     * writer thread has written SOLO_AFTER batches of one in a row
+     * (singles) with none behind them. */
+    int solo, singles;
     unsigned long batches;
     pthread_t writer, checkpointer;
     /* The writer's own connection, kept across batches so its page

@@ -12,6 +12,11 @@
  * stream's final event, a run reported completed) is in the WAL and
  * survives the process being killed.
  *
+ * A write that finds nothing queued and the writer idle, while writes
+ * come one at a time, is written by its own thread instead
+ * (write_inline): at one request at a time the two thread hand-offs
+ * would cost more than the commit.
+ *
  * SQLite's own auto-checkpoint would copy the WAL back into the database,
  * with its fsyncs, inside whichever commit crosses 1,000 frames: one
  * request in many would pay for it. Every connection has it off; the WAL
@@ -31,6 +36,9 @@
 
 /* Writes in one transaction at most. */
 #define BATCH_MAX 256
+/* Batches of one in a row after which a lone write is written inline
+ * again (write_inline). */
+#define SOLO_AFTER 16
 /* Frames (pages) in the WAL, not yet copied back, that call for a
  * checkpoint: SQLite's own default. */
 #define CKPT_FRAMES 1000
@@ -152,23 +160,39 @@ static void run_batch(loom__sqlite_store *st, loom__sqlite_job *batch)
 
 static void wal_checkpoint(loom__sqlite_writer *w, sqlite3 *db, int mode);
 
-/* When the WAL is CKPT_CAP_FRAMES long, copies what is left of it on
- * the writer's connection with no write beside it, so that the next
- * write starts it over (commits wait meanwhile: the cost of a bounded
- * WAL under steady writes). */
-static void catch_up(loom__sqlite_store *st)
+/* Whether the WAL is CKPT_CAP_FRAMES long. */
+static int wal_full(loom__sqlite_writer *w)
 {
-    loom__sqlite_writer *w = &st->w;
     int full;
 
     pthread_mutex_lock(&w->ckpt_lock);
     full = w->wal_frames >= CKPT_CAP_FRAMES;
     pthread_mutex_unlock(&w->ckpt_lock);
-    if (!full || !w->conn)
+    return full;
+}
+
+/* When the WAL is CKPT_CAP_FRAMES long, copies what is left of it on
+ * the writer's connection with no write beside it, so that the next
+ * write starts it over (commits wait meanwhile: the cost of a bounded
+ * WAL under steady writes). On the writer thread only: it may wait for
+ * readers up to the busy timeout. */
+static void catch_up(loom__sqlite_store *st)
+{
+    loom__sqlite_writer *w = &st->w;
+
+    if (!wal_full(w) || !w->conn)
         return;
     pthread_mutex_lock(&st->write_lock);
     wal_checkpoint(w, w->conn->db, SQLITE_CHECKPOINT_RESTART);
     pthread_mutex_unlock(&st->write_lock);
+}
+
+/* Whether the writer thread has work it may start now. Under lock. */
+static int writer_may_start(const loom__sqlite_writer *w)
+{
+    if (w->busy)
+        return 0;
+    return w->catch_up_due || (w->head && (!w->hold || w->stop));
 }
 
 static void *writer_main(void *arg)
@@ -176,33 +200,88 @@ static void *writer_main(void *arg)
     loom__sqlite_store *st = arg;
     loom__sqlite_writer *w = &st->w;
     loom__sqlite_job *batch, *last;
-    int n;
+    int n, single;
 
     pthread_setname_np(pthread_self(), "loom-store");
     pthread_mutex_lock(&w->lock);
     for (;;) {
-        while ((!w->head || w->hold) && !w->stop)
+        while (!writer_may_start(w) && !(w->stop && !w->busy))
             pthread_cond_wait(&w->work, &w->lock);
-        if (!w->head)
+        if (!writer_may_start(w))
             break;
         /* Everything queued while the previous batch committed. */
-        batch = last = w->head;
-        n = 1;
-        for (; n < BATCH_MAX && last->next; n++)
-            last = last->next;
-        w->head = last->next;
-        if (!w->head)
-            w->tail = NULL;
-        last->next = NULL;
-        w->queued -= n;
-        w->batches++;
+        batch = NULL;
+        if (w->head) {
+            batch = last = w->head;
+            n = 1;
+            for (; n < BATCH_MAX && last->next; n++)
+                last = last->next;
+            w->head = last->next;
+            if (!w->head)
+                w->tail = NULL;
+            last->next = NULL;
+            w->queued -= n;
+            w->batches++;
+        }
+        w->catch_up_due = 0;
+        w->busy = 1;
         pthread_mutex_unlock(&w->lock);
-        run_batch(st, batch);
+        /* The jobs are their callers' and end with run_batch(). */
+        single = batch && !batch->next;
+        if (batch)
+            run_batch(st, batch);
         catch_up(st);
         pthread_mutex_lock(&w->lock);
+        w->busy = 0;
+        /* SOLO_AFTER batches of one in a row, nothing queued behind
+         * them: writes come one at a time again. */
+        w->singles = single && !w->head ? w->singles + 1 : 0;
+        if (w->singles >= SOLO_AFTER)
+            w->solo = 1;
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
+}
+
+/*
+ * A write that finds the writer idle and nothing queued is written by
+ * its own thread at once, a batch of one: at one request at a time this
+ * saves the two thread hand-offs (to the writer and back) each write
+ * would otherwise cost. Writes that come meanwhile queue for the writer
+ * thread, woken when this one ends. A WAL grown full is left to the
+ * writer thread (its checkpoint may wait for readers).
+ */
+static void write_inline(loom__sqlite_store *st, loom__sqlite_job *j)
+{
+    loom__sqlite_writer *w = &st->w;
+    int full;
+
+    run_batch(st, j);
+    full = wal_full(w);
+    pthread_mutex_lock(&w->lock);
+    w->busy = 0;
+    /* Others wrote meanwhile: batches serve them better. */
+    if (w->head)
+        w->solo = 0;
+    if (full)
+        w->catch_up_due = 1;
+    if (w->head || full)
+        pthread_cond_broadcast(&w->work);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Queues j for the writer thread. Under w->lock, which it drops. */
+static void enqueue(loom__sqlite_writer *w, loom__sqlite_job *j)
+{
+    if (w->tail)
+        w->tail->next = j;
+    else
+        w->head = j;
+    w->tail = j;
+    w->queued++;
+    /* The writer, and a test waiting for the queue to fill. */
+    pthread_cond_broadcast(&w->work);
+    pthread_mutex_unlock(&w->lock);
 }
 
 int loom__sqlite_write(loom__sqlite_store *st, loom__sqlite_write_fn fn,
@@ -213,15 +292,15 @@ int loom__sqlite_write(loom__sqlite_store *st, loom__sqlite_write_fn fn,
 
     loom__completion_init(&j.done);
     pthread_mutex_lock(&w->lock);
-    if (w->tail)
-        w->tail->next = &j;
-    else
-        w->head = &j;
-    w->tail = &j;
-    w->queued++;
-    /* The writer, and a test waiting for the queue to fill. */
-    pthread_cond_broadcast(&w->work);
-    pthread_mutex_unlock(&w->lock);
+    if (w->solo && !w->busy && !w->head && !w->hold && !w->stop &&
+        !w->catch_up_due) {
+        w->busy = 1;
+        w->batches++;
+        pthread_mutex_unlock(&w->lock);
+        write_inline(st, &j);
+    } else {
+        enqueue(w, &j);
+    }
     loom__completion_wait(&j.done);
     loom__completion_destroy(&j.done);
     return j.rc ? loom__error_set(j.rc, "%s", j.msg) : 0;
@@ -382,6 +461,7 @@ void loom__sqlite_writer_init(loom__sqlite_store *st)
 
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->work, NULL);
+    w->solo = 1;
     pthread_mutex_init(&w->ckpt_lock, NULL);
     pthread_mutex_init(&w->ckpt_run, NULL);
     pthread_condattr_init(&attr);

@@ -1324,6 +1324,80 @@ static void test_crash_safety(void **state)
     free(path);
 }
 
+/* Whether SQLite's plan for sql on the database at path reads through
+ * index (the plan's detail names it). */
+static int plan_uses(const char *path, const char *sql, const char *index)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *s = NULL;
+    char *q = sqlite3_mprintf("EXPLAIN QUERY PLAN %s", sql);
+    int found = 0;
+
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, q, -1, &s, NULL), SQLITE_OK);
+    while (sqlite3_step(s) == SQLITE_ROW)
+        if (strstr((const char *)sqlite3_column_text(s, 3), index))
+            found = 1;
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    sqlite3_free(q);
+    return found;
+}
+
+/* The indexes on often-NULL columns hold only rows with a value (a row
+ * without one writes fewer pages), and the lookups that need them still
+ * read through them. */
+static void test_partial_indexes(void **state)
+{
+    char *path = test_db_path("partial.db");
+    loom_store *st = test_store_open_ok(path);
+    char *id = test_conversation_create_ok(st);
+    static const struct {
+        const char *sql, *index;
+    } lookups[] = {
+        {"SELECT id FROM conversations WHERE user_id IS NULL AND "
+         "prefix_hash = x'00'",
+         "conversations_by_prefix"},
+        {"SELECT id FROM conversations WHERE user_id IS 'u' AND "
+         "prefix_hash_streamed = x'00'",
+         "conversations_by_prefix_streamed"},
+        {"SELECT id FROM conversations WHERE user_id = 'u' AND parent_id "
+         "IS NULL ORDER BY updated_at DESC, id DESC LIMIT 5",
+         "conversations_by_owner"},
+        {"SELECT id FROM conversations WHERE parent_id = 'c'",
+         "conversations_by_parent"},
+        {"SELECT id FROM conversations WHERE fork_origin = 'm'",
+         "conversations_by_origin"},
+        {"SELECT id FROM runs WHERE parent_run_id = 'r' ORDER BY "
+         "created_at, id",
+         "runs_by_parent"},
+        {"SELECT count(*) FROM usage WHERE user_id = 'u' AND created_at >= 0",
+         "usage_by_owner"},
+        {"SELECT count(*) FROM usage WHERE workspace = 'w' AND user_name = "
+         "'u' AND created_at >= 0",
+         "usage_by_account"},
+        {"SELECT count(*) FROM usage WHERE user_name = 'u' AND created_at >= 0",
+         "usage_by_user"},
+        {"SELECT count(*) FROM usage WHERE key_id = 'k' AND created_at >= 0",
+         "usage_by_key"},
+    };
+
+    (void)state;
+    loom_store_free(st);
+    assert_int_equal(
+        test_db_int(path, "SELECT count(*) FROM sqlite_schema WHERE "
+                          "type = 'index' AND sql LIKE '%WHERE%IS NOT NULL'"),
+        10);
+    for (size_t i = 0; i < sizeof(lookups) / sizeof(lookups[0]); i++) {
+        if (!plan_uses(path, lookups[i].sql, lookups[i].index))
+            fail_msg("'%s' does not read through %s", lookups[i].sql,
+                     lookups[i].index);
+    }
+    free(id);
+    test_db_remove(path);
+    free(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1343,6 +1417,7 @@ int main(void)
         cmocka_unit_test(test_turn_limits),
         cmocka_unit_test(test_schema_newer_refused),
         cmocka_unit_test(test_migrations),
+        cmocka_unit_test(test_partial_indexes),
         cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_crash_safety),
