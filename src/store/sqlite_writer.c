@@ -123,15 +123,14 @@ static int run_jobs(loom__sqlite_store *st, loom__sqlite_conn *c,
     return 0;
 }
 
-/* Writes the batch in one transaction and signals each of its writes. */
-static void run_batch(loom__sqlite_store *st, loom__sqlite_job *batch)
+/* Writes the batch in one transaction and signals each of its writes;
+ * under the store's write lock, which it releases. */
+static void run_batch_locked(loom__sqlite_store *st, loom__sqlite_job *batch)
 {
     loom__sqlite_conn *c = NULL;
     loom__sqlite_job *next;
     int rc, src;
 
-    /* As every writer: the write lock before a connection. */
-    pthread_mutex_lock(&st->write_lock);
     rc = st->w.conn ? 0 : loom__sqlite_acquire(st, &st->w.conn);
     c = st->w.conn;
     while (rc == 0) {
@@ -156,6 +155,13 @@ static void run_batch(loom__sqlite_store *st, loom__sqlite_job *batch)
         next = j->next;
         loom__completion_signal(&j->done);
     }
+}
+
+static void run_batch(loom__sqlite_store *st, loom__sqlite_job *batch)
+{
+    /* As every writer: the write lock before a connection. */
+    pthread_mutex_lock(&st->write_lock);
+    run_batch_locked(st, batch);
 }
 
 static void wal_checkpoint(loom__sqlite_writer *w, sqlite3 *db, int mode);
@@ -244,8 +250,9 @@ static void *writer_main(void *arg)
 }
 
 /*
- * A write that finds the writer idle and nothing queued is written by
- * its own thread at once, a batch of one: at one request at a time this
+ * A write that finds the writer idle and nothing queued (and the write
+ * lock free: the caller took it) is written by its own thread at once,
+ * a batch of one: at one request at a time this
  * saves the two thread hand-offs (to the writer and back) each write
  * would otherwise cost. Writes that come meanwhile queue for the writer
  * thread, woken when this one ends. A WAL grown full is left to the
@@ -256,7 +263,7 @@ static void write_inline(loom__sqlite_store *st, loom__sqlite_job *j)
     loom__sqlite_writer *w = &st->w;
     int full;
 
-    run_batch(st, j);
+    run_batch_locked(st, j);
     full = wal_full(w);
     pthread_mutex_lock(&w->lock);
     w->busy = 0;
@@ -292,8 +299,11 @@ int loom__sqlite_write(loom__sqlite_store *st, loom__sqlite_write_fn fn,
 
     loom__completion_init(&j.done);
     pthread_mutex_lock(&w->lock);
+    /* The write lock is only tried: another write holding it (a
+     * conversation deleted, say) must not stall this thread, which may
+     * run other fibers. */
     if (w->solo && !w->busy && !w->head && !w->hold && !w->stop &&
-        !w->catch_up_due) {
+        !w->catch_up_due && pthread_mutex_trylock(&st->write_lock) == 0) {
         w->busy = 1;
         w->batches++;
         pthread_mutex_unlock(&w->lock);
