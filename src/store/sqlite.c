@@ -518,6 +518,8 @@ static void sqlite_free(loom_store *base)
     pthread_mutex_destroy(&st->lock);
     loom__cond_destroy(&st->available);
     pthread_mutex_destroy(&st->write_lock);
+    loom__sqlite_settings_cache_free(st);
+    pthread_mutex_destroy(&st->settings_lock);
     free(st->extra_sql);
     free(st->path);
     free(st);
@@ -556,6 +558,7 @@ static int sqlite_open(loom_store **out, const char *path, int target)
     pthread_mutex_init(&st->lock, NULL);
     loom__cond_init(&st->available);
     pthread_mutex_init(&st->write_lock, NULL);
+    pthread_mutex_init(&st->settings_lock, NULL);
     loom__sqlite_writer_init(st);
     if (!(st->path = strdup(path))) {
         rc = loom__error_oom();

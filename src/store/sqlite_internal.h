@@ -216,6 +216,16 @@ typedef struct {
     unsigned long commits; /* commits seen by the WAL hook */
 } loom__sqlite_writer;
 
+/* Users' sealed settings read lately (sqlite_secrets.c): a run of a user
+ * reads them at every request, and they change seldom. */
+#define LOOM__SETTINGS_CACHED 16
+typedef struct {
+    char *user_id;         /* NULL: a free slot */
+    unsigned char *sealed; /* NULL: the user has none */
+    size_t len;
+    int64_t read_ms; /* monotonic, when read */
+} loom__sqlite_settings_entry;
+
 typedef struct {
     loom_store base;
     char *path;
@@ -227,7 +237,13 @@ typedef struct {
     pthread_mutex_t write_lock; /* one writer at a time, in process */
     char *extra_sql;            /* test hook: run on each new connection */
     loom__sqlite_writer w;
+    pthread_mutex_t settings_lock; /* guards settings, settings_saves */
+    loom__sqlite_settings_entry settings[LOOM__SETTINGS_CACHED];
+    unsigned long settings_saves; /* settings saved through this store */
 } loom__sqlite_store;
+
+/* Frees the settings cache (sqlite_secrets.c). */
+void loom__sqlite_settings_cache_free(loom__sqlite_store *st);
 
 /* ---- the writer thread (sqlite_writer.c) ------------------------------ */
 

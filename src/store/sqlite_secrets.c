@@ -5,7 +5,14 @@
  * (secrets.c). The backend never sees a key or a plain text. Both tables
  * are read and written the same way: one row by its key (one or two
  * texts), its `sealed` blob replaced whole.
+ *
+ * A user's settings are read at every request of theirs (the server
+ * applies them to each run) and change seldom, so the last few users'
+ * sealed rows (or that they have none) are kept for SETTINGS_TTL_MS: a
+ * save through this store replaces its user's entry at once; a save by
+ * another process sharing the file shows within that time.
  */
+#include "core/clock.h"
 #include "core/error.h"
 #include "store/sqlite_internal.h"
 
@@ -144,17 +151,133 @@ int loom__sqlite_mcp_credentials_delete(loom_store *st, const char *server,
     return rc;
 }
 
-int loom__sqlite_user_settings_get(loom_store *st, const char *user_id,
-                                   unsigned char **out, size_t *len)
+/* How long a cached settings entry serves. */
+#define SETTINGS_TTL_MS 1000
+
+static void entry_clear(loom__sqlite_settings_entry *e)
 {
-    return sealed_get(st, S_SETTINGS_GET, user_id, NULL, out, len,
-                      "reading user settings", "no settings for this user");
+    free(e->user_id);
+    free(e->sealed);
+    memset(e, 0, sizeof(*e));
 }
 
-int loom__sqlite_user_settings_put(loom_store *st, const char *user_id,
+void loom__sqlite_settings_cache_free(loom__sqlite_store *st)
+{
+    for (int i = 0; i < LOOM__SETTINGS_CACHED; i++)
+        entry_clear(&st->settings[i]);
+}
+
+/* user_id's live entry, or NULL. Under settings_lock. */
+static loom__sqlite_settings_entry *entry_find(loom__sqlite_store *st,
+                                               const char *user_id)
+{
+    int64_t now = loom__mono_ms();
+
+    for (int i = 0; i < LOOM__SETTINGS_CACHED; i++) {
+        loom__sqlite_settings_entry *e = &st->settings[i];
+        if (e->user_id && strcmp(e->user_id, user_id) == 0) {
+            if (now - e->read_ms < SETTINGS_TTL_MS)
+                return e;
+            entry_clear(e);
+        }
+    }
+    return NULL;
+}
+
+/* Keeps what user_id's row held when read (sealed NULL: none), in its
+ * own entry, a free one or the oldest, unless some save came since the
+ * read began (saves then was settings_saves); out of memory keeps
+ * nothing. */
+static void entry_keep(loom__sqlite_store *st, const char *user_id,
+                       const unsigned char *sealed, size_t len,
+                       unsigned long saves)
+{
+    loom__sqlite_settings_entry *slot = NULL;
+
+    pthread_mutex_lock(&st->settings_lock);
+    if (saves != st->settings_saves) {
+        pthread_mutex_unlock(&st->settings_lock);
+        return;
+    }
+    for (int i = 0; i < LOOM__SETTINGS_CACHED; i++) {
+        loom__sqlite_settings_entry *e = &st->settings[i];
+        if (e->user_id && strcmp(e->user_id, user_id) == 0) {
+            slot = e;
+            break;
+        }
+        if (!slot ||
+            (slot->user_id && (!e->user_id || e->read_ms < slot->read_ms)))
+            slot = e;
+    }
+    entry_clear(slot);
+    slot->user_id = strdup(user_id);
+    slot->sealed = sealed ? malloc(len) : NULL;
+    if (!slot->user_id || (sealed && !slot->sealed)) {
+        entry_clear(slot);
+    } else {
+        if (sealed)
+            memcpy(slot->sealed, sealed, len);
+        slot->len = len;
+        slot->read_ms = loom__mono_ms();
+    }
+    pthread_mutex_unlock(&st->settings_lock);
+}
+
+/* Forgets user_id's entry, and any read begun before. */
+static void entry_forget(loom__sqlite_store *st, const char *user_id)
+{
+    pthread_mutex_lock(&st->settings_lock);
+    st->settings_saves++;
+    for (int i = 0; i < LOOM__SETTINGS_CACHED; i++)
+        if (st->settings[i].user_id &&
+            strcmp(st->settings[i].user_id, user_id) == 0)
+            entry_clear(&st->settings[i]);
+    pthread_mutex_unlock(&st->settings_lock);
+}
+
+int loom__sqlite_user_settings_get(loom_store *base, const char *user_id,
+                                   unsigned char **out, size_t *len)
+{
+    loom__sqlite_store *st = (loom__sqlite_store *)base;
+    loom__sqlite_settings_entry *e;
+    unsigned long saves;
+    int rc;
+
+    *out = NULL;
+    *len = 0;
+    pthread_mutex_lock(&st->settings_lock);
+    saves = st->settings_saves;
+    if ((e = entry_find(st, user_id)) != NULL) {
+        if (!e->sealed)
+            rc = loom__error_set(LOOM_ENOTFOUND,
+                                 "store: no settings for this user");
+        else if ((*out = malloc(e->len)) != NULL)
+            memcpy(*out, e->sealed, *len = e->len), rc = 0;
+        else
+            rc = loom__error_oom();
+        pthread_mutex_unlock(&st->settings_lock);
+        return rc;
+    }
+    pthread_mutex_unlock(&st->settings_lock);
+    rc = sealed_get(base, S_SETTINGS_GET, user_id, NULL, out, len,
+                    "reading user settings", "no settings for this user");
+    if (rc == 0 || rc == LOOM_ENOTFOUND)
+        entry_keep(st, user_id, rc == 0 ? *out : NULL, *len, saves);
+    return rc;
+}
+
+int loom__sqlite_user_settings_put(loom_store *base, const char *user_id,
                                    const unsigned char *sealed, size_t len,
                                    int64_t now)
 {
-    return sealed_put(st, sql_settings_put, user_id, NULL, sealed, len, now,
-                      "storing user settings");
+    loom__sqlite_store *st = (loom__sqlite_store *)base;
+    int rc;
+
+    /* Forgotten before and after: a read racing the save cannot keep
+     * the row from before it (the second also counts as a save). */
+    entry_forget(st, user_id);
+    rc = sealed_put(base, sql_settings_put, user_id, NULL, sealed, len, now,
+                    "storing user settings");
+    entry_forget(st, user_id);
+    return rc;
 }

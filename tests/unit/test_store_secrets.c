@@ -184,12 +184,60 @@ static void test_bad_key_file(void **state)
     finish(st, path, key_file);
 }
 
+/* A user's settings are kept a moment after being read: a save through
+ * the same store shows at once, users never see each other's, and a save
+ * by another process sharing the file shows within about a second (the
+ * test waits for it up to a minute). */
+static void test_settings_cached(void **state)
+{
+    char *key_file = NULL, *path = NULL;
+    loom_store *st = fresh("secrets4.db", &path, &key_file), *other;
+    char *json = NULL;
+    int i;
+
+    (void)state;
+    assert_int_equal(loom_store_user_settings_load(st, "alice", &json),
+                     LOOM_ENOTFOUND);
+    assert_int_equal(
+        loom_store_user_settings_save(st, "alice", "{\"model\":\"a1\"}"), 0);
+    assert_int_equal(loom_store_user_settings_load(st, "alice", &json), 0);
+    assert_string_equal(json, "{\"model\":\"a1\"}");
+    free(json);
+    assert_int_equal(loom_store_user_settings_load(st, "bob", &json),
+                     LOOM_ENOTFOUND);
+    assert_int_equal(
+        loom_store_user_settings_save(st, "alice", "{\"model\":\"a2\"}"), 0);
+    assert_int_equal(loom_store_user_settings_load(st, "alice", &json), 0);
+    assert_string_equal(json, "{\"model\":\"a2\"}");
+    free(json);
+    assert_int_equal(loom_store_user_settings_load(st, "bob", &json),
+                     LOOM_ENOTFOUND);
+
+    /* Another store on the same file (as another process would be). */
+    other = test_store_open_ok(path);
+    assert_int_equal(
+        loom_store_user_settings_save(other, "bob", "{\"model\":\"b1\"}"), 0);
+    for (i = 0; i < 600; i++) {
+        int rc = loom_store_user_settings_load(st, "bob", &json);
+        if (rc == 0)
+            break;
+        assert_int_equal(rc, LOOM_ENOTFOUND);
+        usleep(100000);
+    }
+    assert_true(i < 600);
+    assert_string_equal(json, "{\"model\":\"b1\"}");
+    free(json);
+    loom_store_free(other);
+    finish(st, path, key_file);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_file_round_trip),
         cmocka_unit_test(test_wrong_key_fails_cleanly),
         cmocka_unit_test(test_bad_key_file),
+        cmocka_unit_test(test_settings_cached),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
