@@ -10,7 +10,11 @@
  *
  * Stacks are mmap'd with a guard page below them, so an overflow faults
  * instead of corrupting a neighbour, and only the pages a fiber touches
- * take memory. A worker keeps a few stacks of ended fibers for reuse.
+ * take memory. A worker keeps the stacks of ended fibers for reuse (at most
+ * KEEP_STACKS), taken by whichever thread spawns the next fiber on it: the
+ * server spawns runs from its own thread, and a stack mapped and unmapped
+ * per run cost a page fault per touched page and, for munmap, a TLB
+ * shoot-down on every core running the process.
  *
  * A fiber's state (ready, running, parked) and its wake token change under
  * its worker's lock, which no fiber holds across a switch: a waker on any
@@ -62,7 +66,13 @@
 
 #define DEFAULT_STACK ((size_t)256 << 10)
 #define DEFAULT_BLOCKING 64
-#define KEEP_STACKS 16
+/* Ended fibers (struct, stack, guard page) a worker keeps for reuse. A
+ * kept stack still holds the pages its fiber touched (a run touches a few
+ * tens of KiB; at worst the whole stack), so the bound caps that memory
+ * per worker (64 x 256 KiB = 16 MiB at the very worst) while covering the
+ * swings in the number of live fibers of a worker serving a few hundred
+ * requests at once: past it, stacks are unmapped as before. */
+#define KEEP_STACKS 64
 #define MAX_EVENTS 64
 /* Idle connections a worker's curl multi handle keeps for reuse. curl's
  * default grows with the transfers it has seen (four per handle added),
@@ -118,7 +128,7 @@ struct worker {
     size_t nheap, capheap;
     CURLM *multi;
     double curl_at;     /* when curl wants its timeout action; < 0: never */
-    loom__fiber *spare; /* ended fibers kept for their stacks */
+    loom__fiber *spare; /* ended fibers kept for their stacks; under lock */
     int nspare;
 #ifdef FIBER_ASAN
     const void *main_bottom;
@@ -393,13 +403,15 @@ static void fiber_ended(worker *w, loom__fiber *f)
     __tsan_destroy_fiber(f->tsan);
     f->tsan = NULL;
 #endif
+    pthread_mutex_lock(&w->lock);
     if (w->nspare < KEEP_STACKS) {
         f->next = w->spare;
         w->spare = f;
         w->nspare++;
-    } else {
-        fiber_free(f);
+        f = NULL;
     }
+    pthread_mutex_unlock(&w->lock);
+    fiber_free(f);
     atomic_fetch_sub(&w->s->fibers, 1);
 }
 
@@ -412,11 +424,13 @@ int loom__fiber_spawn(loom__sched *s, void (*fn)(void *), void *arg, int here)
         w = tl_worker;
     else
         w = &s->w[atomic_fetch_add(&s->next_w, 1) % (unsigned)s->nw];
-    if (tl_worker == w && w->spare) {
+    pthread_mutex_lock(&w->lock);
+    if (w->spare) {
         f = w->spare;
         w->spare = f->next;
         w->nspare--;
     }
+    pthread_mutex_unlock(&w->lock);
     if (!f && !(f = fiber_new(s)))
         return loom__error_oom();
     if (fiber_prepare(w, f, fn, arg) != 0) {
