@@ -6,6 +6,8 @@
  */
 #include "loom/run.h"
 
+#include <string.h>
+
 static const char *const event_names[LOOM_EV__COUNT] = {
     [LOOM_EV_RUN_STARTED] = "run.started",
     [LOOM_EV_MESSAGE_DELTA] = "message.delta",
@@ -39,26 +41,42 @@ const char *loom_event_type_name(loom_event_type type)
     return (unsigned)type < LOOM_EV__COUNT ? event_names[type] : "unknown";
 }
 
+/* Whether data's key k is one of the envelope's (which wins over it). */
+static int envelope_key(const char *k, int has_run_id)
+{
+    return strcmp(k, "type") == 0 || strcmp(k, "seq") == 0 ||
+           strcmp(k, "index") == 0 || (has_run_id && strcmp(k, "run_id") == 0);
+}
+
+/*
+ * Called for every event a run makes (several per request), so it skips
+ * what jansson would check again: the envelope's keys and type names are
+ * ASCII constants, the data's keys come from a JSON object (valid UTF-8
+ * already), and whether a data key is the envelope's is a string compare,
+ * not a lookup. The run id is still checked (an invalid one is left out,
+ * as json_string() always did).
+ */
 json_t *loom_event_to_json(const loom_event *ev)
 {
-    json_t *o = json_object();
+    json_t *o = json_object(), *rid;
+    int has_run_id = 0;
 
     if (!o)
         return NULL;
-    json_object_set_new(o, "type",
-                        json_string(loom_event_type_name(ev->type)));
-    json_object_set_new(o, "seq", json_integer((json_int_t)ev->seq));
-    json_object_set_new(o, "index", json_integer(ev->index));
-    if (ev->run_id)
-        json_object_set_new(o, "run_id", json_string(ev->run_id));
+    json_object_set_new_nocheck(
+        o, "type", json_string_nocheck(loom_event_type_name(ev->type)));
+    json_object_set_new_nocheck(o, "seq", json_integer((json_int_t)ev->seq));
+    json_object_set_new_nocheck(o, "index", json_integer(ev->index));
+    if (ev->run_id && (rid = json_string(ev->run_id)) != NULL)
+        has_run_id = json_object_set_new_nocheck(o, "run_id", rid) == 0;
     if (ev->data && json_is_object(ev->data)) {
         const char *k;
         json_t *v;
         json_object_foreach(ev->data, k, v)
         {
             /* The envelope wins: data never overrides type/seq/index. */
-            if (!json_object_get(o, k))
-                json_object_set(o, k, v);
+            if (!envelope_key(k, has_run_id))
+                json_object_set_nocheck(o, k, v);
         }
     }
     return o;
