@@ -2632,12 +2632,17 @@ static int answer(loom_run *run, const loom_llm_response *resp)
 
 static void finish_completed(loom_run *run)
 {
-    json_t *done =
-        json_pack("{s:s,s:s,s:i,s:s?,s:o,s:s*}", "status", "completed", "text",
-                  run->final_text, "iterations", run->iterations,
-                  "finish_reason", run->finish_reason, "usage",
-                  run_usage_json(run), "model", run->answered_model);
+    pk p = pk_new();
+    json_t *done;
 
+    pk_str(&p, "status", "completed");
+    pk_str(&p, "text", run->final_text);
+    pk_int(&p, "iterations", run->iterations);
+    pk_str_or_null(&p, "finish_reason", run->finish_reason);
+    pk_set(&p, "usage", run_usage_json(run));
+    if (run->answered_model)
+        pk_str(&p, "model", run->answered_model);
+    done = pk_done(&p);
     run->status = LOOM_RUN_COMPLETED;
     if (run->npending) {
         json_t *pc = json_array();
