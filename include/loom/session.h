@@ -534,18 +534,24 @@ const loom_run *loom_turn_run(const loom_turn *t);
 /* ---- the event log --------------------------------------------------- */
 
 /*
- * One logged event, serialized once and immutable: json is
- * loom_event_to_json() of the event (run.started carries the
- * conversation_id); text is its compact JSON.
+ * One logged event, serialized once and immutable: text is the compact
+ * JSON of loom_event_to_json() of the event (run.started carries the
+ * conversation_id), reals with 15 significant digits. Only the text is
+ * kept (a JSON tree would cost several times its size per event, for
+ * as long as the turn is kept); loom_turn_event_json reads it back.
  */
 typedef struct {
     uint64_t seq;
     loom_event_type type;
     const char *type_name; /* "message.delta" */
-    json_t *json;          /* read only */
     const char *text;
     size_t text_len;
 } loom_turn_event;
+
+/* The event's JSON, parsed from its text: a new reference the caller
+ * frees, NULL when out of memory. Dumped again with 15 significant
+ * digits (as the text was), it gives the text back. */
+json_t *loom_turn_event_json(const loom_turn_event *e);
 
 /* The seq of the last logged event (0: none); *ended (may be NULL) is 1
  * when no event will follow. */

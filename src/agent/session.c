@@ -592,12 +592,9 @@ void loom_turn_ref(loom_turn *t)
     atomic_fetch_add(&t->refs, 1);
 }
 
+/* An event and its text are one allocation (event_new). */
 static void event_free(loom_turn_event *e)
 {
-    if (!e)
-        return;
-    json_decref(e->json);
-    free((char *)e->text);
     free(e);
 }
 
@@ -956,28 +953,44 @@ int loom_turn_wait(loom_turn *t, uint64_t after_seq, long timeout_ms)
     return ready;
 }
 
-/* A log entry for j (taken, also on failure); NULL when out of memory. */
-static loom_turn_event *event_new(json_t *j, uint64_t seq, loom_event_type type)
+/* A log entry holding text (len bytes) in the same allocation; NULL
+ * when out of memory. */
+static loom_turn_event *event_new(const char *text, size_t len, uint64_t seq,
+                                  loom_event_type type)
 {
-    loom_turn_event *e;
-    size_t len = 0;
-    char *text;
+    loom_turn_event *e = malloc(sizeof(*e) + len + 1);
+    char *copy;
 
-    if (!j)
+    if (!e)
         return NULL;
-    if (!(text = loom__json_compact_dumps(j, 15, &len)) ||
-        !(e = calloc(1, sizeof(*e)))) {
-        json_decref(j);
-        free(text);
-        return NULL;
-    }
+    copy = (char *)(e + 1);
+    memcpy(copy, text, len);
+    copy[len] = '\0';
     e->seq = seq;
     e->type = type;
     e->type_name = loom_event_type_name(type);
-    e->json = j;
-    e->text = text;
+    e->text = copy;
     e->text_len = len;
     return e;
+}
+
+/* The log entry of ev, serialized; NULL when out of memory. */
+static loom_turn_event *event_of(const loom_event *ev)
+{
+    json_t *j = loom_event_to_json(ev);
+    size_t len = 0;
+    char *text = j ? loom__json_compact_dumps(j, 15, &len) : NULL;
+    loom_turn_event *e = text ? event_new(text, len, ev->seq, ev->type) : NULL;
+
+    json_decref(j);
+    free(text);
+    return e;
+}
+
+json_t *loom_turn_event_json(const loom_turn_event *e)
+{
+    /* The text may hold U+0000 in a string (\u0000). */
+    return json_loadb(e->text, e->text_len, JSON_ALLOW_NUL, NULL);
 }
 
 /* Appends e to the log and wakes the readers; t->lock held. 0, or -1
@@ -1039,7 +1052,7 @@ static int log_event(loom_turn *t, const loom_event *ev, int force)
     /* An interrupted turn resumes later: its events stop here. */
     if (t->durable && atomic_load(&t->interrupted))
         return 1;
-    if (!(e = event_new(loom_event_to_json(ev), ev->seq, ev->type)))
+    if (!(e = event_of(ev)))
         return 1;
     if (t->durable)
         keep_event(t, e);
@@ -2269,6 +2282,8 @@ static int preload(loom_turn *t, const json_t *events, uint64_t covered)
         const char *type = json_string_value(json_object_get(j, "type"));
         loom_event_type k = LOOM_EV_RUN_STARTED;
         loom_turn_event *e;
+        char *dumped;
+        size_t len = 0;
         int rc;
         while (type && k < LOOM_EV__COUNT &&
                strcmp(loom_event_type_name(k), type) != 0)
@@ -2279,7 +2294,11 @@ static int preload(loom_turn *t, const json_t *events, uint64_t covered)
         }
         seq = (uint64_t)json_integer_value(json_object_get(j, "seq"));
         record_kept(t, j, k, seq, covered);
-        if (!(e = event_new(j, seq, k)))
+        dumped = loom__json_compact_dumps(j, 15, &len);
+        json_decref(j);
+        e = dumped ? event_new(dumped, len, seq, k) : NULL;
+        free(dumped);
+        if (!e)
             return loom__error_oom();
         pthread_mutex_lock(&t->lock);
         rc = log_append(t, e);

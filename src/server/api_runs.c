@@ -559,6 +559,16 @@ static int get_run(srv_request *r)
     return srv_reply_json(r, 200, o);
 }
 
+/* Whether a logged event's JSON has key (0 also when out of memory). */
+static int logged_field(const srv_event *ev, const char *key)
+{
+    json_t *j = loom_turn_event_json(ev);
+    int has = json_object_get(j, key) != NULL;
+
+    json_decref(j);
+    return has;
+}
+
 /*
  * GET /v1/runs/{id}/report[?user=U]: the report of a research run, as
  * text/markdown with its notes and Sources list. 404 for an unknown run,
@@ -585,7 +595,7 @@ static int get_report(srv_request *r)
     /* The run's last event is its own end; a report was written when it
      * says why. */
     else if (!last || last->type != LOOM_EV_RUN_COMPLETED ||
-             !json_object_get(last->json, "report_reason") ||
+             !logged_field(last, "report_reason") ||
              !(text = loom_run_text(srv_run_result(run))))
         rc = srv_reply_error(r, 404, NULL, "id", "no_report",
                              "run %s has no report (it is not a research "

@@ -804,7 +804,10 @@ json_t *srv_run_to_json(srv_run *run, int with_events)
         events = json_array();
         /* Up to what was logged when the run was looked at. */
         while (events && (e = srv_run_next_event(run, seq)) != NULL) {
-            json_array_append(events, e->json);
+            if (json_array_append_new(events, loom_turn_event_json(e))) {
+                json_decref(events);
+                return NULL;
+            }
             seq = e->seq;
         }
     }

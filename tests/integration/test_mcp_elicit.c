@@ -117,7 +117,7 @@ static json_t *wait_event(fx *f, uint64_t *seq, const char *type)
         while ((e = loom_turn_next_event(f->t, *seq)) != NULL) {
             *seq = e->seq;
             if (strcmp(e->type_name, type) == 0)
-                return json_incref(e->json);
+                return loom_turn_event_json(e);
         }
         assert_false(loom_turn_ended(f->t));
         assert_int_equal(loom_turn_wait(f->t, *seq, 20000), 1);
@@ -137,8 +137,11 @@ static char *wait_output(fx *f, int *asked)
     while ((e = loom_turn_next_event(f->t, seq)) != NULL) {
         seq = e->seq;
         *asked += e->type == LOOM_EV_MCP_ELICITATION;
-        if (e->type == LOOM_EV_TOOL_COMPLETED)
-            out = strdup(sget(e->json, "output"));
+        if (e->type == LOOM_EV_TOOL_COMPLETED) {
+            json_t *j = loom_turn_event_json(e);
+            out = strdup(sget(j, "output"));
+            json_decref(j);
+        }
     }
     assert_int_equal(loom_turn_status(f->t), LOOM_RUN_COMPLETED);
     assert_non_null(out);

@@ -140,14 +140,17 @@ static void run_turn(fx *f, char **out, json_t **sampled)
     *out = NULL;
     *sampled = NULL;
     while ((e = loom_turn_next_event(f->t, seq)) != NULL) {
+        json_t *j = loom_turn_event_json(e);
+        assert_non_null(j);
         seq = e->seq;
         if (e->type == LOOM_EV_TOOL_COMPLETED)
-            *out = strdup(sget(e->json, "output"));
+            *out = strdup(sget(j, "output"));
         if (e->type == LOOM_EV_USAGE &&
-            strcmp(sget(e->json, "purpose"), "mcp_sampling") == 0) {
+            strcmp(sget(j, "purpose"), "mcp_sampling") == 0) {
             assert_null(*sampled);
-            *sampled = json_incref(e->json);
+            *sampled = json_incref(j);
         }
+        json_decref(j);
     }
     assert_int_equal(loom_turn_status(f->t), LOOM_RUN_COMPLETED);
     assert_non_null(*out);

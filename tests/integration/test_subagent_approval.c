@@ -150,7 +150,7 @@ static void wait_asked(fx *f, uint64_t *seq, size_t n, json_t *asked)
         while ((e = loom_turn_next_event(f->t, *seq)) != NULL) {
             *seq = e->seq;
             if (e->type == LOOM_EV_APPROVAL_REQUIRED)
-                json_array_append(asked, e->json);
+                json_array_append_new(asked, loom_turn_event_json(e));
         }
         if (json_array_size(asked) < n)
             assert_false(loom_turn_ended(f->t));
@@ -188,7 +188,7 @@ static void wait_end(fx *f)
         assert_int_equal(loom_turn_wait(f->t, UINT64_MAX - 1, 20000), 1);
     while ((e = loom_turn_next_event(f->t, seq)) != NULL) {
         seq = e->seq;
-        json_array_append(f->events, e->json);
+        json_array_append_new(f->events, loom_turn_event_json(e));
     }
 }
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "core/utf8.h"
 #include "loom/session.h"
 #include "mock_provider.h"
 #include "store/sqlite_internal.h"
@@ -497,6 +498,60 @@ static void test_event_log(void **state)
     fx_close(&f);
 }
 
+/* A logged event keeps only its text: read back, it is the event with
+ * its type and seq, and dumped again it gives the same text (a tool call
+ * makes tool.completed carry a real, its duration_ms). */
+static void test_event_log_json(void **state)
+{
+    static const mock_answer answers[] = {
+        {.calls = {{"c1", "get_time", "{}"}}, .ncalls = 1},
+        {.text = "It is noon"}};
+    fx f;
+    loom_turn_options to = LOOM_TURN_OPTIONS_INIT;
+    loom_messages in = {0};
+    const loom_turn_event *e;
+    loom_turn *t;
+    uint64_t seq = 0;
+    int reals = 0;
+
+    (void)state;
+    fx_open(&f, answers, 2, 1);
+    assert_int_equal(loom_messages_add(&in, LOOM_ROLE_USER, "time?"), 0);
+    to.agent = "helper";
+    to.input = &in;
+    to.log = 1;
+    assert_int_equal(loom_turn_new(&t, f.s, &to), 0);
+    assert_int_equal(loom_turn_execute(t), 0);
+    while ((e = loom_turn_next_event(t, seq)) != NULL) {
+        json_t *j = loom_turn_event_json(e);
+        size_t len = 0;
+        char *again;
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_object_get(j, "type")),
+                            e->type_name);
+        assert_int_equal(json_integer_value(json_object_get(j, "seq")), e->seq);
+        assert_string_equal(json_string_value(json_object_get(j, "run_id")),
+                            loom_turn_id(t));
+        if (e->type == LOOM_EV_RUN_STARTED)
+            assert_string_equal(
+                json_string_value(json_object_get(j, "conversation_id")),
+                loom_turn_conversation_id(t));
+        reals += json_is_real(json_object_get(j, "duration_ms"));
+        again = loom__json_compact_dumps(j, 15, &len);
+        assert_non_null(again);
+        assert_int_equal(len, e->text_len);
+        assert_string_equal(again, e->text);
+        free(again);
+        json_decref(j);
+        seq = e->seq;
+    }
+    assert_int_equal(loom_turn_status(t), LOOM_RUN_COMPLETED);
+    assert_true(reals > 0);
+    loom_turn_free(t);
+    loom_messages_free(&in);
+    fx_close(&f);
+}
+
 /* Past its limit the log cancels the turn; the final event still gets in. */
 static void test_event_log_limit(void **state)
 {
@@ -834,6 +889,7 @@ int main(void)
         cmocka_unit_test(test_conversation_needs_store),
         cmocka_unit_test(test_store_failure),
         cmocka_unit_test(test_event_log),
+        cmocka_unit_test(test_event_log_json),
         cmocka_unit_test(test_event_log_limit),
         cmocka_unit_test(test_start_and_cancel),
         cmocka_unit_test(test_session_outlives_caller),
