@@ -744,6 +744,8 @@ int srv_defer_until(srv_request *r, srv_run *run, srv_ready_fn ready,
     c->done = done;
     c->dready = ready;
     defer_begin(c, run, payload, free_payload);
+    /* Without a ready test it answers at the run's end only. */
+    c->susp.end_only = ready == NULL;
     srv__run_watch(run, &c->susp);
     c->watching = 1;
     return 0;

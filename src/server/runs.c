@@ -35,6 +35,10 @@ struct srv_run {
     srv_server *s;
     loom_turn *t;
     atomic_int background;
+    /* The turn's outcome is final (set by on_ending, before the wake that
+     * says it ended): watchers that wait for the end only are woken from
+     * then on. */
+    atomic_int ending;
     int64_t created_ms, ended_ms;
     long long start_mono;
     /* the table, guarded by the table's lock */
@@ -314,10 +318,15 @@ const loom_run *srv_run_result(srv_run *run)
 
 /* ---- the event log ------------------------------------------------------- */
 
+/* Runs on the run's thread with the turn's lock held: a watcher of the
+ * end only is left alone until then (no trip through the polling thread
+ * per event). */
 static void wake_susp(void *payload)
 {
     srv_susp *sp = payload;
 
+    if (sp->end_only && !atomic_load(&sp->run->ending))
+        return;
     srv__wake(sp->srv, sp);
 }
 
@@ -481,6 +490,7 @@ static void on_ending(loom_turn *t, void *payload)
     const char *status = loom_run_status_name(loom_turn_status(t));
     double secs = (double)(srv__now_ms() - r->start_mono) / 1000.0;
 
+    atomic_store(&r->ending, 1);
     srv__metrics_run(s->metrics, status, secs);
     note_abandoned(s->metrics, loom_turn_run(t));
     loom_info("run %s %s in %.3fs (conversation %s)%s", srv_run_id(r), status,

@@ -33,6 +33,10 @@ typedef struct srv_susp {
     srv_run *run;          /* cancelled when the client goes away */
     long keepalive_ms;     /* 0: no keep-alive (deferred requests) */
     long long idle_since;  /* last bytes written, ms */
+    /* Woken by run's end only, not by each of its events (a request
+     * that answers once the run ended: each wake is a trip through the
+     * polling thread). Set before srv__run_watch. */
+    int end_only;
     /* Guarded by the server's susp_lock. */
     int suspended;
     int wake;          /* something happened since the last look */
