@@ -229,7 +229,9 @@ static int deferred_done(srv_request *r, srv_run *run, void *payload)
     loom__chat_fmt *f = payload;
     uint64_t last = srv_run_last_seq(run, NULL);
     loom__chat_error e;
-    json_t *body = NULL;
+    /* The answer's size is bounded by the run's own log. */
+    loom_buf text = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    size_t len;
     int rc;
 
     /* A budget refused the run's first model call: nothing was said. */
@@ -269,9 +271,13 @@ static int deferred_done(srv_request *r, srv_run *run, void *payload)
         loom__chat_error_clear(&e);
         return rc;
     }
-    if ((rc = loom__chat_fmt_completion(f, &body)) != 0)
+    /* Written as text once, sent from that buffer. */
+    if ((rc = loom__chat_fmt_completion_text(f, &text)) != 0) {
+        loom_buf_free(&text);
         return rc;
-    return srv_reply_json(r, 200, body);
+    }
+    len = text.len;
+    return srv_reply_json_text(r, 200, loom_buf_detach(&text), len);
 }
 
 /* ---- the handler ----------------------------------------------------- */

@@ -1150,6 +1150,22 @@ static void make_head(loom__chat_fmt *f)
     json_decref(h);
 }
 
+/* A member json_object_set_new would add: left out when s is not UTF-8
+ * (json_string refuses it). */
+static int put_member_string(loom_buf *out, const char *key, const char *s)
+{
+    size_t mark = out->len;
+    int rc = loom_buf_puts(out, key);
+
+    if (!rc &&
+        (rc = loom__json_put_string(out, s, strlen(s))) == LOOM_EINVALID) {
+        out->len = mark;
+        out->ptr[mark] = '\0';
+        rc = 0;
+    }
+    return rc;
+}
+
 /* Appends the rest of a chunk after its delta, as jansson would write
  * the object: the finish reason (a string not UTF-8 fails, as json_pack
  * would), then the conversation (left out when not UTF-8, as
@@ -1168,17 +1184,9 @@ static int put_chunk_tail(const loom__chat_fmt *f, loom_buf *out,
         return loom__error_oom();
     if (!rc)
         rc = loom_buf_puts(out, "}]");
-    if (!rc && with_conversation && f->conversation_id) {
-        size_t mark = out->len;
-        rc = loom_buf_puts(out, ",\"conversation_id\":");
-        if (!rc && (rc = loom__json_put_string(out, f->conversation_id,
-                                               strlen(f->conversation_id))) ==
-                       LOOM_EINVALID) {
-            out->len = mark;
-            out->ptr[mark] = '\0';
-            rc = 0;
-        }
-    }
+    if (!rc && with_conversation && f->conversation_id)
+        rc =
+            put_member_string(out, ",\"conversation_id\":", f->conversation_id);
     if (!rc && finish && f->cancelled)
         rc = loom_buf_puts(out, ",\"loom_status\":\"cancelled\"");
     return rc ? rc : loom_buf_puts(out, "}\n\n");
@@ -1519,20 +1527,29 @@ int loom__chat_fmt_end(loom__chat_fmt *f, loom_buf *out)
     return rc;
 }
 
-int loom__chat_fmt_completion(loom__chat_fmt *f, json_t **out)
+/* The client's calls the run left pending, as message.tool_calls; NULL
+ * when there are none (or out of memory). */
+static json_t *pending_calls(const loom__chat_fmt *f)
 {
-    json_t *o = NULL, *msg, *calls = NULL;
+    json_t *calls = NULL, *c;
     size_t i;
-    json_t *c;
 
-    *out = NULL;
-    if (!f->done || !f->text)
-        return loom__error_set(LOOM_EINVALID, "the run has not completed");
     if (json_array_size(f->pending)) {
         calls = json_array();
         json_array_foreach(f->pending, i, c)
             json_array_append_new(calls, call_value(c));
     }
+    return calls;
+}
+
+int loom__chat_fmt_completion(loom__chat_fmt *f, json_t **out)
+{
+    json_t *o = NULL, *msg, *calls;
+
+    *out = NULL;
+    if (!f->done || !f->text)
+        return loom__error_set(LOOM_EINVALID, "the run has not completed");
+    calls = pending_calls(f);
     msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content",
                     calls && !*f->text ? json_null() : json_string(f->text),
                     "refusal");
@@ -1560,4 +1577,80 @@ int loom__chat_fmt_completion(loom__chat_fmt *f, json_t **out)
         return loom__error_oom();
     *out = o;
     return 0;
+}
+
+/* A string json_pack takes ("s:s"): NULL or not UTF-8 fails it, which
+ * its caller reports as out of memory. */
+static int put_packed_string(loom_buf *out, const char *s)
+{
+    int rc;
+
+    if (!s)
+        return loom__error_oom();
+    rc = loom__json_put_string(out, s, strlen(s));
+    return rc == LOOM_EINVALID ? loom__error_oom() : rc;
+}
+
+/* j's compact text (precision 15, as srv_reply_json writes it); j
+ * NULL fails as json_pack does. */
+static int put_dump(loom_buf *out, const json_t *j)
+{
+    size_t len = 0;
+    char *text = j ? loom__json_compact_dumps(j, 15, &len) : NULL;
+    int rc;
+
+    if (!text)
+        return loom__error_oom();
+    rc = loom_buf_put(out, text, len);
+    free(text);
+    return rc;
+}
+
+int loom__chat_fmt_completion_text(loom__chat_fmt *f, loom_buf *out)
+{
+    json_t *calls, *usage;
+    char created[32];
+    int rc;
+
+    if (!f->done || !f->text)
+        return loom__error_set(LOOM_EINVALID, "the run has not completed");
+    calls = pending_calls(f);
+    usage = loom__chat_usage_ext_json(&f->usage, f->cost_known);
+    snprintf(created, sizeof(created), "%" JSON_INTEGER_FORMAT,
+             (json_int_t)f->created);
+    if ((rc = loom_buf_puts(out, "{\"id\":")) == 0 &&
+        (rc = put_packed_string(out, f->id)) == 0 &&
+        (rc = loom_buf_puts(out, ",\"object\":\"chat.completion\","
+                                 "\"created\":")) == 0 &&
+        (rc = loom_buf_puts(out, created)) == 0 &&
+        (rc = loom_buf_puts(out, ",\"model\":")) == 0 &&
+        (rc = put_packed_string(out, f->model)) == 0 &&
+        (rc = loom_buf_puts(out, ",\"choices\":[{\"index\":0,\"message\":"
+                                 "{\"role\":\"assistant\",\"content\":")) == 0)
+        rc = calls && !*f->text ? loom_buf_puts(out, "null")
+                                : put_packed_string(out, f->text);
+    if (!rc)
+        rc = loom_buf_puts(out, ",\"refusal\":null");
+    if (!rc && f->reasoning)
+        rc = put_member_string(out, ",\"reasoning_content\":", f->reasoning);
+    if (!rc && calls && (rc = loom_buf_puts(out, ",\"tool_calls\":")) == 0)
+        rc = put_dump(out, calls);
+    if (!rc &&
+        (rc = loom_buf_puts(out, "},\"logprobs\":null,\"finish_reason\":")) ==
+            0 &&
+        (rc = put_packed_string(out, f->finish_reason)) == 0 &&
+        (rc = loom_buf_puts(out, "}],\"usage\":")) == 0 &&
+        (rc = put_dump(out, usage)) == 0 &&
+        (rc = loom_buf_puts(out, ",\"tool_events\":")) == 0)
+        rc = put_dump(out, f->tool_events);
+    if (!rc && f->conversation_id)
+        rc =
+            put_member_string(out, ",\"conversation_id\":", f->conversation_id);
+    if (!rc && f->cancelled)
+        rc = loom_buf_puts(out, ",\"loom_status\":\"cancelled\"");
+    if (!rc)
+        rc = loom_buf_puts(out, "}");
+    json_decref(calls);
+    json_decref(usage);
+    return rc;
 }

@@ -270,6 +270,14 @@ const json_t *loom__chat_fmt_failure(const loom__chat_fmt *f);
  */
 int loom__chat_fmt_completion(loom__chat_fmt *f, json_t **out);
 
+/*
+ * The same object as its compact JSON text, appended to out: byte for
+ * byte what srv_reply_json writes for loom__chat_fmt_completion's object
+ * (loom__json_compact_dumps, precision 15), without building the object
+ * and dumping it again. The same errors; out may then hold part of it.
+ */
+int loom__chat_fmt_completion_text(loom__chat_fmt *f, loom_buf *out);
+
 /* Renders a usage object as OpenAI does (details only when non-zero). */
 json_t *loom__chat_usage_json(const loom_usage *u);
 /*

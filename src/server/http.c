@@ -243,7 +243,52 @@ typedef struct srv_conn {
     int watching;
     /* streamed */
     struct srv_sse_stream *sse;
+    struct srv_conn *next_spare; /* on the server's spare list */
 } srv_conn;
+
+/*
+ * Request contexts are kept for reuse, a few at a time: one is larger
+ * than malloc's per-thread cache takes, so each calloc and free of it
+ * went through the main heap (and consolidated its small free blocks).
+ * Made and dropped on the polling thread only, so the list needs no
+ * lock; loom_server_free frees it.
+ */
+#define CONN_SPARES 64
+
+/* A zeroed request context. */
+static srv_conn *conn_alloc(srv_server *s)
+{
+    srv_conn *c = s->conn_spare;
+
+    if (!c)
+        return calloc(1, sizeof(*c));
+    s->conn_spare = c->next_spare;
+    s->nconn_spare--;
+    memset(c, 0, sizeof(*c));
+    return c;
+}
+
+/* Gives c's memory back (its contents are freed already). */
+static void conn_release(srv_server *s, srv_conn *c)
+{
+    if (s->nconn_spare >= CONN_SPARES) {
+        free(c);
+        return;
+    }
+    c->next_spare = s->conn_spare;
+    s->conn_spare = c;
+    s->nconn_spare++;
+}
+
+void srv__conn_spares_free(srv_server *s)
+{
+    while (s->conn_spare) {
+        srv_conn *c = s->conn_spare;
+        s->conn_spare = c->next_spare;
+        free(c);
+    }
+    s->nconn_spare = 0;
+}
 
 static void conn_free(srv_conn *c)
 {
@@ -269,7 +314,7 @@ static void conn_free(srv_conn *c)
     free(c->method);
     free(c->path);
     free(c->segbuf);
-    free(c);
+    conn_release(c->s, c);
 }
 
 /* Adds method to the comma-separated list allow, once. */
@@ -335,7 +380,7 @@ static int match(srv_conn *c)
 static srv_conn *conn_new(srv_server *s, struct MHD_Connection *mc,
                           const char *url, const char *method)
 {
-    srv_conn *c = calloc(1, sizeof(*c));
+    srv_conn *c = conn_alloc(s);
 
     if (!c)
         return NULL;
@@ -567,7 +612,6 @@ int srv_reply_text(srv_request *r, unsigned status, const char *ctype,
 
 int srv_reply_json(srv_request *r, unsigned status, json_t *body)
 {
-    struct MHD_Response *resp;
     size_t len = 0;
     char *text;
 
@@ -575,8 +619,16 @@ int srv_reply_json(srv_request *r, unsigned status, json_t *body)
         return loom__error_oom();
     text = loom__json_compact_dumps(body, 15, &len);
     json_decref(body);
+    return srv_reply_json_text(r, status, text, len);
+}
+
+int srv_reply_json_text(srv_request *r, unsigned status, char *text, size_t len)
+{
+    struct MHD_Response *resp;
+
     if (!text)
         return loom__error_oom();
+    /* The answer's own buffer: libmicrohttpd sends it from there. */
     resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);

@@ -162,6 +162,14 @@ void srv_request_set_run(srv_request *r, const char *run_id);
  */
 int srv_reply_json(srv_request *r, unsigned status, json_t *body);
 
+/*
+ * Replies with status and text (len bytes of JSON, made with malloc) as
+ * the body, sent as it is: takes text (even on failure). For an answer
+ * written as text in the first place. Errors as srv_reply_json.
+ */
+int srv_reply_json_text(srv_request *r, unsigned status, char *text,
+                        size_t len);
+
 /* Replies with text bytes of content type ctype (copied). */
 int srv_reply_text(srv_request *r, unsigned status, const char *ctype,
                    const char *text, size_t len);

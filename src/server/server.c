@@ -759,6 +759,7 @@ void loom_server_free(loom_server *s)
         srv__runs_wait_idle(s, -1);
         srv__runs_free(s->runs);
     }
+    srv__conn_spares_free(s);
     srv__queue_free(s->queue);
     srv__router_free(s->router);
     srv__auth_free(s->auth);

@@ -284,6 +284,9 @@ struct loom_server {
     int tick_stop;
     /* loom_server_wait / request_stop */
     int stop_pipe[2];
+    /* Request contexts kept for reuse (http.c); polling thread only. */
+    struct srv_conn *conn_spare;
+    int nconn_spare;
 };
 
 long long srv__now_ms(void);
@@ -300,6 +303,9 @@ enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
                                 size_t *upload_size, void **con_cls);
 void srv__on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                        enum MHD_RequestTerminationCode toe);
+
+/* Frees the request contexts kept for reuse (once the daemon stopped). */
+void srv__conn_spares_free(srv_server *s);
 
 /* Queues resp with the request's pending headers (http.c). Takes resp. */
 int srv__queue(srv_request *r, unsigned status, struct MHD_Response *resp);

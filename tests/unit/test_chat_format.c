@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "core/utf8.h"
 #include "server/chat_format.h"
 #include "testutil.h"
 
@@ -1313,6 +1314,24 @@ static void test_stream_framing_matches_openai(void **state)
     free(path);
 }
 
+/*
+ * The completion written as text is byte for byte the object's compact
+ * dump (what srv_reply_json sends for it).
+ */
+static void assert_text_matches(loom__chat_fmt *f, const json_t *o)
+{
+    loom_buf text = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    size_t len = 0;
+    char *dump = loom__json_compact_dumps(o, 15, &len);
+
+    assert_non_null(dump);
+    assert_int_equal(loom__chat_fmt_completion_text(f, &text), 0);
+    assert_string_equal(loom_buf_cstr(&text), dump);
+    assert_int_equal(text.len, len);
+    free(dump);
+    loom_buf_free(&text);
+}
+
 static void test_completion_object(void **state)
 {
     loom__chat_fmt *f = new_fmt(1, "conv_7");
@@ -1351,6 +1370,7 @@ static void test_completion_object(void **state)
              "\"total_tokens\":39}}");
     free(s);
     assert_int_equal(loom__chat_fmt_completion(f, &o), 0);
+    assert_text_matches(f, o);
     assert_true(json_eq(
         o, "{\"id\":\"chatcmpl-abc\",\"object\":\"chat.completion\","
            "\"created\":1700000000,\"model\":\"agent/helper\","
@@ -1402,6 +1422,7 @@ static void test_completion_client_tools(void **state)
              "\"name\":\"my_fn\",\"arguments\":\"{\\\"a\\\":1}\"}]}");
     free(s);
     assert_int_equal(loom__chat_fmt_completion(f, &o), 0);
+    assert_text_matches(f, o);
     msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
                           "message");
     /* Only the client's call is handed back, as OpenAI would. */
@@ -1491,6 +1512,7 @@ static void test_completion_reasoning(void **state)
               "{\"prompt_tokens\":10,\"completion_tokens\":4,"
               "\"total_tokens\":14,\"cost_micros\":250}}");
     assert_int_equal(loom__chat_fmt_completion(f, &o), 0);
+    assert_text_matches(f, o);
     msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
                           "message");
     assert_string_equal(
@@ -1540,6 +1562,7 @@ static void test_stream_cancelled(void **state)
     assert_null(loom__chat_fmt_failure(f));
     expect_end(f, "data: [DONE]\n\n");
     assert_int_equal(loom__chat_fmt_completion(f, &o), 0);
+    assert_text_matches(f, o);
     assert_string_equal(json_string_value(json_object_get(o, "loom_status")),
                         "cancelled");
     assert_string_equal(
@@ -1549,6 +1572,44 @@ static void test_stream_cancelled(void **state)
             "content")),
         "par");
     json_decref(o);
+    loom__chat_fmt_free(f);
+}
+
+/* Text that jansson would refuse: a conversation id not UTF-8 is left
+ * out of the text as of the object, an answer not UTF-8 fails both;
+ * before the end there is no completion. Quotes are escaped alike. */
+static void test_completion_text_edges(void **state)
+{
+    loom__chat_fmt *f = new_fmt(0, "conv_\xff");
+    loom_buf text = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_event ev;
+    json_t *o;
+    (void)state;
+
+    assert_int_equal(loom__chat_fmt_completion_text(f, &text), LOOM_EINVALID);
+    feed_only(f, LOOM_EV_MESSAGE_DELTA, 0, "{\"delta\":\"Hi \\\"x\\\"\"}");
+    feed_only(f, LOOM_EV_RUN_COMPLETED, 0,
+              "{\"text\":\"Hi \\\"x\\\"\",\"finish_reason\":\"length\","
+              "\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2,"
+              "\"total_tokens\":3}}");
+    assert_int_equal(loom__chat_fmt_completion(f, &o), 0);
+    assert_null(json_object_get(o, "conversation_id"));
+    assert_text_matches(f, o);
+    json_decref(o);
+    loom__chat_fmt_free(f);
+
+    f = new_fmt(0, NULL);
+    memset(&ev, 0, sizeof(ev));
+    ev.type = LOOM_EV_RUN_COMPLETED;
+    ev.run_id = "run_abc";
+    ev.data =
+        json_pack("{s:o,s:s,s:{s:i}}", "text", json_stringn_nocheck("\xff", 1),
+                  "finish_reason", "stop", "usage", "total_tokens", 0);
+    assert_int_equal(loom__chat_fmt_event(f, &ev, NULL), 0);
+    json_decref(ev.data);
+    assert_int_equal(loom__chat_fmt_completion(f, &o), LOOM_ENOMEM);
+    assert_int_equal(loom__chat_fmt_completion_text(f, &text), LOOM_ENOMEM);
+    loom_buf_free(&text);
     loom__chat_fmt_free(f);
 }
 
@@ -1634,6 +1695,7 @@ int main(void)
         cmocka_unit_test(test_stream_server_calls_apart),
         cmocka_unit_test(test_completion_reasoning),
         cmocka_unit_test(test_stream_cancelled),
+        cmocka_unit_test(test_completion_text_edges),
         cmocka_unit_test(test_server_calls_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
