@@ -176,6 +176,7 @@ int srv__suspend(srv_server *s, srv_susp *sp)
         rc = 1;
     } else {
         sp->suspended = 1;
+        sp->ticket = ++s->susp_tickets;
         sp->prev = NULL;
         sp->next = s->susp_head;
         if (s->susp_head)
@@ -218,47 +219,81 @@ static void resume_all(srv_server *s)
     pthread_mutex_unlock(&s->susp_lock);
 }
 
+/* Makes room for n sockets to poll and their suspensions' tickets in
+ * the ticker's arrays. 0, or -1 when out of memory. */
+static int tick_room(struct pollfd **pfd, unsigned long long **ent,
+                     size_t *cap, size_t n)
+{
+    size_t c = n * 2;
+    struct pollfd *np;
+    unsigned long long *ne;
+
+    if (n <= *cap)
+        return 0;
+    if (!(np = realloc(*pfd, c * sizeof(*np))))
+        return -1;
+    *pfd = np;
+    if (!(ne = realloc(*ent, c * sizeof(*ne))))
+        return -1;
+    *ent = ne;
+    *cap = c;
+    return 0;
+}
+
 /*
  * One look at the suspended connections: a socket whose peer closed its
  * side (or failed) is a client that went away; a stream idle for its
- * keep-alive interval is woken to send a comment. Polling happens under
- * susp_lock, so none of these sockets can be closed meanwhile.
+ * keep-alive interval is woken to send a comment.
+ *
+ * The sockets are polled without susp_lock, which every wake and
+ * suspension takes: with thousands of streams a poll takes a millisecond
+ * or more, and each chunk of every stream would wait for it. What is
+ * polled is noted under the lock first (each suspension's ticket, newest
+ * first, as on the list); afterwards, under the lock again, only a
+ * connection still in the same suspension is looked at. A socket is
+ * never closed while its connection is suspended, so for those the
+ * answer is about that socket; one resumed meanwhile (its socket perhaps
+ * closed, its number reused) is no longer on the list or has a new
+ * ticket, and what poll said of it is dropped. Resuming keeps the order
+ * of the list and new suspensions go to its head, so one walk of each
+ * pairs them.
  */
-static void tick(srv_server *s, struct pollfd **pfd, srv_susp ***ptr,
+static void tick(srv_server *s, struct pollfd **pfd, unsigned long long **ent,
                  size_t *cap)
 {
+    unsigned long long newest;
     long long now;
-    size_t n = 0;
+    size_t n = 0, i = 0;
+    srv_susp *next;
 
     pthread_mutex_lock(&s->susp_lock);
-    if (s->nsusp > *cap) {
-        size_t c = s->nsusp * 2;
-        struct pollfd *np = realloc(*pfd, c * sizeof(**pfd));
-        srv_susp **pp;
-        if (np)
-            *pfd = np;
-        pp = np ? realloc(*ptr, c * sizeof(**ptr)) : NULL;
-        if (pp) {
-            *ptr = pp;
-            *cap = c;
-        }
-        if (!np || !pp) {
-            pthread_mutex_unlock(&s->susp_lock);
-            return; /* out of memory: try again next tick */
-        }
+    if (tick_room(pfd, ent, cap, s->nsusp) != 0) {
+        pthread_mutex_unlock(&s->susp_lock);
+        return; /* out of memory: try again next tick */
     }
     for (srv_susp *sp = s->susp_head; sp; sp = sp->next) {
         (*pfd)[n].fd = sp->fd;
         (*pfd)[n].events = POLLRDHUP;
         (*pfd)[n].revents = 0;
-        (*ptr)[n++] = sp;
+        (*ent)[n++] = sp->ticket;
     }
+    newest = s->susp_tickets;
+    pthread_mutex_unlock(&s->susp_lock);
     if (n && poll(*pfd, n, 0) < 0)
-        n = 0;
+        for (size_t k = 0; k < n; k++)
+            (*pfd)[k].revents = 0;
+    pthread_mutex_lock(&s->susp_lock);
     now = loom__mono_ms();
-    for (size_t i = 0; i < n; i++) {
-        srv_susp *sp = (*ptr)[i];
-        if ((*pfd)[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+    for (srv_susp *sp = s->susp_head; sp; sp = next) {
+        short rev = 0;
+        next = sp->next;
+        if (sp->ticket > newest)
+            continue; /* suspended since: the next tick looks */
+        while (i < n && (*ent)[i] != sp->ticket)
+            i++;
+        if (i < n)
+            rev = (*pfd)[i++].revents;
+        if (rev & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
             sp->gone = 1;
             if (sp->run)
                 srv_run_leave(sp->run);
@@ -276,14 +311,14 @@ static void *ticker_main(void *arg)
 {
     srv_server *s = arg;
     struct pollfd *pfd = NULL;
-    srv_susp **ptr = NULL;
+    unsigned long long *ent = NULL;
     size_t cap = 0;
     struct timespec ts;
 
     pthread_mutex_lock(&s->tick_lock);
     while (!s->tick_stop) {
         pthread_mutex_unlock(&s->tick_lock);
-        tick(s, &pfd, &ptr, &cap);
+        tick(s, &pfd, &ent, &cap);
         srv__queue_expire(s, 0);
         pthread_mutex_lock(&s->tick_lock);
         if (s->tick_stop)
@@ -298,7 +333,7 @@ static void *ticker_main(void *arg)
     }
     pthread_mutex_unlock(&s->tick_lock);
     free(pfd);
-    free(ptr);
+    free(ent);
     return NULL;
 }
 

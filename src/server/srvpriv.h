@@ -38,6 +38,7 @@ typedef struct srv_susp {
      * polling thread). Set before srv__run_watch. */
     int end_only;
     /* Guarded by the server's susp_lock. */
+    unsigned long long ticket; /* this suspension's number, rising */
     int suspended;
     int wake;          /* something happened since the last look */
     int gone;          /* the client went away while suspended */
@@ -274,8 +275,9 @@ struct loom_server {
     atomic_int pending;
     /* suspended connections */
     pthread_mutex_t susp_lock;
-    srv_susp *susp_head;
+    srv_susp *susp_head; /* newest first */
     size_t nsusp;
+    unsigned long long susp_tickets; /* suspensions so far */
     /* the ticker */
     pthread_t ticker;
     int ticker_started;
