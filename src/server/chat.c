@@ -229,7 +229,7 @@ static int deferred_done(srv_request *r, srv_run *run, void *payload)
     loom__chat_fmt *f = payload;
     uint64_t last = srv_run_last_seq(run, NULL);
     loom__chat_error e;
-    /* The answer's size is bounded by the run's own log. */
+    /* Made of an answer under the decoder limits. */
     loom_buf text = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     size_t len;
     int rc;

@@ -221,8 +221,8 @@ static void resume_all(srv_server *s)
 
 /* Makes room for n sockets to poll and their suspensions' tickets in
  * the ticker's arrays. 0, or -1 when out of memory. */
-static int tick_room(struct pollfd **pfd, unsigned long long **ent,
-                     size_t *cap, size_t n)
+static int tick_room(struct pollfd **pfd, unsigned long long **ent, size_t *cap,
+                     size_t n)
 {
     size_t c = n * 2;
     struct pollfd *np;
