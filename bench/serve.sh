@@ -658,9 +658,12 @@ streams_figures() {
         2>/dev/null)
     S_THREADS=$(peak "$1" 3)
     S_FDS=$(peak "$1" 4)
-    # At the sample with the highest RSS while clients were connected:
-    # growth / those client connections.
-    S_KB=$(awk -v n="$1" -v b="$base" '$1 == n && $5 > 0 && $2 + 0 > m {
+    # At the sample with the most client connections open (the highest
+    # RSS among those): growth / those connections. (The highest RSS of
+    # all may come as streams end, when fewer are open than were: the
+    # memory of ended streams is kept by malloc for the next ones.)
+    S_KB=$(awk -v n="$1" -v b="$base" '$1 == n && $5 > 0 &&
+            ($5 + 0 > c || ($5 + 0 == c && $2 + 0 > m)) {
             m = $2 + 0; c = $5 + 0 }
         END { if (m != "" && b != "" && c > 0) printf "%.1f", (m - b) / c }' \
         "$OUT/streams.samples" 2>/dev/null)
@@ -743,7 +746,7 @@ streams_section() {
     srow "gap between chunks p50" GAP50 "" ms
     srow "gap between chunks p99" GAP99 "" ms
     srow "added gap p99 (vs fake direct)" AGAP99 "" us
-    srow "server memory per open stream (RSS growth at peak)" KB KB
+    srow "server memory per open stream (RSS growth / streams, most open)" KB KB
     srow "server threads at peak" THREADS ""
     srow "server open descriptors at peak" FDS ""
     srow "server CPU per chunk" CPU_US µs
