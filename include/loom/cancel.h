@@ -3,7 +3,9 @@
  *
  * A run owns one; the HTTP client polls it so an upstream request is
  * aborted promptly, and tools may poll it too. Setting it is async-signal
- * safe (a lock-free atomic store), so a SIGINT handler may cancel a run.
+ * safe (a lock-free atomic store and eventfd writes), so a SIGINT handler
+ * may cancel a run. A run parked on a loom_pool fiber (waiting for a model
+ * call, a retry, a tool, an approval) is woken at once by the set.
  *
  * A flag may follow another (`parent`, set before anyone polls it): it
  * reads as set once either is, so a sub-agent's run stops when the tool
@@ -37,14 +39,23 @@ typedef struct loom_cancel {
 
 #define LOOM_CANCEL_INIT { 0 }
 
+/*
+ * Wakes the fibers of every loom_pool that are parked on a flag that now
+ * reads set, so they see it at once (loom_cancel_set calls it after the
+ * store). Async-signal-safe and lock-free; cheap when no pool exists.
+ */
+void loom_cancel_notify(void);
+
 static inline void loom_cancel_set(loom_cancel *c)
 {
-    if (c)
+    if (!c)
+        return;
 #ifdef __cplusplus
-        c->flag.store(1);
+    c->flag.store(1);
 #else
-        atomic_store(&c->flag, 1);
+    atomic_store(&c->flag, 1);
 #endif
+    loom_cancel_notify();
 }
 
 static inline int loom_cancel_is_set(const loom_cancel *c)

@@ -1,8 +1,9 @@
 /*
  * The approval gate of a run (see approval.h): a short list of waiting
  * calls and their answers under one lock, and a condition the answering
- * thread signals. The waiting thread also wakes every POLL_MS to look at
- * the run's cancel flag, which a signal handler may set without waking
+ * thread signals. A waiting fiber is woken by the run's cancel flag
+ * itself (loom__cond_wait_cancel); a waiting thread also wakes every
+ * POLL_MS to look at it, which a signal handler may set without waking
  * anyone (as the tool hub does, toolexec.c).
  */
 #include "agent/approval.h"
@@ -156,7 +157,7 @@ void loom__approvals_wait(loom__approvals *a, const loom_cancel *cancel,
             break;
         if (deadline > 0 && deadline < until)
             until = deadline;
-        if (loom__cond_wait(&a->cv, &a->mu, until) == EINVAL)
+        if (loom__cond_wait_cancel(&a->cv, &a->mu, until, cancel) == EINVAL)
             break;
     }
     pthread_mutex_unlock(&a->mu);

@@ -4,9 +4,10 @@
  * elicitation/create reaches through the MCP tool.
  *
  * The list is short (one item per waiting call) and lives under one
- * lock with one condition; a waiting thread also wakes every POLL_MS to
- * look at its call's cancel flag, which a signal handler may set without
- * waking anyone (as approval.c does). An answer is checked against the
+ * lock with one condition; setting its call's cancel flag wakes a waiting
+ * fiber, and a waiting thread also wakes every POLL_MS to look at the
+ * flag, which a signal handler may set without waking anyone (as
+ * approval.c does). An answer is checked against the
  * item's schema when it is given, so the one who answers hears what is
  * wrong (the HTTP API's 400) and the call only ever gets valid content.
  */
@@ -279,7 +280,7 @@ static void wait_locked(loom__elicits *e, const item *it,
             break;
         if (deadline < until)
             until = deadline;
-        if (loom__cond_wait(&e->cv, &e->mu, until) == EINVAL)
+        if (loom__cond_wait_cancel(&e->cv, &e->mu, until, cancel) == EINVAL)
             break;
     }
 }

@@ -760,10 +760,15 @@ const loom_run *loom_turn_run(const loom_turn *t)
  * run exists from loom_turn_new on, and its cancel is a flag. */
 int loom_turn_cancel(loom_turn *t)
 {
+    int active;
+
     if (!t)
         return 0;
+    /* Read first: the cancel wakes a run parked on a fiber at once, and
+     * it may be storing its turn before this returns. */
+    active = atomic_load(&t->phase) < PH_STORING;
     loom_run_cancel(t->lr);
-    return atomic_load(&t->phase) < PH_STORING;
+    return active;
 }
 
 /* The turn's own run first; else the live sub-agent runs below it (the

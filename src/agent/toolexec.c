@@ -756,16 +756,17 @@ static int abandon(hub *h, slot *s, loom__tool_job *job, int cancelled,
     return 1;
 }
 
-/* Waits until a job finishes or sends an event, or `until` (monotonic
- * ms) passes. Returns the finished slots, oldest first, or NULL; *evs
- * gets the events sent, oldest first. */
-static slot *wait_finished(hub *h, double until, tev **evs)
+/* Waits until a job finishes or sends an event, `until` (monotonic ms)
+ * passes or, on a fiber, cancel is set. Returns the finished slots,
+ * oldest first, or NULL; *evs gets the events sent, oldest first. */
+static slot *wait_finished(hub *h, double until, const loom_cancel *cancel,
+                           tev **evs)
 {
     slot *got;
 
     pthread_mutex_lock(&h->mu);
-    while (!h->head && !h->ev_head) {
-        int e = loom__cond_wait(&h->cv, &h->mu, until);
+    while (!h->head && !h->ev_head && !loom_cancel_is_set(cancel)) {
+        int e = loom__cond_wait_cancel(&h->cv, &h->mu, until, cancel);
         if (e == ETIMEDOUT || e == EINVAL)
             break;
     }
@@ -875,7 +876,7 @@ int loom__tools_execute(loom__tool_job *jobs, size_t n, int width,
                 until = running[i]->deadline;
         if (cancelled && cancel_at < until)
             until = cancel_at;
-        fin = wait_finished(h, until, &evs);
+        fin = wait_finished(h, until, cancelled ? NULL : opts->cancel, &evs);
         deliver(evs, jobs, opts, payload);
         while (fin) {
             slot *nx = fin->next;

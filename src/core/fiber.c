@@ -23,14 +23,26 @@
  * while the fiber is still on its way to park is kept (woken is set), and
  * the worker queues the fiber again as soon as it has switched out.
  * Timers are a binary heap per worker, touched only by that worker.
+ *
+ * A fiber parked with a cancel flag (loom__fiber_park_cancel) is also on
+ * its worker's list of such fibers. loom_cancel_set() ends in
+ * loom_cancel_notify(), which must stay async-signal-safe and lock-free
+ * (a signal handler or a server's ticker cancels runs): it only marks each
+ * worker that has such fibers and writes its eventfd; the worker then
+ * readies, under its own lock, those whose flag reads set. The live
+ * schedulers are a list that notify walks with plain atomic loads,
+ * counted in `live_readers`; a scheduler that stops unlinks itself and
+ * waits until no walk is under way before its workers go.
  */
 #include "core/fiber.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "loom/cancel.h"
 #include "loom/pool.h"
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +119,12 @@ struct loom__fiber {
     size_t heap_i;   /* index in w->heap + 1; 0: not there */
     loom__fiber *next;
     loom__cond_waiter cw; /* one wait at a time */
+    /* The flag that ends the current park (loom__fiber_park_cancel), and
+     * the fiber's place in w->cancel_head's list while parked with one
+     * (under w->lock). */
+    const loom_cancel *cancel;
+    loom__fiber *cprev, *cnext;
+    int clisted;
     loom__error_state err;
 #ifdef FIBER_ASAN
     void *fake_stack;
@@ -130,6 +148,9 @@ struct worker {
     double curl_at;     /* when curl wants its timeout action; < 0: never */
     loom__fiber *spare; /* ended fibers kept for their stacks; under lock */
     int nspare;
+    loom__fiber *cancel_head; /* parked with a cancel flag; under lock */
+    atomic_int ncancel;       /* how many (read by loom_cancel_notify) */
+    atomic_int cancel_check;  /* a flag was set: look at the list */
 #ifdef FIBER_ASAN
     const void *main_bottom;
     size_t main_size;
@@ -161,9 +182,16 @@ struct loom__sched {
      * ends must not hang the stop, so those threads are detached and the
      * last one out frees s. */
     atomic_int refs;
+    _Atomic(loom__sched *) live_next; /* in the live list */
 };
 
 static _Thread_local worker *tl_worker;
+
+/* The live schedulers (see the top): changed under live_mu, walked by
+ * loom_cancel_notify without it. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(loom__sched *) live_head;
+static atomic_int live_readers;
 
 static size_t page_size(void)
 {
@@ -313,6 +341,54 @@ static void push_ready(worker *w, loom__fiber *f)
     w->rq_tail = f;
 }
 
+/* Queues parked f as ready, off the cancel list; w->lock held. */
+static void unpark(worker *w, loom__fiber *f)
+{
+    if (f->clisted) {
+        if (f->cprev)
+            f->cprev->cnext = f->cnext;
+        else
+            w->cancel_head = f->cnext;
+        if (f->cnext)
+            f->cnext->cprev = f->cprev;
+        f->cprev = f->cnext = NULL;
+        f->clisted = 0;
+        atomic_fetch_sub(&w->ncancel, 1);
+    }
+    push_ready(w, f);
+}
+
+/* Parks f; w->lock held. On w's cancel list when it waits on a flag. */
+static void park_locked(worker *w, loom__fiber *f)
+{
+    f->state = F_PARKED;
+    if (!f->cancel)
+        return;
+    f->cprev = NULL;
+    f->cnext = w->cancel_head;
+    if (w->cancel_head)
+        w->cancel_head->cprev = f;
+    w->cancel_head = f;
+    f->clisted = 1;
+    atomic_fetch_add(&w->ncancel, 1);
+}
+
+/* Readies the fibers of w parked on a flag that is now set. */
+static void wake_cancelled(worker *w)
+{
+    loom__fiber *f, *next;
+
+    pthread_mutex_lock(&w->lock);
+    for (f = w->cancel_head; f; f = next) {
+        next = f->cnext;
+        if (loom_cancel_is_set(f->cancel)) {
+            f->woken = 1;
+            unpark(w, f);
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
 static loom__fiber *pop_ready(worker *w)
 {
     loom__fiber *f;
@@ -390,6 +466,7 @@ static int fiber_prepare(worker *w, loom__fiber *f, void (*fn)(void *),
     f->deadline = -1;
     f->heap_i = 0;
     f->req = REQ_NONE;
+    f->cancel = NULL;
     memset(&f->err, 0, sizeof(f->err));
 #ifdef FIBER_TSAN
     f->tsan = __tsan_create_fiber(0);
@@ -469,11 +546,18 @@ uint64_t loom__fiber_arm(void)
 
 int loom__fiber_park(double until)
 {
+    return loom__fiber_park_cancel(until, NULL);
+}
+
+int loom__fiber_park_cancel(double until, const loom_cancel *cancel)
+{
     loom__fiber *f = loom__fiber_self();
 
     f->deadline = until;
+    f->cancel = cancel;
     f->req = REQ_PARK;
     switch_out(f);
+    f->cancel = NULL;
     return f->woken;
 }
 
@@ -486,7 +570,7 @@ void loom__fiber_wake(loom__fiber *f, uint64_t token)
     if (token == f->token && !f->woken) {
         f->woken = 1;
         if (f->state == F_PARKED) {
-            push_ready(w, f);
+            unpark(w, f);
             queued = 1;
         }
     }
@@ -606,11 +690,18 @@ static void run_fiber(worker *w, loom__fiber *f)
         if (f->woken) {
             push_ready(w, f);
         } else {
-            f->state = F_PARKED;
-            /* Out of memory for the timer: the fiber wakes at once and
-             * its caller waits again (a spurious wake-up). */
-            if (f->deadline >= 0 && heap_add(w, f) != 0)
-                push_ready(w, f);
+            /* On the list (counted) first, then the flag looked at:
+             * loom_cancel_notify sets the flag, then reads the count, so
+             * one of the two sees the other. */
+            park_locked(w, f);
+            if (f->cancel && loom_cancel_is_set(f->cancel)) {
+                f->woken = 1;
+                unpark(w, f);
+            } else if (f->deadline >= 0 && heap_add(w, f) != 0) {
+                /* Out of memory for the timer: the fiber wakes at once
+                 * and its caller waits again (a spurious wake-up). */
+                unpark(w, f);
+            }
         }
         pthread_mutex_unlock(&w->lock);
         break;
@@ -629,7 +720,7 @@ static int expire(worker *w)
         heap_remove(w, f);
         pthread_mutex_lock(&w->lock);
         if (f->state == F_PARKED)
-            push_ready(w, f);
+            unpark(w, f);
         pthread_mutex_unlock(&w->lock);
     }
     if (w->nheap)
@@ -671,6 +762,8 @@ static void *worker_main(void *arg)
         }
         if (atomic_load(&s->stopping) && atomic_load(&s->fibers) == 0)
             break;
+        if (atomic_exchange(&w->cancel_check, 0))
+            wake_cancelled(w);
         timeout = expire(w);
         pthread_mutex_lock(&w->lock);
         ready = w->rq_head != NULL;
@@ -799,6 +892,31 @@ int loom__sched_blocking(loom__sched *s, void (*fn)(void *), void *arg)
 
 /* ---- the scheduler ------------------------------------------------------- */
 
+static void live_add(loom__sched *s)
+{
+    pthread_mutex_lock(&live_mu);
+    atomic_store(&s->live_next, atomic_load(&live_head));
+    atomic_store(&live_head, s);
+    pthread_mutex_unlock(&live_mu);
+}
+
+/* Takes s off the live list (if there) and waits until no
+ * loom_cancel_notify still looks at it. */
+static void live_remove(loom__sched *s)
+{
+    _Atomic(loom__sched *) *at;
+
+    pthread_mutex_lock(&live_mu);
+    for (at = &live_head; atomic_load(at); at = &atomic_load(at)->live_next)
+        if (atomic_load(at) == s) {
+            atomic_store(at, atomic_load(&s->live_next));
+            break;
+        }
+    pthread_mutex_unlock(&live_mu);
+    while (atomic_load(&live_readers) > 0)
+        sched_yield();
+}
+
 static int worker_init(worker *w, loom__sched *s)
 {
     struct epoll_event ev = {0};
@@ -878,6 +996,7 @@ int loom__sched_start(loom__sched **out, const loom__sched_opts *opts)
         loom__sched_stop(s);
         return loom__error_set(LOOM_ERROR, "cannot start the fiber workers");
     }
+    live_add(s);
     *out = s;
     return 0;
 }
@@ -889,10 +1008,12 @@ void loom__sched_stop(loom__sched *s)
     atomic_store(&s->stopping, 1);
     for (int i = 0; i < s->nw; i++)
         kick(&s->w[i]);
-    for (int i = 0; i < s->nw; i++) {
+    for (int i = 0; i < s->nw; i++)
         pthread_join(s->w[i].th, NULL);
+    /* Cancels reach the fibers until the last one ended. */
+    live_remove(s);
+    for (int i = 0; i < s->nw; i++)
         worker_clear(&s->w[i]);
-    }
     /* Blocking threads end once the queue is empty. */
     pthread_mutex_lock(&s->bl_lock);
     pthread_cond_broadcast(&s->bl_cv);
@@ -946,6 +1067,12 @@ static void unlink_waiter(loom__cond *c, loom__cond_waiter *n)
 
 int loom__cond_wait(loom__cond *c, pthread_mutex_t *mu, double until)
 {
+    return loom__cond_wait_cancel(c, mu, until, NULL);
+}
+
+int loom__cond_wait_cancel(loom__cond *c, pthread_mutex_t *mu, double until,
+                           const loom_cancel *cancel)
+{
     loom__fiber *f = loom__fiber_self();
     loom__cond_waiter *n;
     int woken;
@@ -968,7 +1095,7 @@ int loom__cond_wait(loom__cond *c, pthread_mutex_t *mu, double until)
     c->tail = n;
     pthread_mutex_unlock(&c->lk);
     pthread_mutex_unlock(mu);
-    woken = loom__fiber_park(until);
+    woken = loom__fiber_park_cancel(until, cancel);
     pthread_mutex_lock(&c->lk);
     if (n->f) /* still listed: nobody signalled it */
         unlink_waiter(c, n);
@@ -1013,6 +1140,26 @@ void loom__cond_broadcast(loom__cond *c)
         ;
     pthread_mutex_unlock(&c->lk);
     pthread_cond_broadcast(&c->cv);
+}
+
+/* ---- loom/cancel.h: waking the fibers a flag cancels --------------------- */
+
+void loom_cancel_notify(void)
+{
+    uint64_t one = 1;
+
+    atomic_fetch_add(&live_readers, 1);
+    for (loom__sched *s = atomic_load(&live_head); s;
+         s = atomic_load(&s->live_next))
+        for (int i = 0; i < s->nw; i++) {
+            worker *w = &s->w[i];
+            if (atomic_load(&w->ncancel) == 0)
+                continue;
+            atomic_store(&w->cancel_check, 1);
+            if (tl_worker != w)
+                (void)!write(w->efd, &one, sizeof(one));
+        }
+    atomic_fetch_sub(&live_readers, 1);
 }
 
 /* ---- loom/pool.h: the public face ---------------------------------------- */

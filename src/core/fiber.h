@@ -24,6 +24,8 @@
 #ifndef LOOM_CORE_FIBER_H
 #define LOOM_CORE_FIBER_H
 
+#include "loom/cancel.h"
+
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -87,6 +89,14 @@ uint64_t loom__fiber_arm(void);
 int loom__fiber_park(double until);
 void loom__fiber_wake(loom__fiber *f, uint64_t token);
 
+/*
+ * loom__fiber_park() that also returns (1) as soon as `cancel` (or one
+ * of its parents) is set, by loom_cancel_set() from any thread or a
+ * signal handler, or was set before the park. cancel NULL: as
+ * loom__fiber_park(). The caller looks at the flag again on return.
+ */
+int loom__fiber_park_cancel(double until, const loom_cancel *cancel);
+
 /* Lets the other ready fibers of the worker run; no-op off a fiber. */
 void loom__fiber_yield(void);
 
@@ -128,6 +138,12 @@ void loom__cond_destroy(loom__cond *c);
  * on the condition, as with pthread_cond_wait.
  */
 int loom__cond_wait(loom__cond *c, pthread_mutex_t *mu, double until);
+
+/* loom__cond_wait() that on a fiber also returns (0) once cancel is set
+ * (loom__fiber_park_cancel); off a fiber the same as loom__cond_wait(),
+ * so a thread keeps looking at the flag at its own ticks. */
+int loom__cond_wait_cancel(loom__cond *c, pthread_mutex_t *mu, double until,
+                           const loom_cancel *cancel);
 
 /* Wakes one waiter (a fiber first) / every waiter. Any thread; mu need
  * not be held. */

@@ -30,10 +30,12 @@
  * transfer's inbox (pausing the transfer past INBOX_MAX) and wakes the
  * fiber, which hands them to on_body itself: the caller's callback runs on
  * its own fiber, where it may wait. The timers and the cancel flag are
- * checked each time the fiber wakes, at the latest every FIBER_TICK_MS
- * (an exact timer for the timeouts), so a worker holding thousands of
- * streams is not woken 50 times a second for each. Off a fiber (the CLI,
- * embedders, tests) a call runs its own loop as before.
+ * checked each time the fiber wakes: the timeouts have exact timers, and
+ * setting the cancel flag wakes the fiber at once (loom_cancel_set), so
+ * a worker holding thousands of streams is not woken periodically for
+ * each; FIBER_TICK_MS is only a backstop. A cancelled transfer leaves the
+ * multi handle at once, which closes its connection. Off a fiber (the
+ * CLI, embedders, tests) a call runs its own loop as before.
  */
 #include "core/http.h"
 #include "core/clock.h"
@@ -62,8 +64,9 @@
 /* Body bytes a fiber's transfer holds before it pauses until they are
  * handed on. */
 #define INBOX_MAX ((size_t)256 << 10)
-/* How often a parked fiber's transfer looks at its cancel flag. */
-#define FIBER_TICK_MS 250
+/* The longest a fiber's transfer parks without looking at its timers and
+ * cancel flag, though both wake it when due. */
+#define FIBER_TICK_MS 30000
 
 /* State of one transfer, shared with the curl callbacks. */
 typedef struct {
@@ -686,7 +689,8 @@ static int perform_on_fiber(pair *pr, CURLM *m, CURLcode *res)
         }
         if ((rc = check(t, FIBER_TICK_MS, &wait_ms)) != 0)
             break;
-        loom__fiber_park(loom__mono_ms_exact() + (double)wait_ms);
+        loom__fiber_park_cancel(loom__mono_ms_exact() + (double)wait_ms,
+                                t->req->cancel);
     }
     curl_multi_remove_handle(m, pr->easy);
 out:

@@ -78,6 +78,17 @@ int loom__retry_sleep(long ms, loom_cancel *cancel)
 {
     double end = loom__mono_ms_exact() + (double)ms, left;
 
+    if (loom__fiber_self()) {
+        /* A fiber parks until the end, or until the flag is set. */
+        while (!loom_cancel_is_set(cancel) && loom__mono_ms_exact() < end) {
+            (void)loom__fiber_arm();
+            loom__fiber_park_cancel(end, cancel);
+        }
+        if (loom_cancel_is_set(cancel))
+            return loom__error_set(LOOM_ECANCELED, "canceled while waiting "
+                                                   "to retry");
+        return 0;
+    }
     for (;;) {
         if (loom_cancel_is_set(cancel))
             return loom__error_set(LOOM_ECANCELED, "canceled while waiting "

@@ -277,6 +277,102 @@ static void test_cond_wait_times_out(void **state)
     assert_true(timed_late >= 0); /* never before its time */
 }
 
+/* ---- cancel flags wake parked fibers ------------------------------------- */
+
+/* A fiber parked on a cancel flag (child of parent): another thread sets
+ * the parent once the fiber is about to park; a cond waiter too. */
+typedef struct {
+    loom_cancel parent, child;
+    pthread_mutex_t mu;
+    loom__cond cv;
+    int parking;        /* the fibers said they are about to wait */
+    int parked, conded; /* what park / cond_wait returned, -1 before */
+} cancel_case;
+
+static void cancel_parker(void *arg)
+{
+    cancel_case *c = arg;
+    int woken;
+
+    pthread_mutex_lock(&c->mu);
+    c->parking++;
+    loom__cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    (void)loom__fiber_arm();
+    /* A minute: the flag wakes it long before (returns 1), a lost wake
+     * would time out (0). */
+    woken = loom__fiber_park_cancel(loom__mono_ms_exact() + 60000.0, &c->child);
+    pthread_mutex_lock(&c->mu);
+    c->parked = woken;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void cancel_conder(void *arg)
+{
+    cancel_case *c = arg;
+    double until = loom__mono_ms_exact() + 60000.0;
+    int rc = 0;
+
+    pthread_mutex_lock(&c->mu);
+    c->parking++;
+    loom__cond_broadcast(&c->cv);
+    while (!loom_cancel_is_set(&c->child) && rc == 0)
+        rc = loom__cond_wait_cancel(&c->cv, &c->mu, until, &c->child);
+    c->conded = rc;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void test_cancel_wakes_parked(void **state)
+{
+    loom__sched *s = start(1, 0);
+    cancel_case c;
+
+    (void)state;
+    memset(&c, 0, sizeof(c));
+    c.child.parent = &c.parent;
+    c.parked = c.conded = -1;
+    pthread_mutex_init(&c.mu, NULL);
+    assert_int_equal(loom__cond_init(&c.cv), 0);
+    assert_int_equal(loom__fiber_spawn(s, cancel_parker, &c, 0), 0);
+    assert_int_equal(loom__fiber_spawn(s, cancel_conder, &c, 0), 0);
+    pthread_mutex_lock(&c.mu);
+    while (c.parking < 2)
+        loom__cond_wait(&c.cv, &c.mu, -1);
+    pthread_mutex_unlock(&c.mu);
+    loom_cancel_set(&c.parent);
+    loom__sched_stop(s);
+    assert_int_equal(c.parked, 1);
+    assert_int_equal(c.conded, 0);
+    loom__cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
+}
+
+/* A flag set before the park: the park returns at once. */
+typedef struct {
+    loom_cancel c;
+    int woken;
+} early_case;
+
+static void set_then_park(void *arg)
+{
+    early_case *t = arg;
+
+    loom_cancel_set(&t->c);
+    (void)loom__fiber_arm();
+    t->woken = loom__fiber_park_cancel(-1, &t->c);
+}
+
+static void test_cancel_before_park(void **state)
+{
+    loom__sched *s = start(1, 0);
+    early_case t = {LOOM_CANCEL_INIT, -1};
+
+    (void)state;
+    assert_int_equal(loom__fiber_spawn(s, set_then_park, &t, 0), 0);
+    loom__sched_stop(s);
+    assert_int_equal(t.woken, 1);
+}
+
 /* ---- error state per fiber ----------------------------------------------- */
 
 static atomic_int err_ok;
@@ -355,6 +451,8 @@ int main(void)
         cmocka_unit_test(test_timers_in_deadline_order),
         cmocka_unit_test(test_sleep_parks),
         cmocka_unit_test(test_cond_wait_times_out),
+        cmocka_unit_test(test_cancel_wakes_parked),
+        cmocka_unit_test(test_cancel_before_park),
         cmocka_unit_test(test_error_state_per_fiber),
         cmocka_unit_test(test_blocking_is_bounded),
     };

@@ -1049,7 +1049,7 @@ static int request(loom_mcp_server *s, const char *method, json_t *params,
             break;
         until = pp->deadline - now < WAIT_TICK_MS ? pp->deadline - now
                                                   : WAIT_TICK_MS;
-        loom__cond_wait(&s->cv, &s->mu, (double)(now + until));
+        loom__cond_wait_cancel(&s->cv, &s->mu, (double)(now + until), cancel);
     }
     unlink_pending_locked(s, pp);
     pthread_mutex_unlock(&s->mu);
