@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "core/clock.h"
+#include "core/fiber.h"
 #include "loom/mcp.h"
 #include "loom/run.h"
 #include "loom/server.h"
@@ -427,6 +429,91 @@ static void test_run_cancelled(void **state)
     hang_run_free(&r);
 }
 
+/* ---- calls from a fiber ------------------------------------------------- */
+
+/* A call that hangs on a fiber, and another fiber of the same worker. */
+typedef struct {
+    fake_http f;
+    loom_mcp_server *s;
+    loom_cancel cancel;
+    pthread_mutex_t mu;
+    loom__cond cv;
+    int hang_done, hang_rc;
+    int other_done, other_saw_hang_done;
+} fiber_case;
+
+static void hang_fiber(void *arg)
+{
+    fiber_case *c = arg;
+    json_t *res = NULL, *args = json_object();
+    int rc = loom_mcp_server_call(c->s, "hang", args, 60000, &c->cancel, &res);
+
+    json_decref(args);
+    json_decref(res);
+    pthread_mutex_lock(&c->mu);
+    c->hang_rc = rc;
+    c->hang_done = 1;
+    loom__cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void other_fiber(void *arg)
+{
+    fiber_case *c = arg;
+
+    pthread_mutex_lock(&c->mu);
+    c->other_saw_hang_done = c->hang_done;
+    c->other_done = 1;
+    loom__cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * With one worker, a call waiting on a slow server (args: the fake's)
+ * leaves the worker free: another fiber runs to its end while the call
+ * still waits; the call then ends when cancelled.
+ */
+static void call_on_fiber_frees_worker(const char *const *args)
+{
+    loom__sched_opts o = {0};
+    loom__sched *sched = NULL;
+    fiber_case c;
+    double until;
+
+    memset(&c, 0, sizeof(c));
+    pthread_mutex_init(&c.mu, NULL);
+    assert_int_equal(loom__cond_init(&c.cv), 0);
+    c.s = fake_server(&c.f, args);
+    o.workers = 1;
+    assert_int_equal(loom__sched_start(&sched, &o), 0);
+    assert_int_equal(loom__fiber_spawn(sched, hang_fiber, &c, 0), 0);
+    assert_true(wait_log(&c.f, "call", 1));
+    assert_int_equal(loom__fiber_spawn(sched, other_fiber, &c, 0), 0);
+    /* Ten seconds at most for the other fiber: the call waits a minute. */
+    until = loom__mono_ms_exact() + 10000.0;
+    pthread_mutex_lock(&c.mu);
+    while (!c.other_done && loom__mono_ms_exact() < until)
+        loom__cond_wait(&c.cv, &c.mu, until);
+    assert_true(c.other_done);
+    assert_false(c.other_saw_hang_done);
+    assert_false(c.hang_done);
+    pthread_mutex_unlock(&c.mu);
+    loom_cancel_set(&c.cancel);
+    loom__sched_stop(sched);
+    assert_int_equal(c.hang_rc, LOOM_ECANCELED);
+    assert_true(wait_log(&c.f, "cancelled", 1));
+    loom_mcp_server_free(c.s);
+    fake_stop(&c.f);
+    loom__cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
+}
+
+static void test_call_on_fiber_frees_worker(void **state)
+{
+    (void)state;
+    call_on_fiber_frees_worker(NULL);
+}
+
 /* ---- the legacy HTTP+SSE transport ------------------------------------- */
 
 static void test_legacy_sse(void **state)
@@ -463,6 +550,12 @@ static void test_legacy_sse(void **state)
     assert_int_equal(log_count(&f, "initialize"), 1);
     loom_mcp_server_free(s);
     fake_stop(&f);
+}
+
+static void test_legacy_call_on_fiber_frees_worker(void **state)
+{
+    (void)state;
+    call_on_fiber_frees_worker(legacy);
 }
 
 /* The stream ends (the server went away): calls fail at once, and a
@@ -962,7 +1055,9 @@ int main(void)
         cmocka_unit_test(test_stateless_sampling),
         cmocka_unit_test(test_run_goes_on),
         cmocka_unit_test(test_run_cancelled),
+        cmocka_unit_test(test_call_on_fiber_frees_worker),
         cmocka_unit_test(test_legacy_sse),
+        cmocka_unit_test(test_legacy_call_on_fiber_frees_worker),
         cmocka_unit_test(test_legacy_stream_lost),
         cmocka_unit_test(test_readyz),
         cmocka_unit_test(test_list_changed),

@@ -5,10 +5,17 @@
  *
  * Requests wait on the server's condition variable for their answer,
  * which arrives through loom__mcp_dispatch() on whatever thread reads
- * it. The wait wakes at least every WAIT_TICK_MS to poll the cancel flag
- * (a loom_cancel has no way to signal a condition). When the connection
+ * it. A thread's wait wakes at least every WAIT_TICK_MS to poll the
+ * cancel flag; a fiber's is woken by the flag itself. When the connection
  * is lost, every request of that connection is woken and fails at once:
  * a dead server is never waited on.
+ *
+ * On a fiber (loom serve's worker pool), a request to a server over HTTP
+ * (Streamable or legacy SSE) runs on one of the pool's threads for
+ * blocking work while the fiber parks: those transports wait in curl
+ * loops of their own, and a start holds start_mu while it connects,
+ * either of which would stop every other fiber of the worker. A stdio
+ * server's requests stay on the fiber, whose waits park.
  *
  * Starting is lazy and serialised (start_mu): the first request after
  * the server died or was never started opens a connection and shakes
@@ -1413,9 +1420,9 @@ static int take_inputs(loom_mcp_server *s, const call_ctl *ctl,
  * server supports it. An input_required result is answered and the
  * request sent again (with a new id), up to MAX_INPUT_ROUNDS times.
  */
-static int call(loom_mcp_server *s, const char *method, const json_t *params,
-                long timeout_ms, loom_cancel *cancel, call_ctl *ctl,
-                json_t **result)
+static int call_here(loom_mcp_server *s, const char *method,
+                     const json_t *params, long timeout_ms, loom_cancel *cancel,
+                     call_ctl *ctl, json_t **result)
 {
     int64_t deadline = loom__mono_ms() + timeout_ms;
     json_t *p = params ? json_deep_copy(params) : NULL;
@@ -1490,6 +1497,81 @@ static int call(loom_mcp_server *s, const char *method, const json_t *params,
         s->failures = 0;
         pthread_mutex_unlock(&s->mu);
     }
+    return rc;
+}
+
+/* A call_here() handed from a fiber to a thread for blocking work. */
+typedef struct {
+    loom_mcp_server *s;
+    const char *method;
+    const json_t *params;
+    long timeout_ms;
+    loom_cancel *cancel;
+    call_ctl *ctl;
+    json_t *result;
+    int rc;
+    char why[512]; /* the error's message */
+    int done;      /* under mu */
+    pthread_mutex_t mu;
+    loom__cond cv;
+} off_call;
+
+static void off_call_main(void *arg)
+{
+    off_call *o = arg;
+    int rc = call_here(o->s, o->method, o->params, o->timeout_ms, o->cancel,
+                       o->ctl, &o->result);
+
+    if (rc != 0)
+        snprintf(o->why, sizeof(o->why), "%s", loom_error_last());
+    pthread_mutex_lock(&o->mu);
+    o->rc = rc;
+    o->done = 1;
+    loom__cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+
+/*
+ * call_here(), on a thread for blocking work when the caller is a fiber
+ * and s speaks HTTP (see the top): the fiber parks until it returned
+ * (the call looks at cancel itself). The same result and error.
+ */
+static int call(loom_mcp_server *s, const char *method, const json_t *params,
+                long timeout_ms, loom_cancel *cancel, call_ctl *ctl,
+                json_t **result)
+{
+    loom__sched *sched = loom__fiber_sched();
+    off_call o;
+    int rc;
+
+    if (!sched || s->tr == &loom__mcp_stdio)
+        return call_here(s, method, params, timeout_ms, cancel, ctl, result);
+    memset(&o, 0, sizeof(o));
+    o.s = s;
+    o.method = method;
+    o.params = params;
+    o.timeout_ms = timeout_ms;
+    o.cancel = cancel;
+    o.ctl = ctl;
+    if (pthread_mutex_init(&o.mu, NULL) != 0)
+        return loom__error_oom();
+    if (loom__cond_init(&o.cv) != 0) {
+        pthread_mutex_destroy(&o.mu);
+        return loom__error_oom();
+    }
+    if (loom__sched_blocking(sched, off_call_main, &o) != 0) {
+        /* No thread: on the fiber, as it would block one anyway. */
+        rc = call_here(s, method, params, timeout_ms, cancel, ctl, result);
+    } else {
+        pthread_mutex_lock(&o.mu);
+        while (!o.done)
+            loom__cond_wait(&o.cv, &o.mu, -1);
+        pthread_mutex_unlock(&o.mu);
+        *result = o.result;
+        rc = o.rc ? loom__error_set(o.rc, "%s", o.why) : 0;
+    }
+    loom__cond_destroy(&o.cv);
+    pthread_mutex_destroy(&o.mu);
     return rc;
 }
 
