@@ -34,6 +34,7 @@
 #include "core/tokenizer_internal.h"
 #include "core/error.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -511,14 +512,105 @@ static void normalise(const loom_tokenizer *t, const uint8_t *p, size_t n,
  * Encoding
  */
 
-/* Splits subject[0..n) (the regex's view) into pieces of src[0..n). */
+/* A JIT stack and the match context that hands it to PCRE2. Without one,
+ * PCRE2's JIT matches on a 32 KiB buffer on the caller's stack; on a
+ * fiber (core/fiber.h: a run of `loom serve` counts its prompt's tokens
+ * there) the match wrote a page at the far end of that buffer, 4 KB
+ * more of every open stream's stack than its run needs. These live on
+ * the heap, one per match under way at most, kept idle on the tokenizer
+ * between encodes. */
+typedef struct loom__tok_jit {
+    struct loom__tok_jit *next;
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *stack;
+} tok_jit;
+
+struct loom__tok_jits {
+    pthread_mutex_t mu;
+    tok_jit *idle;
+};
+
+/* Starts at 32 KiB (PCRE2's own stack size) and grows as far as a
+ * pathological piece needs, up to 64 MiB (mapped, touched as used). */
+#define JIT_STACK_START ((size_t)32 << 10)
+#define JIT_STACK_MAX ((size_t)64 << 20)
+
+static void jit_free(tok_jit *j)
+{
+    if (!j)
+        return;
+    pcre2_jit_stack_free(j->stack);
+    pcre2_match_context_free(j->mctx);
+    free(j);
+}
+
+int loom__tokenizer_jits_new(loom_tokenizer *t)
+{
+    t->jits = calloc(1, sizeof(*t->jits));
+    if (!t->jits)
+        return loom__error_oom();
+    pthread_mutex_init(&t->jits->mu, NULL);
+    return 0;
+}
+
+void loom__tokenizer_jits_free(loom_tokenizer *t)
+{
+    if (!t->jits)
+        return;
+    while (t->jits->idle) {
+        tok_jit *j = t->jits->idle;
+        t->jits->idle = j->next;
+        jit_free(j);
+    }
+    pthread_mutex_destroy(&t->jits->mu);
+    free(t->jits);
+    t->jits = NULL;
+}
+
+/* An idle JIT stack of t, or a new one; NULL (error set) when out of
+ * memory. Give it back with jit_put. */
+static tok_jit *jit_take(const loom_tokenizer *t)
+{
+    tok_jit *j;
+
+    pthread_mutex_lock(&t->jits->mu);
+    j = t->jits->idle;
+    if (j)
+        t->jits->idle = j->next;
+    pthread_mutex_unlock(&t->jits->mu);
+    if (j)
+        return j;
+    j = calloc(1, sizeof(*j));
+    if (j) {
+        j->mctx = pcre2_match_context_create(NULL);
+        j->stack = pcre2_jit_stack_create(JIT_STACK_START, JIT_STACK_MAX, NULL);
+    }
+    if (!j || !j->mctx || !j->stack) {
+        jit_free(j);
+        loom__error_oom();
+        return NULL;
+    }
+    pcre2_jit_stack_assign(j->mctx, NULL, j->stack);
+    return j;
+}
+
+static void jit_put(const loom_tokenizer *t, tok_jit *j)
+{
+    if (!j)
+        return;
+    pthread_mutex_lock(&t->jits->mu);
+    j->next = t->jits->idle;
+    t->jits->idle = j;
+    pthread_mutex_unlock(&t->jits->mu);
+}
+
+/* Splits subject[0..n) (the regex's view) into pieces of src[0..n);
+ * mctx carries the JIT stack when t->jit. */
 static int encode_segment(const loom_tokenizer *t, const uint8_t *subject,
-                          const uint8_t *src, size_t n,
-                          pcre2_match_data *md, sink *s)
+                          const uint8_t *src, size_t n, pcre2_match_data *md,
+                          pcre2_match_context *mctx, sink *s)
 {
     PCRE2_SIZE off = 0, *ov;
-    pcre2_match_context *mctx = NULL;
-    pcre2_jit_stack *stack = NULL;
     int rc, err = 0;
 
     while (off < n) {
@@ -526,27 +618,14 @@ static int encode_segment(const loom_tokenizer *t, const uint8_t *subject,
             rc = pcre2_jit_match(t->re, subject, n, off, 0, md, mctx);
         else
             rc = pcre2_match(t->re, subject, n, off, PCRE2_NO_UTF_CHECK, md,
-                             mctx);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !stack) {
-            /* a pathological piece: retry with a bigger JIT stack */
-            mctx = pcre2_match_context_create(NULL);
-            stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024,
-                                           NULL);
-            if (!mctx || !stack) {
-                err = loom__error_oom();
-                goto cleanup;
-            }
-            pcre2_jit_stack_assign(mctx, NULL, stack);
-            continue;
-        }
+                             NULL);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         if (rc < 0) {
             PCRE2_UCHAR msg[120];
             pcre2_get_error_message(rc, msg, sizeof(msg));
-            err = loom__error_set(LOOM_ERROR, "tokenizer: pattern: %s",
-                                  (const char *)msg);
-            goto cleanup;
+            return loom__error_set(LOOM_ERROR, "tokenizer: pattern: %s",
+                                   (const char *)msg);
         }
         ov = pcre2_get_ovector_pointer(md);
         if (ov[1] == ov[0]) {
@@ -558,12 +637,9 @@ static int encode_segment(const loom_tokenizer *t, const uint8_t *subject,
         }
         err = encode_piece(t, src + ov[0], ov[1] - ov[0], s);
         if (err < 0)
-            goto cleanup;
+            return err;
         off = ov[1];
     }
-cleanup:
-    pcre2_jit_stack_free(stack);
-    pcre2_match_context_free(mctx);
     return err;
 }
 
@@ -598,6 +674,7 @@ static int encode(const loom_tokenizer *t, const char *text, size_t len,
     uint8_t *fixed = NULL, *norm = NULL;
     size_t *next = NULL, pos = 0, k, n = len;
     pcre2_match_data *md = NULL;
+    tok_jit *jit = NULL;
     int ascii, err = 0;
 
     if (len > LOOM_TOKENIZER_MAX_INPUT)
@@ -629,6 +706,10 @@ static int encode(const loom_tokenizer *t, const char *text, size_t len,
         err = loom__error_oom();
         goto cleanup;
     }
+    if (t->jit && !(jit = jit_take(t))) {
+        err = LOOM_ENOMEM;
+        goto cleanup;
+    }
     if (allow_special && t->n_specials) {
         next = malloc(t->n_specials * sizeof(*next));
         if (!next) {
@@ -642,7 +723,8 @@ static int encode(const loom_tokenizer *t, const char *text, size_t len,
         long sp = next ? next_special(t, src, n, pos, next) : -1;
         size_t end = sp >= 0 ? next[sp] : n;
 
-        err = encode_segment(t, subject + pos, src + pos, end - pos, md, s);
+        err = encode_segment(t, subject + pos, src + pos, end - pos, md,
+                             jit ? jit->mctx : NULL, s);
         if (err < 0 || sp < 0)
             break;
         err = sink_push(s, t->specials[sp].id);
@@ -651,6 +733,7 @@ static int encode(const loom_tokenizer *t, const char *text, size_t len,
         pos = end + t->specials[sp].len;
     }
 cleanup:
+    jit_put(t, jit);
     pcre2_match_data_free(md);
     free(next);
     free(norm);

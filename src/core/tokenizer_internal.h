@@ -49,6 +49,9 @@ struct loom_tokenizer {
     size_t n_specials;
     pcre2_code *re;
     int jit;
+    /* JIT stacks for matching, one per match under way at most: idle ones
+     * wait there for the next encode (see tokenizer.c). */
+    struct loom__tok_jits *jits;
     /* Class groups: NULL when the vocabulary has none (PCRE2's tables). */
     uint16_t *stage1;  /* code point >> 8 -> block */
     uint8_t *blocks;   /* 256 groups per block */
@@ -91,6 +94,12 @@ static inline uint64_t loom__tok_hash(uint64_t head, const uint8_t *p,
     h = (h ^ (h >> 29) ^ w) * 0xbf58476d1ce4e5b9ull;
     return h ^ (h >> 32);
 }
+
+/* Sets up t's JIT stacks (none yet); 0 or LOOM_ENOMEM. */
+int loom__tokenizer_jits_new(loom_tokenizer *t);
+
+/* Frees t's JIT stacks (when t itself is freed, no encode under way). */
+void loom__tokenizer_jits_free(loom_tokenizer *t);
 
 /* 0 when p[0..n) is valid UTF-8; sets *ascii when every byte is ASCII. */
 int loom__tokenizer_utf8_check(const uint8_t *p, size_t n, int *ascii);

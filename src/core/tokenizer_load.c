@@ -94,6 +94,7 @@ void loom_tokenizer_free(loom_tokenizer *t)
     free(t->stage1);
     free(t->blocks);
     pcre2_code_free(t->re);
+    loom__tokenizer_jits_free(t);
     free(t);
 }
 
@@ -719,6 +720,9 @@ static int load_path(loom_tokenizer **out, const char *path)
 
     if (!t)
         return loom__error_oom();
+    err = loom__tokenizer_jits_new(t);
+    if (err < 0)
+        goto cleanup;
     base = base ? base + 1 : path;
     t->name = strndup(base, strcspn(base, "."));
     if (!t->name) {
