@@ -253,6 +253,7 @@ void loom__http_response_clear(loom__http_response *resp)
     free(resp->retry_after);
     free(resp->retry_after_ms);
     free(resp->content_type);
+    free(resp->rate);
     loom_buf_free(&resp->body);
     memset(resp, 0, sizeof(*resp));
 }
@@ -272,19 +273,26 @@ static int name_is(const char *data, size_t nlen, const char *name)
 }
 
 /* Keeps a header to pass on (checked by loom__text_is_rate_header), its
- * name in lower case, while there is room. */
+ * name in lower case, while there is room (and memory: a header that
+ * cannot be kept is left out, as past the limit). */
 static void keep_rate(loom__http_response *r, const char *name, size_t nlen,
                       const char *v, size_t vlen)
 {
+    loom__http_rate_header *h;
     size_t i;
 
     if (r->rate_len == LOOM__RATE_HEADERS_MAX)
         return;
+    h = realloc(r->rate, (r->rate_len + 1) * sizeof(*h));
+    if (!h)
+        return;
+    r->rate = h;
+    h += r->rate_len;
     for (i = 0; i < nlen; i++)
-        r->rate[r->rate_len].name[i] = (char)tolower((unsigned char)name[i]);
-    r->rate[r->rate_len].name[i] = '\0';
-    memcpy(r->rate[r->rate_len].value, v, vlen);
-    r->rate[r->rate_len].value[vlen] = '\0';
+        h->name[i] = (char)tolower((unsigned char)name[i]);
+    h->name[i] = '\0';
+    memcpy(h->value, v, vlen);
+    h->value[vlen] = '\0';
     r->rate_len++;
 }
 

@@ -74,6 +74,12 @@ typedef enum {
     LOOM_HTTP_FAIL_OTHER
 } loom__http_failure;
 
+/* A header to pass on: its name in lower case, and its value. */
+typedef struct {
+    char name[LOOM__RATE_HEADER_NAME_MAX + 1];
+    char value[LOOM__RATE_HEADER_VALUE_MAX + 1];
+} loom__http_rate_header;
+
 /* What came back. Zero it before the call; free with _response_clear. */
 typedef struct {
     long status;          /* HTTP status, 0 when none arrived */
@@ -81,13 +87,11 @@ typedef struct {
     char *retry_after;    /* Retry-After, NULL when absent */
     char *retry_after_ms; /* retry-after-ms, NULL when absent */
     char *content_type;   /* NULL when absent */
-    /* The headers to pass on (loom__text_is_rate_header), names in lower
-     * case, in arrival order; past LOOM__RATE_HEADERS_MAX they are not
-     * kept. */
-    struct {
-        char name[LOOM__RATE_HEADER_NAME_MAX + 1];
-        char value[LOOM__RATE_HEADER_VALUE_MAX + 1];
-    } rate[LOOM__RATE_HEADERS_MAX];
+    /* The headers to pass on (loom__text_is_rate_header), in arrival
+     * order; past LOOM__RATE_HEADERS_MAX (or out of memory) they are not
+     * kept. On the heap, rate_len of them (NULL when none came): a
+     * response lives in the frame of a model call, on a fiber's stack. */
+    loom__http_rate_header *rate;
     size_t rate_len;
     loom_buf body;        /* error body, or 2xx body without on_body */
     int body_truncated;   /* the error body was longer than the limit */

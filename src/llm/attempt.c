@@ -62,9 +62,13 @@ static int set_error(loom_upstream_error *err, loom_upstream_kind kind,
                                request_id);
 }
 
+/* The error paths below are kept out of loom__llm_attempts (noinline):
+ * their message buffers would otherwise sit in its frame, which is on a
+ * fiber's stack for the whole model call (see outcome). */
+
 /* Sets the thread's error message for err and returns code. */
-static int raise_error(const char *name, const loom_upstream_error *err,
-                       int code)
+__attribute__((noinline)) static int
+raise_error(const char *name, const loom_upstream_error *err, int code)
 {
     char rid[LOOM_HTTP_MAX_HEADER + 16] = "";
     char tries[48] = "";
@@ -85,7 +89,7 @@ static int raise_error(const char *name, const loom_upstream_error *err,
 }
 
 /* Puts the provider's name before the thread's error message. */
-static int prefix_error(const char *name, int code)
+__attribute__((noinline)) static int prefix_error(const char *name, int code)
 {
     char msg[1024];
 
@@ -112,10 +116,14 @@ static int keep_rate_headers(loom_upstream_error *err,
 /*
  * Classifies the outcome of one attempt. Returns 0 on success, or the
  * error to return, with resp->error filled and *retry set when another
- * attempt may help.
+ * attempt may help. Not inlined: its 1 KiB message buffer would add a
+ * page to the stack of every streamed model call, whose deepest frames
+ * (an event's serialisation) run below loom__llm_attempts.
  */
-static int outcome(attempt_ctx *a, int rc, const loom__http_response *hr,
-                   loom_llm_response *resp, int *retry)
+__attribute__((noinline)) static int outcome(attempt_ctx *a, int rc,
+                                             const loom__http_response *hr,
+                                             loom_llm_response *resp,
+                                             int *retry)
 {
     const loom__llm_decoder_ops *ops = a->ops;
     loom_upstream_error *err = &resp->error;
