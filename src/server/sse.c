@@ -20,11 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* libmicrohttpd allocates this with the response, per stream. A chunked
- * answer (HTTP/1.1) never uses it: the reader writes straight into the
- * connection's write buffer. Only an HTTP/1.0 client's answer is read
- * through it, a block at a time. */
-#define SSE_BLOCK 4096
+/* libmicrohttpd allocates (and zeroes) this with the response, per
+ * stream. A chunked answer (HTTP/1.1) never uses it: the reader writes
+ * straight into the connection's write buffer. Only an answer without
+ * chunks (an HTTP/1.0 client's) is read through it, a block at a time; an
+ * event is a few hundred bytes, so 1 KiB still carries several a call,
+ * and every open stream keeps 3 KB less than with 4 KiB. */
+#define SSE_BLOCK 1024
 #define SSE_FILL (64 * 1024)        /* format events up to this much */
 #define SSE_MAX_PENDING ((size_t)64 << 20) /* one formatted batch at most */
 

@@ -221,6 +221,67 @@ static void test_run_stream(void **state)
     sh_free(&h);
 }
 
+static int raw_connect(const sh *h);
+
+/* An HTTP/1.0 client gets the stream without chunks, read through the
+ * response's block a piece at a time: an answer many times the block
+ * arrives whole, and the connection closes after it. */
+static void test_run_stream_http10(void **state)
+{
+    static const char req_head[] = "POST /v1/runs HTTP/1.0\r\n"
+                                   "Host: x\r\nContent-Type: "
+                                   "application/json\r\nContent-Length: ";
+    static const char body[] = "{\"input\":\"hi\",\"stream\":true}";
+    loom_buf script = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf want = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf got = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    char req[256], buf[4096], *text;
+    json_t *evs, *last;
+    ssize_t n;
+    sh h;
+    int fd, i;
+
+    (void)state;
+    assert_int_equal(loom_buf_puts(&script, "{\"loop\":true,\"responses\":"
+                                            "[{\"text\":["),
+                     0);
+    for (i = 0; i < 60; i++) {
+        char piece[80];
+        snprintf(piece, sizeof(piece),
+                 "piece %02d of a long answer, for an HTTP/1.0 client. ", i);
+        assert_int_equal(
+            loom_buf_printf(&script, "%s\"%s\"", i ? "," : "", piece), 0);
+        assert_int_equal(loom_buf_puts(&want, piece), 0);
+    }
+    assert_int_equal(loom_buf_puts(&script, "]," USAGE "}]}"), 0);
+    sh_start(&h, loom_buf_cstr(&script), NULL, NULL);
+    fd = raw_connect(&h);
+    snprintf(req, sizeof(req), "%s%zu\r\n\r\n%s", req_head, strlen(body), body);
+    assert_int_equal(send(fd, req, strlen(req), MSG_NOSIGNAL),
+                     (ssize_t)strlen(req));
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
+        assert_int_equal(loom_buf_put(&got, buf, (size_t)n), 0);
+    assert_int_equal(n, 0); /* closed by the server, not timed out */
+    close(fd);
+    text = strstr(loom_buf_cstr(&got), "\r\n\r\n");
+    assert_non_null(text);
+    assert_memory_equal(loom_buf_cstr(&got) + 8, " 200", 4);
+    assert_null(strstr(loom_buf_cstr(&got), "Transfer-Encoding"));
+    assert_true(strlen(text) > 4 * 1024);
+    evs = sh_sse_parse(text + 4, NULL);
+    check_seqs(evs, 1);
+    last = json_array_get(evs, json_array_size(evs) - 1);
+    assert_string_equal(sh_ev_type(evs, json_array_size(evs) - 1),
+                        "run.completed");
+    assert_string_equal(sh_str(json_object_get(last, "data"), "text"),
+                        loom_buf_cstr(&want));
+    json_decref(evs);
+    loom_buf_free(&got);
+    loom_buf_free(&want);
+    loom_buf_free(&script);
+    sh_free(&h);
+}
+
 static void test_run_input_and_conversation(void **state)
 {
     sh h;
@@ -1476,6 +1537,7 @@ int main(void)
         cmocka_unit_test(test_health_models_tools),
         cmocka_unit_test(test_run_blocking),
         cmocka_unit_test(test_run_stream),
+        cmocka_unit_test(test_run_stream_http10),
         cmocka_unit_test(test_run_input_and_conversation),
         cmocka_unit_test(test_run_bad_requests),
         cmocka_unit_test(test_bad_json_offsets),
