@@ -979,17 +979,24 @@ static loom_turn_event *event_new(const char *text, size_t len, uint64_t seq,
     return e;
 }
 
-/* The log entry of ev, serialized; NULL when out of memory. */
-static loom_turn_event *event_of(const loom_event *ev)
+/* The log entry of event j (a reference it takes; NULL is out of
+ * memory), serialized; NULL when out of memory. */
+static loom_turn_event *event_of_json(json_t *j, uint64_t seq,
+                                      loom_event_type type)
 {
-    json_t *j = loom_event_to_json(ev);
     size_t len = 0;
     char *text = j ? loom__json_compact_dumps(j, 15, &len) : NULL;
-    loom_turn_event *e = text ? event_new(text, len, ev->seq, ev->type) : NULL;
+    loom_turn_event *e = text ? event_new(text, len, seq, type) : NULL;
 
     json_decref(j);
     free(text);
     return e;
+}
+
+/* The log entry of ev, serialized; NULL when out of memory. */
+static loom_turn_event *event_of(const loom_event *ev)
+{
+    return event_of_json(loom_event_to_json(ev), ev->seq, ev->type);
 }
 
 json_t *loom_turn_event_json(const loom_turn_event *e)
@@ -2287,8 +2294,6 @@ static int preload(loom_turn *t, const json_t *events, uint64_t covered)
         const char *type = json_string_value(json_object_get(j, "type"));
         loom_event_type k = LOOM_EV_RUN_STARTED;
         loom_turn_event *e;
-        char *dumped;
-        size_t len = 0;
         int rc;
         while (type && k < LOOM_EV__COUNT &&
                strcmp(loom_event_type_name(k), type) != 0)
@@ -2299,11 +2304,7 @@ static int preload(loom_turn *t, const json_t *events, uint64_t covered)
         }
         seq = (uint64_t)json_integer_value(json_object_get(j, "seq"));
         record_kept(t, j, k, seq, covered);
-        dumped = loom__json_compact_dumps(j, 15, &len);
-        json_decref(j);
-        e = dumped ? event_new(dumped, len, seq, k) : NULL;
-        free(dumped);
-        if (!e)
+        if (!(e = event_of_json(j, seq, k)))
             return loom__error_oom();
         pthread_mutex_lock(&t->lock);
         rc = log_append(t, e);

@@ -248,13 +248,16 @@ int loom__sqlite_user_settings_get(loom_store *base, const char *user_id,
     pthread_mutex_lock(&st->settings_lock);
     saves = st->settings_saves;
     if ((e = entry_find(st, user_id)) != NULL) {
-        if (!e->sealed)
+        if (!e->sealed) {
             rc = loom__error_set(LOOM_ENOTFOUND,
                                  "store: no settings for this user");
-        else if ((*out = malloc(e->len)) != NULL)
-            memcpy(*out, e->sealed, *len = e->len), rc = 0;
-        else
+        } else if ((*out = malloc(e->len)) != NULL) {
+            memcpy(*out, e->sealed, e->len);
+            *len = e->len;
+            rc = 0;
+        } else {
             rc = loom__error_oom();
+        }
         pthread_mutex_unlock(&st->settings_lock);
         return rc;
     }

@@ -483,28 +483,26 @@ void loom__sqlite_writer_init(loom__sqlite_store *st)
 int loom__sqlite_writer_start(loom__sqlite_store *st)
 {
     loom__sqlite_writer *w = &st->w;
+    const char *what = "cannot open";
     int rc;
 
     /* The checkpointer's own connection, outside the pool. */
     rc = sqlite3_open_v2(st->path, &w->ckpt_db,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        rc = w->ckpt_db ? loom__sqlite_error(st, w->ckpt_db, rc, "cannot open")
-                        : loom__error_oom();
-        sqlite3_close(w->ckpt_db);
-        w->ckpt_db = NULL;
-        return rc;
+    if (rc == SQLITE_OK) {
+        sqlite3_busy_timeout(w->ckpt_db, 0);
+        sqlite3_wal_autocheckpoint(w->ckpt_db, 0);
+        /* A connection that has not read the database yet has not opened
+         * its WAL, and SQLite before 3.42 (Debian 12 ships 3.40) makes a
+         * checkpoint on it a silent no-op: the WAL would grow without
+         * end. One read opens it. */
+        what = "cannot read";
+        rc = sqlite3_exec(w->ckpt_db, "SELECT count(*) FROM sqlite_schema",
+                          NULL, NULL, NULL);
     }
-    sqlite3_busy_timeout(w->ckpt_db, 0);
-    sqlite3_wal_autocheckpoint(w->ckpt_db, 0);
-    /* A connection that has not read the database yet has not opened its
-     * WAL, and SQLite before 3.42 (Debian 12 ships 3.40) makes a
-     * checkpoint on it a silent no-op: the WAL would grow without end. One
-     * read opens it. */
-    rc = sqlite3_exec(w->ckpt_db, "SELECT count(*) FROM sqlite_schema", NULL,
-                      NULL, NULL);
     if (rc != SQLITE_OK) {
-        rc = loom__sqlite_error(st, w->ckpt_db, rc, "cannot read");
+        rc = w->ckpt_db ? loom__sqlite_error(st, w->ckpt_db, rc, what)
+                        : loom__error_oom();
         sqlite3_close(w->ckpt_db);
         w->ckpt_db = NULL;
         return rc;
