@@ -7,7 +7,7 @@ set -eu
 PKGS="build-essential cmake pkg-config git ca-certificates tzdata
 libcurl4-openssl-dev libjansson-dev libyaml-dev libmicrohttpd-dev
 libcmocka-dev libsqlite3-dev libpcre2-dev libssl-dev valgrind libjsmn-dev
-libxml2-dev libedit-dev libjwt-dev clang-format clang-tidy cppcheck tmux chromium
+libxml2-dev libedit-dev libjwt-dev libmimalloc-dev clang-format clang-tidy cppcheck tmux chromium
 sqlite3 jq curl"
 missing=""
 for p in $PKGS; do

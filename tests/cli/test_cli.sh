@@ -59,6 +59,13 @@ expect_grep "max-iterations" "$tmp/out" "loom run --help"
 "$LOOM_BIN" config --help > "$tmp/out" 2>&1; expect_rc 0 $? "config --help"
 "$LOOM_BIN" version > "$tmp/out" 2>&1; expect_rc 0 $? "loom version"
 expect_grep "^loom [0-9]*\.[0-9]*\.[0-9]*" "$tmp/out" "loom version"
+# The program allocates with mimalloc unless built without it
+# (LOOM_ALLOCATOR from CTest): a linker that dropped the library would
+# leave glibc's malloc in place silently.
+if [ "${LOOM_ALLOCATOR:-}" = mimalloc ]; then
+    MIMALLOC_VERBOSE=1 "$LOOM_BIN" version > "$tmp/out" 2>&1
+    expect_grep "^mimalloc: process init" "$tmp/out" "loom allocates with mimalloc"
+fi
 "$LOOM_BIN" version --help > "$tmp/out" 2>&1; expect_rc 0 $? "version --help"
 expect_grep "usage: loom version" "$tmp/out" "loom version --help"
 "$LOOM_BIN" version extra > "$tmp/out" 2>&1; expect_rc 2 $? "version extra"
