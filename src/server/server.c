@@ -7,10 +7,10 @@
  * thousand idle SSE streams cost a thousand sockets, not a thousand
  * threads. A connection that waits (for a run's next event, or for its
  * end) is suspended; libmicrohttpd then ignores it entirely, so the
- * ticker (every TICK_MS) polls the sockets of suspended connections for a
- * client that went away (a disconnect cancels the run within a tick plus
- * the HTTP client's own cancel tick) and wakes idle streams that owe a
- * keep-alive comment. See srvpriv.h for the locking rules.
+ * ticker (every LOOK_TICKS * TICK_MS) polls the sockets of suspended
+ * connections for a client that went away (a disconnect cancels the run
+ * within that look) and wakes idle streams that owe a keep-alive
+ * comment. See srvpriv.h for the locking rules.
  *
  * Slow clients. A connection gets header_timeout_ms to send its request's
  * headers (http.c lifts it to read_timeout_ms once they are in), one
@@ -51,6 +51,12 @@
 #include <unistd.h>
 
 #define TICK_MS 20
+/* The suspended connections are looked at every LOOK_TICKS ticks (100 ms):
+ * one poll of every waiting socket costs about half a microsecond each,
+ * so at 10,000 open streams a look every tick took a fifth of a core
+ * (bench/serve/README.md); a client that left is still noticed within a
+ * tenth of a second. */
+#define LOOK_TICKS 5
 #define STREAM_DRAIN_MS 3000      /* requests flush after the runs ended */
 /* Descriptors that are not client connections: the store, the log, the
  * listening socket, epoll, pipes, MCP servers' and tools' sockets. */
@@ -314,11 +320,13 @@ static void *ticker_main(void *arg)
     unsigned long long *ent = NULL;
     size_t cap = 0;
     struct timespec ts;
+    unsigned ticks = 0;
 
     pthread_mutex_lock(&s->tick_lock);
     while (!s->tick_stop) {
         pthread_mutex_unlock(&s->tick_lock);
-        tick(s, &pfd, &ent, &cap);
+        if (ticks++ % LOOK_TICKS == 0)
+            tick(s, &pfd, &ent, &cap);
         srv__queue_expire(s, 0);
         pthread_mutex_lock(&s->tick_lock);
         if (s->tick_stop)
