@@ -134,6 +134,14 @@ struct loom__fiber {
 #endif
 };
 
+/* A timer: the deadline is kept beside its fiber, so that the heap's
+ * comparisons read the heap only (with thousands of parked fibers, each
+ * read of a fiber's own deadline was a cache miss). */
+typedef struct {
+    double deadline;
+    loom__fiber *f;
+} heap_ent;
+
 struct worker {
     loom__sched *s;
     pthread_t th;
@@ -142,7 +150,7 @@ struct worker {
     int efd, ep;
     ucontext_t main_ctx;
     loom__fiber *cur;
-    loom__fiber **heap;
+    heap_ent *heap;
     size_t nheap, capheap;
     CURLM *multi;
     double curl_at;     /* when curl wants its timeout action; < 0: never */
@@ -259,17 +267,17 @@ static void trampoline(void)
 
 static int heap_less(worker *w, size_t a, size_t b)
 {
-    return w->heap[a]->deadline < w->heap[b]->deadline;
+    return w->heap[a].deadline < w->heap[b].deadline;
 }
 
 static void heap_swap(worker *w, size_t a, size_t b)
 {
-    loom__fiber *t = w->heap[a];
+    heap_ent t = w->heap[a];
 
     w->heap[a] = w->heap[b];
     w->heap[b] = t;
-    w->heap[a]->heap_i = a + 1;
-    w->heap[b]->heap_i = b + 1;
+    w->heap[a].f->heap_i = a + 1;
+    w->heap[b].f->heap_i = b + 1;
 }
 
 static void heap_fix(worker *w, size_t i)
@@ -295,13 +303,14 @@ static int heap_add(worker *w, loom__fiber *f)
 {
     if (w->nheap == w->capheap) {
         size_t c = w->capheap ? w->capheap * 2 : 64;
-        loom__fiber **h = realloc(w->heap, c * sizeof(*h));
+        heap_ent *h = realloc(w->heap, c * sizeof(*h));
         if (!h)
             return -1;
         w->heap = h;
         w->capheap = c;
     }
-    w->heap[w->nheap] = f;
+    w->heap[w->nheap].deadline = f->deadline;
+    w->heap[w->nheap].f = f;
     f->heap_i = ++w->nheap;
     heap_fix(w, w->nheap - 1);
     return 0;
@@ -314,7 +323,7 @@ static void heap_remove(worker *w, loom__fiber *f)
     f->heap_i = 0;
     if (i != --w->nheap) {
         w->heap[i] = w->heap[w->nheap];
-        w->heap[i]->heap_i = i + 1;
+        w->heap[i].f->heap_i = i + 1;
         heap_fix(w, i);
     }
 }
@@ -715,8 +724,8 @@ static int expire(worker *w)
     double now = loom__mono_ms_exact(), next = -1;
     int ms;
 
-    while (w->nheap && w->heap[0]->deadline <= now) {
-        loom__fiber *f = w->heap[0];
+    while (w->nheap && w->heap[0].deadline <= now) {
+        loom__fiber *f = w->heap[0].f;
         heap_remove(w, f);
         pthread_mutex_lock(&w->lock);
         if (f->state == F_PARKED)
@@ -724,7 +733,7 @@ static int expire(worker *w)
         pthread_mutex_unlock(&w->lock);
     }
     if (w->nheap)
-        next = w->heap[0]->deadline;
+        next = w->heap[0].deadline;
     if (w->curl_at >= 0 && (next < 0 || w->curl_at < next))
         next = w->curl_at;
     if (next < 0)
