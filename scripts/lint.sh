@@ -157,6 +157,7 @@ src/agent/citations.c:1:annotations of documents already cut to their limits
 src/agent/context.c:1:the summary request, from messages the run holds
 src/agent/review.c:3:transcript and notes from the run messages, cut to max after
 src/agent/run.c:2:tool names from the registry; the answer text under the decoder limits
+src/agent/session.c:1:an event text, from data the run holds (the log bounds what it keeps)
 src/server/chat.c:2:model names from the config; the completion, from an answer under the decoder limits
 src/server/chat_format.c:2:text and reasoning of an answer under the decoder limits
 src/server/metrics.c:1:the metrics page, from counters loom holds

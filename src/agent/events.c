@@ -4,8 +4,11 @@
  * loom_event_to_json, so the wire shape of an event is defined here once:
  * the envelope {type, seq, index, run_id} followed by the event's fields.
  */
+#include "agent/events.h"
+#include "core/utf8.h"
 #include "loom/run.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const event_names[LOOM_EV__COUNT] = {
@@ -80,6 +83,72 @@ json_t *loom_event_to_json(const loom_event *ev)
         }
     }
     return o;
+}
+
+/* Whether a key of data holds a NUL, which loom_event_to_json's set (by
+ * a C string) would cut short. */
+static int has_cut_key(const json_t *data)
+{
+    void *it;
+
+    for (it = json_object_iter((json_t *)data); it;
+         it = json_object_iter_next((json_t *)data, it))
+        if (strlen(json_object_iter_key(it)) != json_object_iter_key_len(it))
+            return 1;
+    return 0;
+}
+
+/* A literal's bytes for loom_buf_put. */
+#define PUT_LIT(b, s) loom_buf_put((b), (s), sizeof(s) - 1)
+
+/*
+ * Writes what loom_event_to_json builds, in its order: the envelope, then
+ * the data's members but the envelope's keys, each as the compact dump
+ * writes a member. A data key holding a NUL (never one of loom's) takes
+ * the object's way, which cuts it as loom_event_to_json does.
+ */
+int loom__event_text(const loom_event *ev, loom_buf *b)
+{
+    const char *name = loom_event_type_name(ev->type), *k;
+    int has_run_id =
+        ev->run_id && loom__json_string_valid(ev->run_id, strlen(ev->run_id));
+    const json_t *data = json_is_object(ev->data) ? ev->data : NULL;
+    json_t *v;
+    int rc;
+
+    if (data && has_cut_key(data)) {
+        json_t *o = loom_event_to_json(ev);
+        size_t len = 0;
+        char *text = o ? loom__json_compact_dumps(o, 15, &len) : NULL;
+        rc = text ? loom_buf_put(b, text, len) : LOOM_ENOMEM;
+        json_decref(o);
+        free(text);
+        return rc;
+    }
+    if ((rc = PUT_LIT(b, "{\"type\":")) != 0 ||
+        (rc = loom__json_put_string(b, name, strlen(name))) != 0 ||
+        (rc = PUT_LIT(b, ",\"seq\":")) != 0 ||
+        (rc = loom__json_put_int(b, (json_int_t)ev->seq)) != 0 ||
+        (rc = PUT_LIT(b, ",\"index\":")) != 0 ||
+        (rc = loom__json_put_int(b, (json_int_t)ev->index)) != 0)
+        return rc;
+    if (has_run_id &&
+        ((rc = PUT_LIT(b, ",\"run_id\":")) != 0 ||
+         (rc = loom__json_put_string(b, ev->run_id, strlen(ev->run_id))) != 0))
+        return rc;
+    if (data) {
+        json_object_foreach((json_t *)data, k, v)
+        {
+            if (envelope_key(k, has_run_id))
+                continue;
+            if ((rc = loom_buf_putc(b, ',')) != 0 ||
+                (rc = loom__json_put_string(b, k, strlen(k))) != 0 ||
+                (rc = loom_buf_putc(b, ':')) != 0 ||
+                (rc = loom__json_put_member(b, v, 15)) != 0)
+                return rc;
+        }
+    }
+    return loom_buf_putc(b, '}');
 }
 
 int loom_event_depth(const loom_event *ev)

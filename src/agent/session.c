@@ -24,6 +24,7 @@
  * cancelled and only its final event is still logged.
  */
 #include "loom/session.h"
+#include "agent/events.h"
 #include "agent/model_opts.h"
 #include "agent/prompt.h"
 #include "agent/research.h"
@@ -185,6 +186,7 @@ struct loom_turn {
     size_t log_max;
     loom_turn_event **events;
     size_t nevents, capevents;
+    loom_buf evtext; /* an event's text being made (the sink's thread) */
     size_t bytes;
     int overflow;
     int done;  /* the outcome is final (set before `ending` is called) */
@@ -619,6 +621,7 @@ static void turn_free(loom_turn *t)
     for (size_t i = 0; i < t->nevents; i++)
         event_free(t->events[i]);
     free(t->events);
+    loom_buf_free(&t->evtext);
     free(t->watchers);
     json_decref(t->term_data);
     free(t->store_error);
@@ -993,10 +996,14 @@ static loom_turn_event *event_of_json(json_t *j, uint64_t seq,
     return e;
 }
 
-/* The log entry of ev, serialized; NULL when out of memory. */
-static loom_turn_event *event_of(const loom_event *ev)
+/* The log entry of ev, serialized (written in t->evtext, which only the
+ * thread that sends the turn's events uses); NULL when out of memory. */
+static loom_turn_event *event_of(loom_turn *t, const loom_event *ev)
 {
-    return event_of_json(loom_event_to_json(ev), ev->seq, ev->type);
+    loom_buf_clear(&t->evtext);
+    if (loom__event_text(ev, &t->evtext) != 0)
+        return NULL;
+    return event_new(t->evtext.ptr, t->evtext.len, ev->seq, ev->type);
 }
 
 json_t *loom_turn_event_json(const loom_turn_event *e)
@@ -1064,7 +1071,7 @@ static int log_event(loom_turn *t, const loom_event *ev, int force)
     /* An interrupted turn resumes later: its events stop here. */
     if (t->durable && atomic_load(&t->interrupted))
         return 1;
-    if (!(e = event_of(ev)))
+    if (!(e = event_of(t, ev)))
         return 1;
     if (t->durable)
         keep_event(t, e);
@@ -2023,6 +2030,7 @@ static int turn_new(loom_turn **out, loom_session *s,
     t->ending = o->ending;
     t->ending_payload = o->ending_payload;
     t->log = o->log;
+    loom_buf_init(&t->evtext, LOOM_BUF_UNLIMITED);
     t->elicitation = o->elicitation != 0;
     t->log_max = (size_t)(o->log_max_bytes > 0 ? o->log_max_bytes
                                                : LOOM_TURN_LOG_DEFAULT_BYTES);
@@ -2536,6 +2544,8 @@ int loom_turn_execute(loom_turn *t)
     t->done = 1;
     pthread_mutex_unlock(&t->lock);
     emit_final(t);
+    /* The turn logs no more: its log outlives the text buffer. */
+    loom_buf_free(&t->evtext);
     if (t->ending)
         t->ending(t, t->ending_payload);
     pthread_mutex_lock(&t->lock);

@@ -413,6 +413,42 @@ int loom__json_put_string(loom_buf *b, const char *s, size_t len)
     return rc;
 }
 
+int loom__json_string_valid(const char *s, size_t len)
+{
+    int bad = 0;
+
+    string_size(s, len, &bad);
+    return !bad;
+}
+
+int loom__json_put_int(loom_buf *b, json_int_t i)
+{
+    char text[24];
+
+    return loom_buf_put(b, text, (size_t)(put_int(text, i) - text));
+}
+
+int loom__json_put_member(loom_buf *b, const json_t *j, int precision)
+{
+    char small[512], *text = small;
+    int bad = 0, rc, prec = precision > 0 ? precision : 17;
+    size_t n;
+
+    if (prec > 17)
+        return loom__error_set(LOOM_EINVALID, "precision %d", precision);
+    /* Depth 1: where a member of the top container is sized and written. */
+    n = value_size(j, 1, prec, &bad);
+    if (bad)
+        return loom__error_set(LOOM_EINVALID, "a value cannot be written");
+    if (n > sizeof(small) && !(text = malloc(n)))
+        return loom__error_oom();
+    put_value(text, j, 1, prec);
+    rc = loom_buf_put(b, text, n);
+    if (text != small)
+        free(text);
+    return rc;
+}
+
 char *loom__json_compact_dumps(const json_t *j, int precision, size_t *len)
 {
     int bad = 0, prec = precision > 0 ? precision : 17;

@@ -62,6 +62,23 @@ char *loom__json_compact_dumps(const json_t *j, int precision, size_t *len);
  */
 int loom__json_put_string(loom_buf *b, const char *s, size_t len);
 
+/* Whether len bytes of s are UTF-8 that jansson takes in a string. */
+int loom__json_string_valid(const char *s, size_t len);
+
+/* Appends i to b in decimal, as loom__json_compact_dumps writes it;
+ * loom_buf_put's errors. */
+int loom__json_put_int(loom_buf *b, json_int_t i);
+
+/*
+ * Appends j's compact JSON text to b, byte for byte what
+ * loom__json_compact_dumps(c, precision, ...) writes for j when j is a
+ * member of c, a top-level object or array (precision 1 to 17; 0: 17).
+ * What a writer splicing members into an object of its own writes them
+ * with. LOOM_EINVALID where that dump fails (a string not UTF-8, a real
+ * too long) or precision is past 17; loom_buf_put's errors; b unchanged.
+ */
+int loom__json_put_member(loom_buf *b, const json_t *j, int precision);
+
 /*
  * Says in dst (cap bytes) why a JSON text did not parse and where: je's
  * reason (control characters shown as '?'; a \u0000 in a string said

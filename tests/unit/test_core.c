@@ -1075,6 +1075,72 @@ static void test_json_put_string(void **state)
     loom_buf_free(&b);
 }
 
+/* loom__json_put_member appends j as the dump of [j] writes it (the
+ * deep sample's innermost arrays past the writer's own depth too), at
+ * each precision. */
+static void assert_member_matches(json_t *j)
+{
+    static const int precs[] = {0, 15, 17, 3};
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    json_t *a = json_pack("[O]", j);
+
+    for (size_t i = 0; i < sizeof(precs) / sizeof(precs[0]); i++) {
+        char *want = loom__json_compact_dumps(a, precs[i], NULL);
+        loom_buf_clear(&b);
+        assert_int_equal(loom_buf_puts(&b, "["), 0);
+        if (!want) {
+            assert_int_equal(loom__json_put_member(&b, j, precs[i]),
+                             LOOM_EINVALID);
+            assert_string_equal(loom_buf_cstr(&b), "[");
+            continue;
+        }
+        assert_int_equal(loom__json_put_member(&b, j, precs[i]), 0);
+        assert_int_equal(loom_buf_puts(&b, "]"), 0);
+        assert_string_equal(loom_buf_cstr(&b), want);
+        free(want);
+    }
+    loom_buf_free(&b);
+    json_decref(a);
+    json_decref(j);
+}
+
+static void test_json_put_member(void **state)
+{
+    static const json_int_t ints[] = {0, 7, -1, 10, -99, INT64_MAX, INT64_MIN};
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    json_t *o;
+
+    (void)state;
+    each_json_sample(assert_member_matches);
+    assert_member_matches(json_string("a scalar"));
+    assert_member_matches(json_integer(-12));
+    assert_member_matches(json_real(0.25));
+    assert_member_matches(json_null());
+    o = json_object();
+    json_object_set_new(o, "bad", json_stringn_nocheck("\xff\xfe", 2));
+    assert_member_matches(o);
+    assert_member_matches(json_stringn_nocheck("\xc3", 1));
+    /* Past 17 digits is jansson's own writing: refused. */
+    assert_int_equal(loom__json_put_member(&b, json_null(), 18), LOOM_EINVALID);
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        char *want;
+        o = json_pack("[I]", ints[i]);
+        want = json_dumps(o, JSON_COMPACT);
+        loom_buf_clear(&b);
+        assert_int_equal(loom_buf_puts(&b, "["), 0);
+        assert_int_equal(loom__json_put_int(&b, ints[i]), 0);
+        assert_int_equal(loom_buf_puts(&b, "]"), 0);
+        assert_string_equal(loom_buf_cstr(&b), want);
+        free(want);
+        json_decref(o);
+    }
+    assert_true(loom__json_string_valid("caf\xc3\xa9", 5));
+    assert_true(loom__json_string_valid("", 0));
+    assert_false(loom__json_string_valid("caf\xc3", 4));
+    assert_false(loom__json_string_valid("\xed\xa0\x80", 3));
+    loom_buf_free(&b);
+}
+
 static void test_role_names(void **state)
 {
     (void)state;
@@ -1194,6 +1260,7 @@ int main(void)
         cmocka_unit_test(test_json_compact_size),
         cmocka_unit_test(test_json_compact_dumps),
         cmocka_unit_test(test_json_put_string),
+        cmocka_unit_test(test_json_put_member),
         cmocka_unit_test(test_role_names),
         cmocka_unit_test(test_upstream_kind_names),
         cmocka_unit_test(test_provider_new_unknown_kind),
