@@ -44,11 +44,20 @@ const char *loom_event_type_name(loom_event_type type)
     return (unsigned)type < LOOM_EV__COUNT ? event_names[type] : "unknown";
 }
 
-/* Whether data's key k is one of the envelope's (which wins over it). */
+/* The envelope's keys, which win over the data's: with the run id, and
+ * without it (an event that has none keeps the data's). */
+static const char *const envelope_rid[] = {"type", "seq", "index", "run_id",
+                                           NULL};
+static const char *const envelope_no_rid[] = {"type", "seq", "index", NULL};
+
+/* Whether data's key k is one of the envelope's. */
 static int envelope_key(const char *k, int has_run_id)
 {
-    return strcmp(k, "type") == 0 || strcmp(k, "seq") == 0 ||
-           strcmp(k, "index") == 0 || (has_run_id && strcmp(k, "run_id") == 0);
+    for (const char *const *e = has_run_id ? envelope_rid : envelope_no_rid; *e;
+         e++)
+        if (strcmp(k, *e) == 0)
+            return 1;
+    return 0;
 }
 
 /*
@@ -103,17 +112,16 @@ static int has_cut_key(const json_t *data)
 
 /*
  * Writes what loom_event_to_json builds, in its order: the envelope, then
- * the data's members but the envelope's keys, each as the compact dump
- * writes a member. A data key holding a NUL (never one of loom's) takes
- * the object's way, which cuts it as loom_event_to_json does.
+ * the data's members but the envelope's keys, as the compact dump writes
+ * them (loom__json_put_members). A data key holding a NUL (never one of loom's)
+ * takes the object's way, which cuts it as loom_event_to_json does.
  */
 int loom__event_text(const loom_event *ev, loom_buf *b)
 {
-    const char *name = loom_event_type_name(ev->type), *k;
+    const char *name = loom_event_type_name(ev->type);
     int has_run_id =
         ev->run_id && loom__json_string_valid(ev->run_id, strlen(ev->run_id));
     const json_t *data = json_is_object(ev->data) ? ev->data : NULL;
-    json_t *v;
     int rc;
 
     if (data && has_cut_key(data)) {
@@ -125,9 +133,10 @@ int loom__event_text(const loom_event *ev, loom_buf *b)
         free(text);
         return rc;
     }
-    if ((rc = PUT_LIT(b, "{\"type\":")) != 0 ||
-        (rc = loom__json_put_string(b, name, strlen(name))) != 0 ||
-        (rc = PUT_LIT(b, ",\"seq\":")) != 0 ||
+    /* A type's name is ASCII that needs no escape. */
+    if ((rc = PUT_LIT(b, "{\"type\":\"")) != 0 ||
+        (rc = loom_buf_puts(b, name)) != 0 ||
+        (rc = PUT_LIT(b, "\",\"seq\":")) != 0 ||
         (rc = loom__json_put_int(b, (json_int_t)ev->seq)) != 0 ||
         (rc = PUT_LIT(b, ",\"index\":")) != 0 ||
         (rc = loom__json_put_int(b, (json_int_t)ev->index)) != 0)
@@ -136,18 +145,10 @@ int loom__event_text(const loom_event *ev, loom_buf *b)
         ((rc = PUT_LIT(b, ",\"run_id\":")) != 0 ||
          (rc = loom__json_put_string(b, ev->run_id, strlen(ev->run_id))) != 0))
         return rc;
-    if (data) {
-        json_object_foreach((json_t *)data, k, v)
-        {
-            if (envelope_key(k, has_run_id))
-                continue;
-            if ((rc = loom_buf_putc(b, ',')) != 0 ||
-                (rc = loom__json_put_string(b, k, strlen(k))) != 0 ||
-                (rc = loom_buf_putc(b, ':')) != 0 ||
-                (rc = loom__json_put_member(b, v, 15)) != 0)
-                return rc;
-        }
-    }
+    if (data &&
+        (rc = loom__json_put_members(
+             b, data, has_run_id ? envelope_rid : envelope_no_rid, 15)) != 0)
+        return rc;
     return loom_buf_putc(b, '}');
 }
 

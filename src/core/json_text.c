@@ -428,21 +428,51 @@ int loom__json_put_int(loom_buf *b, json_int_t i)
     return loom_buf_put(b, text, (size_t)(put_int(text, i) - text));
 }
 
-int loom__json_put_member(loom_buf *b, const json_t *j, int precision)
+/* Whether key is one of skip's (a NULL-terminated list; NULL: none). */
+static int skipped(const char *key, const char *const *skip)
 {
-    char small[512], *text = small;
-    int bad = 0, rc, prec = precision > 0 ? precision : 17;
-    size_t n;
+    /* The first bytes first: most keys differ there. */
+    for (; skip && *skip; skip++)
+        if (key[0] == (*skip)[0] && strcmp(key, *skip) == 0)
+            return 1;
+    return 0;
+}
 
-    if (prec > 17)
-        return loom__error_set(LOOM_EINVALID, "precision %d", precision);
-    /* Depth 1: where a member of the top container is sized and written. */
-    n = value_size(j, 1, prec, &bad);
+int loom__json_put_members(loom_buf *b, const json_t *obj,
+                           const char *const *skip, int precision)
+{
+    char small[1024], *text = small, *w;
+    int bad = 0, rc, prec = precision > 0 ? precision : 17;
+    size_t n = 0;
+    void *it;
+
+    if (!json_is_object(obj) || prec > 17)
+        return loom__error_set(LOOM_EINVALID, "no object, or precision %d",
+                               precision);
+    /* Sized first, as the dump sizes a member of its top object (depth
+     * 1), then written in one go. */
+    for (it = json_object_iter((json_t *)obj); it && !bad;
+         it = json_object_iter_next((json_t *)obj, it))
+        if (!skipped(json_object_iter_key(it), skip))
+            n += 2 +
+                 string_size(json_object_iter_key(it),
+                             json_object_iter_key_len(it), &bad) +
+                 value_size(json_object_iter_value(it), 1, prec, &bad);
     if (bad)
         return loom__error_set(LOOM_EINVALID, "a value cannot be written");
     if (n > sizeof(small) && !(text = malloc(n)))
         return loom__error_oom();
-    put_value(text, j, 1, prec);
+    w = text;
+    for (it = json_object_iter((json_t *)obj); it;
+         it = json_object_iter_next((json_t *)obj, it)) {
+        if (skipped(json_object_iter_key(it), skip))
+            continue;
+        *w++ = ',';
+        w = put_string(w, json_object_iter_key(it),
+                       json_object_iter_key_len(it));
+        *w++ = ':';
+        w = put_value(w, json_object_iter_value(it), 1, prec);
+    }
     rc = loom_buf_put(b, text, n);
     if (text != small)
         free(text);

@@ -70,14 +70,17 @@ int loom__json_string_valid(const char *s, size_t len);
 int loom__json_put_int(loom_buf *b, json_int_t i);
 
 /*
- * Appends j's compact JSON text to b, byte for byte what
- * loom__json_compact_dumps(c, precision, ...) writes for j when j is a
- * member of c, a top-level object or array (precision 1 to 17; 0: 17).
- * What a writer splicing members into an object of its own writes them
- * with. LOOM_EINVALID where that dump fails (a string not UTF-8, a real
- * too long) or precision is past 17; loom_buf_put's errors; b unchanged.
+ * Appends to b the members of obj (an object) whose keys skip (a
+ * NULL-terminated list; NULL: none) does not name, each as `,"key":value`:
+ * byte for byte what loom__json_compact_dumps(obj, precision, ...) writes
+ * for them (precision 1 to 17; 0: 17), sized and written in one go. What
+ * a writer splicing members into an object of its own writes them with.
+ * LOOM_EINVALID where that dump fails (a string not UTF-8, a real too
+ * long), obj is no object or precision is past 17; loom_buf_put's errors;
+ * b unchanged.
  */
-int loom__json_put_member(loom_buf *b, const json_t *j, int precision);
+int loom__json_put_members(loom_buf *b, const json_t *obj,
+                           const char *const *skip, int precision);
 
 /*
  * Says in dst (cap bytes) why a JSON text did not parse and where: je's
