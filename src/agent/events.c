@@ -154,10 +154,13 @@ int loom__event_text(const loom_event *ev, loom_buf *b)
 
 int loom_event_depth(const loom_event *ev)
 {
-    const json_t *d = ev ? json_object_get(ev->data, "depth") : NULL;
+    const json_t *d;
 
+    /* Called thrice per event: most are the run's own, told by one
+     * lookup. */
     if (!ev || !json_is_string(json_object_get(ev->data, "parent_run_id")))
         return 0;
+    d = json_object_get(ev->data, "depth");
     /* A nested event always says its depth; one that did not would
      * still be a child's. */
     return json_is_integer(d) && json_integer_value(d) > 0
