@@ -9,6 +9,7 @@
 #include "core/text.h"
 #include "core/utf8.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,15 +110,46 @@ static const unsigned char ascii_extra[128] = {
     5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 0, 0, 1, ['\\'] = 1,
 };
 
+/*
+ * Whether the 8 bytes at p are all ASCII a dumped string keeps as they are
+ * (no control character, '"' or '\\'), told a word at a time: most text
+ * is. Each test flags a word holding such a byte (a borrow may flag a
+ * byte next to it, never a word without one): a byte past 0x7F by its
+ * top bit, one under 0x20 by the top bit of byte - 0x20, and '"' and '\\'
+ * as the zero bytes of v XOR them.
+ */
+static int plain8(const unsigned char *p)
+{
+    const uint64_t ones = 0x0101010101010101ULL;
+    const uint64_t high = 0x8080808080808080ULL;
+    uint64_t v, q, bs;
+
+    memcpy(&v, p, sizeof(v));
+    q = v ^ (ones * '"');
+    bs = v ^ (ones * '\\');
+    return ((v | ((v - ones * 0x20) & ~v) | ((q - ones) & ~q) |
+             ((bs - ones) & ~bs)) &
+            high) == 0;
+}
+
 /* The escaped bytes of a string as jansson's dump writes it (no flags),
  * quotes included; 0 with *bad set when not UTF-8. */
 static size_t string_size(const char *s, size_t len, int *bad)
 {
     const unsigned char *p = (const unsigned char *)s;
-    size_t n = 2 + len, i = 0;
+    size_t n = 2 + len, i = 0, stop = 0;
 
     while (i < len) {
         size_t k;
+        /* Plain words at once; a word that is not, a character at a
+         * time to its end. */
+        if (i >= stop) {
+            if (len - i >= 8 && plain8(p + i)) {
+                i += 8;
+                continue;
+            }
+            stop = i + 8;
+        }
         if (p[i] < 0x80) {
             n += ascii_extra[p[i++]];
             continue;
@@ -280,10 +312,19 @@ static char *put_string(char *w, const char *s, size_t len)
 
     *w++ = '"';
     while (i < len) {
-        /* Copy the bytes that need no escape in one go. */
-        for (run = i; run < len && (p[run] >= 0x80 || !ascii_extra[p[run]]);
-             run++)
-            ;
+        /* Copy the bytes that need no escape in one go: plain words at
+         * once, a word that is not a byte at a time. */
+        for (run = i; run < len;) {
+            size_t end = run + 8 < len ? run + 8 : len;
+            if (end - run == 8 && plain8(p + run)) {
+                run = end;
+                continue;
+            }
+            while (run < end && (p[run] >= 0x80 || !ascii_extra[p[run]]))
+                run++;
+            if (run < end)
+                break;
+        }
         w = put_bytes(w, s + i, run - i);
         if ((i = run) == len)
             break;
