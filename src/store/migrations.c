@@ -486,6 +486,35 @@ const char *const loom__sqlite_migrations[] = {
     "DROP INDEX usage_by_key;"
     "CREATE INDEX usage_by_key ON usage (key_id, created_at) "
     "WHERE key_id IS NOT NULL;",
+    /* 19: the CHECK constraints that list more than two values say the
+     * same with '=' and OR. SQLite builds a list of three or more as an
+     * ephemeral table at every statement that checks it: a B-tree
+     * created and dropped per message (two lists), run and researcher
+     * row written. With '=' the check is a few comparisons. The
+     * constraints accept exactly the same values (every such column is
+     * TEXT, compared as BINARY), so no row needs checking again, and
+     * the tables are edited in place as SQLite documents for a CHECK
+     * change (sqlite.org/lang_altertable.html, "making other kinds of
+     * table schema changes"): the schema text is replaced inside this
+     * step's transaction, this connection reads it again (RESET) and
+     * migrate() bumps the schema cookie so that other connections do
+     * too. */
+    "PRAGMA writable_schema = ON;"
+    "UPDATE sqlite_schema SET sql = replace(replace(replace(replace(sql,"
+    "  'role IN (''system'', ''user'', ''assistant'', ''tool'')',"
+    "  'role = ''system'' OR role = ''user'' OR role = ''assistant'' OR "
+    "role = ''tool'''),"
+    "  'status IN (''ok'', ''error'', ''cancelled'')',"
+    "  'status = ''ok'' OR status = ''error'' OR status = ''cancelled'''),"
+    "  'status IN (''completed'', ''failed'', ''cancelled'')',"
+    "  'status = ''completed'' OR status = ''failed'' OR "
+    "status = ''cancelled'''),"
+    "  'status IN (''running'', ''completed'', ''failed'')',"
+    "  'status = ''running'' OR status = ''completed'' OR "
+    "status = ''failed''')"
+    "  WHERE type = 'table' AND name IN ('messages', 'runs', "
+    "'run_messages', 'research_researchers');"
+    "PRAGMA writable_schema = RESET;",
 };
 
 const int loom__sqlite_migrations_len =

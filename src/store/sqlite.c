@@ -432,6 +432,32 @@ static int too_new(loom__sqlite_store *st, int v)
                            st->path, v, loom__sqlite_migrations_len);
 }
 
+/*
+ * After a step that edits sqlite_schema by hand (writable_schema), bumps
+ * the schema cookie, so that every other connection to the file reads
+ * the schema again before its next statement (SQLite's documented
+ * procedure; DDL bumps it by itself). An SQLite code.
+ */
+static int bump_cookie(sqlite3 *db, const char *step)
+{
+    char sql[64];
+    sqlite3_stmt *s = NULL;
+    int rc, cookie = 0;
+
+    if (!strstr(step, "writable_schema"))
+        return SQLITE_OK;
+    rc = sqlite3_prepare_v2(db, "PRAGMA schema_version", -1, &s, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        cookie = sqlite3_column_int(s, 0);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_OK)
+        return rc;
+    snprintf(sql, sizeof(sql), "PRAGMA schema_version = %d", cookie + 1);
+    return sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
 /* Applies migrations up to target, one transaction per step. */
 static int migrate(loom__sqlite_store *st, loom__sqlite_conn *c, int target)
 {
@@ -457,6 +483,8 @@ static int migrate(loom__sqlite_store *st, loom__sqlite_conn *c, int target)
             snprintf(bump, sizeof(bump), "PRAGMA user_version = %d", v + 1);
             if ((rc = sqlite3_exec(c->db, loom__sqlite_migrations[v], NULL,
                                    NULL, NULL)) != SQLITE_OK ||
+                (rc = bump_cookie(c->db, loom__sqlite_migrations[v])) !=
+                    SQLITE_OK ||
                 (rc = sqlite3_exec(c->db, bump, NULL, NULL, NULL)) !=
                     SQLITE_OK) {
                 snprintf(bump, sizeof(bump), "migrating to schema version %d",

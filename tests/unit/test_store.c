@@ -1324,24 +1324,33 @@ static void test_crash_safety(void **state)
     free(path);
 }
 
-/* Whether SQLite's plan for sql on the database at path reads through
- * index (the plan's detail names it). */
-static int plan_uses(const char *path, const char *sql, const char *index)
+/* Whether a row of what SQLite explains (how: "EXPLAIN" or "EXPLAIN
+ * QUERY PLAN") about sql on the database at path holds text in column
+ * col. */
+static int explained(const char *path, const char *how, const char *sql,
+                     int col, const char *text)
 {
     sqlite3 *db = NULL;
     sqlite3_stmt *s = NULL;
-    char *q = sqlite3_mprintf("EXPLAIN QUERY PLAN %s", sql);
+    char *q = sqlite3_mprintf("%s %s", how, sql);
     int found = 0;
 
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_prepare_v2(db, q, -1, &s, NULL), SQLITE_OK);
     while (sqlite3_step(s) == SQLITE_ROW)
-        if (strstr((const char *)sqlite3_column_text(s, 3), index))
+        if (strstr((const char *)sqlite3_column_text(s, col), text))
             found = 1;
     sqlite3_finalize(s);
     sqlite3_close(db);
     sqlite3_free(q);
     return found;
+}
+
+/* Whether SQLite's plan for sql on the database at path reads through
+ * index (the plan's detail names it). */
+static int plan_uses(const char *path, const char *sql, const char *index)
+{
+    return explained(path, "EXPLAIN QUERY PLAN", sql, 3, index);
 }
 
 /* The indexes on often-NULL columns hold only rows with a value (a row
@@ -1398,6 +1407,139 @@ static void test_partial_indexes(void **state)
     free(path);
 }
 
+/* Whether the program SQLite compiles for sql on the database at path
+ * has an opcode op. */
+static int program_has(const char *path, const char *sql, const char *op)
+{
+    return explained(path, "EXPLAIN", sql, 1, op);
+}
+
+/* Whether sql succeeds on the database at path (foreign keys on). */
+static int db_accepts(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    int rc;
+
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    sqlite3_close(db);
+    return rc == SQLITE_OK;
+}
+
+/* Version 19: the CHECK constraints of three or more values compare with
+ * '=' (no ephemeral table per row written) and accept the same values;
+ * rows written before stay. */
+static void test_checks_without_lists(void **state)
+{
+    char *path = test_db_path("checks.db");
+    loom_store *st = NULL;
+    char sql[512];
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    static const char *const msg_statuses[] = {"ok", "error", "cancelled"};
+    static const char *const run_statuses[] = {"completed", "failed",
+                                               "cancelled"};
+    static const char *const researcher_statuses[] = {"running", "completed",
+                                                      "failed"};
+    static const char *const inserts[] = {
+        "INSERT INTO messages (id, conversation_id, position, role, status, "
+        "created_at) VALUES (?1, 'conv_a', ?2, ?3, ?4, 1)",
+        "INSERT INTO runs (id, conversation_id, status, prompt_tokens, "
+        "completion_tokens, cached_tokens, reasoning_tokens, total_tokens, "
+        "cache_write_tokens, created_at, ended_at) VALUES (?1, 'conv_a', ?2, "
+        "0, 0, 0, 0, 0, 0, 1, 1)",
+        "INSERT INTO run_messages (run_id, position, role, created_at) "
+        "VALUES (?1, ?2, ?3, 1)",
+        "INSERT INTO research_researchers (run_id, call_id, status, "
+        "started_at) VALUES (?1, ?2, ?3, 1)",
+    };
+
+    (void)state;
+    assert_int_equal(loom__store_sqlite_open_version(&st, path, 18), 0);
+    loom_store_free(st);
+    test_db_exec(path,
+                 "INSERT INTO conversations (id, title, created_at, "
+                 "updated_at, message_count) VALUES ('conv_a', '', 1, 1, 1);"
+                 "INSERT INTO messages (id, conversation_id, position, role, "
+                 "status, created_at) VALUES ('msg_old', 'conv_a', 0, "
+                 "'assistant', 'cancelled', 1);"
+                 "INSERT INTO runs (id, conversation_id, status, "
+                 "prompt_tokens, completion_tokens, cached_tokens, "
+                 "reasoning_tokens, total_tokens, cache_write_tokens, "
+                 "created_at, ended_at) VALUES ('run_old', 'conv_a', "
+                 "'failed', 0, 0, 0, 0, 0, 0, 1, 1);"
+                 "INSERT INTO research_runs (run_id, conversation_id, spec, "
+                 "status, created_at, updated_at) VALUES ('run_old', "
+                 "'conv_a', '{}', 'running', 1, 1)");
+    for (size_t i = 0; i < sizeof(inserts) / sizeof(inserts[0]); i++)
+        assert_true(program_has(path, inserts[i], "OpenEphemeral"));
+    st = test_store_open_ok(path);
+    assert_int_equal(loom_store_schema_version(st),
+                     loom__sqlite_migrations_len);
+    loom_store_free(st);
+    for (size_t i = 0; i < sizeof(inserts) / sizeof(inserts[0]); i++)
+        if (program_has(path, inserts[i], "OpenEphemeral"))
+            fail_msg("'%s' still builds an ephemeral table", inserts[i]);
+    /* Only the lists of two values are left (tool_outputs.status,
+     * research_runs.status): SQLite compares those one by one. */
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM sqlite_schema "
+                                       "WHERE sql LIKE '% IN (%'"),
+                     2);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages WHERE "
+                                       "id = 'msg_old' AND status = "
+                                       "'cancelled'"),
+                     1);
+    /* Every value allowed before is allowed, and no other. */
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO messages (id, conversation_id, position, role, "
+                 "created_at) VALUES ('msg_r%zu', 'conv_a', %zu, '%s', 1);"
+                 "INSERT INTO run_messages (run_id, position, role, "
+                 "created_at) VALUES ('run_old', %zu, '%s', 1)",
+                 i, i + 1, roles[i], i, roles[i]);
+        assert_true(db_accepts(path, sql));
+    }
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO messages (id, conversation_id, position, role, "
+                 "status, created_at) VALUES ('msg_s%zu', 'conv_a', %zu, "
+                 "'user', '%s', 1);"
+                 "INSERT INTO runs (id, conversation_id, status, "
+                 "prompt_tokens, completion_tokens, cached_tokens, "
+                 "reasoning_tokens, total_tokens, cache_write_tokens, "
+                 "created_at, ended_at) VALUES ('run_%zu', 'conv_a', '%s', 0, "
+                 "0, 0, 0, 0, 0, 1, 1);"
+                 "INSERT INTO research_researchers (run_id, call_id, status, "
+                 "started_at) VALUES ('run_old', 'call_%zu', '%s', 1)",
+                 i, i + 10, msg_statuses[i], i, run_statuses[i], i,
+                 researcher_statuses[i]);
+        assert_true(db_accepts(path, sql));
+    }
+    assert_false(db_accepts(path, "INSERT INTO messages (id, conversation_id, "
+                                  "position, role, created_at) VALUES "
+                                  "('msg_x', 'conv_a', 50, 'User', 1)"));
+    assert_false(db_accepts(path,
+                            "INSERT INTO messages (id, conversation_id, "
+                            "position, role, status, created_at) VALUES "
+                            "('msg_x', 'conv_a', 50, 'user', 'done', 1)"));
+    assert_false(db_accepts(
+        path, "INSERT INTO runs (id, conversation_id, status, prompt_tokens, "
+              "completion_tokens, cached_tokens, reasoning_tokens, "
+              "total_tokens, cache_write_tokens, created_at, ended_at) VALUES "
+              "('run_x', 'conv_a', 'running', 0, 0, 0, 0, 0, 0, 1, 1)"));
+    assert_false(db_accepts(path, "INSERT INTO run_messages (run_id, "
+                                  "position, role, created_at) VALUES "
+                                  "('run_old', 50, 'developer', 1)"));
+    assert_false(db_accepts(path, "INSERT INTO research_researchers (run_id, "
+                                  "call_id, status, started_at) VALUES "
+                                  "('run_old', 'call_x', 'ended', 1)"));
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM "
+                                       "pragma_integrity_check WHERE "
+                                       "integrity_check = 'ok'"),
+                     1);
+    test_db_remove(path);
+    free(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1418,6 +1560,7 @@ int main(void)
         cmocka_unit_test(test_schema_newer_refused),
         cmocka_unit_test(test_migrations),
         cmocka_unit_test(test_partial_indexes),
+        cmocka_unit_test(test_checks_without_lists),
         cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_crash_safety),
