@@ -80,6 +80,9 @@ static const char *const sql_text[S_COUNT] = {
     [S_CONV_DELETE] = "DELETE FROM conversations WHERE id = ?1",
     [S_CONV_RENAME] = "UPDATE conversations SET title = ?2 WHERE id = ?1",
     [S_CONV_BASE] = "SELECT message_count FROM conversations WHERE id = ?1",
+    /* A turn's one write of its conversation's row: counters, title,
+     * summary, plan, and (?10 set) the transcript hashes, with the owner
+     * at the first turn (?13 set). */
     [S_CONV_UPDATE] =
         "UPDATE conversations SET updated_at = MAX(updated_at, ?2), "
         "message_count = message_count + ?3, agent = ?4, model = ?5, "
@@ -87,7 +90,11 @@ static const char *const sql_text[S_COUNT] = {
         "ELSE title END, "
         "summary = CASE WHEN ?7 IS NULL THEN summary ELSE ?7 END, "
         "summary_covers = CASE WHEN ?7 IS NULL THEN summary_covers "
-        "ELSE ?8 END, plan = CASE WHEN ?9 IS NULL THEN plan ELSE ?9 END "
+        "ELSE ?8 END, plan = CASE WHEN ?9 IS NULL THEN plan ELSE ?9 END, "
+        "prefix_hash = CASE WHEN ?10 THEN ?11 ELSE prefix_hash END, "
+        "prefix_hash_streamed = CASE WHEN ?10 THEN ?12 "
+        "ELSE prefix_hash_streamed END, "
+        "user_id = CASE WHEN ?13 THEN ?14 ELSE user_id END "
         "WHERE id = ?1",
     [S_MSG_INSERT] =
         "INSERT INTO messages (id, conversation_id, position, run_id, role, "
@@ -142,9 +149,6 @@ static const char *const sql_text[S_COUNT] = {
     [S_BLOB_SELECT] = "SELECT data FROM blobs WHERE hash = ?1",
     [S_CONV_HASHES] = "SELECT message_count, prefix_hash, "
                       "prefix_hash_streamed FROM conversations WHERE id = ?1",
-    [S_CONV_HASHES_UPDATE] =
-        "UPDATE conversations SET prefix_hash = ?2, prefix_hash_streamed = ?3, "
-        "user_id = CASE WHEN ?5 THEN ?4 ELSE user_id END WHERE id = ?1",
     /* Two indexed lookups (conversations_by_prefix and _streamed). */
     [S_CONV_MATCH] = "SELECT id, updated_at FROM conversations "
                      "WHERE user_id IS ?1 AND prefix_hash = ?2 "

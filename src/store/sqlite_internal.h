@@ -103,7 +103,6 @@ enum {
     S_BLOB_LINK,
     S_BLOB_SELECT,
     S_CONV_HASHES,
-    S_CONV_HASHES_UPDATE,
     S_CONV_MATCH,
     S_RUN_INSERT,
     S_RUN_MSG_INSERT,
@@ -336,12 +335,28 @@ int loom__sqlite_versions_on(loom_store *base, loom__sqlite_conn *c,
 int loom__sqlite_branch_info_on(loom_store *base, loom__sqlite_conn *c,
                                 const char *id, json_t *conv);
 
+/* A conversation's row as save_turn reads it (loom__sqlite_conv_read)
+ * and then writes it back: its message count, and its transcript hashes
+ * as the turn extends them. */
+typedef struct {
+    int64_t count;
+    int has_last, has_streamed; /* h.last, h.streamed hold a hash */
+    loom__transcript h;
+    /* Set by loom__sqlite_transcript_extend: the hashes are to be
+     * written (else the row keeps what it has), and this is the
+     * conversation's first turn (it gets the turn's user as owner). */
+    int extend, first;
+} loom__sqlite_conv_row;
+
 /* Transcript hashes (sqlite_transcript.c): the vtable's
- * conversation_match, and extending the conversation's hashes by the
- * plan's turn inside save_turn's write transaction on c. */
+ * conversation_match; reading conversation id's row on c (its count and
+ * hashes; LOOM_ENOTFOUND when absent); and extending the row's hashes by
+ * the plan's turn, in memory (save_turn writes them with the turn). */
 int loom__sqlite_conversation_match(loom_store *base, const char *user_id,
                                     const unsigned char *hash, char **id_out);
-int loom__sqlite_transcript_extend(loom__sqlite_store *st, loom__sqlite_conn *c,
+int loom__sqlite_conv_read(loom__sqlite_store *st, loom__sqlite_conn *c,
+                           const char *id, loom__sqlite_conv_row *out);
+int loom__sqlite_transcript_extend(loom__sqlite_conv_row *row,
                                    const loom__store_plan *p);
 
 /* Runs (sqlite_runs.c): the vtable's run_get and run_children, and, inside

@@ -4,9 +4,11 @@
  * conversations.prefix_hash and prefix_hash_streamed (NULL while it is
  * empty, and for one stored before they existed), with its owner in
  * user_id, set by its first turn. Saving a turn extends them inside the
- * turn's write transaction, so a hash always describes exactly the
- * messages committed with it; finding the conversation a request
- * continues is one read on the (user_id, hash) indexes.
+ * turn's write transaction (the conversation's row is read once and
+ * written once, with the turn's other changes to it: sqlite_turn.c), so
+ * a hash always describes exactly the messages committed with it;
+ * finding the conversation a request continues is one read on the
+ * (user_id, hash) indexes.
  */
 #include "core/error.h"
 #include "store/sqlite_internal.h"
@@ -25,55 +27,52 @@ static int col_hash(sqlite3_stmt *s, int i, unsigned char *h)
     return 1;
 }
 
-int loom__sqlite_transcript_extend(loom__sqlite_store *st, loom__sqlite_conn *c,
-                                   const loom__store_plan *p)
+int loom__sqlite_conv_read(loom__sqlite_store *st, loom__sqlite_conn *c,
+                           const char *id, loom__sqlite_conv_row *out)
 {
-    const loom_turn_record *t = p->turn;
-    loom__transcript h;
     sqlite3_stmt *s = NULL;
-    int rc, src = SQLITE_OK, first = 0, has_last = 0, has_streamed = 0;
+    int rc = 0, src = SQLITE_OK;
 
+    memset(out, 0, sizeof(*out));
     if ((rc = loom__sqlite_use(st, c, S_CONV_HASHES, &s)) != 0)
         return rc;
-    b_text(s, 1, t->conversation_id, &src);
+    b_text(s, 1, id, &src);
     if (src == SQLITE_OK)
         src = sqlite3_step(s);
     if (src == SQLITE_ROW) {
-        first = sqlite3_column_int64(s, 0) == 0;
-        has_last = col_hash(s, 1, h.last);
-        has_streamed = col_hash(s, 2, h.streamed);
+        out->count = sqlite3_column_int64(s, 0);
+        out->has_last = col_hash(s, 1, out->h.last);
+        out->has_streamed = col_hash(s, 2, out->h.streamed);
         src = SQLITE_OK;
     } else if (src == SQLITE_DONE) {
-        rc = loom__sqlite_not_found(t->conversation_id);
+        rc = loom__sqlite_not_found(id);
     }
     done(s);
-    if (rc)
-        return rc;
-    if (src != SQLITE_OK)
-        return loom__sqlite_error(st, c->db, src, "reading a conversation");
-    if (first) {
-        loom__transcript_init(&h);
-        has_last = has_streamed = 1;
-    } else if (!has_last && !has_streamed) {
+    if (rc == 0 && src != SQLITE_OK)
+        rc = loom__sqlite_error(st, c->db, src, "reading a conversation");
+    return rc;
+}
+
+int loom__sqlite_transcript_extend(loom__sqlite_conv_row *row,
+                                   const loom__store_plan *p)
+{
+    int rc;
+
+    if (row->count == 0) {
+        row->first = 1;
+        loom__transcript_init(&row->h);
+        row->has_last = row->has_streamed = 1;
+    } else if (!row->has_last && !row->has_streamed) {
         /* Messages stored before the hashes existed: they cannot be
          * hashed as their client saw them, so the conversation keeps
          * none and is never matched. */
         return 0;
     }
-    if ((rc = loom__transcript_add_turn(&h, t->input, t->output)) != 0 ||
-        (rc = loom__sqlite_use(st, c, S_CONV_HASHES_UPDATE, &s)) != 0)
+    if ((rc = loom__transcript_add_turn(&row->h, p->turn->input,
+                                        p->turn->output)) != 0)
         return rc;
-    b_text(s, 1, t->conversation_id, &src);
-    if (has_last)
-        b_blob(s, 2, h.last, sizeof(h.last), &src);
-    if (has_streamed)
-        b_blob(s, 3, h.streamed, sizeof(h.streamed), &src);
-    b_text(s, 4, t->user_id, &src);
-    b_int(s, 5, first, &src);
-    if ((src = step_done(s, src)) != SQLITE_OK)
-        rc = loom__sqlite_error(st, c->db, src, "updating a conversation");
-    done(s);
-    return rc;
+    row->extend = 1;
+    return 0;
 }
 
 int loom__sqlite_conversation_match(loom_store *base, const char *user_id,

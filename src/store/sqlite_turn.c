@@ -180,8 +180,12 @@ static int insert_records(loom__sqlite_store *st, loom__sqlite_conn *c,
     return 0;
 }
 
+/* The conversation's row, written once: the turn's counters, title,
+ * summary and plan, and the hashes of row (read at the turn's start and
+ * extended by it). */
 static int update_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
-                               const loom__store_plan *p)
+                               const loom__store_plan *p,
+                               const loom__sqlite_conv_row *row)
 {
     const loom_turn_record *t = p->turn;
     sqlite3_stmt *s = NULL;
@@ -198,6 +202,13 @@ static int update_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
     b_text(s, 7, t->summary, &src);
     b_int(s, 8, (int64_t)t->summary_covers, &src);
     b_text(s, 9, p->plan_text, &src);
+    b_int(s, 10, row->extend, &src);
+    if (row->extend && row->has_last)
+        b_blob(s, 11, row->h.last, sizeof(row->h.last), &src);
+    if (row->extend && row->has_streamed)
+        b_blob(s, 12, row->h.streamed, sizeof(row->h.streamed), &src);
+    b_int(s, 13, row->first, &src);
+    b_text(s, 14, t->user_id, &src);
     if ((src = step_done(s, src)) != SQLITE_OK)
         return loom__sqlite_error(st, c->db, src, "updating a conversation");
     done(s);
@@ -209,10 +220,10 @@ static int write_turn(loom__sqlite_store *st, loom__sqlite_conn *c,
                       const void *arg)
 {
     const loom__store_plan *p = arg;
-    int64_t count = 0;
+    loom__sqlite_conv_row row;
     int rc;
 
-    if ((rc = loom__sqlite_exists(st, c, p->turn->conversation_id, &count)) !=
+    if ((rc = loom__sqlite_conv_read(st, c, p->turn->conversation_id, &row)) !=
             0 ||
         (rc = loom__sqlite_run_insert(st, c, p)) != 0)
         return rc;
@@ -225,15 +236,15 @@ static int write_turn(loom__sqlite_store *st, loom__sqlite_conn *c,
     }
     /* Blobs before the messages that refer to them. */
     if ((rc = insert_blobs(st, c, p)) != 0 ||
-        (rc = loom__sqlite_transcript_extend(st, c, p)) != 0)
+        (rc = loom__sqlite_transcript_extend(&row, p)) != 0)
         return rc;
     for (size_t i = 0; i < p->len; i++)
-        if ((rc = insert_message(st, c, p, i, count + (int64_t)i)) != 0)
+        if ((rc = insert_message(st, c, p, i, row.count + (int64_t)i)) != 0)
             return rc;
     if ((rc = insert_usage(st, c, p)) != 0 ||
         (rc = insert_records(st, c, p)) != 0)
         return rc;
-    return update_conversation(st, c, p);
+    return update_conversation(st, c, p, &row);
 }
 
 int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p)
