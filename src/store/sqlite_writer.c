@@ -6,7 +6,8 @@
  * loom__sqlite_write() queues the write and waits on its completion, and
  * one writer thread takes everything queued, runs it in one transaction
  * (each write under a savepoint of its own, so one that fails is rolled
- * back alone) and commits once for all of them: group commit. While a
+ * back alone; a write alone in its batch needs none) and commits once
+ * for all of them: group commit. While a
  * batch commits, the next one gathers. A caller returns only after its
  * batch committed, so whatever it then acknowledges (an answer sent, a
  * stream's final event, a run reported completed) is in the WAL and
@@ -85,23 +86,29 @@ static void reset_all(loom__sqlite_conn *c)
 /*
  * Runs the batch's pending writes on c, inside its open transaction,
  * each under a savepoint: one that fails is marked and rolled back
- * alone. 0, or -1 when a failure ended the whole transaction (SQLite
- * rolls back on some errors, a full disk among them): the ones written
- * are pending again, for the caller to begin anew without the failed one.
+ * alone. A batch of one needs no savepoint: its transaction is its
+ * write's, rolled back whole when it fails. 0; 1 when the batch's only
+ * write failed and the transaction is rolled back (nothing to commit);
+ * or -1 when a failure ended the whole transaction (SQLite rolls back on
+ * some errors, a full disk among them): the ones written are pending
+ * again, for the caller to begin anew without the failed one.
  */
 static int run_jobs(loom__sqlite_store *st, loom__sqlite_conn *c,
                     loom__sqlite_job *batch)
 {
+    int alone = !batch->next;
+
     for (loom__sqlite_job *j = batch; j; j = j->next) {
         int rc = 0, src;
 
         if (j->state != J_PENDING)
             continue;
-        if ((src = loom__sqlite_run(c, S_SAVEPOINT)) != SQLITE_OK)
+        if (!alone && (src = loom__sqlite_run(c, S_SAVEPOINT)) != SQLITE_OK)
             rc = loom__sqlite_error(st, c->db, src, "starting a write");
         if (rc == 0)
             rc = j->fn(st, c, j->arg);
-        if (rc == 0 && (src = loom__sqlite_run(c, S_RELEASE)) != SQLITE_OK)
+        if (rc == 0 && !alone &&
+            (src = loom__sqlite_run(c, S_RELEASE)) != SQLITE_OK)
             rc = loom__sqlite_error(st, c->db, src, "ending a write");
         if (rc == 0) {
             j->state = J_WRITTEN;
@@ -109,6 +116,11 @@ static int run_jobs(loom__sqlite_store *st, loom__sqlite_conn *c,
         }
         job_fail(j, rc);
         reset_all(c);
+        if (alone) {
+            if (!sqlite3_get_autocommit(c->db))
+                loom__sqlite_run(c, S_ROLLBACK);
+            return 1;
+        }
         if (sqlite3_get_autocommit(c->db) ||
             loom__sqlite_run(c, S_ROLLBACK_TO) != SQLITE_OK ||
             loom__sqlite_run(c, S_RELEASE) != SQLITE_OK) {
@@ -129,7 +141,7 @@ static void run_batch_locked(loom__sqlite_store *st, loom__sqlite_job *batch)
 {
     loom__sqlite_conn *c = NULL;
     loom__sqlite_job *next;
-    int rc, src;
+    int rc, src, ran;
 
     rc = st->w.conn ? 0 : loom__sqlite_acquire(st, &st->w.conn);
     c = st->w.conn;
@@ -138,9 +150,9 @@ static void run_batch_locked(loom__sqlite_store *st, loom__sqlite_job *batch)
             rc = loom__sqlite_error(st, c->db, src, "starting a write");
             break;
         }
-        if (run_jobs(st, c, batch) != 0)
+        if ((ran = run_jobs(st, c, batch)) < 0)
             continue;
-        if ((src = loom__sqlite_run(c, S_COMMIT)) != SQLITE_OK)
+        if (ran == 0 && (src = loom__sqlite_run(c, S_COMMIT)) != SQLITE_OK)
             rc = loom__sqlite_error(st, c->db, src, "committing writes");
         break;
     }

@@ -5,8 +5,9 @@
  * store is closed, one failing write in a batch (an unknown
  * conversation, a turn that meets a full disk) fails alone, a process
  * killed right after its threads' saves returned keeps every turn it
- * had acknowledged, and the WAL is copied back into the database and
- * stays bounded under steady writes.
+ * had acknowledged, the WAL is copied back into the database and
+ * stays bounded under steady writes, and a write alone in its batch
+ * (no savepoint) that fails leaves nothing behind.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "core/error.h"
 #include "loom/store.h"
 #include "store/sqlite_internal.h"
 #include "store_fixture.h"
@@ -441,6 +443,69 @@ static void test_wal_bounded(void **state)
     free(path);
 }
 
+/* A write that inserts a conversation row (arg: its id), then fails. */
+static int write_half(loom__sqlite_store *st, loom__sqlite_conn *c,
+                      const void *arg)
+{
+    char *sql = sqlite3_mprintf("INSERT INTO conversations (id, title, "
+                                "created_at, updated_at, message_count) "
+                                "VALUES (%Q, '', 1, 1, 0)",
+                                (const char *)arg);
+    int rc = sqlite3_exec(c->db, sql, NULL, NULL, NULL);
+
+    (void)st;
+    sqlite3_free(sql);
+    assert_int_equal(rc, SQLITE_OK);
+    return loom__error_set(LOOM_EINVALID, "failed half way");
+}
+
+typedef struct {
+    loom__sqlite_store *st;
+    const char *id;
+    int rc;
+} half_writer;
+
+static void *write_half_thread(void *arg)
+{
+    half_writer *h = arg;
+
+    h->rc = loom__sqlite_write(h->st, write_half, h->id);
+    return NULL;
+}
+
+/* A write alone in its batch (run inline by its caller, or by the writer
+ * thread) that fails after writing leaves nothing of it, reports its
+ * error, and the writes after it are stored. */
+static void test_lone_write_fails(void **state)
+{
+    char *path = test_db_path("lone.db");
+    loom_store *st = test_store_open_ok(path);
+    char *id = test_conversation_create_ok(st);
+    half_writer h = {(loom__sqlite_store *)st, "conv_held", -1};
+    pthread_t th;
+
+    (void)state;
+    assert_int_equal(loom__sqlite_write(h.st, write_half, "conv_inline"),
+                     LOOM_EINVALID);
+    assert_non_null(strstr(loom_error_last(), "failed half way"));
+    assert_int_equal(save_one(st, id, 1), 0);
+    /* The same through the writer thread: held until queued. */
+    loom__store_sqlite_hold(st, 1);
+    assert_int_equal(pthread_create(&th, NULL, write_half_thread, &h), 0);
+    loom__store_sqlite_wait_queued(st, 1);
+    loom__store_sqlite_hold(st, 0);
+    pthread_join(th, NULL);
+    assert_int_equal(h.rc, LOOM_EINVALID);
+    assert_int_equal(save_one(st, id, 2), 0);
+    loom_store_free(st);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM conversations"),
+                     1);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"), 4);
+    free(id);
+    test_db_remove(path);
+    free(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -448,6 +513,7 @@ int main(void)
         cmocka_unit_test(test_full_disk_in_batch),
         cmocka_unit_test(test_kill_after_acks),
         cmocka_unit_test(test_wal_bounded),
+        cmocka_unit_test(test_lone_write_fails),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
