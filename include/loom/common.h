@@ -65,8 +65,10 @@ typedef enum { LOOM_OPT_DEFAULT = 0, LOOM_OPT_ON, LOOM_OPT_OFF } loom_opt_bool;
  * Fills id with prefix + 24 hex digits: "run_...", "conv_...". The first
  * 12 are the current time in milliseconds since the epoch, so ids made
  * later sort later (new rows land at the end of the store's indexes);
- * the other 12 are random (48 bits from the kernel). LOOM_EINVALID for a
- * prefix over 7 bytes, LOOM_EIO when the kernel gives no randomness.
+ * the other 12 are random (48 bits from the kernel, which each thread
+ * draws a block at a time; a child made by fork() draws its own).
+ * LOOM_EINVALID for a prefix over 7 bytes, LOOM_EIO when the kernel gives
+ * no randomness.
  */
 int loom_id_new(char id[LOOM_ID_SIZE], const char *prefix);
 

@@ -7,6 +7,7 @@
 #include "core/error.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -89,11 +90,82 @@ const char *loom_version(void)
     return LOOM_VERSION;
 }
 
+/*
+ * Random bytes for ids, drawn from the kernel a block at a time. Ids are
+ * no secrets (every object is checked against its owner), so each thread
+ * keeps a block and takes 6 bytes of it per id, instead of a getrandom()
+ * call per id. A child made by fork() must never draw the bytes its
+ * parent draws too: forks counts the forks this process came out of
+ * (its pthread_atfork handler runs in the child, before any other thread
+ * exists), and a block drawn before the newest one is thrown away. When
+ * the handler cannot be registered, every id draws its own bytes.
+ */
+#define RANDOM_BLOCK 252
+
+typedef struct {
+    unsigned char bytes[RANDOM_BLOCK];
+    size_t used;         /* bytes of it already taken */
+    unsigned long forks; /* the process's fork count when drawn */
+} random_block;
+
+static _Thread_local random_block block = {.used = RANDOM_BLOCK};
+static unsigned long forks;
+static int buffered; /* the fork handler is registered */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void after_fork_child(void)
+{
+    forks++;
+}
+
+static void fork_handler(void)
+{
+    buffered = pthread_atfork(NULL, NULL, after_fork_child) == 0;
+}
+
+/* Fills out with n bytes from the kernel; LOOM_EIO when it gives none. */
+static int kernel_random(unsigned char *out, size_t n)
+{
+    size_t got = 0;
+
+    while (got < n) {
+        ssize_t r = getrandom(out + got, n - got, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return loom__error_set(LOOM_EIO, "getrandom: %s", strerror(errno));
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* n (at most RANDOM_BLOCK) random bytes into out, from the thread's
+ * block. */
+static int id_random(unsigned char *out, size_t n)
+{
+    int rc;
+
+    pthread_once(&fork_once, fork_handler);
+    if (!buffered)
+        return kernel_random(out, n);
+    if (block.forks != forks || block.used + n > RANDOM_BLOCK) {
+        if ((rc = kernel_random(block.bytes, RANDOM_BLOCK)) != 0)
+            return rc;
+        block.used = 0;
+        block.forks = forks;
+    }
+    memcpy(out, block.bytes + block.used, n);
+    block.used += n;
+    return 0;
+}
+
 int loom_id_new(char id[LOOM_ID_SIZE], const char *prefix)
 {
     static const char hex[] = "0123456789abcdef";
     unsigned char raw[12];
-    size_t got = 0, plen = strlen(prefix);
+    size_t plen = strlen(prefix);
+    int rc;
 
     if (plen + 2 * sizeof(raw) + 1 > LOOM_ID_SIZE)
         return loom__error_set(LOOM_EINVALID, "id prefix too long");
@@ -108,16 +180,8 @@ int loom_id_new(char id[LOOM_ID_SIZE], const char *prefix)
     ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
     for (int i = 5; i >= 0; i--, ms >>= 8)
         raw[i] = (unsigned char)(ms & 0xff);
-    got = 6;
-    while (got < sizeof(raw)) {
-        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return loom__error_set(LOOM_EIO, "getrandom: %s", strerror(errno));
-        }
-        got += (size_t)n;
-    }
+    if ((rc = id_random(raw + 6, sizeof(raw) - 6)) != 0)
+        return rc;
     memcpy(id, prefix, plen);
     for (size_t i = 0; i < sizeof(raw); i++) {
         id[plen + 2 * i] = hex[raw[i] >> 4];

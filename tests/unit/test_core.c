@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* ---- buf -------------------------------------------------------------- */
 
@@ -387,6 +389,37 @@ static void test_id_new(void **state)
     } while (strncmp(a, b, 5 + 12) == 0 && ++n < 100000000L);
     assert_true(strcmp(b, a) > 0);
     assert_int_equal(loom_id_new(a, "a_prefix_far_too_long_"), LOOM_EINVALID);
+}
+
+/* A child made by fork() never makes the ids its parent makes, though
+ * both hold the same block of random bytes when it forks. */
+static void test_id_fork(void **state)
+{
+    char a[LOOM_ID_SIZE], b[LOOM_ID_SIZE], child[LOOM_ID_SIZE] = "";
+    int fds[2], status = 0;
+    pid_t pid;
+
+    (void)state;
+    assert_int_equal(loom_id_new(a, "run_"), 0);
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        ssize_t n = -1;
+        close(fds[0]);
+        if (loom_id_new(b, "run_") == 0)
+            n = write(fds[1], b, strlen(b) + 1);
+        _exit(n > 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    assert_true(read(fds[0], child, sizeof(child)) > 0);
+    close(fds[0]);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(status, 0);
+    assert_int_equal(loom_id_new(b, "run_"), 0);
+    /* The random parts (after the prefix and the 12 digits of time). */
+    assert_string_not_equal(child + 4 + 12, b + 4 + 12);
+    assert_string_not_equal(child + 4 + 12, a + 4 + 12);
 }
 
 static void test_version(void **state)
@@ -1261,6 +1294,7 @@ int main(void)
         cmocka_unit_test(test_error_long_message_is_cut),
         cmocka_unit_test(test_error_names),
         cmocka_unit_test(test_id_new),
+        cmocka_unit_test(test_id_fork),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_error_is_per_thread),
 
