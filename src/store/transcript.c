@@ -15,6 +15,7 @@
 #include "core/error.h"
 
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -64,19 +65,51 @@ static char role_byte(loom_role r)
     }
 }
 
+/* SHA-256, fetched from OpenSSL once (an implicit fetch at each digest
+ * costs more than hashing a short message), and the hash of
+ * TRANSCRIPT_TAG, where the chains start. */
+static EVP_MD *sha256;
+static unsigned char start[LOOM__TRANSCRIPT_HASH_SIZE];
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+
+static void setup(void)
+{
+    unsigned int n = 0;
+
+    sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+    /* A one-shot digest of a constant: it fails only when the library
+     * itself is broken, and a zero start then still works. */
+    if (EVP_Digest(TRANSCRIPT_TAG, strlen(TRANSCRIPT_TAG), start, &n,
+                   sha256 ? sha256 : EVP_sha256(), NULL) != 1)
+        memset(start, 0, sizeof(start));
+}
+
+/* A digest for the steps of one call (freed by digest_end). */
+static int digest_begin(digest *d)
+{
+    pthread_once(&setup_once, setup);
+    d->bad = 0;
+    if (!(d->ctx = EVP_MD_CTX_new()))
+        return loom__error_oom();
+    return 0;
+}
+
+static void digest_end(digest *d)
+{
+    EVP_MD_CTX_free(d->ctx);
+    d->ctx = NULL;
+}
+
 /* Starts the step from h: the previous hash, then the role. */
-static int step_begin(digest *d, const unsigned char *h, loom_role role)
+static void step_begin(digest *d, const unsigned char *h, loom_role role)
 {
     char r = role_byte(role);
 
     d->bad = 0;
-    if (!(d->ctx = EVP_MD_CTX_new()))
-        return loom__error_oom();
-    if (EVP_DigestInit_ex(d->ctx, EVP_sha256(), NULL) != 1)
+    if (EVP_DigestInit_ex(d->ctx, sha256 ? sha256 : EVP_sha256(), NULL) != 1)
         d->bad = 1;
     put(d, h, LOOM__TRANSCRIPT_HASH_SIZE);
     put(d, &r, 1);
-    return 0;
 }
 
 /* Ends the step: the new hash into h (left alone on failure). */
@@ -84,12 +117,9 @@ static int step_end(digest *d, unsigned char *h)
 {
     unsigned char out[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
-    int bad = d->bad || EVP_DigestFinal_ex(d->ctx, out, &n) != 1 ||
-              n != LOOM__TRANSCRIPT_HASH_SIZE;
 
-    EVP_MD_CTX_free(d->ctx);
-    d->ctx = NULL;
-    if (bad)
+    if (d->bad || EVP_DigestFinal_ex(d->ctx, out, &n) != 1 ||
+        n != LOOM__TRANSCRIPT_HASH_SIZE)
         return loom__error_set(LOOM_ERROR, "store: SHA-256 failed");
     memcpy(h, out, LOOM__TRANSCRIPT_HASH_SIZE);
     return 0;
@@ -97,27 +127,24 @@ static int step_end(digest *d, unsigned char *h)
 
 void loom__transcript_init(loom__transcript *t)
 {
-    unsigned int n = 0;
-
-    /* A one-shot digest of a constant: it fails only when the library
-     * itself is broken, and a zero start then still works. */
-    memset(t, 0, sizeof(*t));
-    if (EVP_Digest(TRANSCRIPT_TAG, strlen(TRANSCRIPT_TAG), t->last, &n,
-                   EVP_sha256(), NULL) != 1)
-        memset(t->last, 0, sizeof(t->last));
-    memcpy(t->streamed, t->last, sizeof(t->streamed));
+    pthread_once(&setup_once, setup);
+    memcpy(t->last, start, sizeof(t->last));
+    memcpy(t->streamed, start, sizeof(t->streamed));
 }
 
 int loom__transcript_add(unsigned char h[LOOM__TRANSCRIPT_HASH_SIZE],
                          const loom_messages *m)
 {
     digest d;
-    int rc;
+    int rc = 0;
 
-    for (size_t i = 0; i < m->len; i++) {
+    if (!m->len)
+        return 0;
+    if ((rc = digest_begin(&d)) != 0)
+        return rc;
+    for (size_t i = 0; i < m->len && rc == 0; i++) {
         const loom_message *msg = &m->items[i];
-        if ((rc = step_begin(&d, h, msg->role)) != 0)
-            return rc;
+        step_begin(&d, h, msg->role);
         put_str(&d, msg->content);
         put_len(&d, msg->role == LOOM_ROLE_ASSISTANT ? msg->tool_calls_len : 0);
         for (size_t k = 0;
@@ -126,10 +153,10 @@ int loom__transcript_add(unsigned char h[LOOM__TRANSCRIPT_HASH_SIZE],
             put_str(&d, msg->tool_calls[k].name);
         }
         put_str(&d, msg->role == LOOM_ROLE_TOOL ? msg->tool_call_id : NULL);
-        if ((rc = step_end(&d, h)) != 0)
-            return rc;
+        rc = step_end(&d, h);
     }
-    return 0;
+    digest_end(&d);
+    return rc;
 }
 
 /* Whether a tool message of out answers call id (a server-run call). */
@@ -185,8 +212,9 @@ static int add_answer(unsigned char *h, const loom_messages *out, int all)
     }
     if (!all && last && last->content)
         len = strlen(last->content);
-    if ((rc = step_begin(&d, h, LOOM_ROLE_ASSISTANT)) != 0)
+    if ((rc = digest_begin(&d)) != 0)
         return rc;
+    step_begin(&d, h, LOOM_ROLE_ASSISTANT);
     put_len(&d, len);
     for (size_t i = 0; i < out->len; i++) {
         const loom_message *msg = &out->items[i];
@@ -197,7 +225,9 @@ static int add_answer(unsigned char *h, const loom_messages *out, int all)
     put_len(&d, client_calls(out, NULL));
     client_calls(out, &d);
     put_str(&d, NULL);
-    return step_end(&d, h);
+    rc = step_end(&d, h);
+    digest_end(&d);
+    return rc;
 }
 
 int loom__transcript_add_turn(loom__transcript *t, const loom_messages *input,
@@ -205,13 +235,20 @@ int loom__transcript_add_turn(loom__transcript *t, const loom_messages *input,
 {
     static const loom_messages none = {NULL, 0, 0};
     loom__transcript n = *t;
-    int rc;
+    int rc = 0;
 
     if (!output)
         output = &none;
-    if ((input && ((rc = loom__transcript_add(n.last, input)) != 0 ||
-                   (rc = loom__transcript_add(n.streamed, input)) != 0)) ||
-        (rc = add_answer(n.last, output, 0)) != 0 ||
+    /* The input extends both chains alike: hashed once when they are
+     * at the same point (they differ only after an answer whose model
+     * spoke before calling loom's tools). */
+    if (input && (rc = loom__transcript_add(n.last, input)) == 0) {
+        if (memcmp(t->last, t->streamed, sizeof(t->last)) == 0)
+            memcpy(n.streamed, n.last, sizeof(n.streamed));
+        else
+            rc = loom__transcript_add(n.streamed, input);
+    }
+    if (rc != 0 || (rc = add_answer(n.last, output, 0)) != 0 ||
         (rc = add_answer(n.streamed, output, 1)) != 0)
         return rc;
     *t = n;
