@@ -699,26 +699,39 @@ static void test_error_body_cap(void **state)
 
 /* ---- the HTTP client itself ------------------------------------------ */
 
-static void test_http_reuse(void **state)
+static const char *const json_hdrs[] = {"Content-Type: application/json"};
+static const char json_body[] = "{\"stream\":false}";
+
+/* A fake that answers "ok" to every request, a pool, and a request to the
+ * fake's chat/completions (url holds that URL) posting json_body. */
+static loom_fake *http_start(loom__http_pool **pool, loom__http_request *hreq,
+                             char *url, size_t url_size)
 {
     loom_fake *f = fake_start_script("{\"loop\":true,\"responses\":[{"
                                      "\"text\":[\"ok\"]}]}");
-    const char *hdrs[] = {"Content-Type: application/json"};
-    const char *body = "{\"stream\":false}";
+
+    assert_non_null(f);
+    assert_int_equal(loom__http_pool_new(pool), 0);
+    snprintf(url, url_size, "%s/chat/completions", fake_base_url(f));
+    memset(hreq, 0, sizeof(*hreq));
+    hreq->url = url;
+    hreq->headers = json_hdrs;
+    hreq->headers_len = 1;
+    hreq->body = json_body;
+    hreq->body_len = strlen(json_body);
+    return f;
+}
+
+static void test_http_reuse(void **state)
+{
+    const char *body = json_body;
     loom__http_pool *pool;
-    loom__http_request hreq = {0};
+    loom__http_request hreq;
     loom__http_response hr = {0};
     char url[256];
+    loom_fake *f = http_start(&pool, &hreq, url, sizeof(url));
 
     (void)state;
-    assert_non_null(f);
-    assert_int_equal(loom__http_pool_new(&pool), 0);
-    snprintf(url, sizeof(url), "%s/chat/completions", fake_base_url(f));
-    hreq.url = url;
-    hreq.headers = hdrs;
-    hreq.headers_len = 1;
-    hreq.body = body;
-    hreq.body_len = strlen(body);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(loom__http_perform(pool, &hreq, &hr), 0);
         assert_int_equal(hr.status, 200);
@@ -744,6 +757,33 @@ static void test_http_reuse(void **state)
     /* a 2xx body kept in memory has a limit too */
     hreq.max_body = 10;
     assert_int_equal(loom__http_perform(pool, &hreq, &hr), LOOM_ETOOLARGE);
+    loom__http_response_clear(&hr);
+    loom__http_pool_free(pool);
+    fake_stop(f);
+}
+
+/* A URL libcurl cannot parse fails as before, from libcurl (the handle
+ * is given URLs parsed by loom, core/http.c set_url), and the pair that
+ * refused it then serves a good URL. */
+static void test_http_bad_url(void **state)
+{
+    loom__http_pool *pool;
+    loom__http_request hreq;
+    loom__http_response hr = {0};
+    char url[256];
+    loom_fake *f = http_start(&pool, &hreq, url, sizeof(url));
+
+    (void)state;
+    hreq.url = "http://exa mple.invalid/v1";
+    assert_int_equal(loom__http_perform(pool, &hreq, &hr), LOOM_EIO);
+    assert_int_equal(hr.failure, LOOM_HTTP_FAIL_OTHER);
+    assert_int_equal(hr.status, 0);
+    assert_non_null(strstr(loom_error_last(), "http: "));
+    loom__http_response_clear(&hr);
+    hreq.url = url;
+    assert_int_equal(loom__http_perform(pool, &hreq, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    assert_non_null(strstr(loom_buf_cstr(&hr.body), "chat.completion"));
     loom__http_response_clear(&hr);
     loom__http_pool_free(pool);
     fake_stop(f);
@@ -814,6 +854,7 @@ TEST_ON_FIBER(test_non_streamed_body_limit)
 TEST_ON_FIBER(test_stream_text_limit)
 TEST_ON_FIBER(test_error_body_cap)
 TEST_ON_FIBER(test_http_reuse)
+TEST_ON_FIBER(test_http_bad_url)
 TEST_ON_FIBER(test_body_callback_parks)
 
 int main(void)
@@ -848,6 +889,7 @@ int main(void)
         cmocka_unit_test(test_stream_text_limit),
         cmocka_unit_test(test_error_body_cap),
         cmocka_unit_test(test_http_reuse),
+        cmocka_unit_test(test_http_bad_url),
         cmocka_unit_test(test_stream_text_on_fiber),
         cmocka_unit_test(test_tool_calls_streamed_on_fiber),
         cmocka_unit_test(test_non_streamed_on_fiber),
@@ -866,6 +908,7 @@ int main(void)
         cmocka_unit_test(test_stream_text_limit_on_fiber),
         cmocka_unit_test(test_error_body_cap_on_fiber),
         cmocka_unit_test(test_http_reuse_on_fiber),
+        cmocka_unit_test(test_http_bad_url_on_fiber),
         cmocka_unit_test(test_body_callback_parks_on_fiber),
     };
 
