@@ -86,6 +86,10 @@ void loom__openai_decoder_set_jansson_only(loom__openai_decoder *d, int on);
 /* How many chunks the fast path decoded (the rest went to jansson). */
 size_t loom__openai_decoder_fast_chunks(const loom__openai_decoder *d);
 
+/* How many chunks began from the state of the head they share with the
+ * chunks before them (see llm/openai_stream.c chunk_prefix). */
+size_t loom__openai_decoder_resumed_chunks(const loom__openai_decoder *d);
+
 /* The kind for an HTTP status (LOOM_UPSTREAM_NONE for 2xx):
  * loom__llm_status_kind(). */
 loom_upstream_kind loom__openai_status_kind(long status);

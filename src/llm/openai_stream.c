@@ -35,6 +35,9 @@
  * are jansson's, unchanged. The decoding logic itself is written once over
  * `jv` and serves both paths; loom__openai_decoder_set_jansson_only()
  * forces the jansson path so tests can compare the two on every input.
+ * The chunks of a stream begin alike, so a decoder keeps what tokenizing
+ * and checking the head they share left, and a chunk that begins with it
+ * starts from there (chunk_prefix): about two fifths less work a chunk.
  */
 #include "core/error.h"
 #include "llm/answer.h"
@@ -101,6 +104,50 @@ typedef struct {
     char inline_scratch[FAST_INLINE_SCRATCH];
 } fast_doc;
 
+/* Where a check of a chunk's tokens stands: the next token, the text
+ * position after the last one and how many containers are open (their
+ * tokens in fast_doc.open). */
+typedef struct {
+    int i;
+    size_t pos;
+    int depth;
+} check_at;
+
+/* The head of a chunk a decoder keeps (see chunk_prefix), and the most
+ * tokens it covers. */
+#define PREFIX_MAX_BYTES 256
+#define PREFIX_MAX_TOKENS 32
+/* A shorter common head is not worth keeping a state for. */
+#define PREFIX_MIN_BYTES 32
+
+/*
+ * The chunks of one stream mostly begin alike (id, object, created,
+ * model, then "choices":[{"index":0,"delta":{), often for three fifths of
+ * their bytes. A decoder keeps the head that the last chunks shared and,
+ * once it has one (has_state), what tokenizing and checking those bytes
+ * left: jsmn's parser and its tokens (the containers still open, without
+ * an end, as jsmn wants them to go on), and the check's state with what
+ * it set for those tokens. A chunk that begins with the same bytes starts
+ * from there: what jsmn and the checks do with a text's first bytes does
+ * not depend on what follows them (a string or number cut at the end of
+ * the head is left for later by jsmn, and the head then ends before it),
+ * so the tokens, checks and outcome are those of the whole chunk. Without
+ * a state, text holds the last chunk's head to compare the next with.
+ */
+typedef struct {
+    size_t len; /* bytes of text */
+    int has_state;
+    char text[PREFIX_MAX_BYTES];
+    jsmn_parser p;
+    jsmntok_t tok[PREFIX_MAX_TOKENS];
+    check_at c;
+    int next[PREFIX_MAX_TOKENS];
+    int open[PREFIX_MAX_TOKENS];
+    int items[PREFIX_MAX_TOKENS];
+    unsigned char kind[PREFIX_MAX_TOKENS];
+    unsigned char esc[PREFIX_MAX_TOKENS];
+} chunk_prefix;
+
 struct loom__openai_decoder {
     loom__llm_answer a; /* first: the part every decoder has */
     loom__openai_limits lim;
@@ -111,9 +158,11 @@ struct loom__openai_decoder {
     int positional; /* a whole message: each call is its own, in order */
     int saw_done;   /* data: [DONE] */
 
-    fast_doc *fast;   /* made on the first chunk */
-    int jansson_only; /* tests: never take the fast path */
+    fast_doc *fast;     /* made on the first chunk */
+    chunk_prefix *head; /* made on the first chunk; NULL: out of memory */
+    int jansson_only;   /* tests: never take the fast path */
     size_t fast_chunks;
+    size_t resumed_chunks; /* chunks that began from head's state */
 };
 
 /* What the shared part (llm/answer.h) calls back; defined at the end. */
@@ -152,6 +201,11 @@ void loom__openai_decoder_set_jansson_only(loom__openai_decoder *d, int on)
 size_t loom__openai_decoder_fast_chunks(const loom__openai_decoder *d)
 {
     return d->fast_chunks;
+}
+
+size_t loom__openai_decoder_resumed_chunks(const loom__openai_decoder *d)
+{
+    return d->resumed_chunks;
 }
 
 /* ---- the fast path: checking a chunk's tokens ------------------------ */
@@ -359,17 +413,19 @@ static int close_container(fast_doc *f, int depth, size_t *pos, int next)
 /*
  * Checks that jsmn's tokens tile the text exactly as JSON's grammar
  * allows (separators, brackets, nothing after the root), and what each
- * token holds; fills kind, next and esc. jsmn's own checks are looser
+ * token holds; fills kind, next and esc. Goes from where *at stands to
+ * token stop, where it leaves *at; at the last token it checks the end
+ * of the text too. jsmn's own checks are looser
  * (it takes `[1,]`, `{"a" 1}` and keys that are not strings), so these are
  * what make a chunk that passes one jansson would read the same way.
  */
-static int check_tokens(fast_doc *f)
+static int check_tokens(fast_doc *f, check_at *at, int stop)
 {
     const char *js = f->js;
-    size_t pos = 0, len = f->len;
-    int depth = 0;
+    size_t pos = at->pos, len = f->len;
+    int depth = at->depth, i;
 
-    for (int i = 0; i < f->ntok; i++) {
+    for (i = at->i; i < stop; i++) {
         const jsmntok_t *t = &f->tok[i];
         int is_key = 0, r;
 
@@ -436,6 +492,11 @@ static int check_tokens(fast_doc *f)
             return -1;
         }
     }
+    at->i = i;
+    at->pos = pos;
+    at->depth = depth;
+    if (stop < f->ntok)
+        return 0;
     while (depth > 0) {
         if (close_container(f, depth, &pos, f->ntok))
             return -1;
@@ -495,17 +556,114 @@ static void fast_give(loom__openai_decoder *d)
     fast_doc_free(f);
 }
 
+/* How many first bytes js shares with h's text. */
+static size_t head_common(const chunk_prefix *h, const char *js, size_t len)
+{
+    size_t n = len < h->len ? len : h->len, i = 0;
+
+    while (i < n && js[i] == h->text[i])
+        i++;
+    return i;
+}
+
+/* When js begins with the head's text and the head has a state, starts
+ * p, f's first tokens and *at from it and returns 1; else 0. */
+static int head_resume(loom__openai_decoder *d, fast_doc *f, const char *js,
+                       size_t len, jsmn_parser *p, check_at *at)
+{
+    const chunk_prefix *h = d->head;
+    size_t k;
+
+    if (!h || !h->has_state || len < h->len || memcmp(js, h->text, h->len) != 0)
+        return 0;
+    k = h->p.toknext;
+    *p = h->p;
+    *at = h->c;
+    memcpy(f->tok, h->tok, k * sizeof(*f->tok));
+    memcpy(f->next, h->next, k * sizeof(*f->next));
+    memcpy(f->kind, h->kind, k);
+    memcpy(f->esc, h->esc, k);
+    for (size_t i = 0; i < k; i++)
+        f->str_at[i] = -1;
+    memcpy(f->open, h->open, (size_t)at->depth * sizeof(*f->open));
+    memcpy(f->items, h->items, (size_t)at->depth * sizeof(*f->items));
+    d->resumed_chunks++;
+    return 1;
+}
+
 /*
- * Tokenizes and checks one chunk for the fast path. 0 when the chunk is a
- * JSON object the fast path reads exactly as jansson would; -1 sends it to
- * jansson (never an error of its own).
+ * Tokenizes the first bytes js shares with the head's text and keeps
+ * jsmn's state there in the head: returns how many tokens that made (the
+ * head then waits for the check's state, head_keep_check), 0 when it
+ * keeps none (p is then either untouched or where jsmn stopped, to go
+ * on), -1 when jsmn refused those bytes. Without a common start worth
+ * keeping, the head becomes js's first bytes, to compare the next chunk
+ * with.
+ */
+static int head_start(loom__openai_decoder *d, fast_doc *f, const char *js,
+                      size_t len, jsmn_parser *p)
+{
+    chunk_prefix *h = d->head;
+    size_t common;
+    int r;
+
+    if (!h && (h = d->head = malloc(sizeof(*h))) != NULL)
+        h->len = 0;
+    if (!h)
+        return 0;
+    h->has_state = 0;
+    common = head_common(h, js, len);
+    if (common < PREFIX_MIN_BYTES) {
+        h->len = len < PREFIX_MAX_BYTES ? len : PREFIX_MAX_BYTES;
+        memcpy(h->text, js, h->len);
+        return 0;
+    }
+    /* A chunk like the last one whole: its head stops before its end. */
+    if (common == len)
+        common--;
+    r = jsmn_parse(p, js, common, f->tok, FAST_MAX_TOKENS);
+    if (r != JSMN_ERROR_PART)
+        return r < 0 ? -1 : 0; /* a root that ends in the head: go on */
+    if (p->toknext < 1 || p->toknext > PREFIX_MAX_TOKENS ||
+        p->pos < PREFIX_MIN_BYTES)
+        return 0;
+    /* text[0, common) is js's, and jsmn stopped at or before common. */
+    h->len = p->pos;
+    h->p = *p;
+    memcpy(h->tok, f->tok, p->toknext * sizeof(*f->tok));
+    return (int)p->toknext;
+}
+
+/* Completes the head's state with the check's, stopped at its last
+ * token. */
+static void head_keep_check(chunk_prefix *h, const fast_doc *f,
+                            const check_at *at)
+{
+    size_t k = (size_t)at->i;
+
+    h->c = *at;
+    memcpy(h->next, f->next, k * sizeof(*f->next));
+    memcpy(h->kind, f->kind, k);
+    memcpy(h->esc, f->esc, k);
+    memcpy(h->open, f->open, (size_t)at->depth * sizeof(*f->open));
+    memcpy(h->items, f->items, (size_t)at->depth * sizeof(*f->items));
+    h->has_state = 1;
+}
+
+/*
+ * Tokenizes and checks one chunk for the fast path, from the state of
+ * the head it shares with the last chunks when it has one (see
+ * chunk_prefix). 0 when the chunk is a JSON object the fast path reads
+ * exactly as jansson would; -1 sends it to jansson (never an error of its
+ * own).
  */
 static int fast_parse(loom__openai_decoder *d, const char *js, size_t len)
 {
     fast_doc *f = d->fast;
     jsmn_parser p;
+    check_at at = {0, 0, 0};
     size_t need;
-    int n;
+    int n, k = 0;
 
     if (len > INT_MAX / 2)
         return -1; /* jsmn keeps offsets in int */
@@ -517,13 +675,21 @@ static int fast_parse(loom__openai_decoder *d, const char *js, size_t len)
     }
     d->fast = f;
     jsmn_init(&p);
+    if (!head_resume(d, f, js, len, &p, &at) &&
+        (k = head_start(d, f, js, len, &p)) < 0)
+        return -1;
     n = jsmn_parse(&p, js, len, f->tok, FAST_MAX_TOKENS);
     if (n < 1)
         return -1;
     f->js = js;
     f->len = len;
     f->ntok = n;
-    if (check_tokens(f) != 0 || f->kind[0] != K_OBJECT)
+    if (k > 0) {
+        if (check_tokens(f, &at, k) != 0)
+            return -1;
+        head_keep_check(d->head, f, &at);
+    }
+    if (check_tokens(f, &at, n) != 0 || f->kind[0] != K_OBJECT)
         return -1;
     /* Decoded strings are never longer than their text: reserving the
      * chunk's size (plus a NUL each) once means pointers handed out stay
@@ -1192,6 +1358,7 @@ static void release(void *owner)
     }
     free(d->slots);
     fast_doc_free(d->fast);
+    free(d->head);
 }
 
 /* A stream without [DONE] ends an answer that has its finish reason:

@@ -105,6 +105,10 @@ static int trace_cb(const loom_llm_event *ev, void *payload)
     return t->cancel_at == t->count && ev->type != LOOM_LLM_ERROR;
 }
 
+/* Chunks that began from the state of the head they share with the chunks
+ * before them (llm/openai_stream.c chunk_prefix), all tests. */
+static size_t g_resumed_total;
+
 typedef struct {
     const loom__openai_limits *lim; /* NULL: defaults */
     size_t split;                   /* first feed's length; >= len: whole */
@@ -173,6 +177,7 @@ static char *decode_trace(const char *data, size_t len, const decode_opts *o,
     }
     if (fast)
         *fast = loom__openai_decoder_fast_chunks(d);
+    g_resumed_total += loom__openai_decoder_resumed_chunks(d);
     loom_llm_response_clear(&resp);
     loom__openai_decoder_free(d);
     return loom_buf_detach(&t.log);
@@ -760,6 +765,62 @@ static void test_mutations_both_ways(void **state)
     free(vec);
     /* Mutations keep most chunks valid: the fast path saw plenty. */
     assert_true(g_fast_total > 3000);
+}
+
+/* Streams of chunks that begin alike, as a model's do, some of them
+ * mutated: a chunk that begins with the head the decoder kept from the
+ * chunks before starts from that head's tokens and checks, one that
+ * differs inside the head is tokenized whole and moves the head, and both
+ * must decode exactly as jansson does. */
+static void test_chunk_heads_both_ways(void **state)
+{
+    const char *seeds[NCHUNKS + 1];
+    size_t nseeds = 0, resumed_before = g_resumed_total;
+
+    (void)state;
+    for (size_t i = 0; i < NCHUNKS; i++)
+        if (chunks[i].fast == 1)
+            seeds[nseeds++] = chunks[i].json;
+    rng_state = 0x68656164;
+    for (int round = 0; round < 1500; round++) {
+        loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+        decode_opts o = {NULL, (size_t)-1, -1, 0};
+        const char *seed = seeds[rnd((unsigned)nseeds)];
+        int n = 2 + (int)rnd(8);
+
+        for (int c = 0; c < n; c++) {
+            loom_buf chunk = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+
+            /* Now and then the stream moves on to another kind of chunk. */
+            if (rnd(6) == 0)
+                seed = seeds[rnd((unsigned)nseeds)];
+            /* The head a model's chunks share, before the seed's members
+             * (as the first, when the seed is an object with some). */
+            if (strncmp(seed, "{\"", 2) == 0)
+                assert_int_equal(
+                    loom_buf_printf(&chunk,
+                                    "{\"id\":\"chatcmpl-%d\",\"object\":"
+                                    "\"chat.completion.chunk\",\"created\":"
+                                    "1700000000,\"model\":\"m\",%s",
+                                    round, seed + 1),
+                    0);
+            else
+                assert_int_equal(loom_buf_puts(&chunk, seed), 0);
+            if (c > 0 && rnd(2))
+                mutate(&chunk);
+            assert_int_equal(loom_buf_puts(&b, "data: "), 0);
+            assert_int_equal(loom_buf_put(&b, chunk.ptr, chunk.len), 0);
+            assert_int_equal(loom_buf_puts(&b, "\n\n"), 0);
+            loom_buf_free(&chunk);
+        }
+        assert_int_equal(loom_buf_puts(&b, "data: [DONE]\n\n"), 0);
+        same_both_ways(b.ptr, b.len, &o);
+        o.split = rnd((unsigned)b.len + 1);
+        same_both_ways(b.ptr, b.len, &o);
+        loom_buf_free(&b);
+    }
+    /* Plenty of chunks took the head's state. */
+    assert_true(g_resumed_total - resumed_before > 500);
 }
 
 /* ---- the request body as text ------------------------------------------ */
@@ -1445,6 +1506,7 @@ int main(void)
         cmocka_unit_test(test_token_limit),
         cmocka_unit_test(test_big_strings),
         cmocka_unit_test(test_mutations_both_ways),
+        cmocka_unit_test(test_chunk_heads_both_ways),
         cmocka_unit_test(test_body_shapes),
         cmocka_unit_test(test_body_random_strings),
         cmocka_unit_test(test_body_cache),
