@@ -19,7 +19,8 @@
  * A fiber's state (ready, running, parked) and its wake token change under
  * its worker's lock, which no fiber holds across a switch: a waker on any
  * thread takes it, marks the fiber woken and, when the fiber is already
- * parked, queues it and writes the worker's eventfd. A wake that arrives
+ * parked, queues it and writes the worker's eventfd if the worker sleeps
+ * (a busy one looks at its queue before it sleeps). A wake that arrives
  * while the fiber is still on its way to park is kept (woken is set), and
  * the worker queues the fiber again as soon as it has switched out.
  * Timers are a binary heap per worker, touched only by that worker.
@@ -159,6 +160,8 @@ struct worker {
     loom__fiber *cancel_head; /* parked with a cancel flag; under lock */
     atomic_int ncancel;       /* how many (read by loom_cancel_notify) */
     atomic_int cancel_check;  /* a flag was set: look at the list */
+    /* About to wait or waiting in epoll_wait (see kick). */
+    atomic_int asleep;
 #ifdef FIBER_ASAN
     const void *main_bottom;
     size_t main_size;
@@ -330,12 +333,25 @@ static void heap_remove(worker *w, loom__fiber *f)
 
 /* ---- queues -------------------------------------------------------------- */
 
-static void kick(worker *w)
+/* Writes w's eventfd: its epoll_wait returns. */
+static void kick_always(worker *w)
 {
     uint64_t one = 1;
 
-    if (tl_worker != w)
-        (void)!write(w->efd, &one, sizeof(one));
+    (void)!write(w->efd, &one, sizeof(one));
+}
+
+/*
+ * Wakes w after a fiber was queued on it (under w->lock): only a worker
+ * that is asleep, or on its way there, needs the eventfd, and one write
+ * is enough until it wakes up. A busy worker looks at its queue before
+ * it sleeps: it sets asleep first and then reads the queue under the
+ * lock, so either it sees the fiber or this sees asleep set.
+ */
+static void kick(worker *w)
+{
+    if (tl_worker != w && atomic_exchange(&w->asleep, 0))
+        kick_always(w);
 }
 
 /* Queues f as ready; w->lock held. */
@@ -774,14 +790,18 @@ static void *worker_main(void *arg)
         if (atomic_exchange(&w->cancel_check, 0))
             wake_cancelled(w);
         timeout = expire(w);
+        atomic_store(&w->asleep, 1);
         pthread_mutex_lock(&w->lock);
         ready = w->rq_head != NULL;
         pthread_mutex_unlock(&w->lock);
-        if (ready)
+        if (ready) {
+            atomic_store(&w->asleep, 0);
             timeout = 0;
+        }
         else if (atomic_load(&s->stopping) && (timeout < 0 || timeout > 50))
             timeout = 50; /* looks at the fiber count again */
         n = epoll_wait(w->ep, evs, MAX_EVENTS, timeout);
+        atomic_store(&w->asleep, 0);
         for (int i = 0; i < n; i++) {
             int fd = evs[i].data.fd, mask = 0;
             if (fd == w->efd) {
@@ -1016,7 +1036,7 @@ void loom__sched_stop(loom__sched *s)
         return;
     atomic_store(&s->stopping, 1);
     for (int i = 0; i < s->nw; i++)
-        kick(&s->w[i]);
+        kick_always(&s->w[i]);
     for (int i = 0; i < s->nw; i++)
         pthread_join(s->w[i].th, NULL);
     /* Cancels reach the fibers until the last one ended. */
