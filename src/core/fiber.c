@@ -1,12 +1,15 @@
 /*
  * The fiber scheduler (see core/fiber.h for the contract).
  *
- * Why ucontext: glibc's makecontext/swapcontext are enough for fibers that
- * never move between threads, need no extra dependency, and sanitizers know
- * them (the switches are annotated below for ASan and TSan). The one
- * coroutine library Debian packages for C (libpcl) is a thin, unmaintained
- * wrapper over the same calls. swapcontext's signal-mask system call per
- * switch costs well under a microsecond, far below a model call's chunk.
+ * Why ucontext: glibc's makecontext is enough to start a fiber on its own
+ * stack, needs no extra dependency, and sanitizers know it (the switches
+ * are annotated below for ASan and TSan). The one coroutine library Debian
+ * packages for C (libpcl) is a thin, unmaintained wrapper over the same
+ * calls. A fiber is entered once with setcontext; every later switch is
+ * sigsetjmp/siglongjmp without the signal mask, since swapcontext makes a
+ * system call (rt_sigprocmask) per switch: about nine per served request.
+ * A fiber whose function returned stays in its trampoline, so a kept
+ * stack (below) runs the next function without a new context.
  *
  * Stacks are mmap'd with a guard page below them, so an overflow faults
  * instead of corrupting a neighbour, and only the pages a fiber touches
@@ -35,6 +38,9 @@
  * counted in `live_readers`; a scheduler that stops unlinks itself and
  * waits until no walk is under way before its workers go.
  */
+/* siglongjmp to another fiber's stack: glibc's checked longjmp (with
+ * _FORTIFY_SOURCE) takes a jump to a lower stack for a smashed one. */
+#undef _FORTIFY_SOURCE
 #include "core/fiber.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -44,6 +50,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +113,9 @@ struct loom__cond_waiter {
 };
 
 struct loom__fiber {
-    ucontext_t ctx;
+    ucontext_t ctx; /* the first entry only */
+    sigjmp_buf jb;  /* where it switched out */
+    int started;    /* entered once: its trampoline lives (jb) */
     worker *w;
     void (*fn)(void *);
     void *arg;
@@ -127,9 +136,6 @@ struct loom__fiber {
     loom__fiber *cprev, *cnext;
     int clisted;
     loom__error_state err;
-#ifdef FIBER_ASAN
-    void *fake_stack;
-#endif
 #ifdef FIBER_TSAN
     void *tsan;
 #endif
@@ -149,7 +155,7 @@ struct worker {
     pthread_mutex_t lock; /* ready queue and fiber states */
     loom__fiber *rq_head, *rq_tail;
     int efd, ep;
-    ucontext_t main_ctx;
+    sigjmp_buf main_jb; /* the worker loop, while a fiber runs */
     loom__fiber *cur;
     heap_ent *heap;
     size_t nheap, capheap;
@@ -213,6 +219,36 @@ static size_t page_size(void)
 
 /* ---- switching ----------------------------------------------------------- */
 
+#ifdef FIBER_TSAN
+#define TSAN_FIBER(x) (x)
+#else
+#define TSAN_FIBER(x) NULL
+#endif
+
+/*
+ * Saves the caller's context in from and goes on at to (or enters fresh,
+ * a fiber's first entry); returns when something jumps back to from.
+ * TSan's state switches to tsan_to between the save and the jump: it
+ * finds a jump buffer in the state that saved it. A function of its
+ * own, so that no caller's local lives across the sigsetjmp that returns
+ * twice.
+ */
+__attribute__((noinline)) static void jump(sigjmp_buf *from, sigjmp_buf *to,
+                                           ucontext_t *fresh, void *tsan_to)
+{
+    if (sigsetjmp(*from, 0) != 0)
+        return;
+#ifdef FIBER_TSAN
+    __tsan_switch_to_fiber(tsan_to, 0);
+#else
+    (void)tsan_to;
+#endif
+    if (fresh)
+        setcontext(fresh);
+    else
+        siglongjmp(*to, 1);
+}
+
 /* From the worker's own context into f. */
 static void switch_in(worker *w, loom__fiber *f)
 {
@@ -221,12 +257,14 @@ static void switch_in(worker *w, loom__fiber *f)
     size_t pg = page_size();
     __sanitizer_start_switch_fiber(&fake, f->map + pg, f->map_len - pg);
 #endif
-#ifdef FIBER_TSAN
-    __tsan_switch_to_fiber(f->tsan, 0);
-#endif
     w->cur = f;
     loom__error_use(&f->err);
-    swapcontext(&w->main_ctx, &f->ctx);
+    if (f->started) {
+        jump(&w->main_jb, &f->jb, NULL, TSAN_FIBER(f->tsan));
+    } else {
+        f->started = 1;
+        jump(&w->main_jb, NULL, &f->ctx, TSAN_FIBER(f->tsan));
+    }
     loom__error_use(NULL);
     w->cur = NULL;
 #ifdef FIBER_ASAN
@@ -239,18 +277,21 @@ static void switch_out(loom__fiber *f)
 {
     worker *w = f->w;
 #ifdef FIBER_ASAN
-    __sanitizer_start_switch_fiber(f->req == REQ_DONE ? NULL : &f->fake_stack,
-                                   w->main_bottom, w->main_size);
+    /* Its fake stack is kept also when its function returned: the
+     * trampoline goes on there with the next one (a stack unmapped
+     * instead leaves it behind, with detect_stack_use_after_return). */
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, w->main_bottom, w->main_size);
 #endif
-#ifdef FIBER_TSAN
-    __tsan_switch_to_fiber(w->tsan_main, 0);
-#endif
-    swapcontext(&f->ctx, &w->main_ctx);
+    jump(&f->jb, &w->main_jb, NULL, TSAN_FIBER(w->tsan_main));
 #ifdef FIBER_ASAN
-    __sanitizer_finish_switch_fiber(f->fake_stack, NULL, NULL);
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif
 }
 
+/* A fiber's life: its function, then the next one given to its kept
+ * stack (fiber_prepare), and so on until the stack is unmapped. Fibers
+ * never move between workers. */
 static void trampoline(void)
 {
     worker *w = tl_worker;
@@ -259,11 +300,11 @@ static void trampoline(void)
 #ifdef FIBER_ASAN
     __sanitizer_finish_switch_fiber(NULL, &w->main_bottom, &w->main_size);
 #endif
-    f->fn(f->arg);
-    /* The worker may differ from the one at the start: never; fibers stay
-     * on theirs. */
-    f->req = REQ_DONE;
-    switch_out(f);
+    for (;;) {
+        f->fn(f->arg);
+        f->req = REQ_DONE;
+        switch_out(f);
+    }
 }
 
 /* ---- timers (worker only) ------------------------------------------------ */
@@ -436,6 +477,10 @@ static void fiber_free(loom__fiber *f)
 {
     if (!f)
         return;
+#ifdef FIBER_TSAN
+    if (f->tsan)
+        __tsan_destroy_fiber(f->tsan);
+#endif
     if (f->map)
         munmap(f->map, f->map_len);
     free(f);
@@ -471,18 +516,21 @@ __attribute__((noinline)) static int get_context(ucontext_t *c)
     return getcontext(c);
 }
 
-/* Sets f up to start fn(arg) on w; w's thread or before it owns f. */
+/* Sets f up to start fn(arg) on w; w's thread or before it owns f. A
+ * kept fiber (started) is already in its trampoline, on w. */
 static int fiber_prepare(worker *w, loom__fiber *f, void (*fn)(void *),
                          void *arg)
 {
     size_t pg = page_size();
 
-    if (get_context(&f->ctx) != 0)
-        return -1;
-    f->ctx.uc_stack.ss_sp = f->map + pg;
-    f->ctx.uc_stack.ss_size = f->map_len - pg;
-    f->ctx.uc_link = NULL;
-    makecontext(&f->ctx, trampoline, 0);
+    if (!f->started) {
+        if (get_context(&f->ctx) != 0)
+            return -1;
+        f->ctx.uc_stack.ss_sp = f->map + pg;
+        f->ctx.uc_stack.ss_size = f->map_len - pg;
+        f->ctx.uc_link = NULL;
+        makecontext(&f->ctx, trampoline, 0);
+    }
     f->w = w;
     f->fn = fn;
     f->arg = arg;
@@ -494,17 +542,16 @@ static int fiber_prepare(worker *w, loom__fiber *f, void (*fn)(void *),
     f->cancel = NULL;
     memset(&f->err, 0, sizeof(f->err));
 #ifdef FIBER_TSAN
-    f->tsan = __tsan_create_fiber(0);
+    if (!f->tsan)
+        f->tsan = __tsan_create_fiber(0);
 #endif
     return 0;
 }
 
+/* f's function returned: its stack is kept for the next fiber of w (it
+ * stays in its trampoline), or unmapped. */
 static void fiber_ended(worker *w, loom__fiber *f)
 {
-#ifdef FIBER_TSAN
-    __tsan_destroy_fiber(f->tsan);
-    f->tsan = NULL;
-#endif
     pthread_mutex_lock(&w->lock);
     if (w->nspare < KEEP_STACKS) {
         f->next = w->spare;
@@ -797,8 +844,7 @@ static void *worker_main(void *arg)
         if (ready) {
             atomic_store(&w->asleep, 0);
             timeout = 0;
-        }
-        else if (atomic_load(&s->stopping) && (timeout < 0 || timeout > 50))
+        } else if (atomic_load(&s->stopping) && (timeout < 0 || timeout > 50))
             timeout = 50; /* looks at the fiber count again */
         n = epoll_wait(w->ep, evs, MAX_EVENTS, timeout);
         atomic_store(&w->asleep, 0);

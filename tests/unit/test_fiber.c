@@ -1,8 +1,8 @@
 /*
  * Tests of the fiber scheduler (core/fiber.h): many fibers on few
- * workers, a parent waiting for children on the same worker, wake-ups from
- * plain threads, timers in deadline order, per-fiber error state, and the
- * bound on blocking work.
+ * workers, a parent waiting for children on the same worker, kept stacks
+ * running the next fibers, wake-ups from plain threads, timers in
+ * deadline order, per-fiber error state, and the bound on blocking work.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -107,6 +107,58 @@ static void test_parent_waits_on_one_worker(void **state)
     assert_true(fa.ok);
     loom__cond_destroy(&fa.cv);
     pthread_mutex_destroy(&fa.mu);
+}
+
+/* ---- kept stacks run the next fiber ------------------------------------- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    loom__cond cv;
+    int turn, started, ended;
+} relay;
+
+/* Parks until the plain thread gives it its turn. */
+static void relay_runner(void *arg)
+{
+    relay *r = arg;
+
+    pthread_mutex_lock(&r->mu);
+    r->started++;
+    loom__cond_broadcast(&r->cv);
+    while (r->turn < r->started)
+        assert_int_equal(loom__cond_wait(&r->cv, &r->mu, -1), 0);
+    r->ended++;
+    loom__cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* One fiber after another on one worker, each woken from a plain thread
+ * while the worker sleeps: the stacks of ended fibers are entered again
+ * for the next ones, which park and wake like fresh ones. */
+static void test_kept_stacks_run_again(void **state)
+{
+    loom__sched *s = start(1, 0);
+    relay r = {0};
+
+    (void)state;
+    pthread_mutex_init(&r.mu, NULL);
+    assert_int_equal(loom__cond_init(&r.cv), 0);
+    for (int i = 1; i <= 100; i++) {
+        assert_int_equal(loom__fiber_spawn(s, relay_runner, &r, 0), 0);
+        pthread_mutex_lock(&r.mu);
+        while (r.started < i)
+            loom__cond_wait(&r.cv, &r.mu, -1);
+        r.turn = i;
+        loom__cond_broadcast(&r.cv);
+        while (r.ended < i)
+            loom__cond_wait(&r.cv, &r.mu, -1);
+        pthread_mutex_unlock(&r.mu);
+    }
+    loom__sched_stop(s);
+    assert_int_equal(r.started, 100);
+    assert_int_equal(r.ended, 100);
+    loom__cond_destroy(&r.cv);
+    pthread_mutex_destroy(&r.mu);
 }
 
 /* ---- wake-ups from a plain thread ---------------------------------------- */
@@ -446,6 +498,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_many_fibers),
         cmocka_unit_test(test_parent_waits_on_one_worker),
+        cmocka_unit_test(test_kept_stacks_run_again),
         cmocka_unit_test(test_cross_thread_wake),
         cmocka_unit_test(test_signal_wakes_each),
         cmocka_unit_test(test_timers_in_deadline_order),
