@@ -53,8 +53,10 @@ typedef struct {
     char *method;
     char *tmpl;
     char *segs[MAX_ROUTE_SEGMENTS]; /* "{...}" segments are params */
+    unsigned char param[MAX_ROUTE_SEGMENTS]; /* is_param(segs[i]) */
     size_t nseg;
     size_t nparams;
+    int tail; /* the last segment is "{name...}" */
     srv_handler handler;
 } route;
 
@@ -128,7 +130,7 @@ int srv_route(srv_router *rt, const char *method, const char *tmpl,
         }
         if (!(r.segs[r.nseg] = strndup(p, n)))
             goto oom;
-        if (is_param(r.segs[r.nseg]))
+        if ((r.param[r.nseg] = (unsigned char)is_param(r.segs[r.nseg])))
             r.nparams++;
         r.nseg++;
         p += n;
@@ -142,6 +144,7 @@ int srv_route(srv_router *rt, const char *method, const char *tmpl,
                                    tmpl);
         }
     }
+    r.tail = r.nseg && is_tail(r.segs[r.nseg - 1]);
     if (r.nparams > SRV_MAX_PARAMS) {
         route_clear(&r);
         return loom__error_set(LOOM_EINVALID, "route %s: too many params",
@@ -186,12 +189,10 @@ static size_t split_path(char *path, char **segs)
 
 static int route_matches(const route *r, char **segs, size_t n)
 {
-    int tail = r->nseg && is_tail(r->segs[r->nseg - 1]);
-
-    if (tail ? n < r->nseg : r->nseg != n)
+    if (r->tail ? n < r->nseg : r->nseg != n)
         return 0;
     for (size_t i = 0; i < r->nseg; i++) {
-        if (is_param(r->segs[i]) ? !*segs[i] : strcmp(r->segs[i], segs[i]))
+        if (r->param[i] ? !*segs[i] : strcmp(r->segs[i], segs[i]))
             return 0;
     }
     return 1;
@@ -333,6 +334,22 @@ static void allow_add(char *allow, const char *method)
     snprintf(allow + n, MAX_ALLOW - n, "%s%s", n ? ", " : "", method);
 }
 
+/* The methods the path segs has routes for, into c->allow (for a 405;
+ * GET brings HEAD). */
+static void allowed_methods(srv_conn *c, char **segs, size_t n)
+{
+    srv_router *rt = c->s->router;
+
+    for (size_t i = 0; i < rt->len; i++) {
+        const route *r = &rt->routes[i];
+        if (!route_matches(r, segs, n))
+            continue;
+        allow_add(c->allow, r->method);
+        if (!strcmp(r->method, "GET"))
+            allow_add(c->allow, "HEAD");
+    }
+}
+
 /* Finds the route (HEAD takes GET's); fills params, and the methods the
  * path has when none matches. */
 static int match(srv_conn *c)
@@ -352,9 +369,6 @@ static int match(srv_conn *c)
         const route *r = &rt->routes[i];
         if (!route_matches(r, segs, n))
             continue;
-        allow_add(c->allow, r->method);
-        if (!strcmp(r->method, "GET"))
-            allow_add(c->allow, "HEAD");
         if (strcmp(r->method, method) != 0) {
             c->method_mismatch = 1;
             if (!c->other || r->nparams < c->other->nparams)
@@ -364,12 +378,15 @@ static int match(srv_conn *c)
         if (!best || r->nparams < best->nparams)
             best = r;
     }
-    if (!best)
+    if (!best) {
+        if (c->method_mismatch)
+            allowed_methods(c, segs, n);
         return 0;
+    }
     c->route = best;
     c->req.route = best->tmpl;
     for (size_t i = 0; i < best->nseg; i++)
-        if (is_param(best->segs[i]))
+        if (best->param[i])
             c->req.params[c->req.nparams++] = segs[i];
     /* A tail param runs to the end: put its slashes back. */
     for (size_t i = best->nseg; i < n; i++)

@@ -4,9 +4,10 @@
  * libcurl (or a raw socket) as the client. One test per endpoint or rule:
  * the native run API (blocking, streamed, background, cancel, resume with
  * Last-Event-ID, a sub-agent's events nested), conversations, models,
- * tools, operations, every limit crossed (body size, concurrent runs,
- * read timeout, connections, SSE keep-alive, finished runs kept, event
- * log size), a client that goes away mid-stream, and the graceful stop.
+ * tools, operations, a 405's Allow header, every limit crossed (body
+ * size, concurrent runs, read timeout, connections, SSE keep-alive,
+ * finished runs kept, event log size), a client that goes away
+ * mid-stream, and the graceful stop.
  */
 #include "test_server_harness.h"
 
@@ -105,6 +106,32 @@ static void test_health_models_tools(void **state)
     sh_check_error(r.body, "method_not_allowed");
     sh_resp_free(&r);
     assert_int_equal(sh_req(&h, "GET", "/v1/runs/", NULL, NULL, &r), 404);
+    sh_resp_free(&r);
+    sh_free(&h);
+}
+
+/* A 405 names every method its path has, in the order the routes were
+ * made, GET with HEAD. */
+static void test_405_allow(void **state)
+{
+    sh h;
+    sh_resp r;
+    char allow[128];
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, NULL);
+    assert_int_equal(sh_req(&h, "PUT", "/v1/conversations/c1", "{}", NULL, &r),
+                     405);
+    assert_non_null(sh_header(&r, "Allow", allow, sizeof(allow)));
+    assert_string_equal(allow, "GET, HEAD, DELETE, PATCH");
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "PUT", "/v1/admin/keys", "{}", NULL, &r), 405);
+    assert_non_null(sh_header(&r, "Allow", allow, sizeof(allow)));
+    assert_string_equal(allow, "POST, GET, HEAD");
+    sh_resp_free(&r);
+    assert_int_equal(sh_req(&h, "GET", "/v1/runs/r1/nothing", NULL, NULL, &r),
+                     404);
+    assert_null(sh_header(&r, "Allow", allow, sizeof(allow)));
     sh_resp_free(&r);
     sh_free(&h);
 }
@@ -1535,6 +1562,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_health_models_tools),
+        cmocka_unit_test(test_405_allow),
         cmocka_unit_test(test_run_blocking),
         cmocka_unit_test(test_run_stream),
         cmocka_unit_test(test_run_stream_http10),
