@@ -206,14 +206,11 @@ void srv__wake(srv_server *s, srv_susp *sp)
 void srv__susp_flags(srv_server *s, srv_susp *sp, int *gone,
                      int *keepalive_due)
 {
-    pthread_mutex_lock(&s->susp_lock);
+    (void)s;
     if (gone)
-        *gone = sp->gone;
-    if (keepalive_due) {
-        *keepalive_due = sp->keepalive_due;
-        sp->keepalive_due = 0;
-    }
-    pthread_mutex_unlock(&s->susp_lock);
+        *gone = atomic_load(&sp->gone);
+    if (keepalive_due)
+        *keepalive_due = atomic_exchange(&sp->keepalive_due, 0);
 }
 
 /* Resumes every suspended connection (at stop, after closing is set). */
@@ -300,13 +297,13 @@ static void tick(srv_server *s, struct pollfd **pfd, unsigned long long **ent,
         if (i < n)
             rev = (*pfd)[i++].revents;
         if (rev & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
-            sp->gone = 1;
+            atomic_store(&sp->gone, 1);
             if (sp->run)
                 srv_run_leave(sp->run);
             resume_locked(s, sp);
         } else if (sp->keepalive_ms > 0 &&
                    now - sp->idle_since >= sp->keepalive_ms) {
-            sp->keepalive_due = 1;
+            atomic_store(&sp->keepalive_due, 1);
             resume_locked(s, sp);
         }
     }

@@ -40,10 +40,12 @@ typedef struct srv_susp {
     /* Guarded by the server's susp_lock. */
     unsigned long long ticket; /* this suspension's number, rising */
     int suspended;
-    int wake;          /* something happened since the last look */
-    int gone;          /* the client went away while suspended */
-    int keepalive_due; /* the stream has been idle for keepalive_ms */
+    int wake;                     /* something happened since the last look */
     struct srv_susp *prev, *next; /* on the list while suspended */
+    /* Set by the ticker under susp_lock, read (and keepalive_due
+     * cleared) without it: srv__susp_flags takes no lock. */
+    atomic_int gone;          /* the client went away while suspended */
+    atomic_int keepalive_due; /* the stream has been idle for keepalive_ms */
 } srv_susp;
 
 /*
@@ -58,7 +60,8 @@ int srv__suspend(srv_server *s, srv_susp *sp);
  * srv__suspend. Any thread. */
 void srv__wake(srv_server *s, srv_susp *sp);
 
-/* Reads and clears the flags the ticker set (under the lock). */
+/* Reads the flags the ticker set, and clears keepalive_due; lock-free
+ * (a look per resumption of every waiting request and stream). */
 void srv__susp_flags(srv_server *s, srv_susp *sp, int *gone,
                      int *keepalive_due);
 
