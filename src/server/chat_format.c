@@ -201,6 +201,36 @@ static int get_string(const char **out, const json_t *o, const char *key,
     return 0;
 }
 
+/* "messages[i].field" (field NULL: "messages[i]") into buf, a
+ * parameter's name for an error: made only when one is reported (a
+ * message's five names cost 4k instructions, the whole parse of a
+ * one-message request 13k). */
+static const char *msg_param(char buf[PARAM_MAX], size_t i, const char *field)
+{
+    if (field)
+        snprintf(buf, PARAM_MAX, "messages[%zu].%s", i, field);
+    else
+        snprintf(buf, PARAM_MAX, "messages[%zu]", i);
+    return buf;
+}
+
+/* get_string of messages[i]'s field key. */
+static int get_msg_string(const char **out, const json_t *m, size_t i,
+                          const char *key, int required, loom__chat_error *err)
+{
+    const json_t *v = loom__chat_opt(m, key);
+    char param[PARAM_MAX];
+
+    *out = NULL;
+    if (v && json_is_string(v)) {
+        *out = json_string_value(v);
+        return 0;
+    }
+    if (!v && !required)
+        return 0;
+    return get_string(out, m, key, msg_param(param, i, key), required, err);
+}
+
 static int get_bool(int *out, const json_t *o, const char *key,
                     const char *param, loom__chat_error *err)
 {
@@ -233,13 +263,13 @@ static int get_content(char **out, loom_part **parts, size_t *n,
     *out = NULL;
     *parts = NULL;
     *n = 0;
-    snprintf(param, sizeof(param), "messages[%zu].content", i);
     if (!c)
         return 0;
     if (json_is_string(c)) {
         *out = strdup(json_string_value(c));
         return *out ? 0 : loom__error_oom();
     }
+    msg_param(param, i, "content");
     if (!json_is_array(c))
         return bad_type(err, param, "a string or an array of content parts", c);
     if (json_array_size(c) > LOOM__CHAT_MAX_PARTS)
@@ -367,11 +397,9 @@ static int parse_message(loom__chat_request *req, const json_t *m, size_t i,
     loom_role r;
     int rc;
 
-    snprintf(param, sizeof(param), "messages[%zu]", i);
     if (!json_is_object(m))
-        return bad_type(err, param, "an object", m);
-    snprintf(param, sizeof(param), "messages[%zu].role", i);
-    if ((rc = get_string(&role, m, "role", param, 1, err)) != 0)
+        return bad_type(err, msg_param(param, i, NULL), "an object", m);
+    if ((rc = get_msg_string(&role, m, i, "role", 1, err)) != 0)
         return rc;
     if (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0)
         r = LOOM_ROLE_SYSTEM;
@@ -383,16 +411,14 @@ static int parse_message(loom__chat_request *req, const json_t *m, size_t i,
         r = LOOM_ROLE_TOOL;
     else
         return loom__chat_bad_value(
-            err, param,
+            err, msg_param(param, i, "role"),
             "'%s'. Supported values are: 'system', "
             "'developer', 'user', 'assistant' and 'tool'.",
             role);
-    snprintf(param, sizeof(param), "messages[%zu].name", i);
-    if ((rc = get_string(&name, m, "name", param, 0, err)) != 0)
+    if ((rc = get_msg_string(&name, m, i, "name", 0, err)) != 0)
         return rc;
     if ((rc = get_content(&content, &parts, &nparts, m, i, r, totals, err)))
         return rc;
-    snprintf(param, sizeof(param), "messages[%zu].content", i);
     switch (r) {
     case LOOM_ROLE_ASSISTANT:
         if (loom__chat_opt(m, "tool_calls") &&
@@ -401,19 +427,17 @@ static int parse_message(loom__chat_request *req, const json_t *m, size_t i,
                 0)
             goto cleanup;
         if (!content && !ncalls) {
-            rc = missing(err, param);
+            rc = missing(err, msg_param(param, i, "content"));
             goto cleanup;
         }
         rc = loom_messages_add_assistant(&req->messages, content, NULL, calls,
                                          ncalls);
         break;
     case LOOM_ROLE_TOOL:
-        snprintf(param, sizeof(param), "messages[%zu].tool_call_id", i);
-        if ((rc = get_string(&call_id, m, "tool_call_id", param, 1, err)))
+        if ((rc = get_msg_string(&call_id, m, i, "tool_call_id", 1, err)))
             goto cleanup;
-        snprintf(param, sizeof(param), "messages[%zu].content", i);
         if (!content) {
-            rc = missing(err, param);
+            rc = missing(err, msg_param(param, i, "content"));
             goto cleanup;
         }
         rc = loom_messages_add_tool_result(
@@ -426,7 +450,7 @@ static int parse_message(loom__chat_request *req, const json_t *m, size_t i,
             break;
         }
         if (!content) {
-            rc = missing(err, param);
+            rc = missing(err, msg_param(param, i, "content"));
             goto cleanup;
         }
         rc = loom_messages_add(&req->messages, r, content);
