@@ -538,14 +538,27 @@ const loom_run *loom_turn_run(const loom_turn *t);
  * JSON of loom_event_to_json() of the event (run.started carries the
  * conversation_id), reals with 15 significant digits. Only the text is
  * kept (a JSON tree would cost several times its size per event, for
- * as long as the turn is kept); loom_turn_event_json reads it back.
+ * as long as the turn is kept); loom_turn_event_json reads it back. A
+ * few facts of it are noted beside the text, so a reader that needs only
+ * them does not parse it.
  */
 typedef struct {
     uint64_t seq;
     loom_event_type type;
+    /* loom_event_depth() of the event: 0 for the run's own, > 0 for a
+     * sub-agent's nested in its stream. */
+    int depth;
     const char *type_name; /* "message.delta" */
     const char *text;
     size_t text_len;
+    /*
+     * A message.delta or reasoning.delta: the delta_len bytes of text at
+     * delta_at are the JSON string literal of its "delta" (quotes
+     * included), as a compact dump writes that string. delta_len is 0
+     * for other events, and when the string holds U+0000 (a reader takes
+     * it up to there: parse text then).
+     */
+    size_t delta_at, delta_len;
 } loom_turn_event;
 
 /* The event's JSON, parsed from its text: a new reference the caller

@@ -976,10 +976,46 @@ static loom_turn_event *event_new(const char *text, size_t len, uint64_t seq,
     copy[len] = '\0';
     e->seq = seq;
     e->type = type;
+    e->depth = 0;
     e->type_name = loom_event_type_name(type);
     e->text = copy;
     e->text_len = len;
+    e->delta_at = e->delta_len = 0;
     return e;
+}
+
+/*
+ * Notes where e's text holds the JSON literal of its delta string v:
+ * the text holds it (a compact dump writes a string the same wherever it
+ * is), so any place it occurs is as good. Not noted when v holds U+0000
+ * (a reader takes the string up to it), nor when out of memory.
+ */
+static void note_delta(loom_turn_event *e, const json_t *v)
+{
+    loom_buf lit = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    const char *s = json_string_value(v), *at;
+    size_t len = json_string_length(v);
+
+    if (s && !memchr(s, '\0', len) &&
+        loom__json_put_string(&lit, s, len) == 0 &&
+        (at = memmem(e->text, e->text_len, lit.ptr, lit.len)) != NULL) {
+        e->delta_at = (size_t)(at - e->text);
+        e->delta_len = lit.len;
+    }
+    loom_buf_free(&lit);
+}
+
+/* The facts e keeps beside its text (loom_turn_event), from j: the
+ * event's data, or its JSON (which holds the data's members). */
+static void note_facts(loom_turn_event *e, const json_t *j)
+{
+    loom_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.data = (json_t *)j;
+    e->depth = loom_event_depth(&ev);
+    if (e->type == LOOM_EV_MESSAGE_DELTA || e->type == LOOM_EV_REASONING_DELTA)
+        note_delta(e, json_object_get(j, "delta"));
 }
 
 /* The log entry of event j (a reference it takes; NULL is out of
@@ -991,8 +1027,24 @@ static loom_turn_event *event_of_json(json_t *j, uint64_t seq,
     char *text = j ? loom__json_compact_dumps(j, 15, &len) : NULL;
     loom_turn_event *e = text ? event_new(text, len, seq, type) : NULL;
 
+    if (e)
+        note_facts(e, j);
     json_decref(j);
     free(text);
+    return e;
+}
+
+/* The log entry of ev, its text written in b first; NULL when out of
+ * memory. */
+static loom_turn_event *event_in(loom_buf *b, const loom_event *ev)
+{
+    loom_turn_event *e;
+
+    loom_buf_clear(b);
+    if (loom__event_text(ev, b) != 0)
+        return NULL;
+    if ((e = event_new(b->ptr, b->len, ev->seq, ev->type)) != NULL)
+        note_facts(e, ev->data);
     return e;
 }
 
@@ -1000,10 +1052,21 @@ static loom_turn_event *event_of_json(json_t *j, uint64_t seq,
  * thread that sends the turn's events uses); NULL when out of memory. */
 static loom_turn_event *event_of(loom_turn *t, const loom_event *ev)
 {
-    loom_buf_clear(&t->evtext);
-    if (loom__event_text(ev, &t->evtext) != 0)
-        return NULL;
-    return event_new(t->evtext.ptr, t->evtext.len, ev->seq, ev->type);
+    return event_in(&t->evtext, ev);
+}
+
+loom_turn_event *loom__turn_event_of(const loom_event *ev)
+{
+    loom_buf b = LOOM_BUF_INIT(LOOM_TURN_LOG_DEFAULT_BYTES);
+    loom_turn_event *e = event_in(&b, ev);
+
+    loom_buf_free(&b);
+    return e;
+}
+
+void loom__turn_event_free(loom_turn_event *e)
+{
+    event_free(e);
 }
 
 json_t *loom_turn_event_json(const loom_turn_event *e)

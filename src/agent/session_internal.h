@@ -49,4 +49,10 @@ int loom__turn_new_child(loom_turn **out, loom_session *s,
                          const loom_turn_options *opts,
                          const loom__turn_child *child);
 
+/* The log entry a turn makes of ev (what loom_turn_next_event returns),
+ * made alone: for tests of the log's readers. NULL when out of memory.
+ * loom__turn_event_free frees it. */
+loom_turn_event *loom__turn_event_of(const loom_event *ev);
+void loom__turn_event_free(loom_turn_event *e);
+
 #endif

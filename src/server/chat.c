@@ -127,31 +127,11 @@ static int check_vision(srv_request *r, const loom__chat_request *req,
 
 /* ---- streaming and deferred answers ----------------------------------- */
 
-/* Formats a logged event, read back as the event the formatter takes
- * (its JSON holds every field); loom__chat_fmt_event's result. */
-static int fmt_logged(loom__chat_fmt *f, srv_run *run, const srv_event *ev,
-                      loom_buf *out)
-{
-    loom_event le;
-    int rc;
-
-    memset(&le, 0, sizeof(le));
-    if (!(le.data = loom_turn_event_json(ev)))
-        return loom__error_oom();
-    le.type = ev->type;
-    le.seq = ev->seq;
-    le.index = (uint32_t)json_integer_value(json_object_get(le.data, "index"));
-    le.run_id = srv_run_id(run);
-    rc = loom__chat_fmt_event(f, &le, out);
-    json_decref(le.data);
-    return rc;
-}
-
 /* The stream never ends on an event: [DONE] waits for the run's end. */
 static int sse_format(srv_run *run, const srv_event *ev, loom_buf *out,
                       void *payload)
 {
-    int rc = fmt_logged(payload, run, ev, out);
+    int rc = loom__chat_fmt_logged(payload, ev, srv_run_id(run), out);
 
     return rc < 0 ? rc : SRV_SSE_CONTINUE;
 }
@@ -247,7 +227,8 @@ static int deferred_done(srv_request *r, srv_run *run, void *payload)
                                      : "unknown error");
     for (uint64_t seq = 1; seq <= last; seq++) {
         const srv_event *ev = srv_run_event(run, seq);
-        if (ev && (rc = fmt_logged(f, run, ev, NULL)) != 0)
+        if (ev &&
+            (rc = loom__chat_fmt_logged(f, ev, srv_run_id(run), NULL)) != 0)
             return rc;
     }
     if (!loom__chat_fmt_done(f)) {

@@ -1010,7 +1010,10 @@ struct loom__chat_fmt {
     size_t loom_call_index; /* the same for loom_tool_calls */
     json_t *client_tools;   /* names of the client's tools (strings) */
     int server_calls_inline;
-    /* For the non-streamed answer. */
+    /* For the non-streamed answer. What this turn said and reasoned so
+     * far, as the inside of a JSON string literal: a logged delta's
+     * literal goes in as it is (its escapes do not depend on what is
+     * around them); read back once when flushed. */
     json_t *tool_events;
     loom_buf turn_text;
     loom_buf turn_reasoning;
@@ -1217,6 +1220,38 @@ static int put_chunk_tail(const loom__chat_fmt *f, loom_buf *out,
 }
 
 /*
+ * put_chunk (below) with its delta's compact JSON text: open, then len
+ * bytes of d, then close.
+ */
+static int put_chunk_text(loom__chat_fmt *f, loom_buf *out, const char *open,
+                          const char *d, size_t len, const char *close,
+                          const char *finish, int with_conversation)
+{
+    size_t mark;
+    int rc;
+
+    if (!f->head)
+        make_head(f);
+    if (!f->head)
+        return loom__error_oom();
+    /* All or nothing, as one loom_buf write is. */
+    mark = out->len;
+    if ((rc = loom_buf_puts(out, "data: ")) == 0 &&
+        (rc = loom_buf_put(out, f->head, f->head_len)) == 0 &&
+        (rc = loom_buf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":")) ==
+            0 &&
+        (rc = loom_buf_puts(out, open)) == 0 &&
+        (rc = loom_buf_put(out, d, len)) == 0 &&
+        (rc = loom_buf_puts(out, close)) == 0)
+        rc = put_chunk_tail(f, out, finish, with_conversation);
+    if (rc && out->ptr) {
+        out->len = mark;
+        out->ptr[mark] = '\0';
+    }
+    return rc;
+}
+
+/*
  * One chunk with a single choice; takes delta. finish may be NULL; the
  * finish chunk of a cancelled run says so in loom_status. No out (a
  * completion assembled whole): no chunk to build. Written as text around
@@ -1228,7 +1263,7 @@ static int put_chunk_tail(const loom__chat_fmt *f, loom_buf *out,
 static int put_chunk(loom__chat_fmt *f, loom_buf *out, json_t *delta,
                      const char *finish, int with_conversation)
 {
-    size_t len = 0, mark;
+    size_t len = 0;
     char *d;
     int rc;
 
@@ -1236,28 +1271,11 @@ static int put_chunk(loom__chat_fmt *f, loom_buf *out, json_t *delta,
         json_decref(delta);
         return 0;
     }
-    if (!f->head)
-        make_head(f);
-    if (!f->head || !delta) {
-        json_decref(delta);
-        return loom__error_oom();
-    }
-    d = loom__json_compact_dumps(delta, 0, &len);
+    d = delta ? loom__json_compact_dumps(delta, 0, &len) : NULL;
     json_decref(delta);
     if (!d)
         return loom__error_oom();
-    /* All or nothing, as one loom_buf write is. */
-    mark = out->len;
-    if ((rc = loom_buf_puts(out, "data: ")) == 0 &&
-        (rc = loom_buf_put(out, f->head, f->head_len)) == 0 &&
-        (rc = loom_buf_puts(out, ",\"choices\":[{\"index\":0,\"delta\":")) ==
-            0 &&
-        (rc = loom_buf_put(out, d, len)) == 0)
-        rc = put_chunk_tail(f, out, finish, with_conversation);
-    if (rc && out->ptr) {
-        out->len = mark;
-        out->ptr[mark] = '\0';
-    }
+    rc = put_chunk_text(f, out, "", d, len, "", finish, with_conversation);
     free(d);
     return rc;
 }
@@ -1310,6 +1328,36 @@ static json_t *output_value(const json_t *d)
                      name ? name : "", "output", output ? output : "");
 }
 
+/* Appends s to b as the inside of its JSON string literal (the form
+ * turn_text and turn_reasoning keep). */
+static int put_inside(loom_buf *b, const char *s)
+{
+    size_t mark = b->len;
+    int rc = loom__json_put_string(b, s, strlen(s));
+
+    if (rc)
+        return rc == LOOM_EINVALID ? loom__error_oom() : rc;
+    memmove(b->ptr + mark, b->ptr + mark + 1, b->len - mark - 2);
+    b->len -= 2;
+    b->ptr[b->len] = '\0';
+    return 0;
+}
+
+/* The string whose literal's inside b holds (turn_text), read back: a
+ * new reference, NULL when out of memory. */
+static json_t *inside_value(const loom_buf *b)
+{
+    loom_buf lit = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    json_t *v = NULL;
+
+    if (loom_buf_put(&lit, "\"", 1) == 0 &&
+        loom_buf_put(&lit, b->ptr, b->len) == 0 &&
+        loom_buf_put(&lit, "\"", 1) == 0)
+        v = json_loadb(lit.ptr, lit.len, JSON_DECODE_ANY, NULL);
+    loom_buf_free(&lit);
+    return v;
+}
+
 /* Moves the buffer into a tool_events entry of the type, if not empty. */
 static int flush_buf(loom__chat_fmt *f, const char *type, loom_buf *b)
 {
@@ -1318,7 +1366,7 @@ static int flush_buf(loom__chat_fmt *f, const char *type, loom_buf *b)
     if (b->len)
         rc = json_array_append_new(
             f->tool_events,
-            json_pack("{s:s,s:s%}", "type", type, "value", b->ptr, b->len));
+            json_pack("{s:s,s:o}", "type", type, "value", inside_value(b)));
     loom_buf_clear(b);
     return rc ? loom__error_oom() : 0;
 }
@@ -1433,10 +1481,14 @@ static int on_completed(loom__chat_fmt *f, const json_t *d, loom_buf *out)
          * (no failure): the message is complete. */
         fr = "stop";
     }
+    if (f->turn_reasoning.len) {
+        json_t *r = inside_value(&f->turn_reasoning);
+        f->reasoning = r ? strdup(json_string_value(r)) : NULL;
+        json_decref(r);
+    }
     if (!(f->finish_reason = strdup(fr)) ||
         !(f->text = strdup(text ? text : "")) ||
-        (f->turn_reasoning.len &&
-         !(f->reasoning = strdup(loom_buf_cstr(&f->turn_reasoning)))))
+        (f->turn_reasoning.len && !f->reasoning))
         return loom__error_oom();
     if ((rc = flush_text(f)) != 0)
         return rc;
@@ -1493,14 +1545,14 @@ int loom__chat_fmt_event(loom__chat_fmt *f, const loom_event *ev,
         s = json_string_value(json_object_get(d, "delta"));
         if (!s || !*s)
             return 0;
-        if ((rc = loom_buf_puts(&f->turn_text, s)) != 0)
+        if ((rc = put_inside(&f->turn_text, s)) != 0)
             return rc;
         return put_chunk(f, out, json_pack("{s:s}", "content", s), NULL, 0);
     case LOOM_EV_REASONING_DELTA:
         s = json_string_value(json_object_get(d, "delta"));
         if (!s || !*s)
             return 0;
-        if ((rc = loom_buf_puts(&f->turn_reasoning, s)) != 0)
+        if ((rc = put_inside(&f->turn_reasoning, s)) != 0)
             return rc;
         return put_chunk(f, out, json_pack("{s:s}", "reasoning_content", s),
                          NULL, 0);
@@ -1524,6 +1576,69 @@ int loom__chat_fmt_event(loom__chat_fmt *f, const loom_event *ev,
     default:
         return 0;
     }
+}
+
+/* Whether loom__chat_fmt_event acts on an event of the type (the
+ * cases of its switch). */
+static int acts_on(loom_event_type type)
+{
+    switch (type) {
+    case LOOM_EV_MESSAGE_DELTA:
+    case LOOM_EV_REASONING_DELTA:
+    case LOOM_EV_TOOL_CALLS:
+    case LOOM_EV_TOOL_COMPLETED:
+    case LOOM_EV_TOOL_FAILED:
+    case LOOM_EV_RUN_COMPLETED:
+    case LOOM_EV_RUN_FAILED:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* A delta event's string, given as its JSON literal lit (len bytes,
+ * quotes included): what loom__chat_fmt_event does with the string. */
+static int on_delta_literal(loom__chat_fmt *f, int reasoning, const char *lit,
+                            size_t len, loom_buf *out)
+{
+    int rc;
+
+    if (len <= 2) /* "" */
+        return 0;
+    if ((rc = loom_buf_put(reasoning ? &f->turn_reasoning : &f->turn_text,
+                           lit + 1, len - 2)) != 0 ||
+        !out)
+        return rc;
+    return put_chunk_text(
+        f, out, reasoning ? "{\"reasoning_content\":" : "{\"content\":", lit,
+        len, "}", NULL, 0);
+}
+
+int loom__chat_fmt_logged(loom__chat_fmt *f, const loom_turn_event *ev,
+                          const char *run_id, loom_buf *out)
+{
+    loom_event le;
+    int rc;
+
+    /* What loom__chat_fmt_event decides before it reads the data. */
+    if (f->done || ev->depth > 0)
+        return 0;
+    if ((rc = loom__chat_fmt_begin(f, out)) != 0 || !acts_on(ev->type))
+        return rc;
+    if (ev->delta_len && (ev->type == LOOM_EV_MESSAGE_DELTA ||
+                          ev->type == LOOM_EV_REASONING_DELTA))
+        return on_delta_literal(f, ev->type == LOOM_EV_REASONING_DELTA,
+                                ev->text + ev->delta_at, ev->delta_len, out);
+    memset(&le, 0, sizeof(le));
+    if (!(le.data = loom_turn_event_json(ev)))
+        return loom__error_oom();
+    le.type = ev->type;
+    le.seq = ev->seq;
+    le.index = (uint32_t)json_integer_value(json_object_get(le.data, "index"));
+    le.run_id = run_id;
+    rc = loom__chat_fmt_event(f, &le, out);
+    json_decref(le.data);
+    return rc;
 }
 
 int loom__chat_fmt_end(loom__chat_fmt *f, loom_buf *out)

@@ -18,6 +18,7 @@
 #include "loom/config.h"
 #include "loom/llm.h"
 #include "loom/run.h"
+#include "loom/session.h"
 #include "loom/tools.h"
 
 #include <jansson.h>
@@ -238,6 +239,17 @@ void loom__chat_fmt_free(loom__chat_fmt *f);
  */
 int loom__chat_fmt_event(loom__chat_fmt *f, const loom_event *ev,
                          loom_buf *out);
+
+/*
+ * loom__chat_fmt_event for a logged event of run run_id, as the event
+ * loom_turn_event_json(ev) reads back (same bytes, same facts kept),
+ * but the text is parsed only for an event the formatter acts on: none
+ * of a sub-agent's (ev->depth), nor an event it ignores, nor a delta
+ * whose literal the entry notes (ev->delta_len), which goes into the
+ * chunk as it is.
+ */
+int loom__chat_fmt_logged(loom__chat_fmt *f, const loom_turn_event *ev,
+                          const char *run_id, loom_buf *out);
 
 /*
  * The end of the stream, once the run has ended (and its turn is

@@ -5,7 +5,8 @@
  * tool resolution against a registry, the mapping of run failures to
  * OpenAI errors, and the rendering of run events as chunk streams (byte
  * for byte, and framed like the recorded OpenAI stream in
- * LOOM_VECTORS_DIR/openai-chat) and as one chat.completion object.
+ * LOOM_VECTORS_DIR/openai-chat) and as one chat.completion object, and
+ * the same from a turn's logged events without parsing them back.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "agent/session_internal.h"
 #include "core/utf8.h"
 #include "server/chat_format.h"
 #include "testutil.h"
@@ -1672,6 +1674,246 @@ static void test_usage_and_ids(void **state)
     assert_string_equal(id, "chatcmpl-other");
 }
 
+/* ---- logged events ---------------------------------------------------- */
+
+/*
+ * loom__chat_fmt_logged (the formatter fed from a turn's event log)
+ * against the same events parsed back from their logged text
+ * (loom_turn_event_json, then loom__chat_fmt_event, what the server did
+ * for every event before): the same chunk bytes event by event, the same
+ * end and the same chat.completion text, streamed and not, for deltas
+ * whose strings need every kind of escape (quotes, backslash, control
+ * characters, U+0000, non-ASCII), deltas whose literal the log entry does
+ * not note, and a sub-agent's events, which neither path shows. Also
+ * what the log entry notes beside its text (its depth, its delta's
+ * literal).
+ */
+
+/* The delta's literal is noted: 1 yes, 0 no (parsed), -1 no delta. */
+typedef struct {
+    loom_event_type type;
+    const char *data; /* JSON text; \u0000 allowed */
+    int noted;
+} logged_case;
+
+#define CHILD ",\"parent_run_id\":\"run_parent\",\"run_id\":\"run_kid\""
+
+static const logged_case cases[] = {
+    /* A sub-agent's event first: not even the role chunk. */
+    {LOOM_EV_MESSAGE_DELTA, "{\"delta\":\"kid\"" CHILD ",\"depth\":1}", 1},
+    {LOOM_EV_RUN_STARTED, "{\"agent\":\"helper\",\"conversation_id\":\"c\"}",
+     -1},
+    {LOOM_EV_MESSAGE_DELTA, "{\"delta\":\"Say \\\"hi\\\" \\\\ a/b\"}", 1},
+    {LOOM_EV_MESSAGE_DELTA,
+     "{\"delta\":\"\\t\\n\\r\\b\\f\\u0001\\u001f\\u007f end\"}", 1},
+    {LOOM_EV_MESSAGE_DELTA,
+     "{\"delta\":\"\\u00e9 \\u65e5\\u672c \\ud83d\\ude00 \\u2028\"}", 1},
+    /* A reader takes a string up to its U+0000. */
+    {LOOM_EV_MESSAGE_DELTA, "{\"delta\":\"a\\u0000b\"}", 0},
+    {LOOM_EV_MESSAGE_DELTA, "{\"delta\":\"\"}", 1},
+    /* The same string elsewhere first: the same bytes. */
+    {LOOM_EV_MESSAGE_DELTA, "{\"meta\":{\"delta\":\"dup\"},\"delta\":\"dup\"}",
+     1},
+    {LOOM_EV_MESSAGE_DELTA, "{\"delta\":5}", 0},
+    {LOOM_EV_REASONING_DELTA, "{\"delta\":\"think \\\"\\\\\\u0002\"}", 1},
+    {LOOM_EV_REASONING_DELTA, "{\"delta\":\"kid thinks\"" CHILD ",\"depth\":2}",
+     1},
+    /* No depth said: still a sub-agent's. */
+    {LOOM_EV_MESSAGE_DELTA, "{\"delta\":\"kid\"" CHILD "}", 1},
+    {LOOM_EV_TOOL_CALLS,
+     "{\"calls\":[{\"id\":\"k1\",\"name\":\"t\",\"arguments\":\"{}\"}]" CHILD
+     ",\"depth\":1}",
+     -1},
+    {LOOM_EV_TOOL_CALLS,
+     "{\"calls\":[{\"id\":\"call_1\",\"name\":\"get_time\",\"arguments\":"
+     "\"{\\\"tz\\\":\\\"UTC\\\"}\"}]}",
+     -1},
+    {LOOM_EV_USAGE, "{\"prompt_tokens\":5,\"completion_tokens\":2}", -1},
+    {LOOM_EV_TOOL_COMPLETED,
+     "{\"id\":\"call_1\",\"name\":\"get_time\",\"output\":\"12:\\u0000\"}", -1},
+    {LOOM_EV_REASONING_DELTA, "{\"delta\":\"then \\u00fc\"}", 1},
+    {LOOM_EV_MESSAGE_DELTA, "{\"delta\":\"It is \\\"noon\\\".\\n\"}", 1},
+    {LOOM_EV_RUN_COMPLETED,
+     "{\"status\":\"completed\",\"text\":\"kid's\",\"usage\":"
+     "{\"prompt_tokens\":1}" CHILD ",\"depth\":1}",
+     -1},
+    {LOOM_EV_RUN_COMPLETED,
+     "{\"status\":\"completed\",\"text\":\"It is \\\"noon\\\".\\n\","
+     "\"finish_reason\":\"stop\",\"usage\":{\"prompt_tokens\":30,"
+     "\"completion_tokens\":9,\"total_tokens\":39,\"cost_micros\":7}}",
+     -1},
+    /* Nothing after the end. */
+    {LOOM_EV_MESSAGE_DELTA, "{\"delta\":\"late\"}", 1},
+};
+
+/* A formatter whose client owns get_time, as the cases' call. */
+static loom__chat_fmt *logged_fmt(void)
+{
+    static const loom_tool_def client = {"get_time", "", NULL};
+
+    return fmt_with(1, "conv_1", 0, &client);
+}
+
+/* What the server did with a logged event before loom__chat_fmt_logged:
+ * parse it back, then format the event read. */
+static int fmt_parsed(loom__chat_fmt *f, const loom_turn_event *e,
+                      loom_buf *out)
+{
+    loom_event le;
+    int rc;
+
+    memset(&le, 0, sizeof(le));
+    le.data = loom_turn_event_json(e);
+    assert_non_null(le.data);
+    le.type = e->type;
+    le.seq = e->seq;
+    le.index = (uint32_t)json_integer_value(json_object_get(le.data, "index"));
+    le.run_id = "run_abc";
+    rc = loom__chat_fmt_event(f, &le, out);
+    json_decref(le.data);
+    return rc;
+}
+
+/* The log entry of case i, its facts checked. */
+static loom_turn_event *entry(size_t i)
+{
+    loom_event ev;
+    loom_turn_event *e;
+    json_t *back;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = cases[i].type;
+    ev.seq = i + 1;
+    ev.run_id = "run_abc";
+    ev.data = json_loads(cases[i].data, JSON_ALLOW_NUL, NULL);
+    assert_non_null(ev.data);
+    e = loom__turn_event_of(&ev);
+    assert_non_null(e);
+    assert_int_equal(e->depth, loom_event_depth(&ev));
+    if (cases[i].noted < 0) {
+        assert_int_equal(e->delta_len, 0);
+    } else if (cases[i].noted) {
+        /* The literal is the member's value, bytes for bytes. */
+        assert_true(e->delta_len >= 2);
+        assert_true(e->delta_at + e->delta_len <= e->text_len);
+        back = json_loadb(e->text + e->delta_at, e->delta_len, JSON_DECODE_ANY,
+                          NULL);
+        assert_non_null(back);
+        assert_true(json_equal(back, json_object_get(ev.data, "delta")));
+        json_decref(back);
+    } else {
+        assert_int_equal(e->delta_len, 0);
+    }
+    json_decref(ev.data);
+    return e;
+}
+
+static void assert_same_buf(const loom_buf *a, const loom_buf *b)
+{
+    assert_int_equal(a->len, b->len);
+    if (a->len)
+        assert_memory_equal(a->ptr, b->ptr, a->len);
+}
+
+/* Every case through both paths, streamed (out) or not; the end and the
+ * completion text compared too. */
+static void both_ways(int streamed)
+{
+    loom__chat_fmt *fast = logged_fmt(), *slow = logged_fmt();
+    loom_buf a = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    size_t chunks = 0;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        loom_turn_event *e = entry(i);
+        loom_buf_clear(&a);
+        loom_buf_clear(&b);
+        assert_int_equal(
+            loom__chat_fmt_logged(fast, e, "run_abc", streamed ? &a : NULL), 0);
+        assert_int_equal(fmt_parsed(slow, e, streamed ? &b : NULL), 0);
+        assert_same_buf(&a, &b);
+        chunks += a.len > 0;
+        /* A sub-agent's first event says nothing, not even the role. */
+        if (i == 0)
+            assert_int_equal(a.len, 0);
+        loom__turn_event_free(e);
+    }
+    if (streamed)
+        assert_true(chunks >= 8);
+    assert_int_equal(loom__chat_fmt_done(fast), 1);
+    loom_buf_clear(&a);
+    loom_buf_clear(&b);
+    assert_int_equal(loom__chat_fmt_end(fast, &a), 0);
+    assert_int_equal(loom__chat_fmt_end(slow, &b), 0);
+    assert_same_buf(&a, &b);
+    loom_buf_clear(&a);
+    loom_buf_clear(&b);
+    assert_int_equal(loom__chat_fmt_completion_text(fast, &a), 0);
+    assert_int_equal(loom__chat_fmt_completion_text(slow, &b), 0);
+    assert_same_buf(&a, &b);
+    loom_buf_free(&a);
+    loom_buf_free(&b);
+    loom__chat_fmt_free(fast);
+    loom__chat_fmt_free(slow);
+}
+
+static void test_logged_streamed(void **state)
+{
+    (void)state;
+    both_ways(1);
+}
+
+static void test_logged_completion(void **state)
+{
+    (void)state;
+    both_ways(0);
+}
+
+/*
+ * The completion's text and reasoning entries are what the deltas said,
+ * unescaped (the log's literals are kept escaped until then), with a
+ * string's U+0000 ending it as a reader sees it.
+ */
+static void test_logged_turn_text(void **state)
+{
+    loom__chat_fmt *f = logged_fmt();
+    json_t *o, *ev, *msg, *want;
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        loom_turn_event *e = entry(i);
+        assert_int_equal(loom__chat_fmt_logged(f, e, "run_abc", NULL), 0);
+        loom__turn_event_free(e);
+    }
+    assert_int_equal(loom__chat_fmt_completion(f, &o), 0);
+    ev = json_object_get(o, "tool_events");
+    want = json_pack(
+        "[{s:s,s:s},{s:s,s:s},{s:s,s:o},{s:s,s:o},{s:s,s:s},{s:s,s:s}]", "type",
+        "reasoning", "value", "think \"\\\x02", "type", "text", "value",
+        "Say \"hi\" \\ a/b\t\n\r\b\f\x01\x1f\x7f end"
+        "\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80 \xe2\x80\xa8"
+        "adup",
+        "type", "tool_call", "value",
+        json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", "call_1", "type", "function",
+                  "function", "name", "get_time", "arguments",
+                  "{\"tz\":\"UTC\"}"),
+        "type", "tool_output", "value",
+        json_pack("{s:s,s:s,s:s}", "tool_call_id", "call_1", "name", "get_time",
+                  "output", "12:"),
+        "type", "reasoning", "value", "then \xc3\xbc", "type", "text", "value",
+        "It is \"noon\".\n");
+    assert_non_null(want);
+    assert_true(json_equal(ev, want));
+    msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+                          "message");
+    assert_string_equal(
+        json_string_value(json_object_get(msg, "reasoning_content")),
+        "then \xc3\xbc");
+    json_decref(want);
+    json_decref(o);
+    loom__chat_fmt_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1697,6 +1939,9 @@ int main(void)
         cmocka_unit_test(test_stream_cancelled),
         cmocka_unit_test(test_completion_text_edges),
         cmocka_unit_test(test_server_calls_mode),
+        cmocka_unit_test(test_logged_streamed),
+        cmocka_unit_test(test_logged_completion),
+        cmocka_unit_test(test_logged_turn_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
