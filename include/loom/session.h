@@ -559,6 +559,14 @@ typedef struct {
      * it up to there: parse text then).
      */
     size_t delta_at, delta_len;
+    /*
+     * The run's own run.completed or run.failed (depth 0), which every
+     * reader of a turn reads whole: its JSON, kept from when the text
+     * was written: what loom_turn_event_json reads back, but for reals,
+     * which have all their digits here. Immutable and borrowed like the
+     * entry (json_incref is fine). NULL for other events.
+     */
+    const json_t *json;
 } loom_turn_event;
 
 /* The event's JSON, parsed from its text: a new reference the caller

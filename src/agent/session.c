@@ -597,6 +597,8 @@ void loom_turn_ref(loom_turn *t)
 /* An event and its text are one allocation (event_new). */
 static void event_free(loom_turn_event *e)
 {
+    if (e)
+        json_decref((json_t *)e->json);
     free(e);
 }
 
@@ -981,6 +983,7 @@ static loom_turn_event *event_new(const char *text, size_t len, uint64_t seq,
     e->text = copy;
     e->text_len = len;
     e->delta_at = e->delta_len = 0;
+    e->json = NULL;
     return e;
 }
 
@@ -1018,6 +1021,14 @@ static void note_facts(loom_turn_event *e, const json_t *j)
         note_delta(e, json_object_get(j, "delta"));
 }
 
+/* Whether e is the run's own end, whose JSON its entry keeps. */
+static int run_end(const loom_turn_event *e)
+{
+    return (e->type == LOOM_EV_RUN_COMPLETED ||
+            e->type == LOOM_EV_RUN_FAILED) &&
+           e->depth == 0;
+}
+
 /* The log entry of event j (a reference it takes; NULL is out of
  * memory), serialized; NULL when out of memory. */
 static loom_turn_event *event_of_json(json_t *j, uint64_t seq,
@@ -1027,8 +1038,13 @@ static loom_turn_event *event_of_json(json_t *j, uint64_t seq,
     char *text = j ? loom__json_compact_dumps(j, 15, &len) : NULL;
     loom_turn_event *e = text ? event_new(text, len, seq, type) : NULL;
 
-    if (e)
+    if (e) {
         note_facts(e, j);
+        if (run_end(e)) {
+            e->json = j;
+            j = NULL;
+        }
+    }
     json_decref(j);
     free(text);
     return e;
@@ -1043,8 +1059,13 @@ static loom_turn_event *event_in(loom_buf *b, const loom_event *ev)
     loom_buf_clear(b);
     if (loom__event_text(ev, b) != 0)
         return NULL;
-    if ((e = event_new(b->ptr, b->len, ev->seq, ev->type)) != NULL)
+    if ((e = event_new(b->ptr, b->len, ev->seq, ev->type)) != NULL) {
         note_facts(e, ev->data);
+        /* The JSON its text is the dump of; NULL when out of memory
+         * (readers parse the text then). */
+        if (run_end(e))
+            e->json = loom_event_to_json(ev);
+    }
     return e;
 }
 

@@ -1630,7 +1630,10 @@ int loom__chat_fmt_logged(loom__chat_fmt *f, const loom_turn_event *ev,
         return on_delta_literal(f, ev->type == LOOM_EV_REASONING_DELTA,
                                 ev->text + ev->delta_at, ev->delta_len, out);
     memset(&le, 0, sizeof(le));
-    if (!(le.data = loom_turn_event_json(ev)))
+    /* The formatter reads no real, where the two could differ. */
+    le.data = ev->json ? json_incref((json_t *)ev->json)
+                       : loom_turn_event_json(ev);
+    if (!le.data)
         return loom__error_oom();
     le.type = ev->type;
     le.seq = ev->seq;

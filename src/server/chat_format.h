@@ -246,7 +246,8 @@ int loom__chat_fmt_event(loom__chat_fmt *f, const loom_event *ev,
  * but the text is parsed only for an event the formatter acts on: none
  * of a sub-agent's (ev->depth), nor an event it ignores, nor a delta
  * whose literal the entry notes (ev->delta_len), which goes into the
- * chunk as it is.
+ * chunk as it is, nor the run's end, whose JSON the entry keeps
+ * (ev->json).
  */
 int loom__chat_fmt_logged(loom__chat_fmt *f, const loom_turn_event *ev,
                           const char *run_id, loom_buf *out);

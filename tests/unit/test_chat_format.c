@@ -1739,7 +1739,8 @@ static const logged_case cases[] = {
      -1},
     {LOOM_EV_RUN_COMPLETED,
      "{\"status\":\"completed\",\"text\":\"It is \\\"noon\\\".\\n\","
-     "\"finish_reason\":\"stop\",\"usage\":{\"prompt_tokens\":30,"
+     "\"finish_reason\":\"stop\",\"duration_s\":0.30000000000000004,"
+     "\"usage\":{\"prompt_tokens\":30,"
      "\"completion_tokens\":9,\"total_tokens\":39,\"cost_micros\":7}}",
      -1},
     /* Nothing after the end. */
@@ -1774,25 +1775,54 @@ static int fmt_parsed(loom__chat_fmt *f, const loom_turn_event *e,
     return rc;
 }
 
-/* The log entry of case i, its facts checked. */
-static loom_turn_event *entry(size_t i)
+/* A run that fails after it said something. */
+static const logged_case failed_cases[] = {
+    {LOOM_EV_RUN_STARTED, "{\"agent\":\"helper\"}", -1},
+    {LOOM_EV_MESSAGE_DELTA, "{\"delta\":\"part\"}", 1},
+    {LOOM_EV_RUN_FAILED,
+     "{\"status\":\"failed\",\"error\":{\"kind\":\"rate_limit\","
+     "\"message\":\"slow \\\"down\\\"\",\"http_status\":429,"
+     "\"headers\":{\"retry-after\":\"2\"}}}", -1},
+};
+
+/* A run the user stopped: a normal answer. */
+static const logged_case cancelled_cases[] = {
+    {LOOM_EV_MESSAGE_DELTA, "{\"delta\":\"part\"}", 1},
+    {LOOM_EV_RUN_FAILED,
+     "{\"status\":\"cancelled\",\"text\":\"part\",\"error\":"
+     "{\"code\":\"cancelled\",\"message\":\"stopped\"},\"usage\":"
+     "{\"prompt_tokens\":3,\"completion_tokens\":1}}", -1},
+};
+
+/* The log entry of case c (seq), its facts checked. */
+static loom_turn_event *entry(const logged_case *c, uint64_t seq)
 {
     loom_event ev;
     loom_turn_event *e;
     json_t *back;
+    char *dump;
 
     memset(&ev, 0, sizeof(ev));
-    ev.type = cases[i].type;
-    ev.seq = i + 1;
+    ev.type = c->type;
+    ev.seq = seq;
     ev.run_id = "run_abc";
-    ev.data = json_loads(cases[i].data, JSON_ALLOW_NUL, NULL);
+    ev.data = json_loads(c->data, JSON_ALLOW_NUL, NULL);
     assert_non_null(ev.data);
     e = loom__turn_event_of(&ev);
     assert_non_null(e);
     assert_int_equal(e->depth, loom_event_depth(&ev));
-    if (cases[i].noted < 0) {
+    /* The run's own end keeps its JSON: the text is its dump. */
+    assert_int_equal(e->json != NULL, (c->type == LOOM_EV_RUN_COMPLETED ||
+                                       c->type == LOOM_EV_RUN_FAILED) &&
+                                          e->depth == 0);
+    if (e->json) {
+        dump = loom__json_compact_dumps(e->json, 15, NULL);
+        assert_string_equal(dump, e->text);
+        free(dump);
+    }
+    if (c->noted < 0) {
         assert_int_equal(e->delta_len, 0);
-    } else if (cases[i].noted) {
+    } else if (c->noted) {
         /* The literal is the member's value, bytes for bytes. */
         assert_true(e->delta_len >= 2);
         assert_true(e->delta_at + e->delta_len <= e->text_len);
@@ -1815,58 +1845,71 @@ static void assert_same_buf(const loom_buf *a, const loom_buf *b)
         assert_memory_equal(a->ptr, b->ptr, a->len);
 }
 
-/* Every case through both paths, streamed (out) or not; the end and the
- * completion text compared too. */
-static void both_ways(int streamed)
+/* The n cases cs through both paths, streamed (out) or not; the end,
+ * the failure and the completion text compared too. The number of
+ * events that wrote something. */
+static size_t both_ways(const logged_case *cs, size_t n, int streamed)
 {
     loom__chat_fmt *fast = logged_fmt(), *slow = logged_fmt();
     loom_buf a = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
     loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
-    size_t chunks = 0;
+    const json_t *fa, *fb;
+    size_t wrote = 0;
+    int rc;
 
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        loom_turn_event *e = entry(i);
+    for (size_t i = 0; i < n; i++) {
+        loom_turn_event *e = entry(&cs[i], i + 1);
         loom_buf_clear(&a);
         loom_buf_clear(&b);
         assert_int_equal(
             loom__chat_fmt_logged(fast, e, "run_abc", streamed ? &a : NULL), 0);
         assert_int_equal(fmt_parsed(slow, e, streamed ? &b : NULL), 0);
         assert_same_buf(&a, &b);
-        chunks += a.len > 0;
-        /* A sub-agent's first event says nothing, not even the role. */
-        if (i == 0)
-            assert_int_equal(a.len, 0);
+        wrote += a.len > 0;
         loom__turn_event_free(e);
     }
-    if (streamed)
-        assert_true(chunks >= 8);
-    assert_int_equal(loom__chat_fmt_done(fast), 1);
+    assert_int_equal(loom__chat_fmt_done(fast), loom__chat_fmt_done(slow));
     loom_buf_clear(&a);
     loom_buf_clear(&b);
     assert_int_equal(loom__chat_fmt_end(fast, &a), 0);
     assert_int_equal(loom__chat_fmt_end(slow, &b), 0);
     assert_same_buf(&a, &b);
+    fa = loom__chat_fmt_failure(fast);
+    fb = loom__chat_fmt_failure(slow);
+    assert_true(fa ? fb && json_equal((json_t *)fa, (json_t *)fb) : !fb);
     loom_buf_clear(&a);
     loom_buf_clear(&b);
-    assert_int_equal(loom__chat_fmt_completion_text(fast, &a), 0);
-    assert_int_equal(loom__chat_fmt_completion_text(slow, &b), 0);
+    /* Not for a failed run (nor one whose end was lost). */
+    rc = fa ? LOOM_EINVALID : 0;
+    assert_int_equal(loom__chat_fmt_completion_text(fast, &a), rc);
+    assert_int_equal(loom__chat_fmt_completion_text(slow, &b), rc);
     assert_same_buf(&a, &b);
     loom_buf_free(&a);
     loom_buf_free(&b);
     loom__chat_fmt_free(fast);
     loom__chat_fmt_free(slow);
+    return wrote;
 }
+
+#define BOTH_WAYS(cs, streamed)                                              \
+    both_ways(cs, sizeof(cs) / sizeof(cs[0]), streamed)
 
 static void test_logged_streamed(void **state)
 {
     (void)state;
-    both_ways(1);
+    assert_true(BOTH_WAYS(cases, 1) >= 8);
+    assert_int_equal(BOTH_WAYS(failed_cases, 1), 3);
+    assert_int_equal(BOTH_WAYS(cancelled_cases, 1), 2);
+    /* A sub-agent's first event says nothing, not even the role. */
+    assert_int_equal(both_ways(cases, 1, 1), 0);
 }
 
 static void test_logged_completion(void **state)
 {
     (void)state;
-    both_ways(0);
+    assert_int_equal(BOTH_WAYS(cases, 0), 0);
+    assert_int_equal(BOTH_WAYS(failed_cases, 0), 0);
+    assert_int_equal(BOTH_WAYS(cancelled_cases, 0), 0);
 }
 
 /*
@@ -1881,7 +1924,7 @@ static void test_logged_turn_text(void **state)
     (void)state;
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        loom_turn_event *e = entry(i);
+        loom_turn_event *e = entry(&cases[i], i + 1);
         assert_int_equal(loom__chat_fmt_logged(f, e, "run_abc", NULL), 0);
         loom__turn_event_free(e);
     }
