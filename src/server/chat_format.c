@@ -1167,14 +1167,50 @@ static json_t *chunk_head(const loom__chat_fmt *f)
                      (json_int_t)f->created, "model", f->model);
 }
 
-/* f->head: chunk_head()'s text without its closing brace. */
+/* A string json_pack takes ("s:s"): NULL or not UTF-8 fails it, which
+ * its caller reports as out of memory. */
+static int put_packed_string(loom_buf *out, const char *s)
+{
+    int rc;
+
+    if (!s)
+        return loom__error_oom();
+    rc = loom__json_put_string(out, s, strlen(s));
+    return rc == LOOM_EINVALID ? loom__error_oom() : rc;
+}
+
+/* Appends the members every object of the answer starts with, as its
+ * compact dump writes them: {"id","object","created","model" (no
+ * closing brace). */
+static int put_head(const loom__chat_fmt *f, loom_buf *out, const char *object)
+{
+    char created[32];
+    int rc;
+
+    snprintf(created, sizeof(created), "%" JSON_INTEGER_FORMAT,
+             (json_int_t)f->created);
+    if ((rc = loom_buf_puts(out, "{\"id\":")) == 0 &&
+        (rc = put_packed_string(out, f->id)) == 0 &&
+        (rc = loom_buf_puts(out, ",\"object\":\"")) == 0 &&
+        (rc = loom_buf_puts(out, object)) == 0 &&
+        (rc = loom_buf_puts(out, "\",\"created\":")) == 0 &&
+        (rc = loom_buf_puts(out, created)) == 0 &&
+        (rc = loom_buf_puts(out, ",\"model\":")) == 0)
+        rc = put_packed_string(out, f->model);
+    return rc;
+}
+
+/* f->head: chunk_head()'s text without its closing brace, written as
+ * its dump would be; NULL when that fails. */
 static void make_head(loom__chat_fmt *f)
 {
-    json_t *h = chunk_head(f);
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
 
-    if (h && (f->head = loom__json_compact_dumps(h, 0, &f->head_len)))
-        f->head[--f->head_len] = '\0';
-    json_decref(h);
+    if (put_head(f, &b, "chat.completion.chunk") == 0) {
+        f->head_len = b.len;
+        f->head = loom_buf_detach(&b);
+    }
+    loom_buf_free(&b);
 }
 
 /* A member json_object_set_new would add: left out when s is not UTF-8
@@ -1282,13 +1318,14 @@ static int put_chunk(loom__chat_fmt *f, loom_buf *out, json_t *delta,
 
 int loom__chat_fmt_begin(loom__chat_fmt *f, loom_buf *out)
 {
+    static const char role[] = "{\"role\":\"assistant\",\"content\":\"\"}";
+
     if (f->started)
         return 0;
     f->started = 1;
-    return put_chunk(f, out,
-                     json_pack("{s:s,s:s}", "role", "assistant", "content",
-                               ""),
-                     NULL, 1);
+    return out ? put_chunk_text(f, out, "", role, sizeof(role) - 1, "", NULL,
+                                1)
+               : 0;
 }
 
 /* An OpenAI tool call from an event's {id, name, arguments}; with index
@@ -1721,18 +1758,6 @@ int loom__chat_fmt_completion(loom__chat_fmt *f, json_t **out)
     return 0;
 }
 
-/* A string json_pack takes ("s:s"): NULL or not UTF-8 fails it, which
- * its caller reports as out of memory. */
-static int put_packed_string(loom_buf *out, const char *s)
-{
-    int rc;
-
-    if (!s)
-        return loom__error_oom();
-    rc = loom__json_put_string(out, s, strlen(s));
-    return rc == LOOM_EINVALID ? loom__error_oom() : rc;
-}
-
 /* j's compact text (precision 15, as srv_reply_json writes it); j
  * NULL fails as json_pack does. */
 static int put_dump(loom_buf *out, const json_t *j)
@@ -1751,22 +1776,13 @@ static int put_dump(loom_buf *out, const json_t *j)
 int loom__chat_fmt_completion_text(loom__chat_fmt *f, loom_buf *out)
 {
     json_t *calls, *usage;
-    char created[32];
     int rc;
 
     if (!f->done || !f->text)
         return loom__error_set(LOOM_EINVALID, "the run has not completed");
     calls = pending_calls(f);
     usage = loom__chat_usage_ext_json(&f->usage, f->cost_known);
-    snprintf(created, sizeof(created), "%" JSON_INTEGER_FORMAT,
-             (json_int_t)f->created);
-    if ((rc = loom_buf_puts(out, "{\"id\":")) == 0 &&
-        (rc = put_packed_string(out, f->id)) == 0 &&
-        (rc = loom_buf_puts(out, ",\"object\":\"chat.completion\","
-                                 "\"created\":")) == 0 &&
-        (rc = loom_buf_puts(out, created)) == 0 &&
-        (rc = loom_buf_puts(out, ",\"model\":")) == 0 &&
-        (rc = put_packed_string(out, f->model)) == 0 &&
+    if ((rc = put_head(f, out, "chat.completion")) == 0 &&
         (rc = loom_buf_puts(out, ",\"choices\":[{\"index\":0,\"message\":"
                                  "{\"role\":\"assistant\",\"content\":")) == 0)
         rc = calls && !*f->text ? loom_buf_puts(out, "null")

@@ -1615,6 +1615,39 @@ static void test_completion_text_edges(void **state)
     loom__chat_fmt_free(f);
 }
 
+/* A model name not UTF-8 (which json_pack refuses) fails every chunk
+ * and the completion, as building their objects would, writing nothing. */
+static void test_head_not_utf8(void **state)
+{
+    loom_buf out = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom__chat_fmt_opts o;
+    loom__chat_fmt *f;
+    loom_event ev;
+    json_t *c;
+    (void)state;
+
+    memset(&o, 0, sizeof(o));
+    o.model = "m\xff";
+    assert_int_equal(loom__chat_fmt_new(&f, &o), 0);
+    assert_int_equal(loom__chat_fmt_begin(f, &out), LOOM_ENOMEM);
+    assert_int_equal(out.len, 0);
+    /* Its finish chunk fails too; collected without chunks, the answer
+     * is known, and cannot be written. */
+    memset(&ev, 0, sizeof(ev));
+    ev.type = LOOM_EV_RUN_COMPLETED;
+    ev.data = J("{\"text\":\"Hi\",\"finish_reason\":\"stop\"}");
+    assert_int_equal(loom__chat_fmt_event(f, &ev, &out), LOOM_ENOMEM);
+    assert_int_equal(out.len, 0);
+    loom__chat_fmt_free(f);
+    assert_int_equal(loom__chat_fmt_new(&f, &o), 0);
+    assert_int_equal(loom__chat_fmt_event(f, &ev, NULL), 0);
+    json_decref(ev.data);
+    assert_int_equal(loom__chat_fmt_completion(f, &c), LOOM_ENOMEM);
+    assert_int_equal(loom__chat_fmt_completion_text(f, &out), LOOM_ENOMEM);
+    loom_buf_free(&out);
+    loom__chat_fmt_free(f);
+}
+
 static void test_server_calls_mode(void **state)
 {
     static const char *const good =
@@ -1982,6 +2015,7 @@ int main(void)
         cmocka_unit_test(test_stream_cancelled),
         cmocka_unit_test(test_completion_text_edges),
         cmocka_unit_test(test_server_calls_mode),
+        cmocka_unit_test(test_head_not_utf8),
         cmocka_unit_test(test_logged_streamed),
         cmocka_unit_test(test_logged_completion),
         cmocka_unit_test(test_logged_turn_text),
