@@ -21,6 +21,7 @@
  * be stored answers 500 "store_failed". See docs/server.md.
  */
 #include "core/error.h"
+#include "core/utf8.h"
 #include "loom/log.h"
 #include "loom/store.h"
 #include "server/chat_format.h"
@@ -292,13 +293,54 @@ static void set_run_headers(srv_request *r, srv_run *run)
     srv_set_header(r, "X-Loom-Conversation-Id", srv_run_conversation_id(run));
 }
 
-static int reply_run(srv_request *r, srv_run *run, int with_events)
+static int reply_run(srv_request *r, srv_run *run)
 {
-    json_t *o = srv_run_to_json(run, with_events);
+    json_t *o = srv_run_to_json(run, 0);
 
     if (!o)
         return loom__error_oom();
     return srv_reply_json(r, 200, o);
+}
+
+/*
+ * reply_run with the events of an ended run, as srv_reply_json writes
+ * srv_run_to_json(run, 1) byte for byte: its events
+ * are the object's last member, and a logged event's text is what its
+ * JSON dumps to (loom_turn_event_json), so the texts are spliced after
+ * the rest of the object rather than parsed back and dumped again.
+ */
+static int reply_ended_run_with_events(srv_request *r, srv_run *run)
+{
+    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    json_t *o = srv_run_to_json(run, 0);
+    const srv_event *e;
+    uint64_t seq = 0;
+    size_t len = 0;
+    char *text = o ? loom__json_compact_dumps(o, 15, &len) : NULL;
+    int rc;
+
+    json_decref(o);
+    if (!text)
+        return loom__error_oom();
+    /* Without its closing brace. */
+    rc = loom_buf_put(&b, text, len - 1);
+    free(text);
+    if (!rc)
+        rc = loom_buf_puts(&b, ",\"events\":[");
+    while (!rc && (e = srv_run_next_event(run, seq)) != NULL) {
+        if (seq && (rc = loom_buf_puts(&b, ",")) != 0)
+            break;
+        rc = loom_buf_put(&b, e->text, e->text_len);
+        seq = e->seq;
+    }
+    if (!rc)
+        rc = loom_buf_puts(&b, "]}");
+    if (rc) {
+        loom_buf_free(&b);
+        return rc;
+    }
+    len = b.len;
+    return srv_reply_json_text(r, 200, loom_buf_detach(&b), len);
 }
 
 /* 500 "store_failed" for a run whose turn is not in the store. */
@@ -321,7 +363,7 @@ static int done_with_events(srv_request *r, srv_run *run, void *payload)
         return srv_reply_quota(r, NULL);
     if (!srv_run_stored(run))
         return reply_unstored(r, run);
-    return reply_run(r, run, 1);
+    return reply_ended_run_with_events(r, run);
 }
 
 static int reply_not_active(srv_request *r, srv_run *run)
@@ -341,7 +383,7 @@ static int done_cancel(srv_request *r, srv_run *run, void *payload)
     (void)payload;
     if (srv_run_status(run) != LOOM_RUN_CANCELLED)
         return reply_not_active(r, run);
-    return reply_run(r, run, 0);
+    return reply_run(r, run);
 }
 
 /*

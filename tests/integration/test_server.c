@@ -11,6 +11,7 @@
  */
 #include "test_server_harness.h"
 
+#include "core/utf8.h"
 #include "store_fixture.h"
 
 #include <arpa/inet.h>
@@ -151,6 +152,18 @@ static void test_run_blocking(void **state)
         sh_req(&h, "POST", "/v1/runs", "{\"input\":\"hi\"}", NULL, &r), 200);
     run = json_loads(r.body, 0, NULL);
     assert_non_null(run);
+    /* Byte for byte what srv_reply_json writes of the object (the logged
+     * events are spliced in as their last member). */
+    {
+        char *dump = loom__json_compact_dumps(run, 15, NULL);
+        void *it = json_object_iter(run), *at = NULL;
+        assert_non_null(dump);
+        assert_string_equal(dump, r.body);
+        free(dump);
+        for (; it; it = json_object_iter_next(run, it))
+            at = it;
+        assert_string_equal(json_object_iter_key(at), "events");
+    }
     assert_string_equal(sh_str(run, "object"), "run");
     assert_string_equal(sh_str(run, "status"), "completed");
     assert_string_equal(sh_str(run, "text"), "Hello world");
