@@ -160,6 +160,7 @@ src/agent/run.c:2:tool names from the registry; the answer text under the decode
 src/agent/session.c:1:an event text, from data the run holds (the log bounds what it keeps)
 src/server/chat.c:2:model names from the config; the completion, from an answer under the decoder limits
 src/server/chat_format.c:2:text and reasoning of an answer under the decoder limits
+src/server/api_runs.c:1:the answer of a blocking run, from its event log under max_run_events_bytes
 src/server/metrics.c:1:the metrics page, from counters loom holds
 '
 

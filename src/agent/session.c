@@ -995,7 +995,8 @@ static loom_turn_event *event_new(const char *text, size_t len, uint64_t seq,
  */
 static void note_delta(loom_turn_event *e, const json_t *v)
 {
-    loom_buf lit = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    /* A literal longer than the text is not in it. */
+    loom_buf lit = LOOM_BUF_INIT(e->text_len);
     const char *s = json_string_value(v), *at;
     size_t len = json_string_length(v);
 

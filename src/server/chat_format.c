@@ -1204,7 +1204,8 @@ static int put_head(const loom__chat_fmt *f, loom_buf *out, const char *object)
  * its dump would be; NULL when that fails. */
 static void make_head(loom__chat_fmt *f)
 {
-    loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    /* Every byte of the id and model escaped (\u00XX), and the rest. */
+    loom_buf b = LOOM_BUF_INIT(6 * (strlen(f->id) + strlen(f->model)) + 128);
 
     if (put_head(f, &b, "chat.completion.chunk") == 0) {
         f->head_len = b.len;
@@ -1323,8 +1324,7 @@ int loom__chat_fmt_begin(loom__chat_fmt *f, loom_buf *out)
     if (f->started)
         return 0;
     f->started = 1;
-    return out ? put_chunk_text(f, out, "", role, sizeof(role) - 1, "", NULL,
-                                1)
+    return out ? put_chunk_text(f, out, "", role, sizeof(role) - 1, "", NULL, 1)
                : 0;
 }
 
@@ -1384,7 +1384,7 @@ static int put_inside(loom_buf *b, const char *s)
  * new reference, NULL when out of memory. */
 static json_t *inside_value(const loom_buf *b)
 {
-    loom_buf lit = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
+    loom_buf lit = LOOM_BUF_INIT(b->len + 2);
     json_t *v = NULL;
 
     if (loom_buf_put(&lit, "\"", 1) == 0 &&
@@ -1668,8 +1668,8 @@ int loom__chat_fmt_logged(loom__chat_fmt *f, const loom_turn_event *ev,
                                 ev->text + ev->delta_at, ev->delta_len, out);
     memset(&le, 0, sizeof(le));
     /* The formatter reads no real, where the two could differ. */
-    le.data = ev->json ? json_incref((json_t *)ev->json)
-                       : loom_turn_event_json(ev);
+    le.data =
+        ev->json ? json_incref((json_t *)ev->json) : loom_turn_event_json(ev);
     if (!le.data)
         return loom__error_oom();
     le.type = ev->type;

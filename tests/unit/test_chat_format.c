@@ -1815,7 +1815,8 @@ static const logged_case failed_cases[] = {
     {LOOM_EV_RUN_FAILED,
      "{\"status\":\"failed\",\"error\":{\"kind\":\"rate_limit\","
      "\"message\":\"slow \\\"down\\\"\",\"http_status\":429,"
-     "\"headers\":{\"retry-after\":\"2\"}}}", -1},
+     "\"headers\":{\"retry-after\":\"2\"}}}",
+     -1},
 };
 
 /* A run the user stopped: a normal answer. */
@@ -1824,7 +1825,8 @@ static const logged_case cancelled_cases[] = {
     {LOOM_EV_RUN_FAILED,
      "{\"status\":\"cancelled\",\"text\":\"part\",\"error\":"
      "{\"code\":\"cancelled\",\"message\":\"stopped\"},\"usage\":"
-     "{\"prompt_tokens\":3,\"completion_tokens\":1}}", -1},
+     "{\"prompt_tokens\":3,\"completion_tokens\":1}}",
+     -1},
 };
 
 /* The log entry of case c (seq), its facts checked. */
@@ -1924,7 +1926,7 @@ static size_t both_ways(const logged_case *cs, size_t n, int streamed)
     return wrote;
 }
 
-#define BOTH_WAYS(cs, streamed)                                              \
+#define BOTH_WAYS(cs, streamed)                                                \
     both_ways(cs, sizeof(cs) / sizeof(cs[0]), streamed)
 
 static void test_logged_streamed(void **state)
