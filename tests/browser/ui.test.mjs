@@ -575,6 +575,14 @@ describe('web UI in Chromium', () => {
         await item.getByText('Friendly greeting').waitFor();
         await item.getByRole('button', { name: /^Rename/ }).click();
         const input = item.getByRole('textbox', { name: 'New title' });
+        await input.waitFor();
+        /* The list reloads (here for a search; also when a run ends)
+         * while a title is being edited: the edit stays. */
+        const reloaded = page.waitForResponse(
+            (r) => r.url().includes('/v1/conversations?'));
+        await page.getByRole('searchbox', { name: 'Search conversations' })
+            .fill('friendly');
+        await reloaded;
         await input.fill('Zebra facts');
         await input.press('Enter');
         await item.getByText('Zebra facts').waitFor();

@@ -128,10 +128,16 @@ async function loadConversations(append = false) {
         params.set('after', state.next);
     const list = await api.call('GET', `/v1/conversations?${params}`);
     const ul = $('conversations');
+    /* A refresh keeps a title being edited as it is: the list reloads
+     * when a run ends, which may be while the user types. */
+    const editing = new Map();
+    for (const li of ul.querySelectorAll('li'))
+        if (li.querySelector('input.rename'))
+            editing.set(li.dataset.id, li);
     if (!append)
         ul.replaceChildren();
     for (const c of list.data || [])
-        ul.append(conversationItem(c));
+        ul.append(editing.get(c.id) || conversationItem(c));
     state.next = list.has_more ? list.next : null;
     $('more').hidden = !state.next;
 }
