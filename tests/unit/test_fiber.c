@@ -2,7 +2,8 @@
  * Tests of the fiber scheduler (core/fiber.h): many fibers on few
  * workers, a parent waiting for children on the same worker, kept stacks
  * running the next fibers, wake-ups from plain threads, timers in
- * deadline order, per-fiber error state, and the bound on blocking work.
+ * deadline order and across parks, per-fiber error state, and the bound
+ * on blocking work.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -300,6 +301,67 @@ static void test_sleep_parks(void **state)
     assert_int_equal(atomic_load(&counter), 100);
 }
 
+/* A fiber's timer across parks: parked with a far deadline and woken by
+ * another fiber, then parked with a nearer one, it still times out then;
+ * parked with a near deadline and woken early, then parked until later,
+ * it sleeps to the later deadline. */
+static loom__fiber *rearm_self;
+static uint64_t rearm_token;
+static int rearm_woken[4];
+static double rearm_late[2];
+
+static void rearm_waker(void *arg)
+{
+    (void)arg;
+    loom__fiber_wake(rearm_self, rearm_token);
+}
+
+/* Parks until `until`, woken first by another fiber of the worker. */
+static int park_woken(double until)
+{
+    rearm_token = loom__fiber_arm();
+    assert_int_equal(
+        loom__fiber_spawn(loom__fiber_sched(), rearm_waker, NULL, 1), 0);
+    return loom__fiber_park(until);
+}
+
+/* Parks until now + ms, woken by nothing; *late: how long after. */
+static int park_alone(double ms, double *late)
+{
+    double until = loom__mono_ms_exact() + ms;
+    int woken;
+
+    (void)loom__fiber_arm();
+    woken = loom__fiber_park(until);
+    *late = loom__mono_ms_exact() - until;
+    return woken;
+}
+
+static void rearm_parker(void *arg)
+{
+    (void)arg;
+    rearm_self = loom__fiber_self();
+    rearm_woken[0] = park_woken(loom__mono_ms_exact() + 600000.0);
+    rearm_woken[1] = park_alone(30, &rearm_late[0]);
+    rearm_woken[2] = park_woken(loom__mono_ms_exact() + 20);
+    rearm_woken[3] = park_alone(80, &rearm_late[1]);
+}
+
+static void test_timer_across_parks(void **state)
+{
+    loom__sched *s = start(1, 0);
+
+    (void)state;
+    assert_int_equal(loom__fiber_spawn(s, rearm_parker, NULL, 0), 0);
+    loom__sched_stop(s);
+    assert_int_equal(rearm_woken[0], 1);
+    assert_int_equal(rearm_woken[1], 0);
+    assert_true(rearm_late[0] >= 0);
+    assert_int_equal(rearm_woken[2], 1);
+    assert_int_equal(rearm_woken[3], 0);
+    assert_true(rearm_late[1] >= 0);
+}
+
 static int timed_rc = -1;
 static double timed_late;
 
@@ -503,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_signal_wakes_each),
         cmocka_unit_test(test_timers_in_deadline_order),
         cmocka_unit_test(test_sleep_parks),
+        cmocka_unit_test(test_timer_across_parks),
         cmocka_unit_test(test_cond_wait_times_out),
         cmocka_unit_test(test_cancel_wakes_parked),
         cmocka_unit_test(test_cancel_before_park),
