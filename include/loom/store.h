@@ -359,6 +359,17 @@ typedef struct {
     /* Whom its usage rows are counted to (a sub-agent's run: its top
      * run's); zero: no one beyond user_id. */
     loom_usage_account account;
+    /*
+     * The save creates the conversation too: conversation_id (1 to 128
+     * bytes) names a new one that does not exist yet. In the same
+     * transaction and before the rows that refer to it, it writes the
+     * row loom_store_conversation_create_for(conversation_id, user_id)
+     * would have written, created at started_at (0: when saved); a save
+     * that fails leaves no conversation behind. LOOM_ERROR when the id
+     * is taken; a sub-agent's run (parent_run_id) cannot:
+     * LOOM_EINVALID.
+     */
+    int create_conversation;
 } loom_turn_record;
 
 /* Limits of a turn's extras; crossing one is an error (LOOM_ETOOLARGE,

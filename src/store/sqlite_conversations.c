@@ -83,6 +83,25 @@ static loom_role role_of(const char *name)
     return LOOM_ROLE_USER;
 }
 
+int loom__sqlite_conv_insert(loom__sqlite_store *st, loom__sqlite_conn *c,
+                             const char *id, const char *owner, int64_t now)
+{
+    sqlite3_stmt *s = NULL;
+    int rc, src = SQLITE_OK;
+
+    if ((rc = loom__sqlite_use(
+             st, c, owner ? S_CONV_INSERT_OWNED : S_CONV_INSERT, &s)))
+        return rc;
+    b_text(s, 1, id, &src);
+    b_int(s, 2, now, &src);
+    if (owner)
+        b_text(s, 3, owner, &src);
+    if ((src = step_done(s, src)) != SQLITE_OK)
+        return loom__sqlite_error(st, c->db, src, "creating a conversation");
+    done(s);
+    return 0;
+}
+
 typedef struct {
     const char *id, *owner;
     int64_t now;
@@ -93,20 +112,8 @@ static int write_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
                               const void *arg)
 {
     const create_arg *a = arg;
-    sqlite3_stmt *s = NULL;
-    int rc, src = SQLITE_OK;
 
-    if ((rc = loom__sqlite_use(
-             st, c, a->owner ? S_CONV_INSERT_OWNED : S_CONV_INSERT, &s)))
-        return rc;
-    b_text(s, 1, a->id, &src);
-    b_int(s, 2, a->now, &src);
-    if (a->owner)
-        b_text(s, 3, a->owner, &src);
-    if ((src = step_done(s, src)) != SQLITE_OK)
-        return loom__sqlite_error(st, c->db, src, "creating a conversation");
-    done(s);
-    return 0;
+    return loom__sqlite_conv_insert(st, c, a->id, a->owner, a->now);
 }
 
 int loom__sqlite_conversation_create(loom_store *base, const char *id,

@@ -7,7 +7,9 @@
  * thread (sqlite_writer.c): a turn is stored whole or not at all, and
  * saving returns once the batch holding it has committed.
  * A sub-agent's run writes its row, its own messages and its usage rows
- * only.
+ * only. A turn that creates its conversation (loom_turn_record
+ * .create_conversation) writes the conversation's row first, in the same
+ * transaction.
  */
 #include "core/error.h"
 #include "store/sqlite_internal.h"
@@ -220,14 +222,22 @@ static int write_turn(loom__sqlite_store *st, loom__sqlite_conn *c,
                       const void *arg)
 {
     const loom__store_plan *p = arg;
+    const loom_turn_record *t = p->turn;
     loom__sqlite_conv_row row;
     int rc;
 
-    if ((rc = loom__sqlite_conv_read(st, c, p->turn->conversation_id, &row)) !=
-            0 ||
-        (rc = loom__sqlite_run_insert(st, c, p)) != 0)
+    if (t->create_conversation) {
+        /* A conversation made with its first turn: its row first, as
+         * conversation_create writes it, then read as empty. */
+        memset(&row, 0, sizeof(row));
+        rc = loom__sqlite_conv_insert(st, c, t->conversation_id, t->user_id,
+                                      t->started_at ? t->started_at : p->now);
+    } else {
+        rc = loom__sqlite_conv_read(st, c, t->conversation_id, &row);
+    }
+    if (rc != 0 || (rc = loom__sqlite_run_insert(st, c, p)) != 0)
         return rc;
-    if (p->turn->parent_run_id) {
+    if (t->parent_run_id) {
         /* A sub-agent's run: its own messages and its usage rows; the
          * conversation is left as it is. */
         if ((rc = loom__sqlite_run_messages_insert(st, c, p)) != 0)

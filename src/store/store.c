@@ -583,6 +583,12 @@ static int check_turn(const loom_turn_record *t)
     if ((unsigned)t->status > LOOM_TURN_CANCELLED)
         return loom__error_set(LOOM_EINVALID, "turn: unknown status %d",
                                (int)t->status);
+    if (t->create_conversation && (t->parent_run_id || !*t->conversation_id ||
+                                   strlen(t->conversation_id) > 128))
+        return loom__error_set(LOOM_EINVALID,
+                               "turn: a conversation created with its turn "
+                               "has an id of 1 to 128 bytes and a top-level "
+                               "run");
     if ((t->tools_len && !t->tools) || (t->calls_len && !t->calls) ||
         (t->usage_len && !t->usage))
         return loom__error_set(LOOM_EINVALID, "turn: NULL array");

@@ -13,6 +13,7 @@
 
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -92,6 +93,68 @@ void test_db_exec(const char *path, const char *sql)
     if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
         fail_msg("raw SQL failed: %s", err ? err : "?");
     sqlite3_close(db);
+}
+
+/* Rows of `from` whose column key is a that are not b's, and b's not
+ * a's, over the columns cols, plus how many more rows one has, plus 1
+ * when a has none and must have some. */
+static long long rows_differ(const char *path, const char *cols,
+                             const char *from, const char *key, const char *a,
+                             const char *b, int some)
+{
+    char fa[512], fb[512], *sql = NULL;
+    long long n;
+
+    assert_true(snprintf(fa, sizeof(fa), "%s WHERE %s = '%s'", from, key, a) <
+                (int)sizeof(fa));
+    assert_true(snprintf(fb, sizeof(fb), "%s WHERE %s = '%s'", from, key, b) <
+                (int)sizeof(fb));
+    assert_true(asprintf(&sql,
+                         "SELECT (SELECT count(*) FROM (SELECT %s FROM %s "
+                         "EXCEPT SELECT %s FROM %s)) + (SELECT count(*) FROM "
+                         "(SELECT %s FROM %s EXCEPT SELECT %s FROM %s)) + "
+                         "abs((SELECT count(*) FROM %s) - (SELECT count(*) "
+                         "FROM %s)) + (%d AND (SELECT count(*) FROM %s) = 0)",
+                         cols, fa, cols, fb, cols, fb, cols, fa, fa, fb, some,
+                         fa) > 0);
+    n = test_db_int(path, sql);
+    free(sql);
+    return n;
+}
+
+void test_db_same_conversation(const char *path, const char *a, const char *b)
+{
+    static const struct {
+        const char *cols, *from, *key;
+        int some; /* the conversation must have such rows */
+    } t[] = {
+        {"title, agent, model, message_count, summary, summary_covers, plan, "
+         "user_id, prefix_hash, prefix_hash_streamed, parent_id, "
+         "fork_position, fork_message, fork_origin",
+         "conversations", "id", 1},
+        {"position, role, content, reasoning, model, finish_reason, status, "
+         "error, prompt_tokens, completion_tokens, cost, tool_call_id, name, "
+         "placeholder, provider_state, cost_micros, citations, parts, agent",
+         "messages", "conversation_id", 1},
+        {"m.position, c.position, c.call_id, c.name, c.arguments, "
+         "c.text_offset",
+         "tool_calls c JOIN messages m ON m.id = c.message_id",
+         "m.conversation_id", 0},
+        {"model, iteration, prompt_tokens, completion_tokens, cached_tokens, "
+         "reasoning_tokens, total_tokens, cost, cache_write_tokens, "
+         "cost_micros, agent, user_id, key_id, workspace, user_name, end_user",
+         "usage", "conversation_id", 1},
+        {"parent_run_id, parent_call_id, depth, user_id, agent, model, "
+         "status, error, finish_reason, prompt_tokens, completion_tokens, "
+         "cached_tokens, reasoning_tokens, total_tokens, cache_write_tokens, "
+         "cost_micros",
+         "runs", "conversation_id", 1},
+    };
+
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (rows_differ(path, t[i].cols, t[i].from, t[i].key, a, b,
+                        t[i].some) != 0)
+            fail_msg("conversations %s and %s differ in: %s", a, b, t[i].from);
 }
 
 const json_t *test_usage_group(const json_t *out, const char *key,

@@ -2,7 +2,8 @@
  * What the store tests (test_store.c, test_store_turn_extras.c,
  * test_memory.c) and the server tests share about a SQLite store on a
  * temporary file: a fresh path, opening it, a new conversation, and the
- * raw file behind the store's back (one integer out, a statement in).
+ * raw file behind the store's back (one integer out, a statement in, two
+ * conversations' rows compared).
  * Failures are cmocka assertions.
  */
 #ifndef LOOM_TEST_STORE_FIXTURE_H
@@ -35,6 +36,15 @@ long long test_db_int(const char *path, const char *sql);
 
 /* Runs sql on the raw database at path; it must succeed. */
 void test_db_exec(const char *path, const char *sql);
+
+/*
+ * Whether two conversations a and b hold the same rows (ids and times
+ * aside), as the raw database at path says: their conversations rows,
+ * and their messages, tool calls, usage and runs rows; a failed
+ * assertion names the table that differs. Each must have messages, usage
+ * and a run.
+ */
+void test_db_same_conversation(const char *path, const char *a, const char *b);
 
 /* The group of a loom_store_usage() answer (its "data") whose field key
  * is value (NULL: null); fails the test when there is none. */
