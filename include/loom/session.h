@@ -380,6 +380,23 @@ typedef struct {
      * sub-agent's turn, which takes its top turn's. Copied.
      */
     loom_usage_account account;
+    /*
+     * A new conversation (conversation_id NULL, a store) is created with
+     * the turn's save, in the same store transaction, not before the
+     * model call: one write less per turn. For a caller that names the
+     * conversation to no one before the turn is stored (a non-streamed
+     * chat completion, whose answer is where its client learns the id):
+     * until then the conversation is not in the store (not listed nor
+     * found). A store that cannot write then fails the turn after its
+     * model call (its tokens spent; the final event is run.failed with
+     * code "store_failed", as for any turn that cannot be stored), where
+     * without it the turn fails before the call; a turn that fails
+     * before its model call leaves no conversation. A sub-agent's run
+     * stored during the turn creates the conversation first, and a
+     * resumable research turn (resumable) creates it when it starts, as
+     * without this option. With a conversation_id: LOOM_EINVALID.
+     */
+    int create_with_save;
 } loom_turn_options;
 
 #define LOOM_TURN_OPTIONS_VERSION 1

@@ -159,6 +159,7 @@ struct loom_turn {
     json_t *stored_plan;
     char *memories; /* the memories section, NULL: none */
     int create_conversation;
+    int save_creates; /* op_save creates the conversation with the turn */
     int load_history;
     loom_run *lr;
     /* A research turn's research (research.h): freed after the run. */
@@ -1978,6 +1979,9 @@ static int pick_conversation(loom_turn *t, const loom_turn_options *o)
     char id[LOOM_ID_SIZE];
     int rc;
 
+    if (o->create_with_save && o->conversation_id)
+        return loom__error_set(LOOM_EINVALID,
+                               "create_with_save is for a new conversation");
     if (!st) {
         if (o->conversation_id)
             return loom__error_set(LOOM_EINVALID,
@@ -2157,6 +2161,10 @@ static int turn_new(loom_turn **out, loom_session *s,
         (!child &&
          (rc = loom__agent_tree_set_account(t->tree, &o->account)) != 0))
         goto fail;
+    /* A resumable research turn's row refers to its conversation from the
+     * start: that one is created before, as without the option. */
+    if (!child && o->create_with_save && t->create_conversation && !t->durable)
+        loom__agent_tree_defer_conversation(t->tree);
     free(model);
     *out = t;
     return 0;
@@ -2183,12 +2191,14 @@ int loom__turn_new_child(loom_turn **out, loom_session *s,
 
 /* ---- executing ----------------------------------------------------------- */
 
+/* The tree's conversation (a top turn's own), owned by the turn's user
+ * (a sub-agent's turn is for its top turn's user). */
 static int op_create(void *arg)
 {
     loom_turn *t = arg;
 
-    return loom_store_conversation_create_for(t->s->o.store, t->conversation_id,
-                                              t->user_id);
+    return loom_store_conversation_create_for(
+        t->s->o.store, loom__agent_tree_conversation(t->tree), t->user_id);
 }
 
 typedef struct {
@@ -2275,7 +2285,30 @@ static int op_save(void *arg)
     rec.started_at = t->started_ms;
     /* A sub-agent's calls are counted to its top turn's account. */
     rec.account = *loom__agent_tree_account(t->tree);
+    rec.create_conversation = t->save_creates;
     return loom_store_save_turn(t->s->o.store, &rec);
+}
+
+/* The top turn's save (loom__agent_tree_conversation_write): the turn,
+ * and its conversation with it while that is deferred. */
+static int save_top(void *arg, int create)
+{
+    loom_turn *t = arg;
+
+    t->save_creates = create;
+    return loom_session_store_retry(t->s, op_save, t, "save_turn");
+}
+
+/* A sub-agent's save: the tree's conversation first while deferred. */
+static int save_sub(void *arg, int create)
+{
+    loom_turn *t = arg;
+    int rc;
+
+    if (create && (rc = loom_session_store_retry(t->s, op_create, t,
+                                                 "create_conversation")) != 0)
+        return rc;
+    return loom_session_store_retry(t->s, op_save, t, "save_child_run");
 }
 
 /*
@@ -2309,8 +2342,7 @@ static void save_child(loom_turn *t)
 
     if (!t->s->o.store || !loom__agent_tree_conversation(t->tree))
         return;
-    if ((rc = loom_session_store_retry(t->s, op_save, t, "save_child_run")) ==
-        0)
+    if ((rc = loom__agent_tree_conversation_write(t->tree, save_sub, t)) == 0)
         t->stored = 1;
     else
         store_failed(t, "save_child_run", rc, 1);
@@ -2461,7 +2493,8 @@ static int prepare(loom_turn *t, const char **op)
             return rc;
         carried.memories = t->memories;
     }
-    if (t->create_conversation) {
+    if (t->create_conversation &&
+        !loom__agent_tree_conversation_deferred(t->tree)) {
         *op = "create_conversation";
         rc = loom_session_store_retry(t->s, op_create, t, *op);
     } else if (t->load_history) {
@@ -2601,8 +2634,8 @@ int loom_turn_execute(loom_turn *t)
                                     "when the server starts again");
         } else if (!t->s->o.store) {
             /* Nothing to store: the turn ends as its run did. */
-        } else if ((prep = loom_session_store_retry(t->s, op_save, t,
-                                                    "save_turn")) == 0) {
+        } else if ((prep = loom__agent_tree_conversation_write(
+                        t->tree, save_top, t)) == 0) {
             t->stored = 1;
             end_research(t);
         } else {

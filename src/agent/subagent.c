@@ -49,6 +49,10 @@ struct loom__agent_tree {
     int max_sub_runs;
     atomic_int sub_runs;
     char *conversation_id; /* the top turn's, where children are stored */
+    /* 1 while that conversation is deferred (created by the first write
+     * in it, which holds conv_mu) */
+    atomic_int conv_deferred;
+    pthread_mutex_t conv_mu;
     loom__elicits *elicits; /* the forms the tree's calls wait on */
     json_t *user_settings;  /* the top turn's, or NULL */
     loom_usage_account account; /* the top turn's; strings owned */
@@ -72,7 +76,9 @@ int loom__agent_tree_new(loom__agent_tree **out, loom_session *s, int max_depth,
     }
     atomic_init(&t->refs, 1);
     atomic_init(&t->sub_runs, 0);
+    atomic_init(&t->conv_deferred, 0);
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->conv_mu, NULL);
     loom__session_ref(s);
     t->s = s;
     t->max_depth = max_depth > 0 ? max_depth : LOOM__SUB_DEFAULT_MAX_DEPTH;
@@ -114,6 +120,7 @@ void loom__agent_tree_free(loom__agent_tree *t)
     }
     free(t->live);
     pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->conv_mu);
     free(t);
 }
 
@@ -134,6 +141,33 @@ int loom__agent_tree_set_conversation(loom__agent_tree *t, const char *id)
 const char *loom__agent_tree_conversation(const loom__agent_tree *t)
 {
     return t ? t->conversation_id : NULL;
+}
+
+void loom__agent_tree_defer_conversation(loom__agent_tree *t)
+{
+    atomic_store(&t->conv_deferred, 1);
+}
+
+int loom__agent_tree_conversation_deferred(loom__agent_tree *t)
+{
+    return t && atomic_load(&t->conv_deferred);
+}
+
+int loom__agent_tree_conversation_write(loom__agent_tree *t,
+                                        int (*write)(void *arg, int create),
+                                        void *arg)
+{
+    int rc;
+
+    /* Deferred only goes from 1 to 0: once 0, no lock is needed. */
+    if (!atomic_load(&t->conv_deferred))
+        return write(arg, 0);
+    pthread_mutex_lock(&t->conv_mu);
+    rc = write(arg, atomic_load(&t->conv_deferred));
+    if (rc == 0)
+        atomic_store(&t->conv_deferred, 0);
+    pthread_mutex_unlock(&t->conv_mu);
+    return rc;
 }
 
 void loom__agent_tree_set_user_settings(loom__agent_tree *t, json_t *settings)

@@ -51,6 +51,21 @@ int loom__agent_tree_max_runs(const loom__agent_tree *t);
  */
 int loom__agent_tree_set_conversation(loom__agent_tree *t, const char *id);
 const char *loom__agent_tree_conversation(const loom__agent_tree *t);
+/*
+ * A new conversation made with the top turn's save
+ * (loom_turn_options.create_with_save) is deferred: not in the store yet.
+ * Whoever stores something in it first creates it, once:
+ * loom__agent_tree_conversation_write calls write(arg, create) with
+ * create 1 while the conversation is deferred (write must then create it
+ * before, or with, what it writes; its 0 ends the deferral) and 0 after,
+ * one such write at a time while deferred. Deferred is set by the top
+ * turn before it runs; the rest from any thread.
+ */
+void loom__agent_tree_defer_conversation(loom__agent_tree *t);
+int loom__agent_tree_conversation_deferred(loom__agent_tree *t);
+int loom__agent_tree_conversation_write(loom__agent_tree *t,
+                                        int (*write)(void *arg, int create),
+                                        void *arg);
 /* The forms the tree's calls put to whoever runs the turn (elicit.h).
  * Borrowed; NULL for a NULL tree. */
 loom__elicits *loom__agent_tree_elicits(const loom__agent_tree *t);

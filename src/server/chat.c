@@ -536,6 +536,10 @@ static int handle(srv_request *r, loom__chat_request *req)
         spec.conversation_id = found;
     } else {
         spec.history = &history;
+        /* Not streamed, the answer is where the client learns the new
+         * conversation's id: it is created with the turn's save. A
+         * stream names it on its first chunk, before the save. */
+        spec.create_with_save = !req->stream;
     }
     input.items = req->messages.items + skip;
     input.len = input.cap = req->messages.len - skip;

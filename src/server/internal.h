@@ -338,6 +338,10 @@ typedef struct {
     const loom_messages *history;
     const loom_messages *input; /* this turn's new messages; not empty */
     const char *conversation_id; /* NULL: a new conversation is created */
+    /* That new conversation is created with the run's save, not before
+     * (loom_turn_options.create_with_save): for a run whose answer is the
+     * first place its conversation's id is given. */
+    int create_with_save;
     /* Server tools offered: NULL with tool_names_set 0: the agent's
      * (every registered tool without an agent). */
     const char *const *tool_names;

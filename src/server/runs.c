@@ -663,6 +663,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
         goto fail;
     }
     to.conversation_id = sp->conversation_id;
+    to.create_with_save = sp->create_with_save;
     to.agent = srv_settings_agent(settings, sp);
     to.user_settings = settings;
     to.user_keys = keys;
