@@ -21,7 +21,8 @@
  * newest checkpoint), never corrupt the file. Every other write is one
  * transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on any error.
  * Errors name the file and SQLite's message; a full disk or an I/O
- * failure is LOOM_EIO.
+ * failure is LOOM_EIO. Every connection opens the file through
+ * sqlite_walvfs.c, which writes each commit's WAL pages in one call.
  *
  * This file holds the pool, opening (WAL, migrations) and the vtable;
  * sqlite_conversations.c reads and deletes conversations, sqlite_turn.c
@@ -308,9 +309,17 @@ static int conn_open(loom__sqlite_store *st, loom__sqlite_conn **out)
     *out = NULL;
     if (!c)
         return loom__error_oom();
-    rc = sqlite3_open_v2(
-        st->path, &c->db,
-        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (loom__sqlite_walvfs() != SQLITE_OK) {
+        conn_close(c);
+        return loom__error_set(LOOM_EIO,
+                               "store %s: cannot set up SQLite's "
+                               "file layer",
+                               st->path);
+    }
+    rc = sqlite3_open_v2(st->path, &c->db,
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                             SQLITE_OPEN_NOMUTEX,
+                         LOOM_SQLITE_VFS);
     if (rc != SQLITE_OK) {
         rc = c->db ? loom__sqlite_error(st, c->db, rc, "cannot open")
                    : loom__error_oom();

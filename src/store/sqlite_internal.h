@@ -274,6 +274,14 @@ void loom__sqlite_writer_free(loom__sqlite_store *st);
  * hook on (it tells the checkpointer how the WAL grows). */
 void loom__sqlite_wal_setup(loom__sqlite_store *st, sqlite3 *db);
 
+/* The VFS every store connection opens with (sqlite_walvfs.c): the
+ * default one, with each commit's WAL frames written in one call. */
+#define LOOM_SQLITE_VFS "loom-wal"
+/* Registers it (once); SQLITE_OK or SQLite's code. */
+int loom__sqlite_walvfs(void);
+/* Writes sent to WAL files through it so far, by every connection. */
+long loom__sqlite_walvfs_writes(void);
+
 /* Records SQLite's error rc (message from db when there is one) as
  * "store PATH: what: message"; returns the LOOM_E* code. */
 int loom__sqlite_error(loom__sqlite_store *st, sqlite3 *db, int rc,

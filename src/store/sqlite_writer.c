@@ -500,7 +500,8 @@ int loom__sqlite_writer_start(loom__sqlite_store *st)
 
     /* The checkpointer's own connection, outside the pool. */
     rc = sqlite3_open_v2(st->path, &w->ckpt_db,
-                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                         LOOM_SQLITE_VFS);
     if (rc == SQLITE_OK) {
         sqlite3_busy_timeout(w->ckpt_db, 0);
         sqlite3_wal_autocheckpoint(w->ckpt_db, 0);
