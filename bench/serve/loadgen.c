@@ -685,10 +685,18 @@ static void build_request(target *t)
     int bl, n;
     size_t len;
 
+    /* A streamed request asks for the usage chunk: loom asks its upstream
+     * for it (it counts cost from it), and the fake, like every target,
+     * must be sent the same request, or the fake direct streams one
+     * chunk (and with chunk delays one delay) fewer than the targets in
+     * front of it relay. */
     bl = snprintf(body, sizeof(body),
-                  "{\"model\":\"%s\",\"stream\":%s,\"messages\":"
+                  "{\"model\":\"%s\",\"stream\":%s,%s\"messages\":"
                   "[{\"role\":\"user\",\"content\":\"%s\"}]}",
-                  t->model, O.stream ? "true" : "false", O.prompt);
+                  t->model, O.stream ? "true" : "false",
+                  O.stream ? "\"stream_options\":{\"include_usage\":true},"
+                           : "",
+                  O.prompt);
     if (bl < 0 || (size_t)bl >= sizeof(body))
         die("request body too long");
     n = snprintf(t->req, sizeof(t->req),
