@@ -690,13 +690,13 @@ static void build_request(target *t)
      * must be sent the same request, or the fake direct streams one
      * chunk (and with chunk delays one delay) fewer than the targets in
      * front of it relay. */
-    bl = snprintf(body, sizeof(body),
-                  "{\"model\":\"%s\",\"stream\":%s,%s\"messages\":"
-                  "[{\"role\":\"user\",\"content\":\"%s\"}]}",
-                  t->model, O.stream ? "true" : "false",
-                  O.stream ? "\"stream_options\":{\"include_usage\":true},"
-                           : "",
-                  O.prompt);
+    bl =
+        snprintf(body, sizeof(body),
+                 "{\"model\":\"%s\",\"stream\":%s,%s\"messages\":"
+                 "[{\"role\":\"user\",\"content\":\"%s\"}]}",
+                 t->model, O.stream ? "true" : "false",
+                 O.stream ? "\"stream_options\":{\"include_usage\":true}," : "",
+                 O.prompt);
     if (bl < 0 || (size_t)bl >= sizeof(body))
         die("request body too long");
     n = snprintf(t->req, sizeof(t->req),
