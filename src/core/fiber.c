@@ -101,11 +101,17 @@
  * requests at once: past it, stacks are unmapped as before. */
 #define KEEP_STACKS 64
 #define MAX_EVENTS 64
-/* Idle connections a worker's curl multi handle keeps for reuse. curl's
- * default grows with the transfers it has seen (four per handle added),
- * so a burst of streams would leave as many idle sockets open for good;
- * the old per-call pool kept 8. */
-#define KEEP_CONNECTIONS 16
+/* Idle connections a worker's curl multi handle keeps for reuse: as many
+ * as it has model calls in flight when busy, or each call past the bound
+ * connects again (at concurrency 64, 16 kept made one request in three
+ * open a new upstream connection: a connect, a close and the upstream's
+ * accept per request, bench/serve/README.md). curl's default grows with
+ * the transfers it has seen (four per handle added) without bound; this
+ * bound keeps what a burst of thousands of streams leaves behind to 256
+ * sockets a worker; curl closes one found idle for over two minutes (the
+ * CURLOPT_MAXAGE_CONN default) or closed by the upstream when it next
+ * looks for a connection. */
+#define KEEP_CONNECTIONS 256
 
 enum { F_READY, F_RUNNING, F_PARKED };
 enum { REQ_NONE, REQ_PARK, REQ_YIELD, REQ_DONE };

@@ -26,6 +26,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -762,6 +763,90 @@ static void test_http_reuse(void **state)
     fake_stop(f);
 }
 
+/* Many model calls at once on one worker, twice: the second wave reuses
+ * the connections of the first (a worker keeps as many idle connections
+ * as a busy server has calls in flight, so pass-through at concurrency 64
+ * does not connect again for every few requests). */
+#define WAVE 48
+
+typedef struct {
+    pthread_mutex_t mu;
+    loom__cond cv;
+    int left;
+} wave_count;
+
+typedef struct {
+    loom__http_pool *pool;
+    loom__http_request hreq;
+    long new_connections;
+    int rc, status;
+    wave_count *count;
+} wave_call;
+
+static void wave_call_run(void *arg)
+{
+    wave_call *c = arg;
+    loom__http_response hr = {0};
+
+    c->rc = loom__http_perform(c->pool, &c->hreq, &hr);
+    c->status = (int)hr.status;
+    c->new_connections = hr.new_connections;
+    loom__http_response_clear(&hr);
+    pthread_mutex_lock(&c->count->mu);
+    if (--c->count->left == 0)
+        loom__cond_broadcast(&c->count->cv);
+    pthread_mutex_unlock(&c->count->mu);
+}
+
+static void test_http_reuse_wave(void **state)
+{
+    loom__http_pool *pool;
+    loom__http_request hreq;
+    char url[256];
+    loom_fake *f;
+    static wave_call calls[WAVE];
+    wave_count count = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    long connects[2] = {0, 0};
+
+    (void)state;
+    f = fake_start_script("{\"loop\":true,\"responses\":[{"
+                          "\"text\":[\"ok\"],\"delay_ms\":100}]}");
+    assert_non_null(f);
+    assert_int_equal(loom__http_pool_new(&pool), 0);
+    snprintf(url, sizeof(url), "%s/chat/completions", fake_base_url(f));
+    memset(&hreq, 0, sizeof(hreq));
+    hreq.url = url;
+    hreq.headers = json_hdrs;
+    hreq.headers_len = 1;
+    hreq.body = json_body;
+    hreq.body_len = strlen(json_body);
+    assert_int_equal(loom__cond_init(&count.cv), 0);
+    for (int wave = 0; wave < 2; wave++) {
+        count.left = WAVE;
+        for (int i = 0; i < WAVE; i++) {
+            calls[i] = (wave_call){pool, hreq, -1, -1, 0, &count};
+            assert_int_equal(loom__fiber_spawn(loom__fiber_sched(),
+                                               wave_call_run, &calls[i], 1),
+                             0);
+        }
+        pthread_mutex_lock(&count.mu);
+        while (count.left > 0)
+            loom__cond_wait(&count.cv, &count.mu, -1);
+        pthread_mutex_unlock(&count.mu);
+        for (int i = 0; i < WAVE; i++) {
+            assert_int_equal(calls[i].rc, 0);
+            assert_int_equal(calls[i].status, 200);
+            connects[wave] += calls[i].new_connections;
+        }
+    }
+    /* All at once: one connection each, then none. */
+    assert_int_equal(connects[0], WAVE);
+    assert_int_equal(connects[1], 0);
+    loom__cond_destroy(&count.cv);
+    loom__http_pool_free(pool);
+    fake_stop(f);
+}
+
 /* A URL libcurl cannot parse fails as before, from libcurl (the handle
  * is given URLs parsed by loom, core/http.c set_url), and the pair that
  * refused it then serves a good URL. */
@@ -854,6 +939,7 @@ TEST_ON_FIBER(test_non_streamed_body_limit)
 TEST_ON_FIBER(test_stream_text_limit)
 TEST_ON_FIBER(test_error_body_cap)
 TEST_ON_FIBER(test_http_reuse)
+TEST_ON_FIBER(test_http_reuse_wave)
 TEST_ON_FIBER(test_http_bad_url)
 TEST_ON_FIBER(test_body_callback_parks)
 
@@ -908,6 +994,7 @@ int main(void)
         cmocka_unit_test(test_stream_text_limit_on_fiber),
         cmocka_unit_test(test_error_body_cap_on_fiber),
         cmocka_unit_test(test_http_reuse_on_fiber),
+        cmocka_unit_test(test_http_reuse_wave_on_fiber),
         cmocka_unit_test(test_http_bad_url_on_fiber),
         cmocka_unit_test(test_body_callback_parks_on_fiber),
     };
