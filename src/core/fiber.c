@@ -107,11 +107,13 @@
  * open a new upstream connection: a connect, a close and the upstream's
  * accept per request, bench/serve/README.md). curl's default grows with
  * the transfers it has seen (four per handle added) without bound; this
- * bound keeps what a burst of thousands of streams leaves behind to 256
- * sockets a worker; curl closes one found idle for over two minutes (the
- * CURLOPT_MAXAGE_CONN default) or closed by the upstream when it next
- * looks for a connection. */
-#define KEEP_CONNECTIONS 256
+ * bound keeps what a burst of thousands of streams leaves behind to 64
+ * sockets a worker, which a burst of a few hundred fills at once (so the
+ * count stays flat from one burst to the next: test_server_soak); curl
+ * closes one found idle for over two minutes (the CURLOPT_MAXAGE_CONN
+ * default) or closed by the upstream when it next looks for a
+ * connection. */
+#define KEEP_CONNECTIONS 64
 
 enum { F_READY, F_RUNNING, F_PARKED };
 enum { REQ_NONE, REQ_PARK, REQ_YIELD, REQ_DONE };
