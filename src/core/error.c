@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -19,30 +20,62 @@
 #endif
 
 static _Thread_local loom__error_state own;
-static _Thread_local loom__error_state *cur;
+static _Thread_local loom__error_state **cur;
 
-/* The state in use: a fiber's, or the thread's own. */
-static loom__error_state *state(void)
+/* What a slot holds when its state could not be allocated: the error
+ * then recorded was lost, and reads as running out of memory. Never
+ * written. */
+static loom__error_state nomem = {LOOM_ENOMEM, "out of memory"};
+
+/* The state to read: the slot's (NULL: none yet, no error), or the
+ * thread's own. */
+static const loom__error_state *state_read(void)
 {
-    return cur ? cur : &own;
+    return cur ? *cur : &own;
 }
 
-loom__error_state *loom__error_use(loom__error_state *es)
+/* The state to write: the slot's, allocated at its first error; NULL
+ * when it cannot be (the slot then reads as out of memory). */
+static loom__error_state *state_write(void)
 {
-    loom__error_state *was = cur;
+    loom__error_state *es;
 
-    cur = es;
+    if (!cur)
+        return &own;
+    es = *cur;
+    if (!es || es == &nomem) {
+        es = calloc(1, sizeof(*es));
+        *cur = es ? es : &nomem;
+    }
+    return es;
+}
+
+loom__error_state **loom__error_use(loom__error_state **slot)
+{
+    loom__error_state **was = cur;
+
+    cur = slot;
     return was;
+}
+
+void loom__error_release(loom__error_state **slot)
+{
+    if (*slot != &nomem)
+        free(*slot);
+    *slot = NULL;
 }
 
 int loom__error_set(int code, const char *fmt, ...)
 {
+    loom__error_state *es = state_write();
     va_list ap;
 
+    if (!es)
+        return code;
     va_start(ap, fmt);
-    vsnprintf(state()->msg, sizeof(state()->msg), fmt, ap);
+    vsnprintf(es->msg, sizeof(es->msg), fmt, ap);
     va_end(ap);
-    state()->code = code;
+    es->code = code;
     return code;
 }
 
@@ -53,18 +86,28 @@ int loom__error_oom(void)
 
 const char *loom_error_last(void)
 {
-    return state()->msg;
+    const loom__error_state *es = state_read();
+
+    return es ? es->msg : "";
 }
 
 int loom_error_last_code(void)
 {
-    return state()->code;
+    const loom__error_state *es = state_read();
+
+    return es ? es->code : 0;
 }
 
 void loom_error_clear(void)
 {
-    state()->code = 0;
-    state()->msg[0] = '\0';
+    loom__error_state *es = cur ? *cur : &own;
+
+    if (es == &nomem) {
+        *cur = NULL;
+    } else if (es) {
+        es->code = 0;
+        es->msg[0] = '\0';
+    }
 }
 
 const char *loom_error_name(int code)

@@ -17,9 +17,18 @@ typedef struct {
     char msg[1024];
 } loom__error_state;
 
-/* Makes es the calling thread's error state until the next call (NULL:
- * the thread's own); returns the one in use before. The fiber scheduler
- * swaps each fiber's in, so runs sharing a worker thread keep apart. */
-loom__error_state *loom__error_use(loom__error_state *es);
+/*
+ * Makes *slot the calling thread's error state until the next call (NULL:
+ * the thread's own); returns the slot in use before. *slot may be NULL:
+ * the state is allocated at the first error recorded while the slot is
+ * in use, and reads as no error until then, so a fiber that never fails
+ * carries no message buffer. The fiber scheduler swaps each fiber's in,
+ * so runs sharing a worker thread keep apart.
+ */
+loom__error_state **loom__error_use(loom__error_state **slot);
+
+/* Frees the state a slot holds and sets it to NULL (no error); the slot
+ * must not be in use by any thread. */
+void loom__error_release(loom__error_state **slot);
 
 #endif

@@ -128,7 +128,9 @@ struct loom__cond_waiter {
 };
 
 struct loom__fiber {
-    ucontext_t ctx; /* the first entry only */
+    /* Its first entry (makecontext), until that switches out: about 1
+     * KB that a started fiber no longer needs. */
+    ucontext_t *ctx;
     sigjmp_buf jb;  /* where it switched out */
     int started;    /* entered once: its trampoline lives (jb) */
     worker *w;
@@ -152,7 +154,9 @@ struct loom__fiber {
     const loom_cancel *cancel;
     loom__fiber *cprev, *cnext;
     int clisted;
-    loom__error_state err;
+    /* Its error state: made at its first error, freed when it ends (a
+     * stream that never fails carries no message buffer). */
+    loom__error_state *err;
 #ifdef FIBER_TSAN
     void *tsan;
 #endif
@@ -269,6 +273,9 @@ __attribute__((noinline)) static void jump(sigjmp_buf *from, sigjmp_buf *to,
 /* From the worker's own context into f. */
 static void switch_in(worker *w, loom__fiber *f)
 {
+    /* A first entry's context, freed once back (after the sanitizer's
+     * switch is complete). */
+    ucontext_t *first = NULL;
 #ifdef FIBER_ASAN
     void *fake = NULL;
     size_t pg = page_size();
@@ -280,13 +287,16 @@ static void switch_in(worker *w, loom__fiber *f)
         jump(&w->main_jb, &f->jb, NULL, TSAN_FIBER(f->tsan));
     } else {
         f->started = 1;
-        jump(&w->main_jb, NULL, &f->ctx, TSAN_FIBER(f->tsan));
+        first = f->ctx;
+        f->ctx = NULL;
+        jump(&w->main_jb, NULL, first, TSAN_FIBER(f->tsan));
     }
     loom__error_use(NULL);
     w->cur = NULL;
 #ifdef FIBER_ASAN
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #endif
+    free(first);
 }
 
 /* From fiber f back to its worker's context, having set f->req. */
@@ -516,6 +526,8 @@ static void fiber_free(loom__fiber *f)
 #endif
     if (f->map)
         munmap(f->map, f->map_len);
+    free(f->ctx);
+    loom__error_release(&f->err);
     free(f);
 }
 
@@ -557,12 +569,14 @@ static int fiber_prepare(worker *w, loom__fiber *f, void (*fn)(void *),
     size_t pg = page_size();
 
     if (!f->started) {
-        if (get_context(&f->ctx) != 0)
+        if (!f->ctx && !(f->ctx = malloc(sizeof(*f->ctx))))
             return -1;
-        f->ctx.uc_stack.ss_sp = f->map + pg;
-        f->ctx.uc_stack.ss_size = f->map_len - pg;
-        f->ctx.uc_link = NULL;
-        makecontext(&f->ctx, trampoline, 0);
+        if (get_context(f->ctx) != 0)
+            return -1;
+        f->ctx->uc_stack.ss_sp = f->map + pg;
+        f->ctx->uc_stack.ss_size = f->map_len - pg;
+        f->ctx->uc_link = NULL;
+        makecontext(f->ctx, trampoline, 0);
     }
     f->w = w;
     f->fn = fn;
@@ -573,7 +587,7 @@ static int fiber_prepare(worker *w, loom__fiber *f, void (*fn)(void *),
     f->heap_i = 0;
     f->req = REQ_NONE;
     f->cancel = NULL;
-    memset(&f->err, 0, sizeof(f->err));
+    loom__error_release(&f->err);
 #ifdef FIBER_TSAN
     if (!f->tsan)
         f->tsan = __tsan_create_fiber(0);
@@ -585,6 +599,7 @@ static int fiber_prepare(worker *w, loom__fiber *f, void (*fn)(void *),
  * stays in its trampoline), or unmapped. */
 static void fiber_ended(worker *w, loom__fiber *f)
 {
+    loom__error_release(&f->err);
     pthread_mutex_lock(&w->lock);
     if (w->nspare < KEEP_STACKS) {
         f->next = w->spare;

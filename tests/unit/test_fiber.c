@@ -516,6 +516,48 @@ static void test_error_state_per_fiber(void **state)
     assert_string_equal(loom_error_last(), "the test thread's");
 }
 
+/* C: on the kept stack of A, which failed (one worker: B took a fresh
+ * stack while A ran, so C gets A's). */
+static void clean_check(void *arg)
+{
+    (void)arg;
+    if (loom_error_last_code() != 0 || loom_error_last()[0] != '\0')
+        return;
+    loom__error_set(LOOM_ETIMEDOUT, "late");
+    if (loom_error_last_code() != LOOM_ETIMEDOUT)
+        return;
+    loom_error_clear();
+    if (loom_error_last_code() == 0 && loom_error_last()[0] == '\0')
+        atomic_fetch_add(&err_ok, 1);
+}
+
+static void clean_spawner(void *arg)
+{
+    if (loom__fiber_spawn(arg, clean_check, NULL, 1) != 0)
+        atomic_fetch_sub(&err_ok, 100);
+}
+
+static void clean_failer(void *arg)
+{
+    loom__error_set(LOOM_ERROR, "A failed");
+    if (loom__fiber_spawn(arg, clean_spawner, arg, 1) != 0)
+        atomic_fetch_sub(&err_ok, 100);
+}
+
+/* A fiber starts with no error, also on the kept stack of one that
+ * recorded one (a fiber's state is made at its first error and dropped
+ * when it ends), and loom_error_clear clears its own. */
+static void test_error_state_fresh_on_kept_stack(void **state)
+{
+    loom__sched *s = start(1, 0);
+
+    (void)state;
+    atomic_store(&err_ok, 0);
+    assert_int_equal(loom__fiber_spawn(s, clean_failer, s, 0), 0);
+    loom__sched_stop(s);
+    assert_int_equal(atomic_load(&err_ok), 1);
+}
+
 /* ---- blocking work ------------------------------------------------------- */
 
 static atomic_int bl_active, bl_max;
@@ -570,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_cancel_wakes_parked),
         cmocka_unit_test(test_cancel_before_park),
         cmocka_unit_test(test_error_state_per_fiber),
+        cmocka_unit_test(test_error_state_fresh_on_kept_stack),
         cmocka_unit_test(test_blocking_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
