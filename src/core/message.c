@@ -6,6 +6,7 @@
 #include "loom/message.h"
 #include "core/error.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,14 +25,20 @@ static int dup_opt(char **dst, const char *src)
     return 0;
 }
 
-static int reserve(loom_messages *m)
+/* Room for n more messages. A list starts small (a run's often holds
+ * one or two for as long as it streams) and doubles. */
+static int reserve(loom_messages *m, size_t n)
 {
     loom_message *p;
     size_t cap;
 
-    if (m->len < m->cap)
+    if (n <= m->cap - m->len)
         return 0;
-    cap = m->cap ? m->cap * 2 : 8;
+    if (n > SIZE_MAX / 2 / sizeof(*p) - m->len)
+        return loom__error_oom();
+    cap = m->cap ? m->cap * 2 : 2;
+    while (cap < m->len + n)
+        cap *= 2;
     p = realloc(m->items, cap * sizeof(*p));
     if (!p)
         return loom__error_oom();
@@ -257,13 +264,12 @@ int loom_messages_add_assistant(loom_messages *m, const char *content,
 
 int loom_messages_append(loom_messages *dst, const loom_messages *src)
 {
-    for (size_t i = 0; i < src->len; i++) {
-        int rc = reserve(dst);
-        if (rc || (rc = message_copy(&dst->items[dst->len], &src->items[i])))
-            return rc;
-        dst->len++;
-    }
-    return 0;
+    int rc = reserve(dst, src->len);
+
+    for (size_t i = 0; !rc && i < src->len; i++)
+        if ((rc = message_copy(&dst->items[dst->len], &src->items[i])) == 0)
+            dst->len++;
+    return rc;
 }
 
 void loom_messages_free(loom_messages *m)

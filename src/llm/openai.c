@@ -567,7 +567,9 @@ static int cache_messages(loom_llm_cache *c, const loom_llm_request *req)
         c->len = k;
     }
     if (req->messages_len > c->cap) {
-        size_t cap = c->cap ? c->cap : 16;
+        /* Sized to the request, then doubled: a stream's call caches
+         * its few messages for as long as it streams. */
+        size_t cap = c->cap ? c->cap * 2 : 2;
         cached_msg *items;
         while (cap < req->messages_len)
             cap *= 2;

@@ -1206,10 +1206,14 @@ static void make_head(loom__chat_fmt *f)
 {
     /* Every byte of the id and model escaped (\u00XX), and the rest. */
     loom_buf b = LOOM_BUF_INIT(6 * (strlen(f->id) + strlen(f->model)) + 128);
+    char *head;
 
     if (put_head(f, &b, "chat.completion.chunk") == 0) {
         f->head_len = b.len;
         f->head = loom_buf_detach(&b);
+        /* Kept for the whole stream: no room beyond the text. */
+        if ((head = realloc(f->head, f->head_len + 1)) != NULL)
+            f->head = head;
     }
     loom_buf_free(&b);
 }

@@ -1206,6 +1206,8 @@ static void test_state_round_trip(void **state)
         0);
     assert_int_equal(
         loom_messages_add_tool_result(&m, "call_2", "get_time", "noon"), 0);
+    /* The appends may have moved the list (it grows from 2). */
+    a = &m.items[1];
     req.model = "o4-mini";
     req.messages = m.items;
     req.messages_len = m.len;
