@@ -116,6 +116,9 @@ struct loom__http_pool {
     size_t idle_len;
     CURLSH *share;
     pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+    /* The last URL a new pair parsed, and its text (under lock). */
+    CURLU *url;
+    char *url_text;
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -201,6 +204,8 @@ void loom__http_pool_free(loom__http_pool *pool)
     /* Every easy handle is gone, so the share is no longer in use. */
     if (pool->share)
         curl_share_cleanup(pool->share);
+    curl_url_cleanup(pool->url);
+    free(pool->url_text);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&pool->share_locks[i]);
     pthread_mutex_destroy(&pool->lock);
@@ -489,33 +494,80 @@ static int keep_setup(pair *pr, const loom__http_request *req)
     return 0;
 }
 
+/* url parsed with the flags libcurl itself parses a string URL with,
+ * so a transfer sees the same parts; NULL when it does not parse. */
+static CURLU *parse_url(const char *url)
+{
+    CURLU *u = curl_url();
+
+    if (u && curl_url_set(u, CURLUPART_URL, url,
+                          CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME) !=
+                 CURLUE_OK) {
+        curl_url_cleanup(u);
+        u = NULL;
+    }
+    return u;
+}
+
+/* A copy of the pool's last parsed URL when it is url, else url parsed
+ * (then kept as the pool's last); NULL when it does not parse or out of
+ * memory. */
+static CURLU *pool_url(loom__http_pool *pool, const char *url)
+{
+    CURLU *u = NULL, *keep;
+    char *text;
+
+    pthread_mutex_lock(&pool->lock);
+    if (pool->url && strcmp(pool->url_text, url) == 0)
+        u = curl_url_dup(pool->url);
+    pthread_mutex_unlock(&pool->lock);
+    if (u || !(u = parse_url(url)))
+        return u;
+    keep = curl_url_dup(u);
+    text = strdup(url);
+    if (keep && text) {
+        CURLU *old_url;
+        char *old_text;
+
+        pthread_mutex_lock(&pool->lock);
+        old_url = pool->url;
+        old_text = pool->url_text;
+        pool->url = keep;
+        pool->url_text = text;
+        pthread_mutex_unlock(&pool->lock);
+        keep = old_url;
+        text = old_text;
+    }
+    curl_url_cleanup(keep);
+    free(text);
+    return u;
+}
+
 /*
  * Gives pr's handle req's URL. Set as a string (CURLOPT_URL), libcurl
  * parses it again for every transfer and builds it back into a string
  * with its own printf (about 12k instructions, a tenth of what libcurl
- * spends on a call); a parsed handle (CURLOPT_CURLU) is only copied. It
- * is parsed here with the flags libcurl itself parses a string URL with,
- * so the transfer sees the same parts. A URL that does not parse is set
- * as a string, for libcurl to refuse with its own error as before.
+ * spends on a call); a parsed handle (CURLOPT_CURLU) is only copied. A
+ * new pair copies the pool's parsed URL too: parsing formats with that
+ * printf, whose frame is about 4 KB, on the caller's fiber, and a
+ * fiber's stack keeps every page it touched for as long as its stream
+ * is open (a third page of every stream when each parsed its own). A
+ * URL that does not parse is set as a string, for libcurl to refuse
+ * with its own error as before.
  */
-static void set_url(pair *pr, const char *url)
+static void set_url(loom__http_pool *pool, pair *pr, const char *url)
 {
     curl_url_cleanup(pr->url);
-    pr->url = curl_url();
-    if (pr->url && curl_url_set(pr->url, CURLUPART_URL, url,
-                                CURLU_GUESS_SCHEME |
-                                    CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK) {
+    pr->url = pool_url(pool, url);
+    if (pr->url)
         curl_easy_setopt(pr->easy, CURLOPT_CURLU, pr->url);
-        return;
-    }
-    curl_url_cleanup(pr->url);
-    pr->url = NULL;
-    curl_easy_setopt(pr->easy, CURLOPT_URL, url);
+    else
+        curl_easy_setopt(pr->easy, CURLOPT_URL, url);
 }
 
 /* Sets pr's handle up for req: everything when it was set up for
  * something else, else only the body. */
-static int setup(pair *pr, const loom__http_request *req)
+static int setup(loom__http_pool *pool, pair *pr, const loom__http_request *req)
 {
     transfer *t = &pr->t;
     CURL *e = pr->easy;
@@ -539,7 +591,7 @@ static int setup(pair *pr, const loom__http_request *req)
         curl_easy_reset(e);
         curl_slist_free_all(pr->hdrs);
         pr->hdrs = hdrs;
-        set_url(pr, req->url);
+        set_url(pool, pr, req->url);
         curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -772,7 +824,7 @@ int loom__http_perform(loom__http_pool *pool, const loom__http_request *req,
     t->max_error_body = max_error_body;
     t->max_body = max_body;
     pr->errbuf[0] = '\0';
-    if ((rc = setup(pr, req)) != 0)
+    if ((rc = setup(pool, pr, req)) != 0)
         goto cleanup;
     if ((fm = loom__fiber_multi()) != NULL) {
         if ((rc = perform_on_fiber(pr, fm, &res)) == 0)

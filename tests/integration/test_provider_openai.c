@@ -874,6 +874,117 @@ static void test_http_bad_url(void **state)
     fake_stop(f);
 }
 
+/* A transfer held in its body callback until released, on a thread. */
+typedef struct {
+    loom__http_pool *pool;
+    loom__http_request req;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int holding, released, rc;
+    loom_buf got;
+} held_call;
+
+static int holding_body(const char *data, size_t len, void *payload)
+{
+    held_call *h = payload;
+
+    pthread_mutex_lock(&h->mu);
+    h->holding = 1;
+    pthread_cond_broadcast(&h->cv);
+    while (!h->released)
+        pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+    return loom_buf_put(&h->got, data, len);
+}
+
+static void *held_thread(void *arg)
+{
+    held_call *h = arg;
+    loom__http_response hr = {0};
+
+    h->rc = loom__http_perform(h->pool, &h->req, &hr);
+    if (h->rc == 0 && hr.status != 200)
+        h->rc = -1;
+    loom__http_response_clear(&hr);
+    return NULL;
+}
+
+/* Performs a non-streamed call to url on pool; its answer's body. */
+static char *call_text(loom__http_pool *pool, const char *url)
+{
+    loom__http_request hreq = {0};
+    loom__http_response hr = {0};
+    char *text;
+
+    hreq.url = url;
+    hreq.headers = json_hdrs;
+    hreq.headers_len = 1;
+    hreq.body = json_body;
+    hreq.body_len = strlen(json_body);
+    assert_int_equal(loom__http_perform(pool, &hreq, &hr), 0);
+    assert_int_equal(hr.status, 200);
+    text = strdup(loom_buf_cstr(&hr.body));
+    loom__http_response_clear(&hr);
+    return text;
+}
+
+/* New pairs copy the pool's last parsed URL (core/http.c set_url): with
+ * one transfer held, a call to its URL makes a new pair from the copy,
+ * and calls to another URL, then back, each reach their own server. */
+static void test_http_new_pairs_urls(void **state)
+{
+    loom_fake *one = fake_start_script(
+        "{\"loop\":true,\"responses\":[{\"text\":[\"one\"]}]}");
+    loom_fake *two = fake_start_script(
+        "{\"loop\":true,\"responses\":[{\"text\":[\"two\"]}]}");
+    char url1[256], url2[256], *text;
+    held_call h = {0};
+    pthread_t th;
+
+    (void)state;
+    assert_non_null(one);
+    assert_non_null(two);
+    snprintf(url1, sizeof(url1), "%s/chat/completions", fake_base_url(one));
+    snprintf(url2, sizeof(url2), "%s/chat/completions", fake_base_url(two));
+    assert_int_equal(loom__http_pool_new(&h.pool), 0);
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_cond_init(&h.cv, NULL);
+    loom_buf_init(&h.got, 1 << 20);
+    h.req.url = url1;
+    h.req.headers = json_hdrs;
+    h.req.headers_len = 1;
+    h.req.body = json_body;
+    h.req.body_len = strlen(json_body);
+    h.req.on_body = holding_body;
+    h.req.payload = &h;
+    assert_int_equal(pthread_create(&th, NULL, held_thread, &h), 0);
+    pthread_mutex_lock(&h.mu);
+    while (!h.holding)
+        pthread_cond_wait(&h.cv, &h.mu);
+    pthread_mutex_unlock(&h.mu);
+    for (int i = 0; i < 4; i++) {
+        text = call_text(h.pool, i % 2 ? url2 : url1);
+        assert_non_null(strstr(text, i % 2 ? "two" : "one"));
+        assert_null(strstr(text, i % 2 ? "one" : "two"));
+        free(text);
+    }
+    pthread_mutex_lock(&h.mu);
+    h.released = 1;
+    pthread_cond_broadcast(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(h.rc, 0);
+    assert_non_null(strstr(loom_buf_cstr(&h.got), "one"));
+    assert_int_equal(fake_request_count(one), 3);
+    assert_int_equal(fake_request_count(two), 2);
+    loom_buf_free(&h.got);
+    pthread_cond_destroy(&h.cv);
+    pthread_mutex_destroy(&h.mu);
+    loom__http_pool_free(h.pool);
+    fake_stop(one);
+    fake_stop(two);
+}
+
 /* on_body that parks its fiber on each piece (as a store write does):
  * the bytes that arrive meanwhile are neither lost nor moved under it. */
 static int parking_body(const char *data, size_t len, void *payload)
@@ -976,6 +1087,7 @@ int main(void)
         cmocka_unit_test(test_error_body_cap),
         cmocka_unit_test(test_http_reuse),
         cmocka_unit_test(test_http_bad_url),
+        cmocka_unit_test(test_http_new_pairs_urls),
         cmocka_unit_test(test_stream_text_on_fiber),
         cmocka_unit_test(test_tool_calls_streamed_on_fiber),
         cmocka_unit_test(test_non_streamed_on_fiber),
