@@ -567,15 +567,6 @@ typedef struct {
     int depth;
     const char *type_name; /* "message.delta" */
     const char *text;
-    size_t text_len;
-    /*
-     * A message.delta or reasoning.delta: the delta_len bytes of text at
-     * delta_at are the JSON string literal of its "delta" (quotes
-     * included), as a compact dump writes that string. delta_len is 0
-     * for other events, and when the string holds U+0000 (a reader takes
-     * it up to there: parse text then).
-     */
-    size_t delta_at, delta_len;
     /*
      * The run's own run.completed or run.failed (depth 0), which every
      * reader of a turn reads whole: its JSON, kept from when the text
@@ -584,6 +575,18 @@ typedef struct {
      * entry (json_incref is fine). NULL for other events.
      */
     const json_t *json;
+    /* Lengths and offsets in 32 bits (an event's text is under 4 GiB):
+     * a run keeps every entry, about a hundred for a short answer, and
+     * its header is a third of each. */
+    uint32_t text_len;
+    /*
+     * A message.delta or reasoning.delta: the delta_len bytes of text at
+     * delta_at are the JSON string literal of its "delta" (quotes
+     * included), as a compact dump writes that string. delta_len is 0
+     * for other events, and when the string holds U+0000 (a reader takes
+     * it up to there: parse text then).
+     */
+    uint32_t delta_at, delta_len;
 } loom_turn_event;
 
 /* The event's JSON, parsed from its text: a new reference the caller

@@ -965,14 +965,14 @@ int loom_turn_wait(loom_turn *t, uint64_t after_seq, long timeout_ms)
 }
 
 /* A log entry holding text (len bytes) in the same allocation; NULL
- * when out of memory. */
+ * when out of memory (or for a text of 4 GiB or more). */
 static loom_turn_event *event_new(const char *text, size_t len, uint64_t seq,
                                   loom_event_type type)
 {
-    loom_turn_event *e = malloc(sizeof(*e) + len + 1);
+    loom_turn_event *e;
     char *copy;
 
-    if (!e)
+    if (len > UINT32_MAX || !(e = malloc(sizeof(*e) + len + 1)))
         return NULL;
     copy = (char *)(e + 1);
     memcpy(copy, text, len);
@@ -982,7 +982,7 @@ static loom_turn_event *event_new(const char *text, size_t len, uint64_t seq,
     e->depth = 0;
     e->type_name = loom_event_type_name(type);
     e->text = copy;
-    e->text_len = len;
+    e->text_len = (uint32_t)len;
     e->delta_at = e->delta_len = 0;
     e->json = NULL;
     return e;
@@ -1004,8 +1004,8 @@ static void note_delta(loom_turn_event *e, const json_t *v)
     if (s && !memchr(s, '\0', len) &&
         loom__json_put_string(&lit, s, len) == 0 &&
         (at = memmem(e->text, e->text_len, lit.ptr, lit.len)) != NULL) {
-        e->delta_at = (size_t)(at - e->text);
-        e->delta_len = lit.len;
+        e->delta_at = (uint32_t)(at - e->text);
+        e->delta_len = (uint32_t)lit.len;
     }
     loom_buf_free(&lit);
 }
