@@ -144,7 +144,6 @@ struct loom_turn {
     loom__run_context ctxs;
     turn_model *alts; /* models the run switched to (turn_resolve) */
     size_t nalts;
-    loom_run_options ro;
     /* handoffs: the turn's agent's, the agents handed over to, and the
      * request's own settings, which hold for them too */
     loom_run_handoff *handoffs;
@@ -1771,95 +1770,96 @@ static void tighter64(int64_t *limit, int64_t other)
 
 /*
  * The one mapping of an agent's config and a turn's overrides to run
- * options, for every front end.
+ * options, for every front end: into *ro, which the run copies (the
+ * turn keeps no copy of its own: 776 bytes of every open stream).
  */
-static int turn_run_options(loom_turn *t, const loom_turn_options *o)
+static int turn_run_options(loom_turn *t, const loom_turn_options *o,
+                            loom_run_options *ro)
 {
     const loom_agent_config *agent = t->agent_cfg;
     loom_session *s = t->s;
-    loom_run_options ro = LOOM_RUN_OPTIONS_INIT;
     loom_router_options rto = LOOM_ROUTER_OPTIONS_INIT;
     int rc;
 
-    ro.run_id = t->id;
-    ro.conversation_id = t->conversation_id;
-    ro.provider = s->o.provider ? s->o.provider : t->router;
-    ro.tools = s->tools;
-    ro.tool_settings = s->cfg->tools;
-    ro.agent = t->agent;
-    ro.system_prompt = t->system_prompt;
+    *ro = (loom_run_options)LOOM_RUN_OPTIONS_INIT;
+    ro->run_id = t->id;
+    ro->conversation_id = t->conversation_id;
+    ro->provider = s->o.provider ? s->o.provider : t->router;
+    ro->tools = s->tools;
+    ro->tool_settings = s->cfg->tools;
+    ro->agent = t->agent;
+    ro->system_prompt = t->system_prompt;
     if (t->tool_names) {
-        ro.tool_names = (const char *const *)t->tool_names;
-        ro.tool_names_len = t->ntool_names;
+        ro->tool_names = (const char *const *)t->tool_names;
+        ro->tool_names_len = t->ntool_names;
     }
-    ro.max_iterations = o->max_iterations > 0 ? o->max_iterations
-                        : agent               ? agent->max_iterations
-                                              : 0;
+    ro->max_iterations = o->max_iterations > 0 ? o->max_iterations
+                         : agent               ? agent->max_iterations
+                                               : 0;
     if (agent) {
-        ro.tool_choice = agent->tool_choice;
-        ro.parallel_tool_calls =
+        ro->tool_choice = agent->tool_choice;
+        ro->parallel_tool_calls =
             agent->parallel_tool_calls ? LOOM_OPT_ON : LOOM_OPT_OFF;
-        ro.tool_concurrency = agent->tool_concurrency;
+        ro->tool_concurrency = agent->tool_concurrency;
     }
     if (o->tool_choice_set) {
-        ro.tool_choice.kind = o->tool_choice.kind;
-        ro.tool_choice.function = t->choice_fn;
+        ro->tool_choice.kind = o->tool_choice.kind;
+        ro->tool_choice.function = t->choice_fn;
     }
     if (o->parallel_tool_calls != LOOM_OPT_DEFAULT)
-        ro.parallel_tool_calls = o->parallel_tool_calls;
-    ro.max_output_tokens = o->max_output_tokens > 0 ? o->max_output_tokens : 0;
-    ro.temperature = o->temperature;
-    ro.temperature_set = o->temperature_set;
-    ro.client_tools = t->client_defs;
-    ro.client_tools_len = t->nclient;
+        ro->parallel_tool_calls = o->parallel_tool_calls;
+    ro->max_output_tokens = o->max_output_tokens > 0 ? o->max_output_tokens : 0;
+    ro->temperature = o->temperature;
+    ro->temperature_set = o->temperature_set;
+    ro->client_tools = t->client_defs;
+    ro->client_tools_len = t->nclient;
     if (loom_llm_params_any(&t->params))
-        ro.params = &t->params;
-    ro.user_id = t->user_id;
-    ro.user_keys = t->user_keys;
+        ro->params = &t->params;
+    ro->user_id = t->user_id;
+    ro->user_keys = t->user_keys;
     /* The user's instructions are for the answer they read: the top
      * turn's, not its sub-agents'. */
     if (t->depth == 0)
-        ro.user_instructions = json_string_value(
+        ro->user_instructions = json_string_value(
             json_object_get(t->user_settings, "instructions"));
-    ro.agent_hooks = agent_hooks(s, t->agent);
+    ro->agent_hooks = agent_hooks(s, t->agent);
     if (agent) {
-        ro.handoffs = t->handoffs;
-        ro.handoffs_len = agent->handoffs_len;
-        ro.resolve_agent = handoff_agent;
-        ro.resolve_payload = t;
+        ro->handoffs = t->handoffs;
+        ro->handoffs_len = agent->handoffs_len;
+        ro->resolve_agent = handoff_agent;
+        ro->resolve_payload = t;
     }
-    ro.resolve_model = turn_resolve;
-    ro.resolve_model_payload = t;
+    ro->resolve_model = turn_resolve;
+    ro->resolve_model_payload = t;
     /* A title only for the conversation this turn starts in the store. */
-    ro.title.enabled = o->title && t->create_conversation;
-    ro.call_gate = o->call_gate;
-    ro.budget = o->budget;
+    ro->title.enabled = o->title && t->create_conversation;
+    ro->call_gate = o->call_gate;
+    ro->budget = o->budget;
     if (agent) {
-        tighter64(&ro.budget.max_cost_micros, agent->budget_cost_micros);
-        tighter(&ro.budget.max_tokens, agent->budget_tokens);
-        tighter(&ro.budget.max_seconds, agent->budget_seconds);
+        tighter64(&ro->budget.max_cost_micros, agent->budget_cost_micros);
+        tighter(&ro->budget.max_tokens, agent->budget_tokens);
+        tighter(&ro->budget.max_seconds, agent->budget_seconds);
     }
-    loom__run_options_use_model(&ro, &t->mreq);
-    ro.model = t->model;
-    ro.upstream_model = t->upstream;
+    loom__run_options_use_model(ro, &t->mreq);
+    ro->model = t->model;
+    ro->upstream_model = t->upstream;
     rto = router_options(s);
-    if ((rc = loom__run_context_setup(&t->ctxs, &ro, s->cfg, &rto)) != 0 ||
-        (rc = loom__run_agent_setup(&t->ctxs, &ro, s->cfg, agent, &rto)) != 0)
+    if ((rc = loom__run_context_setup(&t->ctxs, ro, s->cfg, &rto)) != 0 ||
+        (rc = loom__run_agent_setup(&t->ctxs, ro, s->cfg, agent, &rto)) != 0)
         return rc;
     /* The recorder keeps what the store saves: without a store the run's
      * events come straight to the turn's sink. */
-    ro.sink = (loom_sink){on_event, t};
+    ro->sink = (loom_sink){on_event, t};
     if (s->o.store) {
-        if ((rc = loom_recorder_new(&t->rec, ro.sink)) != 0 ||
+        if ((rc = loom_recorder_new(&t->rec, ro->sink)) != 0 ||
             (rc = use_data_policy(t->rec, agent)) != 0)
             return rc;
-        ro.sink = loom_recorder_sink(t->rec);
+        ro->sink = loom_recorder_sink(t->rec);
     }
     if (agent && agent->research &&
         (rc = loom__research_new(&t->research, s, s->cfg, t->research_opts,
-                                 &ro)) != 0)
+                                 ro)) != 0)
         return rc;
-    t->ro = ro;
     return 0;
 }
 
@@ -2095,6 +2095,7 @@ static int turn_new(loom_turn **out, loom_session *s,
                     const loom_turn_options *o, const loom__turn_child *child)
 {
     loom_turn *t;
+    loom_run_options ro;
     char *model = NULL;
     int rc;
 
@@ -2155,9 +2156,9 @@ static int turn_new(loom_turn **out, loom_session *s,
              o->params, NULL)) != 0 ||
         (rc = pick_model(t, model)) != 0 || (rc = keep_spec(t, o)) != 0 ||
         (!child && (rc = pick_conversation(t, o)) != 0) ||
-        (rc = turn_run_options(t, o)) != 0 ||
-        (rc = loom__run_create(&t->lr, &t->ro)) != 0 ||
-        (rc = place_run(t)) != 0 || (rc = make_durable(t, o, child)) != 0 ||
+        (rc = turn_run_options(t, o, &ro)) != 0 ||
+        (rc = loom__run_create(&t->lr, &ro)) != 0 || (rc = place_run(t)) != 0 ||
+        (rc = make_durable(t, o, child)) != 0 ||
         (!child &&
          (rc = loom__agent_tree_set_account(t->tree, &o->account)) != 0))
         goto fail;
