@@ -20,6 +20,7 @@
 #include "server/srvpriv.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- headers ------------------------------------------------------------- */
@@ -190,6 +191,8 @@ void srv__admission_release(srv_admission *a)
     if (a->lease)
         loom_limiter_release(a->s->limiter, a->lease);
     a->lease = NULL;
+    free(a->scopes);
+    a->scopes = NULL;
 }
 
 /* 1 when a scope with a budget refuses models without prices. */
@@ -274,6 +277,9 @@ int srv__admit(srv_admission *a, const srv_run_spec *sp, const char *model)
      * hold all the same. */
     if (!srv_identity_isolated(who))
         return 0;
+    if (!a->scopes &&
+        !(a->scopes = calloc(LOOM_LIMIT_SCOPES_MAX, sizeof(*a->scopes))))
+        return loom__error_oom();
     snprintf(a->key_id, sizeof(a->key_id), "%s", who->key.id);
     snprintf(a->workspace, sizeof(a->workspace), "%s", who->key.workspace);
     snprintf(a->user, sizeof(a->user), "%s", who->key.user);

@@ -214,6 +214,7 @@ void srv_run_ref(srv_run *run)
 void srv_run_unref(srv_run *run)
 {
     if (run && atomic_fetch_sub(&run->refs, 1) == 1) {
+        srv__admission_release(&run->adm);
         loom_turn_free(run->t);
         json_decref(run->models);
         free(run);

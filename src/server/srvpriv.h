@@ -203,7 +203,10 @@ typedef struct srv_admission {
     char workspace[LOOM_ACCOUNT_NAME_MAX + 1];
     char user[LOOM_ACCOUNT_NAME_MAX + 1];
     size_t nscopes;
-    char scopes[LOOM_LIMIT_SCOPES_MAX][LOOM_LIMIT_SCOPE_SIZE];
+    /* LOOM_LIMIT_SCOPES_MAX names, made by srv__admit when limits apply
+     * (640 bytes a run otherwise kept, for as long as it streams);
+     * freed when the admission ends. */
+    char (*scopes)[LOOM_LIMIT_SCOPE_SIZE];
     /* Written by the run's thread, read once it ended. */
     atomic_int granted; /* calls let through */
     atomic_int refused; /* calls refused by a budget */
@@ -223,7 +226,8 @@ void srv__admission_init(srv_admission *a, srv_server *s);
  */
 int srv__admit(srv_admission *a, const srv_run_spec *spec, const char *model);
 
-/* Ends the admission: its concurrent-run slots are free. */
+/* Ends the admission: its concurrent-run slots are free. Again, or for
+ * an admission never made, it only frees what is left. */
 void srv__admission_release(srv_admission *a);
 
 /* ---- the server (server.c) ----------------------------------------------- */
