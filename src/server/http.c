@@ -46,6 +46,7 @@
 #define MAX_REPLY_HEADERS 32
 #define MAX_LOG_PATH 200
 #define MAX_ALLOW 96 /* "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS" */
+#define JSON_ERROR_SHOWN 256
 
 /* ---- the router ---------------------------------------------------------- */
 
@@ -216,10 +217,15 @@ typedef struct srv_conn {
     int too_large;
     size_t discarded;
     const route *route;
-    char json_error[256]; /* req.json_error's text */
+    /* req.json_error's text (JSON_ERROR_SHOWN bytes), made for a body
+     * that does not parse. */
+    char *json_error;
     int method_mismatch; /* the path exists with another method */
     const route *other;  /* then its route, for the metrics' label */
-    char allow[MAX_ALLOW]; /* the methods it exists with, for 405 */
+    /* The methods it exists with (MAX_ALLOW bytes), made for a 405:
+     * a connection lives as long as its stream, so what only an error
+     * needs is not kept in it. */
+    char *allow;
     int state;
     int counted; /* in the server's pending requests */
     srv_identity who; /* the caller, once authenticated */
@@ -315,6 +321,8 @@ static void conn_free(srv_conn *c)
     free(c->method);
     free(c->path);
     free(c->segbuf);
+    free(c->json_error);
+    free(c->allow);
     conn_release(c->s, c);
 }
 
@@ -340,6 +348,8 @@ static void allowed_methods(srv_conn *c, char **segs, size_t n)
 {
     srv_router *rt = c->s->router;
 
+    if (!c->allow && !(c->allow = calloc(1, MAX_ALLOW)))
+        return; /* the 405 then names none */
     for (size_t i = 0; i < rt->len; i++) {
         const route *r = &rt->routes[i];
         if (!route_matches(r, segs, n))
@@ -984,10 +994,12 @@ static enum MHD_Result run_handler(srv_conn *c)
 static void reply_no_route(srv_conn *c)
 {
     if (c->method_mismatch) {
-        srv_set_header(&c->req, "Allow", c->allow);
+        const char *allow = c->allow ? c->allow : "";
+
+        srv_set_header(&c->req, "Allow", allow);
         srv_reply_error(&c->req, 405, NULL, NULL, "method_not_allowed",
                         "%s is not allowed on %s (allowed: %s)", c->method,
-                        c->path, c->allow);
+                        c->path, allow);
     } else {
         srv_reply_error(&c->req, 404, NULL, NULL, "not_found",
                         "no route for %s %s", c->method, c->path);
@@ -1010,9 +1022,13 @@ static void parse_body(srv_conn *c)
     if (!c->body.len)
         return;
     c->req.json = json_loadb(c->body.ptr, c->body.len, 0, &jerr);
-    if (!c->req.json)
+    if (c->req.json)
+        return;
+    if ((c->json_error = malloc(JSON_ERROR_SHOWN)) != NULL)
         c->req.json_error =
-            loom__json_error_shown(c->json_error, sizeof(c->json_error), &jerr);
+            loom__json_error_shown(c->json_error, JSON_ERROR_SHOWN, &jerr);
+    else
+        c->req.json_error = "not JSON (out of memory for the details)";
 }
 
 enum MHD_Result srv__on_request(void *cls, struct MHD_Connection *mc,
