@@ -23,10 +23,11 @@
 /* libmicrohttpd allocates (and zeroes) this with the response, per
  * stream. A chunked answer (HTTP/1.1) never uses it: the reader writes
  * straight into the connection's write buffer. Only an answer without
- * chunks (an HTTP/1.0 client's) is read through it, a block at a time; an
- * event is a few hundred bytes, so 1 KiB still carries several a call,
- * and every open stream keeps 3 KB less than with 4 KiB. */
-#define SSE_BLOCK 1024
+ * chunks (an HTTP/1.0 client's) is read through it, a block at a time; a
+ * chat chunk is about 200 bytes, so 512 still carries two a call, and
+ * the response with its block (about 620 bytes, mimalloc's 640-byte size
+ * class; 1,280 with 1 KiB) is what every open stream keeps. */
+#define SSE_BLOCK 512
 #define SSE_FILL (64 * 1024)        /* format events up to this much */
 #define SSE_MAX_PENDING ((size_t)64 << 20) /* one formatted batch at most */
 
