@@ -2149,7 +2149,11 @@ static char *all_disabled(const loom__tool_job *jobs, size_t nj, size_t nclient)
 static int run_tools(loom_run *run, size_t *nclient, int *think_only,
                      char **disabled)
 {
-    const loom_message *assistant = &run->all.items[run->all.len - 1];
+    /* The turn's assistant message, by place: appending the results
+     * may move the list (it grows as needed), so a pointer into it is
+     * taken again after them. */
+    size_t at = run->all.len - 1;
+    const loom_message *assistant = &run->all.items[at];
     loom__tool_job *jobs = NULL;
     size_t nj = 0, nthink = 0;
     int rc, rc2;
@@ -2181,7 +2185,7 @@ static int run_tools(loom_run *run, size_t *nclient, int *think_only,
     if (!rc)
         rc = rc2;
     if (!rc && *nclient)
-        rc = keep_pending(run, assistant);
+        rc = keep_pending(run, &run->all.items[at]);
     return rc;
 }
 
