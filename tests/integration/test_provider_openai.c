@@ -810,7 +810,7 @@ static void test_http_reuse_wave(void **state)
 
     (void)state;
     f = fake_start_script("{\"loop\":true,\"responses\":[{"
-                          "\"text\":[\"ok\"],\"delay_ms\":100}]}");
+                          "\"text\":[\"ok\"],\"delay_ms\":300}]}");
     assert_non_null(f);
     assert_int_equal(loom__http_pool_new(&pool), 0);
     snprintf(url, sizeof(url), "%s/chat/completions", fake_base_url(f));
