@@ -7,7 +7,7 @@
  * each taking the file's lock and doing the page cache's per-page work
  * for one or two pages (a header and a page straddle three): at one
  * request at a time, the WAL's writes were a seventh of loom's CPU
- * (bench/serve/README.md, "The store's writes"). No SQLite option or
+ * (bench/serve/README.md, "Round six"). No SQLite option or
  * Debian package batches them, so this shim does, on top of the default
  * VFS ("unix"), and nothing else:
  *
