@@ -210,6 +210,7 @@ typedef struct {
     pthread_cond_t ckpt_cv;
     sqlite3 *ckpt_db; /* the checkpointer's own connection */
     int ckpt_stop;
+    int ckpt_quiet;        /* it waits for CKPT_QUIET_MS with the WAL synced */
     int wal_frames;        /* frames in the WAL after the newest commit */
     int backfilled;        /* frames of it the newest checkpoint copied */
     unsigned long commits; /* commits seen by the WAL hook */
@@ -281,6 +282,8 @@ void loom__sqlite_wal_setup(loom__sqlite_store *st, sqlite3 *db);
 int loom__sqlite_walvfs(void);
 /* Writes sent to WAL files through it so far, by every connection. */
 long loom__sqlite_walvfs_writes(void);
+/* Syncs of WAL files through it so far, by every connection. */
+long loom__sqlite_walvfs_syncs(void);
 
 /* Records SQLite's error rc (message from db when there is one) as
  * "store PATH: what: message"; returns the LOOM_E* code. */

@@ -60,7 +60,7 @@ static sqlite3_vfs walvfs;
 static sqlite3_vfs *base_vfs;
 static pthread_once_t walvfs_once = PTHREAD_ONCE_INIT;
 static int walvfs_rc = SQLITE_OK;
-static atomic_long walvfs_writes;
+static atomic_long walvfs_writes, walvfs_syncs;
 
 /* Sends what is gathered; drops it either way. */
 static int wal_send(wal_file *f)
@@ -142,6 +142,7 @@ static int wal_sync(sqlite3_file *p, int flags)
     wal_file *f = (wal_file *)p;
     int rc = wal_send(f);
 
+    atomic_fetch_add_explicit(&walvfs_syncs, 1, memory_order_relaxed);
     return rc != SQLITE_OK ? rc : f->real->pMethods->xSync(f->real, flags);
 }
 
@@ -259,4 +260,9 @@ int loom__sqlite_walvfs(void)
 long loom__sqlite_walvfs_writes(void)
 {
     return atomic_load_explicit(&walvfs_writes, memory_order_relaxed);
+}
+
+long loom__sqlite_walvfs_syncs(void)
+{
+    return atomic_load_explicit(&walvfs_syncs, memory_order_relaxed);
 }

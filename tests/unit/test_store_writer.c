@@ -6,7 +6,8 @@
  * conversation, a turn that meets a full disk) fails alone, a process
  * killed right after its threads' saves returned keeps every turn it
  * had acknowledged, the WAL is copied back into the database and
- * stays bounded under steady writes, and a write alone in its batch
+ * stays bounded under steady writes, a pause in writes syncs the WAL
+ * without starting it over, and a write alone in its batch
  * (no savepoint) that fails leaves nothing behind.
  */
 #include <setjmp.h>
@@ -403,7 +404,7 @@ static void test_wal_bounded(void **state)
     memset(answer, 'x', WAL_ANSWER);
     answer[WAL_ANSWER] = '\0';
     /* A few turns, then a pause: the checkpointer copies them into the
-     * database file on its own (once writes paused for half a second).
+     * database file on its own (once writes paused for ten seconds).
      * Waits for all of them, up to a minute: a checkpoint may land
      * between two of the turns and copy only the first. */
     w[0] =
@@ -441,6 +442,39 @@ static void test_wal_bounded(void **state)
     for (int k = 0; k < WAL_THREADS; k++)
         free(w[k].conversation);
     free(answer);
+    test_db_remove(path);
+    free(path);
+}
+
+/* A short pause in writes syncs the WAL (its commits are durable from
+ * then on) without starting it over, so the next commit does not sync a
+ * new WAL's header: no sync at all inside a commit. */
+static void test_pause_syncs_wal(void **state)
+{
+    char *path = test_db_path("pause.db");
+    loom_store *st = test_store_open_ok(path);
+    char *conversation = test_conversation_create_ok(st);
+    long syncs;
+    int i;
+
+    (void)state;
+    assert_int_equal(save_one(st, conversation, 1), 0);
+    syncs = loom__sqlite_walvfs_syncs();
+    /* The pause: the WAL is synced after half a second. */
+    for (i = 0; i < 100 && loom__sqlite_walvfs_syncs() == syncs; i++)
+        usleep(50000);
+    assert_true(loom__sqlite_walvfs_syncs() > syncs);
+    /* Turns after it, each after a pause shorter than a checkpoint's:
+     * none syncs. */
+    for (int k = 2; k < 5; k++) {
+        usleep(700000);
+        syncs = loom__sqlite_walvfs_syncs();
+        assert_int_equal(save_one(st, conversation, k), 0);
+        assert_int_equal(loom__sqlite_walvfs_syncs(), syncs);
+    }
+    loom_store_free(st);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"), 8);
+    free(conversation);
     test_db_remove(path);
     free(path);
 }
@@ -515,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_full_disk_in_batch),
         cmocka_unit_test(test_kill_after_acks),
         cmocka_unit_test(test_wal_bounded),
+        cmocka_unit_test(test_pause_syncs_wal),
         cmocka_unit_test(test_lone_write_fails),
     };
 
