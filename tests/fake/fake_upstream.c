@@ -138,30 +138,39 @@ static int conn_fd(struct MHD_Connection *con)
     return ci ? ci->connect_fd : -1;
 }
 
-/*
- * Waits ms milliseconds (forever when ms < 0). Returns true early when the
- * server is stopping or the peer on fd (when fd >= 0) has gone away, so a
- * scripted pause never outlives its client or the process.
- */
-static bool wait_or_gone(int fd, long ms)
+/* The monotonic time ms milliseconds from now; UINT64_MAX (never) when
+ * ms < 0. */
+static uint64_t after_ms(long ms)
 {
-    uint64_t end = ms < 0 ? UINT64_MAX : now_us() + (uint64_t)ms * 1000u;
+    return ms < 0 ? UINT64_MAX : now_us() + (uint64_t)ms * 1000u;
+}
 
+/*
+ * Waits until end (CLOCK_MONOTONIC µs; UINT64_MAX: forever). Returns true
+ * early when the server is stopping or the peer on fd (when fd >= 0) has
+ * gone away, so a scripted pause never outlives its client or the
+ * process.
+ */
+static bool wait_or_gone(int fd, uint64_t end)
+{
     for (;;) {
-        uint64_t t = now_us();
-        long slice = FAKE_SLICE_MS;
+        uint64_t t = now_us(), slice = (uint64_t)FAKE_SLICE_MS * 1000u;
         struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+        struct timespec ts;
 
         if (atomic_load(&g.stopping))
             return true;
         if (t >= end)
             return false;
-        if (end - t < (uint64_t)slice * 1000u)
-            slice = (long)((end - t + 999u) / 1000u);
+        if (end - t < slice)
+            slice = end - t;
+        /* To the microsecond: a fixed schedule's waits are not whole
+         * milliseconds. */
+        ts.tv_sec = (time_t)(slice / 1000000u);
+        ts.tv_nsec = (long)(slice % 1000000u) * 1000L;
         if (fd < 0) {
-            struct timespec ts = {slice / 1000, (slice % 1000) * 1000000L};
             nanosleep(&ts, NULL);
-        } else if (poll(&p, 1, (int)slice) > 0 &&
+        } else if (ppoll(&p, 1, &ts, NULL) > 0 &&
                    (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
             return true;
         }
@@ -169,28 +178,36 @@ static bool wait_or_gone(int fd, long ms)
 }
 
 /*
- * Pauses the current request of connection c for ms milliseconds (until
- * the client leaves when ms < 0). With a thread per connection it blocks
+ * Pauses the current request of connection c until due (CLOCK_MONOTONIC
+ * µs; UINT64_MAX: until the client leaves). With a thread per connection
+ * it blocks
  * and returns PAUSE_DONE, or PAUSE_GONE when it ended early (client gone,
  * server stopping). In event mode the first call suspends the connection
  * and returns PAUSE_LATER: the caller returns (0 from a content reader,
  * MHD_YES from the access handler without an answer) and MHD calls it
  * again once the pause is over; that call returns its outcome.
  */
-static pause_result pause_for(fake_conn *c, long ms)
+static pause_result pause_until(fake_conn *c, uint64_t due)
 {
     int fd = conn_fd(c->con);
 
     if (!g.epoll)
-        return wait_or_gone(fd, ms) ? PAUSE_GONE : PAUSE_DONE;
+        return wait_or_gone(fd, due) ? PAUSE_GONE : PAUSE_DONE;
     if (c->wait.state == FAKE_WAIT_DONE) {
         c->wait.state = FAKE_WAIT_IDLE;
         return c->wait.gone ? PAUSE_GONE : PAUSE_DONE;
     }
     if (c->wait.state == FAKE_WAIT_PENDING)
         return PAUSE_LATER; /* called again before the suspension held */
-    fake_wait_begin(&c->wait, c->con, fd, ms);
+    fake_wait_begin(&c->wait, c->con, fd, due);
     return PAUSE_LATER;
+}
+
+/* pause_until() ms milliseconds from now (until the client leaves when
+ * ms < 0). */
+static pause_result pause_for(fake_conn *c, long ms)
+{
+    return pause_until(c, after_ms(ms));
 }
 
 static void load_replay(const char *path, long status)
@@ -460,7 +477,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             busy_lap(&t0);
             if (!g.epoll) {
                 atomic_fetch_add(&g.hanging, 1);
-                wait_or_gone(s->fd, -1);
+                wait_or_gone(s->fd, UINT64_MAX);
                 atomic_fetch_sub(&g.hanging, 1);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
@@ -480,7 +497,16 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             pause_result pr;
 
             busy_lap(&t0);
-            pr = pause_for(c, s->chunk_delay_ms);
+            /* A fixed schedule: chunk k is due k + 1 delays after the
+             * first call, however late the ones before went out (a busy
+             * CPU, a client slow to read), so the pace is the script's
+             * whoever the client is. */
+            if (s->due_for != s->cur) {
+                s->due = (s->due_for == SIZE_MAX ? t0 : s->due) +
+                         (uint64_t)s->chunk_delay_ms * 1000u;
+                s->due_for = s->cur;
+            }
+            pr = pause_until(c, s->due);
             if (pr == PAUSE_LATER)
                 return 0;
             if (pr == PAUSE_GONE)
@@ -653,6 +679,7 @@ static enum MHD_Result answer_script(struct MHD_Connection *con, fake_conn *c,
     s->fd = conn_fd(con);
     s->owner = c;
     s->chunk_delay_ms = r->chunk_delay_ms;
+    s->due_for = SIZE_MAX;
     s->disconnect_after =
         r->disconnect_after < 0 ? SIZE_MAX : (size_t)r->disconnect_after;
     s->hang_after = r->hang ? (size_t)r->hang_after : SIZE_MAX;

@@ -114,6 +114,8 @@ typedef struct {
     size_t cur; /* chunk being sent */
     size_t off; /* bytes of it already sent */
     long chunk_delay_ms;
+    uint64_t due;            /* CLOCK_MONOTONIC µs chunk due_for is due */
+    size_t due_for;          /* SIZE_MAX: none yet */
     size_t disconnect_after; /* SIZE_MAX: never */
     size_t hang_after;       /* SIZE_MAX: never */
     int fd;                  /* the client's socket, to see it leave */
@@ -147,7 +149,8 @@ void fake_waiter_stop(void);
  * side (pauses over 250 ms), or when the server stops; w->state is then
  * FAKE_WAIT_DONE and w->gone says whether it ended early. The callback returns
  * at once and reads the outcome when MHD calls it again. */
-void fake_wait_begin(fake_wait *w, struct MHD_Connection *con, int fd, long ms);
+void fake_wait_begin(fake_wait *w, struct MHD_Connection *con, int fd,
+                     uint64_t due);
 
 /* What a generated answer needs beyond its script entry. */
 typedef struct {

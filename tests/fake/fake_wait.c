@@ -135,7 +135,8 @@ static void *waiter(void *arg)
 
     (void)arg;
     for (;;) {
-        int timeout = -1, nev;
+        struct timespec ts, *timeout = NULL;
+        int nev;
         uint64_t now;
 
         pthread_mutex_lock(&W.lock);
@@ -144,13 +145,18 @@ static void *waiter(void *arg)
             return NULL;
         }
         if (W.n && W.heap[0]->due != UINT64_MAX) {
+            uint64_t left;
+
             now = mono_us();
-            timeout = W.heap[0]->due <= now
-                          ? 0
-                          : (int)((W.heap[0]->due - now + 999u) / 1000u);
+            left = W.heap[0]->due <= now ? 0 : W.heap[0]->due - now;
+            /* To the microsecond (epoll_wait's milliseconds would make
+             * a fixed schedule's chunks up to 1 ms late). */
+            ts.tv_sec = (time_t)(left / 1000000u);
+            ts.tv_nsec = (long)(left % 1000000u) * 1000L;
+            timeout = &ts;
         }
         pthread_mutex_unlock(&W.lock);
-        nev = epoll_wait(W.ep, evs, 64, timeout);
+        nev = epoll_pwait2(W.ep, evs, 64, timeout, NULL);
         if (nev < 0 && errno != EINTR)
             fake_die("epoll_wait: %s", strerror(errno));
         pthread_mutex_lock(&W.lock);
@@ -203,8 +209,10 @@ void fake_waiter_stop(void)
     free(W.heap);
 }
 
-void fake_wait_begin(fake_wait *w, struct MHD_Connection *con, int fd, long ms)
+void fake_wait_begin(fake_wait *w, struct MHD_Connection *con, int fd,
+                     uint64_t due)
 {
+    uint64_t now = mono_us();
     bool first;
 
     /* Suspended before it is registered, so the waiter never resumes a
@@ -212,7 +220,7 @@ void fake_wait_begin(fake_wait *w, struct MHD_Connection *con, int fd, long ms)
     MHD_suspend_connection(con);
     pthread_mutex_lock(&W.lock);
     w->con = con;
-    w->fd = ms < 0 || ms > FAKE_WATCH_MS ? fd : -1;
+    w->fd = due > now + (uint64_t)FAKE_WATCH_MS * 1000u ? fd : -1;
     w->heap_i = SIZE_MAX;
     if (W.closed) {
         end_wait(w, true);
@@ -229,7 +237,7 @@ void fake_wait_begin(fake_wait *w, struct MHD_Connection *con, int fd, long ms)
         W.cap = cap;
     }
     w->state = FAKE_WAIT_PENDING;
-    w->due = ms < 0 ? UINT64_MAX : mono_us() + (uint64_t)ms * 1000u;
+    w->due = due;
     w->heap_i = W.n;
     W.heap[W.n++] = w;
     heap_fix(w->heap_i);
