@@ -57,12 +57,16 @@
  * a reset and every option and header line set again, so the bound
  * covers the model calls a server has in flight at a few hundred
  * requests at once (with 8, four in ten calls at 64 concurrent requests
- * made a new pair). An idle pair holds its easy handle and its 4 KiB
- * receive buffer, about 16 KiB: 1 MiB per provider at most. Connections
+ * made a new pair). An idle pair holds its easy handle and its 2 KiB
+ * receive buffer, about 14 KiB: 1 MiB per provider at most. Connections
  * are not kept here (the multi handles keep them). */
 #define POOL_MAX_IDLE 64
-/* libcurl's receive buffer per transfer (CURLOPT_BUFFERSIZE). */
-#define HTTP_RECV_BUFFER 4096
+/* libcurl's receive buffer per transfer (CURLOPT_BUFFERSIZE). loom
+ * always calls models streamed, and a stream's chunk is a few hundred
+ * bytes; libcurl allocates one byte more than this, so 2047 is a 2 KiB
+ * allocation (4096 took mimalloc's 5 KiB class): about 2 KB less per
+ * open stream at 9,900 streams (bench/serve/README.md, round seven). */
+#define HTTP_RECV_BUFFER 2047
 /* Body bytes a fiber's transfer holds before it pauses until they are
  * handed on. */
 #define INBOX_MAX ((size_t)256 << 10)
