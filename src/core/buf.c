@@ -5,6 +5,7 @@
  */
 #include "loom/buf.h"
 #include "core/error.h"
+#include "core/utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,18 @@ int loom_buf_put(loom_buf *b, const void *data, size_t len)
         return rc;
     if (len)
         memcpy(b->ptr + b->len, data, len);
+    b->len += len;
+    b->ptr[b->len] = '\0';
+    return 0;
+}
+
+int loom__buf_extend(loom_buf *b, size_t len, char **at)
+{
+    int rc = grow(b, len);
+
+    if (rc)
+        return rc;
+    *at = b->ptr + b->len;
     b->len += len;
     b->ptr[b->len] = '\0';
     return 0;

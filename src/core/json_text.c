@@ -482,7 +482,7 @@ static int skipped(const char *key, const char *const *skip)
 int loom__json_put_members(loom_buf *b, const json_t *obj,
                            const char *const *skip, int precision)
 {
-    char small[1024], *text = small, *w;
+    char *w;
     int bad = 0, rc, prec = precision > 0 ? precision : 17;
     size_t n = 0;
     void *it;
@@ -501,9 +501,11 @@ int loom__json_put_members(loom_buf *b, const json_t *obj,
                  value_size(json_object_iter_value(it), 1, prec, &bad);
     if (bad)
         return loom__error_set(LOOM_EINVALID, "a value cannot be written");
-    if (n > sizeof(small) && !(text = malloc(n)))
-        return loom__error_oom();
-    w = text;
+    /* Written in place: no copy, and no text buffer on the stack of the
+     * fiber that logs a run's events (it was the deepest frame of a
+     * stream's, taking a second stack page). */
+    if ((rc = loom__buf_extend(b, n, &w)) != 0)
+        return rc;
     for (it = json_object_iter((json_t *)obj); it;
          it = json_object_iter_next((json_t *)obj, it)) {
         if (skipped(json_object_iter_key(it), skip))
@@ -514,10 +516,7 @@ int loom__json_put_members(loom_buf *b, const json_t *obj,
         *w++ = ':';
         w = put_value(w, json_object_iter_value(it), 1, prec);
     }
-    rc = loom_buf_put(b, text, n);
-    if (text != small)
-        free(text);
-    return rc;
+    return 0;
 }
 
 char *loom__json_compact_dumps(const json_t *j, int precision, size_t *len)

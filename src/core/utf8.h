@@ -69,6 +69,11 @@ int loom__json_string_valid(const char *s, size_t len);
  * loom_buf_put's errors. */
 int loom__json_put_int(loom_buf *b, json_int_t i);
 
+/* Makes b len bytes longer (a NUL after them) and sets *at to where they
+ * start, for a writer that sized its text first to write it in place;
+ * loom_buf_put's errors, b unchanged. */
+int loom__buf_extend(loom_buf *b, size_t len, char **at);
+
 /*
  * Appends to b the members of obj (an object) whose keys skip (a
  * NULL-terminated list; NULL: none) does not name, each as `,"key":value`:
