@@ -164,10 +164,7 @@ static bool wait_or_gone(int fd, uint64_t end)
             return false;
         if (end - t < slice)
             slice = end - t;
-        /* To the microsecond: a fixed schedule's waits are not whole
-         * milliseconds. */
-        ts.tv_sec = (time_t)(slice / 1000000u);
-        ts.tv_nsec = (long)(slice % 1000000u) * 1000L;
+        ts = fake_timespec_us(slice);
         if (fd < 0) {
             nanosleep(&ts, NULL);
         } else if (ppoll(&p, 1, &ts, NULL) > 0 &&
@@ -180,11 +177,10 @@ static bool wait_or_gone(int fd, uint64_t end)
 /*
  * Pauses the current request of connection c until due (CLOCK_MONOTONIC
  * µs; UINT64_MAX: until the client leaves). With a thread per connection
- * it blocks
- * and returns PAUSE_DONE, or PAUSE_GONE when it ended early (client gone,
- * server stopping). In event mode the first call suspends the connection
- * and returns PAUSE_LATER: the caller returns (0 from a content reader,
- * MHD_YES from the access handler without an answer) and MHD calls it
+ * it blocks and returns PAUSE_DONE, or PAUSE_GONE when it ended early
+ * (client gone, server stopping). In event mode the first call suspends the
+ * connection and returns PAUSE_LATER: the caller returns (0 from a content
+ * reader, MHD_YES from the access handler without an answer) and MHD calls it
  * again once the pause is over; that call returns its outcome.
  */
 static pause_result pause_until(fake_conn *c, uint64_t due)

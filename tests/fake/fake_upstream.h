@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <jansson.h>
 #include <pthread.h>
@@ -144,11 +145,21 @@ void fake_waiter_start(void);
  * MHD_stop_daemon. */
 void fake_waiter_stop(void);
 
-/* From an MHD callback of con: suspends con and resumes it when ms have
- * passed (never, when ms < 0), when the client on fd (>= 0) closes its
- * side (pauses over 250 ms), or when the server stops; w->state is then
- * FAKE_WAIT_DONE and w->gone says whether it ended early. The callback returns
- * at once and reads the outcome when MHD calls it again. */
+/* us microseconds as a timespec: waits to the microsecond (ppoll,
+ * epoll_pwait2, nanosleep), since a fixed schedule's waits are not whole
+ * milliseconds. */
+static inline struct timespec fake_timespec_us(uint64_t us)
+{
+    struct timespec ts = {(time_t)(us / 1000000u),
+                          (long)(us % 1000000u) * 1000L};
+    return ts;
+}
+
+/* From an MHD callback of con: suspends con and resumes it at due
+ * (CLOCK_MONOTONIC µs; UINT64_MAX: never), when the client on fd (>= 0)
+ * closes its side (pauses over 250 ms), or when the server stops; w->state is
+ * then FAKE_WAIT_DONE and w->gone says whether it ended early. The callback
+ * returns at once and reads the outcome when MHD calls it again. */
 void fake_wait_begin(fake_wait *w, struct MHD_Connection *con, int fd,
                      uint64_t due);
 

@@ -149,16 +149,13 @@ static void *waiter(void *arg)
 
             now = mono_us();
             left = W.heap[0]->due <= now ? 0 : W.heap[0]->due - now;
-            /* To the microsecond (epoll_wait's milliseconds would make
-             * a fixed schedule's chunks up to 1 ms late). */
-            ts.tv_sec = (time_t)(left / 1000000u);
-            ts.tv_nsec = (long)(left % 1000000u) * 1000L;
+            ts = fake_timespec_us(left);
             timeout = &ts;
         }
         pthread_mutex_unlock(&W.lock);
         nev = epoll_pwait2(W.ep, evs, 64, timeout, NULL);
         if (nev < 0 && errno != EINTR)
-            fake_die("epoll_wait: %s", strerror(errno));
+            fake_die("epoll_pwait2: %s", strerror(errno));
         pthread_mutex_lock(&W.lock);
         for (int i = 0; i < nev; i++) {
             fake_wait *w = evs[i].data.ptr;
