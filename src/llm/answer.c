@@ -185,13 +185,16 @@ int loom__llm_answer_error(loom__llm_answer *a, loom_upstream_kind kind,
 }
 
 int loom__llm_answer_bad_json(loom__llm_answer *a, const char *what,
-                              const json_error_t *je, const char *data,
-                              size_t len)
+                              const char *data, size_t len)
 {
-    return loom__llm_answer_fail(
-        a, loom__error_set(LOOM_EPROTO, "malformed %s (%s): %.*s", what,
-                           je ? je->text : "not an object",
-                           (int)(len > 120 ? 120 : len), data));
+    json_error_t je;
+    json_t *o = json_loadb(data, len, 0, &je);
+    int rc = loom__error_set(LOOM_EPROTO, "malformed %s (%s): %.*s", what,
+                             o ? "not an object" : je.text,
+                             (int)(len > 120 ? 120 : len), data);
+
+    json_decref(o);
+    return loom__llm_answer_fail(a, rc);
 }
 
 int loom__llm_answer_calls(loom__llm_answer *a, size_t n)
@@ -300,7 +303,6 @@ int loom__llm_answer_finish(void *d)
 int loom__llm_answer_complete(void *d, const char *body, size_t len)
 {
     loom__llm_answer *a = d;
-    json_error_t je;
     json_t *o;
     int rc;
 
@@ -308,12 +310,11 @@ int loom__llm_answer_complete(void *d, const char *body, size_t len)
         return a->failed;
     if (a->ended)
         return 0;
-    if (!(o = json_loadb(body, len, 0, &je)))
-        return loom__llm_answer_bad_json(a, "answer", &je, body, len);
+    o = json_loadb(body, len, 0, NULL);
     if (json_is_object(o) || (a->kind->arrays && json_is_array(o)))
         rc = a->kind->complete(d, o, body, len);
     else
-        rc = loom__llm_answer_bad_json(a, "answer", NULL, body, len);
+        rc = loom__llm_answer_bad_json(a, "answer", body, len);
     json_decref(o);
     return rc;
 }

@@ -166,10 +166,11 @@ int loom__llm_answer_error(loom__llm_answer *a, loom_upstream_kind kind,
                            const char *data, size_t len, int event);
 
 /* Fails the decoder with LOOM_EPROTO "malformed <what> (<why>): <data>",
- * why being je's text, or "not an object" when je is NULL. */
+ * why being jansson's reason when data is not JSON, else "not an
+ * object". It parses data again to say why: the decoders keep no
+ * json_error_t (264 bytes) on the stack of the fiber a stream reads on. */
 int loom__llm_answer_bad_json(loom__llm_answer *a, const char *what,
-                              const json_error_t *je, const char *data,
-                              size_t len);
+                              const char *data, size_t len);
 
 /* Makes room for the n complete calls of the answer (a->calls_len stays
  * 0; nothing for n 0). LOOM_ENOMEM, failing the decoder. */

@@ -626,7 +626,6 @@ static int stream_event(loom__anthropic_decoder *d, const char *name,
 static int on_sse(const loom_sse_event *ev, void *payload)
 {
     loom__anthropic_decoder *d = payload;
-    json_error_t je;
     json_t *o;
     int rc;
 
@@ -634,7 +633,7 @@ static int on_sse(const loom_sse_event *ev, void *payload)
         return d->a.failed;
     if (d->a.ended)
         return 0; /* nothing after message_stop belongs to the answer */
-    o = json_loadb(ev->data, ev->data_len, 0, &je);
+    o = json_loadb(ev->data, ev->data_len, 0, NULL);
     if (strcmp(ev->event, "error") == 0 ||
         strcmp(loom__llm_jstr(o, "type") ? loom__llm_jstr(o, "type") : "",
                "error") == 0) {
@@ -643,11 +642,10 @@ static int on_sse(const loom_sse_event *ev, void *payload)
         /* A ping's data is never looked at. */
         rc = strcmp(ev->event, "ping") == 0
                  ? 0
-                 : loom__llm_answer_bad_json(&d->a, "event", &je, ev->data,
+                 : loom__llm_answer_bad_json(&d->a, "event", ev->data,
                                              ev->data_len);
     } else if (!json_is_object(o)) {
-        rc = loom__llm_answer_bad_json(&d->a, "event", NULL, ev->data,
-                                       ev->data_len);
+        rc = loom__llm_answer_bad_json(&d->a, "event", ev->data, ev->data_len);
     } else {
         rc = stream_event(d, ev->event, o);
     }

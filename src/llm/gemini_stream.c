@@ -331,8 +331,7 @@ static int read_response(loom__gemini_decoder *d, const json_t *o,
     int rc;
 
     if (!json_is_object(o))
-        return loom__llm_answer_bad_json(&d->a, "answer event", NULL, data,
-                                         len);
+        return loom__llm_answer_bad_json(&d->a, "answer event", data, len);
     if (err && !json_is_null(err))
         return stream_error(d, o, data, len);
     if (id && *id && !d->a.response_id && !(d->a.response_id = strdup(id)))
@@ -491,7 +490,6 @@ static int close_answer(void *owner)
 static int on_sse(const loom_sse_event *ev, void *payload)
 {
     loom__gemini_decoder *d = payload;
-    json_error_t je;
     json_t *o;
     int rc;
 
@@ -508,9 +506,9 @@ static int on_sse(const loom_sse_event *ev, void *payload)
     /* Gemini sends no end marker; a proxy that adds OpenAI's is ignored. */
     if (ev->data_len == 6 && memcmp(ev->data, "[DONE]", 6) == 0)
         return 0;
-    o = json_loadb(ev->data, ev->data_len, 0, &je);
+    o = json_loadb(ev->data, ev->data_len, 0, NULL);
     if (!o)
-        return loom__llm_answer_bad_json(&d->a, "answer event", &je, ev->data,
+        return loom__llm_answer_bad_json(&d->a, "answer event", ev->data,
                                          ev->data_len);
     rc = read_response(d, o, ev->data, ev->data_len);
     json_decref(o);

@@ -1278,7 +1278,6 @@ static int close_answer(void *owner)
 static int on_sse(const loom_sse_event *ev, void *payload)
 {
     loom__openai_decoder *d = payload;
-    json_error_t je;
     json_t *o;
     int rc;
 
@@ -1310,13 +1309,9 @@ static int on_sse(const loom_sse_event *ev, void *payload)
         }
     }
     fast_give(d);
-    o = json_loadb(ev->data, ev->data_len, 0, &je);
-    if (!o)
-        return loom__llm_answer_bad_json(&d->a, "chunk", &je, ev->data,
-                                         ev->data_len);
+    o = json_loadb(ev->data, ev->data_len, 0, NULL);
     if (!json_is_object(o))
-        rc = loom__llm_answer_bad_json(&d->a, "chunk", NULL, ev->data,
-                                       ev->data_len);
+        rc = loom__llm_answer_bad_json(&d->a, "chunk", ev->data, ev->data_len);
     else if (json_object_get(o, "error") &&
              !json_is_null(json_object_get(o, "error")))
         rc = stream_error(d, ev->data, ev->data_len, o);

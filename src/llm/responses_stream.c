@@ -829,7 +829,6 @@ static int on_event(loom__responses_decoder *d, const json_t *o,
 static int on_sse(const loom_sse_event *ev, void *payload)
 {
     loom__responses_decoder *d = payload;
-    json_error_t je;
     json_t *o;
     int rc;
 
@@ -837,11 +836,11 @@ static int on_sse(const loom_sse_event *ev, void *payload)
         return d->a.failed;
     if (ev->data_len == 6 && !memcmp(ev->data, "[DONE]", 6))
         return 0;
-    o = json_loadb(ev->data, ev->data_len, 0, &je);
+    o = json_loadb(ev->data, ev->data_len, 0, NULL);
     if (!json_is_object(o)) {
         json_decref(o);
-        return loom__llm_answer_bad_json(&d->a, "event", o ? NULL : &je,
-                                         ev->data, ev->data_len);
+        return loom__llm_answer_bad_json(&d->a, "event", ev->data,
+                                         ev->data_len);
     }
     rc = on_event(d, o, ev->event);
     json_decref(o);

@@ -556,6 +556,14 @@ static void test_malformed(void **state)
         col_init(&c);
         assert_int_equal(decode_str(bad[i], &c, NULL), LOOM_EPROTO);
         col_free(&c);
+        /* Why, in jansson's words when the text is not JSON. */
+        if (i == 1)
+            assert_string_equal(loom_error_last(),
+                                "malformed chunk (not an object): [1,2]");
+        if (i == 2)
+            assert_non_null(strstr(loom_error_last(),
+                                   "malformed chunk ('[' or '{' expected near "
+                                   "'not'): not json"));
     }
     /* pings, comments and other events are ignored */
     col_init(&c);
