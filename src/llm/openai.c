@@ -654,7 +654,6 @@ int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
 {
     const char *effort =
         loom__params_effort(req->params, req->reasoning_effort);
-    char num[48];
     int rc;
 
     loom_buf_clear(out);
@@ -699,12 +698,14 @@ int loom__openai_body_text(loom_buf *out, const loom_llm_request *req,
                                    : ",\"parallel_tool_calls\":false")))
             goto cleanup;
     }
-    if (req->max_tokens > 0) {
-        snprintf(num, sizeof(num), ",\"%s\":%" JSON_INTEGER_FORMAT,
-                 max_tokens_field(req), (json_int_t)req->max_tokens);
-        if ((rc = put_lit(out, num)))
-            goto cleanup;
-    }
+    /* Not snprintf: printf's frames, a few KiB deep, are the deepest
+     * of a stream's fiber. */
+    if (req->max_tokens > 0 &&
+        ((rc = put_lit(out, ",\"")) ||
+         (rc = put_lit(out, max_tokens_field(req))) ||
+         (rc = put_lit(out, "\":")) ||
+         (rc = loom__json_put_int(out, (json_int_t)req->max_tokens))))
+        goto cleanup;
     if (req->temperature >= 0) {
         json_t *t = json_real(req->temperature);
         rc = !t || put_lit(out, ",\"temperature\":") ||
