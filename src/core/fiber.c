@@ -116,7 +116,7 @@
 #define KEEP_CONNECTIONS 64
 
 enum { F_READY, F_RUNNING, F_PARKED };
-enum { REQ_NONE, REQ_PARK, REQ_YIELD, REQ_DONE };
+enum { REQ_NONE, REQ_PARK, REQ_YIELD, REQ_DONE, REQ_CALL };
 
 typedef struct worker worker;
 
@@ -136,6 +136,9 @@ struct loom__fiber {
     worker *w;
     void (*fn)(void *);
     void *arg;
+    /* What it asked its worker to run on the worker's stack (REQ_CALL). */
+    void (*call)(void *);
+    void *call_arg;
     char *map; /* the mapping: guard page, then the stack */
     size_t map_len;
     int state; /* F_*, under w->lock */
@@ -728,6 +731,20 @@ void loom__fiber_sleep(long ms)
         ;
 }
 
+void loom__fiber_on_worker(void (*fn)(void *), void *arg)
+{
+    loom__fiber *f = loom__fiber_self();
+
+    if (!f) {
+        fn(arg);
+        return;
+    }
+    f->call = fn;
+    f->call_arg = arg;
+    f->req = REQ_CALL;
+    switch_out(f);
+}
+
 void *loom__fiber_multi(void)
 {
     return tl_worker && tl_worker->cur ? tl_worker->multi : NULL;
@@ -794,6 +811,16 @@ static void run_fiber(worker *w, loom__fiber *f)
 {
     f->req = REQ_NONE;
     switch_in(w, f);
+    while (f->req == REQ_CALL) {
+        /* Not on the fiber (w->cur is NULL: waits block the thread), but
+         * with its error state. */
+        loom__error_state **was = loom__error_use(&f->err);
+
+        f->call(f->call_arg);
+        loom__error_use(was);
+        f->req = REQ_NONE;
+        switch_in(w, f);
+    }
     switch (f->req) {
     case REQ_DONE:
         if (f->heap_i)

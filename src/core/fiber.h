@@ -30,6 +30,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* On a helper of a function that stays on a fiber's stack while a model
+ * streams (the run loop, the router, the adapter): the helper's locals get
+ * their own frame, gone before the call that streams, instead of widening
+ * the caller's for the whole stream. A stream's fiber touches its stack
+ * pages for as long as it lives (4 KiB of memory each). */
+#define LOOM_NOINLINE __attribute__((noinline))
+
 typedef struct loom__sched loom__sched;
 typedef struct loom__fiber loom__fiber;
 
@@ -99,6 +106,17 @@ int loom__fiber_park_cancel(double until, const loom_cancel *cancel);
 
 /* Lets the other ready fibers of the worker run; no-op off a fiber. */
 void loom__fiber_yield(void);
+
+/*
+ * Runs fn(arg) on the stack of the caller's worker thread and returns
+ * when it has: for deep code that never parks (SQLite writing a b-tree,
+ * say), whose frames would otherwise touch pages of the fiber's stack
+ * that then stay resident for the fiber's whole life (and its kept
+ * stack's). fn runs as if on a plain thread (loom__fiber_self() is NULL,
+ * waits block the worker) with the fiber's error state; the worker runs
+ * nothing else meanwhile. Off a fiber: fn(arg), here.
+ */
+void loom__fiber_on_worker(void (*fn)(void *), void *arg);
 
 /* Sleeps ms milliseconds: parks on a fiber, nanosleep off one. */
 void loom__fiber_sleep(long ms);

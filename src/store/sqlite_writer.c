@@ -35,6 +35,7 @@
  * requests a second paid it in nearly every request.
  */
 #include "core/error.h"
+#include "core/fiber.h"
 #include "store/completion.h"
 #include "store/sqlite_internal.h"
 
@@ -298,6 +299,18 @@ static void write_inline(loom__sqlite_store *st, loom__sqlite_job *j)
     pthread_mutex_unlock(&w->lock);
 }
 
+typedef struct {
+    loom__sqlite_store *st;
+    loom__sqlite_job *j;
+} inline_call;
+
+static void inline_main(void *arg)
+{
+    inline_call *c = arg;
+
+    write_inline(c->st, c->j);
+}
+
 /* Queues j for the writer thread. Under w->lock, which it drops. */
 static void enqueue(loom__sqlite_writer *w, loom__sqlite_job *j)
 {
@@ -325,10 +338,15 @@ int loom__sqlite_write(loom__sqlite_store *st, loom__sqlite_write_fn fn,
      * run other fibers. */
     if (w->solo && !w->busy && !w->head && !w->hold && !w->stop &&
         !w->catch_up_due && pthread_mutex_trylock(&st->write_lock) == 0) {
+        inline_call c = {st, &j};
+
         w->busy = 1;
         w->batches++;
         pthread_mutex_unlock(&w->lock);
-        write_inline(st, &j);
+        /* On a fiber, on its worker's stack: SQLite's b-tree code goes
+         * deeper than the one page of stack a stream's fiber touches
+         * otherwise, and that page would stay with the fiber. */
+        loom__fiber_on_worker(inline_main, &c);
     } else {
         enqueue(w, &j);
     }

@@ -2,8 +2,8 @@
  * Tests of the fiber scheduler (core/fiber.h): many fibers on few
  * workers, a parent waiting for children on the same worker, kept stacks
  * running the next fibers, wake-ups from plain threads, timers in
- * deadline order and across parks, per-fiber error state, and the bound
- * on blocking work.
+ * deadline order and across parks, per-fiber error state, work run on
+ * the worker's own stack, and the bound on blocking work.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 static loom__sched *start(int workers, int blocking)
@@ -558,6 +559,85 @@ static void test_error_state_fresh_on_kept_stack(void **state)
     assert_int_equal(atomic_load(&err_ok), 1);
 }
 
+/* ---- work on the worker's stack ------------------------------------------ */
+
+typedef struct {
+    pthread_t fiber_thread, fn_thread;
+    loom__fiber *fn_self, *after_self;
+    int deep_sum;
+    int others_before, others_after;
+    char msg[64];
+} on_worker_check;
+
+static atomic_int others;
+
+/* Deeper than a fiber's whole stack in these tests (64 KiB): on the fiber
+ * it would run into the guard page. */
+static void deep_work(void *arg)
+{
+    on_worker_check *c = arg;
+    volatile char big[200 << 10];
+
+    memset((char *)big, 1, sizeof(big));
+    c->deep_sum = big[0] + big[sizeof(big) - 1];
+    c->fn_self = loom__fiber_self();
+    c->fn_thread = pthread_self();
+    /* Waits block the thread: the worker's other fiber does not run. */
+    c->others_before = atomic_load(&others);
+    loom__fiber_sleep(20);
+    c->others_after = atomic_load(&others);
+    loom__error_set(LOOM_EINVALID, "set on the worker's stack");
+}
+
+static void on_worker_fiber(void *arg)
+{
+    on_worker_check *c = arg;
+
+    c->fiber_thread = pthread_self();
+    loom__fiber_on_worker(deep_work, c);
+    c->after_self = loom__fiber_self();
+    snprintf(c->msg, sizeof(c->msg), "%s", loom_error_last());
+}
+
+static void busy_other(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 50; i++) {
+        atomic_fetch_add(&others, 1);
+        loom__fiber_sleep(1);
+    }
+}
+
+/* loom__fiber_on_worker runs fn on the worker's own stack, as a plain
+ * thread would (no fiber, waits block), with the fiber's error state,
+ * and the fiber goes on after it; off a fiber it runs fn where it is. */
+static void test_on_worker(void **state)
+{
+    loom__sched *s = start(1, 0);
+    on_worker_check c, here;
+
+    (void)state;
+    memset(&c, 0, sizeof(c));
+    memset(&here, 0, sizeof(here));
+    atomic_store(&others, 0);
+    assert_int_equal(loom__fiber_spawn(s, busy_other, NULL, 0), 0);
+    assert_int_equal(loom__fiber_spawn(s, on_worker_fiber, &c, 0), 0);
+    loom__sched_stop(s);
+    assert_int_equal(c.deep_sum, 2);
+    assert_null(c.fn_self);
+    assert_true(pthread_equal(c.fn_thread, c.fiber_thread));
+    assert_int_equal(c.others_before, c.others_after);
+    assert_non_null(c.after_self);
+    assert_string_equal(c.msg, "set on the worker's stack");
+    assert_int_equal(atomic_load(&others), 50);
+
+    loom_error_clear();
+    loom__fiber_on_worker(deep_work, &here);
+    assert_int_equal(here.deep_sum, 2);
+    assert_true(pthread_equal(here.fn_thread, pthread_self()));
+    assert_string_equal(loom_error_last(), "set on the worker's stack");
+}
+
 /* ---- blocking work ------------------------------------------------------- */
 
 static atomic_int bl_active, bl_max;
@@ -613,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_cancel_before_park),
         cmocka_unit_test(test_error_state_per_fiber),
         cmocka_unit_test(test_error_state_fresh_on_kept_stack),
+        cmocka_unit_test(test_on_worker),
         cmocka_unit_test(test_blocking_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
