@@ -49,6 +49,7 @@
 #include "agent/toolrules.h"
 #include "agent/toolturn.h"
 #include "core/error.h"
+#include "core/fiber.h"
 #include "core/text.h"
 #include "core/tokenizer_internal.h"
 #include "loom/buf.h"
@@ -1293,7 +1294,8 @@ static void finish_failed_code(loom_run *run, int rc, const char *code,
 
 /* A run whose model call failed; when an image fetch for the provider
  * made it fail, the code says which way (media_fetch.h). */
-static void finish_failed(loom_run *run, int rc, const loom_llm_response *resp)
+LOOM_NOINLINE static void finish_failed(loom_run *run, int rc,
+                                        const loom_llm_response *resp)
 {
     finish_failed_code(run, rc, loom__media_fetch_failure(run->media), resp);
 }
@@ -1305,7 +1307,7 @@ void loom__run_fail(loom_run *run, int rc, const char *code)
 }
 
 /* Keeps what the model had said when a turn breaks off. */
-static void keep_partial(loom_run *run)
+LOOM_NOINLINE static void keep_partial(loom_run *run)
 {
     free(run->final_text);
     run->final_text = strdup(loom_buf_cstr(&run->text));
@@ -1470,8 +1472,9 @@ static size_t estimate_request(loom_run *run, const loom_token_counter *tc,
  * provider counts. Not after a switch to the fallback model, whose
  * tokenizer the counter is not for.
  */
-static void observe_tokens(loom_run *run, const loom_llm_request *req,
-                           const loom_llm_response *resp)
+LOOM_NOINLINE static void observe_tokens(loom_run *run,
+                                         const loom_llm_request *req,
+                                         const loom_llm_response *resp)
 {
     loom_token_counter *tc = run->opts.context.token_counter;
     size_t est = run->estimated_prompt;
@@ -1611,7 +1614,7 @@ static const char *first_user_text(const loom_run *run)
  * call that fails leaves a title from the user's words (title.h); only
  * cancellation and running out of memory are returned.
  */
-static int title_run(loom_run *run)
+LOOM_NOINLINE static int title_run(loom_run *run)
 {
     const loom_run_options *o = &run->opts;
     loom__title_outcome out;
@@ -1782,7 +1785,7 @@ static void hook_usage(loom_run *run, loom_usage *u);
  * (naming the model that answered when it is not the agent's). The
  * messages of the call are stored with that model (run->call_model).
  */
-static int account_call(loom_run *run, loom_llm_response *resp)
+LOOM_NOINLINE static int account_call(loom_run *run, loom_llm_response *resp)
 {
     /* Which model answered: a router may have fallen back, a get_model
      * hook may have switched; else the agent's (a handoff changes it). */
@@ -2095,7 +2098,7 @@ static int note_turn(loom_run *run, const loom__tool_job *jobs, size_t n,
  * later calls read them reduced (the tool's summary, else a
  * placeholder). The conversation the caller stores keeps them whole.
  */
-static int reduce_read_results(loom_run *run)
+LOOM_NOINLINE static int reduce_read_results(loom_run *run)
 {
     const size_t *at = (const size_t *)(const void *)run->reduce.ptr;
     size_t n = run->reduce.len / sizeof(*at);
@@ -2338,7 +2341,7 @@ static void emit_agent_changed(loom_run *run, const char *from)
     emit(run, LOOM_EV_AGENT_CHANGED, pk_done(&p));
 }
 
-static void hooks_init(loom_run *run);
+LOOM_NOINLINE static void hooks_init(loom_run *run);
 
 /* Drops the handoff a turn asked for. */
 static void handoff_drop(loom_run *run)
@@ -2382,7 +2385,7 @@ static int rebuild_tools(loom_run *run)
  * background changed (it said so, or it became available), the tools
  * offered are built again.
  */
-static int refresh_tools(loom_run *run)
+LOOM_NOINLINE static int refresh_tools(loom_run *run)
 {
     if (!loom__tool_registry_source_count(run->opts.tools) ||
         loom__tool_registry_generation(run->opts.tools) ==
@@ -2467,7 +2470,8 @@ static void step(loom_run *run, const char *what)
 
 static int turn_tools(loom_run *run, loom_llm_response *resp, int *ended);
 
-static int tool_turn(loom_run *run, loom_llm_response *resp, int *ended)
+LOOM_NOINLINE static int tool_turn(loom_run *run, loom_llm_response *resp,
+                                   int *ended)
 {
     loom_message m = {0};
     int rc;
@@ -2634,7 +2638,7 @@ static int answer(loom_run *run, const loom_llm_response *resp)
     return rc;
 }
 
-static void finish_completed(loom_run *run)
+LOOM_NOINLINE static void finish_completed(loom_run *run)
 {
     pk p = pk_new();
     json_t *done;
@@ -2693,7 +2697,7 @@ static void agent_state(const loom_run *run, loom_agent_state *st)
 }
 
 /* The hooks' init_state, once, before the first model call. */
-static void hooks_init(loom_run *run)
+LOOM_NOINLINE static void hooks_init(loom_run *run)
 {
     loom_agent_state st;
 
@@ -2788,7 +2792,7 @@ static int hook_yes(const loom_run *run,
  * goes to another model than the agent's, resolving a new name with
  * resolve_model (none: the run's provider, the name as the upstream id).
  */
-static int hook_model(loom_run *run)
+LOOM_NOINLINE static int hook_model(loom_run *run)
 {
     const loom_run_options *o = &run->opts;
     void *payload;
@@ -2852,7 +2856,8 @@ static void hook_usage(loom_run *run, loom_usage *u)
 }
 
 /* process_tool_calls: non-zero ends the run with the call's text. */
-static int hook_process_calls(loom_run *run, const loom_llm_response *resp)
+LOOM_NOINLINE static int hook_process_calls(loom_run *run,
+                                            const loom_llm_response *resp)
 {
     loom_agent_state st;
 
@@ -2865,7 +2870,8 @@ static int hook_process_calls(loom_run *run, const loom_llm_response *resp)
 }
 
 /* on_tools_selected, before the calls run. */
-static void hook_tools_selected(loom_run *run, const loom_llm_response *resp)
+LOOM_NOINLINE static void hook_tools_selected(loom_run *run,
+                                              const loom_llm_response *resp)
 {
     loom_agent_state st;
 
@@ -2881,7 +2887,8 @@ static void hook_tools_selected(loom_run *run, const loom_llm_response *resp)
  * give them back), force a tool call, limit the output, add a note and
  * say where the call's text streams (run->text_event).
  */
-static int hook_prepare_call(loom_run *run, int *tools_ok, long *max_tokens)
+LOOM_NOINLINE static int hook_prepare_call(loom_run *run, int *tools_ok,
+                                           long *max_tokens)
 {
     loom_buf note = LOOM_BUF_INIT(run->opts.max_tool_result);
     loom_call_setup call;
@@ -2923,7 +2930,7 @@ static int finish_stop(loom_llm_response *resp)
  * should_continue said to stop before a model call: the last call's text
  * (its assistant message's, already in the conversation) is the answer.
  */
-static int stop_early(loom_run *run, loom_llm_response *resp)
+LOOM_NOINLINE static int stop_early(loom_run *run, loom_llm_response *resp)
 {
     const char *text = "";
 
@@ -2946,7 +2953,7 @@ static int stop_early(loom_run *run, loom_llm_response *resp)
  * budget (under its parent's, if any) or is a top run with an account
  * gate; else its parent's, if any; else none (calls go unasked).
  */
-static int spend_open(loom_run *run)
+LOOM_NOINLINE static int spend_open(loom_run *run)
 {
     const loom_run_options *o = &run->opts;
     int rc;
@@ -3011,8 +3018,9 @@ static void gate_settle(loom__ticket *ticket, const loom_llm_response *resp)
  * as a last call. *ticket: the reservation; *tools_ok is cleared for a
  * last call; *refused: nothing fits.
  */
-static int gate_call(loom_run *run, loom_llm_request *req, int *tools_ok,
-                     long max_tokens, loom__ticket **ticket, int *refused)
+LOOM_NOINLINE static int gate_call(loom_run *run, loom_llm_request *req,
+                                   int *tools_ok, long max_tokens,
+                                   loom__ticket **ticket, int *refused)
 {
     loom__refusal why;
     int rc;
@@ -3054,7 +3062,7 @@ static int budget_finish(loom_run *run, loom_llm_response *resp)
  * Empty reasoning right after run.started for a model that reasons, so
  * a client opens its reasoning view early (seed 001).
  */
-static void emit_reasoning_open(loom_run *run)
+LOOM_NOINLINE static void emit_reasoning_open(loom_run *run)
 {
     const loom_run_options *o = &run->opts;
 
@@ -3066,6 +3074,10 @@ static void emit_reasoning_open(loom_run *run)
 /*
  * One model call and what follows it. Returns 0 and sets *more when the
  * loop goes round again; 0 with *more unset when the run has its answer.
+ * The helpers that do not lead to the call are LOOM_NOINLINE
+ * (core/fiber.h): inlined, their locals widened this frame, which stays
+ * on a stream's fiber stack while the answer streams (832 bytes with
+ * them, 560 without).
  */
 static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
                    int *more)
@@ -3162,7 +3174,7 @@ static int iterate(loom_run *run, loom_llm_response *resp, int *limit_injected,
 
 /* A restored run whose last message's calls have no results: runs
  * them as the turn that asked for them would have. */
-static int resume_tools(loom_run *run, int *more)
+LOOM_NOINLINE static int resume_tools(loom_run *run, int *more)
 {
     const loom_message *a = &run->all.items[run->all.len - 1];
     loom_llm_response resp;

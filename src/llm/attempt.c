@@ -188,7 +188,9 @@ int loom__llm_attempts(const loom__llm_attempts_opts *o,
                        loom_llm_response *resp)
 {
     const loom__llm_decoder_ops *ops = o->ops;
-    loom__http_request hreq = *o->http;
+    /* Not a copy: this frame stays on a fiber's stack while the answer
+     * streams. */
+    loom__http_request *hreq = o->http;
     loom__http_response hr = {0};
     attempt_ctx a = {0};
     unsigned seed;
@@ -202,8 +204,8 @@ int loom__llm_attempts(const loom__llm_attempts_opts *o,
     a.ops = ops;
     a.stream = o->stream;
     a.hr = &hr;
-    hreq.on_body = o->stream ? on_body : NULL;
-    hreq.payload = &a;
+    hreq->on_body = o->stream ? on_body : NULL;
+    hreq->payload = &a;
 
     for (int attempt = 1;; attempt++) {
         if (a.d)
@@ -215,7 +217,7 @@ int loom__llm_attempts(const loom__llm_attempts_opts *o,
         resp->error.attempts = attempt;
         if ((rc = ops->decoder_new(&a.d, o->payload)) != 0)
             goto cleanup;
-        rc = loom__http_perform(o->pool, &hreq, &hr);
+        rc = loom__http_perform(o->pool, hreq, &hr);
         rc = outcome(&a, rc, &hr, resp, &retry);
         if (rc == 0 || !retry || attempt > o->max_retries ||
             ops->output_started(a.d))
@@ -237,7 +239,7 @@ int loom__llm_attempts(const loom__llm_attempts_opts *o,
                   loom_upstream_kind_name(resp->error.kind),
                   resp->error.message ? resp->error.message : "", attempt,
                   o->max_retries, delay);
-        if ((rc = loom__retry_sleep(delay, hreq.cancel)) != 0)
+        if ((rc = loom__retry_sleep(delay, hreq->cancel)) != 0)
             goto cleanup;
     }
     if (rc == LOOM_EUPSTREAM || rc == LOOM_ETIMEDOUT || rc == LOOM_EPROTO)

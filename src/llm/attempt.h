@@ -69,9 +69,9 @@ typedef struct {
 typedef struct {
     const char *name; /* provider name, first in messages and logs */
     loom__http_pool *pool;
-    /* The request: url, headers, body, timeouts, max_body, cancel. Its
-     * on_body and payload are ignored: the loop sets its own. */
-    const loom__http_request *http;
+    /* The request: url, headers, body, timeouts, max_body, cancel. The
+     * loop sets its on_body and payload (the caller's are replaced). */
+    loom__http_request *http;
     int stream;           /* the request asked for a streamed answer */
     size_t max_json_body; /* a JSON answer to a streaming request; 0:
                            * LOOM_HTTP_MAX_BODY */

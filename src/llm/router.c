@@ -15,6 +15,7 @@
 #include "core/clock.h"
 #include "core/config_internal.h"
 #include "core/error.h"
+#include "core/fiber.h"
 #include "llm/retry.h"
 #include "loom/log.h"
 
@@ -288,11 +289,24 @@ typedef struct {
     int output;
 } relay;
 
+/* A usage event with its cost, when the deployment has prices. Its own
+ * frame: the copy is not on the fiber's stack for every text chunk. */
+LOOM_NOINLINE static int relay_usage(relay *r, const loom_llm_event *ev)
+{
+    loom_llm_event copy;
+    int64_t cost;
+
+    if (!r->d->prices.set ||
+        loom_cost_compute(&cost, &ev->usage, &r->d->prices) != 0)
+        return r->cb ? r->cb(ev, r->payload) : 0;
+    copy = *ev;
+    copy.usage.cost_micros = cost;
+    return r->cb ? r->cb(&copy, r->payload) : 0;
+}
+
 static int relay_event(const loom_llm_event *ev, void *payload)
 {
     relay *r = payload;
-    loom_llm_event copy;
-    int64_t cost;
 
     switch (ev->type) {
     case LOOM_LLM_TEXT:
@@ -302,13 +316,7 @@ static int relay_event(const loom_llm_event *ev, void *payload)
         r->output = 1;
         break;
     case LOOM_LLM_USAGE:
-        if (r->d->prices.set &&
-            loom_cost_compute(&cost, &ev->usage, &r->d->prices) == 0) {
-            copy = *ev;
-            copy.usage.cost_micros = cost;
-            return r->cb ? r->cb(&copy, r->payload) : 0;
-        }
-        break;
+        return relay_usage(r, ev);
     default:
         break;
     }
@@ -398,22 +406,25 @@ static int finish_response(const deployment *d, loom_llm_response *resp,
  * every one is cooling down, all of them (a call that may fail beats one
  * that surely does).
  */
-static size_t pick_order(router *r, size_t *order)
+static size_t pick_order(router *r, unsigned char *order)
 {
-    size_t n = 0;
+    /* loom_router_new makes at most that many. */
+    size_t n = 0, nd = r->ndeps <= LOOM_MODEL_MAX_FALLBACKS + 1
+                           ? r->ndeps
+                           : LOOM_MODEL_MAX_FALLBACKS + 1;
 
-    for (size_t i = 0; i < r->ndeps; i++) {
-        if (r->ndeps > 1 &&
+    for (size_t i = 0; i < nd; i++) {
+        if (nd > 1 &&
             loom_router_health_cooling(r->health, r->deps[i].name, NULL)) {
             loom_debug("%s: %s is cooling down: skipped", r->base.name,
                        r->deps[i].name);
             continue;
         }
-        order[n++] = i;
+        order[n++] = (unsigned char)i;
     }
     if (n == 0)
-        for (size_t i = 0; i < r->ndeps; i++)
-            order[n++] = i;
+        for (size_t i = 0; i < nd; i++)
+            order[n++] = (unsigned char)i;
     return n;
 }
 
@@ -427,7 +438,10 @@ static int router_complete(loom_provider *base, const loom_llm_request *req,
                            loom_llm_response *resp, loom_cancel *cancel)
 {
     router *r = (router *)base;
-    size_t order[LOOM_MODEL_MAX_FALLBACKS + 1], n;
+    /* A byte each (at most LOOM_MODEL_MAX_FALLBACKS + 1 deployments): this
+     * frame stays on a fiber's stack while the model streams. */
+    unsigned char order[LOOM_MODEL_MAX_FALLBACKS + 1];
+    size_t n;
     const deployment *d = NULL;
     char *last_msg = NULL;
     int rc = LOOM_ERROR, attempts = 0;
