@@ -793,7 +793,9 @@ streams_section() {
     # own pace (median gap within 10% of STREAM_MS).
     paced=$(awk -v g="$fake_GAP50" -v ms="$STREAM_MS" 'BEGIN {
         print (g != "" && g <= ms * 1100 ? 1 : 0) }')
-    echo "- Added time per chunk under $GAP_GOAL µs at p99:"
+    echo "- Added time per chunk under $GAP_GOAL µs at p99 (the goal is"
+    echo "  set at concurrency 1; here it says how far behind the fake's"
+    echo "  pace the load leaves loom):"
     if [ "$paced" = 1 ]; then
         echo "  $(us "$loom_AGAP99"): $(verdict "$loom_AGAP99" "$GAP_GOAL")."
     else
@@ -802,7 +804,8 @@ streams_section() {
         echo "  $STREAM_MS ms (the fake, the load generator or the machine"
         echo "  could not keep up), so no gap here is loom's alone."
     fi
-    echo "- CPU per chunk (reported, no goal): $(cell "$loom_CPU_US" µs)."
+    echo "- CPU per chunk (reported, no goal): $(cell "$loom_CPU_US" µs);"
+    echo "  the fake's own, for each chunk it sends: $(cell "$fake_CPU_US" µs)."
     echo
 }
 
