@@ -299,18 +299,6 @@ static void write_inline(loom__sqlite_store *st, loom__sqlite_job *j)
     pthread_mutex_unlock(&w->lock);
 }
 
-typedef struct {
-    loom__sqlite_store *st;
-    loom__sqlite_job *j;
-} inline_call;
-
-static void inline_main(void *arg)
-{
-    inline_call *c = arg;
-
-    write_inline(c->st, c->j);
-}
-
 /* Queues j for the writer thread. Under w->lock, which it drops. */
 static void enqueue(loom__sqlite_writer *w, loom__sqlite_job *j)
 {
@@ -325,31 +313,47 @@ static void enqueue(loom__sqlite_writer *w, loom__sqlite_job *j)
     pthread_mutex_unlock(&w->lock);
 }
 
-int loom__sqlite_write(loom__sqlite_store *st, loom__sqlite_write_fn fn,
-                       const void *arg)
-{
-    loom__sqlite_writer *w = &st->w;
-    loom__sqlite_job j = {.fn = fn, .arg = arg, .state = J_PENDING};
+typedef struct {
+    loom__sqlite_store *st;
+    loom__sqlite_job *j;
+} submit_call;
 
-    loom__completion_init(&j.done);
+/* Writes j at once when the writer is idle (write_inline), else queues
+ * it for the writer thread. */
+static void submit(void *arg)
+{
+    submit_call *c = arg;
+    loom__sqlite_store *st = c->st;
+    loom__sqlite_writer *w = &st->w;
+
     pthread_mutex_lock(&w->lock);
     /* The write lock is only tried: another write holding it (a
      * conversation deleted, say) must not stall this thread, which may
      * run other fibers. */
     if (w->solo && !w->busy && !w->head && !w->hold && !w->stop &&
         !w->catch_up_due && pthread_mutex_trylock(&st->write_lock) == 0) {
-        inline_call c = {st, &j};
-
         w->busy = 1;
         w->batches++;
         pthread_mutex_unlock(&w->lock);
-        /* On a fiber, on its worker's stack: SQLite's b-tree code goes
-         * deeper than the one page of stack a stream's fiber touches
-         * otherwise, and that page would stay with the fiber. */
-        loom__fiber_on_worker(inline_main, &c);
+        write_inline(st, c->j);
     } else {
-        enqueue(w, &j);
+        enqueue(w, c->j);
     }
+}
+
+int loom__sqlite_write(loom__sqlite_store *st, loom__sqlite_write_fn fn,
+                       const void *arg)
+{
+    loom__sqlite_job j = {.fn = fn, .arg = arg, .state = J_PENDING};
+    submit_call c = {st, &j};
+
+    loom__completion_init(&j.done);
+    /* On a fiber, on its worker's stack: SQLite's b-tree code goes deeper
+     * than the one page of stack a stream's fiber touches otherwise, and
+     * that page would stay with the fiber. The locks are taken and
+     * released there too (ThreadSanitizer takes a fiber for a thread of
+     * its own); the wait for a queued write parks the fiber as before. */
+    loom__fiber_on_worker(submit, &c);
     loom__completion_wait(&j.done);
     loom__completion_destroy(&j.done);
     return j.rc ? loom__error_set(j.rc, "%s", j.msg) : 0;
