@@ -702,8 +702,14 @@ static int check(transfer *t, long tick_ms, long *wait_ms)
                                    "idle timeout: no data for %ld ms",
                                    req->idle_timeout_ms);
         }
-    } else if (!t->body_started && t->sent_at &&
+    } else if (!t->body_started && !t->sent_at &&
                req->first_byte_timeout_ms > 0) {
+        /* Not sent yet: a fiber's transfer goes out from its worker's
+         * loop after this look, and nothing wakes the fiber when it does.
+         * Look again when the timeout's length has passed: by then it is
+         * out, and its exact deadline is known. */
+        left = req->first_byte_timeout_ms;
+    } else if (!t->body_started && req->first_byte_timeout_ms > 0) {
         left = t->sent_at + req->first_byte_timeout_ms - now;
         if (left <= 0) {
             t->resp->failure = LOOM_HTTP_FAIL_TIMEOUT_FIRST_BYTE;

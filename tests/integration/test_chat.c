@@ -51,6 +51,8 @@ typedef struct {
 } harness;
 
 static harness H;
+/* The provider's timeouts for the next start(); NULL: the usual ones. */
+static const char *H_timeouts;
 
 static void start(const char *script)
 {
@@ -68,8 +70,7 @@ static void start(const char *script)
                          "    kind: openai\n"
                          "    base_url: %s\n"
                          "    api_key: sk-test\n"
-                         "    timeouts: {connect_ms: 5000, first_byte_ms: "
-                         "20000, idle_ms: 20000}\n"
+                         "    timeouts: %s\n"
                          "    retries: {max: 0}\n"
                          "models:\n"
                          "  " MODEL ":\n"
@@ -79,7 +80,10 @@ static void start(const char *script)
                          "    model: " MODEL "\n"
                          "    system_prompt: You are the helper.\n"
                          "    tools: [echo]\n",
-                         fake_base_url(H.fake)) > 0);
+                         fake_base_url(H.fake),
+                         H_timeouts ? H_timeouts
+                                    : "{connect_ms: 5000, first_byte_ms: "
+                                      "20000, idle_ms: 20000}") > 0);
     assert_int_equal(loom_config_load_string(&H.cfg, yaml, "test.yaml"), 0);
     free(yaml);
     snprintf(name, sizeof(name), "chat-%d.db", ++n);
@@ -1079,6 +1083,33 @@ static void test_upstream_errors(void **state)
     stop();
 }
 
+/*
+ * A streamed answer's first chunk must come within the provider's
+ * first_byte_ms (400 ms here; the fake takes 1 s), also on a fiber, where
+ * the request goes out from the worker's loop after the transfer first
+ * looks at its timers.
+ */
+static void test_first_byte_timeout(void **state)
+{
+    reply r;
+    json_t *o, *e;
+    (void)state;
+
+    H_timeouts = "{connect_ms: 5000, first_byte_ms: 400, idle_ms: 20000}";
+    start("{\"responses\":[{\"text\":[\"late\"],\"delay_ms\":1000}]}");
+    H_timeouts = NULL;
+    post(&r,
+         "{\"model\":\"" MODEL "\",\"stream\":true,\"messages\":[{\"role\":"
+         "\"user\",\"content\":\"x\"}]}",
+         NULL);
+    e = expect_error(&r, 504, "timeout", &o);
+    assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
+                           "within 400 ms"));
+    json_decref(o);
+    reply_free(&r);
+    stop();
+}
+
 static void test_conversation_continuity(void **state)
 {
     reply r;
@@ -1261,6 +1292,7 @@ int main(void)
         cmocka_unit_test(test_request_errors),
         cmocka_unit_test(test_agent),
         cmocka_unit_test(test_upstream_errors),
+        cmocka_unit_test(test_first_byte_timeout),
         cmocka_unit_test(test_conversation_continuity),
     };
     return cmocka_run_group_tests(tests, setup_all, teardown_all);
