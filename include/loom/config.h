@@ -90,6 +90,9 @@ typedef struct {
     long connect_timeout_ms;    /* default 10000 */
     long first_byte_timeout_ms; /* default 120000 */
     long idle_timeout_ms;       /* default 120000 */
+    long answer_timeout_ms;     /* default 600000: until the first byte of
+                                 * a whole (not streamed) answer; 0: as
+                                 * first_byte_timeout_ms */
     int max_retries;            /* default 2 */
     long retry_base_delay_ms;   /* default 500 */
     long retry_max_delay_ms;    /* default 30000 */

@@ -621,6 +621,15 @@ typedef struct loom_run_options {
      */
     const loom_call_gate *call_gate; /* NULL: none */
     loom_run_budget budget;
+    /*
+     * Every model call asks for the whole answer instead of a stream
+     * (loom_llm_request.stream 0): for a caller that reads only the
+     * finished run. The run's events are the same, but each answer's
+     * text and reasoning arrive as one delta when the model is done, and
+     * the provider's answer timeout (timeouts.answer_ms) bounds the wait
+     * for it instead of first_byte_ms. A handoff keeps it.
+     */
+    int whole_answers;
 } loom_run_options;
 
 #define LOOM_RUN_OPTIONS_VERSION 1

@@ -397,6 +397,13 @@ typedef struct {
      * without this option. With a conversation_id: LOOM_EINVALID.
      */
     int create_with_save;
+    /*
+     * The turn's model calls ask for whole answers, not streams
+     * (loom_run_options.whole_answers): for a caller that reads only the
+     * finished turn (a non-streamed chat completion). Its sub-agents'
+     * calls still stream.
+     */
+    int whole_answers;
 } loom_turn_options;
 
 #define LOOM_TURN_OPTIONS_VERSION 1

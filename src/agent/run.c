@@ -1755,7 +1755,7 @@ static int prepare_request(loom_run *run, loom_llm_request *req, int last,
     req->max_tokens = o->max_output_tokens;
     if (o->temperature_set)
         req->temperature = o->temperature;
-    req->stream = 1;
+    req->stream = !o->whole_answers;
     req->cache = run->cache;
     req->thinking_budget =
         run->use_alt ? run->alt.thinking_budget : o->thinking_budget;

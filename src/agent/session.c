@@ -1839,6 +1839,7 @@ static int turn_run_options(loom_turn *t, const loom_turn_options *o,
     ro->title.enabled = o->title && t->create_conversation;
     ro->call_gate = o->call_gate;
     ro->budget = o->budget;
+    ro->whole_answers = o->whole_answers;
     if (agent) {
         tighter64(&ro->budget.max_cost_micros, agent->budget_cost_micros);
         tighter(&ro->budget.max_tokens, agent->budget_tokens);

@@ -554,6 +554,7 @@ int loom__config_provider_init(loom_provider_config *p, const char *name)
     p->connect_timeout_ms = 10000;
     p->first_byte_timeout_ms = 120000;
     p->idle_timeout_ms = 120000;
+    p->answer_timeout_ms = 600000;
     p->max_retries = 2;
     p->retry_base_delay_ms = 500;
     p->retry_max_delay_ms = 30000;

@@ -1444,6 +1444,7 @@ static const field timeout_fields[] = {
     {K_LONG("first_byte_ms", P, first_byte_timeout_ms, TIMEOUT_MIN,
             TIMEOUT_MAX)},
     {K_LONG("idle_ms", P, idle_timeout_ms, TIMEOUT_MIN, TIMEOUT_MAX)},
+    {K_LONG("answer_ms", P, answer_timeout_ms, TIMEOUT_MIN, TIMEOUT_MAX)},
 };
 static const section timeout_section = SECTION(timeout_fields, NULL, NULL);
 

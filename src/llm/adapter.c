@@ -52,7 +52,8 @@ static int adapter_complete(loom_provider *base, const loom_llm_request *req,
     hreq.body = body->ptr;
     hreq.body_len = body->len;
     hreq.connect_timeout_ms = a->connect_ms;
-    hreq.first_byte_timeout_ms = a->first_byte_ms;
+    /* A whole answer sends its first byte when the model is done. */
+    hreq.first_byte_timeout_ms = req->stream ? a->first_byte_ms : a->answer_ms;
     hreq.idle_timeout_ms = a->idle_ms;
     hreq.max_body = s->max_body(a);
     hreq.cancel = cancel;
@@ -288,6 +289,8 @@ int loom__llm_adapter_new(loom_provider **out, size_t size,
         goto fail;
     a->connect_ms = config->connect_timeout_ms;
     a->first_byte_ms = config->first_byte_timeout_ms;
+    a->answer_ms = config->answer_timeout_ms ? config->answer_timeout_ms
+                                             : config->first_byte_timeout_ms;
     a->idle_ms = config->idle_timeout_ms;
     a->max_retries = config->max_retries > 0 ? config->max_retries : 0;
     a->base_delay_ms = config->retry_base_delay_ms;

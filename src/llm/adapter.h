@@ -88,7 +88,7 @@ struct loom__llm_adapter {
      * it) for a streamed and for a JSON answer; borrowed from lines. */
     const char **stream_headers, **json_headers;
     size_t request_headers_len;
-    long connect_ms, first_byte_ms, idle_ms;
+    long connect_ms, first_byte_ms, idle_ms, answer_ms;
     int max_retries;
     long base_delay_ms, max_delay_ms;
     loom__http_pool *pool;

@@ -545,6 +545,10 @@ static int handle(srv_request *r, loom__chat_request *req)
     input.len = input.cap = req->messages.len - skip;
     spec.input = &input;
 
+    /* A client that does not stream reads the finished answer only: the
+     * model is asked for it whole, as the client asked loom (fewer bytes
+     * to parse, one event instead of one per token). */
+    spec.whole_answers = !req->stream;
     spec.request = r;
     rc = srv_run_start(&run, r->srv, &spec);
     if (rc == LOOM_ENOTFOUND && spec.conversation_id) {

@@ -342,6 +342,9 @@ typedef struct {
      * (loom_turn_options.create_with_save): for a run whose answer is the
      * first place its conversation's id is given. */
     int create_with_save;
+    /* Its model calls ask for whole answers (loom_turn_options): for a
+     * run whose client reads only the finished answer. */
+    int whole_answers;
     /* Server tools offered: NULL with tool_names_set 0: the agent's
      * (every registered tool without an agent). */
     const char *const *tool_names;

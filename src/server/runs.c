@@ -665,6 +665,7 @@ int srv_run_start(srv_run **out, srv_server *s, const srv_run_spec *sp)
     }
     to.conversation_id = sp->conversation_id;
     to.create_with_save = sp->create_with_save;
+    to.whole_answers = sp->whole_answers;
     to.agent = srv_settings_agent(settings, sp);
     to.user_settings = settings;
     to.user_keys = keys;

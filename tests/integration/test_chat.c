@@ -1110,6 +1110,60 @@ static void test_first_byte_timeout(void **state)
     stop();
 }
 
+/*
+ * A client that does not stream reads only the finished answer, so the
+ * model is asked for it whole (no "stream" upstream), and the wait for it
+ * is the provider's answer_ms, not first_byte_ms (which holds for
+ * streams, above). Both are crossed: the fake takes 1 s to answer, past
+ * first_byte_ms (400 ms) and within answer_ms (2.5 s), then 5 s, past
+ * answer_ms.
+ */
+static void test_whole_answers(void **state)
+{
+    reply r;
+    json_t *o, *e, *req, *body;
+    (void)state;
+
+    H_timeouts = "{connect_ms: 5000, first_byte_ms: 400, idle_ms: 20000, "
+                 "answer_ms: 2500}";
+    start("{\"responses\":["
+          "{\"text\":[\"Hello\",\" world\"],\"delay_ms\":1000},"
+          "{\"text\":[\"too late\"],\"delay_ms\":5000}]}");
+    H_timeouts = NULL;
+
+    post(&r,
+         "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\","
+         "\"content\":\"x\"}]}",
+         NULL);
+    assert_int_equal(r.status, 200);
+    o = reply_json(&r);
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+                            "message"),
+            "content")),
+        "Hello world");
+    json_decref(o);
+    reply_free(&r);
+    req = fake_request(H.fake, 0);
+    body = json_object_get(req, "body");
+    assert_true(json_is_object(body));
+    assert_null(json_object_get(body, "stream"));
+    assert_null(json_object_get(body, "stream_options"));
+    json_decref(req);
+
+    post(&r,
+         "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\","
+         "\"content\":\"x\"}]}",
+         NULL);
+    e = expect_error(&r, 504, "timeout", &o);
+    assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
+                           "within 2500 ms"));
+    json_decref(o);
+    reply_free(&r);
+    stop();
+}
+
 static void test_conversation_continuity(void **state)
 {
     reply r;
@@ -1293,6 +1347,7 @@ int main(void)
         cmocka_unit_test(test_agent),
         cmocka_unit_test(test_upstream_errors),
         cmocka_unit_test(test_first_byte_timeout),
+        cmocka_unit_test(test_whole_answers),
         cmocka_unit_test(test_conversation_continuity),
     };
     return cmocka_run_group_tests(tests, setup_all, teardown_all);

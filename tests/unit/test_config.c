@@ -150,6 +150,7 @@ static void test_full_file(void **state)
     assert_int_equal(p->connect_timeout_ms, 1500);
     assert_int_equal(p->first_byte_timeout_ms, 2500);
     assert_int_equal(p->idle_timeout_ms, 3500);
+    assert_int_equal(p->answer_timeout_ms, 4500);
     assert_int_equal(p->max_retries, 4);
     assert_int_equal(p->retry_base_delay_ms, 100);
     assert_int_equal(p->retry_max_delay_ms, 900);
@@ -164,6 +165,7 @@ static void test_full_file(void **state)
     assert_int_equal(p->connect_timeout_ms, 10000);
     assert_int_equal(p->first_byte_timeout_ms, 120000);
     assert_int_equal(p->idle_timeout_ms, 120000);
+    assert_int_equal(p->answer_timeout_ms, 600000);
     assert_int_equal(p->max_retries, 2);
     assert_int_equal(p->retry_base_delay_ms, 500);
     assert_int_equal(p->retry_max_delay_ms, 30000);
@@ -764,7 +766,7 @@ static void test_unknown_keys(void **state)
                 "    timeouts: {connect: 5}\n",
                 LOOM_EINVALID, "t.yaml:4: providers.p.timeouts: ",
                 "unknown key 'connect' (known: connect_ms, first_byte_ms, "
-                "idle_ms)",
+                "idle_ms, answer_ms)",
                 NULL);
     expect_fail("providers:\n"
                 "  p:\n"
@@ -1196,8 +1198,8 @@ static void test_ranges(void **state)
         {model, "routing: {retries: ", "}", "models.p/m.routing.retries",
          "0 to 10", "0", "10", "-1", "11"},
         {model, "routing: {cooldown_ms: ", "}",
-         "models.p/m.routing.cooldown_ms", "0 to 3600000", "0", "3600000",
-         "-1", "3600001"},
+         "models.p/m.routing.cooldown_ms", "0 to 3600000", "0", "3600000", "-1",
+         "3600001"},
         {model, "routing: {failures_before_cooldown: ", "}",
          "models.p/m.routing.failures_before_cooldown", "1 to 1000", "1",
          "1000", "0", "1001"},
@@ -1215,6 +1217,8 @@ static void test_ranges(void **state)
          "providers.p.timeouts.first_byte_ms", "1 to 3600000", "1", "3600000",
          "-5", "99999999999999999999"},
         {prov, "timeouts: {idle_ms: ", "}", "providers.p.timeouts.idle_ms",
+         "1 to 3600000", "1", "3600000", "0", "3600001"},
+        {prov, "timeouts: {answer_ms: ", "}", "providers.p.timeouts.answer_ms",
          "1 to 3600000", "1", "3600000", "0", "3600001"},
         {prov, "retries: {max: ", "}", "providers.p.retries.max", "0 to 10",
          "0", "10", "-1", "11"},
@@ -1514,6 +1518,7 @@ static void test_from_env(void **state)
     assert_int_equal(p->connect_timeout_ms, 10000);
     assert_int_equal(p->first_byte_timeout_ms, 120000);
     assert_int_equal(p->idle_timeout_ms, 120000);
+    assert_int_equal(p->answer_timeout_ms, 600000);
     assert_int_equal(p->max_retries, 2);
     assert_int_equal(p->retry_base_delay_ms, 500);
     assert_int_equal(p->retry_max_delay_ms, 30000);
