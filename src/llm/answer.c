@@ -310,6 +310,9 @@ int loom__llm_answer_complete(void *d, const char *body, size_t len)
         return a->failed;
     if (a->ended)
         return 0;
+    if (a->kind->complete_text &&
+        (rc = a->kind->complete_text(d, body, len)) != LOOM__ANSWER_DECLINED)
+        return rc;
     o = json_loadb(body, len, 0, NULL);
     if (json_is_object(o) || (a->kind->arrays && json_is_array(o)))
         rc = a->kind->complete(d, o, body, len);

@@ -29,6 +29,9 @@
  * keeps sums of them (usage totals over a run) from overflowing. */
 #define LOOM_LLM_MAX_TOKEN_COUNT 1000000000000L
 
+/* What a kind's complete_text returns for a body it leaves to complete. */
+#define LOOM__ANSWER_DECLINED 1
+
 /* What a decoder tells the shared part about itself: one static each. */
 typedef struct {
     /* Each SSE event of a streamed body; payload is the decoder. */
@@ -50,6 +53,10 @@ typedef struct {
      * the answer. */
     int (*complete)(void *d, const json_t *o, const char *body, size_t len);
     int arrays;
+    /* Optional: the same body decoded from its text without jansson;
+     * LOOM__ANSWER_DECLINED (having emitted nothing) hands it to
+     * complete. NULL: always complete. */
+    int (*complete_text)(void *d, const char *body, size_t len);
     /* Frees what is the decoder's own, not its loom__llm_answer. */
     void (*release)(void *d);
     /* The reasoning's name in limit errors ("reasoning", "thinking"). */

@@ -1340,6 +1340,36 @@ static int complete(void *owner, const json_t *o, const char *body, size_t len)
     return close_answer(d);
 }
 
+/* A whole JSON body through the fast path, as on_sse takes a chunk;
+ * declined (to complete, through jansson) when the fast path cannot read
+ * it exactly or it is not a plain answer (an error object, no choices),
+ * which complete words. */
+static int complete_text(void *owner, const char *body, size_t len)
+{
+    loom__openai_decoder *d = owner;
+    jv root, choices;
+    size_t it;
+    int ek, rc = LOOM__ANSWER_DECLINED;
+
+    if (d->jansson_only || fast_parse(d, body, len) != 0) {
+        fast_give(d);
+        return rc;
+    }
+    root = jv_tok(0);
+    ek = jv_kind(d, jv_get(d, root, "error"));
+    choices = jv_get(d, root, "choices");
+    if ((ek == K_NONE || ek == K_NULL) &&
+        jv_present(jv_first(d, choices, &it))) {
+        d->fast_chunks++;
+        d->positional = 1;
+        rc = answer_object(d, root, "message");
+    }
+    fast_give(d);
+    if (rc == 0)
+        rc = close_answer(d);
+    return rc;
+}
+
 /* Frees what is this decoder's own (loom__llm_answer_free() does the
  * rest). */
 static void release(void *owner)
@@ -1362,6 +1392,7 @@ static const loom__llm_answer_kind openai_kind = {
     .on_sse = on_sse,
     .close = close_answer,
     .complete = complete,
+    .complete_text = complete_text,
     .release = release,
     .cut_what = "answer",
     .reasoning_name = "reasoning",

@@ -608,6 +608,58 @@ static void test_fast_values(void **state)
     loom__openai_decoder_free(d);
 }
 
+/* A whole (non-streamed) answer takes the fast path too; an error body,
+ * or one without choices, is left to jansson, which words it. The
+ * decodes above check that both ways agree on every whole body. */
+static void test_fast_whole_answer(void **state)
+{
+    static const char ok[] =
+        "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"choices\":[{"
+        "\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"Hi "
+        "\\u00e9.\",\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]},"
+        "\"finish_reason\":\"tool_calls\"}],\"usage\":{\"prompt_tokens\":10,"
+        "\"completion_tokens\":2,\"total_tokens\":12}}";
+    static const char err[] =
+        "{\"error\":{\"message\":\"no such model\",\"type\":\"invalid\"}}";
+    static const char none[] = "{\"id\":\"x\",\"choices\":[]}";
+    loom__openai_decoder *d = NULL;
+    loom_llm_response resp;
+
+    (void)state;
+    memset(&resp, 0, sizeof(resp));
+    assert_int_equal(loom__openai_decoder_new(&d, NULL, NULL, NULL), 0);
+    assert_int_equal(loom__openai_decoder_complete(d, ok, sizeof(ok) - 1), 0);
+    assert_int_equal(loom__openai_decoder_fast_chunks(d), 1);
+    assert_true(loom__openai_decoder_done(d));
+    assert_int_equal(loom__openai_decoder_export(d, &resp), 0);
+    assert_string_equal(resp.text, "Hi \xc3\xa9.");
+    assert_string_equal(resp.finish_reason, "tool_calls");
+    assert_int_equal(resp.tool_calls_len, 1);
+    assert_string_equal(resp.tool_calls[0].id, "call_1");
+    assert_string_equal(resp.tool_calls[0].name, "f");
+    assert_string_equal(resp.tool_calls[0].arguments, "{\"a\":1}");
+    assert_int_equal(resp.usage.prompt_tokens, 10);
+    assert_int_equal(resp.usage.total_tokens, 12);
+    loom_llm_response_clear(&resp);
+    loom__openai_decoder_free(d);
+
+    assert_int_equal(loom__openai_decoder_new(&d, NULL, NULL, NULL), 0);
+    assert_int_equal(loom__openai_decoder_complete(d, err, sizeof(err) - 1),
+                     LOOM_EUPSTREAM);
+    assert_int_equal(loom__openai_decoder_fast_chunks(d), 0);
+    assert_string_equal(loom__openai_decoder_error(d)->message,
+                        "no such model");
+    loom__openai_decoder_free(d);
+
+    assert_int_equal(loom__openai_decoder_new(&d, NULL, NULL, NULL), 0);
+    assert_int_equal(loom__openai_decoder_complete(d, none, sizeof(none) - 1),
+                     LOOM_EPROTO);
+    assert_int_equal(loom__openai_decoder_fast_chunks(d), 0);
+    assert_non_null(strstr(loom_error_last(), "no choices"));
+    loom__openai_decoder_free(d);
+}
+
 /* A chunk of n tokens: an array of n - 4 numbers beside the delta. */
 static char *tokens_stream(size_t n, size_t *len)
 {
@@ -1503,6 +1555,7 @@ int main(void)
         cmocka_unit_test(test_chunks_both_ways),
         cmocka_unit_test(test_nul_byte),
         cmocka_unit_test(test_fast_values),
+        cmocka_unit_test(test_fast_whole_answer),
         cmocka_unit_test(test_token_limit),
         cmocka_unit_test(test_big_strings),
         cmocka_unit_test(test_mutations_both_ways),
