@@ -62,6 +62,15 @@ static const char *const sql_text[S_COUNT] = {
     [S_CONV_INSERT_OWNED] = "INSERT INTO conversations (id, title, "
                             "created_at, updated_at, message_count, user_id) "
                             "VALUES (?1, '', ?2, ?2, 0, ?3)",
+    /* A conversation made with its first turn, as S_CONV_UPDATE leaves a
+     * row S_CONV_INSERT_OWNED made (?10: the hashes are set). */
+    [S_CONV_INSERT_TURN] =
+        "INSERT INTO conversations (id, created_at, updated_at, "
+        "message_count, agent, model, title, summary, summary_covers, plan, "
+        "prefix_hash, prefix_hash_streamed, user_id) VALUES (?1, ?15, "
+        "MAX(?15, ?2), ?3, ?4, ?5, coalesce(?6, ''), ?7, "
+        "CASE WHEN ?7 IS NULL THEN 0 ELSE ?8 END, ?9, "
+        "CASE WHEN ?10 THEN ?11 END, CASE WHEN ?10 THEN ?12 END, ?14)",
     [S_CONV_INFO] = "SELECT " INFO_COLS " FROM conversations WHERE id = ?1",
     /* ?5: NULL, or a LIKE pattern the title must match. */
     [S_CONV_LIST] =

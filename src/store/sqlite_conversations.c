@@ -83,8 +83,11 @@ static loom_role role_of(const char *name)
     return LOOM_ROLE_USER;
 }
 
-int loom__sqlite_conv_insert(loom__sqlite_store *st, loom__sqlite_conn *c,
-                             const char *id, const char *owner, int64_t now)
+/* Inserts conversation id's row (owned by owner, NULL: none; created at
+ * now) on c, inside the writer's transaction. A turn that creates its
+ * conversation writes the row whole instead (sqlite_turn.c). */
+static int conv_insert(loom__sqlite_store *st, loom__sqlite_conn *c,
+                       const char *id, const char *owner, int64_t now)
 {
     sqlite3_stmt *s = NULL;
     int rc, src = SQLITE_OK;
@@ -113,7 +116,7 @@ static int write_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
 {
     const create_arg *a = arg;
 
-    return loom__sqlite_conv_insert(st, c, a->id, a->owner, a->now);
+    return conv_insert(st, c, a->id, a->owner, a->now);
 }
 
 int loom__sqlite_conversation_create(loom_store *base, const char *id,

@@ -80,6 +80,7 @@ enum {
     S_PING,
     S_CONV_INSERT,
     S_CONV_INSERT_OWNED,
+    S_CONV_INSERT_TURN,
     S_CONV_INFO,
     S_CONV_LIST,
     S_CONV_LIST_AFTER,
@@ -345,13 +346,6 @@ int loom__sqlite_versions_on(loom_store *base, loom__sqlite_conn *c,
                              const char *id, json_t *msgs);
 int loom__sqlite_branch_info_on(loom_store *base, loom__sqlite_conn *c,
                                 const char *id, json_t *conv);
-
-/* Inserts conversation id's row (owned by owner, NULL: none; created at
- * now) on c, inside the caller's write transaction: what
- * conversation_create writes, and save_turn for a turn that creates its
- * conversation. */
-int loom__sqlite_conv_insert(loom__sqlite_store *st, loom__sqlite_conn *c,
-                             const char *id, const char *owner, int64_t now);
 
 /* A conversation's row as save_turn reads it (loom__sqlite_conv_read)
  * and then writes it back: its message count, and its transcript hashes

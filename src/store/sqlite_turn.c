@@ -184,16 +184,17 @@ static int insert_records(loom__sqlite_store *st, loom__sqlite_conn *c,
 
 /* The conversation's row, written once: the turn's counters, title,
  * summary and plan, and the hashes of row (read at the turn's start and
- * extended by it). */
-static int update_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
-                               const loom__store_plan *p,
-                               const loom__sqlite_conv_row *row)
+ * extended by it). stmt: S_CONV_UPDATE, or S_CONV_INSERT_TURN for a
+ * conversation the turn makes, whose row is written whole at once. */
+static int write_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
+                              int stmt, const loom__store_plan *p,
+                              const loom__sqlite_conv_row *row)
 {
     const loom_turn_record *t = p->turn;
     sqlite3_stmt *s = NULL;
     int rc, src = SQLITE_OK;
 
-    if ((rc = loom__sqlite_use(st, c, S_CONV_UPDATE, &s)) != 0)
+    if ((rc = loom__sqlite_use(st, c, stmt, &s)) != 0)
         return rc;
     b_text(s, 1, t->conversation_id, &src);
     b_int(s, 2, p->now, &src);
@@ -211,8 +212,13 @@ static int update_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
         b_blob(s, 12, row->h.streamed, sizeof(row->h.streamed), &src);
     b_int(s, 13, row->first, &src);
     b_text(s, 14, t->user_id, &src);
+    if (stmt == S_CONV_INSERT_TURN)
+        b_int(s, 15, t->started_at ? t->started_at : p->now, &src);
     if ((src = step_done(s, src)) != SQLITE_OK)
-        return loom__sqlite_error(st, c->db, src, "updating a conversation");
+        return loom__sqlite_error(st, c->db, src,
+                                  stmt == S_CONV_INSERT_TURN
+                                      ? "creating a conversation"
+                                      : "updating a conversation");
     done(s);
     return 0;
 }
@@ -227,11 +233,13 @@ static int write_turn(loom__sqlite_store *st, loom__sqlite_conn *c,
     int rc;
 
     if (t->create_conversation) {
-        /* A conversation made with its first turn: its row first, as
-         * conversation_create writes it, then read as empty. */
+        /* A conversation made with its first turn (never a sub-agent's:
+         * check_turn): its row is written whole, before the rows that
+         * refer to it. */
         memset(&row, 0, sizeof(row));
-        rc = loom__sqlite_conv_insert(st, c, t->conversation_id, t->user_id,
-                                      t->started_at ? t->started_at : p->now);
+        rc = loom__sqlite_transcript_extend(&row, p);
+        if (rc == 0)
+            rc = write_conversation(st, c, S_CONV_INSERT_TURN, p, &row);
     } else {
         rc = loom__sqlite_conv_read(st, c, t->conversation_id, &row);
     }
@@ -246,7 +254,8 @@ static int write_turn(loom__sqlite_store *st, loom__sqlite_conn *c,
     }
     /* Blobs before the messages that refer to them. */
     if ((rc = insert_blobs(st, c, p)) != 0 ||
-        (rc = loom__sqlite_transcript_extend(&row, p)) != 0)
+        (!t->create_conversation &&
+         (rc = loom__sqlite_transcript_extend(&row, p)) != 0))
         return rc;
     for (size_t i = 0; i < p->len; i++)
         if ((rc = insert_message(st, c, p, i, row.count + (int64_t)i)) != 0)
@@ -254,7 +263,9 @@ static int write_turn(loom__sqlite_store *st, loom__sqlite_conn *c,
     if ((rc = insert_usage(st, c, p)) != 0 ||
         (rc = insert_records(st, c, p)) != 0)
         return rc;
-    return update_conversation(st, c, p, &row);
+    if (t->create_conversation)
+        return 0;
+    return write_conversation(st, c, S_CONV_UPDATE, p, &row);
 }
 
 int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p)

@@ -88,8 +88,9 @@ static long long conv_count(const char *path)
 }
 
 /* The same turn in a conversation created first and in one created with
- * it: the same rows, the same owner (owner NULL: anonymous). */
-static void same_rows_for(const char *owner)
+ * it: the same rows, the same owner (owner NULL: anonymous). bare: the
+ * turn has no title, summary nor plan; else a summary too. */
+static void same_rows_for(const char *owner, int bare)
 {
     char *path = test_db_path("turn-create.db");
     loom_store *st = test_store_open_ok(path);
@@ -99,6 +100,15 @@ static void same_rows_for(const char *owner)
     turn_init(&a, "conv_first", "run_a", owner);
     turn_init(&b, "conv_with", "run_b", owner);
     b.rec.create_conversation = 1;
+    for (turn_t *t = &a; t; t = t == &a ? &b : NULL) {
+        if (bare) {
+            t->rec.title = NULL;
+            t->rec.plan = NULL;
+        } else {
+            t->rec.summary = "Earlier: greetings.";
+            t->rec.summary_covers = 2;
+        }
+    }
     assert_int_equal(
         loom_store_conversation_create_for(st, "conv_first", owner), 0);
     assert_int_equal(loom_store_save_turn(st, &a.rec), 0);
@@ -107,7 +117,7 @@ static void same_rows_for(const char *owner)
     memset(&info, 0, sizeof(info));
     assert_int_equal(loom_store_conversation_info(st, "conv_with", &info), 0);
     assert_int_equal(info.message_count, 4);
-    assert_string_equal(info.title, "A lookup");
+    assert_string_equal(info.title, bare ? "hi there" : "A lookup");
     if (owner)
         assert_string_equal(info.user_id, owner);
     else
@@ -129,8 +139,9 @@ static void same_rows_for(const char *owner)
 static void test_same_rows_as_created_first(void **state)
 {
     (void)state;
-    same_rows_for("ann");
-    same_rows_for(NULL);
+    same_rows_for("ann", 0);
+    same_rows_for(NULL, 0);
+    same_rows_for("ann", 1);
 }
 
 /* A save that fails after the conversation's row is written (a message
