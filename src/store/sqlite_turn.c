@@ -230,19 +230,20 @@ static int write_turn(loom__sqlite_store *st, loom__sqlite_conn *c,
     const loom__store_plan *p = arg;
     const loom_turn_record *t = p->turn;
     loom__sqlite_conv_row row;
-    int rc;
+    int rc = 0;
 
-    if (t->create_conversation) {
-        /* A conversation made with its first turn (never a sub-agent's:
-         * check_turn): its row is written whole, before the rows that
-         * refer to it. */
+    /* A conversation made with its first turn (never a sub-agent's:
+     * check_turn) starts empty; its row is written whole, hashes
+     * included, before the rows that refer to it. */
+    if (t->create_conversation)
         memset(&row, 0, sizeof(row));
-        rc = loom__sqlite_transcript_extend(&row, p);
-        if (rc == 0)
-            rc = write_conversation(st, c, S_CONV_INSERT_TURN, p, &row);
-    } else {
+    else
         rc = loom__sqlite_conv_read(st, c, t->conversation_id, &row);
-    }
+    /* A sub-agent's run leaves the conversation's hashes as they are. */
+    if (rc == 0 && !t->parent_run_id)
+        rc = loom__sqlite_transcript_extend(&row, p);
+    if (rc == 0 && t->create_conversation)
+        rc = write_conversation(st, c, S_CONV_INSERT_TURN, p, &row);
     if (rc != 0 || (rc = loom__sqlite_run_insert(st, c, p)) != 0)
         return rc;
     if (t->parent_run_id) {
@@ -253,9 +254,7 @@ static int write_turn(loom__sqlite_store *st, loom__sqlite_conn *c,
         return insert_usage(st, c, p);
     }
     /* Blobs before the messages that refer to them. */
-    if ((rc = insert_blobs(st, c, p)) != 0 ||
-        (!t->create_conversation &&
-         (rc = loom__sqlite_transcript_extend(&row, p)) != 0))
+    if ((rc = insert_blobs(st, c, p)) != 0)
         return rc;
     for (size_t i = 0; i < p->len; i++)
         if ((rc = insert_message(st, c, p, i, row.count + (int64_t)i)) != 0)
@@ -263,9 +262,9 @@ static int write_turn(loom__sqlite_store *st, loom__sqlite_conn *c,
     if ((rc = insert_usage(st, c, p)) != 0 ||
         (rc = insert_records(st, c, p)) != 0)
         return rc;
-    if (t->create_conversation)
-        return 0;
-    return write_conversation(st, c, S_CONV_UPDATE, p, &row);
+    return t->create_conversation
+               ? 0
+               : write_conversation(st, c, S_CONV_UPDATE, p, &row);
 }
 
 int loom__sqlite_save_turn(loom_store *base, const loom__store_plan *p)
