@@ -1083,6 +1083,21 @@ static void test_upstream_errors(void **state)
     stop();
 }
 
+/* Posts body and checks that it fails as an upstream timeout (504) whose
+ * message has part (the timeout that ran out). */
+static void expect_timeout(const char *body, const char *part)
+{
+    reply r;
+    json_t *o, *e;
+
+    post(&r, body, NULL);
+    e = expect_error(&r, 504, "timeout", &o);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(e, "message")), part));
+    json_decref(o);
+    reply_free(&r);
+}
+
 /*
  * A streamed answer's first chunk must come within the provider's
  * first_byte_ms (400 ms here; the fake takes 1 s), also on a fiber, where
@@ -1091,22 +1106,14 @@ static void test_upstream_errors(void **state)
  */
 static void test_first_byte_timeout(void **state)
 {
-    reply r;
-    json_t *o, *e;
     (void)state;
 
     H_timeouts = "{connect_ms: 5000, first_byte_ms: 400, idle_ms: 20000}";
     start("{\"responses\":[{\"text\":[\"late\"],\"delay_ms\":1000}]}");
     H_timeouts = NULL;
-    post(&r,
-         "{\"model\":\"" MODEL "\",\"stream\":true,\"messages\":[{\"role\":"
-         "\"user\",\"content\":\"x\"}]}",
-         NULL);
-    e = expect_error(&r, 504, "timeout", &o);
-    assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
-                           "within 400 ms"));
-    json_decref(o);
-    reply_free(&r);
+    expect_timeout("{\"model\":\"" MODEL "\",\"stream\":true,\"messages\":"
+                   "[{\"role\":\"user\",\"content\":\"x\"}]}",
+                   "within 400 ms");
     stop();
 }
 
@@ -1121,7 +1128,7 @@ static void test_first_byte_timeout(void **state)
 static void test_whole_answers(void **state)
 {
     reply r;
-    json_t *o, *e, *req, *body;
+    json_t *o, *req, *body;
     (void)state;
 
     H_timeouts = "{connect_ms: 5000, first_byte_ms: 400, idle_ms: 20000, "
@@ -1152,15 +1159,9 @@ static void test_whole_answers(void **state)
     assert_null(json_object_get(body, "stream_options"));
     json_decref(req);
 
-    post(&r,
-         "{\"model\":\"" MODEL "\",\"messages\":[{\"role\":\"user\","
-         "\"content\":\"x\"}]}",
-         NULL);
-    e = expect_error(&r, 504, "timeout", &o);
-    assert_non_null(strstr(json_string_value(json_object_get(e, "message")),
-                           "within 2500 ms"));
-    json_decref(o);
-    reply_free(&r);
+    expect_timeout("{\"model\":\"" MODEL "\",\"messages\":[{\"role\":"
+                   "\"user\",\"content\":\"x\"}]}",
+                   "within 2500 ms");
     stop();
 }
 
