@@ -515,6 +515,15 @@ const char *const loom__sqlite_migrations[] = {
     "  WHERE type = 'table' AND name IN ('messages', 'runs', "
     "'run_messages', 'research_researchers');"
     "PRAGMA writable_schema = RESET;",
+    /* 20: a conversation's streamed transcript hash is kept only where it
+     * differs from the other (the model spoke before loom's tools ran);
+     * NULL beside a prefix_hash now reads as the same hash, so a turn
+     * writes one index entry fewer (conversations_by_prefix_streamed is
+     * partial). The rows that have both the same drop the copy. A loom
+     * from before this step would read such a NULL as "no hash": the
+     * version keeps it from opening the store. */
+    "UPDATE conversations SET prefix_hash_streamed = NULL"
+    "  WHERE prefix_hash_streamed = prefix_hash;",
 };
 
 const int loom__sqlite_migrations_len =

@@ -2,7 +2,9 @@
  * Transcript hashes in the SQLite backend (store/transcript.h): each
  * conversation keeps the two hashes of its client-visible form in
  * conversations.prefix_hash and prefix_hash_streamed (NULL while it is
- * empty, and for one stored before they existed), with its owner in
+ * empty, and for one stored before they existed; prefix_hash_streamed
+ * also NULL while the two chains are the same, as they are until a model
+ * speaks before loom's tools run), with its owner in
  * user_id, set by its first turn. Saving a turn extends them inside the
  * turn's write transaction (the conversation's row is read once and
  * written once, with the turn's other changes to it: sqlite_turn.c), so
@@ -43,6 +45,12 @@ int loom__sqlite_conv_read(loom__sqlite_store *st, loom__sqlite_conn *c,
         out->count = sqlite3_column_int64(s, 0);
         out->has_last = col_hash(s, 1, out->h.last);
         out->has_streamed = col_hash(s, 2, out->h.streamed);
+        /* No streamed hash beside the other: the chains have not parted
+         * (write_conversation stores it only where they have). */
+        if (out->has_last && !out->has_streamed) {
+            memcpy(out->h.streamed, out->h.last, LOOM__TRANSCRIPT_HASH_SIZE);
+            out->has_streamed = 1;
+        }
         src = SQLITE_OK;
     } else if (src == SQLITE_DONE) {
         rc = loom__sqlite_not_found(id);

@@ -208,7 +208,13 @@ static int write_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
     b_int(s, 10, row->extend, &src);
     if (row->extend && row->has_last)
         b_blob(s, 11, row->h.last, sizeof(row->h.last), &src);
-    if (row->extend && row->has_streamed)
+    /* The streamed chain only where it parted from the other (the model
+     * spoke before loom's tools ran): NULL reads as the same hash, and
+     * the row then leaves conversations_by_prefix_streamed alone, one
+     * index entry fewer a turn (docs/store.md#client-visible-form). */
+    if (row->extend && row->has_streamed &&
+        !(row->has_last &&
+          !memcmp(row->h.last, row->h.streamed, sizeof(row->h.last))))
         b_blob(s, 12, row->h.streamed, sizeof(row->h.streamed), &src);
     b_int(s, 13, row->first, &src);
     b_text(s, 14, t->user_id, &src);

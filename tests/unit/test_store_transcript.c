@@ -7,7 +7,8 @@
  * client's own calls kept, the owner set by the first turn (anonymous
  * only for anonymous, a user only for that user) and kept by later
  * turns, a conversation migrated with messages never matched, the most
- * recent of two equal conversations, and bad arguments.
+ * recent of two equal conversations, the streamed hash stored only once
+ * the two forms part, and bad arguments.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -351,6 +352,81 @@ static void test_migrated(void **state)
     finish(st, path, &in, &out);
 }
 
+/* The streamed hash is stored only once the two chains part (the model
+ * spoke before loom's tools ran): until then it is NULL and reads as the
+ * other, and a turn after the parting extends each chain from its own
+ * hash. Version 20 drops the copies rows stored before kept. */
+static void test_streamed_hash_when_parted(void **state)
+{
+    char *path = test_db_path("transcript_parted.db");
+    loom_store *st = NULL;
+    char *conv, *other, sql[512];
+    loom_messages in, out;
+    (void)state;
+
+    assert_int_equal(loom__store_sqlite_open_version(&st, path, 19), 0);
+    conv = test_conversation_create_ok(st);
+    other = test_conversation_create_ok(st);
+    CLIENT(&in, "u:hi");
+    CLIENT(&out, "a:Hello.");
+    save(st, conv, NULL, &in, &out);
+    save(st, other, NULL, &in, &out);
+    loom_store_free(st);
+    /* As a store before version 20 wrote them: both hashes, the same. */
+    test_db_exec(path, "UPDATE conversations SET prefix_hash_streamed = "
+                       "prefix_hash");
+    st = test_store_open_ok(path);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM conversations "
+                                       "WHERE prefix_hash IS NOT NULL AND "
+                                       "prefix_hash_streamed IS NULL"),
+                     2);
+    snprintf(sql, sizeof(sql),
+             "UPDATE conversations SET updated_at = 1 WHERE id = '%s'", other);
+    test_db_exec(path, sql);
+    EXPECT(st, NULL, conv, "u:hi", "a:Hello.");
+
+    loom_messages_free(&in);
+    loom_messages_free(&out);
+    CLIENT(&in, "u:time?");
+    time_turn(&out, "Let me look. ", "It is noon.");
+    snprintf(sql, sizeof(sql),
+             "SELECT prefix_hash_streamed IS NULL FROM conversations "
+             "WHERE id = '%s'",
+             conv);
+    save(st, conv, NULL, &in, &out);
+    /* Text before loom's tool call: the chains part, both are kept. */
+    assert_int_equal(test_db_int(path, sql), 0);
+    EXPECT(st, NULL, conv, "u:hi", "a:Hello.", "u:time?", "a:It is noon.");
+    EXPECT(st, NULL, conv, "u:hi", "a:Hello.", "u:time?",
+           "a:Let me look. It is noon.");
+
+    /* The next turn extends each from its own. */
+    loom_messages_free(&in);
+    loom_messages_free(&out);
+    CLIENT(&in, "u:thanks");
+    CLIENT(&out, "a:You are welcome.");
+    save(st, conv, NULL, &in, &out);
+    assert_int_equal(test_db_int(path, sql), 0);
+    EXPECT(st, NULL, conv, "u:hi", "a:Hello.", "u:time?", "a:It is noon.",
+           "u:thanks", "a:You are welcome.");
+    EXPECT(st, NULL, conv, "u:hi", "a:Hello.", "u:time?",
+           "a:Let me look. It is noon.", "u:thanks", "a:You are welcome.");
+
+    /* The other conversation's chains never parted. */
+    save(st, other, NULL, &in, &out);
+    snprintf(sql, sizeof(sql),
+             "SELECT prefix_hash IS NOT NULL AND prefix_hash_streamed IS "
+             "NULL FROM conversations WHERE id = '%s'",
+             other);
+    assert_int_equal(test_db_int(path, sql), 1);
+    EXPECT(st, NULL, other, "u:hi", "a:Hello.", "u:thanks",
+           "a:You are welcome.");
+
+    free(conv);
+    free(other);
+    finish(st, path, &in, &out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_owner),
         cmocka_unit_test(test_most_recent),
         cmocka_unit_test(test_migrated),
+        cmocka_unit_test(test_streamed_hash_when_parted),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
