@@ -28,7 +28,7 @@ CHAT_SCRIPT='{"rules":[
  "loop":true,"responses":[{"text":["NO HISTORY"]}]}'
 
 loom_chat() {
-    env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" chat -c "$tmp/r.yaml" \
+    env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" chat -c "$tmp/r.yaml" \
         --db "$tmp/chat.db" "$@"
 }
 # The newest conversation's id.

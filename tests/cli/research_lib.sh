@@ -3,6 +3,9 @@
 # the fake upstream started with a script, with the config r.yaml that
 # points loom at it (also standing in for SearXNG: its plain responses
 # answer the search GETs). Needs LOOM_BIN and LOOM_FAKE_BIN.
+# Like every CLI test, it runs loom under `env -i` with TSAN_OPTIONS passed
+# on when set: scripts/tsan.sh's suppressions (tsan.supp) would otherwise
+# not reach loom, and TSan would report what they name.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom-research-XXXXXX")
 fails=0
 checks=0
@@ -76,6 +79,6 @@ stop_fake() {
     fake_pid=""
 }
 loom_research() {
-    env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" research -c "$tmp/r.yaml" "$@"
+    env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" research -c "$tmp/r.yaml" "$@"
 }
 

@@ -24,7 +24,7 @@ conv=$(last_conversation)
 case "$conv" in conv_*) ok ;; *) bad "no conversation stored: '$conv'" ;; esac
 
 # --- loom conversations ---
-lc() { env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" conversations --db "$tmp/chat.db" "$@"; }
+lc() { env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" conversations --db "$tmp/chat.db" "$@"; }
 lc > "$tmp/list"
 expect_rc 0 $? "loom conversations"
 expect_grep "^ID  *UPDATED  *MESSAGES  *TITLE$" "$tmp/list" "the header"

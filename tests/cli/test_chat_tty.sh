@@ -40,7 +40,7 @@ start_pane() {
     cat > "$tmp/$name.sh" <<EOF
 trap : INT
 tmux -L "$sock" wait-for "$name-go"
-env -i PATH="\$PATH" HOME="$tmp" TERM="\$TERM" "$LOOM_BIN" chat \
+env -i \${TSAN_OPTIONS:+"TSAN_OPTIONS=\$TSAN_OPTIONS"} PATH="\$PATH" HOME="$tmp" TERM="\$TERM" "$LOOM_BIN" chat \
     -c "$tmp/r.yaml" --db "$tmp/chat.db" $*
 echo "exit \$?"
 EOF
@@ -65,6 +65,22 @@ wait_for() {
         i=$((i + 1)); sleep 0.05
     done
     bad "$3: '$2' never showed:"; sed 's/^/    /' "$tmp/$1.screen" | tail -30
+    return 1
+}
+# Polls window $1 (at most 20 s) until its last line that is not blank is
+# the empty prompt: the turn has ended and the line editor reads again.
+# Keys sent before that reach a turn still ending (a slow build, the
+# sanitizers) instead of the prompt. $2: what is checked.
+wait_prompt() {
+    i=0
+    while [ $i -lt 400 ]; do
+        T capture-pane -p -S - -t "main:$1" > "$tmp/$1.screen"
+        [ "$(grep -v '^ *$' "$tmp/$1.screen" | tail -n 1)" = ">" ] &&
+            { ok; return 0; }
+        i=$((i + 1)); sleep 0.05
+    done
+    bad "$2: the prompt never came back:"
+    sed 's/^/    /' "$tmp/$1.screen" | tail -30
     return 1
 }
 # How many lines of window $1's screen hold the fixed text $2.
@@ -127,6 +143,7 @@ start_pane two --continue
 wait_for two "conversation $conv \"Alpha chat\"" "--continue: the last one"
 T send-keys -t main:two "delta question" Enter
 wait_for two "Delta sees gamma." "--continue: its history is there"
+wait_prompt two "the turn ends"
 T send-keys -t main:two C-c
 wait_for two "exit 0" "Ctrl-C at an empty prompt leaves"
 if [ "$(count two "Delta sees gamma.")" -eq 1 ]; then ok; else

@@ -47,7 +47,7 @@ stop_fake() {
 
 # Runs loom against the fake with a clean environment.
 loom_fake() {
-    env -i PATH="$PATH" HOME="$tmp" OPENAI_API_KEY=sk-test \
+    env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" OPENAI_API_KEY=sk-test \
         OPENAI_BASE_URL="$base_url" "$LOOM_BIN" "$@"
 }
 
@@ -172,7 +172,7 @@ agents:
 EOF
 "$LOOM_BIN" config check "$tmp/mem.yaml" > "$tmp/out" 2>&1
 expect_rc 0 $? "config check accepts memory tools"
-env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/mem.yaml" \
+env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/mem.yaml" \
     -a keeper "hi" > "$tmp/out" 2> "$tmp/err"
 expect_rc 0 $? "run with an agent naming memory tools"
 expect_grep "remembered nothing" "$tmp/out" "memory agent answers"
@@ -224,7 +224,7 @@ agents:
   main: {model: fake/m, system_prompt: You are main., tools: [], sub_agents: [helper]}
   helper: {model: fake/m, system_prompt: You help., tools: []}
 EOF
-env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/sub.yaml" -a main \
+env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/sub.yaml" -a main \
     --json "go" > "$tmp/out" 2> "$tmp/err"
 expect_rc 0 $? "json run with a sub-agent"
 expect_grep '"type":"run.started".*"parent_call_id":"c1","agent":"helper","depth":1' \
@@ -235,7 +235,7 @@ expect_grep '"type":"tool.delta".*"call_id":"c1".*"delta":"helped"' "$tmp/out" \
 if tail -n 1 "$tmp/out" | grep -q '"type":"run.completed"' &&
     ! tail -n 1 "$tmp/out" | grep -q parent_run_id; then ok; else
     bad "--json ends with the top run.completed"; fi
-env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/sub.yaml" -a main \
+env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/sub.yaml" -a main \
     "go" > "$tmp/out" 2> "$tmp/err"
 expect_rc 0 $? "plain run with a sub-agent"
 expect_grep "^main done" "$tmp/out" "the top answer on stdout"
@@ -256,11 +256,11 @@ providers:
 agents:
   terse: {model: fake/m, system_prompt: Answer in one word., tools: []}
 EOF
-env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/names.yaml" \
+env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/names.yaml" \
     -m agent/terse "hi" > "$tmp/out" 2> "$tmp/err"
 expect_rc 0 $? "run -m agent/<name>"
 expect_grep "Answer in one word." "$tmp/requests.jsonl" "agent's prompt sent"
-env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/names.yaml" \
+env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" run -c "$tmp/names.yaml" \
     -m nope/m "hi" > "$tmp/out" 2> "$tmp/err"
 expect_rc 2 $? "run -m with an unknown provider"
 expect_grep "provider 'nope' is not defined" "$tmp/err" "unknown provider named"
@@ -287,7 +287,7 @@ stop_fake
 # --- Ctrl-C cancels cleanly: exit 130 ---
 start_fake '{"responses":[{"text":["thinking"],"hang":true,"hang_after_chunks":2}]}'
 # Not through loom_fake: $! must be loom's own pid (env execs it).
-env -i PATH="$PATH" HOME="$tmp" OPENAI_API_KEY=sk-test \
+env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" OPENAI_API_KEY=sk-test \
     OPENAI_BASE_URL="$base_url" "$LOOM_BIN" run "hang" > "$tmp/out" 2> "$tmp/err" &
 loom_pid=$!
 i=0
@@ -319,7 +319,7 @@ agents:
   careful: {model: fake/m, tools: [get_time]}
 EOF
 loom_approve() { # extra args...: loom run without a controlling terminal
-    env -i PATH="$PATH" HOME="$tmp" setsid -w "$LOOM_BIN" run \
+    env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" setsid -w "$LOOM_BIN" run \
         -c "$tmp/approve.yaml" -a careful "$@" < /dev/null
 }
 loom_approve --approve-all --json "time?" > "$tmp/out" 2> "$tmp/err"
@@ -334,7 +334,7 @@ expect_grep "no terminal to ask" "$tmp/err" "denial said on stderr"
 expect_grep "the user denied this call: no terminal to ask for approval" \
     "$tmp/requests.jsonl" "the model reads the denial"
 : > "$tmp/requests.jsonl"
-printf 'n\nnot today\n' | env -i PATH="$PATH" HOME="$tmp" TERM=dumb \
+printf 'n\nnot today\n' | env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" TERM=dumb \
     script -qec "'$LOOM_BIN' run -c '$tmp/approve.yaml' -a careful 'time?'" \
     /dev/null > "$tmp/out" 2>&1
 expect_rc 0 $? "run asked on a terminal"
@@ -361,7 +361,7 @@ agents:
   helper: {model: fake/m, system_prompt: You help., tools: [get_time]}
 EOF
 loom_subapprove() { # extra args...: loom run without a controlling terminal
-    env -i PATH="$PATH" HOME="$tmp" setsid -w "$LOOM_BIN" run \
+    env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" setsid -w "$LOOM_BIN" run \
         -c "$tmp/subapprove.yaml" -a main "$@" < /dev/null
 }
 loom_subapprove --approve-all --json "go" > "$tmp/out" 2> "$tmp/err"
@@ -380,7 +380,7 @@ expect_grep "^  \[helper\] ! get_time needs approval" "$tmp/err" \
 expect_grep "the user denied this call: no terminal to ask for approval" \
     "$tmp/requests.jsonl" "the child's model reads the denial"
 : > "$tmp/requests.jsonl"
-printf 'n\nnot today\n' | env -i PATH="$PATH" HOME="$tmp" TERM=dumb \
+printf 'n\nnot today\n' | env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" TERM=dumb \
     script -qec "'$LOOM_BIN' run -c '$tmp/subapprove.yaml' -a main 'go'" \
     /dev/null > "$tmp/out" 2>&1
 expect_rc 0 $? "sub-agent run asked on a terminal"
@@ -392,7 +392,7 @@ expect_grep "main done" "$tmp/out" "the run goes on after the child's answer"
 stop_fake
 
 # --- offline demo without a key ---
-env -i PATH="$PATH" HOME="$tmp" LOOM_FAKE_UPSTREAM="$LOOM_FAKE_BIN" \
+env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" LOOM_FAKE_UPSTREAM="$LOOM_FAKE_BIN" \
     "$LOOM_BIN" run "hello" > "$tmp/out" 2> "$tmp/err"
 expect_rc 0 $? "offline demo"
 expect_grep "OFFLINE DEMO" "$tmp/err" "offline demo says so"

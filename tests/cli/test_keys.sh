@@ -79,7 +79,7 @@ if command -v curl > /dev/null; then
     # A provider the test never calls (listing models makes no call).
     printf 'providers:\n  p: {base_url: "http://127.0.0.1:9", api_key: x}\nauth:\n  mode: keys\n' \
         > "$tmp/loom.yaml"
-    env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" serve -c "$tmp/loom.yaml" \
+    env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" serve -c "$tmp/loom.yaml" \
         --listen 127.0.0.1:0 --db "$db" --log-level debug \
         > "$tmp/serve.out" 2> "$tmp/serve.err" &
     serve_pid=$!

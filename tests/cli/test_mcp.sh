@@ -82,7 +82,7 @@ agents:
   main: {model: fake/m, tools: [fake__elicit]}
 YAML
 # Piped stdin and no controlling terminal: nobody to ask.
-printf 'y\nAda\n' | env -i PATH="$PATH" HOME="$tmp" setsid -w "$LOOM_BIN" \
+printf 'y\nAda\n' | env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" setsid -w "$LOOM_BIN" \
     run -c "$tmp/form.yaml" -a main "who?" >"$tmp/out" 2>"$tmp/err"
 expect_rc 0 $? "run without a terminal"
 expect_grep "no elicitation capability" "$tmp/requests.jsonl" \
@@ -90,7 +90,7 @@ expect_grep "no elicitation capability" "$tmp/requests.jsonl" \
 if grep -q "asks:" "$tmp/err"; then bad "asked without a terminal"; else ok; fi
 # A terminal (script's pty): the form is asked field by field.
 : >"$tmp/requests.jsonl"
-printf 'y\nAda\n41\n' | env -i PATH="$PATH" HOME="$tmp" TERM=dumb \
+printf 'y\nAda\n41\n' | env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" TERM=dumb \
     script -qec "'$LOOM_BIN' run -c '$tmp/form.yaml' -a main 'who?'" \
     /dev/null >"$tmp/out" 2>&1
 expect_rc 0 $? "run asked on a terminal"

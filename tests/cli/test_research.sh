@@ -35,7 +35,7 @@ expect_grep "no-clarify" "$tmp/out" "research --help"
 expect_grep "research \"question\"" "$tmp/out" "loom --help lists research"
 "$LOOM_BIN" research --bogus x > "$tmp/out" 2>&1; expect_rc 2 $? "unknown option"
 "$LOOM_BIN" research < /dev/null > "$tmp/out" 2>&1; expect_rc 2 $? "no question"
-env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" research "q" > "$tmp/out" 2>&1
+env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" research "q" > "$tmp/out" 2>&1
 expect_rc 2 $? "no provider"
 expect_grep "no model provider" "$tmp/out" "no provider said"
 
@@ -96,7 +96,7 @@ expect_grep "clarifying question needs an answer: Which alpha?" "$tmp/err" \
     "the question said"
 expect_grep "no-clarify" "$tmp/err" "what to do said"
 : > "$tmp/requests.jsonl"
-printf 'The letter\n' | env -i PATH="$PATH" HOME="$tmp" TERM=dumb \
+printf 'The letter\n' | env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" TERM=dumb \
     script -qec "'$LOOM_BIN' research -c '$tmp/r.yaml' 'Tell me about alpha'" \
     /dev/null > "$tmp/out" 2>&1
 expect_rc 0 $? "question answered on a terminal"
@@ -111,7 +111,7 @@ start_fake '{"rules":[
    {"id":"rs","name":"research_agent","arguments":"{\"task\":\"slow\"}"}]}]},
  {"match":{"system":"Write the research plan"},"responses":[{"text":["1. Slow"]}]},
  {"match":{"first_user":"slow"},"responses":[{"text":["reading"],"hang":true,"hang_after_chunks":1}]}]}'
-env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" research -c "$tmp/r.yaml" \
+env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" research -c "$tmp/r.yaml" \
     --no-clarify "slow one" > "$tmp/out" 2> "$tmp/err" &
 loom_pid=$!
 i=0

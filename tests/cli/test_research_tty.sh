@@ -38,7 +38,7 @@ start_pane() {
     cat > "$tmp/$1.sh" <<EOF
 trap : INT
 tmux -L "$sock" wait-for "$1-go"
-env -i PATH="\$PATH" HOME="$tmp" TERM="\$TERM" "$LOOM_BIN" research \
+env -i \${TSAN_OPTIONS:+"TSAN_OPTIONS=\$TSAN_OPTIONS"} PATH="\$PATH" HOME="$tmp" TERM="\$TERM" "$LOOM_BIN" research \
     -c "$tmp/r.yaml" --no-clarify "$2"
 echo "exit \$?"
 tmux -L "$sock" wait-for -S "$1-done"

@@ -27,14 +27,14 @@ expect_grep() { # pattern file what
 }
 
 serve() {
-    env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" serve "$@"
+    env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" serve "$@"
 }
 
 # Starts loom serve in the background; sets serve_pid and addr.
 start_serve() {
     rm -f "$tmp/serve.out"
     # env execs loom, so $! is loom itself.
-    env -i PATH="$PATH" HOME="$tmp" "$LOOM_BIN" serve "$@" \
+    env -i ${TSAN_OPTIONS:+"TSAN_OPTIONS=$TSAN_OPTIONS"} PATH="$PATH" HOME="$tmp" "$LOOM_BIN" serve "$@" \
         > "$tmp/serve.out" 2> "$tmp/serve.err" &
     serve_pid=$!
     i=0
