@@ -41,11 +41,13 @@ int loom__store_sqlite_exec_all(loom_store *st, const char *sql);
  * writer takes no new batch (writes queue up); unset, it goes on.
  * loom__store_sqlite_wait_queued() returns once n writes are queued
  * (only while held). loom__store_sqlite_batches() is how many batches
- * (transactions) the writer has run.
+ * the writer has run; loom__store_sqlite_begun() how many write
+ * transactions they began (a batch whose write failed begins again).
  */
 void loom__store_sqlite_hold(loom_store *st, int on);
 void loom__store_sqlite_wait_queued(loom_store *st, int n);
 unsigned long loom__store_sqlite_batches(loom_store *st);
+unsigned long loom__store_sqlite_begun(loom_store *st);
 
 /* ---- transactions on pooled connections (sqlite.c) ------------------- */
 
@@ -198,6 +200,7 @@ typedef struct {
      * (singles) with none behind them. */
     int solo, singles;
     unsigned long batches;
+    unsigned long begun; /* write transactions begun; under write_lock */
     pthread_t writer, checkpointer;
     /* The writer's own connection, kept across batches so its page
      * cache stays warm (its own commits do not invalidate it); taken

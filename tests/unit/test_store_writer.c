@@ -2,8 +2,10 @@
  * Unit tests of the store's writer thread (src/store/sqlite_writer.c):
  * turns saved from many threads at once go into shared transactions
  * (group commit) and every one is stored whole and readable after the
- * store is closed, one failing write in a batch (an unknown
- * conversation, a turn that meets a full disk) fails alone, a process
+ * store is closed, a batch with no failing write is one transaction
+ * begun once, one failing write in a batch (an unknown conversation, a
+ * turn that meets a full disk) fails alone, the batch written again
+ * without it, a process
  * killed right after its threads' saves returned keeps every turn it
  * had acknowledged, the WAL is copied back into the database and
  * stays bounded under steady writes, a pause in writes syncs the WAL
@@ -106,7 +108,7 @@ static void test_batched_turns(void **state)
     loom_store *st = test_store_open_ok(path);
     static pthread_t th[NWRITERS];
     static writer w[NWRITERS];
-    unsigned long batches;
+    unsigned long batches, begun;
     int good = 0;
 
     (void)state;
@@ -115,6 +117,7 @@ static void test_batched_turns(void **state)
     /* Every save queued before the writer takes any: one batch. */
     loom__store_sqlite_hold(st, 1);
     batches = loom__store_sqlite_batches(st);
+    begun = loom__store_sqlite_begun(st);
     for (int k = 0; k < NWRITERS; k++) {
         w[k] = (writer){st, k % BAD_EVERY ? ids[k] : "conv_nosuch", k, NULL, -1,
                         ""};
@@ -125,6 +128,9 @@ static void test_batched_turns(void **state)
     for (int k = 0; k < NWRITERS; k++)
         pthread_join(th[k], NULL);
     assert_int_equal(loom__store_sqlite_batches(st), batches + 1);
+    /* Written first without savepoints; the first bad one sent it back
+     * to be written again, each under its own. */
+    assert_int_equal(loom__store_sqlite_begun(st), begun + 2);
     for (int k = 0; k < NWRITERS; k++) {
         if (k % BAD_EVERY == 0) {
             assert_int_equal(w[k].rc, LOOM_ENOTFOUND);
@@ -165,6 +171,41 @@ static void test_batched_turns(void **state)
         free(ids[k]);
     }
     loom_store_free(st);
+    test_db_remove(path);
+    free(path);
+}
+
+/* A batch whose writes all succeed is one transaction, written once. */
+static void test_clean_batch_once(void **state)
+{
+    char *path = test_db_path("batchclean.db"), *ids[8];
+    loom_store *st = test_store_open_ok(path);
+    pthread_t th[8];
+    writer w[8];
+    unsigned long batches, begun;
+
+    (void)state;
+    for (int k = 0; k < 8; k++)
+        ids[k] = test_conversation_create_ok(st);
+    loom__store_sqlite_hold(st, 1);
+    batches = loom__store_sqlite_batches(st);
+    begun = loom__store_sqlite_begun(st);
+    for (int k = 0; k < 8; k++) {
+        w[k] = (writer){st, ids[k], k, NULL, -1, ""};
+        assert_int_equal(pthread_create(&th[k], NULL, write_one, &w[k]), 0);
+    }
+    loom__store_sqlite_wait_queued(st, 8);
+    loom__store_sqlite_hold(st, 0);
+    for (int k = 0; k < 8; k++) {
+        pthread_join(th[k], NULL);
+        assert_int_equal(w[k].rc, 0);
+    }
+    assert_int_equal(loom__store_sqlite_batches(st), batches + 1);
+    assert_int_equal(loom__store_sqlite_begun(st), begun + 1);
+    loom_store_free(st);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"), 16);
+    for (int k = 0; k < 8; k++)
+        free(ids[k]);
     test_db_remove(path);
     free(path);
 }
@@ -546,6 +587,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_turns),
+        cmocka_unit_test(test_clean_batch_once),
         cmocka_unit_test(test_full_disk_in_batch),
         cmocka_unit_test(test_kill_after_acks),
         cmocka_unit_test(test_wal_bounded),
