@@ -193,6 +193,24 @@ static size_t client_calls(const loom_messages *out, digest *d)
     return n;
 }
 
+/* Whether out's two answers are the same text: no assistant message
+ * but the last has any. */
+static int one_text(const loom_messages *out)
+{
+    const loom_message *last = NULL;
+
+    for (size_t i = 0; i < out->len; i++)
+        if (out->items[i].role == LOOM_ROLE_ASSISTANT)
+            last = &out->items[i];
+    for (size_t i = 0; i < out->len; i++) {
+        const loom_message *msg = &out->items[i];
+        if (msg->role == LOOM_ROLE_ASSISTANT && msg != last && msg->content &&
+            msg->content[0])
+            return 0;
+    }
+    return 1;
+}
+
 /* Extends h by out as one answer: every assistant text joined (all) or
  * the last assistant message's. */
 static int add_answer(unsigned char *h, const loom_messages *out, int all)
@@ -248,8 +266,12 @@ int loom__transcript_add_turn(loom__transcript *t, const loom_messages *input,
         else
             rc = loom__transcript_add(n.streamed, input);
     }
-    if (rc != 0 || (rc = add_answer(n.last, output, 0)) != 0 ||
-        (rc = add_answer(n.streamed, output, 1)) != 0)
+    if (rc != 0 || (rc = add_answer(n.last, output, 0)) != 0)
+        return rc;
+    /* So does the answer when both forms of it are the same text. */
+    if (memcmp(t->last, t->streamed, sizeof(t->last)) == 0 && one_text(output))
+        memcpy(n.streamed, n.last, sizeof(n.streamed));
+    else if ((rc = add_answer(n.streamed, output, 1)) != 0)
         return rc;
     *t = n;
     return 0;
