@@ -233,7 +233,7 @@ start_loom_streams() {
     runs=$((STREAMS * 2))
     [ $runs -gt 100000 ] && runs=100000
     conns=$((STREAMS * 2 + 1000))
-    STREAMS_KEYS="max_concurrent_runs: $runs, max_connections: $conns"
+    STREAMS_KEYS="max_concurrent_runs: $runs, max_connections: $conns, provider connect_ms: $((STREAMS_CAP * 1000))"
     {
         cat <<EOF
 log:
@@ -245,6 +245,8 @@ providers:
     api_key: servebench
     retries:
       max: 0
+    timeouts:
+      connect_ms: $((STREAMS_CAP * 1000))
 server:
   listen: 127.0.0.1:0
   max_concurrent_runs: $runs
