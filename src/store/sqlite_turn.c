@@ -213,8 +213,7 @@ static int write_conversation(loom__sqlite_store *st, loom__sqlite_conn *c,
      * the row then leaves conversations_by_prefix_streamed alone, one
      * index entry fewer a turn (docs/store.md#client-visible-form). */
     if (row->extend && row->has_streamed &&
-        !(row->has_last &&
-          !memcmp(row->h.last, row->h.streamed, sizeof(row->h.last))))
+        !(row->has_last && !loom__transcript_parted(&row->h)))
         b_blob(s, 12, row->h.streamed, sizeof(row->h.streamed), &src);
     b_int(s, 13, row->first, &src);
     b_text(s, 14, t->user_id, &src);

@@ -132,6 +132,11 @@ void loom__transcript_init(loom__transcript *t)
     memcpy(t->streamed, start, sizeof(t->streamed));
 }
 
+int loom__transcript_parted(const loom__transcript *t)
+{
+    return memcmp(t->last, t->streamed, sizeof(t->last)) != 0;
+}
+
 int loom__transcript_add(unsigned char h[LOOM__TRANSCRIPT_HASH_SIZE],
                          const loom_messages *m)
 {
@@ -261,7 +266,7 @@ int loom__transcript_add_turn(loom__transcript *t, const loom_messages *input,
      * at the same point (they differ only after an answer whose model
      * spoke before calling loom's tools). */
     if (input && (rc = loom__transcript_add(n.last, input)) == 0) {
-        if (memcmp(t->last, t->streamed, sizeof(t->last)) == 0)
+        if (!loom__transcript_parted(t))
             memcpy(n.streamed, n.last, sizeof(n.streamed));
         else
             rc = loom__transcript_add(n.streamed, input);
@@ -269,7 +274,7 @@ int loom__transcript_add_turn(loom__transcript *t, const loom_messages *input,
     if (rc != 0 || (rc = add_answer(n.last, output, 0)) != 0)
         return rc;
     /* So does the answer when both forms of it are the same text. */
-    if (memcmp(t->last, t->streamed, sizeof(t->last)) == 0 && one_text(output))
+    if (!loom__transcript_parted(t) && one_text(output))
         memcpy(n.streamed, n.last, sizeof(n.streamed));
     else if ((rc = add_answer(n.streamed, output, 1)) != 0)
         return rc;

@@ -35,6 +35,10 @@ typedef struct {
 /* The hash of the empty conversation (both chains start there). */
 void loom__transcript_init(loom__transcript *t);
 
+/* Whether t's two chains have parted (a model spoke before loom's tools
+ * ran): their hashes differ. */
+int loom__transcript_parted(const loom__transcript *t);
+
 /*
  * Extends h by the messages of m as they are: each as a client sends it
  * (a request's messages, a turn's input). Assistant messages count with

@@ -129,6 +129,28 @@ static void finish(loom_store *st, char *path, loom_messages *in,
     free(path);
 }
 
+/* A store at schema version (of a file at path, closed) with two new
+ * conversations, *a and *b (caller frees). */
+static void old_store(const char *path, int version, char **a, char **b)
+{
+    loom_store *st = NULL;
+
+    assert_int_equal(loom__store_sqlite_open_version(&st, path, version), 0);
+    *a = test_conversation_create_ok(st);
+    *b = test_conversation_create_ok(st);
+    loom_store_free(st);
+}
+
+/* Makes conversation id the older of two that went the same way. */
+static void make_older(const char *path, const char *id)
+{
+    char sql[256];
+
+    snprintf(sql, sizeof(sql),
+             "UPDATE conversations SET updated_at = 1 WHERE id = '%s'", id);
+    test_db_exec(path, sql);
+}
+
 /* A get_time turn: the call (with text before it), its result, the
  * answer. */
 static void time_turn(loom_messages *out, const char *before,
@@ -292,7 +314,6 @@ static void test_most_recent(void **state)
     char *older = test_conversation_create_ok(st);
     char *newer = test_conversation_create_ok(st);
     loom_messages in, out;
-    char sql[256];
     (void)state;
 
     CLIENT(&in, "u:hi");
@@ -300,9 +321,7 @@ static void test_most_recent(void **state)
     save(st, older, NULL, &in, &out);
     save(st, newer, NULL, &in, &out);
     /* Ordered by updated_at: make the first one older for sure. */
-    snprintf(sql, sizeof(sql),
-             "UPDATE conversations SET updated_at = 1 WHERE id = '%s'", older);
-    test_db_exec(path, sql);
+    make_older(path, older);
     EXPECT(st, NULL, newer, "u:hi", "a:Hello.");
 
     free(older);
@@ -320,10 +339,7 @@ static void test_migrated(void **state)
     loom_messages in, out;
     (void)state;
 
-    assert_int_equal(loom__store_sqlite_open_version(&st, path, 6), 0);
-    old = test_conversation_create_ok(st);
-    empty = test_conversation_create_ok(st);
-    loom_store_free(st);
+    old_store(path, 6, &old, &empty);
     snprintf(sql, sizeof(sql),
              "UPDATE conversations SET message_count = 2 WHERE id = '%s';"
              "INSERT INTO messages (id, conversation_id, position, role, "
@@ -364,9 +380,8 @@ static void test_streamed_hash_when_parted(void **state)
     loom_messages in, out;
     (void)state;
 
+    old_store(path, 19, &conv, &other);
     assert_int_equal(loom__store_sqlite_open_version(&st, path, 19), 0);
-    conv = test_conversation_create_ok(st);
-    other = test_conversation_create_ok(st);
     CLIENT(&in, "u:hi");
     CLIENT(&out, "a:Hello.");
     save(st, conv, NULL, &in, &out);
@@ -380,9 +395,7 @@ static void test_streamed_hash_when_parted(void **state)
                                        "WHERE prefix_hash IS NOT NULL AND "
                                        "prefix_hash_streamed IS NULL"),
                      2);
-    snprintf(sql, sizeof(sql),
-             "UPDATE conversations SET updated_at = 1 WHERE id = '%s'", other);
-    test_db_exec(path, sql);
+    make_older(path, other);
     EXPECT(st, NULL, conv, "u:hi", "a:Hello.");
 
     loom_messages_free(&in);
