@@ -40,11 +40,37 @@ typedef struct {
 int loom_pool_new(loom_pool **out, const loom_pool_options *opts);
 
 /*
- * Runs fn(payload) on a fiber of the pool, on the next worker in turn.
- * 0, or LOOM_ENOMEM (fn is then never called and the caller keeps
- * payload).
+ * Runs fn(payload) on a fiber of the pool: called from one of the pool's
+ * workers (a fiber, or a loop's step below), on that worker unless it
+ * has more than one fiber over the least busy worker; else on the least
+ * busy worker. 0, or LOOM_ENOMEM (fn is then never called and the caller
+ * keeps payload).
  */
 int loom_pool_spawn(loom_pool *p, void (*fn)(void *payload), void *payload);
+
+typedef struct loom_pool_loop loom_pool_loop;
+
+/*
+ * Drives an event loop of the caller's (a library that polls its own
+ * descriptors one step at a time, such as libmicrohttpd in its external
+ * mode) from one of p's workers, so the loop and the runs it starts share
+ * that thread instead of waking each other across threads.
+ * step(payload) runs on the worker thread's own stack, as on a plain
+ * thread (a wait there blocks the worker): at once, then whenever fd is
+ * readable, loom_pool_loop_wake() was called, or the milliseconds step
+ * returned last have passed (< 0: no time limit; 0: again once the
+ * worker's other fibers had their turn). *out is set before step first
+ * runs. 0, LOOM_ENOMEM, or LOOM_EIO when epoll refuses fd.
+ */
+int loom_pool_loop_start(loom_pool_loop **out, loom_pool *p, int fd,
+                         long (*step)(void *payload), void *payload);
+
+/* Has step called soon; from any thread. */
+void loom_pool_loop_wake(loom_pool_loop *l);
+
+/* Ends the loop and frees l once step has returned for the last time
+ * (it is never called again). Not from one of p's workers. NULL: no-op. */
+void loom_pool_loop_stop(loom_pool_loop *l);
 
 /* The number of worker threads. */
 int loom_pool_workers(const loom_pool *p);

@@ -101,6 +101,9 @@
  * requests at once: past it, stacks are unmapped as before. */
 #define KEEP_STACKS 64
 #define MAX_EVENTS 64
+/* Descriptors the fibers of one worker can wait on at once
+ * (loom__fiber_wait_fd): a server's HTTP loop, a few at most. */
+#define FD_WAITS 4
 /* Idle connections a worker's curl multi handle keeps for reuse: as many
  * as it has model calls in flight when busy, or each call past the bound
  * connects again (at concurrency 64, 16 kept made one request in three
@@ -192,6 +195,16 @@ struct worker {
     atomic_int cancel_check;  /* a flag was set: look at the list */
     /* About to wait or waiting in epoll_wait (see kick). */
     atomic_int asleep;
+    /* Fibers alive on it (spawned, not yet returned): where the next
+     * one goes (pick_worker). */
+    atomic_int live;
+    /* Descriptors waited on (loom__fiber_wait_fd); only this worker
+     * touches them. fd < 0: a free slot. */
+    struct {
+        int fd;
+        loom__fiber *f; /* NULL: nobody waits now */
+        uint64_t token;
+    } fdw[FD_WAITS];
 #ifdef FIBER_ASAN
     const void *main_bottom;
     size_t main_size;
@@ -612,7 +625,39 @@ static void fiber_ended(worker *w, loom__fiber *f)
     }
     pthread_mutex_unlock(&w->lock);
     fiber_free(f);
+    atomic_fetch_sub(&w->live, 1);
     atomic_fetch_sub(&w->s->fibers, 1);
+}
+
+/*
+ * Where a fiber spawned without `here` goes: the worker with the fewest
+ * live fibers (the next in turn among equals), except that a caller on
+ * one of s's workers (a fiber, or code its loop runs, such as a server's
+ * request handlers) keeps it unless its own worker has more than one
+ * fiber over that least. At one request at a time a server's run then
+ * starts on the worker that took the request and answers there, without
+ * handing the request to another thread and the answer back (each hand-
+ * off wakes a sleeping thread: tens of microseconds on a virtual
+ * machine), while many requests still spread over every worker.
+ */
+static worker *pick_worker(loom__sched *s)
+{
+    unsigned start = atomic_fetch_add(&s->next_w, 1);
+    worker *best = NULL;
+    int least = 0;
+
+    for (int i = 0; i < s->nw; i++) {
+        worker *w = &s->w[(start + (unsigned)i) % (unsigned)s->nw];
+        int n = atomic_load(&w->live);
+        if (!best || n < least) {
+            best = w;
+            least = n;
+        }
+    }
+    if (tl_worker && tl_worker->s == s &&
+        atomic_load(&tl_worker->live) <= least + 1)
+        return tl_worker;
+    return best;
 }
 
 int loom__fiber_spawn(loom__sched *s, void (*fn)(void *), void *arg, int here)
@@ -623,7 +668,7 @@ int loom__fiber_spawn(loom__sched *s, void (*fn)(void *), void *arg, int here)
     if (here && tl_worker && tl_worker->s == s && tl_worker->cur)
         w = tl_worker;
     else
-        w = &s->w[atomic_fetch_add(&s->next_w, 1) % (unsigned)s->nw];
+        w = pick_worker(s);
     pthread_mutex_lock(&w->lock);
     if (w->spare) {
         f = w->spare;
@@ -638,6 +683,7 @@ int loom__fiber_spawn(loom__sched *s, void (*fn)(void *), void *arg, int here)
         return loom__error_set(LOOM_ERROR, "cannot make a fiber context");
     }
     atomic_fetch_add(&s->fibers, 1);
+    atomic_fetch_add(&w->live, 1);
     pthread_mutex_lock(&w->lock);
     push_ready(w, f);
     pthread_mutex_unlock(&w->lock);
@@ -743,6 +789,69 @@ void loom__fiber_on_worker(void (*fn)(void *), void *arg)
     f->call_arg = arg;
     f->req = REQ_CALL;
     switch_out(f);
+}
+
+int loom__fiber_wait_fd(int fd, double until)
+{
+    worker *w = tl_worker;
+    loom__fiber *f = loom__fiber_self();
+    struct epoll_event ev = {0};
+    int i, fresh = 0, woken;
+
+    if (!f)
+        return loom__error_set(LOOM_EINVALID, "waiting on a descriptor "
+                                              "off a fiber");
+    for (i = 0; i < FD_WAITS && w->fdw[i].fd != fd; i++)
+        ;
+    if (i == FD_WAITS) {
+        for (i = 0; i < FD_WAITS && w->fdw[i].fd >= 0; i++)
+            ;
+        if (i == FD_WAITS)
+            return loom__error_set(LOOM_ERROR,
+                                   "more than %d descriptors "
+                                   "waited on by one worker",
+                                   FD_WAITS);
+        fresh = 1;
+    }
+    /* One-shot: an event after this wait ended is not delivered again
+     * and again to a worker that no longer cares; the next wait arms it
+     * afresh. */
+    ev.events = EPOLLIN | EPOLLONESHOT;
+    ev.data.fd = fd;
+    if (epoll_ctl(w->ep, fresh ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev) != 0)
+        return loom__error_set(LOOM_EIO, "cannot wait on descriptor %d: %s", fd,
+                               strerror(errno));
+    w->fdw[i].fd = fd;
+    w->fdw[i].token = loom__fiber_arm();
+    w->fdw[i].f = f;
+    woken = loom__fiber_park(until);
+    w->fdw[i].f = NULL;
+    return woken;
+}
+
+void loom__fiber_forget_fd(int fd)
+{
+    worker *w = tl_worker;
+
+    for (int i = 0; w && i < FD_WAITS; i++)
+        if (w->fdw[i].fd == fd) {
+            (void)epoll_ctl(w->ep, EPOLL_CTL_DEL, fd, NULL);
+            w->fdw[i].fd = -1;
+            w->fdw[i].f = NULL;
+        }
+}
+
+/* An event on a descriptor a fiber of w waits on: that fiber is woken
+ * (1). 0: not one of those (a curl socket). */
+static int fd_event(worker *w, int fd)
+{
+    for (int i = 0; i < FD_WAITS; i++)
+        if (w->fdw[i].fd == fd) {
+            if (w->fdw[i].f)
+                loom__fiber_wake(w->fdw[i].f, w->fdw[i].token);
+            return 1;
+        }
+    return 0;
 }
 
 void *loom__fiber_multi(void)
@@ -939,6 +1048,8 @@ static void *worker_main(void *arg)
                 (void)!read(w->efd, &v, sizeof(v));
                 continue;
             }
+            if (fd_event(w, fd))
+                continue;
             if (evs[i].events & (EPOLLIN | EPOLLHUP))
                 mask |= CURL_CSELECT_IN;
             if (evs[i].events & EPOLLOUT)
@@ -1082,6 +1193,8 @@ static int worker_init(worker *w, loom__sched *s)
 
     w->s = s;
     w->efd = w->ep = -1;
+    for (int i = 0; i < FD_WAITS; i++)
+        w->fdw[i].fd = -1;
     w->curl_at = -1;
     if (pthread_mutex_init(&w->lock, NULL) != 0)
         return -1;
@@ -1357,6 +1470,122 @@ int loom_pool_new(loom_pool **out, const loom_pool_options *opts)
 int loom_pool_spawn(loom_pool *p, void (*fn)(void *payload), void *payload)
 {
     return loom__fiber_spawn(p->s, fn, payload, 0);
+}
+
+struct loom_pool_loop {
+    int fd;
+    long (*step)(void *);
+    void *payload;
+    long next;   /* what step returned last */
+    int ep, efd; /* the fiber waits on ep: fd and efd (the wakes) */
+    atomic_int stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ended;
+};
+
+static void loop_step(void *arg)
+{
+    loom_pool_loop *l = arg;
+
+    l->next = l->step(l->payload);
+}
+
+/* The loop's fiber. A wake read after the stop flag was looked at leaves
+ * efd readable for the next wait, so a stop is never missed. */
+static void loop_main(void *arg)
+{
+    loom_pool_loop *l = arg;
+    uint64_t v;
+
+    while (!atomic_load(&l->stop)) {
+        double until = -1;
+        int woken;
+        loom__fiber_on_worker(loop_step, l);
+        if (l->next == 0) {
+            loom__fiber_yield();
+            continue;
+        }
+        if (l->next > 0)
+            until = loom__mono_ms_exact() + (double)l->next;
+        woken = loom__fiber_wait_fd(l->ep, until);
+        if (woken > 0)
+            (void)!read(l->efd, &v, sizeof(v));
+        else if (woken < 0)
+            loom__fiber_sleep(10); /* no slot: polled, never spinning */
+    }
+    loom__fiber_forget_fd(l->ep);
+    pthread_mutex_lock(&l->mu);
+    l->ended = 1;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+static void loop_free(loom_pool_loop *l)
+{
+    if (l->ep >= 0)
+        close(l->ep);
+    if (l->efd >= 0)
+        close(l->efd);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
+}
+
+int loom_pool_loop_start(loom_pool_loop **out, loom_pool *p, int fd,
+                         long (*step)(void *payload), void *payload)
+{
+    loom_pool_loop *l = calloc(1, sizeof(*l));
+    struct epoll_event ev = {0};
+    int rc;
+
+    *out = NULL;
+    if (!l)
+        return loom__error_oom();
+    l->fd = fd;
+    l->step = step;
+    l->payload = payload;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    l->ep = epoll_create1(EPOLL_CLOEXEC);
+    l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (l->ep < 0 || l->efd < 0 ||
+        epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev) != 0 ||
+        (ev.data.fd = l->efd,
+         epoll_ctl(l->ep, EPOLL_CTL_ADD, l->efd, &ev) != 0)) {
+        rc = loom__error_set(LOOM_EIO, "cannot poll descriptor %d: %s", fd,
+                             strerror(errno));
+        loop_free(l);
+        return rc;
+    }
+    *out = l; /* before step runs: it may hand l to other threads */
+    if ((rc = loom__fiber_spawn(p->s, loop_main, l, 0)) != 0) {
+        *out = NULL;
+        loop_free(l);
+    }
+    return rc;
+}
+
+void loom_pool_loop_wake(loom_pool_loop *l)
+{
+    uint64_t one = 1;
+
+    (void)!write(l->efd, &one, sizeof(one));
+}
+
+void loom_pool_loop_stop(loom_pool_loop *l)
+{
+    if (!l)
+        return;
+    atomic_store(&l->stop, 1);
+    loom_pool_loop_wake(l);
+    pthread_mutex_lock(&l->mu);
+    while (!l->ended)
+        pthread_cond_wait(&l->cv, &l->mu);
+    pthread_mutex_unlock(&l->mu);
+    loop_free(l);
 }
 
 int loom_pool_workers(const loom_pool *p)

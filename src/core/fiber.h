@@ -104,6 +104,19 @@ void loom__fiber_wake(loom__fiber *f, uint64_t token);
  */
 int loom__fiber_park_cancel(double until, const loom_cancel *cancel);
 
+/*
+ * Parks the calling fiber until descriptor fd is readable (1) or the
+ * monotonic ms `until` passed (0; until < 0: no limit), its worker
+ * polling fd beside its other work meanwhile: for a loop of its own that
+ * a fiber drives, such as a server's HTTP daemon. A worker's fibers wait
+ * on at most a few descriptors (the slot stays the fd's until
+ * loom__fiber_forget_fd); the caller calls that before closing fd.
+ * Negative on failure: LOOM_EINVALID off a fiber, LOOM_ERROR with no
+ * slot left, LOOM_EIO when epoll refuses fd.
+ */
+int loom__fiber_wait_fd(int fd, double until);
+void loom__fiber_forget_fd(int fd);
+
 /* Lets the other ready fibers of the worker run; no-op off a fiber. */
 void loom__fiber_yield(void);
 

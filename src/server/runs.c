@@ -120,6 +120,11 @@ void srv__runs_free(srv_runs *rt)
     free(rt);
 }
 
+loom_pool *srv__runs_pool(const srv_runs *rt)
+{
+    return rt->pool;
+}
+
 int srv__runs_active(srv_server *s)
 {
     int n;

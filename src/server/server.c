@@ -3,7 +3,10 @@
  * table, metrics), starting libmicrohttpd, the ticker thread, suspension
  * of connections, and the graceful stop.
  *
- * libmicrohttpd runs with one internal polling thread on epoll, so a
+ * libmicrohttpd polls its connections with epoll, from one of the run
+ * pool's workers (http_step, below) when runs are fibers, else on
+ * an internal thread of its own; either way one polling thread (the
+ * "polling thread" of these files) answers every connection, so a
  * thousand idle SSE streams cost a thousand sockets, not a thousand
  * threads. A connection that waits (for a run's next event, or for its
  * end) is suspended; libmicrohttpd then ignores it entirely, so the
@@ -38,6 +41,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -168,6 +172,10 @@ static void resume_locked(srv_server *s, srv_susp *sp)
     sp->suspended = 0;
     s->nsusp--;
     MHD_resume_connection(sp->mc);
+    /* libmicrohttpd signals nothing in its external mode: the loop that
+     * runs it is told here that a connection is due. */
+    if (s->http_loop)
+        loom_pool_loop_wake(s->http_loop);
 }
 
 int srv__suspend(srv_server *s, srv_susp *sp)
@@ -442,6 +450,9 @@ int loom_server_new(loom_server **out, const loom_server_options *opts)
     if (!(s = calloc(1, sizeof(*s))))
         return loom__error_oom();
     s->stop_pipe[0] = s->stop_pipe[1] = -1;
+    s->http_lfd = -1;
+    pthread_mutex_init(&s->http_lock, NULL);
+    pthread_cond_init(&s->http_cv, NULL);
     pthread_mutex_init(&s->susp_lock, NULL);
     pthread_mutex_init(&s->tick_lock, NULL);
     {
@@ -646,6 +657,67 @@ static size_t conn_memory(const loom_server_config *sc)
            1024;
 }
 
+/* ---- libmicrohttpd on a worker ------------------------------------------ */
+
+/*
+ * With runs on fibers, libmicrohttpd has no thread of its own: the run
+ * pool drives it from one of its workers (loom_pool_loop_start), so at
+ * one request at a time the request is read, its run started on the same
+ * worker, the model called and the answer written without a thread
+ * hand-off. With its own polling thread each request woke a sleeping
+ * thread twice (a worker for the run, the daemon's thread for the
+ * answer): on a virtual machine tens of microseconds each
+ * (bench/serve/README.md). The daemon is in its external epoll mode,
+ * whose resumes signal nothing: resume_locked wakes the loop. Its step
+ * (MHD_run) runs on the worker's own stack, so request handlers do as on
+ * the daemon's thread before (jansson parsing a body at its depth limit
+ * needs more stack than a fiber has). The stop has the step quiesce the
+ * daemon (nothing else may touch it meanwhile), and stops the daemon
+ * itself once the loop has ended.
+ */
+static long http_step(void *arg)
+{
+    srv_server *s = arg;
+    MHD_UNSIGNED_LONG_LONG ms;
+
+    if (atomic_load(&s->http_quiesce) == 1) {
+        s->http_lfd = MHD_quiesce_daemon(s->d);
+        pthread_mutex_lock(&s->http_lock);
+        atomic_store(&s->http_quiesce, 2);
+        pthread_cond_broadcast(&s->http_cv);
+        pthread_mutex_unlock(&s->http_lock);
+    }
+    MHD_run(s->d);
+    if (MHD_get_timeout(s->d, &ms) != MHD_YES)
+        return -1;
+    return ms > (MHD_UNSIGNED_LONG_LONG)LONG_MAX ? LONG_MAX : (long)ms;
+}
+
+/* Quiesces the daemon on its loop; its listening socket (or
+ * MHD_INVALID_SOCKET). */
+static MHD_socket http_quiesce(srv_server *s)
+{
+    atomic_store(&s->http_quiesce, 1);
+    loom_pool_loop_wake(s->http_loop);
+    pthread_mutex_lock(&s->http_lock);
+    while (atomic_load(&s->http_quiesce) != 2)
+        pthread_cond_wait(&s->http_cv, &s->http_lock);
+    pthread_mutex_unlock(&s->http_lock);
+    return s->http_lfd;
+}
+
+/* Ends the loop (no-op without one): the daemon is the caller's after. */
+static void http_loop_end(srv_server *s)
+{
+    loom_pool_loop *l;
+
+    pthread_mutex_lock(&s->susp_lock);
+    l = s->http_loop;
+    s->http_loop = NULL;
+    pthread_mutex_unlock(&s->susp_lock);
+    loom_pool_loop_stop(l);
+}
+
 int loom_server_start(loom_server *s)
 {
     struct sockaddr_storage ss;
@@ -653,6 +725,7 @@ int loom_server_start(loom_server *s)
     const union MHD_DaemonInfo *di;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    loom_pool *pool;
     int v6, rc;
 
     if (s->d)
@@ -663,6 +736,9 @@ int loom_server_start(loom_server *s)
     (void)slen;
     if (v6)
         flags |= MHD_USE_IPv6;
+    pool = srv__runs_pool(s->runs);
+    if (pool)
+        flags &= ~(unsigned)MHD_USE_INTERNAL_POLLING_THREAD;
     /* Every connection starts with the header timeout (never longer than
      * the read timeout); http.c lifts it once the headers are in. */
     s->read_timeout_s = whole_seconds(s->sc->read_timeout_ms);
@@ -683,7 +759,22 @@ int loom_server_start(loom_server *s)
                                s->listen, strerror(errno ? errno : EADDRINUSE));
     di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : 0;
+    if (pool) {
+        di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
+        if (!di)
+            rc = loom__error_set(LOOM_ERROR, "libmicrohttpd gave no epoll "
+                                             "descriptor");
+        else
+            rc = loom_pool_loop_start(&s->http_loop, pool, di->epoll_fd,
+                                      http_step, s);
+        if (rc != 0) {
+            MHD_stop_daemon(s->d);
+            s->d = NULL;
+            return rc;
+        }
+    }
     if (pthread_create(&s->ticker, NULL, ticker_main, s) != 0) {
+        http_loop_end(s);
         MHD_stop_daemon(s->d);
         s->d = NULL;
         return loom__error_set(LOOM_ERROR, "cannot start the ticker thread");
@@ -738,7 +829,7 @@ void loom_server_stop(loom_server *s)
      * under it could be reused by another thread meanwhile (TSan saw the
      * race).
      */
-    lfd = MHD_quiesce_daemon(s->d);
+    lfd = s->http_loop ? http_quiesce(s) : MHD_quiesce_daemon(s->d);
     if (lfd != MHD_INVALID_SOCKET)
         shutdown(lfd, SHUT_RDWR);
     atomic_store(&s->draining, 1);
@@ -771,6 +862,7 @@ void loom_server_stop(loom_server *s)
                   atomic_load(&s->pending));
     atomic_store(&s->closing, 1);
     resume_all(s);
+    http_loop_end(s);
     MHD_stop_daemon(s->d);
     s->d = NULL;
     if (lfd != MHD_INVALID_SOCKET)
@@ -818,6 +910,8 @@ void loom_server_free(loom_server *s)
         close(s->stop_pipe[0]);
     if (s->stop_pipe[1] >= 0)
         close(s->stop_pipe[1]);
+    pthread_mutex_destroy(&s->http_lock);
+    pthread_cond_destroy(&s->http_cv);
     pthread_mutex_destroy(&s->susp_lock);
     pthread_mutex_destroy(&s->tick_lock);
     pthread_cond_destroy(&s->tick_cv);

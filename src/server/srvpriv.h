@@ -16,6 +16,7 @@
 #define LOOM_SERVER_SRVPRIV_H
 
 #include "loom/limits.h"
+#include "loom/pool.h"
 #include "loom/router.h"
 #include "loom/session.h"
 #include "server/internal.h"
@@ -152,6 +153,8 @@ int srv__runs_new(srv_runs **out, const loom_server_config *sc);
 void srv__runs_free(srv_runs *rt);
 /* Runs not ended yet. */
 int srv__runs_active(srv_server *s);
+/* The pool runs are fibers on; NULL: a thread per run. */
+loom_pool *srv__runs_pool(const srv_runs *rt);
 /* Waits until no run is active or deadline_ms (monotonic; < 0: forever)
  * passes. 1 when none is active. */
 int srv__runs_wait_idle(srv_server *s, long long deadline_ms);
@@ -293,6 +296,15 @@ struct loom_server {
     int tick_stop;
     /* loom_server_wait / request_stop */
     int stop_pipe[2];
+    /* libmicrohttpd's loop on a worker of the run pool (server.c), NULL
+     * when it has a thread of its own; read and cleared under susp_lock.
+     * http_quiesce: 1 asked, 2 done (http_lock and http_cv), http_lfd
+     * the listening socket then. */
+    loom_pool_loop *http_loop;
+    atomic_int http_quiesce;
+    pthread_mutex_t http_lock;
+    pthread_cond_t http_cv;
+    int http_lfd;
     /* Request contexts kept for reuse (http.c); polling thread only. */
     struct srv_conn *conn_spare;
     int nconn_spare;

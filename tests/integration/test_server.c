@@ -219,6 +219,41 @@ static void test_run_blocking(void **state)
     sh_free(&h);
 }
 
+/* How many messages GET /v1/conversations/{id} shows. */
+static size_t stored_messages(const sh *h, const char *id)
+{
+    char path[128];
+    json_t *conv;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/v1/conversations/%s", id);
+    conv = sh_json(h, "GET", path, NULL, 200);
+    n = json_array_size(json_object_get(conv, "messages"));
+    json_decref(conv);
+    return n;
+}
+
+/* With server.fibers off, libmicrohttpd polls on a thread of its own and
+ * each run gets a thread: the same answers, stored, and the same stop. */
+static void test_threads_without_fibers(void **state)
+{
+    sh h;
+    json_t *run;
+
+    (void)state;
+    sh_start(&h, LOOP(HELLO), NULL, "  fibers: false\n");
+    for (int i = 0; i < 3; i++) {
+        run = sh_json(&h, "POST", "/v1/runs", "{\"input\":\"hi\"}", 200);
+        assert_string_equal(sh_str(run, "status"), "completed");
+        assert_string_equal(sh_str(run, "text"), "Hello world");
+        assert_int_equal(stored_messages(&h, sh_str(run, "conversation_id")),
+                         2);
+        json_decref(run);
+    }
+    sh_stop_server(&h);
+    sh_free(&h);
+}
+
 static void test_run_stream(void **state)
 {
     sh h;
@@ -325,8 +360,8 @@ static void test_run_stream_http10(void **state)
 static void test_run_input_and_conversation(void **state)
 {
     sh h;
-    json_t *a, *b, *reqs, *msgs, *conv;
-    char body[256], path[128];
+    json_t *a, *b, *reqs, *msgs;
+    char body[256];
 
     (void)state;
     sh_start(&h, LOOP(HELLO), NULL, NULL);
@@ -362,11 +397,7 @@ static void test_run_input_and_conversation(void **state)
                         "Hello world");
     assert_string_equal(sh_str(json_array_get(msgs, 4), "content"), "two");
     json_decref(reqs);
-    snprintf(path, sizeof(path), "/v1/conversations/%s",
-             sh_str(a, "conversation_id"));
-    conv = sh_json(&h, "GET", path, NULL, 200);
-    assert_int_equal(json_array_size(json_object_get(conv, "messages")), 5);
-    json_decref(conv);
+    assert_int_equal(stored_messages(&h, sh_str(a, "conversation_id")), 5);
     json_decref(a);
     json_decref(b);
     sh_free(&h);
@@ -1577,6 +1608,7 @@ int main(void)
         cmocka_unit_test(test_health_models_tools),
         cmocka_unit_test(test_405_allow),
         cmocka_unit_test(test_run_blocking),
+        cmocka_unit_test(test_threads_without_fibers),
         cmocka_unit_test(test_run_stream),
         cmocka_unit_test(test_run_stream_http10),
         cmocka_unit_test(test_run_input_and_conversation),

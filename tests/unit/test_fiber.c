@@ -3,7 +3,9 @@
  * workers, a parent waiting for children on the same worker, kept stacks
  * running the next fibers, wake-ups from plain threads, timers in
  * deadline order and across parks, per-fiber error state, work run on
- * the worker's own stack, and the bound on blocking work.
+ * the worker's own stack, waits on a descriptor, a caller's loop driven
+ * from a worker, where a spawned fiber goes, and the bound on blocking
+ * work.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,12 +17,15 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/fiber.h"
+#include "loom/pool.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static loom__sched *start(int workers, int blocking)
 {
@@ -638,6 +643,187 @@ static void test_on_worker(void **state)
     assert_string_equal(loom_error_last(), "set on the worker's stack");
 }
 
+/* ---- waiting on a descriptor --------------------------------------------- */
+
+typedef struct {
+    int fd;
+    int ready, timed_out, again;
+    char got;
+} fd_check;
+
+static void fd_waiter(void *arg)
+{
+    fd_check *c = arg;
+
+    c->ready = loom__fiber_wait_fd(c->fd, loom__mono_ms_exact() + 60000);
+    if (read(c->fd, &c->got, 1) != 1)
+        c->got = 0;
+    /* Nothing more written: the wait ends at its deadline. */
+    c->timed_out = loom__fiber_wait_fd(c->fd, loom__mono_ms_exact() + 20);
+    /* Forgotten, then waited on again: armed afresh. */
+    loom__fiber_forget_fd(c->fd);
+    c->again = loom__fiber_wait_fd(c->fd, 0);
+    loom__fiber_forget_fd(c->fd);
+}
+
+/* loom__fiber_wait_fd parks a fiber until its descriptor is readable (1,
+ * here written by a plain thread) or its deadline passed (0), and is
+ * refused off a fiber. */
+static void test_wait_fd(void **state)
+{
+    loom__sched *s = start(1, 0);
+    fd_check c;
+    int p[2];
+
+    (void)state;
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(pipe(p), 0);
+    c.fd = p[0];
+    assert_int_equal(loom__fiber_spawn(s, fd_waiter, &c, 0), 0);
+    assert_int_equal(write(p[1], "x", 1), 1);
+    loom__sched_stop(s);
+    assert_int_equal(c.ready, 1);
+    assert_int_equal(c.got, 'x');
+    assert_int_equal(c.timed_out, 0);
+    /* until 0 is already past: 0, nothing written. */
+    assert_int_equal(c.again, 0);
+    assert_int_equal(loom__fiber_wait_fd(p[0], -1), LOOM_EINVALID);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* ---- a caller's loop on a worker ----------------------------------------- */
+
+typedef struct {
+    int fd;
+    atomic_int calls, bytes, next, on_fiber;
+} loop_check;
+
+static long loop_step_fn(void *arg)
+{
+    loop_check *c = arg;
+    char b[16];
+    ssize_t n;
+
+    atomic_fetch_add(&c->calls, 1);
+    /* On the worker's stack, not the loop's fiber. */
+    atomic_fetch_add(&c->on_fiber, loom__fiber_self() != NULL);
+    while ((n = read(c->fd, b, sizeof(b))) > 0)
+        atomic_fetch_add(&c->bytes, (int)n);
+    return atomic_load(&c->next);
+}
+
+/* Waits (for at most 20 s) until *v reaches at_least. */
+static void wait_for(atomic_int *v, int at_least)
+{
+    for (int i = 0; i < 20000 && atomic_load(v) < at_least; i++)
+        loom__fiber_sleep(1);
+    assert_true(atomic_load(v) >= at_least);
+}
+
+/* loom_pool_loop_start calls step at once, when its descriptor is
+ * readable, when woken, and again after the ms step asked for; after
+ * loom_pool_loop_stop, never. */
+static void test_pool_loop(void **state)
+{
+    loom_pool_options po = {LOOM_POOL_OPTIONS_VERSION, 1, 0, 64 << 10};
+    loom_pool *pool = NULL;
+    loom_pool_loop *l = NULL;
+    loop_check c;
+    int p[2], was;
+
+    (void)state;
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+    c.fd = p[0];
+    atomic_store(&c.next, -1);
+    assert_int_equal(loom_pool_new(&pool, &po), 0);
+    assert_int_equal(loom_pool_loop_start(&l, pool, p[0], loop_step_fn, &c), 0);
+    assert_non_null(l);
+    wait_for(&c.calls, 1);
+    assert_int_equal(write(p[1], "abc", 3), 3);
+    wait_for(&c.bytes, 3);
+    was = atomic_load(&c.calls);
+    loom_pool_loop_wake(l);
+    wait_for(&c.calls, was + 1);
+    /* Called again on its own, every 2 ms. */
+    atomic_store(&c.next, 2);
+    was = atomic_load(&c.calls);
+    loom_pool_loop_wake(l);
+    wait_for(&c.calls, was + 4);
+    loom_pool_loop_stop(l);
+    was = atomic_load(&c.calls);
+    assert_int_equal(write(p[1], "d", 1), 1);
+    loom__fiber_sleep(20);
+    assert_int_equal(atomic_load(&c.calls), was);
+    assert_int_equal(atomic_load(&c.on_fiber), 0);
+    loom_pool_free(pool);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* ---- where a spawned fiber goes ------------------------------------------ */
+
+typedef struct {
+    loom__sched *s;
+    int crowd; /* fibers the placer first starts beside itself */
+    pthread_t placer, child;
+    atomic_int child_ran, release;
+} place_check;
+
+static void place_child(void *arg)
+{
+    place_check *c = arg;
+
+    c->child = pthread_self();
+    atomic_store(&c->child_ran, 1);
+}
+
+static void place_crowd(void *arg)
+{
+    place_check *c = arg;
+
+    while (!atomic_load(&c->release))
+        loom__fiber_sleep(1);
+}
+
+static void placer(void *arg)
+{
+    place_check *c = arg;
+
+    c->placer = pthread_self();
+    for (int i = 0; i < c->crowd; i++)
+        assert_int_equal(loom__fiber_spawn(c->s, place_crowd, c, 1), 0);
+    assert_int_equal(loom__fiber_spawn(c->s, place_child, c, 0), 0);
+    while (!atomic_load(&c->child_ran))
+        loom__fiber_sleep(1);
+    atomic_store(&c->release, 1);
+}
+
+/* A fiber spawned from a worker stays on it (no hand-off to another
+ * thread) while that worker is no busier than the least busy one plus
+ * one fiber, and goes to the least busy worker past that. */
+static void test_spawn_stays_or_spreads(void **state)
+{
+    for (int crowd = 0; crowd <= 3; crowd += 3) {
+        loom__sched *s = start(2, 0);
+        place_check c;
+
+        (void)state;
+        memset(&c, 0, sizeof(c));
+        c.s = s;
+        c.crowd = crowd;
+        assert_int_equal(loom__fiber_spawn(s, placer, &c, 0), 0);
+        loom__sched_stop(s);
+        assert_int_equal(atomic_load(&c.child_ran), 1);
+        if (crowd == 0)
+            assert_true(pthread_equal(c.placer, c.child));
+        else
+            assert_false(pthread_equal(c.placer, c.child));
+    }
+}
+
 /* ---- blocking work ------------------------------------------------------- */
 
 static atomic_int bl_active, bl_max;
@@ -694,6 +880,9 @@ int main(void)
         cmocka_unit_test(test_error_state_per_fiber),
         cmocka_unit_test(test_error_state_fresh_on_kept_stack),
         cmocka_unit_test(test_on_worker),
+        cmocka_unit_test(test_wait_fd),
+        cmocka_unit_test(test_pool_loop),
+        cmocka_unit_test(test_spawn_stays_or_spreads),
         cmocka_unit_test(test_blocking_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
