@@ -148,6 +148,10 @@ struct loom__fiber {
     int req;   /* what the fiber asked of its worker when it switched */
     uint64_t token;
     int woken;
+    /* Woken to the front of the ready queue (a caller's loop on the
+     * worker, loom_pool_loop_start): under load it answers its events
+     * before the runs' next turns, not after them all. */
+    int urgent;
     double deadline; /* parked until (monotonic ms); < 0: no timer */
     /* Index in w->heap + 1; 0: not there. An entry's deadline is never
      * later than the fiber's while it is parked with one (see the top). */
@@ -466,6 +470,18 @@ static void push_ready(worker *w, loom__fiber *f)
     w->rq_tail = f;
 }
 
+/* Queues woken f as ready: at the front when urgent; w->lock held. */
+static void push_woken(worker *w, loom__fiber *f)
+{
+    if (!f->urgent || !w->rq_head) {
+        push_ready(w, f);
+        return;
+    }
+    f->state = F_READY;
+    f->next = w->rq_head;
+    w->rq_head = f;
+}
+
 /* Queues parked f as ready, off the cancel list; w->lock held. */
 static void unpark(worker *w, loom__fiber *f)
 {
@@ -480,7 +496,7 @@ static void unpark(worker *w, loom__fiber *f)
         f->clisted = 0;
         atomic_fetch_sub(&w->ncancel, 1);
     }
-    push_ready(w, f);
+    push_woken(w, f);
 }
 
 /* Parks f; w->lock held. On w's cancel list when it waits on a flag. */
@@ -599,6 +615,7 @@ static int fiber_prepare(worker *w, loom__fiber *f, void (*fn)(void *),
     f->arg = arg;
     f->token = 0;
     f->woken = 0;
+    f->urgent = 0;
     f->deadline = -1;
     f->heap_i = 0;
     f->req = REQ_NONE;
@@ -944,7 +961,7 @@ static void run_fiber(worker *w, loom__fiber *f)
     default: /* REQ_PARK */
         pthread_mutex_lock(&w->lock);
         if (f->woken) {
-            push_ready(w, f);
+            push_woken(w, f);
         } else {
             /* On the list (counted) first, then the flag looked at:
              * loom_cancel_notify sets the flag, then reads the count, so
@@ -1498,6 +1515,7 @@ static void loop_main(void *arg)
     loom_pool_loop *l = arg;
     uint64_t v;
 
+    loom__fiber_self()->urgent = 1;
     while (!atomic_load(&l->stop)) {
         double until = -1;
         int woken;

@@ -675,6 +675,17 @@ static size_t conn_memory(const loom_server_config *sc)
  * daemon (nothing else may touch it meanwhile), and stops the daemon
  * itself once the loop has ended.
  */
+/* MHD_run calls a step makes at most, accepting connections. */
+#define HTTP_RUNS_MAX 16
+
+static unsigned http_connections(srv_server *s)
+{
+    const union MHD_DaemonInfo *di =
+        MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+
+    return di ? di->num_connections : 0;
+}
+
 static long http_step(void *arg)
 {
     srv_server *s = arg;
@@ -687,7 +698,17 @@ static long http_step(void *arg)
         pthread_cond_broadcast(&s->http_cv);
         pthread_mutex_unlock(&s->http_lock);
     }
-    MHD_run(s->d);
+    /* libmicrohttpd accepts at most ten connections a run: while a run
+     * accepted that many, more may wait in the listening queue, and the
+     * next step could be a whole round of the worker's runs away (a burst
+     * of thousands of streams otherwise waits for its accepts past the
+     * header timeout). */
+    for (int i = 0; i < HTTP_RUNS_MAX; i++) {
+        unsigned before = http_connections(s);
+        MHD_run(s->d);
+        if (http_connections(s) < before + 10)
+            break;
+    }
     if (MHD_get_timeout(s->d, &ms) != MHD_YES)
         return -1;
     return ms > (MHD_UNSIGNED_LONG_LONG)LONG_MAX ? LONG_MAX : (long)ms;

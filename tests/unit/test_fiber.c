@@ -763,6 +763,69 @@ static void test_pool_loop(void **state)
     close(p[1]);
 }
 
+/* A loop's step runs before the worker's other ready fibers take their
+ * next turn: here a fiber of the same worker writes to the loop's
+ * descriptor, and the step sees it before the other yielding fibers
+ * have all had another turn (at the back of the queue it would come
+ * after them all). */
+#define URGENT_BUSY 40
+
+static atomic_int turns, turns_at_write, turns_at_step;
+static int urgent_fd[2];
+
+static long urgent_step(void *arg)
+{
+    char b;
+
+    (void)arg;
+    if (read(urgent_fd[0], &b, 1) == 1)
+        atomic_store(&turns_at_step, atomic_load(&turns));
+    return -1;
+}
+
+static void urgent_busy(void *arg)
+{
+    int writer = arg != NULL;
+
+    for (int i = 0; i < 100; i++) {
+        atomic_fetch_add(&turns, 1);
+        if (writer && i == 5) {
+            assert_int_equal(write(urgent_fd[1], "x", 1), 1);
+            atomic_store(&turns_at_write, atomic_load(&turns));
+        }
+        loom__fiber_yield();
+    }
+}
+
+static void test_pool_loop_first(void **state)
+{
+    loom_pool_options po = {LOOM_POOL_OPTIONS_VERSION, 1, 0, 64 << 10};
+    loom_pool *pool = NULL;
+    loom_pool_loop *l = NULL;
+    static int one = 1;
+
+    (void)state;
+    atomic_store(&turns, 0);
+    atomic_store(&turns_at_step, -1);
+    assert_int_equal(pipe(urgent_fd), 0);
+    assert_int_equal(fcntl(urgent_fd[0], F_SETFL, O_NONBLOCK), 0);
+    assert_int_equal(loom_pool_new(&pool, &po), 0);
+    assert_int_equal(
+        loom_pool_loop_start(&l, pool, urgent_fd[0], urgent_step, NULL), 0);
+    for (int i = 0; i < URGENT_BUSY; i++)
+        assert_int_equal(
+            loom_pool_spawn(pool, urgent_busy, i == 0 ? &one : NULL), 0);
+    for (int i = 0; i < 20000 && atomic_load(&turns_at_step) < 0; i++)
+        loom__fiber_sleep(1);
+    loom_pool_loop_stop(l);
+    loom_pool_free(pool);
+    close(urgent_fd[0]);
+    close(urgent_fd[1]);
+    assert_true(atomic_load(&turns_at_step) >= atomic_load(&turns_at_write));
+    assert_true(atomic_load(&turns_at_step) - atomic_load(&turns_at_write) <
+                URGENT_BUSY);
+}
+
 /* ---- where a spawned fiber goes ------------------------------------------ */
 
 typedef struct {
@@ -882,6 +945,7 @@ int main(void)
         cmocka_unit_test(test_on_worker),
         cmocka_unit_test(test_wait_fd),
         cmocka_unit_test(test_pool_loop),
+        cmocka_unit_test(test_pool_loop_first),
         cmocka_unit_test(test_spawn_stays_or_spreads),
         cmocka_unit_test(test_blocking_is_bounded),
     };
