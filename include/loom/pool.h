@@ -75,7 +75,8 @@ void loom_pool_loop_stop(loom_pool_loop *l);
 /* The number of worker threads. */
 int loom_pool_workers(const loom_pool *p);
 
-/* Waits until every fiber started on p has returned, then stops and
+/* Waits until every fiber started on p has returned (stop its loops
+ * first: a loop runs until loom_pool_loop_stop), then stops and
  * frees it; a tool call still blocking a tool thread (abandoned at its
  * timeout) ends on its own. Not from one of p's fibers. NULL: no-op. */
 void loom_pool_free(loom_pool *p);
