@@ -1252,7 +1252,7 @@ static const field server_fields[] = {
     {K_BOOL("fibers", S, fibers)},
     {K_INT("workers", S, workers, 0, 4096)},
     {K_INT("tool_threads", S, tool_threads, 1, 100000)},
-    {K_INT("fiber_stack_kb", S, fiber_stack_kb, 64, 65536)},
+    {K_INT("fiber_stack_kb", S, fiber_stack_kb, 256, 65536)},
 };
 #undef S
 static const section server_section = SECTION(server_fields, NULL, NULL);

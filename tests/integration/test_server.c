@@ -233,6 +233,49 @@ static size_t stored_messages(const sh *h, const char *id)
     return n;
 }
 
+/* A model's answer with a member nested to the JSON parser's depth
+ * limit, parsed on a run's fiber with the smallest stack the config
+ * allows: answered, and the server still up (64 KiB of stack crashed
+ * it). */
+static void test_deep_upstream_json(void **state)
+{
+    enum { DEPTH = 2040 };
+    sh h;
+    json_t *script, *ans, *msg;
+    char *body, *text;
+    size_t at;
+
+    (void)state;
+    body = malloc(2 * DEPTH + 512);
+    assert_non_null(body);
+    at = (size_t)sprintf(body, "{\"id\":\"x\",\"object\":\"chat.completion\","
+                               "\"model\":\"m\",\"choices\":[{\"index\":0,"
+                               "\"message\":{\"role\":\"assistant\","
+                               "\"content\":\"Hi there.\"},\"finish_reason\":"
+                               "\"stop\"}]," USAGE ",\"extra\":");
+    memset(body + at, '[', DEPTH);
+    memset(body + at + DEPTH, ']', DEPTH);
+    strcpy(body + at + 2 * DEPTH, "}");
+    script = json_pack("{s:b,s:[{s:s}]}", "loop", 1, "responses", "body", body);
+    assert_non_null(script);
+    text = json_dumps(script, 0);
+    assert_non_null(text);
+    sh_start(&h, text, NULL, "  fiber_stack_kb: 256\n");
+    ans = sh_json(&h, "POST", "/v1/chat/completions",
+                  "{\"model\":\"fake/m\",\"messages\":[{\"role\":"
+                  "\"user\",\"content\":\"hi\"}]}",
+                  200);
+    msg = json_object_get(json_array_get(json_object_get(ans, "choices"), 0),
+                          "message");
+    assert_string_equal(sh_str(msg, "content"), "Hi there.");
+    json_decref(ans);
+    json_decref(sh_json(&h, "GET", "/healthz", NULL, 200));
+    sh_free(&h);
+    free(text);
+    json_decref(script);
+    free(body);
+}
+
 /* With server.fibers off, libmicrohttpd polls on a thread of its own and
  * each run gets a thread: the same answers, stored, and the same stop. */
 static void test_threads_without_fibers(void **state)
@@ -1609,6 +1652,7 @@ int main(void)
         cmocka_unit_test(test_405_allow),
         cmocka_unit_test(test_run_blocking),
         cmocka_unit_test(test_threads_without_fibers),
+        cmocka_unit_test(test_deep_upstream_json),
         cmocka_unit_test(test_run_stream),
         cmocka_unit_test(test_run_stream_http10),
         cmocka_unit_test(test_run_input_and_conversation),

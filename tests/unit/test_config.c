@@ -1306,8 +1306,8 @@ static void test_server_section(void **state)
          "-1", "4097"},
         {head, "tool_threads: ", "", "server.tool_threads", "1 to 100000", "1",
          "100000", "0", "100001"},
-        {head, "fiber_stack_kb: ", "", "server.fiber_stack_kb", "64 to 65536",
-         "64", "65536", "63", "65537"},
+        {head, "fiber_stack_kb: ", "", "server.fiber_stack_kb", "256 to 65536",
+         "256", "65536", "255", "65537"},
     };
     loom_config *cfg;
 
