@@ -1490,7 +1490,6 @@ int loom_pool_spawn(loom_pool *p, void (*fn)(void *payload), void *payload)
 }
 
 struct loom_pool_loop {
-    int fd;
     long (*step)(void *);
     void *payload;
     long next;   /* what step returned last */
@@ -1539,6 +1538,16 @@ static void loop_main(void *arg)
     pthread_mutex_unlock(&l->mu);
 }
 
+/* Adds fd to epoll set ep, for reading. */
+static int poll_in(int ep, int fd)
+{
+    struct epoll_event ev = {0};
+
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
 static void loop_free(loom_pool_loop *l)
 {
     if (l->ep >= 0)
@@ -1554,25 +1563,19 @@ int loom_pool_loop_start(loom_pool_loop **out, loom_pool *p, int fd,
                          long (*step)(void *payload), void *payload)
 {
     loom_pool_loop *l = calloc(1, sizeof(*l));
-    struct epoll_event ev = {0};
     int rc;
 
     *out = NULL;
     if (!l)
         return loom__error_oom();
-    l->fd = fd;
     l->step = step;
     l->payload = payload;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     l->ep = epoll_create1(EPOLL_CLOEXEC);
     l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (l->ep < 0 || l->efd < 0 ||
-        epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &ev) != 0 ||
-        (ev.data.fd = l->efd,
-         epoll_ctl(l->ep, EPOLL_CTL_ADD, l->efd, &ev) != 0)) {
+    if (l->ep < 0 || l->efd < 0 || poll_in(l->ep, fd) != 0 ||
+        poll_in(l->ep, l->efd) != 0) {
         rc = loom__error_set(LOOM_EIO, "cannot poll descriptor %d: %s", fd,
                              strerror(errno));
         loop_free(l);
