@@ -808,16 +808,15 @@ void loom__fiber_on_worker(void (*fn)(void *), void *arg)
     switch_out(f);
 }
 
-int loom__fiber_wait_fd(int fd, double until)
+/* loom__fiber_wait_fd on a fiber, with the token the caller armed: a
+ * wake with it (loom__fiber_wake) also ends the wait. */
+static int wait_fd_armed(int fd, double until, uint64_t token)
 {
     worker *w = tl_worker;
     loom__fiber *f = loom__fiber_self();
     struct epoll_event ev = {0};
     int i, fresh = 0, woken;
 
-    if (!f)
-        return loom__error_set(LOOM_EINVALID, "waiting on a descriptor "
-                                              "off a fiber");
     for (i = 0; i < FD_WAITS && w->fdw[i].fd != fd; i++)
         ;
     if (i == FD_WAITS) {
@@ -839,11 +838,19 @@ int loom__fiber_wait_fd(int fd, double until)
         return loom__error_set(LOOM_EIO, "cannot wait on descriptor %d: %s", fd,
                                strerror(errno));
     w->fdw[i].fd = fd;
-    w->fdw[i].token = loom__fiber_arm();
+    w->fdw[i].token = token;
     w->fdw[i].f = f;
     woken = loom__fiber_park(until);
     w->fdw[i].f = NULL;
     return woken;
+}
+
+int loom__fiber_wait_fd(int fd, double until)
+{
+    if (!loom__fiber_self())
+        return loom__error_set(LOOM_EINVALID, "waiting on a descriptor "
+                                              "off a fiber");
+    return wait_fd_armed(fd, until, loom__fiber_arm());
 }
 
 void loom__fiber_forget_fd(int fd)
@@ -932,6 +939,17 @@ static void curl_done(worker *w)
 }
 
 /* ---- the worker loop ----------------------------------------------------- */
+
+/* Runs libcurl's timer action when it is due. */
+static void curl_due(worker *w)
+{
+    int running;
+
+    if (w->curl_at < 0 || loom__mono_ms_exact() < w->curl_at)
+        return;
+    w->curl_at = -1;
+    curl_multi_socket_action(w->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+}
 
 static void run_fiber(worker *w, loom__fiber *f)
 {
@@ -1046,6 +1064,10 @@ static void *worker_main(void *arg)
             break;
         if (atomic_exchange(&w->cancel_check, 0))
             wake_cancelled(w);
+        /* A transfer a fiber just started asks libcurl's timer for 0
+         * ms: run it now, not after a poll that only finds it due. */
+        curl_due(w);
+        curl_done(w);
         timeout = expire(w);
         atomic_store(&w->asleep, 1);
         pthread_mutex_lock(&w->lock);
@@ -1075,11 +1097,7 @@ static void *worker_main(void *arg)
                 mask |= CURL_CSELECT_ERR;
             curl_multi_socket_action(w->multi, fd, mask, &running);
         }
-        if (w->curl_at >= 0 && loom__mono_ms_exact() >= w->curl_at) {
-            w->curl_at = -1;
-            curl_multi_socket_action(w->multi, CURL_SOCKET_TIMEOUT, 0,
-                                     &running);
-        }
+        curl_due(w);
         curl_done(w);
         (void)expire(w);
     }
@@ -1492,9 +1510,19 @@ int loom_pool_spawn(loom_pool *p, void (*fn)(void *payload), void *payload)
 struct loom_pool_loop {
     long (*step)(void *);
     void *payload;
-    long next;   /* what step returned last */
-    int ep, efd; /* the fiber waits on ep: fd and efd (the wakes) */
+    int fd;
+    long next; /* what step returned last */
     atomic_int stop;
+    /* Set by a wake since the step last began: the loop steps again
+     * before it waits. The one wake that sets it also wakes the loop's
+     * fiber, with the token of its wait (published before the loop looks
+     * at the flag, so either the loop sees the flag or the waker sees the
+     * token). No eventfd: a wake from the loop's own worker (a run
+     * resuming its connection) is a queue push, and from another worker
+     * a kick only when that worker sleeps. */
+    atomic_int wanted;
+    _Atomic(loom__fiber *) fiber;
+    _Atomic uint64_t token;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int ended;
@@ -1507,17 +1535,18 @@ static void loop_step(void *arg)
     l->next = l->step(l->payload);
 }
 
-/* The loop's fiber. A wake read after the stop flag was looked at leaves
- * efd readable for the next wait, so a stop is never missed. */
+/* The loop's fiber. */
 static void loop_main(void *arg)
 {
     loom_pool_loop *l = arg;
-    uint64_t v;
+    loom__fiber *self = loom__fiber_self();
 
-    loom__fiber_self()->urgent = 1;
+    self->urgent = 1;
+    atomic_store(&l->fiber, self);
     while (!atomic_load(&l->stop)) {
         double until = -1;
-        int woken;
+        uint64_t token;
+        atomic_store(&l->wanted, 0);
         loom__fiber_on_worker(loop_step, l);
         if (l->next == 0) {
             loom__fiber_yield();
@@ -1525,75 +1554,67 @@ static void loop_main(void *arg)
         }
         if (l->next > 0)
             until = loom__mono_ms_exact() + (double)l->next;
-        woken = loom__fiber_wait_fd(l->ep, until);
-        if (woken > 0)
-            (void)!read(l->efd, &v, sizeof(v));
-        else if (woken < 0)
+        token = loom__fiber_arm();
+        atomic_store(&l->token, token);
+        if (atomic_load(&l->wanted))
+            continue;
+        if (wait_fd_armed(l->fd, until, token) < 0)
             loom__fiber_sleep(10); /* no slot: polled, never spinning */
     }
-    loom__fiber_forget_fd(l->ep);
+    loom__fiber_forget_fd(l->fd);
     pthread_mutex_lock(&l->mu);
     l->ended = 1;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
 }
 
-/* Adds fd to epoll set ep, for reading. */
-static int poll_in(int ep, int fd)
-{
-    struct epoll_event ev = {0};
-
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-}
-
-static void loop_free(loom_pool_loop *l)
-{
-    if (l->ep >= 0)
-        close(l->ep);
-    if (l->efd >= 0)
-        close(l->efd);
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
-    free(l);
-}
-
 int loom_pool_loop_start(loom_pool_loop **out, loom_pool *p, int fd,
                          long (*step)(void *payload), void *payload)
 {
-    loom_pool_loop *l = calloc(1, sizeof(*l));
-    int rc;
+    loom_pool_loop *l;
+    struct epoll_event ev = {0};
+    int rc, ep;
 
     *out = NULL;
-    if (!l)
+    /* The loop waits on fd in its worker's epoll, from the fiber: a
+     * descriptor epoll refuses is refused here, not found there. */
+    ev.events = EPOLLIN;
+    if ((ep = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        rc = loom__error_set(LOOM_EIO, "cannot poll descriptor %d: %s", fd,
+                             strerror(errno));
+        if (ep >= 0)
+            close(ep);
+        return rc;
+    }
+    close(ep);
+    if (!(l = calloc(1, sizeof(*l))))
         return loom__error_oom();
     l->step = step;
     l->payload = payload;
+    l->fd = fd;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
-    l->ep = epoll_create1(EPOLL_CLOEXEC);
-    l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (l->ep < 0 || l->efd < 0 || poll_in(l->ep, fd) != 0 ||
-        poll_in(l->ep, l->efd) != 0) {
-        rc = loom__error_set(LOOM_EIO, "cannot poll descriptor %d: %s", fd,
-                             strerror(errno));
-        loop_free(l);
-        return rc;
-    }
     *out = l; /* before step runs: it may hand l to other threads */
     if ((rc = loom__fiber_spawn(p->s, loop_main, l, 0)) != 0) {
         *out = NULL;
-        loop_free(l);
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv);
+        free(l);
     }
     return rc;
 }
 
 void loom_pool_loop_wake(loom_pool_loop *l)
 {
-    uint64_t one = 1;
+    loom__fiber *f;
 
-    (void)!write(l->efd, &one, sizeof(one));
+    if (atomic_exchange(&l->wanted, 1))
+        return; /* the loop steps again before it waits */
+    /* Not started yet: its first step comes anyway. A stale token (the
+     * loop is stepping) is ignored; the loop then sees the flag. */
+    if ((f = atomic_load(&l->fiber)) != NULL)
+        loom__fiber_wake(f, atomic_load(&l->token));
 }
 
 void loom_pool_loop_stop(loom_pool_loop *l)
@@ -1606,7 +1627,9 @@ void loom_pool_loop_stop(loom_pool_loop *l)
     while (!l->ended)
         pthread_cond_wait(&l->cv, &l->mu);
     pthread_mutex_unlock(&l->mu);
-    loop_free(l);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
 }
 
 int loom_pool_workers(const loom_pool *p)

@@ -763,6 +763,98 @@ static void test_pool_loop(void **state)
     close(p[1]);
 }
 
+/* Wakes from plain threads, from fibers on the loop's worker and the
+ * other, and from inside the step itself are never lost: the step here
+ * never asks for a timer and its descriptor never becomes readable, so
+ * a lost wake leaves the loop waiting for good, and the step never sees
+ * the last count posted before a wake. */
+#define WAKERS 3
+#define WAKES 3000
+
+static atomic_int posted, seen, self_wakes, wakers_done;
+static loom_pool_loop *wake_loop;
+
+static long wake_step(void *arg)
+{
+    int now = atomic_load(&posted);
+
+    (void)arg;
+    atomic_store(&seen, now);
+    /* Now and then the step wakes its own loop (a run resuming a
+     * connection from the loop's worker does that). */
+    if (now % 97 == 0 && atomic_load(&self_wakes) < 20) {
+        atomic_fetch_add(&self_wakes, 1);
+        atomic_fetch_add(&posted, 1);
+        loom_pool_loop_wake(wake_loop);
+    }
+    return -1;
+}
+
+static void post_wakes(void)
+{
+    for (int i = 0; i < WAKES; i++) {
+        atomic_fetch_add(&posted, 1);
+        loom_pool_loop_wake(wake_loop);
+        if (i % 50 == 0) {
+            if (loom__fiber_self())
+                loom__fiber_yield();
+            else
+                sched_yield();
+        }
+    }
+    atomic_fetch_add(&wakers_done, 1);
+}
+
+static void wake_fiber(void *arg)
+{
+    (void)arg;
+    post_wakes();
+}
+
+static void *wake_thread(void *arg)
+{
+    (void)arg;
+    post_wakes();
+    return NULL;
+}
+
+static void test_pool_loop_wakes_not_lost(void **state)
+{
+    loom_pool_options po = {LOOM_POOL_OPTIONS_VERSION, 2, 0, 64 << 10};
+    loom_pool *pool = NULL;
+    pthread_t th[WAKERS];
+    int p[2], last;
+
+    (void)state;
+    atomic_store(&posted, 0);
+    atomic_store(&seen, -1);
+    atomic_store(&self_wakes, 0);
+    atomic_store(&wakers_done, 0);
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(loom_pool_new(&pool, &po), 0);
+    assert_int_equal(
+        loom_pool_loop_start(&wake_loop, pool, p[0], wake_step, NULL), 0);
+    for (int i = 0; i < WAKERS; i++) {
+        assert_int_equal(pthread_create(&th[i], NULL, wake_thread, NULL), 0);
+        assert_int_equal(loom_pool_spawn(pool, wake_fiber, NULL), 0);
+    }
+    for (int i = 0; i < WAKERS; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 20000 && atomic_load(&wakers_done) < 2 * WAKERS; i++)
+        loom__fiber_sleep(1);
+    assert_int_equal(atomic_load(&wakers_done), 2 * WAKERS);
+    for (int i = 0; i < 20000 && atomic_load(&seen) != atomic_load(&posted);
+         i++)
+        loom__fiber_sleep(1);
+    last = atomic_load(&posted); /* a self-wake may have added one */
+    assert_int_equal(atomic_load(&seen), last);
+    assert_true(last >= 2 * WAKERS * WAKES);
+    loom_pool_loop_stop(wake_loop);
+    loom_pool_free(pool);
+    close(p[0]);
+    close(p[1]);
+}
+
 /* A loop's step runs before the worker's other ready fibers take their
  * next turn: here a fiber of the same worker writes to the loop's
  * descriptor, and the step sees it before the other yielding fibers
@@ -946,6 +1038,7 @@ int main(void)
         cmocka_unit_test(test_wait_fd),
         cmocka_unit_test(test_pool_loop),
         cmocka_unit_test(test_pool_loop_first),
+        cmocka_unit_test(test_pool_loop_wakes_not_lost),
         cmocka_unit_test(test_spawn_stays_or_spreads),
         cmocka_unit_test(test_blocking_is_bounded),
     };
