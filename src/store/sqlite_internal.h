@@ -208,7 +208,7 @@ typedef struct {
      * under the store's write_lock. */
     struct loom__sqlite_conn *conn;
     /* Held by whoever runs a checkpoint: the checkpointer, or the
-     * writer when the WAL has outgrown CKPT_CAP_FRAMES. */
+     * writer when it starts the WAL over. */
     pthread_mutex_t ckpt_run;
     pthread_mutex_t ckpt_lock; /* guards the fields below */
     pthread_cond_t ckpt_cv;
@@ -217,6 +217,9 @@ typedef struct {
     int ckpt_quiet;        /* it waits for CKPT_QUIET_MS with the WAL synced */
     int wal_frames;        /* frames in the WAL after the newest commit */
     int backfilled;        /* frames of it the newest checkpoint copied */
+    /* The checkpointer caught up with a long WAL: the writer is to start
+     * it over (CKPT_RESTART_FRAMES); cleared when the WAL shrinks. */
+    int restart_due;
     unsigned long commits; /* commits seen by the WAL hook */
 } loom__sqlite_writer;
 

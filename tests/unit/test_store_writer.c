@@ -416,6 +416,17 @@ static long file_size(const char *path)
     return stat(path, &sb) == 0 ? (long)sb.st_size : 0;
 }
 
+/* An answer of WAL_ANSWER bytes; caller frees. */
+static char *wal_answer(void)
+{
+    char *answer = malloc(WAL_ANSWER + 1);
+
+    assert_non_null(answer);
+    memset(answer, 'x', WAL_ANSWER);
+    answer[WAL_ANSWER] = '\0';
+    return answer;
+}
+
 static void *wal_write(void *arg)
 {
     wal_writer *w = arg;
@@ -440,10 +451,7 @@ static void test_wal_bounded(void **state)
 
     (void)state;
     snprintf(wal, sizeof(wal), "%s-wal", path);
-    answer = malloc(WAL_ANSWER + 1);
-    assert_non_null(answer);
-    memset(answer, 'x', WAL_ANSWER);
-    answer[WAL_ANSWER] = '\0';
+    answer = wal_answer();
     /* A few turns, then a pause: the checkpointer copies them into the
      * database file on its own (once writes paused for ten seconds).
      * Waits for all of them, up to a minute: a checkpoint may land
@@ -482,6 +490,43 @@ static void test_wal_bounded(void **state)
                      2 * (20 + WAL_THREADS * WAL_TURNS));
     for (int k = 0; k < WAL_THREADS; k++)
         free(w[k].conversation);
+    free(answer);
+    test_db_remove(path);
+    free(path);
+}
+
+/* Writes one at a time, as at one request at a time: the checkpointer
+ * keeps up, and the writer starts the WAL over once it is 2,000 frames
+ * long and the checkpointer has left little to copy (a short stall),
+ * well before the cap of 4,000 (where what was left to copy stalled
+ * commits 10 to 15 ms). The turns here write about 16,000 frames in
+ * all, so without that the WAL file would reach the cap's size. */
+#define PACED_TURNS 1200
+#define PACED_MAX_BYTES (3400L * (4096 + 24))
+
+static void test_wal_restarted_early(void **state)
+{
+    char *path = test_db_path("paced.db"), wal[512], *answer;
+    loom_store *st = test_store_open_ok(path);
+    char *conversation = test_conversation_create_ok(st);
+    long max_wal = 0, n;
+
+    (void)state;
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    answer = wal_answer();
+    for (int i = 0; i < PACED_TURNS; i++) {
+        assert_int_equal(save_answer(st, conversation, i, answer), 0);
+        if ((n = file_size(wal)) > max_wal)
+            max_wal = n;
+        usleep(500);
+    }
+    loom_store_free(st);
+    if (max_wal > PACED_MAX_BYTES)
+        fprintf(stderr, "the WAL reached %ld frames\n", max_wal / (4096 + 24));
+    assert_true(max_wal > 0 && max_wal <= PACED_MAX_BYTES);
+    assert_int_equal(test_db_int(path, "SELECT count(*) FROM messages"),
+                     2 * PACED_TURNS);
+    free(conversation);
     free(answer);
     test_db_remove(path);
     free(path);
@@ -591,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_full_disk_in_batch),
         cmocka_unit_test(test_kill_after_acks),
         cmocka_unit_test(test_wal_bounded),
+        cmocka_unit_test(test_wal_restarted_early),
         cmocka_unit_test(test_pause_syncs_wal),
         cmocka_unit_test(test_lone_write_fails),
     };
