@@ -76,7 +76,7 @@
  * what came during its pass again at once, up to CKPT_CHASE times (each
  * pass copies what came during the one before: about 1,000, 300, 80
  * frames), and once no more than CKPT_TAIL_FRAMES are left it has the
- * writer start the WAL over (restart_due): a stall of 3 to 4 ms, most of
+ * writer start the WAL over (restart_due): a stall of 3 to 6 ms, most of
  * it the two syncs. The cap stays for a checkpointer that cannot catch
  * up (writes as fast as it copies). */
 #define CKPT_RESTART_FRAMES (2 * CKPT_FRAMES)
