@@ -1568,6 +1568,13 @@ static void loop_main(void *arg)
     pthread_mutex_unlock(&l->mu);
 }
 
+static void loop_free(loom_pool_loop *l)
+{
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
+}
+
 int loom_pool_loop_start(loom_pool_loop **out, loom_pool *p, int fd,
                          long (*step)(void *payload), void *payload)
 {
@@ -1598,9 +1605,7 @@ int loom_pool_loop_start(loom_pool_loop **out, loom_pool *p, int fd,
     *out = l; /* before step runs: it may hand l to other threads */
     if ((rc = loom__fiber_spawn(p->s, loop_main, l, 0)) != 0) {
         *out = NULL;
-        pthread_mutex_destroy(&l->mu);
-        pthread_cond_destroy(&l->cv);
-        free(l);
+        loop_free(l);
     }
     return rc;
 }
@@ -1627,9 +1632,7 @@ void loom_pool_loop_stop(loom_pool_loop *l)
     while (!l->ended)
         pthread_cond_wait(&l->cv, &l->mu);
     pthread_mutex_unlock(&l->mu);
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
-    free(l);
+    loop_free(l);
 }
 
 int loom_pool_workers(const loom_pool *p)

@@ -500,7 +500,10 @@ static void test_wal_bounded(void **state)
  * long and the checkpointer has left little to copy (a short stall),
  * well before the cap of 4,000 (where what was left to copy stalled
  * commits 10 to 15 ms). The turns here write about 16,000 frames in
- * all, so without that the WAL file would reach the cap's size. */
+ * all, so without that the WAL file would reach the cap's size. The
+ * pause between turns leaves the checkpointer a wide margin: it would
+ * have to fall about 1,000 frames (some 140 turns, a quarter of a
+ * second) behind the writes for the cap to come first. */
 #define PACED_TURNS 1200
 #define PACED_MAX_BYTES (3400L * (4096 + 24))
 
@@ -518,7 +521,7 @@ static void test_wal_restarted_early(void **state)
         assert_int_equal(save_answer(st, conversation, i, answer), 0);
         if ((n = file_size(wal)) > max_wal)
             max_wal = n;
-        usleep(500);
+        usleep(2000);
     }
     loom_store_free(st);
     if (max_wal > PACED_MAX_BYTES)
