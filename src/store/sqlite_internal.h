@@ -217,8 +217,10 @@ typedef struct {
     int ckpt_quiet;        /* it waits for CKPT_QUIET_MS with the WAL synced */
     int wal_frames;        /* frames in the WAL after the newest commit */
     int backfilled;        /* frames of it the newest checkpoint copied */
-    /* The checkpointer caught up with a long WAL: the writer is to start
-     * it over (CKPT_RESTART_FRAMES); cleared when the WAL shrinks. */
+    /* The checkpointer caught up with a WAL of restart_frames or more:
+     * the writer is to start it over; cleared when the WAL shrinks. At
+     * twice restart_frames the writer does so whatever is left. */
+    int restart_frames;
     int restart_due;
     unsigned long commits; /* commits seen by the WAL hook */
 } loom__sqlite_writer;
@@ -291,6 +293,10 @@ int loom__sqlite_walvfs(void);
 long loom__sqlite_walvfs_writes(void);
 /* Syncs of WAL files through it so far, by every connection. */
 long loom__sqlite_walvfs_syncs(void);
+/* For tests: stores opened from now on start their WAL over from frames
+ * frames (sqlite_writer.c; the cap is twice that); 0 restores the
+ * default. */
+void loom__sqlite_wal_restart_at(int frames);
 
 /* Records SQLite's error rc (message from db when there is one) as
  * "store PATH: what: message"; returns the LOOM_E* code. */

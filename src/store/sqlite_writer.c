@@ -44,6 +44,7 @@
 #include "store/sqlite_internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -60,28 +61,44 @@
 /* ... and this long for a checkpoint of what is left. */
 #define CKPT_QUIET_MS 10000
 /* A WAL this long (frames) is started over by the writer between two
- * batches. SQLite starts the WAL over at a write only once a checkpoint
- * copied all of it and no reader still uses it; under steady writes and
- * reads the checkpointer's PASSIVE checkpoints beside them rarely find
- * that moment, and the WAL would grow without end (here, 48 KB a
- * request). The writer's RESTART checkpoint runs with no commit beside
- * it and waits (the busy timeout) for the readers of older snapshots,
- * so the next write starts the WAL over. */
-#define CKPT_CAP_FRAMES (4 * CKPT_FRAMES)
-/* Commits wait while that checkpoint copies what is left, and it was
- * about a checkpoint's worth: a checkpointer's pass of CKPT_FRAMES takes
- * about 10 ms here and the cap came in the middle of the next one, so at
- * one request at a time every 260th stalled 10 to 15 ms (its 99.9th
- * percentile). So from CKPT_RESTART_FRAMES on, the checkpointer copies
- * what came during its pass again at once, up to CKPT_CHASE times (each
- * pass copies what came during the one before: about 1,000, 300, 80
- * frames), and once no more than CKPT_TAIL_FRAMES are left it has the
+ * batches: the cap, twice the restart length below (cap_frames).
+ * SQLite starts the WAL over at a write only once a checkpoint copied
+ * all of it and no reader still uses it; under steady writes and reads
+ * the checkpointer's PASSIVE checkpoints beside them rarely find that
+ * moment, and the WAL would grow without end (here, 48 KB a request).
+ * The writer's RESTART checkpoint runs with no commit beside it and
+ * waits (the busy timeout) for the readers of older snapshots, so the
+ * next write starts the WAL over.
+ *
+ * Commits wait while that checkpoint copies what is left, and at the cap
+ * that is about a checkpoint's worth: a checkpointer's pass of
+ * CKPT_FRAMES takes about 10 ms here, so a restart there stalled the
+ * commits 10 to 15 ms. So from the restart length on, the checkpointer
+ * copies what came during its pass again at once, up to CKPT_CHASE times
+ * (each pass copies what came during the one before: about 1,000, 300,
+ * 80 frames), and once no more than CKPT_TAIL_FRAMES are left it has the
  * writer start the WAL over (restart_due): a stall of 3 to 6 ms, most of
- * it the two syncs. The cap stays for a checkpointer that cannot catch
- * up (writes as fast as it copies). */
-#define CKPT_RESTART_FRAMES (2 * CKPT_FRAMES)
+ * it the two syncs, whatever the WAL's length. The cap stays for a
+ * checkpointer that cannot catch up (writes as fast as it copies).
+ *
+ * The restart length sets how often the stall comes: a chat completion
+ * writes about 15 frames, so at 2,000 frames one request in 130 paid it
+ * at one request at a time (0.75%: the 99th percentile moved with it,
+ * 1.5 to 3 ms), at 8,000 one in 530 (bench/serve/README.md, round
+ * thirteen). The WAL file then grows to about 32 MB (64 MB at the cap);
+ * what is not yet synced stays CKPT_FRAMES at most, as before. */
+#define CKPT_RESTART_FRAMES (8 * CKPT_FRAMES)
 #define CKPT_CHASE 4
 #define CKPT_TAIL_FRAMES 100
+
+/* The restart length of stores opened from now on; tests shorten it
+ * (loom__sqlite_wal_restart_at). */
+static atomic_int restart_default = CKPT_RESTART_FRAMES;
+
+void loom__sqlite_wal_restart_at(int frames)
+{
+    atomic_store(&restart_default, frames > 0 ? frames : CKPT_RESTART_FRAMES);
+}
 
 enum { J_PENDING, J_WRITTEN, J_FAILED };
 
@@ -211,14 +228,15 @@ static void run_batch(loom__sqlite_store *st, loom__sqlite_job *batch)
 
 static void wal_checkpoint(loom__sqlite_writer *w, sqlite3 *db, int mode);
 
-/* Whether the writer should start the WAL over: it is CKPT_CAP_FRAMES
- * long, or the checkpointer caught up with it (restart_due). */
+/* Whether the writer should start the WAL over: it is at the cap (twice
+ * the restart length), or the checkpointer caught up with it
+ * (restart_due). */
 static int wal_full(loom__sqlite_writer *w)
 {
     int full;
 
     pthread_mutex_lock(&w->ckpt_lock);
-    full = w->wal_frames >= CKPT_CAP_FRAMES || w->restart_due;
+    full = w->wal_frames >= 2 * w->restart_frames || w->restart_due;
     pthread_mutex_unlock(&w->ckpt_lock);
     return full;
 }
@@ -538,15 +556,15 @@ static void *checkpointer_main(void *arg)
             seen = w->commits;
             checkpoint(w, db);
             /* A long WAL: catch up with the commits, for the writer to
-             * start it over (CKPT_RESTART_FRAMES). */
+             * start it over (restart_frames). */
             for (int i = 0; i < CKPT_CHASE && !w->ckpt_stop &&
-                            w->wal_frames >= CKPT_RESTART_FRAMES &&
+                            w->wal_frames >= w->restart_frames &&
                             pending_frames(w) > CKPT_TAIL_FRAMES;
                  i++) {
                 seen = w->commits;
                 checkpoint(w, db);
             }
-            if (w->wal_frames >= CKPT_RESTART_FRAMES &&
+            if (w->wal_frames >= w->restart_frames &&
                 pending_frames(w) <= CKPT_TAIL_FRAMES && !w->restart_due) {
                 w->restart_due = 1;
                 pthread_mutex_unlock(&w->ckpt_lock);
@@ -599,6 +617,7 @@ void loom__sqlite_writer_init(loom__sqlite_store *st)
     w->solo = 1;
     pthread_mutex_init(&w->ckpt_lock, NULL);
     pthread_mutex_init(&w->ckpt_run, NULL);
+    w->restart_frames = atomic_load(&restart_default);
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&w->ckpt_cv, &attr);

@@ -394,9 +394,12 @@ static void test_kill_after_acks(void **state)
 #define WAL_THREADS 4
 #define WAL_TURNS 500
 #define WAL_ANSWER 6000
-/* The writer starts the WAL over at 4,000 frames (sqlite_writer.c);
- * with the batches that commit before it does and the page size with
- * each frame's header, the WAL file stays under this. */
+/* The tests' restart length (loom__sqlite_wal_restart_at: the default's
+ * quarter, so that a test writes past it in seconds): the writer starts
+ * the WAL over at twice that, 4,000 frames, whatever is left; with the
+ * batches that commit before it does and the page size with each
+ * frame's header, the WAL file stays under WAL_MAX_BYTES. */
+#define WAL_RESTART 2000
 #define WAL_MAX_BYTES (5500L * (4096 + 24))
 
 typedef struct {
@@ -441,15 +444,27 @@ static void *wal_write(void *arg)
     return NULL;
 }
 
+/* The store at path, its WAL started over from WAL_RESTART frames. */
+static loom_store *open_short_wal(const char *path)
+{
+    loom_store *st;
+
+    loom__sqlite_wal_restart_at(WAL_RESTART);
+    st = test_store_open_ok(path);
+    loom__sqlite_wal_restart_at(0);
+    return st;
+}
+
 static void test_wal_bounded(void **state)
 {
     char *path = test_db_path("wal.db"), wal[512], *answer;
-    loom_store *st = test_store_open_ok(path);
+    loom_store *st;
     static wal_writer w[WAL_THREADS];
     pthread_t th[WAL_THREADS];
     long db_size, max_wal = 0;
 
     (void)state;
+    st = open_short_wal(path);
     snprintf(wal, sizeof(wal), "%s-wal", path);
     answer = wal_answer();
     /* A few turns, then a pause: the checkpointer copies them into the
@@ -496,25 +511,26 @@ static void test_wal_bounded(void **state)
 }
 
 /* Writes one at a time, as at one request at a time: the checkpointer
- * keeps up, and the writer starts the WAL over once it is 2,000 frames
- * long and the checkpointer has left little to copy (a short stall),
- * well before the cap of 4,000 (where what was left to copy stalled
- * commits 10 to 15 ms). The turns here write about 16,000 frames in
- * all, so without that the WAL file would reach the cap's size. The
- * pause between turns leaves the checkpointer a wide margin: it would
- * have to fall about 1,000 frames (some 140 turns, a quarter of a
- * second) behind the writes for the cap to come first. */
+ * keeps up, and the writer starts the WAL over once it is WAL_RESTART
+ * (2,000) frames long and the checkpointer has left little to copy (a
+ * short stall), well before the cap of 4,000 (where what was left to
+ * copy stalled commits 10 to 15 ms). The turns here write about 16,000 frames
+ * in all, so without that the WAL file would reach the cap's size. The pause
+ * between turns leaves the checkpointer a wide margin: it would have to fall
+ * about 1,000 frames (some 140 turns, a quarter of a second) behind the writes
+ * for the cap to come first. */
 #define PACED_TURNS 1200
 #define PACED_MAX_BYTES (3400L * (4096 + 24))
 
 static void test_wal_restarted_early(void **state)
 {
-    char *path = test_db_path("paced.db"), wal[512], *answer;
-    loom_store *st = test_store_open_ok(path);
-    char *conversation = test_conversation_create_ok(st);
+    char *path = test_db_path("paced.db"), wal[512], *answer, *conversation;
+    loom_store *st;
     long max_wal = 0, n;
 
     (void)state;
+    st = open_short_wal(path);
+    conversation = test_conversation_create_ok(st);
     snprintf(wal, sizeof(wal), "%s-wal", path);
     answer = wal_answer();
     for (int i = 0; i < PACED_TURNS; i++) {
