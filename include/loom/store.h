@@ -52,6 +52,22 @@ int loom_store_ping(loom_store *st);
 /* The schema version in use. */
 int loom_store_schema_version(loom_store *st);
 
+/* What the store has written since it opened (loom serve's /metrics).
+ * The counters only grow. */
+typedef struct {
+    uint64_t commits;      /* transactions committed, by any writer */
+    uint64_t batches;      /* group commits of queued writes (turns) */
+    uint64_t batched;      /* writes committed in them */
+    uint64_t checkpoints;  /* checkpoints that copied WAL pages back */
+    uint64_t wal_restarts; /* times the WAL file was started over */
+    /* Time writes waited while the writer started the WAL over. */
+    double wal_restart_seconds;
+    int64_t wal_pages; /* pages in the WAL after the newest commit */
+} loom_store_stats;
+
+/* Fills *out; LOOM_EINVALID for a NULL argument. */
+int loom_store_stats_get(loom_store *st, loom_store_stats *out);
+
 /* A conversation's summary. Strings owned by the struct. */
 typedef struct {
     char *id;       /* "conv_" + 24 hex digits */

@@ -349,6 +349,49 @@ static void render_family(loom_buf *b, const family *f)
     }
 }
 
+/* What the store wrote: its commits, group commits (batched / batches:
+ * writes a commit) and the WAL's checkpoints and restarts (docs/store.md,
+ * "Group commit and checkpoints"). */
+static void render_store(loom_buf *b, loom_store *st)
+{
+    loom_store_stats ss;
+
+    if (!st || loom_store_stats_get(st, &ss) != 0)
+        return;
+    loom_buf_printf(
+        b,
+        "# HELP loom_store_commits_total Store transactions committed\n"
+        "# TYPE loom_store_commits_total counter\n"
+        "loom_store_commits_total %llu\n"
+        "# HELP loom_store_batches_total Group commits of queued writes "
+        "(turns)\n"
+        "# TYPE loom_store_batches_total counter\n"
+        "loom_store_batches_total %llu\n"
+        "# HELP loom_store_batched_writes_total Writes committed in group "
+        "commits\n"
+        "# TYPE loom_store_batched_writes_total counter\n"
+        "loom_store_batched_writes_total %llu\n"
+        "# HELP loom_store_wal_pages Pages in the write-ahead log\n"
+        "# TYPE loom_store_wal_pages gauge\n"
+        "loom_store_wal_pages %lld\n"
+        "# HELP loom_store_checkpoints_total Checkpoints that copied "
+        "write-ahead log pages into the database\n"
+        "# TYPE loom_store_checkpoints_total counter\n"
+        "loom_store_checkpoints_total %llu\n"
+        "# HELP loom_store_wal_restarts_total Times the write-ahead log "
+        "started over\n"
+        "# TYPE loom_store_wal_restarts_total counter\n"
+        "loom_store_wal_restarts_total %llu\n"
+        "# HELP loom_store_wal_restart_wait_seconds_total Time writes "
+        "waited for the write-ahead log to start over\n"
+        "# TYPE loom_store_wal_restart_wait_seconds_total counter\n"
+        "loom_store_wal_restart_wait_seconds_total %.6f\n",
+        (unsigned long long)ss.commits, (unsigned long long)ss.batches,
+        (unsigned long long)ss.batched, (long long)ss.wal_pages,
+        (unsigned long long)ss.checkpoints, (unsigned long long)ss.wal_restarts,
+        ss.wal_restart_seconds);
+}
+
 char *srv__metrics_render(srv_server *s)
 {
     loom_buf b = LOOM_BUF_INIT(LOOM_BUF_UNLIMITED);
@@ -390,6 +433,7 @@ char *srv__metrics_render(srv_server *s)
                     "loom_queue_refused_total{reason=\"wait_over\"} %llu\n",
                     qs.waiting, qs.refused_full, qs.refused_identity,
                     qs.timed_out);
+    render_store(&b, s->store);
     if (!b.ptr)
         return NULL;
     return loom_buf_detach(&b);

@@ -807,4 +807,5 @@ static const loom__store_vtable sqlite_vtable = {
     loom__sqlite_usage,
     loom__sqlite_conversation_branch,
     loom__sqlite_mcp_credentials_delete,
+    loom__sqlite_stats,
 };

@@ -15,6 +15,7 @@
 
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* Migration N is loom__sqlite_migrations[N - 1]; the newest schema version
@@ -201,6 +202,7 @@ typedef struct {
     int solo, singles;
     unsigned long batches;
     unsigned long begun; /* write transactions begun; under write_lock */
+    atomic_ulong written; /* writes committed in batches */
     pthread_t writer, checkpointer;
     /* The writer's own connection, kept across batches so its page
      * cache stays warm (its own commits do not invalidate it); taken
@@ -223,6 +225,10 @@ typedef struct {
     int restart_frames;
     int restart_due;
     unsigned long commits; /* commits seen by the WAL hook */
+    /* Checkpoints that copied pages, times the WAL started over, and the
+     * time the writer's restarts held the writes (loom_store_stats). */
+    unsigned long checkpoints, restarts;
+    double restart_seconds;
 } loom__sqlite_writer;
 
 /* Users' sealed settings read lately (sqlite_secrets.c): a run of a user
@@ -498,6 +504,7 @@ int loom__sqlite_mcp_credentials_put(loom_store *st, const char *server,
                                      const char *user_id,
                                      const unsigned char *sealed, size_t len,
                                      int64_t now);
+void loom__sqlite_stats(loom_store *st, loom_store_stats *out);
 int loom__sqlite_mcp_credentials_delete(loom_store *st, const char *server,
                                         const char *user_id);
 

@@ -38,6 +38,7 @@
  * with a checkpoint at every short pause, a server answering a few
  * requests a second paid it in nearly every request.
  */
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/fiber.h"
 #include "store/completion.h"
@@ -209,6 +210,8 @@ static void run_batch_locked(loom__sqlite_store *st, loom__sqlite_job *batch)
     for (loom__sqlite_job *j = batch; j; j = j->next)
         if (rc != 0 && j->state != J_FAILED)
             job_fail(j, rc);
+        else if (rc == 0 && j->state == J_WRITTEN)
+            atomic_fetch_add_explicit(&st->w.written, 1, memory_order_relaxed);
     /* Rolls back whatever a failed COMMIT left open. */
     if (c)
         loom__sqlite_reset(c);
@@ -249,11 +252,16 @@ static int wal_full(loom__sqlite_writer *w)
 static void catch_up(loom__sqlite_store *st)
 {
     loom__sqlite_writer *w = &st->w;
+    double t0;
 
     if (!wal_full(w) || !w->conn)
         return;
     pthread_mutex_lock(&st->write_lock);
+    t0 = loom__mono_ms_exact();
     wal_checkpoint(w, w->conn->db, SQLITE_CHECKPOINT_RESTART);
+    pthread_mutex_lock(&w->ckpt_lock);
+    w->restart_seconds += (loom__mono_ms_exact() - t0) / 1000.0;
+    pthread_mutex_unlock(&w->ckpt_lock);
     pthread_mutex_unlock(&st->write_lock);
 }
 
@@ -432,6 +440,24 @@ unsigned long loom__store_sqlite_batches(loom_store *base)
     return n;
 }
 
+void loom__sqlite_stats(loom_store *base, loom_store_stats *out)
+{
+    loom__sqlite_store *st = (loom__sqlite_store *)base;
+    loom__sqlite_writer *w = &st->w;
+
+    pthread_mutex_lock(&w->lock);
+    out->batches = w->batches;
+    pthread_mutex_unlock(&w->lock);
+    out->batched = atomic_load_explicit(&w->written, memory_order_relaxed);
+    pthread_mutex_lock(&w->ckpt_lock);
+    out->commits = w->commits;
+    out->checkpoints = w->checkpoints;
+    out->wal_restarts = w->restarts;
+    out->wal_restart_seconds = w->restart_seconds;
+    out->wal_pages = w->wal_frames;
+    pthread_mutex_unlock(&w->ckpt_lock);
+}
+
 unsigned long loom__store_sqlite_begun(loom_store *base)
 {
     loom__sqlite_store *st = (loom__sqlite_store *)base;
@@ -463,8 +489,10 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
     pthread_mutex_lock(&w->ckpt_lock);
     before = pending_frames(w);
     /* A smaller WAL: a writer started it over after a checkpoint. */
-    if (frames < w->wal_frames)
+    if (frames < w->wal_frames) {
         w->backfilled = w->restart_due = 0;
+        w->restarts++;
+    }
     w->wal_frames = frames;
     w->commits++;
     /* Wake the checkpointer when it waits for a first commit, or for a
@@ -493,8 +521,11 @@ static void wal_checkpoint(loom__sqlite_writer *w, sqlite3 *db, int mode)
     rc = sqlite3_wal_checkpoint_v2(db, NULL, mode, &log, &copied);
     pthread_mutex_unlock(&w->ckpt_run);
     pthread_mutex_lock(&w->ckpt_lock);
-    if (rc == SQLITE_OK && copied > 0 && w->wal_frames >= copied)
+    if (rc == SQLITE_OK && copied > 0 && w->wal_frames >= copied) {
+        if (copied > w->backfilled)
+            w->checkpoints++;
         w->backfilled = copied;
+    }
     pthread_mutex_unlock(&w->ckpt_lock);
 }
 

@@ -113,6 +113,16 @@ int loom_store_schema_version(loom_store *st)
     return st ? st->vt->schema_version(st) : 0;
 }
 
+int loom_store_stats_get(loom_store *st, loom_store_stats *out)
+{
+    if (out)
+        memset(out, 0, sizeof(*out));
+    if (!st || !out)
+        return loom__error_set(LOOM_EINVALID, "store: NULL argument");
+    st->vt->stats(st, out);
+    return 0;
+}
+
 static int check_id(loom_store *st, const char *id)
 {
     if (!st)

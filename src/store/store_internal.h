@@ -309,6 +309,8 @@ typedef struct {
      * when there were none. */
     int (*mcp_credentials_delete)(loom_store *st, const char *server,
                                   const char *user_id);
+    /* Fills *out (zeroed by the front): loom_store_stats_get. */
+    void (*stats)(loom_store *st, loom_store_stats *out);
 } loom__store_vtable;
 
 struct loom_store {

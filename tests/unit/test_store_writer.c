@@ -526,6 +526,7 @@ static void test_wal_restarted_early(void **state)
 {
     char *path = test_db_path("paced.db"), wal[512], *answer, *conversation;
     loom_store *st;
+    loom_store_stats s0, s1;
     long max_wal = 0, n;
 
     (void)state;
@@ -533,12 +534,26 @@ static void test_wal_restarted_early(void **state)
     conversation = test_conversation_create_ok(st);
     snprintf(wal, sizeof(wal), "%s-wal", path);
     answer = wal_answer();
+    assert_int_equal(loom_store_stats_get(st, &s0), 0);
     for (int i = 0; i < PACED_TURNS; i++) {
         assert_int_equal(save_answer(st, conversation, i, answer), 0);
         if ((n = file_size(wal)) > max_wal)
             max_wal = n;
         usleep(2000);
     }
+    /* What /metrics shows of it: every turn committed in a group commit
+     * of its own (one at a time), at least as many commits, the WAL
+     * started over several times (16,000 pages, restarts from 2,000),
+     * each with the writes held a little, and checkpoints between. */
+    assert_int_equal(loom_store_stats_get(st, &s1), 0);
+    assert_int_equal(s1.batched - s0.batched, PACED_TURNS);
+    assert_true(s1.batches - s0.batches >= PACED_TURNS);
+    assert_true(s1.commits - s0.commits >= PACED_TURNS);
+    assert_true(s1.wal_restarts - s0.wal_restarts >= 4);
+    assert_true(s1.wal_restart_seconds > s0.wal_restart_seconds);
+    assert_true(s1.checkpoints - s0.checkpoints >=
+                s1.wal_restarts - s0.wal_restarts);
+    assert_true(s1.wal_pages > 0 && s1.wal_pages * (4096 + 24) <= max_wal);
     loom_store_free(st);
     if (max_wal > PACED_MAX_BYTES)
         fprintf(stderr, "the WAL reached %ld frames\n", max_wal / (4096 + 24));
