@@ -62,7 +62,7 @@
 /* ... and this long for a checkpoint of what is left. */
 #define CKPT_QUIET_MS 10000
 /* A WAL this long (frames) is started over by the writer between two
- * batches: the cap, twice the restart length below (cap_frames).
+ * batches: the cap, twice the restart length below (wal_full).
  * SQLite starts the WAL over at a write only once a checkpoint copied
  * all of it and no reader still uses it; under steady writes and reads
  * the checkpointer's PASSIVE checkpoints beside them rarely find that
