@@ -154,20 +154,6 @@ static json_t *post_chat(const sh *h, const char *body, const char *header,
     return j;
 }
 
-static double metric(const sh *h, const char *series)
-{
-    sh_resp r;
-    const char *p;
-    double v = -1;
-
-    assert_int_equal(sh_req(h, "GET", "/metrics", NULL, NULL, &r), 200);
-    p = strstr(r.body, series);
-    if (p && (p == r.body || p[-1] == '\n'))
-        v = strtod(p + strlen(series), NULL);
-    sh_resp_free(&r);
-    return v;
-}
-
 /* ---- 1. server calls apart from the client's ----------------------------- */
 
 static void test_server_calls_apart(void **state)
@@ -488,8 +474,8 @@ static void test_cost_everywhere(void **state)
     json_decref(run);
 
     /* The metric: three priced runs. */
-    assert_true(metric(&h, "loom_cost_micros_total{model=\"fake/priced\"} ") ==
-                3 * 3600);
+    assert_true(sh_metric(&h, "loom_cost_micros_total{model=\"fake/priced\"}",
+                          -1) == 3 * 3600);
 
     /* A model without prices: cost unknown, null, not 0. */
     o = post_chat(&h,
@@ -508,7 +494,8 @@ static void test_cost_everywhere(void **state)
                   200);
     assert_true(json_is_null(json_object_get(usage_of(run), "cost_micros")));
     json_decref(run);
-    assert_true(metric(&h, "loom_cost_micros_total{model=\"fake/m\"} ") < 0);
+    assert_true(sh_metric(&h, "loom_cost_micros_total{model=\"fake/m\"}", -1) <
+                0);
     sh_free(&h);
 }
 

@@ -1479,18 +1479,6 @@ static void test_conversation_titles(void **state)
 
 /* ---- metrics ------------------------------------------------------------- */
 
-/* The value of the metric line "name value" in body; fails when absent. */
-static double metric_value(const char *body, const char *name)
-{
-    size_t len = strlen(name);
-
-    for (const char *p = strstr(body, name); p; p = strstr(p + 1, name))
-        if ((p == body || p[-1] == '\n') && p[len] == ' ')
-            return strtod(p + len + 1, NULL);
-    fail_msg("metrics lack %s", name);
-    return 0;
-}
-
 static void test_metrics(void **state)
 {
     sh h;
@@ -1541,12 +1529,12 @@ static void test_metrics(void **state)
     /* Both runs' turns went through the store's group commit, each in a
      * commit (the conversations were made in commits of their own), and
      * the WAL holds them. */
-    assert_true(metric_value(r.body, "loom_store_batched_writes_total") >= 2);
-    assert_true(metric_value(r.body, "loom_store_batches_total") >= 1);
-    assert_true(metric_value(r.body, "loom_store_commits_total") >=
-                metric_value(r.body, "loom_store_batched_writes_total"));
-    assert_true(metric_value(r.body, "loom_store_wal_pages") > 0);
-    assert_true(metric_value(r.body, "loom_store_wal_restarts_total") == 0);
+    assert_true(sh_metric(&h, "loom_store_batched_writes_total", -1) >= 2);
+    assert_true(sh_metric(&h, "loom_store_batches_total", -1) >= 1);
+    assert_true(sh_metric(&h, "loom_store_commits_total", -1) >=
+                sh_metric(&h, "loom_store_batched_writes_total", -1));
+    assert_true(sh_metric(&h, "loom_store_wal_pages", -1) > 0);
+    assert_true(sh_metric(&h, "loom_store_wal_restarts_total", -1) == 0);
     /* Route labels are templates, never ids. */
     assert_null(strstr(r.body, "route=\"/v1/runs/run_"));
     sh_resp_free(&r);

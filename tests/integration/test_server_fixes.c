@@ -49,22 +49,7 @@
 /* The value of the metric line starting with `series ` (0 when absent). */
 static double metric(const sh *h, const char *series)
 {
-    sh_resp r;
-    const char *p;
-    double v = 0;
-    size_t n = strlen(series);
-
-    assert_int_equal(sh_req(h, "GET", "/metrics", NULL, NULL, &r), 200);
-    for (p = r.body; p && *p;) {
-        if (!strncmp(p, series, n) && p[n] == ' ') {
-            v = atof(p + n + 1);
-            break;
-        }
-        p = strchr(p, '\n');
-        p = p ? p + 1 : NULL;
-    }
-    sh_resp_free(&r);
-    return v;
+    return sh_metric(h, series, 0);
 }
 
 /* Waits until metric series reaches at least want. */

@@ -509,6 +509,27 @@ static inline json_t *sh_wait_run(const sh *h, const char *id,
     }
 }
 
+/* The value of /metrics' line "series value" (series: a name, with its
+ * labels if any), or absent when there is none. */
+static inline double sh_metric(const sh *h, const char *series, double absent)
+{
+    sh_resp r;
+    double v = absent;
+    size_t n = strlen(series);
+
+    assert_int_equal(sh_req(h, "GET", "/metrics", NULL, NULL, &r), 200);
+    for (const char *p = r.body; p && *p;) {
+        if (!strncmp(p, series, n) && p[n] == ' ') {
+            v = strtod(p + n + 1, NULL);
+            break;
+        }
+        p = strchr(p, '\n');
+        p = p ? p + 1 : NULL;
+    }
+    sh_resp_free(&r);
+    return v;
+}
+
 /* Waits until the server has closed every stream (its client left). */
 static inline void sh_streams_closed(const sh *h)
 {
