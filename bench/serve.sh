@@ -13,7 +13,10 @@
 # chunks 20 ms apart), loom serve with a config naming them, the Portkey
 # gateway
 # (`npm ci` in bench/serve; left out, with the reason in the results, when
-# node or npm is missing or it does not answer); a smoke check of every
+# node or npm is missing or it does not answer), nginx as a plain reverse
+# proxy in front of the same fakes (Debian's nginx-light, installed when
+# missing and the script runs as root; left out, with the reason, when it
+# cannot be had or does not answer); a smoke check of every
 # target; the scenarios; the results file. Every process listens on
 # 127.0.0.1 only, is stopped by its pid on exit (SIGCONT, SIGTERM, then
 # SIGKILL after 10 s), and the fakes end themselves after an hour in any
@@ -23,7 +26,8 @@
 # at concurrency 1, WARMUP [500] warm-up requests before them, ROUNDS [8]
 # interleaved blocks; C [64] connections and DURATION [10] measured seconds
 # (after TP_WARMUP [2]) for throughput; TTFT_N [100] streams of CHUNKS [64]
-# chunks CHUNK_MS [20] ms apart; PORTKEY=0 leaves Portkey out; NICE [-10]:
+# chunks CHUNK_MS [20] ms apart; PORTKEY=0 leaves Portkey out, NGINX=0
+# nginx; NICE [-10]:
 # the niceness of every process of the benchmark once the build is done (0
 # leaves it; negative values need root); SERVEBENCH_BUILD
 # [build-servebench]; RESULTS [bench/RESULTS-serve.md]. The open-streams
@@ -317,24 +321,118 @@ listening (its output: \`$(tail -3 "$OUT/portkey.log" | tr '\n' ' ')\`)."
     say "portkey gateway :$PORTKEY_PORT"
 }
 
+# nginx as a reverse proxy that stores nothing and parses no body: the
+# least any relay in front of the fake costs on this machine (two
+# workers, keep-alive both ways, no buffering, no log per request). It
+# cannot listen on port 0 and say which port it got, so ports are tried
+# from a number drawn from the script's pid; nginx writes its pid file
+# once it listens. Run in a session of its own (setsid) so that loadgen
+# can pause its master and workers together (--pgid).
+start_nginx() {
+    NGINX_PORT=""
+    NGINX_PID=""
+    NGINX_NOTE=""
+    NGINX_VERSION=""
+    if [ "${NGINX:-1}" = 0 ]; then
+        NGINX_NOTE="nginx was left out (NGINX=0)."
+        return 0
+    fi
+    if ! command -v nginx >/dev/null 2>&1 && [ "$(id -u)" = 0 ] &&
+        command -v apt-get >/dev/null 2>&1; then
+        say "nginx: apt-get install nginx-light"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends nginx-light >"$OUT/nginx-apt.log" 2>&1 ||
+            true
+    fi
+    if ! command -v nginx >/dev/null 2>&1; then
+        NGINX_NOTE="nginx was not measured: it is not installed (Debian:
+\`apt-get install nginx-light\`)."
+        return 0
+    fi
+    NGINX_VERSION=$(nginx -v 2>&1 | sed 's/^nginx version: //')
+    port=$((20000 + $$ % 20000))
+    tries=0
+    while [ $tries -lt 10 ]; do
+        cat >"$TMP/nginx.conf" <<EOF
+daemon off;
+worker_processes 2;
+pid $TMP/nginx.pid;
+error_log $OUT/nginx.err warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    upstream short { server 127.0.0.1:$SHORT_PORT; keepalive 256;
+                     keepalive_requests 1000000; }
+    upstream long { server 127.0.0.1:$LONG_PORT; keepalive 256;
+                    keepalive_requests 1000000; }
+    server {
+        listen 127.0.0.1:$port;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_buffering off;
+        location /short/ { proxy_pass http://short/; }
+        location /long/ { proxy_pass http://long/; }
+    }
+}
+EOF
+        rm -f "$TMP/nginx.pid"
+        setsid nginx -c "$TMP/nginx.conf" -e "$OUT/nginx.err" \
+            >"$OUT/nginx.log" 2>&1 &
+        NGINX_PID=$!
+        i=0
+        while [ $i -lt $START_TRIES ] && [ ! -s "$TMP/nginx.pid" ] &&
+            kill -0 "$NGINX_PID" 2>/dev/null; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        if [ -s "$TMP/nginx.pid" ]; then
+            # The master, the leader of nginx's process group.
+            NGINX_PID=$(cat "$TMP/nginx.pid")
+            PIDS="$PIDS $NGINX_PID"
+            NGINX_PORT=$port
+            say "nginx :$NGINX_PORT"
+            return 0
+        fi
+        kill "$NGINX_PID" 2>/dev/null || true
+        wait "$NGINX_PID" 2>/dev/null || true
+        grep -q 'Address already in use' "$OUT/nginx.err" 2>/dev/null ||
+            break
+        port=$((port + 1))
+        tries=$((tries + 1))
+    done
+    NGINX_PID=""
+    NGINX_NOTE="nginx was not measured: it did not start (its output:
+\`$(tail -2 "$OUT/nginx.err" 2>/dev/null | tr '\n' ' ')\`)."
+}
+
 # targets SCRIPT [WHICH]: the loadgen arguments, one a line, for the
 # targets against the short or long fake: all (default), core (fake and
-# loom) or portkey. The fake direct comes first: it is the baseline.
+# loom), portkey or nginx (nginx only in front of the short and long
+# fakes, not in the open-streams scenario). The fake direct comes first:
+# it is the baseline.
 targets() {
-    lp=$LOOM_PORT lpid=$LOOM_PID
+    lp=$LOOM_PORT lpid=$LOOM_PID script=$1
     case $1 in
     short) fp=$SHORT_PORT lm=fake ;;
     long) fp=$LONG_PORT lm=fake64 ;;
     slow) fp=$SLOW_PORT lm=slow lp=$LOOMS_PORT lpid=$LOOMS_PID ;;
     esac
     set -- "${2:-all}"
-    if [ "$1" != portkey ]; then
+    if [ "$1" = all ] || [ "$1" = core ]; then
         printf '%s\n' \
             --target fake "http://127.0.0.1:$fp/v1/chat/completions" \
             --target loom "http://127.0.0.1:$lp/v1/chat/completions" \
             --model "$lm/fake-model" --pid "$lpid"
     fi
-    if [ "$1" != core ] && [ -n "$PORTKEY_PORT" ]; then
+    if { [ "$1" = all ] || [ "$1" = nginx ]; } && [ -n "$NGINX_PORT" ] &&
+        [ "$script" != slow ]; then
+        printf '%s\n' --target nginx \
+            "http://127.0.0.1:$NGINX_PORT/$script/v1/chat/completions" \
+            --model fake-model --pgid "$NGINX_PID"
+    fi
+    if { [ "$1" = all ] || [ "$1" = portkey ]; } && [ -n "$PORTKEY_PORT" ]
+    then
         printf '%s\n' --target portkey \
             "http://127.0.0.1:$PORTKEY_PORT/v1/chat/completions" \
             --model fake-model --header "x-portkey-provider: openai" \
@@ -353,8 +451,8 @@ loadgen_on() {
     "$LOADGEN" "$@" >"$lg_out" 2>&1
 }
 
-# Every target answers, streamed and not; Portkey may drop out (with the
-# reason in the results), the others may not.
+# Every target answers, streamed and not; a peer (Portkey, nginx) may
+# drop out (with the reason in the results), the others may not.
 smoke() {
     for stream in 0 1; do
         set --
@@ -362,16 +460,35 @@ smoke() {
         loadgen_on short core "$OUT/smoke.txt" --requests 3 "$@" \
             --expect "$SHORT_TEXT" --max-seconds 60 ||
             { cat "$OUT/smoke.txt" >&2; fail "smoke check failed"; }
-        if [ -n "$PORTKEY_PORT" ] &&
-            ! loadgen_on short portkey "$OUT/smoke-portkey.txt" \
-                --requests 3 "$@" --expect "$SHORT_TEXT" --max-seconds 60
-        then
-            PORTKEY_NOTE="Portkey was not measured: its answers failed the
-check (\`$(grep '^loadgen' "$OUT/smoke-portkey.txt" | head -1)\`)."
-            PORTKEY_PORT=""
-            say "$PORTKEY_NOTE"
-        fi
+        smoke_peer portkey Portkey "$@"
+        smoke_peer nginx nginx "$@"
     done
+}
+
+# smoke_peer TARGET LABEL [LOADGEN-OPTIONS]: a peer whose answers fail
+# the check is left out: its PORT variable emptied, its NOTE saying why.
+smoke_peer() {
+    up=$(echo "$1" | tr '[:lower:]' '[:upper:]')
+    eval "port=\$${up}_PORT"
+    [ -n "$port" ] || return 0
+    t=$1 label=$2
+    shift 2
+    loadgen_on short "$t" "$OUT/smoke-$t.txt" --requests 3 "$@" \
+        --expect "$SHORT_TEXT" --max-seconds 60 && return 0
+    note="$label was not measured: its answers failed the
+check (\`$(grep '^loadgen' "$OUT/smoke-$t.txt" | head -1)\`)."
+    eval "${up}_NOTE=\$note ${up}_PORT=''"
+    say "$note"
+}
+
+# group_ticks PGID: cpu_ticks summed over a process group (nginx's master
+# and workers).
+group_ticks() {
+    t=0
+    for gp in $(pgrep -g "$1" 2>/dev/null); do
+        t=$((t + $(cpu_ticks "$gp" 2>/dev/null || echo 0)))
+    done
+    echo "$t"
 }
 
 # What each server burns doing nothing, over 2 s, in % of one core.
@@ -400,6 +517,7 @@ scenario() {
     while IFS= read -r a; do set -- "$@" "$a"; done <"$TMP/targets"
     l0=$(cpu_ticks "$LOOM_PID")
     [ -n "$PORTKEY_PORT" ] && p0=$(cpu_ticks "$PORTKEY_PID")
+    [ -n "$NGINX_PORT" ] && n0=$(group_ticks "$NGINX_PID")
     "$LOADGEN" "$@" >"$OUT/$name.json" 2>"$OUT/$name.err" || {
         cat "$OUT/$name.err" >&2
         fail "$name failed: no results written"
@@ -410,6 +528,9 @@ scenario() {
     if [ -n "$PORTKEY_PORT" ]; then
         echo "portkey $(($(cpu_ticks "$PORTKEY_PID") - p0))" \
             >>"$OUT/$name.cpu"
+    fi
+    if [ -n "$NGINX_PORT" ]; then
+        echo "nginx $(($(group_ticks "$NGINX_PID") - n0))" >>"$OUT/$name.cpu"
     fi
 }
 
@@ -505,9 +626,11 @@ save_run() {
     fi
     RUN_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
     PORTKEY_MEASURED=${PORTKEY_PORT:+1}
+    NGINX_MEASURED=${NGINX_PORT:+1}
     for v in N WARMUP ROUNDS C DURATION TP_WARMUP TTFT_N CHUNKS CHUNK_MS \
         HZ CCV CFLAGS_USED NODE_VERSION PK_INSTALLED NICE_NOTE LOAD_BEFORE \
         LOAD_AFTER LOOM_IDLE PORTKEY_IDLE PORTKEY_MEASURED PORTKEY_NOTE \
+        NGINX_MEASURED NGINX_NOTE NGINX_VERSION \
         COMMIT RUN_DATE SCENARIOS STREAMS STREAM_CHUNKS STREAM_MS \
         STREAMS_CAP OPEN_PER_MS STREAMS_KEYS NOFILE_SOFT NOFILE_HARD; do
         eval "echo \"$v=\$(quote \"\$$v\")\""
@@ -529,6 +652,7 @@ measure() {
     start_fakes
     start_loom
     start_portkey
+    start_nginx
     smoke
     idle_cpu
     scenarios
@@ -539,6 +663,9 @@ measure() {
 # have left one paused if it was killed), SIGTERM, up to 10 s, SIGKILL;
 # then removes the temporary folder.
 cleanup() {
+    if [ -n "${NGINX_PID:-}" ]; then
+        kill -CONT "-$NGINX_PID" 2>/dev/null || true
+    fi
     for pid in $PIDS; do
         kill -CONT "$pid" 2>/dev/null || true
         kill -TERM "$pid" 2>/dev/null || true
@@ -578,12 +705,21 @@ rps() { awk -v v="$1" 'BEGIN { if (v == "") print "-";
 ratio() { awk -v v="$1" 'BEGIN { if (v == "") print "";
     else printf " (%.2fx)", v }'; }
 
+# measured TARGET: whether a peer (nginx, portkey) was measured; loom is.
+measured() {
+    case $1 in
+    nginx) [ -n "${NGINX_MEASURED:-}" ] ;;
+    portkey) [ -n "$PORTKEY_MEASURED" ] ;;
+    *) true ;;
+    esac
+}
+
 # row LABEL FILE KEY ADDED-KEY FORMAT: one table row for every target.
 row() {
     f=$2 k=$3 ak=$4 fmt=$5
     line="| $1 | $($fmt "$(get "$f" fake "$k")")"
-    for t in loom portkey; do
-        if [ $t = portkey ] && [ -z "$PORTKEY_MEASURED" ]; then
+    for t in loom nginx portkey; do
+        if ! measured $t; then
             line="$line | not measured"
             continue
         fi
@@ -608,9 +744,15 @@ cpu() {
 }
 
 cpurow() {
-    p="not measured"
-    [ -n "$PORTKEY_MEASURED" ] && p=$(cpu "$2" portkey)
-    echo "| $1 | | $(cpu "$2" loom) | $p |"
+    line="| $1 | "
+    for t in loom nginx portkey; do
+        if measured $t; then
+            line="$line | $(cpu "$2" $t)"
+        else
+            line="$line | not measured"
+        fi
+    done
+    echo "$line |"
 }
 
 # verdict VALUE LIMIT: met when VALUE < LIMIT.
@@ -821,8 +963,8 @@ classic_section() {
     echo "fake direct's for the same percentile in the same run, and"
     echo "throughput relative to the fake direct's."
     echo
-    echo "| | fake direct | loom serve | Portkey gateway |"
-    echo "|---|---:|---:|---:|"
+    echo "| | fake direct | loom serve | nginx (relays, stores nothing) | Portkey gateway |"
+    echo "|---|---:|---:|---:|---:|"
     row "c=1, not streamed: latency p50" c1 lat_p50_us \
         added_lat_p50_us us
     row "c=1, not streamed: latency p99" c1 lat_p99_us \
@@ -886,12 +1028,29 @@ classic_section() {
     echo
     echo "- Pass-through at c=$C, not streamed, stored: at least 15,000"
     echo "  req/s: $(rps "$L_RPS"): $(verdict_min "$L_RPS" 15000)."
+    if [ -n "${NGINX_MEASURED:-}" ]; then
+        N_RPS=$(get c64 nginx rps)
+        echo "  nginx, which stores nothing and parses no body, in front of"
+        echo "  the same fake in the same run: $(rps "$N_RPS"), at"
+        echo "  $(cpu c64 nginx) of CPU a request; loom serves"
+        echo "  $(awk -v l="$L_RPS" -v n="$N_RPS" 'BEGIN {
+            if (l != "" && n != "" && n > 0) printf "%.2fx", l / n;
+            else print "-" }') of nginx's throughput."
+    fi
     echo "- Added latency at concurrency 1, p50 under 150 µs: not"
     echo "  streamed $(us "$L_P50"): $(verdict "$L_P50" 150); streamed"
     echo "  $(us "$L_P50S"): $(verdict "$L_P50S" 150)."
     echo "- Added latency at concurrency 1, p99 under 1 ms: not"
     echo "  streamed $(us "$L_P99"): $(verdict "$L_P99" 1000); streamed"
     echo "  $(us "$L_P99S"): $(verdict "$L_P99S" 1000)."
+    if [ -n "${NGINX_MEASURED:-}" ]; then
+        echo "  nginx, in front of the same fake, adds $(us "$(get c1 nginx \
+            added_lat_p50_us)") at p50 and $(us "$(get c1 nginx \
+            added_lat_p99_us)") at p99"
+        echo "  not streamed, $(us "$(get c1-stream nginx \
+            added_lat_p50_us)") and $(us "$(get c1-stream nginx \
+            added_lat_p99_us)") streamed."
+    fi
     echo "- A slow stream ($CHUNKS chunks $CHUNK_MS ms apart) within 2 ms"
     echo "  of the fake end to end, p50: $(us "$L_WHOLE50"):"
     echo "  $(verdict "$L_WHOLE50" 2000)."
@@ -955,10 +1114,11 @@ write_results() {
         echo "| libraries | libmicrohttpd $MHDV, libcurl $CURLV," \
             "SQLite $SQLITEV |"
         echo "| node | $NODE_VERSION${PK_INSTALLED:+ ($PK_INSTALLED)} |"
+        echo "| nginx | ${NGINX_VERSION:-not used} |"
         echo "| load average | $LOAD_BEFORE before, $LOAD_AFTER after |"
         echo "| priority | $NICE_NOTE |"
         echo
-        echo "Everything (load generator, fakes, loom, Portkey) shares these"
+        echo "Everything (load generator, fakes, loom, nginx, Portkey) shares these"
         echo "$(nproc) cores, and the machine is shared with other work, so"
         echo "the figures are noisy, p99 most. They are one run's, not the"
         echo "best of several."
@@ -985,10 +1145,19 @@ write_results() {
         echo "  \`fake-model\`. Pinned in bench/serve/package-lock.json:"
         echo "  @portkey-ai/gateway $PORTKEY_VERSION, @hono/node-server"
         echo "  $HONO_NODE_VERSION (npm \`overrides\`)."
+        echo "- nginx: \`nginx-light\` from Debian as a plain reverse proxy"
+        echo "  in front of the same fakes (\`/short/\` and \`/long/\`), two"
+        echo "  workers, keep-alive to the client and to the fake"
+        echo "  (\`proxy_http_version 1.1\`, \`keepalive 256\`), no"
+        echo "  buffering, no access log; model \`fake-model\`. It parses no"
+        echo "  body and stores nothing: what any relay costs on this machine"
+        echo "  at the least. Its CPU is its master's and workers' together."
+        echo "  Not in the open-streams scenario."
         echo "- Fake direct: the same requests straight to the fake, model"
-        echo "  \`fake-model\`. loom always calls the model streamed and"
-        echo "  assembles a non-streamed answer itself; Portkey forwards"
-        echo "  \`stream\` as the client sent it."
+        echo "  \`fake-model\`. loom, nginx and Portkey pass \`stream\` on as"
+        echo "  the client sent it (loom asks the model for a stream when the"
+        echo "  client asked for one, for the whole answer otherwise)."
+
         echo "- Every response is checked (status 200, the exact answer"
         echo "  text, \`[DONE]\` at the end of a stream); one failure stops"
         echo "  the benchmark."
@@ -997,13 +1166,16 @@ write_results() {
         if [ -n "$PORTKEY_NOTE" ]; then
             echo "- $PORTKEY_NOTE"
         fi
+        if [ -n "${NGINX_NOTE:-}" ]; then
+            echo "- $NGINX_NOTE"
+        fi
         echo
         echo "## Reproduce"
         echo
         echo '```sh'
         echo "sh bench/serve.sh                 # everything, writes this file"
         echo "N=500 TTFT_N=20 DURATION=5 sh bench/serve.sh  # quicker"
-        echo "PORTKEY=0 sh bench/serve.sh       # loom and the fake only"
+        echo "PORTKEY=0 NGINX=0 sh bench/serve.sh  # loom and the fake only"
         echo "REPORT_ONLY=1 sh bench/serve.sh   # rewrite this file from out/"
         echo '```'
         echo

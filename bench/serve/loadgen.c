@@ -176,14 +176,16 @@ static int64_t now_ns(void)
  * target is measured and continued (SIGCONT) for its own blocks, so a
  * server's background work (timers, a busy thread) cannot take CPU from
  * another's measurement on a small machine. Every paused process is
- * continued again on any exit.
+ * continued again on any exit. --pgid does the same for a server of
+ * several processes (nginx's master and workers), kept as a negative
+ * pid, which kill() takes as the process group.
  */
 static void pause_others(const target *running)
 {
     for (int i = 0; i < O.ntargets; i++) {
         const target *t = &O.targets[i];
 
-        if (t->pid > 0 && kill(t->pid, t == running ? SIGCONT : SIGSTOP) < 0)
+        if (t->pid != 0 && kill(t->pid, t == running ? SIGCONT : SIGSTOP) < 0)
             fprintf(stderr, "loadgen: signal to %s (pid %ld): %s\n",
                     t->name, (long)t->pid, strerror(errno));
     }
@@ -192,7 +194,7 @@ static void pause_others(const target *running)
 static void continue_all(void)
 {
     for (int i = 0; i < O.ntargets; i++)
-        if (O.targets[i].pid > 0)
+        if (O.targets[i].pid != 0)
             kill(O.targets[i].pid, SIGCONT);
 }
 
@@ -918,7 +920,7 @@ static void report(void)
 
 static const char usage[] =
     "usage: loadgen [options] --target NAME URL [--model M] "
-    "[--header 'N: v']... [--pid PID] ...\n"
+    "[--header 'N: v']... [--pid PID | --pgid PGID] ...\n"
     "       loadgen --self-test\n"
     "\n"
     "  --concurrency N      connections per target (default 1)\n"
@@ -939,7 +941,8 @@ static const char usage[] =
     "  --raw PREFIX         every measured request to PREFIX.NAME.txt\n"
     "\n"
     "The first target is the baseline of the others' added figures.\n"
-    "--pid: the target's server, paused while other targets run.\n"
+    "--pid: the target's server, paused while other targets run;\n"
+    "--pgid: the same for a server's process group.\n"
     "Exit status: 0, 1 when a request failed, 2 usage or set-up error.\n";
 
 /* The soft limit on open files raised to the hard one (10,000 streams
@@ -1041,6 +1044,9 @@ static void parse_args(int argc, char **argv)
             check_plain("a target name", cur->name);
         } else if (!strcmp(a, "--pid") && v && cur) {
             cur->pid = (pid_t)num(a, v, 1, INT_MAX), i++;
+        } else if (!strcmp(a, "--pgid") && v && cur) {
+            /* Never 1: kill(-1) would signal every process. */
+            cur->pid = -(pid_t)num(a, v, 2, INT_MAX), i++;
         } else if (!strcmp(a, "--model") && v && cur) {
             cur->model = v, i++;
             check_plain("--model", v);
