@@ -536,10 +536,11 @@ static int handle(srv_request *r, loom__chat_request *req)
         spec.conversation_id = found;
     } else {
         spec.history = &history;
-        /* Not streamed, the answer is where the client learns the new
-         * conversation's id: it is created with the turn's save. A
-         * stream names it on its first chunk, before the save. */
-        spec.create_with_save = !req->stream;
+        /* The new conversation is created with the turn's save, one
+         * commit a request fewer, streamed or not: a stream names it on
+         * its first chunk, and it is in the store once the turn is, as a
+         * stored chat completion is (docs/server.md). */
+        spec.create_with_save = 1;
     }
     input.items = req->messages.items + skip;
     input.len = input.cap = req->messages.len - skip;

@@ -1,13 +1,14 @@
 /*
  * Integration tests of how chat completions store a new conversation
- * (docs/server.md "A new conversation's store writes"): a non-streamed
- * completion creates it with the turn's save, a streamed one before its
- * model call. Both leave the same rows (conversation, messages, usage,
- * run, owner); a stream's conversation is in the store before its first
- * chunk; a non-streamed one is not in the store while its model call
- * runs, and is stored (cancelled) when its client leaves then; the
- * conversation a non-streamed answer names goes on; a sub-agent's run,
- * stored before its top turn, creates that conversation first.
+ * (docs/server.md "A new conversation's store writes"): created with the
+ * turn's save, streamed or not. Both leave the same rows (conversation,
+ * messages, usage, run, owner); a stream's conversation, named on its
+ * first chunk, is not in the store then and is stored (cancelled) under
+ * that id when its client leaves; a non-streamed one is not in the store
+ * while its model call runs, and is stored (cancelled) when its client
+ * leaves then; the conversation a non-streamed answer names goes on; a
+ * sub-agent's run, stored before its top turn, creates that conversation
+ * first.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -81,32 +82,38 @@ static void test_same_rows_streamed_or_not(void **state)
 }
 
 /* A stream's client looks in the store at its first chunk, then leaves:
- * the model call has not ended (the fake holds it), its conversation is
- * there already. */
+ * the model call has not ended (the fake holds it), so its conversation is
+ * not stored yet. */
 typedef struct {
     sh_resp r;
     const sh *h;
+    char id[128];
     int looked, found;
 } first_chunk;
 
 static size_t look_at_first(char *p, size_t sz, size_t n, void *ud)
 {
     first_chunk *f = ud;
-    char id[128];
     loom_conversation_info info;
 
     (void)sh_on_body(p, sz, n, &f->r);
     f->looked = 1;
     memset(&info, 0, sizeof(info));
-    if (sh_header(&f->r, "X-Loom-Conversation-Id", id, sizeof(id)))
-        f->found = loom_store_conversation_info(f->h->store, id, &info) == 0;
+    if (sh_header(&f->r, "X-Loom-Conversation-Id", f->id, sizeof(f->id)))
+        f->found = loom_store_conversation_info(f->h->store, f->id, &info) == 0;
     loom_conversation_info_clear(&info);
     return 0; /* curl closes the connection */
 }
 
-static void test_stream_creates_before_first_chunk(void **state)
+/* ... and the cancelled turn is then stored under the id the first chunk
+ * named, its conversation with it. */
+static void test_stream_created_with_save(void **state)
 {
+    loom_conversation_info info;
+    char path[192];
+    long long end;
     first_chunk f;
+    json_t *c;
     CURL *e;
     sh h;
 
@@ -123,8 +130,24 @@ static void test_stream_creates_before_first_chunk(void **state)
     assert_true(f.looked);
     assert_non_null(f.r.body);
     assert_memory_equal(f.r.body, "data: {", 7);
-    assert_true(f.found);
+    assert_memory_equal(f.id, "conv_", 5);
+    assert_false(f.found);
     sh_resp_free(&f.r);
+
+    end = test_now_ms() + 20000;
+    for (;;) {
+        memset(&info, 0, sizeof(info));
+        if (loom_store_conversation_info(h.store, f.id, &info) == 0)
+            break;
+        assert_true(test_now_ms() < end);
+        usleep(20 * 1000);
+    }
+    loom_conversation_info_clear(&info);
+    expect_owner(&h, f.id, "ann", 2);
+    snprintf(path, sizeof(path), "/v1/conversations/%s", f.id);
+    c = sh_json(&h, "GET", path, NULL, 200);
+    assert_string_equal(sh_str(sh_last_message(c), "status"), "cancelled");
+    json_decref(c);
     sh_free(&h);
 }
 
@@ -249,7 +272,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_rows_streamed_or_not),
-        cmocka_unit_test(test_stream_creates_before_first_chunk),
+        cmocka_unit_test(test_stream_created_with_save),
         cmocka_unit_test(test_plain_created_with_save),
         cmocka_unit_test(test_plain_with_sub_agent),
     };

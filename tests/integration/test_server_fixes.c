@@ -291,12 +291,28 @@ static void check_unstored_run(const sh *h, const char *run_id)
     json_decref(run);
 }
 
+/* A streamed chat completion whose turn cannot be stored: its answer
+ * streams, then an error event (store_failed) and no [DONE]. */
+static void chat_stream_unstored(const sh *h, const char *body, sh_resp *r)
+{
+    json_t *evs, *last;
+
+    assert_int_equal(sh_req(h, "POST", "/v1/chat/completions", body, NULL, r),
+                     200);
+    assert_non_null(strstr(r->body, "Hello"));
+    assert_null(strstr(r->body, "[DONE]"));
+    last = last_event(r->body, &evs);
+    assert_string_equal(sh_str(json_object_get(last, "error"), "code"),
+                        "store_failed");
+    json_decref(evs);
+}
+
 static void test_store_failure_reported(void **state)
 {
     sh h;
     sh_resp r;
     json_t *run, *evs, *last, *conv;
-    char body[256], run_id[64], conv_id[64];
+    char body[256], run_id[64], conv_id[64], new_id[64];
     double errors;
 
     (void)state;
@@ -322,11 +338,9 @@ static void test_store_failure_reported(void **state)
     assert_non_null(strstr(r.body, run_id));
     sh_resp_free(&r);
     check_unstored_run(&h, run_id);
-    assert_true(metric(&h, "loom_store_errors_total{op=\"save_turn\"}") >=
-                1);
+    assert_true(metric(&h, "loom_store_errors_total{op=\"save_turn\"}") >= 1);
     /* Retried before giving up (200 ms of 50, 100 ms waits). */
-    assert_true(metric(&h, "loom_store_retries_total{op=\"save_turn\"}") >=
-                2);
+    assert_true(metric(&h, "loom_store_retries_total{op=\"save_turn\"}") >= 2);
 
     /* The same streamed: no run.completed, a store_failed run.failed. */
     snprintf(body, sizeof(body),
@@ -367,14 +381,21 @@ static void test_store_failure_reported(void **state)
              "{\"model\":\"fake/m\",\"stream\":true,\"conversation_id\":"
              "\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
              conv_id);
-    assert_int_equal(
-        sh_req(&h, "POST", "/v1/chat/completions", body, NULL, &r), 200);
-    assert_non_null(strstr(r.body, "Hello"));
-    assert_null(strstr(r.body, "[DONE]"));
-    last = last_event(r.body, &evs);
-    assert_string_equal(sh_str(json_object_get(last, "error"), "code"),
-                        "store_failed");
-    json_decref(evs);
+    chat_stream_unstored(&h, body, &r);
+    sh_resp_free(&r);
+
+    /* Chat, streamed, a new conversation: created with the turn's save,
+     * so the same; the id its first chunk named is not in the store. */
+    chat_stream_unstored(&h,
+                         "{\"model\":\"fake/m\",\"stream\":true,"
+                         "\"messages\":[{\"role\":\"user\","
+                         "\"content\":\"new\"}]}",
+                         &r);
+    assert_non_null(
+        sh_header(&r, "X-Loom-Conversation-Id", new_id, sizeof(new_id)));
+    sh_resp_free(&r);
+    snprintf(body, sizeof(body), "/v1/conversations/%s", new_id);
+    assert_int_equal(sh_req(&h, "GET", body, NULL, NULL, &r), 404);
     sh_resp_free(&r);
 
     /* The conversation holds only the first turn. */
