@@ -225,13 +225,12 @@ static const char *const TREE_SCRIPT =
 
 /* A sub-agent's run is stored while its top turn runs, before that
  * turn's save: it creates the conversation first, with the same owner,
- * and the top turn's save then goes into it. */
-static void test_plain_with_sub_agent(void **state)
+ * and the top turn's save then goes into it; streamed or not. */
+static void with_sub_agent(int stream)
 {
     char id[128], sql[256], *yaml = NULL;
     sh h;
 
-    (void)state;
     memset(&h, 0, sizeof(h));
     h.fake = fake_start_script(TREE_SCRIPT);
     assert_non_null(h.fake);
@@ -256,8 +255,12 @@ static void test_plain_with_sub_agent(void **state)
     sh_start_config(&h, yaml);
     free(yaml);
     complete(&h,
-             "{\"model\":\"agent/lead\",\"user\":\"ann\",\"messages\":"
-             "[{\"role\":\"user\",\"content\":\"go\"}]}",
+             stream ? "{\"model\":\"agent/lead\",\"user\":\"ann\","
+                      "\"stream\":true,\"messages\":"
+                      "[{\"role\":\"user\",\"content\":\"go\"}]}"
+                    : "{\"model\":\"agent/lead\",\"user\":\"ann\","
+                      "\"messages\":"
+                      "[{\"role\":\"user\",\"content\":\"go\"}]}",
              id, sizeof(id));
     expect_owner(&h, id, "ann", 4);
     snprintf(sql, sizeof(sql),
@@ -268,6 +271,18 @@ static void test_plain_with_sub_agent(void **state)
     sh_free(&h);
 }
 
+static void test_plain_with_sub_agent(void **state)
+{
+    (void)state;
+    with_sub_agent(0);
+}
+
+static void test_stream_with_sub_agent(void **state)
+{
+    (void)state;
+    with_sub_agent(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -275,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_stream_created_with_save),
         cmocka_unit_test(test_plain_created_with_save),
         cmocka_unit_test(test_plain_with_sub_agent),
+        cmocka_unit_test(test_stream_with_sub_agent),
     };
     int rc;
 
