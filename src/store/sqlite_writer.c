@@ -442,12 +442,9 @@ unsigned long loom__store_sqlite_batches(loom_store *base)
 
 void loom__sqlite_stats(loom_store *base, loom_store_stats *out)
 {
-    loom__sqlite_store *st = (loom__sqlite_store *)base;
-    loom__sqlite_writer *w = &st->w;
+    loom__sqlite_writer *w = &((loom__sqlite_store *)base)->w;
 
-    pthread_mutex_lock(&w->lock);
-    out->batches = w->batches;
-    pthread_mutex_unlock(&w->lock);
+    out->batches = loom__store_sqlite_batches(base);
     out->batched = atomic_load_explicit(&w->written, memory_order_relaxed);
     pthread_mutex_lock(&w->ckpt_lock);
     out->commits = w->commits;
